@@ -1,0 +1,232 @@
+/* Agent frame codec. Linked into both cordon-init (static) and libcordon-core;
+ * depends on libc only. Every decoder treats its input as hostile. */
+#include "frame.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t) v;
+    p[1] = (uint8_t) (v >> 8);
+    p[2] = (uint8_t) (v >> 16);
+    p[3] = (uint8_t) (v >> 24);
+}
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16 | (uint32_t) p[3] << 24;
+}
+static void put64(uint8_t *p, uint64_t v)
+{
+    put32(p, (uint32_t) v);
+    put32(p + 4, (uint32_t) (v >> 32));
+}
+static uint64_t get64(const uint8_t *p)
+{
+    return (uint64_t) get32(p) | (uint64_t) get32(p + 4) << 32;
+}
+
+void cdn_frame_header_encode(uint8_t buf[CDN_FRAME_HEADER], const struct cdn_frame_header *h)
+{
+    put32(buf, CDN_FRAME_MAGIC);
+    buf[4] = (uint8_t) h->type;
+    buf[5] = (uint8_t) (h->type >> 8);
+    buf[6] = (uint8_t) h->flags;
+    buf[7] = (uint8_t) (h->flags >> 8);
+    put32(buf + 8, h->channel);
+    put32(buf + 12, h->length);
+}
+
+int cdn_frame_header_decode(const uint8_t buf[CDN_FRAME_HEADER], struct cdn_frame_header *ret)
+{
+    if (get32(buf) != CDN_FRAME_MAGIC)
+        return -EBADMSG;
+    struct cdn_frame_header h = {
+        .type = (uint16_t) (buf[4] | buf[5] << 8),
+        .flags = (uint16_t) (buf[6] | buf[7] << 8),
+        .channel = get32(buf + 8),
+        .length = get32(buf + 12),
+    };
+    if (h.length > CDN_FRAME_MAX)
+        return -EMSGSIZE;
+    *ret = h;
+    return 0;
+}
+
+static int put_str(uint8_t *buf, size_t size, size_t *off, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    if (n > size - *off)
+        return -ENOBUFS;
+    memcpy(buf + *off, s, n);
+    *off += n;
+    return 0;
+}
+
+int cdn_exec_encode(uint8_t *buf, size_t size, uint32_t flags, const char *cwd, char *const argv[],
+                    char *const envp[])
+{
+    uint32_t argc = 0, envc = 0;
+    while (argv && argv[argc])
+        argc++;
+    while (envp && envp[envc])
+        envc++;
+    if (argc == 0 || argc > CDN_EXEC_MAX_ARGS || envc > CDN_EXEC_MAX_ARGS || size < 12)
+        return argc == 0 ? -EINVAL : -ENOBUFS;
+    put32(buf, flags);
+    put32(buf + 4, argc);
+    put32(buf + 8, envc);
+    size_t off = 12;
+    if (put_str(buf, size, &off, cwd ? cwd : "") < 0)
+        return -ENOBUFS;
+    for (uint32_t i = 0; i < argc; i++)
+        if (put_str(buf, size, &off, argv[i]) < 0)
+            return -ENOBUFS;
+    for (uint32_t i = 0; i < envc; i++)
+        if (put_str(buf, size, &off, envp[i]) < 0)
+            return -ENOBUFS;
+    return off > CDN_FRAME_MAX ? -ENOBUFS : (int) off;
+}
+
+/* Take the next NUL-terminated string at *off; -EBADMSG if it runs past len. */
+static int take_str(const uint8_t *p, size_t len, size_t *off, const char **ret)
+{
+    if (*off >= len)
+        return -EBADMSG;
+    const uint8_t *nul = memchr(p + *off, 0, len - *off);
+    if (!nul)
+        return -EBADMSG;
+    *ret = (const char *) p + *off;
+    *off = (size_t) (nul - p) + 1;
+    return 0;
+}
+
+int cdn_exec_decode(const uint8_t *p, size_t len, struct cdn_exec_req *ret)
+{
+    if (len < 12)
+        return -EBADMSG;
+    ret->flags = get32(p);
+    ret->argc = get32(p + 4);
+    ret->envc = get32(p + 8);
+    if (ret->argc == 0 || ret->argc > CDN_EXEC_MAX_ARGS || ret->envc > CDN_EXEC_MAX_ARGS)
+        return -EBADMSG;
+    size_t off = 12;
+    if (take_str(p, len, &off, &ret->cwd) < 0)
+        return -EBADMSG;
+    for (uint32_t i = 0; i < ret->argc; i++)
+        if (take_str(p, len, &off, &ret->argv[i]) < 0)
+            return -EBADMSG;
+    for (uint32_t i = 0; i < ret->envc; i++)
+        if (take_str(p, len, &off, &ret->envp[i]) < 0)
+            return -EBADMSG;
+    ret->argv[ret->argc] = NULL;
+    ret->envp[ret->envc] = NULL;
+    return off == len ? 0 : -EBADMSG;
+}
+
+int cdn_exit_encode(uint8_t *buf, size_t size, const struct cdn_exit_msg *m)
+{
+    if (size < 32)
+        return -ENOBUFS;
+    put32(buf, (uint32_t) m->exit_code);
+    put32(buf + 4, (uint32_t) m->signal);
+    put64(buf + 8, m->user_us);
+    put64(buf + 16, m->sys_us);
+    put64(buf + 24, m->maxrss_kb);
+    return 32;
+}
+
+int cdn_exit_decode(const uint8_t *p, size_t len, struct cdn_exit_msg *ret)
+{
+    if (len != 32)
+        return -EBADMSG;
+    ret->exit_code = (int32_t) get32(p);
+    ret->signal = (int32_t) get32(p + 4);
+    ret->user_us = get64(p + 8);
+    ret->sys_us = get64(p + 16);
+    ret->maxrss_kb = get64(p + 24);
+    if (ret->signal < 0 || ret->signal > 64 || ret->exit_code < 0 || ret->exit_code > 255)
+        return -EBADMSG;
+    return 0;
+}
+
+int cdn_errmsg_encode(uint8_t *buf, size_t size, int errnum, const char *msg)
+{
+    size_t off = 4;
+    if (size < 5)
+        return -ENOBUFS;
+    put32(buf, (uint32_t) errnum);
+    if (put_str(buf, size, &off, msg) < 0)
+        return -ENOBUFS;
+    return (int) off;
+}
+
+int cdn_errmsg_decode(const uint8_t *p, size_t len, int *ret_errno, const char **ret_msg)
+{
+    size_t off = 4;
+    if (len < 5)
+        return -EBADMSG;
+    int e = (int32_t) get32(p);
+    if (e <= 0 || e > 4095 || take_str(p, len, &off, ret_msg) < 0 || off != len)
+        return -EBADMSG;
+    *ret_errno = e;
+    return 0;
+}
+
+int cdn_frame_send(int fd, uint16_t type, uint32_t channel, const void *payload, uint32_t len)
+{
+    uint8_t hdr[CDN_FRAME_HEADER];
+    cdn_frame_header_encode(hdr, &(struct cdn_frame_header){.type = type, .channel = channel, .length = len});
+    struct iovec iov[2] = {{hdr, sizeof hdr}, {(void *) payload, len}};
+    size_t total = sizeof hdr + len, done = 0;
+    while (done < total) {
+        ssize_t n = writev(fd, iov, 2);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        done += (size_t) n;
+        for (int i = 0; i < 2 && n > 0; i++) {
+            size_t k = (size_t) n < iov[i].iov_len ? (size_t) n : iov[i].iov_len;
+            iov[i].iov_base = (char *) iov[i].iov_base + k;
+            iov[i].iov_len -= k;
+            n -= (ssize_t) k;
+        }
+    }
+    return 0;
+}
+
+static int read_exact(int fd, uint8_t *buf, size_t len)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = read(fd, buf + got, len - got);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (n == 0)
+            return -ECONNRESET;
+        got += (size_t) n;
+    }
+    return 0;
+}
+
+int cdn_frame_recv(int fd, struct cdn_frame_header *h, uint8_t *buf, size_t size)
+{
+    uint8_t hdr[CDN_FRAME_HEADER];
+    int r = read_exact(fd, hdr, sizeof hdr);
+    if (r < 0)
+        return r;
+    r = cdn_frame_header_decode(hdr, h);
+    if (r < 0)
+        return r;
+    if (h->length > size)
+        return -EMSGSIZE;
+    r = read_exact(fd, buf, h->length);
+    return r < 0 ? r : (int) h->length;
+}

@@ -1,0 +1,245 @@
+#include "run-flags.h"
+#include "shared/parse-util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int (*flag_fn)(struct cdn_run_opts *o, const char *arg, struct cdn_error *err);
+
+struct flag {
+    const char *name;
+    bool has_arg;
+    flag_fn fn;
+    const char *field; /* spec field it sets */
+    const char *help;
+};
+
+static int size_mb(const char *flag, const char *field, const char *arg, uint64_t *ret, struct cdn_error *err)
+{
+    uint64_t bytes;
+    int r = cdn_parse_size(arg, &bytes);
+    if (r < 0)
+        return cdn_error_field(err, EINVAL, field, "%s '%s': not a size (use e.g. 512M, 2G)", flag, arg);
+    *ret = (bytes + (1 << 20) - 1) >> 20;
+    return 0;
+}
+
+static int f_memory(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    return size_mb("--memory", "limits.memory_mb", a, &o->spec.limits.memory_mb, e);
+}
+static int f_disk(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    return size_mb("--disk", "limits.disk_mb", a, &o->spec.limits.disk_mb, e);
+}
+static int f_cpus(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    if (cdn_parse_cpus(a, &o->spec.limits.cpus) < 0)
+        return cdn_error_field(e, EINVAL, "limits.cpus", "--cpus '%s': not a CPU count in (0, 1024]", a);
+    return 0;
+}
+static int f_pids(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    if (cdn_parse_u64(a, &o->spec.limits.pids) < 0)
+        return cdn_error_field(e, EINVAL, "limits.pids", "--pids '%s': not a whole number", a);
+    return 0;
+}
+static int f_nofile(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    if (cdn_parse_u64(a, &o->spec.limits.nofile) < 0)
+        return cdn_error_field(e, EINVAL, "limits.nofile", "--nofile '%s': not a whole number", a);
+    return 0;
+}
+static int f_timeout(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    if (cdn_parse_duration(a, &o->spec.limits.timeout_ms) < 0)
+        return cdn_error_field(e, EINVAL, "limits.timeout_s", "--timeout '%s': not a duration (use e.g. 30s, 5m)", a);
+    return 0;
+}
+static int set_str(char **dst, const char *a)
+{
+    char *c = strdup(a);
+    if (!c)
+        return -ENOMEM;
+    free(*dst);
+    *dst = c;
+    return 0;
+}
+static int f_tier(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    int t = cdn_tier_from_string(a);
+    if (t < 0)
+        return cdn_error_field(e, EINVAL, "tier", "--tier '%s': not one of process, container, microvm, vm", a);
+    o->spec.tier = (enum cdn_tier) t;
+    return 0;
+}
+static int f_image(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    (void) e;
+    return set_str(&o->spec.image, a);
+}
+static int f_workdir(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    (void) e;
+    return set_str(&o->spec.workdir, a);
+}
+static int f_hostname(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    (void) e;
+    return set_str(&o->spec.hostname, a);
+}
+static int f_net(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    if (strcmp(a, "none") == 0 || strcmp(a, "open") == 0) {
+        o->spec.net_mode = a[0] == 'n' ? CDN_NET_NONE : CDN_NET_OPEN;
+        return 0;
+    }
+    if (strncmp(a, "allow=", 6) != 0 || !a[6])
+        return cdn_error_field(e, EINVAL, "network.mode", "--net '%s': expected none, open or allow=HOST[:PORT][,…]", a);
+    o->spec.net_mode = CDN_NET_ALLOWLIST;
+    _cleanup_free_ char *copy = strdup(a + 6);
+    if (!copy)
+        return -ENOMEM;
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int r = cdn_strv_push(&o->spec.net_allow, tok);
+        if (r < 0)
+            return cdn_error_field(e, -r, "network.allow", "--net: too many allow entries");
+    }
+    return 0;
+}
+static int f_bind(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    return cdn_spec_parse_bind(&o->spec, a, e);
+}
+static int f_env(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    return cdn_spec_parse_env(&o->spec, a, e);
+}
+static int f_label(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    const char *eq = strchr(a, '=');
+    if (!eq || eq == a || strlen(a) > 1100)
+        return cdn_error_field(e, EINVAL, "labels", "--label '%s': expected KEY=VALUE", a);
+    return cdn_strv_push(&o->spec.labels, a);
+}
+static int f_protect(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    if (a[0] != '/')
+        return cdn_error_field(e, EINVAL, "protect", "--protect '%s': must be an absolute path or glob", a);
+    return cdn_strv_push(&o->spec.protect, a);
+}
+static int f_on_violation(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    int v = cdn_on_violation_from_string(a);
+    if (v < 0)
+        return cdn_error_field(e, EINVAL, "on_violation", "--on-violation '%s': not one of log, deny, kill", a);
+    o->spec.on_violation = (enum cdn_on_violation) v;
+    return 0;
+}
+static int f_read_only(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    (void) a, (void) e;
+    o->spec.read_only_root = true;
+    return 0;
+}
+static int f_json(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    (void) a, (void) e;
+    o->json = true;
+    return 0;
+}
+static int f_spec(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    FILE *f = fopen(a, "re");
+    if (!f)
+        return cdn_error_field(e, errno, "", "--spec '%s': %m", a);
+    char *buf = NULL;
+    size_t cap = 0;
+    ssize_t n = getdelim(&buf, &cap, '\0', f);
+    fclose(f);
+    int r = n < 0 ? cdn_error_field(e, EINVAL, "", "--spec '%s': cannot read", a)
+                  : cdn_spec_from_json(&o->spec, buf, (size_t) n, e);
+    free(buf);
+    return r;
+}
+
+static const struct flag flags[] = {
+    {"--spec", true, f_spec, "", "FILE       start from a JSON spec (DESIGN §2); later flags override it"},
+    {"--tier", true, f_tier, "tier", "T          process | container | microvm | vm (default container)"},
+    {"--image", true, f_image, "image", "I         host (default) or a directory holding a root filesystem"},
+    {"--cpus", true, f_cpus, "limits.cpus", "N          CPU quota, fractional allowed (default 1)"},
+    {"--memory", true, f_memory, "limits.memory_mb", "SIZE     memory limit, no swap (default 512M)"},
+    {"--pids", true, f_pids, "limits.pids", "N          process/thread limit (default 256)"},
+    {"--disk", true, f_disk, "limits.disk_mb", "SIZE       writable layer: root changes, workdir, /tmp (default 1G)"},
+    {"--timeout", true, f_timeout, "limits.timeout_s", "DUR     kill the whole sandbox after DUR, exit 124 (default 600s)"},
+    {"--nofile", true, f_nofile, "limits.nofile", "N        open file limit (default 1024)"},
+    {"--net", true, f_net, "network", "MODE        none (default) | open | allow=HOST[:PORT][,…]"},
+    {"--bind", true, f_bind, "mounts", "SRC:DST[:ro] bind a host path into the sandbox"},
+    {"--env", true, f_env, "env", "K=V         set an environment variable"},
+    {"--workdir", true, f_workdir, "workdir", "DIR     working directory, writable (default /workspace)"},
+    {"--hostname", true, f_hostname, "hostname", "NAME   host name inside (default cordon)"},
+    {"--label", true, f_label, "labels", "K=V       attach a label"},
+    {"--protect", true, f_protect, "protect", "GLOB    path the agent may neither read nor write"},
+    {"--on-violation", true, f_on_violation, "on_violation", "A  log | deny | kill"},
+    {"--read-only", false, f_read_only, "read_only", "        root read-only; only workdir and temp dirs writable"},
+    {"--json", false, f_json, NULL, "             print a JSON result record on stderr at the end"},
+};
+
+void cdn_run_usage(FILE *f)
+{
+    for (size_t i = 0; i < ELEMENTSOF(flags); i++)
+        fprintf(f, "  %s %s\n", flags[i].name, flags[i].help);
+}
+
+static const struct flag *find_flag(const char *arg, const char **ret_value)
+{
+    for (size_t i = 0; i < ELEMENTSOF(flags); i++) {
+        size_t n = strlen(flags[i].name);
+        if (strncmp(arg, flags[i].name, n) != 0)
+            continue;
+        if (arg[n] == 0) {
+            *ret_value = NULL;
+            return &flags[i];
+        }
+        if (arg[n] == '=' && flags[i].has_arg) {
+            *ret_value = arg + n + 1;
+            return &flags[i];
+        }
+    }
+    return NULL;
+}
+
+int cdn_run_parse(int argc, char *const *argv, struct cdn_run_opts *opts, struct cdn_error *err)
+{
+    int i = 0;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (a[0] != '-')
+            break; /* the command starts here */
+        const char *value;
+        const struct flag *f = find_flag(a, &value);
+        if (!f)
+            return cdn_error_field(err, EINVAL, "", "unknown flag '%s' (see cordon run --help)", a);
+        if (f->has_arg && !value) {
+            if (i + 1 >= argc)
+                return cdn_error_field(err, EINVAL, f->field ? f->field : "", "%s needs a value", f->name);
+            value = argv[++i];
+        }
+        int r = f->fn(opts, value ? value : "", err);
+        if (r == -ENOMEM)
+            return cdn_error_set(err, ENOMEM, "out of memory");
+        if (r < 0)
+            return r;
+    }
+    if (i >= argc)
+        return cdn_error_field(err, EINVAL, "", "no command given (cordon run [FLAGS] -- CMD [ARG…])");
+    opts->argv = argv + i;
+    return 0;
+}

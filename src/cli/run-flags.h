@@ -1,0 +1,20 @@
+/* `cordon run` / `cordon create` flags → spec (DESIGN §3). Table-driven; a
+ * flag maps onto exactly one spec field, and errors name both. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "core/spec.h"
+
+struct cdn_run_opts {
+    struct cdn_spec spec;
+    bool json;
+    char *const *argv; /* the command, NULL-terminated; points into the caller's argv */
+};
+
+/* Parse argv (after the subcommand) into opts; opts->spec must be initialised.
+ * Returns 0, or a negative errno with err naming the flag. */
+int cdn_run_parse(int argc, char *const *argv, struct cdn_run_opts *opts, struct cdn_error *err);
+/* One line per flag, for --help. */
+void cdn_run_usage(FILE *f);

@@ -1,0 +1,273 @@
+/* `cordon run`: one sandbox, one command, no daemon. Runs on the host as
+ * root; stdin/stdout/stderr are handed to the command as they are. */
+#include "run-flags.h"
+#include "agent/frame.h"
+#include "shared/fd-util.h"
+#include "tiers/tier.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXIT_CORDON  125
+#define EXIT_TIMEOUT 124
+#define EXEC_CHANNEL 1
+
+struct outcome {
+    bool have_exit, timed_out, setup_failed, exec_failed, agent_lost;
+    struct cdn_exit_msg exit;
+    struct cdn_error error;
+    struct rusage ru;
+    struct cdn_usage usage;
+    double wall_ms;
+};
+
+static const int forwarded[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT};
+
+static double ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double) (t.tv_sec - t0->tv_sec) * 1e3 + (double) (t.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/* The command's environment: a sane base, then TERM from the caller, then the spec's env. */
+static char **build_env(const struct cdn_spec *spec)
+{
+    static const char *const base[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                                       "HOME=/root", "LANG=C.UTF-8"};
+    size_t n = 0, cap = ELEMENTSOF(base) + spec->env.n + 3;
+    char **env = calloc(cap, sizeof(char *));
+    if (!env)
+        return NULL;
+    for (size_t i = 0; i < ELEMENTSOF(base); i++)
+        env[n++] = (char *) base[i];
+    static char term[256], host[128];
+    const char *t = getenv("TERM");
+    if (t && strlen(t) < 200) {
+        (void) snprintf(term, sizeof term, "TERM=%s", t);
+        env[n++] = term;
+    }
+    (void) snprintf(host, sizeof host, "HOSTNAME=%s", spec->hostname);
+    env[n++] = host;
+    for (size_t i = 0; i < spec->env.n; i++) {
+        size_t klen = strcspn(spec->env.v[i], "=") + 1;
+        size_t j = 0;
+        while (j < n && strncmp(env[j], spec->env.v[i], klen) != 0)
+            j++;
+        env[j] = spec->env.v[i];
+        if (j == n)
+            n++;
+    }
+    env[n] = NULL;
+    return env;
+}
+
+static int send_exec(struct cdn_sandbox *sb, char *const *argv)
+{
+    _cleanup_free_ char **env = build_env(sb->spec);
+    _cleanup_free_ uint8_t *buf = malloc(CDN_FRAME_MAX);
+    if (!env || !buf)
+        return -ENOMEM;
+    int n = cdn_exec_encode(buf, CDN_FRAME_MAX, CDN_EXEC_SHUTDOWN_ON_EXIT, sb->spec->workdir, argv, env);
+    if (n < 0)
+        return n;
+    return cdn_frame_send(sb->agent_fd, CDN_FRAME_EXEC, EXEC_CHANNEL, buf, (uint32_t) n);
+}
+
+static void read_agent(struct cdn_sandbox *sb, struct outcome *o, struct pollfd *pfd)
+{
+    static uint8_t buf[4096];
+    struct cdn_frame_header h;
+    int n = cdn_frame_recv(sb->agent_fd, &h, buf, sizeof buf);
+    if (n < 0) {
+        pfd->fd = -1; /* init gone (or garbage): the pidfd tells the rest */
+        o->agent_lost = !o->have_exit;
+        return;
+    }
+    if (h.type == CDN_FRAME_EXIT && cdn_exit_decode(buf, (size_t) n, &o->exit) == 0)
+        o->have_exit = true;
+    else if (h.type == CDN_FRAME_ERROR) {
+        int e;
+        const char *msg;
+        if (cdn_errmsg_decode(buf, (size_t) n, &e, &msg) == 0) {
+            o->exec_failed = true;
+            cdn_error_set(&o->error, e, "%s", msg);
+        }
+    }
+}
+
+static void read_setup(struct cdn_sandbox *sb, struct outcome *o, struct pollfd *pfd)
+{
+    ssize_t n = cdn_read_full(sb->setup_fd, &o->error, sizeof o->error);
+    if (n == (ssize_t) sizeof o->error) {
+        o->error.msg[sizeof o->error.msg - 1] = 0;
+        o->error.field[sizeof o->error.field - 1] = 0;
+        o->setup_failed = true;
+    }
+    pfd->fd = -1; /* EOF: cordon-init is running */
+}
+
+/* Poll until init has exited and been reaped. */
+static int supervise(struct cdn_sandbox *sb, int sfd, struct outcome *o, const struct timespec *t0)
+{
+    struct pollfd pfd[4] = {
+        {.fd = sb->init_pidfd, .events = POLLIN}, {.fd = sb->agent_fd, .events = POLLIN},
+        {.fd = sb->setup_fd, .events = POLLIN},   {.fd = sfd, .events = POLLIN},
+    };
+    uint64_t timeout = sb->spec->limits.timeout_ms;
+    for (;;) {
+        int wait_ms = -1;
+        if (timeout && !o->timed_out) {
+            double left = (double) timeout - ms_since(t0);
+            wait_ms = left <= 0 ? 0 : (int) left + 1;
+        }
+        int r = poll(pfd, 4, wait_ms);
+        if (r < 0 && errno != EINTR)
+            return -errno;
+        if (r == 0 && timeout && !o->timed_out && ms_since(t0) >= (double) timeout) {
+            o->timed_out = true;
+            (void) sb->tier->kill(sb, SIGKILL);
+            continue;
+        }
+        if (pfd[2].revents)
+            read_setup(sb, o, &pfd[2]);
+        if (pfd[1].revents)
+            read_agent(sb, o, &pfd[1]);
+        if (pfd[3].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            if (read(sfd, &si, sizeof si) == (ssize_t) sizeof si)
+                (void) sb->tier->kill(sb, (int) si.ssi_signo);
+        }
+        if (pfd[0].revents & POLLIN) {
+            int status;
+            if (pfd[1].fd >= 0) /* drain frames written just before init exited */
+                while (poll(&pfd[1], 1, 0) == 1 && pfd[1].fd >= 0)
+                    read_agent(sb, o, &pfd[1]);
+            if (pfd[2].fd >= 0)
+                read_setup(sb, o, &pfd[2]);
+            while (wait4(sb->init_pid, &status, __WALL, &o->ru) < 0 && errno == EINTR)
+                ;
+            sb->init_pid = 0;
+            return 0;
+        }
+    }
+}
+
+static int exit_status(const struct outcome *o)
+{
+    if (o->setup_failed || o->exec_failed)
+        return EXIT_CORDON;
+    if (o->timed_out)
+        return EXIT_TIMEOUT;
+    if (o->have_exit)
+        return o->exit.signal ? 128 + o->exit.signal : o->exit.exit_code;
+    return o->usage.oom_kills ? 128 + SIGKILL : EXIT_CORDON;
+}
+
+static void print_record(const struct cdn_sandbox *sb, const struct outcome *o, int status)
+{
+    double ut = (double) o->ru.ru_utime.tv_sec * 1e3 + (double) o->ru.ru_utime.tv_usec / 1e3;
+    double st = (double) o->ru.ru_stime.tv_sec * 1e3 + (double) o->ru.ru_stime.tv_usec / 1e3;
+    json_t *rec = json_pack(
+        "{s:s, s:s, s:i, s:o, s:o, s:b, s:b, s:f, s:f, s:f, s:I, s:I, s:o, s:{}}", "id", sb->id, "tier",
+        sb->tier->name, "exit_code", status, "signal",
+        o->have_exit && o->exit.signal ? json_integer(o->exit.signal) : json_null(), "error",
+        o->setup_failed || o->exec_failed ? json_string(o->error.msg) : json_null(), "timed_out", o->timed_out,
+        "oom_killed", o->usage.oom_kills > 0, "wall_ms", o->wall_ms, "cpu_user_ms", ut, "cpu_system_ms", st,
+        "memory_peak_bytes", (json_int_t) o->usage.memory_peak_bytes, "pids_limit_hits",
+        (json_int_t) o->usage.pids_max_hits, "limits",
+        json_pack("{s:f, s:I, s:I, s:I}", "cpus", sb->spec->limits.cpus, "memory_mb",
+                  (json_int_t) sb->spec->limits.memory_mb, "pids", (json_int_t) sb->spec->limits.pids, "disk_mb",
+                  (json_int_t) sb->spec->limits.disk_mb),
+        "violations");
+    if (!rec)
+        return;
+    char *s = json_dumps(rec, JSON_COMPACT);
+    if (s)
+        fprintf(stderr, "%s\n", s);
+    free(s);
+    json_decref(rec);
+}
+
+static void report_error(const struct cdn_error *e)
+{
+    if (e->field[0])
+        fprintf(stderr, "cordon: %s (field: %s)\n", e->msg, e->field);
+    else
+        fprintf(stderr, "cordon: %s\n", e->msg);
+}
+
+static int block_signals(void)
+{
+    sigset_t mask;
+    sigemptyset(&mask);
+    for (size_t i = 0; i < ELEMENTSOF(forwarded); i++)
+        sigaddset(&mask, forwarded[i]);
+    sigaddset(&mask, SIGPIPE);
+    if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+        return -errno;
+    sigdelset(&mask, SIGPIPE);
+    return RET_NERRNO(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+}
+
+int cdn_cli_run(int argc, char *const *argv)
+{
+    struct cdn_run_opts o = {0};
+    struct cdn_error err = {0};
+    if (argc > 0 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
+        printf("usage: cordon run [FLAGS] [--] CMD [ARG…]\n");
+        cdn_run_usage(stdout);
+        return 0;
+    }
+    if (cdn_spec_init(&o.spec) < 0)
+        return EXIT_CORDON;
+    int r = cdn_run_parse(argc, argv, &o, &err);
+    if (r >= 0)
+        r = cdn_spec_validate(&o.spec, &err);
+    if (r < 0) {
+        report_error(&err);
+        cdn_spec_free(&o.spec);
+        return EXIT_CORDON;
+    }
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int sfd = block_signals();
+    struct cdn_sandbox sb;
+    cdn_sandbox_init(&sb, &o.spec);
+    sb.tier = cdn_tier_lookup(o.spec.tier);
+    struct outcome out = {0};
+    r = sb.tier->create(&sb, &err);
+    if (r < 0) {
+        report_error(&err);
+        cdn_spec_free(&o.spec);
+        return EXIT_CORDON;
+    }
+    r = send_exec(&sb, o.argv);
+    if (r < 0 && r != -EPIPE && r != -ECONNRESET)
+        fprintf(stderr, "cordon: sending the command to the sandbox: %s\n", strerror(-r));
+    r = supervise(&sb, sfd, &out, &t0);
+    (void) sb.tier->usage(&sb, &out.usage);
+    (void) sb.tier->destroy(&sb);
+    out.wall_ms = ms_since(&t0);
+    int status = exit_status(&out);
+    if (out.setup_failed || out.exec_failed)
+        report_error(&out.error);
+    else if (!out.have_exit && !out.timed_out)
+        fprintf(stderr, "cordon: the sandbox ended without reporting an exit status%s\n",
+                out.usage.oom_kills ? " (out of memory)" : "");
+    if (o.json)
+        print_record(&sb, &out, status);
+    cdn_spec_free(&o.spec);
+    (void) safe_close(sfd);
+    return status;
+}

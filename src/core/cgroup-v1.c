@@ -1,0 +1,167 @@
+/* cgroup v1 driver: one directory per controller (cpu, memory, pids), each
+ * named <root>/<ctrl>/cordon/<name>. Works on pure v1 and on the hybrid layout. */
+#include "cgroup.h"
+#include "shared/fd-util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *const controllers[] = {"cpu", "memory", "pids"};
+#define N_CTRL (sizeof controllers / sizeof controllers[0])
+
+static int knob(const struct cdn_cgroup *cg, const char *ctrl, const char *file, char *buf, size_t size)
+{
+    char dir[512];
+    int r = cdn_cgroup_path(dir, sizeof dir, CDN_CGROUP_V1, ctrl, cg->name);
+    if (r < 0)
+        return r;
+    int n = snprintf(buf, size, "%s/%s", dir, file);
+    return n < 0 || (size_t) n >= size ? -ENAMETOOLONG : 0;
+}
+
+static int write_knob(const struct cdn_cgroup *cg, const char *ctrl, const char *file, const char *value)
+{
+    char p[600];
+    int r = knob(cg, ctrl, file, p, sizeof p);
+    return r < 0 ? r : cdn_write_file_at(AT_FDCWD, p, value);
+}
+
+static int set_memory(struct cdn_cgroup *cg, uint64_t bytes, struct cdn_error *err)
+{
+    char v[32];
+    (void) snprintf(v, sizeof v, "%" PRIu64, bytes);
+    /* memsw (memory+swap) must stay >= the memory limit, so the order of the
+     * two writes depends on the direction of the change; try both. */
+    int r = write_knob(cg, "memory", "memory.limit_in_bytes", v);
+    int s = write_knob(cg, "memory", "memory.memsw.limit_in_bytes", v);
+    if (r == -EINVAL)
+        r = write_knob(cg, "memory", "memory.limit_in_bytes", v);
+    if (r < 0)
+        return cdn_error_field(err, r, "limits.memory_mb", "cgroup v1: set memory.limit_in_bytes=%s: %s", v,
+                               strerror(-r));
+    if (s < 0 && s != -ENOENT) /* ENOENT: kernel without swap accounting, and then no swap to limit */
+        return cdn_error_field(err, s, "limits.memory_mb", "cgroup v1: set memory.memsw.limit_in_bytes: %s",
+                               strerror(-s));
+    (void) write_knob(cg, "memory", "memory.swappiness", "0");
+    (void) write_knob(cg, "memory", "memory.max_usage_in_bytes", "0");
+    return 0;
+}
+
+static int v1_create(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, struct cdn_error *err)
+{
+    for (size_t i = 0; i < N_CTRL; i++) {
+        char p[512];
+        int r = cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V1, controllers[i], cg->name);
+        if (r < 0)
+            return cdn_error_set(err, r, "cgroup path too long");
+        if (mkdir(p, 0755) < 0 && errno != EEXIST) {
+            if (errno != ENOENT)
+                return cdn_error_set(err, errno, "cgroup v1: mkdir %s: %m", p);
+            /* first use on this host: make the "cordon" parent, then retry */
+            *strrchr(p, '/') = 0;
+            if (mkdir(p, 0755) < 0 && errno != EEXIST)
+                return cdn_error_set(err, errno, "cgroup v1: mkdir %s: %m (is the %s controller mounted?)", p,
+                                     controllers[i]);
+            r = cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V1, controllers[i], cg->name);
+            if (r < 0 || (mkdir(p, 0755) < 0 && errno != EEXIST))
+                return cdn_error_set(err, errno, "cgroup v1: mkdir %s: %m", p);
+        }
+    }
+    char v[32];
+    int r = set_memory(cg, l->memory_bytes, err);
+    if (r < 0)
+        return r;
+    (void) snprintf(v, sizeof v, "%" PRIu64, cdn_cgroup_cpu_quota(l->cpus, 100000));
+    r = write_knob(cg, "cpu", "cpu.cfs_period_us", "100000");
+    if (r >= 0)
+        r = write_knob(cg, "cpu", "cpu.cfs_quota_us", v);
+    if (r < 0)
+        return cdn_error_field(err, r, "limits.cpus", "cgroup v1: set cpu.cfs_quota_us=%s: %s", v, strerror(-r));
+    (void) snprintf(v, sizeof v, "%" PRIu64, l->pids);
+    r = write_knob(cg, "pids", "pids.max", v);
+    if (r < 0)
+        return cdn_error_field(err, r, "limits.pids", "cgroup v1: set pids.max=%s: %s", v, strerror(-r));
+    return 0;
+}
+
+static int v1_attach(struct cdn_cgroup *cg, pid_t pid)
+{
+    char v[24];
+    (void) snprintf(v, sizeof v, "%d", (int) pid);
+    for (size_t i = 0; i < N_CTRL; i++) {
+        int r = write_knob(cg, controllers[i], "cgroup.procs", v);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+static uint64_t read_u64(struct cdn_cgroup *cg, const char *ctrl, const char *file, const char *key)
+{
+    char p[600], buf[2048];
+    uint64_t v = 0;
+    if (knob(cg, ctrl, file, p, sizeof p) < 0 || cdn_read_file_at(AT_FDCWD, p, buf, sizeof buf) < 0)
+        return 0;
+    if (key)
+        (void) cdn_cgroup_keyed_value(buf, key, &v);
+    else
+        v = strtoull(buf, NULL, 10);
+    return v;
+}
+
+static int v1_stats(struct cdn_cgroup *cg, struct cdn_cgroup_stats *ret)
+{
+    *ret = (struct cdn_cgroup_stats){
+        .memory_peak_bytes = read_u64(cg, "memory", "memory.max_usage_in_bytes", NULL),
+        .oom_kills = read_u64(cg, "memory", "memory.oom_control", "oom_kill"),
+        .pids_max_hits = read_u64(cg, "pids", "pids.events", "max"),
+    };
+    return 0;
+}
+
+static int v1_kill_all(struct cdn_cgroup *cg)
+{
+    char p[600], buf[16384];
+    int n = 0;
+    if (knob(cg, "pids", "cgroup.procs", p, sizeof p) < 0 || cdn_read_file_at(AT_FDCWD, p, buf, sizeof buf) < 0)
+        return 0;
+    for (char *s = buf, *e; *s; s = e) {
+        long pid = strtol(s, &e, 10);
+        if (e == s)
+            break;
+        if (pid > 1 && kill((pid_t) pid, SIGKILL) == 0)
+            n++;
+    }
+    return n;
+}
+
+static int v1_destroy(struct cdn_cgroup *cg)
+{
+    int ret = 0;
+    for (size_t i = 0; i < N_CTRL; i++) {
+        char p[512];
+        if (cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V1, controllers[i], cg->name) < 0)
+            continue;
+        int r = cdn_cgroup_rmdir(p);
+        if (r < 0 && ret == 0)
+            ret = r;
+    }
+    return ret;
+}
+
+const struct cdn_cgroup_ops cdn_cgroup_v1_ops = {
+    .version = CDN_CGROUP_V1,
+    .create = v1_create,
+    .attach = v1_attach,
+    .stats = v1_stats,
+    .kill_all = v1_kill_all,
+    .destroy = v1_destroy,
+};

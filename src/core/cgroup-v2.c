@@ -1,0 +1,142 @@
+/* cgroup v2 driver: <root>/cordon/<name>, controllers enabled once in the
+ * parent's subtree_control; the sandbox is born inside it (CLONE_INTO_CGROUP). */
+#include "cgroup.h"
+#include "shared/fd-util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static int write_knob(const struct cdn_cgroup *cg, const char *file, const char *value)
+{
+    return cdn_write_file_at(cg->dirfd, file, value);
+}
+
+static int ensure_parent(struct cdn_error *err)
+{
+    char p[512];
+    (void) snprintf(p, sizeof p, "%s/cordon", cdn_cgroup_root());
+    if (mkdir(p, 0755) < 0 && errno != EEXIST)
+        return cdn_error_set(err, errno, "cgroup v2: mkdir %s: %m", p);
+    (void) snprintf(p, sizeof p, "%s/cgroup.subtree_control", cdn_cgroup_root());
+    (void) cdn_write_file_at(AT_FDCWD, p, "+cpu +memory +pids");
+    (void) snprintf(p, sizeof p, "%s/cordon/cgroup.subtree_control", cdn_cgroup_root());
+    int r = cdn_write_file_at(AT_FDCWD, p, "+cpu +memory +pids");
+    if (r < 0)
+        return cdn_error_set(err, r, "cgroup v2: enable cpu, memory, pids in %s: %s", p, strerror(-r));
+    return 0;
+}
+
+static int v2_create(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, struct cdn_error *err)
+{
+    char p[512], v[64];
+    int r = cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V2, NULL, cg->name);
+    if (r < 0)
+        return cdn_error_set(err, r, "cgroup path too long");
+    if (mkdir(p, 0755) < 0 && errno != EEXIST) {
+        if (errno != ENOENT)
+            return cdn_error_set(err, errno, "cgroup v2: mkdir %s: %m", p);
+        r = ensure_parent(err);
+        if (r < 0)
+            return r;
+        if (mkdir(p, 0755) < 0 && errno != EEXIST)
+            return cdn_error_set(err, errno, "cgroup v2: mkdir %s: %m", p);
+    }
+    cg->dirfd = safe_close(cg->dirfd);
+    cg->dirfd = open(p, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+    if (cg->dirfd < 0)
+        return cdn_error_set(err, errno, "cgroup v2: open %s: %m", p);
+    (void) snprintf(v, sizeof v, "%" PRIu64, l->memory_bytes);
+    if ((r = write_knob(cg, "memory.max", v)) < 0)
+        return cdn_error_field(err, r, "limits.memory_mb", "cgroup v2: memory.max=%s: %s", v, strerror(-r));
+    (void) write_knob(cg, "memory.swap.max", "0"); /* absent without swap accounting */
+    (void) write_knob(cg, "memory.peak", "0");     /* reset the watermark where the kernel allows it */
+    (void) snprintf(v, sizeof v, "%" PRIu64 " 100000", cdn_cgroup_cpu_quota(l->cpus, 100000));
+    if ((r = write_knob(cg, "cpu.max", v)) < 0)
+        return cdn_error_field(err, r, "limits.cpus", "cgroup v2: cpu.max=%s: %s", v, strerror(-r));
+    (void) snprintf(v, sizeof v, "%" PRIu64, l->pids);
+    if ((r = write_knob(cg, "pids.max", v)) < 0)
+        return cdn_error_field(err, r, "limits.pids", "cgroup v2: pids.max=%s: %s", v, strerror(-r));
+    return 0;
+}
+
+static int v2_attach(struct cdn_cgroup *cg, pid_t pid)
+{
+    char v[24];
+    (void) snprintf(v, sizeof v, "%d", (int) pid);
+    return write_knob(cg, "cgroup.procs", v);
+}
+
+static uint64_t read_keyed(struct cdn_cgroup *cg, const char *file, const char *key)
+{
+    char buf[2048];
+    uint64_t v = 0;
+    if (cdn_read_file_at(cg->dirfd, file, buf, sizeof buf) < 0)
+        return 0;
+    if (key)
+        (void) cdn_cgroup_keyed_value(buf, key, &v);
+    else
+        v = strtoull(buf, NULL, 10);
+    return v;
+}
+
+static int v2_stats(struct cdn_cgroup *cg, struct cdn_cgroup_stats *ret)
+{
+    *ret = (struct cdn_cgroup_stats){
+        .memory_peak_bytes = read_keyed(cg, "memory.peak", NULL),
+        .oom_kills = read_keyed(cg, "memory.events", "oom_kill"),
+        .pids_max_hits = read_keyed(cg, "pids.events", "max"),
+    };
+    return 0;
+}
+
+static int v2_kill_all(struct cdn_cgroup *cg)
+{
+    if (cg->dirfd < 0) { /* e.g. in the guard, which closed every inherited fd */
+        char p[512];
+        if (cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V2, NULL, cg->name) < 0)
+            return 0;
+        cg->dirfd = open(p, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+        if (cg->dirfd < 0)
+            return 0;
+    }
+    if (write_knob(cg, "cgroup.kill", "1") == 0)
+        return 1;
+    char buf[16384];
+    int n = 0;
+    if (cdn_read_file_at(cg->dirfd, "cgroup.procs", buf, sizeof buf) < 0)
+        return 0;
+    for (char *s = buf, *e; *s; s = e) {
+        long pid = strtol(s, &e, 10);
+        if (e == s)
+            break;
+        if (pid > 1 && kill((pid_t) pid, SIGKILL) == 0)
+            n++;
+    }
+    return n;
+}
+
+static int v2_destroy(struct cdn_cgroup *cg)
+{
+    char p[512];
+    cg->dirfd = safe_close(cg->dirfd);
+    if (cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V2, NULL, cg->name) < 0)
+        return -ENAMETOOLONG;
+    return cdn_cgroup_rmdir(p);
+}
+
+const struct cdn_cgroup_ops cdn_cgroup_v2_ops = {
+    .version = CDN_CGROUP_V2,
+    .create = v2_create,
+    .attach = v2_attach,
+    .stats = v2_stats,
+    .kill_all = v2_kill_all,
+    .destroy = v2_destroy,
+};

@@ -1,0 +1,68 @@
+/* cgroup limits behind one ops table: cgroup v2 (unified) and v1 (one
+ * hierarchy per controller, including the "hybrid" layout where a cgroup2
+ * mount at /sys/fs/cgroup/unified holds no controllers).
+ *
+ * Runs in the host (root) process that manages the sandbox. A cgroup is named
+ * by a relative name under the "cordon" parent in each hierarchy. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "shared/error.h"
+
+struct cdn_cgroup_limits {
+    double cpus;
+    uint64_t memory_bytes;
+    uint64_t pids;
+};
+
+struct cdn_cgroup_stats {
+    uint64_t memory_peak_bytes;
+    uint64_t oom_kills;
+    uint64_t pids_max_hits; /* times the pids limit refused a fork, when the kernel counts it */
+};
+
+enum cdn_cgroup_version { CDN_CGROUP_V1 = 1, CDN_CGROUP_V2 = 2 };
+
+#define CDN_CGROUP_NAME_MAX 64
+
+struct cdn_cgroup {
+    const struct cdn_cgroup_ops *ops;
+    char name[CDN_CGROUP_NAME_MAX];
+    int dirfd;      /* v2: the cgroup directory (for CLONE_INTO_CGROUP); v1: -EBADF */
+};
+
+struct cdn_cgroup_ops {
+    enum cdn_cgroup_version version;
+    /* Make the cgroup (reusing an existing directory of that name) and apply limits. */
+    int (*create)(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, struct cdn_error *err);
+    /* Move pid in (v1; v2 prefers CLONE_INTO_CGROUP and uses this as fallback). */
+    int (*attach)(struct cdn_cgroup *cg, pid_t pid);
+    int (*stats)(struct cdn_cgroup *cg, struct cdn_cgroup_stats *ret);
+    /* SIGKILL every process in it; returns how many were signalled. */
+    int (*kill_all)(struct cdn_cgroup *cg);
+    /* rmdir, retrying while the kernel still counts exiting tasks. Missing is fine. */
+    int (*destroy)(struct cdn_cgroup *cg);
+};
+
+extern const struct cdn_cgroup_ops cdn_cgroup_v1_ops;
+extern const struct cdn_cgroup_ops cdn_cgroup_v2_ops;
+
+/* Root of the cgroup filesystem; tests point it elsewhere (CORDON_CGROUP_ROOT). */
+const char *cdn_cgroup_root(void);
+/* Pick the driver for this host: v2 when the root is a cgroup2 mount with the
+ * memory controller available, v1 otherwise. */
+const struct cdn_cgroup_ops *cdn_cgroup_detect(void);
+/* Build the per-controller path "<root>/<ctrl>/cordon/<name>" (v1) or
+ * "<root>/cordon/<name>" (v2; ctrl ignored). Returns -ENAMETOOLONG when it does not fit. */
+int cdn_cgroup_path(char *buf, size_t size, enum cdn_cgroup_version v, const char *ctrl, const char *name);
+/* v1 cpu.cfs_quota_us / v2 cpu.max quota for a CPU count at the given period. */
+uint64_t cdn_cgroup_cpu_quota(double cpus, uint64_t period_us);
+/* Parse "key value" lines (memory.events, memory.oom_control, pids.events) for one key. */
+int cdn_cgroup_keyed_value(const char *text, const char *key, uint64_t *ret);
+
+void cdn_cgroup_init(struct cdn_cgroup *cg, const struct cdn_cgroup_ops *ops, const char *name);
+/* rmdir a cgroup directory, waiting (up to ~1 s) while exiting tasks still count. */
+int cdn_cgroup_rmdir(const char *path);

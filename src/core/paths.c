@@ -1,0 +1,51 @@
+#include "paths.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef CDN_LIBEXECDIR
+#define CDN_LIBEXECDIR "/usr/local/libexec/cordon"
+#endif
+
+static const char *env_dir(const char *name, const char *def)
+{
+    const char *v = getenv(name);
+    return v && v[0] == '/' ? v : def;
+}
+
+const char *cdn_state_dir(void)
+{
+    return env_dir("CORDON_STATE_DIR", "/var/lib/cordon");
+}
+
+const char *cdn_run_dir(void)
+{
+    return env_dir("CORDON_RUN_DIR", "/run/cordon");
+}
+
+int cdn_init_path(char *buf, unsigned size)
+{
+    const char *env = getenv("CORDON_INIT");
+    if (env && env[0] == '/' && access(env, X_OK) == 0) {
+        (void) snprintf(buf, size, "%s", env);
+        return 0;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            if ((unsigned) snprintf(buf, size, "%s/cordon-init", exe) < size && access(buf, X_OK) == 0)
+                return 0;
+        }
+    }
+    if ((unsigned) snprintf(buf, size, "%s/cordon-init", CDN_LIBEXECDIR) < size && access(buf, X_OK) == 0)
+        return 0;
+    return -ENOENT;
+}

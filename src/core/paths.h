@@ -1,0 +1,11 @@
+/* Where cordon keeps things on the host. Overridable through the environment
+ * so that tests can run against private directories. */
+#pragma once
+
+/* Persistent state: images, caches (default /var/lib/cordon, $CORDON_STATE_DIR). */
+const char *cdn_state_dir(void);
+/* Volatile runtime state: slot locks, mount points (default /run/cordon, $CORDON_RUN_DIR). */
+const char *cdn_run_dir(void);
+/* The cordon-init binary: $CORDON_INIT, else next to the running executable,
+ * else the installed libexec path. Writes into buf; returns 0 or -ENOENT. */
+int cdn_init_path(char *buf, unsigned size);

@@ -1,0 +1,46 @@
+/* One sandbox as the host sees it, whatever its tier. Owned by the process
+ * that created it (cordon run, later cordond). */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "core/cgroup.h"
+#include "core/spec.h"
+
+#define CDN_ID_LEN 12
+
+struct cdn_tier_ops;
+
+struct cdn_sandbox {
+    char id[CDN_ID_LEN + 1];
+    const struct cdn_spec *spec; /* borrowed; outlives the sandbox */
+    const struct cdn_tier_ops *tier;
+
+    int agent_fd;  /* host end of the agent socket (frames of src/agent/frame.h) */
+    pid_t init_pid;
+    int init_pidfd;
+    int setup_fd;  /* reports a setup failure from the pre-exec child; EOF once init runs */
+
+    /* host resources held for the sandbox's lifetime */
+    int slot;      /* index of the uid range and cgroup name */
+    int slot_fd;   /* flock'd lock file: the slot is ours while this is open */
+    uint32_t uid_base;
+    struct cdn_cgroup cgroup;
+    uint64_t oom_base; /* oom_kill count of a reused cgroup at creation */
+    int guard_fd;      /* write end of the guard pipe: EOF without "done" = clean up */
+    pid_t guard_pid;
+    struct timespec created;
+};
+
+struct cdn_usage {
+    uint64_t memory_peak_bytes;
+    uint64_t oom_kills;
+    uint64_t pids_max_hits;
+};
+
+/* Fill id with 12 random hex digits. */
+void cdn_sandbox_new_id(char id[CDN_ID_LEN + 1]);
+void cdn_sandbox_init(struct cdn_sandbox *sb, const struct cdn_spec *spec);

@@ -1,0 +1,273 @@
+/* Sandbox spec: defaults, JSON decoding with field-naming errors, validation. */
+#include "spec.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const tier_names[_CDN_TIER_MAX] = {"process", "container", "microvm", "vm"};
+static const char *const net_names[_CDN_NET_MAX] = {"none", "allowlist", "open"};
+static const char *const violation_names[_CDN_VIOLATION_MAX] = {"log", "deny", "kill"};
+
+static int lookup(const char *const *names, int n, const char *s)
+{
+    for (int i = 0; s && i < n; i++)
+        if (strcmp(names[i], s) == 0)
+            return i;
+    return -EINVAL;
+}
+
+const char *cdn_tier_to_string(enum cdn_tier t)
+{
+    return (unsigned) t < _CDN_TIER_MAX ? tier_names[t] : NULL;
+}
+int cdn_tier_from_string(const char *s)
+{
+    return lookup(tier_names, _CDN_TIER_MAX, s);
+}
+const char *cdn_net_mode_to_string(enum cdn_net_mode m)
+{
+    return (unsigned) m < _CDN_NET_MAX ? net_names[m] : NULL;
+}
+int cdn_net_mode_from_string(const char *s)
+{
+    return lookup(net_names, _CDN_NET_MAX, s);
+}
+const char *cdn_on_violation_to_string(enum cdn_on_violation v)
+{
+    return (unsigned) v < _CDN_VIOLATION_MAX ? violation_names[v] : NULL;
+}
+int cdn_on_violation_from_string(const char *s)
+{
+    return lookup(violation_names, _CDN_VIOLATION_MAX, s);
+}
+
+int cdn_strv_push(struct cdn_strv *l, const char *s)
+{
+    if (l->n >= CDN_MAX_LIST)
+        return -E2BIG;
+    char *copy = strdup(s);
+    char **v = realloc(l->v, (l->n + 2) * sizeof(char *));
+    if (!copy || !v) {
+        free(copy);
+        if (v)
+            l->v = v;
+        return -ENOMEM;
+    }
+    v[l->n++] = copy;
+    v[l->n] = NULL;
+    l->v = v;
+    return 0;
+}
+
+void cdn_strv_free(struct cdn_strv *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+    l->v = NULL;
+    l->n = 0;
+}
+
+static int replace_str(char **dst, const char *s)
+{
+    char *copy = strdup(s);
+    if (!copy)
+        return -ENOMEM;
+    free(*dst);
+    *dst = copy;
+    return 0;
+}
+
+int cdn_spec_init(struct cdn_spec *spec)
+{
+    *spec = (struct cdn_spec){
+        .tier = CDN_TIER_CONTAINER,
+        .limits = {.cpus = 1.0, .memory_mb = 512, .pids = 256, .disk_mb = 1024, .timeout_ms = 600000,
+                   .nofile = 1024},
+        .net_mode = CDN_NET_NONE,
+        .on_violation = CDN_VIOLATION_LOG,
+    };
+    if (replace_str(&spec->image, "host") < 0 || replace_str(&spec->workdir, "/workspace") < 0 ||
+        replace_str(&spec->hostname, "cordon") < 0) {
+        cdn_spec_free(spec);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void cdn_spec_free(struct cdn_spec *spec)
+{
+    free(spec->image);
+    free(spec->workdir);
+    free(spec->hostname);
+    for (size_t i = 0; i < spec->n_mounts; i++) {
+        free(spec->mounts[i].source);
+        free(spec->mounts[i].target);
+    }
+    free(spec->mounts);
+    cdn_strv_free(&spec->net_allow);
+    cdn_strv_free(&spec->protect);
+    cdn_strv_free(&spec->env);
+    cdn_strv_free(&spec->labels);
+    *spec = (struct cdn_spec){0};
+}
+
+bool cdn_path_is_safe_absolute(const char *p)
+{
+    if (!p || p[0] != '/' || strlen(p) >= 4096)
+        return false;
+    /* No "..", "." or empty components: targets are resolved inside the new
+     * root by the setup child and must not climb out of it. */
+    for (const char *c = p; *c;) {
+        while (*c == '/')
+            c++;
+        const char *e = strchrnul(c, '/');
+        size_t len = (size_t) (e - c);
+        if ((len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
+            return false;
+        c = e;
+    }
+    return strchr(p, '\n') == NULL;
+}
+
+int cdn_spec_add_mount(struct cdn_spec *spec, const char *source, const char *target, bool readonly,
+                       struct cdn_error *err)
+{
+    char field[48];
+    (void) snprintf(field, sizeof field, "mounts[%zu]", spec->n_mounts);
+    if (spec->n_mounts >= CDN_MAX_MOUNTS)
+        return cdn_error_field(err, E2BIG, field, "%s: at most %d mounts", field, CDN_MAX_MOUNTS);
+    if (!source || source[0] != '/' || strlen(source) >= 4096)
+        return cdn_error_field(err, EINVAL, field, "%s.source: must be an absolute host path", field);
+    if (!cdn_path_is_safe_absolute(target) || strcmp(target, "/") == 0)
+        return cdn_error_field(err, EINVAL, field,
+                               "%s.target: '%s' must be an absolute path below / without '.' or '..'",
+                               field, target ? target : "");
+    struct cdn_mount *m = realloc(spec->mounts, (spec->n_mounts + 1) * sizeof *m);
+    if (!m)
+        return -ENOMEM;
+    spec->mounts = m;
+    m = &spec->mounts[spec->n_mounts];
+    *m = (struct cdn_mount){.source = strdup(source), .target = strdup(target), .readonly = readonly};
+    if (!m->source || !m->target) {
+        free(m->source);
+        free(m->target);
+        return -ENOMEM;
+    }
+    spec->n_mounts++;
+    return 0;
+}
+
+int cdn_spec_parse_bind(struct cdn_spec *spec, const char *arg, struct cdn_error *err)
+{
+    /* SRC:DST[:ro|:rw] — paths containing ':' are not expressible here (use the JSON spec). */
+    char buf[8200];
+    if (strlen(arg) >= sizeof buf)
+        return cdn_error_field(err, ENAMETOOLONG, "mounts", "--bind: argument too long");
+    strcpy(buf, arg);
+    char *src = buf, *dst = strchr(buf, ':');
+    if (!dst)
+        return cdn_error_field(err, EINVAL, "mounts", "--bind '%s': expected SRC:DST[:ro]", arg);
+    *dst++ = 0;
+    bool ro = false;
+    char *opt = strchr(dst, ':');
+    if (opt) {
+        *opt++ = 0;
+        if (strcmp(opt, "ro") == 0)
+            ro = true;
+        else if (strcmp(opt, "rw") != 0)
+            return cdn_error_field(err, EINVAL, "mounts", "--bind '%s': option '%s' is not ro or rw", arg, opt);
+    }
+    return cdn_spec_add_mount(spec, src, dst, ro, err);
+}
+
+static bool env_key_valid(const char *k)
+{
+    if (!k[0] || strlen(k) > 256)
+        return false;
+    for (const char *c = k; *c; c++)
+        if (*c == '=' || (unsigned char) *c < 0x20)
+            return false;
+    return true;
+}
+
+int cdn_spec_set_env(struct cdn_spec *spec, const char *key, const char *value, struct cdn_error *err)
+{
+    if (!env_key_valid(key))
+        return cdn_error_field(err, EINVAL, "env", "env: invalid variable name '%.64s'", key);
+    if (strlen(value) > 65536)
+        return cdn_error_field(err, E2BIG, "env", "env.%s: value longer than 64 KiB", key);
+    size_t klen = strlen(key);
+    _cleanup_free_ char *kv = malloc(klen + strlen(value) + 2);
+    if (!kv)
+        return -ENOMEM;
+    sprintf(kv, "%s=%s", key, value);
+    for (size_t i = 0; i < spec->env.n; i++)
+        if (strncmp(spec->env.v[i], kv, klen + 1) == 0) {
+            free(spec->env.v[i]);
+            spec->env.v[i] = TAKE_PTR(kv);
+            return 0;
+        }
+    int r = cdn_strv_push(&spec->env, kv);
+    return r == -E2BIG ? cdn_error_field(err, E2BIG, "env", "env: too many variables") : r;
+}
+
+int cdn_spec_parse_env(struct cdn_spec *spec, const char *arg, struct cdn_error *err)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq)
+        return cdn_error_field(err, EINVAL, "env", "--env '%.64s': expected K=V", arg);
+    char key[260];
+    size_t klen = (size_t) (eq - arg);
+    if (klen == 0 || klen >= sizeof key)
+        return cdn_error_field(err, EINVAL, "env", "--env '%.64s': invalid variable name", arg);
+    memcpy(key, arg, klen);
+    key[klen] = 0;
+    return cdn_spec_set_env(spec, key, eq + 1, err);
+}
+
+int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
+{
+    const struct cdn_limits *l = &spec->limits;
+    if (spec->tier != CDN_TIER_CONTAINER)
+        return cdn_error_field(err, EOPNOTSUPP, "tier",
+                               "tier: '%s' is not available in this build yet (only 'container')",
+                               cdn_tier_to_string(spec->tier));
+    if (!(l->cpus > 0 && l->cpus <= 1024))
+        return cdn_error_field(err, ERANGE, "limits.cpus", "limits.cpus: must be in (0, 1024]");
+    if (l->memory_mb < CDN_MEMORY_MB_MIN || l->memory_mb > CDN_MEMORY_MB_MAX)
+        return cdn_error_field(err, ERANGE, "limits.memory_mb", "limits.memory_mb: must be between %d and %llu",
+                               CDN_MEMORY_MB_MIN, CDN_MEMORY_MB_MAX);
+    if (l->pids < CDN_PIDS_MIN || l->pids > CDN_PIDS_MAX)
+        return cdn_error_field(err, ERANGE, "limits.pids", "limits.pids: must be between %d and %u", CDN_PIDS_MIN,
+                               CDN_PIDS_MAX);
+    if (l->disk_mb < CDN_DISK_MB_MIN || l->disk_mb > CDN_DISK_MB_MAX)
+        return cdn_error_field(err, ERANGE, "limits.disk_mb", "limits.disk_mb: must be between %d and %llu",
+                               CDN_DISK_MB_MIN, CDN_DISK_MB_MAX);
+    if (l->timeout_ms > CDN_TIMEOUT_MS_MAX)
+        return cdn_error_field(err, ERANGE, "limits.timeout_s", "limits.timeout_s: at most 7 days");
+    if (l->nofile < 16 || l->nofile > 1048576)
+        return cdn_error_field(err, ERANGE, "limits.nofile", "limits.nofile: must be between 16 and 1048576");
+    if (spec->net_mode != CDN_NET_NONE)
+        return cdn_error_field(err, EOPNOTSUPP, "network.mode",
+                               "network.mode: '%s' is not available yet; egress control is not built, only 'none'",
+                               cdn_net_mode_to_string(spec->net_mode));
+    if (spec->protect.n > 0)
+        return cdn_error_field(err, EOPNOTSUPP, "protect",
+                               "protect: protected paths are not enforced by this build yet; refusing rather than "
+                               "pretending");
+    if (spec->on_violation != CDN_VIOLATION_LOG)
+        return cdn_error_field(err, EOPNOTSUPP, "on_violation", "on_violation: only 'log' is available yet");
+    if (!cdn_path_is_safe_absolute(spec->workdir) || strcmp(spec->workdir, "/") == 0)
+        return cdn_error_field(err, EINVAL, "workdir", "workdir: '%s' must be an absolute path below /",
+                               spec->workdir);
+    if (strcmp(spec->image, "host") != 0 && !cdn_path_is_safe_absolute(spec->image))
+        return cdn_error_field(err, EINVAL, "image", "image: '%s' is neither 'host' nor an absolute directory",
+                               spec->image);
+    size_t hl = strlen(spec->hostname);
+    if (hl == 0 || hl > 63 || strspn(spec->hostname, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") != hl)
+        return cdn_error_field(err, EINVAL, "hostname", "hostname: must be 1-63 letters, digits, '-' or '.'");
+    return 0;
+}

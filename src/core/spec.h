@@ -1,0 +1,93 @@
+/* The sandbox spec (DESIGN §2): what a caller asks for, validated.
+ *
+ * A spec is built from defaults, then from JSON (API) or CLI flags; both
+ * paths reject unknown fields and out-of-range values with a struct cdn_error
+ * whose .field names the offending field. The struct owns all its strings;
+ * cdn_spec_free() releases them. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "shared/error.h"
+
+enum cdn_tier { CDN_TIER_PROCESS, CDN_TIER_CONTAINER, CDN_TIER_MICROVM, CDN_TIER_VM, _CDN_TIER_MAX };
+enum cdn_net_mode { CDN_NET_NONE, CDN_NET_ALLOWLIST, CDN_NET_OPEN, _CDN_NET_MAX };
+enum cdn_on_violation { CDN_VIOLATION_LOG, CDN_VIOLATION_DENY, CDN_VIOLATION_KILL, _CDN_VIOLATION_MAX };
+
+struct cdn_mount {
+    char *source; /* absolute host path */
+    char *target; /* absolute path inside the sandbox */
+    bool readonly;
+};
+
+struct cdn_strv {
+    char **v; /* NULL-terminated */
+    size_t n;
+};
+
+struct cdn_limits {
+    double cpus;        /* CPUs, > 0 */
+    uint64_t memory_mb; /* hard limit, swap 0 */
+    uint64_t pids;
+    uint64_t disk_mb;   /* writable layer (root upper, /workspace, /tmp) */
+    uint64_t timeout_ms; /* 0 = none */
+    uint64_t nofile;
+};
+
+struct cdn_spec {
+    enum cdn_tier tier;
+    char *image; /* "host" or an absolute directory */
+    struct cdn_limits limits;
+    enum cdn_net_mode net_mode;
+    struct cdn_strv net_allow;
+    struct cdn_mount *mounts;
+    size_t n_mounts;
+    struct cdn_strv protect;
+    struct cdn_strv env;    /* "K=V" */
+    struct cdn_strv labels; /* "k=v" */
+    char *workdir;
+    char *hostname;
+    bool read_only_root;
+    enum cdn_on_violation on_violation;
+};
+
+/* Limits of accepted values; documented in docs/spec.md. */
+#define CDN_MEMORY_MB_MIN 8
+#define CDN_MEMORY_MB_MAX (1024ULL * 1024)
+#define CDN_PIDS_MIN      2
+#define CDN_PIDS_MAX      (1u << 22)
+#define CDN_DISK_MB_MIN   1
+#define CDN_DISK_MB_MAX   (1024ULL * 1024)
+#define CDN_TIMEOUT_MS_MAX (7ULL * 24 * 3600 * 1000)
+#define CDN_MAX_MOUNTS    64
+#define CDN_MAX_LIST      1024
+
+const char *cdn_tier_to_string(enum cdn_tier t);
+int cdn_tier_from_string(const char *s);
+const char *cdn_net_mode_to_string(enum cdn_net_mode m);
+int cdn_net_mode_from_string(const char *s);
+const char *cdn_on_violation_to_string(enum cdn_on_violation v);
+int cdn_on_violation_from_string(const char *s);
+
+/* Fill with the safe defaults of DESIGN §2. Returns -ENOMEM only. */
+int cdn_spec_init(struct cdn_spec *spec);
+void cdn_spec_free(struct cdn_spec *spec);
+
+/* Merge a JSON document (object) into spec. Unknown fields → -EINVAL naming the field. */
+int cdn_spec_from_json(struct cdn_spec *spec, const char *json, size_t len, struct cdn_error *err);
+/* Serialise to a malloc'd JSON string (compact). NULL on OOM. */
+char *cdn_spec_to_json(const struct cdn_spec *spec);
+/* Checks that need the whole spec (and what this build supports). */
+int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err);
+
+/* Helpers also used by the CLI flag table. */
+int cdn_spec_add_mount(struct cdn_spec *spec, const char *source, const char *target, bool readonly,
+                       struct cdn_error *err);
+int cdn_spec_parse_bind(struct cdn_spec *spec, const char *arg, struct cdn_error *err);
+int cdn_spec_set_env(struct cdn_spec *spec, const char *key, const char *value, struct cdn_error *err);
+int cdn_spec_parse_env(struct cdn_spec *spec, const char *arg, struct cdn_error *err);
+int cdn_strv_push(struct cdn_strv *l, const char *s);
+void cdn_strv_free(struct cdn_strv *l);
+/* Absolute, normalised-enough path check used for targets, workdir, images. */
+bool cdn_path_is_safe_absolute(const char *p);

@@ -1,0 +1,211 @@
+#include "image.h"
+#include "core/paths.h"
+#include "shared/fd-util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define HOST_IMAGE_VERSION "2"
+
+const char *const cdn_image_host_dirs[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", NULL};
+
+/* Files and trees of the host's /etc that programs need to run: the dynamic
+ * linker's cache, Debian's alternatives symlinks, CA certificates, time zone. */
+static const char *const etc_copy[] = {
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "ssl", "ca-certificates", "localtime",
+    "os-release", "debian_version", "protocols", "services", "mime.types", "shells", "bash.bashrc",
+    "profile", "inputrc", "python3", "python3.11", "perl", "gai.conf", "host.conf", NULL,
+};
+
+static const struct {
+    const char *name, *text;
+} etc_write[] = {
+    {"passwd", "root:x:0:0:root:/root:/bin/sh\n"
+               "user:x:1000:1000:user:/home/user:/bin/sh\n"
+               "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"},
+    {"group", "root:x:0:\ntty:x:5:\nuser:x:1000:\nnogroup:x:65534:\n"},
+    {"hosts", "127.0.0.1\tlocalhost cordon\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
+    {"hostname", "cordon\n"},
+    {"resolv.conf", "# cordon: no network unless the sandbox's spec allows it\nnameserver 127.0.0.1\n"},
+    {"nsswitch.conf", "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\n"
+                      "protocols: files\nservices: files\n"},
+    {"cordon-image", "host " HOST_IMAGE_VERSION "\n"},
+};
+
+static int copy_file(int sdir, int ddir, const char *name, const struct stat *st)
+{
+    _cleanup_close_ int in = openat(sdir, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (in < 0)
+        return -errno;
+    _cleanup_close_ int out = openat(ddir, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st->st_mode & 0755);
+    if (out < 0)
+        return -errno;
+    char buf[65536];
+    for (;;) {
+        ssize_t n = read(in, buf, sizeof buf);
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            return 0;
+        int r = cdn_write_all(out, buf, (size_t) n);
+        if (r < 0)
+            return r;
+    }
+}
+
+/* Copy name from sdir into ddir: symlinks as symlinks, directories recursively,
+ * small regular files by content. Other types and unreadable entries are skipped. */
+static int copy_tree(int sdir, int ddir, const char *name, int depth)
+{
+    struct stat st;
+    if (depth > 8 || fstatat(sdir, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return 0;
+    if (S_ISLNK(st.st_mode)) {
+        char target[4096];
+        ssize_t n = readlinkat(sdir, name, target, sizeof target - 1);
+        if (n < 0)
+            return 0;
+        target[n] = 0;
+        return symlinkat(target, ddir, name) < 0 && errno != EEXIST ? -errno : 0;
+    }
+    if (S_ISREG(st.st_mode))
+        return st.st_size > (16 << 20) || (st.st_mode & 0004) == 0 ? 0 : copy_file(sdir, ddir, name, &st);
+    if (!S_ISDIR(st.st_mode))
+        return 0;
+    if (mkdirat(ddir, name, 0755) < 0 && errno != EEXIST)
+        return -errno;
+    _cleanup_close_ int s = openat(sdir, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    _cleanup_close_ int d = openat(ddir, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (s < 0 || d < 0)
+        return s < 0 ? 0 : -errno;
+    DIR *dir = fdopendir(TAKE_FD(s));
+    if (!dir)
+        return -errno;
+    int r = 0;
+    for (struct dirent *de; r >= 0 && (de = readdir(dir));)
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+            r = copy_tree(dirfd(dir), d, de->d_name, depth + 1);
+    closedir(dir);
+    return r;
+}
+
+static int populate(const char *root, struct cdn_error *err)
+{
+    static const struct {
+        const char *path;
+        mode_t mode;
+    } dirs[] = {{"usr", 0755}, {"etc", 0755}, {"proc", 0555}, {"dev", 0755}, {"sys", 0555}, {"tmp", 01777},
+                {"var", 0755}, {"var/tmp", 01777}, {"mnt", 0755}, {"opt", 0755}};
+    /* No /root, /workspace, /run or /home here: directories of the image
+     * belong to a host uid the sandbox cannot write as, so those are made at
+     * sandbox creation, owned by the sandbox's root. */
+    _cleanup_close_ int rfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (rfd < 0)
+        return cdn_error_set(err, errno, "image host: open %s: %m", root);
+    for (size_t i = 0; i < ELEMENTSOF(dirs); i++)
+        if (mkdirat(rfd, dirs[i].path, dirs[i].mode) < 0 || fchmodat(rfd, dirs[i].path, dirs[i].mode, 0) < 0)
+            return cdn_error_set(err, errno, "image host: mkdir %s: %m", dirs[i].path);
+    for (size_t i = 0; cdn_image_host_dirs[i]; i++) {
+        char target[256], path[64];
+        (void) snprintf(path, sizeof path, "/%s", cdn_image_host_dirs[i]);
+        ssize_t n = readlink(path, target, sizeof target - 1);
+        if (n > 0) { /* merged /usr: keep the same symlink; real directories are bind-mounted at run time */
+            target[n] = 0;
+            if (symlinkat(target, rfd, cdn_image_host_dirs[i]) < 0)
+                return cdn_error_set(err, errno, "image host: symlink %s: %m", path);
+        } else if (access(path, F_OK) == 0 && mkdirat(rfd, cdn_image_host_dirs[i], 0755) < 0)
+            return cdn_error_set(err, errno, "image host: mkdir %s: %m", path);
+    }
+    _cleanup_close_ int etc = openat(rfd, "etc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    _cleanup_close_ int hetc = open("/etc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (etc < 0 || hetc < 0)
+        return cdn_error_set(err, errno, "image host: open etc: %m");
+    for (size_t i = 0; etc_copy[i]; i++) {
+        int r = copy_tree(hetc, etc, etc_copy[i], 0);
+        if (r < 0)
+            return cdn_error_set(err, r, "image host: copy /etc/%s: %s", etc_copy[i], strerror(-r));
+    }
+    for (size_t i = 0; i < ELEMENTSOF(etc_write); i++) {
+        _cleanup_close_ int fd = openat(etc, etc_write[i].name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0 || cdn_write_all(fd, etc_write[i].text, strlen(etc_write[i].text)) < 0)
+            return cdn_error_set(err, errno, "image host: write /etc/%s: %m", etc_write[i].name);
+    }
+    return 0;
+}
+
+static int rm_rf(const char *path)
+{
+    char cmd[4200];
+    /* Only on a failed build of our own temporary directory; not on any hot path. */
+    (void) snprintf(cmd, sizeof cmd, "rm -rf -- '%s'", path);
+    return system(cmd) == 0 ? 0 : -EIO;
+}
+
+int cdn_image_build_host(bool verbose, struct cdn_error *err)
+{
+    char dir[4096], tmp[4200], old[4200];
+    (void) snprintf(dir, sizeof dir, "%s/images", cdn_state_dir());
+    int r = cdn_mkdir_p(dir, 0755);
+    if (r < 0)
+        return cdn_error_set(err, r, "image host: mkdir %s: %s", dir, strerror(-r));
+    /* The state dir must be searchable by the unprivileged uids sandboxes run as. */
+    (void) chmod(cdn_state_dir(), 0755);
+    (void) chmod(dir, 0755);
+    (void) snprintf(tmp, sizeof tmp, "%s/.host-%d", dir, (int) getpid());
+    if (verbose)
+        fprintf(stderr, "cordon: building the host image skeleton in %s/host\n", dir);
+    (void) rm_rf(tmp);
+    if (mkdir(tmp, 0755) < 0)
+        return cdn_error_set(err, errno, "image host: mkdir %s: %m", tmp);
+    r = populate(tmp, err);
+    if (r < 0) {
+        (void) rm_rf(tmp);
+        return r;
+    }
+    (void) snprintf(dir, sizeof dir, "%s/images/host", cdn_state_dir());
+    (void) snprintf(old, sizeof old, "%s/images/.old-host-%d", cdn_state_dir(), (int) getpid());
+    (void) rename(dir, old); /* a concurrent reader keeps its open files; a new one sees the new tree */
+    if (rename(tmp, dir) < 0 && errno != ENOTEMPTY && errno != EEXIST) {
+        r = cdn_error_set(err, errno, "image host: rename into place: %m");
+        (void) rm_rf(tmp);
+        return r;
+    }
+    (void) rm_rf(tmp);
+    (void) rm_rf(old);
+    if (verbose)
+        fprintf(stderr, "cordon: host image ready\n");
+    return 0;
+}
+
+int cdn_image_resolve(const char *name, struct cdn_image *ret, struct cdn_error *err)
+{
+    struct stat st;
+    if (strcmp(name, "host") == 0) {
+        (void) snprintf(ret->lower, sizeof ret->lower, "%s/images/host", cdn_state_dir());
+        ret->host = true;
+        char stamp[4200], buf[64];
+        (void) snprintf(stamp, sizeof stamp, "%s/etc/cordon-image", ret->lower);
+        if (cdn_read_file_at(AT_FDCWD, stamp, buf, sizeof buf) < 0 || strcmp(buf, "host " HOST_IMAGE_VERSION "\n")) {
+            int r = cdn_image_build_host(false, err);
+            if (r < 0)
+                return r;
+        }
+        return 0;
+    }
+    if (strpbrk(name, ",:\\"))
+        return cdn_error_field(err, EINVAL, "image", "image: '%s' contains ',', ':' or '\\'", name);
+    if (stat(name, &st) < 0)
+        return cdn_error_field(err, errno, "image", "image: '%s': %m", name);
+    if (!S_ISDIR(st.st_mode))
+        return cdn_error_field(err, ENOTDIR, "image", "image: '%s' is not a directory holding a root filesystem",
+                               name);
+    (void) snprintf(ret->lower, sizeof ret->lower, "%s", name);
+    ret->host = false;
+    return 0;
+}

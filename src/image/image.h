@@ -1,0 +1,21 @@
+/* Root filesystems for sandboxes. "host" is a skeleton built once in the state
+ * dir (minimal /etc, symlinks for the merged-/usr layout) onto which the
+ * host's /usr is bind-mounted read-only at sandbox creation; any other image
+ * is an absolute directory holding a root filesystem. Runs on the host as root. */
+#pragma once
+
+#include <stdbool.h>
+
+#include "shared/error.h"
+
+struct cdn_image {
+    char lower[4096]; /* the read-only lower layer for the overlay */
+    bool host;        /* bind the host's /usr (and any non-symlink /bin, /lib…) on top */
+};
+
+/* Resolve spec.image; builds the host skeleton on first use. Errors name "image". */
+int cdn_image_resolve(const char *name, struct cdn_image *ret, struct cdn_error *err);
+/* (Re)build the host skeleton under <state>/images/host; progress goes to stderr when verbose. */
+int cdn_image_build_host(bool verbose, struct cdn_error *err);
+/* Host top-level directories that the host image takes from the host when they are real directories. */
+extern const char *const cdn_image_host_dirs[];

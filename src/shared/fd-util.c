@@ -1,0 +1,96 @@
+#include "fd-util.h"
+#include "macro.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int cdn_write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += n;
+        len -= (size_t) n;
+    }
+    return 0;
+}
+
+ssize_t cdn_read_full(int fd, void *buf, size_t len)
+{
+    char *p = buf;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = read(fd, p + got, len - got);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (n == 0)
+            return got == 0 ? 0 : -EPIPE;
+        got += (size_t) n;
+    }
+    return (ssize_t) got;
+}
+
+int cdn_write_file_at(int dirfd, const char *path, const char *s)
+{
+    _cleanup_close_ int fd = openat(dirfd, path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        return -errno;
+    /* Kernel knobs want the value in a single write(). */
+    size_t len = strlen(s);
+    ssize_t n = write(fd, s, len);
+    if (n < 0)
+        return -errno;
+    return (size_t) n == len ? 0 : -EIO;
+}
+
+ssize_t cdn_read_file_at(int dirfd, const char *path, char *buf, size_t size)
+{
+    _cleanup_close_ int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        return -errno;
+    size_t got = 0;
+    while (got + 1 < size) {
+        ssize_t n = read(fd, buf + got, size - 1 - got);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (n == 0)
+            break;
+        got += (size_t) n;
+    }
+    buf[got] = 0;
+    return (ssize_t) got;
+}
+
+int cdn_mkdir_p(const char *path, mode_t mode)
+{
+    char tmp[4096];
+    size_t len = strlen(path);
+    if (len == 0 || len >= sizeof tmp)
+        return -ENAMETOOLONG;
+    memcpy(tmp, path, len + 1);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}

@@ -1,0 +1,17 @@
+/* File-descriptor and small-file helpers. All return 0 / a count on success
+ * and a negative errno on failure; EINTR is retried. */
+#pragma once
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Write all of buf, retrying short writes. */
+int cdn_write_all(int fd, const void *buf, size_t len);
+/* Read exactly len bytes; -EPIPE if EOF comes first (0 bytes read: returns 0). */
+ssize_t cdn_read_full(int fd, void *buf, size_t len);
+/* Write a string to an existing file, e.g. a cgroup or /proc knob. dirfd may be AT_FDCWD. */
+int cdn_write_file_at(int dirfd, const char *path, const char *s);
+/* Read a whole small file into buf (NUL-terminated, truncated at size-1). Returns length. */
+ssize_t cdn_read_file_at(int dirfd, const char *path, char *buf, size_t size);
+/* mkdir -p with mode; existing directories are fine. */
+int cdn_mkdir_p(const char *path, mode_t mode);

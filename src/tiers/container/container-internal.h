@@ -1,0 +1,29 @@
+/* Shared between the host side (container.c) and the setup child (setup.c,
+ * rootfs.c) of the container tier. */
+#pragma once
+
+#include <stdbool.h>
+
+#include "core/spec.h"
+#include "image/image.h"
+#include "seccomp-policy.h"
+#include "shared/error.h"
+
+struct cdn_setup_args {
+    const struct cdn_spec *spec;
+    const struct cdn_image *image;
+    const struct cdn_seccomp_prog *seccomp;
+    const char *scratch; /* host directory the sandbox's scratch tmpfs is mounted on (in its own mount ns) */
+    int go_fd;           /* read end: one byte once the parent has written the id maps and set cgroups */
+    int err_fd;          /* write end, CLOEXEC: a struct cdn_error if setup fails; EOF when init is exec'd */
+    int agent_fd;        /* the sandbox end of the agent socket; becomes fd 3 of cordon-init */
+    int init_fd;         /* the cordon-init executable */
+};
+
+/* The setup child: runs right after clone3 in the new user, pid, mount, net,
+ * ipc, uts and time namespaces (pid 1 there) and ends by exec'ing cordon-init.
+ * Never returns; reports failure through err_fd and exits 1. */
+_noreturn_ void cdn_container_setup(const struct cdn_setup_args *a);
+
+/* Build the sandbox's root under a->scratch and pivot into it (rootfs.c). */
+int cdn_rootfs_setup(const struct cdn_setup_args *a, struct cdn_error *err);

@@ -1,0 +1,213 @@
+/* The container tier, host side: runs in the creating process (root in the
+ * initial namespaces). Owns the slot, the cgroup, the guard and the init
+ * process; hands the agent socket to the caller.
+ *
+ * create(): slot → guard → cgroup → clone3 into fresh namespaces → id maps,
+ * cgroup membership → "go". The child (setup.c) builds the root and execs
+ * cordon-init; a setup failure comes back on sb->setup_fd. */
+#include "container-internal.h"
+#include "core/paths.h"
+#include "slot.h"
+#include "tiers/tier.h"
+#include "shared/fd-util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef CLONE_NEWTIME
+#define CLONE_NEWTIME 0x00000080
+#endif
+
+/* Prepared once per process: the seccomp program and the init binary. */
+static struct {
+    bool ready;
+    struct cdn_seccomp_prog seccomp;
+    int init_fd;
+    const struct cdn_cgroup_ops *cgroup_ops;
+} prep = {.init_fd = -EBADF};
+
+static int prepare(struct cdn_error *err)
+{
+    if (prep.ready)
+        return 0;
+    char path[4096];
+    if (cdn_init_path(path, sizeof path) < 0)
+        return cdn_error_set(err, ENOENT, "cordon-init not found (set CORDON_INIT or install cordon)");
+    prep.init_fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (prep.init_fd < 0)
+        return cdn_error_set(err, errno, "open %s: %m", path);
+    char cache[4096];
+    (void) snprintf(cache, sizeof cache, "%s/cache", cdn_state_dir());
+    (void) cdn_mkdir_p(cache, 0755);
+    int r = cdn_seccomp_load_cached(cache, &prep.seccomp, err);
+    if (r < 0)
+        return r;
+    prep.cgroup_ops = cdn_cgroup_detect();
+    prep.ready = true;
+    return 0;
+}
+
+static int write_id_maps(pid_t pid, uint32_t base, struct cdn_error *err)
+{
+    char path[64], map[64];
+    (void) snprintf(map, sizeof map, "0 %u %u\n", base, CDN_UID_RANGE);
+    const char *files[] = {"uid_map", "gid_map"};
+    for (size_t i = 0; i < ELEMENTSOF(files); i++) {
+        (void) snprintf(path, sizeof path, "/proc/%d/%s", (int) pid, files[i]);
+        int r = cdn_write_file_at(AT_FDCWD, path, map);
+        if (r < 0)
+            return cdn_error_set(err, r, "write %s: %s", path, strerror(-r));
+    }
+    return 0;
+}
+
+/* Everything up to a running child; on failure the caller's destroy() undoes it. */
+static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const char *scratch, struct cdn_error *err)
+{
+    _cleanup_close_pair_ int agent[2] = {-EBADF, -EBADF}, go[2] = {-EBADF, -EBADF}, rep[2] = {-EBADF, -EBADF};
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, agent) < 0 || pipe2(go, O_CLOEXEC) < 0 ||
+        pipe2(rep, O_CLOEXEC) < 0)
+        return cdn_error_set(err, errno, "socketpair/pipe: %m");
+    const bool v2 = sb->cgroup.ops->version == CDN_CGROUP_V2;
+    int pidfd = -EBADF;
+    struct clone_args ca = {
+        .flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
+                 CLONE_NEWTIME | CLONE_PIDFD | (v2 ? CLONE_INTO_CGROUP : 0),
+        .pidfd = (uint64_t) (uintptr_t) &pidfd,
+        .exit_signal = SIGCHLD,
+        .cgroup = v2 ? (uint64_t) sb->cgroup.dirfd : 0,
+    };
+    struct cdn_setup_args args = {
+        .spec = sb->spec, .image = image, .seccomp = &prep.seccomp, .scratch = scratch,
+        .go_fd = go[0], .err_fd = rep[1], .agent_fd = agent[1], .init_fd = prep.init_fd,
+    };
+    pid_t pid = (pid_t) syscall(SYS_clone3, &ca, sizeof ca);
+    if (pid < 0)
+        return cdn_error_set(err, errno, "clone3 into new namespaces: %m");
+    if (pid == 0)
+        cdn_container_setup(&args);
+    sb->init_pid = pid;
+    sb->init_pidfd = pidfd;
+    int r = write_id_maps(pid, sb->uid_base, err);
+    if (r >= 0 && !v2 && (r = sb->cgroup.ops->attach(&sb->cgroup, pid)) < 0)
+        cdn_error_set(err, r, "join cgroup: %s", strerror(-r));
+    if (r < 0)
+        return r;
+    if (write(go[1], "g", 1) != 1)
+        return cdn_error_set(err, errno, "signal setup child: %m");
+    sb->agent_fd = TAKE_FD(agent[0]);
+    sb->setup_fd = TAKE_FD(rep[0]);
+    return 0;
+}
+
+static int container_destroy(struct cdn_sandbox *sb);
+
+static int container_create(struct cdn_sandbox *sb, struct cdn_error *err)
+{
+    int r = prepare(err);
+    if (r < 0)
+        return r;
+    struct cdn_image image;
+    if ((r = cdn_image_resolve(sb->spec->image, &image, err)) < 0)
+        return r;
+    char scratch[4096];
+    (void) snprintf(scratch, sizeof scratch, "%s/mnt", cdn_run_dir());
+    if (access(scratch, F_OK) < 0 && (r = cdn_mkdir_p(scratch, 0755)) < 0)
+        return cdn_error_set(err, r, "mkdir %s: %s", scratch, strerror(-r));
+    if ((r = cdn_slot_acquire(cdn_run_dir(), &sb->slot, &sb->slot_fd, err)) < 0)
+        return r;
+    sb->uid_base = cdn_slot_uid_base(sb->slot);
+    char name[32];
+    (void) snprintf(name, sizeof name, "slot-%d", sb->slot);
+    cdn_cgroup_init(&sb->cgroup, prep.cgroup_ops, name);
+    /* A stale cgroup of this slot (its owner and guard both died) is emptied and reused. */
+    if (sb->cgroup.ops->kill_all(&sb->cgroup) > 0)
+        (void) sb->cgroup.ops->destroy(&sb->cgroup);
+    if ((r = cdn_guard_start(&sb->cgroup, sb->slot_fd, &sb->guard_fd, &sb->guard_pid)) < 0) {
+        cdn_error_set(err, r, "start guard: %s", strerror(-r));
+        goto fail;
+    }
+    struct cdn_cgroup_limits lim = {
+        .cpus = sb->spec->limits.cpus,
+        .memory_bytes = sb->spec->limits.memory_mb << 20,
+        .pids = sb->spec->limits.pids,
+    };
+    if ((r = sb->cgroup.ops->create(&sb->cgroup, &lim, err)) < 0)
+        goto fail;
+    struct cdn_cgroup_stats st;
+    if (sb->cgroup.ops->stats(&sb->cgroup, &st) == 0)
+        sb->oom_base = st.oom_kills;
+    if ((r = spawn(sb, &image, scratch, err)) < 0)
+        goto fail;
+    return 0;
+fail:
+    (void) container_destroy(sb);
+    return r;
+}
+
+static int container_kill(struct cdn_sandbox *sb, int sig)
+{
+    if (sb->init_pidfd < 0)
+        return -ESRCH;
+    return RET_NERRNO((int) syscall(SYS_pidfd_send_signal, sb->init_pidfd, sig, NULL, 0));
+}
+
+static int container_usage(struct cdn_sandbox *sb, struct cdn_usage *ret)
+{
+    struct cdn_cgroup_stats st = {0};
+    if (!sb->cgroup.ops)
+        return -ENODEV;
+    int r = sb->cgroup.ops->stats(&sb->cgroup, &st);
+    if (r < 0)
+        return r;
+    *ret = (struct cdn_usage){
+        .memory_peak_bytes = st.memory_peak_bytes,
+        .oom_kills = st.oom_kills - (st.oom_kills >= sb->oom_base ? sb->oom_base : 0),
+        .pids_max_hits = st.pids_max_hits,
+    };
+    return 0;
+}
+
+static int container_destroy(struct cdn_sandbox *sb)
+{
+    int ret = 0;
+    if (sb->init_pid > 0) {
+        /* Killing pid 1 of the namespace takes every process in it down; the
+         * kernel reports init's exit only after they are all gone. */
+        (void) container_kill(sb, SIGKILL);
+        while (waitpid(sb->init_pid, NULL, __WALL) < 0 && errno == EINTR)
+            ;
+        sb->init_pid = 0;
+    }
+    sb->init_pidfd = safe_close(sb->init_pidfd);
+    sb->agent_fd = safe_close(sb->agent_fd);
+    sb->setup_fd = safe_close(sb->setup_fd);
+    if (sb->cgroup.ops) {
+        (void) sb->cgroup.ops->kill_all(&sb->cgroup);
+        ret = sb->cgroup.ops->destroy(&sb->cgroup);
+        sb->cgroup.ops = NULL;
+    }
+    if (ret == 0)
+        cdn_guard_release(&sb->guard_fd);
+    else
+        sb->guard_fd = safe_close(sb->guard_fd); /* the guard retries from its side */
+    sb->slot_fd = safe_close(sb->slot_fd);
+    return ret;
+}
+
+const struct cdn_tier_ops cdn_container_tier = {
+    .name = "container",
+    .create = container_create,
+    .kill = container_kill,
+    .usage = container_usage,
+    .destroy = container_destroy,
+};

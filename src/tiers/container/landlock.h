@@ -1,0 +1,14 @@
+/* Landlock: limit where a sandbox may write. Runs in the setup child after
+ * pivot_root, before seccomp; needs no privilege. */
+#pragma once
+
+#include "shared/error.h"
+
+/* Highest Landlock ABI of the running kernel, 0 when unavailable. */
+int cdn_landlock_abi(void);
+
+/* Restrict the calling process (and its future children) so that filesystem
+ * writes succeed only beneath the given directories (NULL-terminated) and on
+ * the given device files. Returns 0, or 1 when Landlock is unavailable (the
+ * caller decides whether that is acceptable), or a negative errno. */
+int cdn_landlock_restrict_writes(const char *const *dirs, const char *const *files);

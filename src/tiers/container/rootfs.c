@@ -1,0 +1,310 @@
+/* The sandbox's filesystem view, built by the setup child inside its own user
+ * and mount namespaces (so every mount here dies with the sandbox, whatever
+ * happens to the host process):
+ *
+ *   scratch tmpfs (size = disk limit) ─ upper/, work/ ─┐
+ *   image (read-only lower) ───────────────── overlay ─┴→ scratch/root  → pivot_root
+ *   + host /usr read-only (host image), /proc with OCI masks, minimal /dev,
+ *     user binds; then pivot_root and detach the old root.
+ *
+ * Trusts the spec (validated by the host) but not the image: paths inside the
+ * new root are resolved with RESOLVE_IN_ROOT so an image's symlinks cannot
+ * redirect a mount outside it. */
+#include "container-internal.h"
+#include "shared/fd-util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* OCI runtime-spec defaults. */
+static const char *const masked_paths[] = {
+    "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
+    "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/proc/kallsyms", "/proc/sysrq-trigger" /* also ro */,
+    NULL,
+};
+static const char *const readonly_paths[] = {
+    "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger", NULL,
+};
+static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty", NULL};
+
+#define CHECK(expr, ...)                                                                                     \
+    do {                                                                                                     \
+        if ((expr) < 0)                                                                                      \
+            return cdn_error_set(err, errno, __VA_ARGS__);                                                   \
+    } while (0)
+
+/* Carry the flags the kernel locks on mounts inherited from a more privileged
+ * namespace (nosuid, nodev, noexec, atime); a remount that drops them is refused. */
+static unsigned long locked_flags(const char *path)
+{
+    struct statvfs sv;
+    unsigned long f = 0;
+    if (statvfs(path, &sv) < 0)
+        return 0;
+    if (sv.f_flag & ST_NOSUID)
+        f |= MS_NOSUID;
+    if (sv.f_flag & ST_NODEV)
+        f |= MS_NODEV;
+    if (sv.f_flag & ST_NOEXEC)
+        f |= MS_NOEXEC;
+    if (sv.f_flag & ST_NOATIME)
+        f |= MS_NOATIME;
+    if (sv.f_flag & ST_NODIRATIME)
+        f |= MS_NODIRATIME;
+    if (sv.f_flag & ST_RELATIME)
+        f |= MS_RELATIME;
+    return f;
+}
+
+static int bind_mount(const char *src, const char *dst, bool readonly, unsigned long extra, struct cdn_error *err)
+{
+    /* Recursive for host trees (their submounts come along); a path bound on itself is not. */
+    CHECK(mount(src, dst, NULL, MS_BIND | (strcmp(src, dst) ? MS_REC : 0), NULL), "bind %s on %s: %m", src, dst);
+    if (readonly || extra)
+        CHECK(mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | (readonly ? MS_RDONLY : 0) | extra | locked_flags(dst),
+                    NULL),
+              "remount %s read-only: %m", dst);
+    return 0;
+}
+
+/* Open (creating when missing) path beneath rootfd, never leaving the root.
+ * dir selects whether the last component is created as a directory or file. */
+static int open_in_root(int rootfd, const char *path, bool dir, mode_t mode)
+{
+    struct open_how how = {.flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+    int fd = (int) syscall(SYS_openat2, rootfd, path, &how, sizeof how);
+    if (fd >= 0 || errno != ENOENT)
+        return fd < 0 ? -errno : fd;
+    char parent[4096];
+    (void) snprintf(parent, sizeof parent, "%s", path);
+    char *slash = strrchr(parent, '/');
+    const char *leaf = slash ? slash + 1 : parent;
+    if (slash == parent)
+        parent[1] = 0, leaf = path + 1;
+    else if (slash)
+        *slash = 0;
+    int pfd = open_in_root(rootfd, slash ? parent : "/", true, 0755);
+    if (pfd < 0)
+        return pfd;
+    /* mkdirat/mknodat through an O_PATH directory fd work; RESOLVE_IN_ROOT already checked the parent. */
+    int r = dir ? mkdirat(pfd, leaf, mode) : mknodat(pfd, leaf, S_IFREG | mode, 0);
+    if (r < 0 && errno != EEXIST) {
+        r = -errno;
+        (void) close(pfd);
+        return r;
+    }
+    how.resolve |= RESOLVE_NO_SYMLINKS;
+    fd = (int) syscall(SYS_openat2, pfd, leaf, &how, sizeof how);
+    r = fd < 0 ? -errno : fd;
+    (void) close(pfd);
+    return r;
+}
+
+static int fd_path(char buf[64], int fd)
+{
+    return snprintf(buf, 64, "/proc/self/fd/%d", fd);
+}
+
+static int mount_overlay(const struct cdn_setup_args *a, const char *root, struct cdn_error *err)
+{
+    char opts[8400], path[4200];
+    (void) snprintf(opts, sizeof opts, "size=%llum,mode=0755", (unsigned long long) a->spec->limits.disk_mb);
+    CHECK(mount("cordon-scratch", a->scratch, "tmpfs", MS_NOSUID | MS_NODEV, opts), "mount scratch tmpfs: %m");
+    const char *sub[] = {"upper", "work", "root"};
+    for (size_t i = 0; i < ELEMENTSOF(sub); i++) {
+        (void) snprintf(path, sizeof path, "%s/%s", a->scratch, sub[i]);
+        CHECK(mkdir(path, 0755), "mkdir %s: %m", path);
+    }
+    (void) snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=%s/upper,workdir=%s/work,userxattr", a->image->lower,
+                    a->scratch, a->scratch);
+    if (mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
+        return cdn_error_field(err, errno, "image", "mount overlay on image '%s': %m", a->image->lower);
+    return 0;
+}
+
+static int mount_host_usr(const char *root, struct cdn_error *err)
+{
+    char dst[4200];
+    (void) snprintf(dst, sizeof dst, "%s/usr", root);
+    int r = bind_mount("/usr", dst, true, MS_NOSUID | MS_NODEV, err);
+    if (r < 0)
+        return r;
+    for (size_t i = 0; cdn_image_host_dirs[i]; i++) {
+        char src[64];
+        struct stat st;
+        (void) snprintf(src, sizeof src, "/%s", cdn_image_host_dirs[i]);
+        if (lstat(src, &st) < 0 || !S_ISDIR(st.st_mode))
+            continue; /* merged /usr: the skeleton already has the symlink */
+        (void) snprintf(dst, sizeof dst, "%s/%s", root, cdn_image_host_dirs[i]);
+        r = bind_mount(src, dst, true, MS_NOSUID | MS_NODEV, err);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+static int mount_proc(int rootfd, const char *root, struct cdn_error *err)
+{
+    char p[4200], fdp[64];
+    int fd = open_in_root(rootfd, "/proc", true, 0555);
+    if (fd < 0)
+        return cdn_error_set(err, fd, "create /proc in the image: %s", strerror(-fd));
+    (void) fd_path(fdp, fd);
+    int r = mount("proc", fdp, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+    (void) close(fd);
+    CHECK(r, "mount /proc: %m");
+    for (size_t i = 0; masked_paths[i]; i++) {
+        struct stat st;
+        (void) snprintf(p, sizeof p, "%s%s", root, masked_paths[i]);
+        if (lstat(p, &st) < 0)
+            continue;
+        if (S_ISDIR(st.st_mode))
+            CHECK(mount("cordon-mask", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=0555"),
+                  "mask %s: %m", masked_paths[i]);
+        else
+            CHECK(mount("/dev/null", p, NULL, MS_BIND, NULL), "mask %s: %m", masked_paths[i]);
+    }
+    for (size_t i = 0; readonly_paths[i]; i++) {
+        (void) snprintf(p, sizeof p, "%s%s", root, readonly_paths[i]);
+        if (access(p, F_OK) < 0)
+            continue;
+        r = bind_mount(p, p, true, MS_NOSUID | MS_NODEV | MS_NOEXEC, err);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+static int mount_dev(int rootfd, const char *root, struct cdn_error *err)
+{
+    char dev[4200], p[4300], fdp[64];
+    int fd = open_in_root(rootfd, "/dev", true, 0755);
+    if (fd < 0)
+        return cdn_error_set(err, fd, "create /dev in the image: %s", strerror(-fd));
+    (void) fd_path(fdp, fd);
+    int r = mount("cordon-dev", fdp, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755");
+    (void) close(fd);
+    CHECK(r, "mount /dev: %m");
+    (void) snprintf(dev, sizeof dev, "%s/dev", root);
+    for (size_t i = 0; dev_nodes[i]; i++) {
+        char src[32];
+        (void) snprintf(src, sizeof src, "/dev/%s", dev_nodes[i]);
+        (void) snprintf(p, sizeof p, "%s/%s", dev, dev_nodes[i]);
+        CHECK(mknod(p, S_IFREG | 0666, 0), "create %s: %m", p);
+        CHECK(mount(src, p, NULL, MS_BIND, NULL), "bind %s: %m", src);
+    }
+    (void) snprintf(p, sizeof p, "%s/pts", dev);
+    CHECK(mkdir(p, 0755), "mkdir /dev/pts: %m");
+    CHECK(mount("devpts", p, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"),
+          "mount /dev/pts: %m");
+    (void) snprintf(p, sizeof p, "%s/shm", dev);
+    CHECK(mkdir(p, 01777), "mkdir /dev/shm: %m");
+    CHECK(mount("shm", p, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64m,mode=1777"), "mount /dev/shm: %m");
+    static const char *const links[][2] = {{"pts/ptmx", "ptmx"},           {"/proc/self/fd", "fd"},
+                                           {"/proc/self/fd/0", "stdin"},   {"/proc/self/fd/1", "stdout"},
+                                           {"/proc/self/fd/2", "stderr"}};
+    for (size_t i = 0; i < ELEMENTSOF(links); i++) {
+        (void) snprintf(p, sizeof p, "%s/%s", dev, links[i][1]);
+        CHECK(symlink(links[i][0], p), "symlink %s: %m", p);
+    }
+    /* No new nodes or files in /dev; the device binds on top keep their own flags. */
+    CHECK(mount(NULL, dev, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL),
+          "remount /dev read-only: %m");
+    return 0;
+}
+
+static int mount_binds(const struct cdn_setup_args *a, int rootfd, struct cdn_error *err)
+{
+    for (size_t i = 0; i < a->spec->n_mounts; i++) {
+        const struct cdn_mount *m = &a->spec->mounts[i];
+        char field[32], fdp[64];
+        struct stat st;
+        (void) snprintf(field, sizeof field, "mounts[%zu]", i);
+        if (stat(m->source, &st) < 0)
+            return cdn_error_field(err, errno, field, "--bind source '%s': %m", m->source);
+        int fd = open_in_root(rootfd, m->target, S_ISDIR(st.st_mode), S_ISDIR(st.st_mode) ? 0755 : 0644);
+        if (fd < 0)
+            return cdn_error_field(err, fd, field, "--bind target '%s': %s", m->target, strerror(-fd));
+        (void) fd_path(fdp, fd);
+        int r = bind_mount(m->source, fdp, m->readonly, MS_NOSUID | MS_NODEV, err);
+        (void) close(fd);
+        if (r < 0)
+            return cdn_error_prefix(err, r, "%s", field);
+    }
+    return 0;
+}
+
+/* The working directory, root's home and the temp dirs must be writable by
+ * the sandbox's root. Image files belong to host uids that are not mapped
+ * into the sandbox, so an existing directory that is neither ours nor
+ * world-writable (and every one of them under a read-only root) is replaced
+ * by a directory of the scratch tmpfs bound in place, still counted against --disk. */
+static int make_writable_dirs(const struct cdn_setup_args *a, int rootfd, struct cdn_error *err)
+{
+    const char *dirs[] = {a->spec->workdir, "/tmp", "/var/tmp", "/root", "/home", "/run"};
+    const mode_t modes[] = {0755, 01777, 01777, 0700, 0755, 0755};
+    for (size_t i = 0; i < ELEMENTSOF(dirs); i++) {
+        mode_t mode = modes[i];
+        struct stat st;
+        int fd = open_in_root(rootfd, dirs[i], true, mode);
+        if (fd < 0)
+            return cdn_error_field(err, fd, i ? "image" : "workdir", "create %s: %s", dirs[i], strerror(-fd));
+        /* Not even a world-writable one: overlay's copy-up could not give its copy an unmapped owner. */
+        bool ours = fstat(fd, &st) == 0 && st.st_uid == 0;
+        if (a->spec->read_only_root || !ours) {
+            char src[4200], fdp[64];
+            (void) snprintf(src, sizeof src, "%s/rw%zu", a->scratch, i);
+            (void) fd_path(fdp, fd);
+            int r = mkdir(src, mode) < 0 || chmod(src, mode) < 0 ? -errno : bind_mount(src, fdp, false, 0, err);
+            if (r < 0) {
+                (void) close(fd);
+                return r == -errno ? cdn_error_set(err, r, "writable %s: %m", dirs[i]) : r;
+            }
+        }
+        (void) close(fd);
+    }
+    return 0;
+}
+
+static int pivot(const char *root, struct cdn_error *err)
+{
+    CHECK(chdir(root), "chdir %s: %m", root);
+    CHECK(syscall(SYS_pivot_root, ".", "."), "pivot_root: %m");
+    CHECK(umount2(".", MNT_DETACH), "detach the old root: %m");
+    CHECK(chdir("/"), "chdir /: %m");
+    return 0;
+}
+
+int cdn_rootfs_setup(const struct cdn_setup_args *a, struct cdn_error *err)
+{
+    char root[4200];
+    (void) snprintf(root, sizeof root, "%s/root", a->scratch);
+    /* Nothing we mount may propagate back to the host. */
+    CHECK(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), "make / private: %m");
+    int r = mount_overlay(a, root, err);
+    if (r < 0)
+        return r;
+    _cleanup_close_ int rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rootfd < 0)
+        return cdn_error_set(err, errno, "open new root: %m");
+    if (a->image->host && (r = mount_host_usr(root, err)) < 0)
+        return r;
+    if ((r = mount_proc(rootfd, root, err)) < 0 || (r = mount_dev(rootfd, root, err)) < 0 ||
+        (r = mount_binds(a, rootfd, err)) < 0)
+        return r;
+    r = make_writable_dirs(a, rootfd, err);
+    if (r < 0)
+        return r;
+    if (a->spec->read_only_root)
+        CHECK(mount(NULL, root, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL),
+              "remount root read-only: %m");
+    return pivot(root, err);
+}

@@ -1,0 +1,45 @@
+/* The container tier's syscall policy, compiled once with libseccomp and
+ * cached as raw BPF (see seccomp.c). Shared with the unit tests, which check
+ * the lists, and with the monitor, which will route the "watched" denials to
+ * its supervisor. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shared/error.h"
+
+enum cdn_sc_kind {
+    CDN_SC_DENY_WATCHED, /* an escape attempt: EPERM, and a violation once the monitor lands */
+    CDN_SC_DENY_QUIET,   /* harmless or legacy: plain EPERM */
+};
+
+struct cdn_sc_denial {
+    const char *name;
+    enum cdn_sc_kind kind;
+};
+
+extern const char *const cdn_seccomp_allowed[];
+extern const size_t cdn_seccomp_n_allowed;
+extern const struct cdn_sc_denial cdn_seccomp_denied[];
+extern const size_t cdn_seccomp_n_denied;
+
+/* The compiled policy: two raw BPF programs back to back (the allowlist, then
+ * the ioctl denials), ready for seccomp(SECCOMP_SET_MODE_FILTER). The cache
+ * file holds the two u16 lengths followed by the instructions. */
+struct cdn_seccomp_prog {
+    uint16_t len[2]; /* instructions in each program */
+    void *insns;     /* struct sock_filter[len[0] + len[1]], malloc'd */
+};
+
+/* Load the filter from the cache under cache_dir, compiling and storing it on
+ * a miss (atomic rename, so concurrent runs are safe). Host-side, before clone. */
+int cdn_seccomp_load_cached(const char *cache_dir, struct cdn_seccomp_prog *ret, struct cdn_error *err);
+/* Compile with libseccomp into ret (used on a cache miss and by tests). */
+int cdn_seccomp_compile(struct cdn_seccomp_prog *ret, struct cdn_error *err);
+/* Install in the calling thread; needs no_new_privs. Async-signal-safe (pre-exec child). */
+int cdn_seccomp_install(const struct cdn_seccomp_prog *prog);
+void cdn_seccomp_prog_free(struct cdn_seccomp_prog *p);
+/* A digest of the policy tables: changes whenever the policy does (names the cache file). */
+uint64_t cdn_seccomp_policy_hash(void);

@@ -1,0 +1,183 @@
+/* The setup child of the container tier. See cdn_container_setup() in
+ * container-internal.h for where it runs. Order matters:
+ *   wait for id maps → become root of the userns → cgroup ns → hostname, lo →
+ *   rootfs + pivot_root → rlimits → landlock → caps → seccomp → exec init.
+ * Landlock and seccomp come last because they would forbid the steps before. */
+#include "container-internal.h"
+#include "landlock.h"
+#include "shared/fd-util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/securebits.h>
+#include <net/if.h>
+#include <grp.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Top-level directories that stay read-only even where the image layer would
+ * accept writes: the system, and the kernel's views. */
+static const char *const system_dirs[] = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "boot", "etc",
+                                          "proc", "sys", "dev", NULL};
+
+static int loopback_up(struct cdn_error *err)
+{
+    _cleanup_close_ int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return cdn_error_set(err, errno, "socket for lo: %m");
+    struct ifreq ifr = {0};
+    strcpy(ifr.ifr_name, "lo");
+    if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+        return cdn_error_set(err, errno, "get lo flags: %m");
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+        return cdn_error_set(err, errno, "bring lo up: %m");
+    return 0;
+}
+
+static int set_rlimits(const struct cdn_spec *spec, struct cdn_error *err)
+{
+    const struct {
+        int res;
+        rlim_t v;
+        const char *name;
+    } lim[] = {
+        {RLIMIT_NOFILE, spec->limits.nofile, "limits.nofile"},
+        {RLIMIT_CORE, 0, "core"},
+        {RLIMIT_FSIZE, (rlim_t) spec->limits.disk_mb << 20, "limits.disk_mb"},
+    };
+    for (size_t i = 0; i < ELEMENTSOF(lim); i++) {
+        struct rlimit cur, want = {lim[i].v, lim[i].v};
+        /* Never raise above what we were given (no CAP_SYS_RESOURCE needed). */
+        if (getrlimit(lim[i].res, &cur) == 0 && cur.rlim_max != RLIM_INFINITY && cur.rlim_max < want.rlim_max)
+            want.rlim_cur = want.rlim_max = cur.rlim_max;
+        if (setrlimit(lim[i].res, &want) < 0)
+            return cdn_error_field(err, errno, lim[i].name, "setrlimit %s: %m", lim[i].name);
+    }
+    return 0;
+}
+
+static bool is_system_dir(const char *name)
+{
+    for (size_t i = 0; system_dirs[i]; i++)
+        if (strcmp(name, system_dirs[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Writable: every top-level directory but the system ones (workdir, /tmp,
+ * /home, /root, /var, binds below them…), binds anywhere, /dev/shm, /dev/pts
+ * and the harmless device nodes. Reads and execution are not restricted. */
+static int apply_landlock(const struct cdn_spec *spec, struct cdn_error *err)
+{
+    const char *dirs[64 + CDN_MAX_MOUNTS + 4];
+    char names[64][260];
+    size_t n = 0, k = 0;
+    DIR *d = opendir("/");
+    if (!d)
+        return cdn_error_set(err, errno, "landlock: opendir /: %m");
+    for (struct dirent *de; (de = readdir(d)) && k < 64;) {
+        if (de->d_type != DT_DIR || de->d_name[0] == '.' || is_system_dir(de->d_name))
+            continue;
+        (void) snprintf(names[k], sizeof names[k], "/%s", de->d_name);
+        dirs[n++] = names[k++];
+    }
+    closedir(d);
+    for (size_t i = 0; i < spec->n_mounts; i++)
+        if (!spec->mounts[i].readonly)
+            dirs[n++] = spec->mounts[i].target;
+    dirs[n++] = spec->workdir;
+    dirs[n++] = "/dev/shm";
+    dirs[n++] = "/dev/pts";
+    dirs[n] = NULL;
+    static const char *const files[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/random",
+                                        "/dev/urandom", NULL};
+    int r = cdn_landlock_restrict_writes(dirs, files);
+    if (r < 0)
+        return cdn_error_set(err, r, "landlock: %s", strerror(-r));
+    return 0; /* r == 1: kernel without Landlock; the other layers still hold */
+}
+
+static int drop_capabilities(struct cdn_error *err)
+{
+    /* Root of the userns keeps no capability across exec: lock that in first
+     * (needs CAP_SETPCAP, so before dropping it). */
+    if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                                     SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
+                                     SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) < 0)
+        return cdn_error_set(err, errno, "set securebits: %m");
+    for (int cap = 0; cap <= 63; cap++)
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+            return cdn_error_set(err, errno, "drop capability %d from the bounding set: %m", cap);
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+        return cdn_error_set(err, errno, "clear ambient capabilities: %m");
+    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+    struct __user_cap_data_struct data[2] = {{0}};
+    if (syscall(SYS_capset, &h, data) < 0)
+        return cdn_error_set(err, errno, "capset: %m");
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return cdn_error_set(err, errno, "no_new_privs: %m");
+    return 0;
+}
+
+/* fds 3 = agent socket, 4 = init binary (CLOEXEC), 5 = error pipe (CLOEXEC); close the rest. */
+static int arrange_fds(const struct cdn_setup_args *a, int *ret_err_fd, struct cdn_error *err)
+{
+    int agent = fcntl(a->agent_fd, F_DUPFD_CLOEXEC, 100), init = fcntl(a->init_fd, F_DUPFD_CLOEXEC, 100);
+    int efd = fcntl(a->err_fd, F_DUPFD_CLOEXEC, 100);
+    if (agent < 0 || init < 0 || efd < 0 || dup2(agent, 3) < 0 || dup3(init, 4, O_CLOEXEC) < 0 ||
+        dup3(efd, 5, O_CLOEXEC) < 0)
+        return cdn_error_set(err, errno, "arrange fds: %m");
+    *ret_err_fd = 5;
+    if (syscall(SYS_close_range, 6, ~0U, 0) < 0)
+        return cdn_error_set(err, errno, "close_range: %m");
+    return 0;
+}
+
+static int setup(const struct cdn_setup_args *a, int *err_fd, struct cdn_error *err)
+{
+    char go;
+    if (read(a->go_fd, &go, 1) != 1)
+        _exit(1); /* parent gone or failed: nothing to report to */
+    /* Set after the id change below would reset it; the parent may already be
+     * gone, in which case the go byte never came. */
+    if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0 || setgroups(0, NULL) < 0)
+        return cdn_error_set(err, errno, "become root of the user namespace: %m");
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+        return cdn_error_set(err, errno, "PR_SET_PDEATHSIG: %m");
+    if (unshare(CLONE_NEWCGROUP) < 0)
+        return cdn_error_set(err, errno, "unshare cgroup namespace: %m");
+    if (sethostname(a->spec->hostname, strlen(a->spec->hostname)) < 0)
+        return cdn_error_set(err, errno, "sethostname: %m");
+    int r = loopback_up(err);
+    if (r < 0 || (r = cdn_rootfs_setup(a, err)) < 0 || (r = set_rlimits(a->spec, err)) < 0 ||
+        (r = apply_landlock(a->spec, err)) < 0 || (r = arrange_fds(a, err_fd, err)) < 0 ||
+        (r = drop_capabilities(err)) < 0)
+        return r;
+    r = cdn_seccomp_install(a->seccomp);
+    if (r < 0)
+        return cdn_error_set(err, r, "install seccomp filter: %s", strerror(-r));
+    static char *const argv[] = {"cordon-init", NULL};
+    static char *const envp[] = {NULL};
+    syscall(SYS_execveat, 4, "", argv, envp, AT_EMPTY_PATH);
+    return cdn_error_set(err, errno, "exec cordon-init: %m");
+}
+
+void cdn_container_setup(const struct cdn_setup_args *a)
+{
+    struct cdn_error err = {0};
+    int err_fd = a->err_fd;
+    (void) setup(a, &err_fd, &err);
+    (void) cdn_write_all(err_fd, &err, sizeof err);
+    _exit(1);
+}

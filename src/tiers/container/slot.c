@@ -1,0 +1,113 @@
+#include "slot.h"
+#include "shared/fd-util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+int cdn_slot_acquire(const char *run_dir, int *ret_slot, int *ret_fd, struct cdn_error *err)
+{
+    char dir[4096];
+    (void) snprintf(dir, sizeof dir, "%s/slots", run_dir);
+    _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        int r = cdn_mkdir_p(dir, 0700);
+        if (r < 0)
+            return cdn_error_set(err, r, "mkdir %s: %s", dir, strerror(-r));
+        dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+            return cdn_error_set(err, errno, "open %s: %m", dir);
+    }
+    uint32_t start = 0;
+    (void) getrandom(&start, sizeof start, GRND_NONBLOCK);
+    for (int i = 0; i < CDN_SLOT_COUNT; i++) {
+        int slot = (int) ((start + (uint32_t) i) % CDN_SLOT_COUNT);
+        char name[16];
+        (void) snprintf(name, sizeof name, "%d", slot);
+        int fd = openat(dfd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+            return cdn_error_set(err, errno, "open slot lock %s/%s: %m", dir, name);
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            *ret_slot = slot;
+            *ret_fd = fd;
+            return 0;
+        }
+        (void) close(fd);
+    }
+    return cdn_error_set(err, EBUSY, "all %d sandbox slots are in use", CDN_SLOT_COUNT);
+}
+
+/* The guard: runs in a forked copy of the creating process, in its own
+ * session so that a signal to the caller's process group does not take it
+ * down too. It holds only the pipe and the slot lock. */
+static void guard_main(const struct cdn_cgroup *cg, int pipe_fd, int slot_fd) __attribute__((noreturn));
+static void guard_main(const struct cdn_cgroup *cg, int pipe_fd, int slot_fd)
+{
+    sigset_t all;
+    sigfillset(&all);
+    sigdelset(&all, SIGKILL);
+    (void) sigprocmask(SIG_SETMASK, &all, NULL);
+    (void) setsid();
+    /* Keep pipe_fd and slot_fd: move them to 3 and 4, close the rest. */
+    int p = fcntl(pipe_fd, F_DUPFD_CLOEXEC, 100), s = fcntl(slot_fd, F_DUPFD_CLOEXEC, 100);
+    if (p < 0 || s < 0 || dup2(p, 3) < 0 || dup2(s, 4) < 0)
+        _exit(1);
+    (void) syscall(SYS_close_range, 5, ~0U, 0);
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) {
+        (void) dup2(null, 0), (void) dup2(null, 1), (void) dup2(null, 2);
+        if (null > 2)
+            (void) close(null);
+    }
+    char c = 0;
+    ssize_t n;
+    do
+        n = read(3, &c, 1);
+    while (n < 0 && errno == EINTR);
+    if (n == 1 && c == 'd')
+        _exit(0);
+    /* Our creator died without cleaning up. */
+    struct cdn_cgroup copy = *cg;
+    copy.dirfd = -EBADF; /* closed above; the v2 driver reopens by path */
+    for (int i = 0; i < 50 && copy.ops->kill_all(&copy) > 0; i++)
+        usleep(10000);
+    (void) copy.ops->destroy(&copy);
+    _exit(0);
+}
+
+int cdn_guard_start(const struct cdn_cgroup *cg, int slot_fd, int *ret_fd, pid_t *ret_pid)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -errno;
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        (void) close(p[0]);
+        (void) close(p[1]);
+        return -e;
+    }
+    if (pid == 0) {
+        (void) close(p[1]);
+        guard_main(cg, p[0], slot_fd);
+    }
+    (void) close(p[0]);
+    *ret_fd = p[1];
+    *ret_pid = pid;
+    return 0;
+}
+
+void cdn_guard_release(int *fd)
+{
+    if (*fd >= 0)
+        (void) !write(*fd, "d", 1);
+    *fd = safe_close(*fd);
+}

@@ -1,0 +1,11 @@
+#include "tier.h"
+
+const struct cdn_tier_ops *cdn_tier_lookup(enum cdn_tier tier)
+{
+    switch (tier) {
+    case CDN_TIER_CONTAINER:
+        return &cdn_container_tier;
+    default:
+        return NULL;
+    }
+}

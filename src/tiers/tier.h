@@ -1,0 +1,25 @@
+/* A tier is a table of operations (DESIGN §5). Every tier starts an init that
+ * speaks the agent protocol on sb->agent_fd, so exec, files and signals are
+ * tier-independent; the table only covers what differs: building the
+ * isolation, signalling, accounting and tearing it down. */
+#pragma once
+
+#include "core/sandbox.h"
+#include "shared/error.h"
+
+struct cdn_tier_ops {
+    const char *name;
+    /* Build the sandbox and start its init. On success sb->agent_fd,
+     * sb->init_pid/init_pidfd and sb->setup_fd are set; on failure nothing is left behind. */
+    int (*create)(struct cdn_sandbox *sb, struct cdn_error *err);
+    /* Deliver a signal to the sandbox's init (SIGKILL ends the sandbox). */
+    int (*kill)(struct cdn_sandbox *sb, int sig);
+    /* Resource accounting; valid until destroy. */
+    int (*usage)(struct cdn_sandbox *sb, struct cdn_usage *ret);
+    /* Kill whatever is left, wait for it, release every kernel object. Idempotent. */
+    int (*destroy)(struct cdn_sandbox *sb);
+};
+
+extern const struct cdn_tier_ops cdn_container_tier;
+
+const struct cdn_tier_ops *cdn_tier_lookup(enum cdn_tier tier);
