@@ -15,9 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CDN_FRAME_MAGIC  0x314e4443u /* "CDN1" */
-#define CDN_FRAME_HEADER 16u
-#define CDN_FRAME_MAX    (1u << 20)
+#define CDN_FRAME_MAGIC   0x314e4443u /* "CDN1" */
+#define CDN_FRAME_HEADER  16u
+#define CDN_FRAME_MAX     (1u << 20)
 #define CDN_EXEC_MAX_ARGS 4096
 
 enum cdn_frame_type {
@@ -30,7 +30,8 @@ enum cdn_frame_type {
 };
 
 enum cdn_exec_flags {
-    CDN_EXEC_SHUTDOWN_ON_EXIT = 1u << 0, /* one-shot: init exits (ending the sandbox) when this command ends */
+    CDN_EXEC_SHUTDOWN_ON_EXIT =
+        1u << 0, /* one-shot: init exits (ending the sandbox) when this command ends */
 };
 
 struct cdn_frame_header {

@@ -39,7 +39,8 @@ static struct job jobs[MAX_EXECS];
 static uint8_t payload[CDN_FRAME_MAX];
 static struct cdn_exec_req req;
 
-static const int forwarded[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT, SIGALRM};
+static const int forwarded[] = {SIGHUP,  SIGINT,   SIGQUIT, SIGTERM, SIGUSR1,
+                                SIGUSR2, SIGWINCH, SIGCONT, SIGALRM};
 
 static void send_error(uint32_t channel, int errnum, const char *what)
 {

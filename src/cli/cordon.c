@@ -27,7 +27,8 @@ static const struct {
     const char *help;
 } commands[] = {
     {"run", cdn_cli_run, "run [FLAGS] [--] CMD [ARG…]   one command in a fresh sandbox, no daemon"},
-    {"image", cmd_image, "image rebuild host            rebuild the host image skeleton from this host's /etc"},
+    {"image", cmd_image,
+     "image rebuild host            rebuild the host image skeleton from this host's /etc"},
 };
 
 static void usage(FILE *f)

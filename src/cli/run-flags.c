@@ -55,7 +55,8 @@ static int f_nofile(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 static int f_timeout(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 {
     if (cdn_parse_duration(a, &o->spec.limits.timeout_ms) < 0)
-        return cdn_error_field(e, EINVAL, "limits.timeout_s", "--timeout '%s': not a duration (use e.g. 30s, 5m)", a);
+        return cdn_error_field(e, EINVAL, "limits.timeout_s",
+                               "--timeout '%s': not a duration (use e.g. 30s, 5m)", a);
     return 0;
 }
 static int set_str(char **dst, const char *a)
@@ -71,7 +72,8 @@ static int f_tier(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 {
     int t = cdn_tier_from_string(a);
     if (t < 0)
-        return cdn_error_field(e, EINVAL, "tier", "--tier '%s': not one of process, container, microvm, vm", a);
+        return cdn_error_field(e, EINVAL, "tier", "--tier '%s': not one of process, container, microvm, vm",
+                               a);
     o->spec.tier = (enum cdn_tier) t;
     return 0;
 }
@@ -97,7 +99,8 @@ static int f_net(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
         return 0;
     }
     if (strncmp(a, "allow=", 6) != 0 || !a[6])
-        return cdn_error_field(e, EINVAL, "network.mode", "--net '%s': expected none, open or allow=HOST[:PORT][,…]", a);
+        return cdn_error_field(e, EINVAL, "network.mode",
+                               "--net '%s': expected none, open or allow=HOST[:PORT][,…]", a);
     o->spec.net_mode = CDN_NET_ALLOWLIST;
     _cleanup_free_ char *copy = strdup(a + 6);
     if (!copy)
@@ -135,7 +138,8 @@ static int f_on_violation(struct cdn_run_opts *o, const char *a, struct cdn_erro
 {
     int v = cdn_on_violation_from_string(a);
     if (v < 0)
-        return cdn_error_field(e, EINVAL, "on_violation", "--on-violation '%s': not one of log, deny, kill", a);
+        return cdn_error_field(e, EINVAL, "on_violation", "--on-violation '%s': not one of log, deny, kill",
+                               a);
     o->spec.on_violation = (enum cdn_on_violation) v;
     return 0;
 }
@@ -173,8 +177,10 @@ static const struct flag flags[] = {
     {"--cpus", true, f_cpus, "limits.cpus", "N          CPU quota, fractional allowed (default 1)"},
     {"--memory", true, f_memory, "limits.memory_mb", "SIZE     memory limit, no swap (default 512M)"},
     {"--pids", true, f_pids, "limits.pids", "N          process/thread limit (default 256)"},
-    {"--disk", true, f_disk, "limits.disk_mb", "SIZE       writable layer: root changes, workdir, /tmp (default 1G)"},
-    {"--timeout", true, f_timeout, "limits.timeout_s", "DUR     kill the whole sandbox after DUR, exit 124 (default 600s)"},
+    {"--disk", true, f_disk, "limits.disk_mb",
+     "SIZE       writable layer: root changes, workdir, /tmp (default 1G)"},
+    {"--timeout", true, f_timeout, "limits.timeout_s",
+     "DUR     kill the whole sandbox after DUR, exit 124 (default 600s)"},
     {"--nofile", true, f_nofile, "limits.nofile", "N        open file limit (default 1024)"},
     {"--net", true, f_net, "network", "MODE        none (default) | open | allow=HOST[:PORT][,…]"},
     {"--bind", true, f_bind, "mounts", "SRC:DST[:ro] bind a host path into the sandbox"},
@@ -184,7 +190,8 @@ static const struct flag flags[] = {
     {"--label", true, f_label, "labels", "K=V       attach a label"},
     {"--protect", true, f_protect, "protect", "GLOB    path the agent may neither read nor write"},
     {"--on-violation", true, f_on_violation, "on_violation", "A  log | deny | kill"},
-    {"--read-only", false, f_read_only, "read_only", "        root read-only; only workdir and temp dirs writable"},
+    {"--read-only", false, f_read_only, "read_only",
+     "        root read-only; only workdir and temp dirs writable"},
     {"--json", false, f_json, NULL, "             print a JSON result record on stderr at the end"},
 };
 

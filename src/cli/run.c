@@ -121,8 +121,10 @@ static void read_setup(struct cdn_sandbox *sb, struct outcome *o, struct pollfd 
 static int supervise(struct cdn_sandbox *sb, int sfd, struct outcome *o, const struct timespec *t0)
 {
     struct pollfd pfd[4] = {
-        {.fd = sb->init_pidfd, .events = POLLIN}, {.fd = sb->agent_fd, .events = POLLIN},
-        {.fd = sb->setup_fd, .events = POLLIN},   {.fd = sfd, .events = POLLIN},
+        {.fd = sb->init_pidfd, .events = POLLIN},
+        {.fd = sb->agent_fd, .events = POLLIN},
+        {.fd = sb->setup_fd, .events = POLLIN},
+        {.fd = sfd, .events = POLLIN},
     };
     uint64_t timeout = sb->spec->limits.timeout_ms;
     for (;;) {
@@ -143,6 +145,8 @@ static int supervise(struct cdn_sandbox *sb, int sfd, struct outcome *o, const s
             read_setup(sb, o, &pfd[2]);
         if (pfd[1].revents)
             read_agent(sb, o, &pfd[1]);
+        if (o->have_exit && pfd[2].fd < 0)
+            return 0; /* the command's status is in; init is ending the sandbox on its own */
         if (pfd[3].revents & POLLIN) {
             struct signalfd_siginfo si;
             if (read(sfd, &si, sizeof si) == (ssize_t) sizeof si)
@@ -176,19 +180,23 @@ static int exit_status(const struct outcome *o)
 
 static void print_record(const struct cdn_sandbox *sb, const struct outcome *o, int status)
 {
-    double ut = (double) o->ru.ru_utime.tv_sec * 1e3 + (double) o->ru.ru_utime.tv_usec / 1e3;
-    double st = (double) o->ru.ru_stime.tv_sec * 1e3 + (double) o->ru.ru_stime.tv_usec / 1e3;
+    /* CPU time: the command's own report (it includes the descendants it
+     * waited for) or, when it never reported, init's rusage (everything init reaped). */
+    double ut = o->have_exit ? (double) o->exit.user_us / 1e3
+                             : (double) o->ru.ru_utime.tv_sec * 1e3 + (double) o->ru.ru_utime.tv_usec / 1e3;
+    double st = o->have_exit ? (double) o->exit.sys_us / 1e3
+                             : (double) o->ru.ru_stime.tv_sec * 1e3 + (double) o->ru.ru_stime.tv_usec / 1e3;
     json_t *rec = json_pack(
         "{s:s, s:s, s:i, s:o, s:o, s:b, s:b, s:f, s:f, s:f, s:I, s:I, s:o, s:{}}", "id", sb->id, "tier",
         sb->tier->name, "exit_code", status, "signal",
         o->have_exit && o->exit.signal ? json_integer(o->exit.signal) : json_null(), "error",
-        o->setup_failed || o->exec_failed ? json_string(o->error.msg) : json_null(), "timed_out", o->timed_out,
-        "oom_killed", o->usage.oom_kills > 0, "wall_ms", o->wall_ms, "cpu_user_ms", ut, "cpu_system_ms", st,
-        "memory_peak_bytes", (json_int_t) o->usage.memory_peak_bytes, "pids_limit_hits",
+        o->setup_failed || o->exec_failed ? json_string(o->error.msg) : json_null(), "timed_out",
+        o->timed_out, "oom_killed", o->usage.oom_kills > 0, "wall_ms", o->wall_ms, "cpu_user_ms", ut,
+        "cpu_system_ms", st, "memory_peak_bytes", (json_int_t) o->usage.memory_peak_bytes, "pids_limit_hits",
         (json_int_t) o->usage.pids_max_hits, "limits",
         json_pack("{s:f, s:I, s:I, s:I}", "cpus", sb->spec->limits.cpus, "memory_mb",
-                  (json_int_t) sb->spec->limits.memory_mb, "pids", (json_int_t) sb->spec->limits.pids, "disk_mb",
-                  (json_int_t) sb->spec->limits.disk_mb),
+                  (json_int_t) sb->spec->limits.memory_mb, "pids", (json_int_t) sb->spec->limits.pids,
+                  "disk_mb", (json_int_t) sb->spec->limits.disk_mb),
         "violations");
     if (!rec)
         return;
@@ -257,7 +265,10 @@ int cdn_cli_run(int argc, char *const *argv)
         fprintf(stderr, "cordon: sending the command to the sandbox: %s\n", strerror(-r));
     r = supervise(&sb, sfd, &out, &t0);
     (void) sb.tier->usage(&sb, &out.usage);
-    (void) sb.tier->destroy(&sb);
+    if (sb.init_pid > 0)
+        sb.tier->detach(&sb); /* normal exit: teardown continues in the background */
+    else
+        (void) sb.tier->destroy(&sb);
     out.wall_ms = ms_since(&t0);
     int status = exit_status(&out);
     if (out.setup_failed || out.exec_failed)

@@ -84,7 +84,8 @@ static int v1_create(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, s
     if (r >= 0)
         r = write_knob(cg, "cpu", "cpu.cfs_quota_us", v);
     if (r < 0)
-        return cdn_error_field(err, r, "limits.cpus", "cgroup v1: set cpu.cfs_quota_us=%s: %s", v, strerror(-r));
+        return cdn_error_field(err, r, "limits.cpus", "cgroup v1: set cpu.cfs_quota_us=%s: %s", v,
+                               strerror(-r));
     (void) snprintf(v, sizeof v, "%" PRIu64, l->pids);
     r = write_knob(cg, "pids", "pids.max", v);
     if (r < 0)
@@ -131,7 +132,8 @@ static int v1_kill_all(struct cdn_cgroup *cg)
 {
     char p[600], buf[16384];
     int n = 0;
-    if (knob(cg, "pids", "cgroup.procs", p, sizeof p) < 0 || cdn_read_file_at(AT_FDCWD, p, buf, sizeof buf) < 0)
+    if (knob(cg, "pids", "cgroup.procs", p, sizeof p) < 0 ||
+        cdn_read_file_at(AT_FDCWD, p, buf, sizeof buf) < 0)
         return 0;
     for (char *s = buf, *e; *s; s = e) {
         long pid = strtol(s, &e, 10);

@@ -31,7 +31,7 @@ enum cdn_cgroup_version { CDN_CGROUP_V1 = 1, CDN_CGROUP_V2 = 2 };
 struct cdn_cgroup {
     const struct cdn_cgroup_ops *ops;
     char name[CDN_CGROUP_NAME_MAX];
-    int dirfd;      /* v2: the cgroup directory (for CLONE_INTO_CGROUP); v1: -EBADF */
+    int dirfd; /* v2: the cgroup directory (for CLONE_INTO_CGROUP); v1: -EBADF */
 };
 
 struct cdn_cgroup_ops {

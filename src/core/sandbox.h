@@ -19,14 +19,14 @@ struct cdn_sandbox {
     const struct cdn_spec *spec; /* borrowed; outlives the sandbox */
     const struct cdn_tier_ops *tier;
 
-    int agent_fd;  /* host end of the agent socket (frames of src/agent/frame.h) */
+    int agent_fd; /* host end of the agent socket (frames of src/agent/frame.h) */
     pid_t init_pid;
     int init_pidfd;
-    int setup_fd;  /* reports a setup failure from the pre-exec child; EOF once init runs */
+    int setup_fd; /* reports a setup failure from the pre-exec child; EOF once init runs */
 
     /* host resources held for the sandbox's lifetime */
-    int slot;      /* index of the uid range and cgroup name */
-    int slot_fd;   /* flock'd lock file: the slot is ours while this is open */
+    int slot;    /* index of the uid range and cgroup name */
+    int slot_fd; /* flock'd lock file: the slot is ours while this is open */
     uint32_t uid_base;
     struct cdn_cgroup cgroup;
     uint64_t oom_base; /* oom_kill count of a reused cgroup at creation */

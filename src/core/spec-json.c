@@ -72,8 +72,10 @@ static int decode_limits(struct cdn_spec *spec, json_t *obj, struct cdn_error *e
         else if (strcmp(key, "nofile") == 0)
             r = get_uint(v, field, &l->nofile, err);
         else if (strcmp(key, "timeout_s") == 0) {
-            if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > CDN_TIMEOUT_MS_MAX / 1000)
-                return cdn_error_field(err, ERANGE, field, "%s: must be a number of seconds in [0, 604800]", field);
+            if (!json_is_number(v) || json_number_value(v) < 0 ||
+                json_number_value(v) > CDN_TIMEOUT_MS_MAX / 1000)
+                return cdn_error_field(err, ERANGE, field, "%s: must be a number of seconds in [0, 604800]",
+                                       field);
             l->timeout_ms = (uint64_t) llround(json_number_value(v) * 1000);
         } else
             return cdn_error_field(err, EINVAL, field, "%s: unknown field", field);
@@ -196,7 +198,8 @@ static int decode_map(struct cdn_spec *spec, json_t *obj, const char *name, stru
             r = cdn_spec_set_env(spec, key, s, err);
         } else {
             if (!key[0] || strchr(key, '=') || strlen(key) > 128 || strlen(s) > 1024)
-                return cdn_error_field(err, EINVAL, field, "%s: label keys are 1-128 chars without '=', values up to 1024",
+                return cdn_error_field(err, EINVAL, field,
+                                       "%s: label keys are 1-128 chars without '=', values up to 1024",
                                        field);
             char kv[1200];
             (void) snprintf(kv, sizeof kv, "%s=%s", key, s);
@@ -208,7 +211,8 @@ static int decode_map(struct cdn_spec *spec, json_t *obj, const char *name, stru
     return 0;
 }
 
-static int decode_enum(json_t *v, const char *field, int (*from)(const char *), int *ret, struct cdn_error *err)
+static int decode_enum(json_t *v, const char *field, int (*from)(const char *), int *ret,
+                       struct cdn_error *err)
 {
     const char *s;
     int r = get_string(v, field, &s, err);
@@ -308,15 +312,16 @@ char *cdn_spec_to_json(const struct cdn_spec *spec)
     const struct cdn_limits *l = &spec->limits;
     json_t *mounts = json_array();
     for (size_t i = 0; mounts && i < spec->n_mounts; i++)
-        json_array_append_new(mounts, json_pack("{s:s, s:s, s:b}", "source", spec->mounts[i].source, "target",
-                                                spec->mounts[i].target, "readonly", spec->mounts[i].readonly));
+        json_array_append_new(mounts,
+                              json_pack("{s:s, s:s, s:b}", "source", spec->mounts[i].source, "target",
+                                        spec->mounts[i].target, "readonly", spec->mounts[i].readonly));
     _cleanup_json_ json_t *root = json_pack(
         "{s:s, s:s, s:{s:f, s:I, s:I, s:I, s:f, s:I}, s:{s:s, s:o}, s:o, s:o, s:o, s:o, s:s, s:s, s:b, s:s}",
         "tier", cdn_tier_to_string(spec->tier), "image", spec->image, "limits", "cpus", l->cpus, "memory_mb",
-        (json_int_t) l->memory_mb, "pids", (json_int_t) l->pids, "disk_mb", (json_int_t) l->disk_mb, "timeout_s",
-        (double) l->timeout_ms / 1000.0, "nofile", (json_int_t) l->nofile, "network", "mode",
-        cdn_net_mode_to_string(spec->net_mode), "allow", strv_to_json_array(&spec->net_allow), "mounts", mounts,
-        "protect", strv_to_json_array(&spec->protect), "env", strv_to_json_map(&spec->env), "labels",
+        (json_int_t) l->memory_mb, "pids", (json_int_t) l->pids, "disk_mb", (json_int_t) l->disk_mb,
+        "timeout_s", (double) l->timeout_ms / 1000.0, "nofile", (json_int_t) l->nofile, "network", "mode",
+        cdn_net_mode_to_string(spec->net_mode), "allow", strv_to_json_array(&spec->net_allow), "mounts",
+        mounts, "protect", strv_to_json_array(&spec->protect), "env", strv_to_json_map(&spec->env), "labels",
         strv_to_json_map(&spec->labels), "workdir", spec->workdir, "hostname", spec->hostname, "read_only",
         spec->read_only_root, "on_violation", cdn_on_violation_to_string(spec->on_violation));
     return root ? json_dumps(root, JSON_COMPACT) : NULL;

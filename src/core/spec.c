@@ -84,7 +84,11 @@ int cdn_spec_init(struct cdn_spec *spec)
 {
     *spec = (struct cdn_spec){
         .tier = CDN_TIER_CONTAINER,
-        .limits = {.cpus = 1.0, .memory_mb = 512, .pids = 256, .disk_mb = 1024, .timeout_ms = 600000,
+        .limits = {.cpus = 1.0,
+                   .memory_mb = 512,
+                   .pids = 256,
+                   .disk_mb = 1024,
+                   .timeout_ms = 600000,
                    .nofile = 1024},
         .net_mode = CDN_NET_NONE,
         .on_violation = CDN_VIOLATION_LOG,
@@ -143,8 +147,8 @@ int cdn_spec_add_mount(struct cdn_spec *spec, const char *source, const char *ta
         return cdn_error_field(err, EINVAL, field, "%s.source: must be an absolute host path", field);
     if (!cdn_path_is_safe_absolute(target) || strcmp(target, "/") == 0)
         return cdn_error_field(err, EINVAL, field,
-                               "%s.target: '%s' must be an absolute path below / without '.' or '..'",
-                               field, target ? target : "");
+                               "%s.target: '%s' must be an absolute path below / without '.' or '..'", field,
+                               target ? target : "");
     struct cdn_mount *m = realloc(spec->mounts, (spec->n_mounts + 1) * sizeof *m);
     if (!m)
         return -ENOMEM;
@@ -178,7 +182,8 @@ int cdn_spec_parse_bind(struct cdn_spec *spec, const char *arg, struct cdn_error
         if (strcmp(opt, "ro") == 0)
             ro = true;
         else if (strcmp(opt, "rw") != 0)
-            return cdn_error_field(err, EINVAL, "mounts", "--bind '%s': option '%s' is not ro or rw", arg, opt);
+            return cdn_error_field(err, EINVAL, "mounts", "--bind '%s': option '%s' is not ro or rw", arg,
+                                   opt);
     }
     return cdn_spec_add_mount(spec, src, dst, ro, err);
 }
@@ -238,11 +243,12 @@ int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
     if (!(l->cpus > 0 && l->cpus <= 1024))
         return cdn_error_field(err, ERANGE, "limits.cpus", "limits.cpus: must be in (0, 1024]");
     if (l->memory_mb < CDN_MEMORY_MB_MIN || l->memory_mb > CDN_MEMORY_MB_MAX)
-        return cdn_error_field(err, ERANGE, "limits.memory_mb", "limits.memory_mb: must be between %d and %llu",
-                               CDN_MEMORY_MB_MIN, CDN_MEMORY_MB_MAX);
+        return cdn_error_field(err, ERANGE, "limits.memory_mb",
+                               "limits.memory_mb: must be between %d and %llu", CDN_MEMORY_MB_MIN,
+                               CDN_MEMORY_MB_MAX);
     if (l->pids < CDN_PIDS_MIN || l->pids > CDN_PIDS_MAX)
-        return cdn_error_field(err, ERANGE, "limits.pids", "limits.pids: must be between %d and %u", CDN_PIDS_MIN,
-                               CDN_PIDS_MAX);
+        return cdn_error_field(err, ERANGE, "limits.pids", "limits.pids: must be between %d and %u",
+                               CDN_PIDS_MIN, CDN_PIDS_MAX);
     if (l->disk_mb < CDN_DISK_MB_MIN || l->disk_mb > CDN_DISK_MB_MAX)
         return cdn_error_field(err, ERANGE, "limits.disk_mb", "limits.disk_mb: must be between %d and %llu",
                                CDN_DISK_MB_MIN, CDN_DISK_MB_MAX);
@@ -251,23 +257,26 @@ int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
     if (l->nofile < 16 || l->nofile > 1048576)
         return cdn_error_field(err, ERANGE, "limits.nofile", "limits.nofile: must be between 16 and 1048576");
     if (spec->net_mode != CDN_NET_NONE)
-        return cdn_error_field(err, EOPNOTSUPP, "network.mode",
-                               "network.mode: '%s' is not available yet; egress control is not built, only 'none'",
-                               cdn_net_mode_to_string(spec->net_mode));
+        return cdn_error_field(
+            err, EOPNOTSUPP, "network.mode",
+            "network.mode: '%s' is not available yet; egress control is not built, only 'none'",
+            cdn_net_mode_to_string(spec->net_mode));
     if (spec->protect.n > 0)
-        return cdn_error_field(err, EOPNOTSUPP, "protect",
-                               "protect: protected paths are not enforced by this build yet; refusing rather than "
-                               "pretending");
+        return cdn_error_field(
+            err, EOPNOTSUPP, "protect",
+            "protect: protected paths are not enforced by this build yet; refusing rather than "
+            "pretending");
     if (spec->on_violation != CDN_VIOLATION_LOG)
         return cdn_error_field(err, EOPNOTSUPP, "on_violation", "on_violation: only 'log' is available yet");
     if (!cdn_path_is_safe_absolute(spec->workdir) || strcmp(spec->workdir, "/") == 0)
         return cdn_error_field(err, EINVAL, "workdir", "workdir: '%s' must be an absolute path below /",
                                spec->workdir);
     if (strcmp(spec->image, "host") != 0 && !cdn_path_is_safe_absolute(spec->image))
-        return cdn_error_field(err, EINVAL, "image", "image: '%s' is neither 'host' nor an absolute directory",
-                               spec->image);
+        return cdn_error_field(err, EINVAL, "image",
+                               "image: '%s' is neither 'host' nor an absolute directory", spec->image);
     size_t hl = strlen(spec->hostname);
-    if (hl == 0 || hl > 63 || strspn(spec->hostname, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") != hl)
+    if (hl == 0 || hl > 63 ||
+        strspn(spec->hostname, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") != hl)
         return cdn_error_field(err, EINVAL, "hostname", "hostname: must be 1-63 letters, digits, '-' or '.'");
     return 0;
 }

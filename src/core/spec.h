@@ -30,7 +30,7 @@ struct cdn_limits {
     double cpus;        /* CPUs, > 0 */
     uint64_t memory_mb; /* hard limit, swap 0 */
     uint64_t pids;
-    uint64_t disk_mb;   /* writable layer (root upper, /workspace, /tmp) */
+    uint64_t disk_mb;    /* writable layer (root upper, /workspace, /tmp) */
     uint64_t timeout_ms; /* 0 = none */
     uint64_t nofile;
 };
@@ -53,15 +53,15 @@ struct cdn_spec {
 };
 
 /* Limits of accepted values; documented in docs/spec.md. */
-#define CDN_MEMORY_MB_MIN 8
-#define CDN_MEMORY_MB_MAX (1024ULL * 1024)
-#define CDN_PIDS_MIN      2
-#define CDN_PIDS_MAX      (1u << 22)
-#define CDN_DISK_MB_MIN   1
-#define CDN_DISK_MB_MAX   (1024ULL * 1024)
+#define CDN_MEMORY_MB_MIN  8
+#define CDN_MEMORY_MB_MAX  (1024ULL * 1024)
+#define CDN_PIDS_MIN       2
+#define CDN_PIDS_MAX       (1u << 22)
+#define CDN_DISK_MB_MIN    1
+#define CDN_DISK_MB_MAX    (1024ULL * 1024)
 #define CDN_TIMEOUT_MS_MAX (7ULL * 24 * 3600 * 1000)
-#define CDN_MAX_MOUNTS    64
-#define CDN_MAX_LIST      1024
+#define CDN_MAX_MOUNTS     64
+#define CDN_MAX_LIST       1024
 
 const char *cdn_tier_to_string(enum cdn_tier t);
 int cdn_tier_from_string(const char *s);

@@ -18,9 +18,10 @@ const char *const cdn_image_host_dirs[] = {"bin", "sbin", "lib", "lib32", "lib64
 /* Files and trees of the host's /etc that programs need to run: the dynamic
  * linker's cache, Debian's alternatives symlinks, CA certificates, time zone. */
 static const char *const etc_copy[] = {
-    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "ssl", "ca-certificates", "localtime",
-    "os-release", "debian_version", "protocols", "services", "mime.types", "shells", "bash.bashrc",
-    "profile", "inputrc", "python3", "python3.11", "perl", "gai.conf", "host.conf", NULL,
+    "ld.so.cache", "ld.so.conf",  "ld.so.conf.d",   "alternatives", "ssl",      "ca-certificates",
+    "localtime",   "os-release",  "debian_version", "protocols",    "services", "mime.types",
+    "shells",      "bash.bashrc", "profile",        "inputrc",      "python3",  "python3.11",
+    "perl",        "gai.conf",    "host.conf",      NULL,
 };
 
 static const struct {
@@ -100,8 +101,8 @@ static int populate(const char *root, struct cdn_error *err)
     static const struct {
         const char *path;
         mode_t mode;
-    } dirs[] = {{"usr", 0755}, {"etc", 0755}, {"proc", 0555}, {"dev", 0755}, {"sys", 0555}, {"tmp", 01777},
-                {"var", 0755}, {"var/tmp", 01777}, {"mnt", 0755}, {"opt", 0755}};
+    } dirs[] = {{"usr", 0755},  {"etc", 0755}, {"proc", 0555},     {"dev", 0755}, {"sys", 0555},
+                {"tmp", 01777}, {"var", 0755}, {"var/tmp", 01777}, {"mnt", 0755}, {"opt", 0755}};
     /* No /root, /workspace, /run or /home here: directories of the image
      * belong to a host uid the sandbox cannot write as, so those are made at
      * sandbox creation, owned by the sandbox's root. */
@@ -132,7 +133,8 @@ static int populate(const char *root, struct cdn_error *err)
             return cdn_error_set(err, r, "image host: copy /etc/%s: %s", etc_copy[i], strerror(-r));
     }
     for (size_t i = 0; i < ELEMENTSOF(etc_write); i++) {
-        _cleanup_close_ int fd = openat(etc, etc_write[i].name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        _cleanup_close_ int fd =
+            openat(etc, etc_write[i].name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd < 0 || cdn_write_all(fd, etc_write[i].text, strlen(etc_write[i].text)) < 0)
             return cdn_error_set(err, errno, "image host: write /etc/%s: %m", etc_write[i].name);
     }
@@ -191,7 +193,8 @@ int cdn_image_resolve(const char *name, struct cdn_image *ret, struct cdn_error 
         ret->host = true;
         char stamp[4200], buf[64];
         (void) snprintf(stamp, sizeof stamp, "%s/etc/cordon-image", ret->lower);
-        if (cdn_read_file_at(AT_FDCWD, stamp, buf, sizeof buf) < 0 || strcmp(buf, "host " HOST_IMAGE_VERSION "\n")) {
+        if (cdn_read_file_at(AT_FDCWD, stamp, buf, sizeof buf) < 0 ||
+            strcmp(buf, "host " HOST_IMAGE_VERSION "\n")) {
             int r = cdn_image_build_host(false, err);
             if (r < 0)
                 return r;
@@ -203,8 +206,8 @@ int cdn_image_resolve(const char *name, struct cdn_image *ret, struct cdn_error 
     if (stat(name, &st) < 0)
         return cdn_error_field(err, errno, "image", "image: '%s': %m", name);
     if (!S_ISDIR(st.st_mode))
-        return cdn_error_field(err, ENOTDIR, "image", "image: '%s' is not a directory holding a root filesystem",
-                               name);
+        return cdn_error_field(err, ENOTDIR, "image",
+                               "image: '%s' is not a directory holding a root filesystem", name);
     (void) snprintf(ret->lower, sizeof ret->lower, "%s", name);
     ret->host = false;
     return 0;

@@ -4,7 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static int vset(struct cdn_error *err, int errnum, const char *field, const char *fmt, va_list ap)
+__attribute__((format(printf, 4, 0))) static int vset(struct cdn_error *err, int errnum, const char *field,
+                                                      const char *fmt, va_list ap)
 {
     errnum = errnum < 0 ? -errnum : errnum;
     if (errnum == 0)

@@ -18,6 +18,9 @@ struct cdn_tier_ops {
     int (*usage)(struct cdn_sandbox *sb, struct cdn_usage *ret);
     /* Kill whatever is left, wait for it, release every kernel object. Idempotent. */
     int (*destroy)(struct cdn_sandbox *sb);
+    /* Like destroy, but without waiting: the sandbox is killed and its kernel
+     * objects are released in the background (DESIGN §6, asynchronous teardown). */
+    void (*detach)(struct cdn_sandbox *sb);
 };
 
 extern const struct cdn_tier_ops cdn_container_tier;

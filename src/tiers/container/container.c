@@ -70,25 +70,56 @@ static int write_id_maps(pid_t pid, uint32_t base, struct cdn_error *err)
     return 0;
 }
 
-/* Everything up to a running child; on failure the caller's destroy() undoes it. */
-static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const char *scratch, struct cdn_error *err)
+static int start_guard_and_cgroup(struct cdn_sandbox *sb, struct cdn_error *err)
+{
+    int r = cdn_guard_start(&sb->cgroup, sb->slot_fd, &sb->guard_fd, &sb->guard_pid);
+    if (r < 0)
+        return cdn_error_set(err, r, "start guard: %s", strerror(-r));
+    struct cdn_cgroup_limits lim = {
+        .cpus = sb->spec->limits.cpus,
+        .memory_bytes = sb->spec->limits.memory_mb << 20,
+        .pids = sb->spec->limits.pids,
+    };
+    if ((r = sb->cgroup.ops->create(&sb->cgroup, &lim, err)) < 0)
+        return r;
+    struct cdn_cgroup_stats st;
+    if (sb->cgroup.ops->stats(&sb->cgroup, &st) == 0)
+        sb->oom_base = st.oom_kills;
+    return 0;
+}
+
+/* The child is cloned first and builds its network namespace (the costliest
+ * namespace, ~0.5 ms) while this process forks the guard and makes the
+ * cgroup. cgroup v2 can place the child at birth (CLONE_INTO_CGROUP), so
+ * there the cgroup must exist first. On failure the caller's destroy() undoes it all. */
+static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const char *scratch,
+                 struct cdn_error *err)
 {
     _cleanup_close_pair_ int agent[2] = {-EBADF, -EBADF}, go[2] = {-EBADF, -EBADF}, rep[2] = {-EBADF, -EBADF};
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, agent) < 0 || pipe2(go, O_CLOEXEC) < 0 ||
         pipe2(rep, O_CLOEXEC) < 0)
         return cdn_error_set(err, errno, "socketpair/pipe: %m");
     const bool v2 = sb->cgroup.ops->version == CDN_CGROUP_V2;
+    int r;
+    if (v2 && (r = start_guard_and_cgroup(sb, err)) < 0)
+        return r;
     int pidfd = -EBADF;
     struct clone_args ca = {
-        .flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
-                 CLONE_NEWTIME | CLONE_PIDFD | (v2 ? CLONE_INTO_CGROUP : 0),
+        .flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWTIME |
+                 CLONE_PIDFD | (v2 ? CLONE_INTO_CGROUP : 0),
         .pidfd = (uint64_t) (uintptr_t) &pidfd,
         .exit_signal = SIGCHLD,
         .cgroup = v2 ? (uint64_t) sb->cgroup.dirfd : 0,
     };
     struct cdn_setup_args args = {
-        .spec = sb->spec, .image = image, .seccomp = &prep.seccomp, .scratch = scratch,
-        .go_fd = go[0], .err_fd = rep[1], .agent_fd = agent[1], .init_fd = prep.init_fd,
+        .spec = sb->spec,
+        .image = image,
+        .seccomp = &prep.seccomp,
+        .scratch = scratch,
+        .go_fd = go[0],
+        .err_fd = rep[1],
+        .agent_fd = agent[1],
+        .init_fd = prep.init_fd,
     };
     pid_t pid = (pid_t) syscall(SYS_clone3, &ca, sizeof ca);
     if (pid < 0)
@@ -97,10 +128,10 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         cdn_container_setup(&args);
     sb->init_pid = pid;
     sb->init_pidfd = pidfd;
-    int r = write_id_maps(pid, sb->uid_base, err);
-    if (r >= 0 && !v2 && (r = sb->cgroup.ops->attach(&sb->cgroup, pid)) < 0)
-        cdn_error_set(err, r, "join cgroup: %s", strerror(-r));
-    if (r < 0)
+    if (!v2 &&
+        ((r = start_guard_and_cgroup(sb, err)) < 0 || (r = sb->cgroup.ops->attach(&sb->cgroup, pid)) < 0))
+        return err->msg[0] ? r : cdn_error_set(err, r, "join cgroup: %s", strerror(-r));
+    if ((r = write_id_maps(pid, sb->uid_base, err)) < 0)
         return r;
     if (write(go[1], "g", 1) != 1)
         return cdn_error_set(err, errno, "signal setup child: %m");
@@ -132,25 +163,8 @@ static int container_create(struct cdn_sandbox *sb, struct cdn_error *err)
     /* A stale cgroup of this slot (its owner and guard both died) is emptied and reused. */
     if (sb->cgroup.ops->kill_all(&sb->cgroup) > 0)
         (void) sb->cgroup.ops->destroy(&sb->cgroup);
-    if ((r = cdn_guard_start(&sb->cgroup, sb->slot_fd, &sb->guard_fd, &sb->guard_pid)) < 0) {
-        cdn_error_set(err, r, "start guard: %s", strerror(-r));
-        goto fail;
-    }
-    struct cdn_cgroup_limits lim = {
-        .cpus = sb->spec->limits.cpus,
-        .memory_bytes = sb->spec->limits.memory_mb << 20,
-        .pids = sb->spec->limits.pids,
-    };
-    if ((r = sb->cgroup.ops->create(&sb->cgroup, &lim, err)) < 0)
-        goto fail;
-    struct cdn_cgroup_stats st;
-    if (sb->cgroup.ops->stats(&sb->cgroup, &st) == 0)
-        sb->oom_base = st.oom_kills;
     if ((r = spawn(sb, &image, scratch, err)) < 0)
-        goto fail;
-    return 0;
-fail:
-    (void) container_destroy(sb);
+        (void) container_destroy(sb);
     return r;
 }
 
@@ -204,10 +218,25 @@ static int container_destroy(struct cdn_sandbox *sb)
     return ret;
 }
 
+static void container_detach(struct cdn_sandbox *sb)
+{
+    /* Kill init (the namespace dies with it) and leave the waiting, the
+     * cgroup removal and the slot to the guard: the caller can go on at once. */
+    (void) container_kill(sb, SIGKILL);
+    sb->init_pid = 0;
+    sb->init_pidfd = safe_close(sb->init_pidfd);
+    sb->agent_fd = safe_close(sb->agent_fd);
+    sb->setup_fd = safe_close(sb->setup_fd);
+    sb->guard_fd = safe_close(sb->guard_fd); /* EOF without "done": the guard cleans up */
+    sb->slot_fd = safe_close(sb->slot_fd);
+    sb->cgroup.ops = NULL;
+}
+
 const struct cdn_tier_ops cdn_container_tier = {
     .name = "container",
     .create = container_create,
     .kill = container_kill,
     .usage = container_usage,
     .destroy = container_destroy,
+    .detach = container_detach,
 };

@@ -26,8 +26,17 @@
 
 /* OCI runtime-spec defaults. */
 static const char *const masked_paths[] = {
-    "/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
-    "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/proc/kallsyms", "/proc/sysrq-trigger" /* also ro */,
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/proc/kallsyms",
+    "/proc/sysrq-trigger" /* also ro */,
     NULL,
 };
 static const char *const readonly_paths[] = {
@@ -64,13 +73,15 @@ static unsigned long locked_flags(const char *path)
     return f;
 }
 
-static int bind_mount(const char *src, const char *dst, bool readonly, unsigned long extra, struct cdn_error *err)
+static int bind_mount(const char *src, const char *dst, bool readonly, unsigned long extra,
+                      struct cdn_error *err)
 {
     /* Recursive for host trees (their submounts come along); a path bound on itself is not. */
-    CHECK(mount(src, dst, NULL, MS_BIND | (strcmp(src, dst) ? MS_REC : 0), NULL), "bind %s on %s: %m", src, dst);
+    CHECK(mount(src, dst, NULL, MS_BIND | (strcmp(src, dst) ? MS_REC : 0), NULL), "bind %s on %s: %m", src,
+          dst);
     if (readonly || extra)
-        CHECK(mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | (readonly ? MS_RDONLY : 0) | extra | locked_flags(dst),
-                    NULL),
+        CHECK(mount(NULL, dst, NULL,
+                    MS_REMOUNT | MS_BIND | (readonly ? MS_RDONLY : 0) | extra | locked_flags(dst), NULL),
               "remount %s read-only: %m", dst);
     return 0;
 }
@@ -117,14 +128,15 @@ static int mount_overlay(const struct cdn_setup_args *a, const char *root, struc
 {
     char opts[8400], path[4200];
     (void) snprintf(opts, sizeof opts, "size=%llum,mode=0755", (unsigned long long) a->spec->limits.disk_mb);
-    CHECK(mount("cordon-scratch", a->scratch, "tmpfs", MS_NOSUID | MS_NODEV, opts), "mount scratch tmpfs: %m");
+    CHECK(mount("cordon-scratch", a->scratch, "tmpfs", MS_NOSUID | MS_NODEV, opts),
+          "mount scratch tmpfs: %m");
     const char *sub[] = {"upper", "work", "root"};
     for (size_t i = 0; i < ELEMENTSOF(sub); i++) {
         (void) snprintf(path, sizeof path, "%s/%s", a->scratch, sub[i]);
         CHECK(mkdir(path, 0755), "mkdir %s: %m", path);
     }
-    (void) snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=%s/upper,workdir=%s/work,userxattr", a->image->lower,
-                    a->scratch, a->scratch);
+    (void) snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=%s/upper,workdir=%s/work,userxattr",
+                    a->image->lower, a->scratch, a->scratch);
     if (mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
         return cdn_error_field(err, errno, "image", "mount overlay on image '%s': %m", a->image->lower);
     return 0;
@@ -167,7 +179,8 @@ static int mount_proc(int rootfd, const char *root, struct cdn_error *err)
         if (lstat(p, &st) < 0)
             continue;
         if (S_ISDIR(st.st_mode))
-            CHECK(mount("cordon-mask", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=0555"),
+            CHECK(mount("cordon-mask", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                        "size=0,mode=0555"),
                   "mask %s: %m", masked_paths[i]);
         else
             CHECK(mount("/dev/null", p, NULL, MS_BIND, NULL), "mask %s: %m", masked_paths[i]);
@@ -207,9 +220,12 @@ static int mount_dev(int rootfd, const char *root, struct cdn_error *err)
           "mount /dev/pts: %m");
     (void) snprintf(p, sizeof p, "%s/shm", dev);
     CHECK(mkdir(p, 01777), "mkdir /dev/shm: %m");
-    CHECK(mount("shm", p, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64m,mode=1777"), "mount /dev/shm: %m");
-    static const char *const links[][2] = {{"pts/ptmx", "ptmx"},           {"/proc/self/fd", "fd"},
-                                           {"/proc/self/fd/0", "stdin"},   {"/proc/self/fd/1", "stdout"},
+    CHECK(mount("shm", p, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64m,mode=1777"),
+          "mount /dev/shm: %m");
+    static const char *const links[][2] = {{"pts/ptmx", "ptmx"},
+                                           {"/proc/self/fd", "fd"},
+                                           {"/proc/self/fd/0", "stdin"},
+                                           {"/proc/self/fd/1", "stdout"},
                                            {"/proc/self/fd/2", "stderr"}};
     for (size_t i = 0; i < ELEMENTSOF(links); i++) {
         (void) snprintf(p, sizeof p, "%s/%s", dev, links[i][1]);
@@ -263,7 +279,8 @@ static int make_writable_dirs(const struct cdn_setup_args *a, int rootfd, struct
             char src[4200], fdp[64];
             (void) snprintf(src, sizeof src, "%s/rw%zu", a->scratch, i);
             (void) fd_path(fdp, fd);
-            int r = mkdir(src, mode) < 0 || chmod(src, mode) < 0 ? -errno : bind_mount(src, fdp, false, 0, err);
+            int r =
+                mkdir(src, mode) < 0 || chmod(src, mode) < 0 ? -errno : bind_mount(src, fdp, false, 0, err);
             if (r < 0) {
                 (void) close(fd);
                 return r == -errno ? cdn_error_set(err, r, "writable %s: %m", dirs[i]) : r;

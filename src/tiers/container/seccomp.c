@@ -33,7 +33,7 @@
 /* Namespace-creating clone flags. CLONE_NEWTIME shares its bit with the exit
  * signal in clone(2) and is only honoured by clone3, which is ENOSYS here. */
 #define NS_FLAGS                                                                                             \
-    ((uint64_t) (CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET |    \
+    ((uint64_t) (CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET |   \
                  CLONE_NEWCGROUP))
 
 uint64_t cdn_seccomp_policy_hash(void)
@@ -88,7 +88,8 @@ static int add_filtered(scmp_filter_ctx ctx, struct cdn_error *err)
     /* personality: only the values Docker's profile admits (query, PER_LINUX, ADDR_NO_RANDOMIZE…). */
     const uint64_t personas[] = {0x0, 0x8, 0x20000, 0x20008, 0xffffffff};
     for (size_t i = 0; i < ELEMENTSOF(personas); i++)
-        r |= seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(personality), 1, SCMP_A0(SCMP_CMP_EQ, personas[i]));
+        r |= seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(personality), 1,
+                              SCMP_A0(SCMP_CMP_EQ, personas[i]));
     if (r)
         return cdn_error_set(err, EINVAL, "seccomp: adding argument filters failed");
     return 0;
@@ -118,7 +119,8 @@ static int export_append(scmp_filter_ctx ctx, uint8_t **buf, size_t *size, struc
     if (r < 0)
         return cdn_error_set(err, r, "seccomp: export: %s", strerror(-r));
     off_t n = lseek(fd, 0, SEEK_END);
-    if (n <= 0 || n % (off_t) sizeof(struct sock_filter) || n / (off_t) sizeof(struct sock_filter) > BPF_MAXINSNS)
+    if (n <= 0 || n % (off_t) sizeof(struct sock_filter) ||
+        n / (off_t) sizeof(struct sock_filter) > BPF_MAXINSNS)
         return cdn_error_set(err, EINVAL, "seccomp: exported filter has a bad size");
     uint8_t *b = realloc(*buf, *size + (size_t) n);
     if (!b)

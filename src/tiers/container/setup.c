@@ -27,8 +27,8 @@
 
 /* Top-level directories that stay read-only even where the image layer would
  * accept writes: the system, and the kernel's views. */
-static const char *const system_dirs[] = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "boot", "etc",
-                                          "proc", "sys", "dev", NULL};
+static const char *const system_dirs[] = {"usr",  "bin", "sbin", "lib", "lib32", "lib64", "libx32",
+                                          "boot", "etc", "proc", "sys", "dev",   NULL};
 
 static int loopback_up(struct cdn_error *err)
 {
@@ -100,8 +100,8 @@ static int apply_landlock(const struct cdn_spec *spec, struct cdn_error *err)
     dirs[n++] = "/dev/shm";
     dirs[n++] = "/dev/pts";
     dirs[n] = NULL;
-    static const char *const files[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/random",
-                                        "/dev/urandom", NULL};
+    static const char *const files[] = {"/dev/null",   "/dev/zero",    "/dev/full", "/dev/tty",
+                                        "/dev/random", "/dev/urandom", NULL};
     int r = cdn_landlock_restrict_writes(dirs, files);
     if (r < 0)
         return cdn_error_set(err, r, "landlock: %s", strerror(-r));
@@ -117,8 +117,11 @@ static int drop_capabilities(struct cdn_error *err)
                                      SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) < 0)
         return cdn_error_set(err, errno, "set securebits: %m");
     for (int cap = 0; cap <= 63; cap++)
-        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno != EINVAL)
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
+            if (errno == EINVAL)
+                break; /* past the kernel's last capability */
             return cdn_error_set(err, errno, "drop capability %d from the bounding set: %m", cap);
+        }
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
         return cdn_error_set(err, errno, "clear ambient capabilities: %m");
     struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
@@ -130,25 +133,35 @@ static int drop_capabilities(struct cdn_error *err)
     return 0;
 }
 
-/* fds 3 = agent socket, 4 = init binary (CLOEXEC), 5 = error pipe (CLOEXEC); close the rest. */
-static int arrange_fds(const struct cdn_setup_args *a, int *ret_err_fd, struct cdn_error *err)
+/* Fixed fd layout from the first instruction on: 3 = agent socket, 4 = init
+ * binary (CLOEXEC), 5 = error pipe (CLOEXEC), 6 = go pipe; everything else
+ * is closed, including the parent's ends of these pipes that clone copied —
+ * otherwise a dead parent would never produce EOF on the go pipe. */
+enum { FD_AGENT = 3, FD_INIT = 4, FD_ERR = 5, FD_GO = 6 };
+
+static int arrange_fds(const struct cdn_setup_args *a)
 {
-    int agent = fcntl(a->agent_fd, F_DUPFD_CLOEXEC, 100), init = fcntl(a->init_fd, F_DUPFD_CLOEXEC, 100);
-    int efd = fcntl(a->err_fd, F_DUPFD_CLOEXEC, 100);
-    if (agent < 0 || init < 0 || efd < 0 || dup2(agent, 3) < 0 || dup3(init, 4, O_CLOEXEC) < 0 ||
-        dup3(efd, 5, O_CLOEXEC) < 0)
-        return cdn_error_set(err, errno, "arrange fds: %m");
-    *ret_err_fd = 5;
-    if (syscall(SYS_close_range, 6, ~0U, 0) < 0)
-        return cdn_error_set(err, errno, "close_range: %m");
-    return 0;
+    int src[] = {a->agent_fd, a->init_fd, a->err_fd, a->go_fd}, tmp[4];
+    for (size_t i = 0; i < ELEMENTSOF(src); i++)
+        if ((tmp[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 100)) < 0)
+            return -errno;
+    for (size_t i = 0; i < ELEMENTSOF(src); i++)
+        if (dup3(tmp[i], FD_AGENT + (int) i, i == 0 ? 0 : O_CLOEXEC) < 0)
+            return -errno;
+    return RET_NERRNO((int) syscall(SYS_close_range, FD_GO + 1, ~0U, 0));
 }
 
-static int setup(const struct cdn_setup_args *a, int *err_fd, struct cdn_error *err)
+static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
 {
+    /* The network namespace is made here, in parallel with the parent's
+     * cgroup work, rather than by clone3 (see spawn()). No id map yet, but
+     * the capabilities of a fresh user namespace are enough for this. */
+    if (unshare(CLONE_NEWNET) < 0)
+        return cdn_error_set(err, errno, "unshare network namespace: %m");
     char go;
-    if (read(a->go_fd, &go, 1) != 1)
+    if (read(FD_GO, &go, 1) != 1)
         _exit(1); /* parent gone or failed: nothing to report to */
+    (void) close(FD_GO);
     /* Set after the id change below would reset it; the parent may already be
      * gone, in which case the go byte never came. */
     if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0 || setgroups(0, NULL) < 0)
@@ -161,23 +174,27 @@ static int setup(const struct cdn_setup_args *a, int *err_fd, struct cdn_error *
         return cdn_error_set(err, errno, "sethostname: %m");
     int r = loopback_up(err);
     if (r < 0 || (r = cdn_rootfs_setup(a, err)) < 0 || (r = set_rlimits(a->spec, err)) < 0 ||
-        (r = apply_landlock(a->spec, err)) < 0 || (r = arrange_fds(a, err_fd, err)) < 0 ||
-        (r = drop_capabilities(err)) < 0)
+        (r = apply_landlock(a->spec, err)) < 0 || (r = drop_capabilities(err)) < 0)
         return r;
     r = cdn_seccomp_install(a->seccomp);
     if (r < 0)
         return cdn_error_set(err, r, "install seccomp filter: %s", strerror(-r));
     static char *const argv[] = {"cordon-init", NULL};
     static char *const envp[] = {NULL};
-    syscall(SYS_execveat, 4, "", argv, envp, AT_EMPTY_PATH);
+    syscall(SYS_execveat, FD_INIT, "", argv, envp, AT_EMPTY_PATH);
     return cdn_error_set(err, errno, "exec cordon-init: %m");
 }
 
 void cdn_container_setup(const struct cdn_setup_args *a)
 {
     struct cdn_error err = {0};
-    int err_fd = a->err_fd;
-    (void) setup(a, &err_fd, &err);
-    (void) cdn_write_all(err_fd, &err, sizeof err);
+    int r = arrange_fds(a);
+    if (r < 0) {
+        cdn_error_set(&err, r, "arrange fds in the setup child: %s", strerror(-r));
+        (void) cdn_write_all(a->err_fd, &err, sizeof err);
+        _exit(1);
+    }
+    (void) setup(a, &err);
+    (void) cdn_write_all(FD_ERR, &err, sizeof err);
     _exit(1);
 }

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install cordon on Debian 12 as root: build dependencies from Debian, a
+# release build, `ninja install` into /usr/local (cordon on PATH, cordon-init in
+# /usr/local/libexec/cordon), and the host image skeleton in /var/lib/cordon.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+deps=(gcc libc6-dev meson ninja-build pkg-config libseccomp-dev libjansson-dev musl-tools)
+if ! dpkg -s "${deps[@]}" >/dev/null 2>&1; then
+    echo "install.sh: installing build dependencies: ${deps[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${deps[@]}" >/dev/null
+fi
+
+if [ ! -f build/build.ninja ]; then
+    meson setup build --prefix=/usr/local --buildtype=release -Dwerror=true
+fi
+ninja -C build
+ninja -C build install >/dev/null
+echo "install.sh: installed $(command -v cordon) ($(cordon --version))"
+cordon image rebuild host

@@ -1,0 +1,22 @@
+/* Fuzz the agent frame decoders: what cordon-init reads from the host and
+ * what the host reads from a (possibly compromised) sandbox. */
+#include "agent/frame.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static struct cdn_exec_req req;
+    struct cdn_frame_header h;
+    struct cdn_exit_msg m;
+    int e;
+    const char *msg;
+    if (size >= CDN_FRAME_HEADER)
+        (void) cdn_frame_header_decode(data, &h);
+    (void) cdn_exec_decode(data, size, &req);
+    (void) cdn_exit_decode(data, size, &m);
+    (void) cdn_errmsg_decode(data, size, &e, &msg);
+    return 0;
+}

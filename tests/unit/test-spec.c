@@ -1,0 +1,224 @@
+#include "cli/run-flags.h"
+#include "core/spec.h"
+#include "tap.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+static int from_json(struct cdn_spec *s, const char *json, struct cdn_error *err)
+{
+    *err = (struct cdn_error){0};
+    if (cdn_spec_init(s) < 0)
+        return -ENOMEM;
+    return cdn_spec_from_json(s, json, strlen(json), err);
+}
+
+TEST(defaults_are_safe)
+{
+    struct cdn_spec s;
+    struct cdn_error err = {0};
+    CHECK_EQ_INT(cdn_spec_init(&s), 0);
+    CHECK_EQ_INT(s.tier, CDN_TIER_CONTAINER);
+    CHECK_EQ_INT(s.net_mode, CDN_NET_NONE);
+    CHECK_EQ_INT(s.limits.memory_mb, 512);
+    CHECK_EQ_INT(s.limits.pids, 256);
+    CHECK_EQ_INT(s.limits.disk_mb, 1024);
+    CHECK_EQ_INT(s.limits.timeout_ms, 600000);
+    CHECK_STREQ(s.image, "host");
+    CHECK_STREQ(s.workdir, "/workspace");
+    CHECK_EQ_INT(cdn_spec_validate(&s, &err), 0);
+    cdn_spec_free(&s);
+}
+
+TEST(json_full_spec)
+{
+    struct cdn_spec s;
+    struct cdn_error err;
+    const char *j =
+        "{\"tier\":\"container\",\"image\":\"host\",\"limits\":{\"cpus\":0.5,\"memory_mb\":256,"
+        "\"pids\":64,\"disk_mb\":100,\"timeout_s\":1.5},\"network\":{\"mode\":\"none\"},"
+        "\"mounts\":[{\"source\":\"/srv\",\"target\":\"/data\",\"readonly\":true}],"
+        "\"env\":{\"K\":\"V\"},\"workdir\":\"/w\",\"labels\":{\"job\":\"j1\"},\"on_violation\":\"log\"}";
+    CHECK_EQ_INT(from_json(&s, j, &err), 0);
+    CHECK(s.limits.cpus == 0.5);
+    CHECK_EQ_INT(s.limits.memory_mb, 256);
+    CHECK_EQ_INT(s.limits.timeout_ms, 1500);
+    CHECK_EQ_INT(s.n_mounts, 1);
+    CHECK_STREQ(s.mounts[0].target, "/data");
+    CHECK(s.mounts[0].readonly);
+    CHECK_STREQ(s.env.v[0], "K=V");
+    CHECK_STREQ(s.labels.v[0], "job=j1");
+    CHECK_EQ_INT(cdn_spec_validate(&s, &err), 0);
+    char *out = cdn_spec_to_json(&s);
+    CHECK(out && strstr(out, "\"memory_mb\":256"));
+    free(out);
+    cdn_spec_free(&s);
+}
+
+TEST(json_errors_name_the_field)
+{
+    static const struct {
+        const char *json, *field;
+    } cases[] = {
+        {"{\"limits\":{\"memroy_mb\":1}}", "limits.memroy_mb"},
+        {"{\"bogus\":1}", "bogus"},
+        {"{\"limits\":{\"memory_mb\":-5}}", "limits.memory_mb"},
+        {"{\"limits\":{\"cpus\":0}}", "limits.cpus"},
+        {"{\"tier\":\"spaceship\"}", "tier"},
+        {"{\"network\":{\"mode\":\"maybe\"}}", "network.mode"},
+        {"{\"mounts\":[{\"source\":\"/a\",\"target\":\"../etc\"}]}", "mounts[0]"},
+        {"{\"mounts\":[{\"source\":\"/a\"}]}", "mounts[0]"},
+        {"{\"env\":{\"A=B\":\"x\"}}", "env"},
+        {"{\"image\":3}", "image"},
+        {"[1,2]", ""},
+        {"{\"tier\":\"container\",\"tier\":\"vm\"}", ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct cdn_spec s;
+        struct cdn_error err;
+        int r = from_json(&s, cases[i].json, &err);
+        CHECK(r < 0);
+        CHECK_STREQ(err.field, cases[i].field);
+        CHECK(err.msg[0] != 0);
+        cdn_spec_free(&s);
+    }
+}
+
+TEST(validate_ranges_and_unsupported)
+{
+    static const struct {
+        const char *json, *field;
+    } cases[] = {
+        {"{\"limits\":{\"memory_mb\":4}}", "limits.memory_mb"},
+        {"{\"limits\":{\"pids\":1}}", "limits.pids"},
+        {"{\"limits\":{\"disk_mb\":0}}", "limits.disk_mb"},
+        {"{\"tier\":\"vm\"}", "tier"},
+        {"{\"network\":{\"mode\":\"open\"}}", "network.mode"},
+        {"{\"protect\":[\"/a/**\"]}", "protect"},
+        {"{\"on_violation\":\"kill\"}", "on_violation"},
+        {"{\"workdir\":\"relative\"}", "workdir"},
+        {"{\"image\":\"rel/dir\"}", "image"},
+        {"{\"hostname\":\"bad host\"}", "hostname"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct cdn_spec s;
+        struct cdn_error err;
+        CHECK_EQ_INT(from_json(&s, cases[i].json, &err), 0);
+        CHECK(cdn_spec_validate(&s, &err) < 0);
+        CHECK_STREQ(err.field, cases[i].field);
+        cdn_spec_free(&s);
+    }
+}
+
+TEST(safe_paths)
+{
+    CHECK(cdn_path_is_safe_absolute("/a/b"));
+    CHECK(cdn_path_is_safe_absolute("/a/.b/c"));
+    CHECK(!cdn_path_is_safe_absolute("a/b"));
+    CHECK(!cdn_path_is_safe_absolute("/a/../b"));
+    CHECK(!cdn_path_is_safe_absolute("/a/./b"));
+    CHECK(!cdn_path_is_safe_absolute("/.."));
+    CHECK(!cdn_path_is_safe_absolute(NULL));
+}
+
+static int parse(struct cdn_run_opts *o, struct cdn_error *err, char **argv)
+{
+    int argc = 0;
+    while (argv[argc])
+        argc++;
+    *o = (struct cdn_run_opts){0};
+    *err = (struct cdn_error){0};
+    CHECK_EQ_INT(cdn_spec_init(&o->spec), 0);
+    return cdn_run_parse(argc, argv, o, err);
+}
+
+TEST(flags_map_to_spec)
+{
+    struct cdn_run_opts o;
+    struct cdn_error err;
+    char *argv[] = {"--cpus",
+                    "0.5",
+                    "--memory=256M",
+                    "--pids",
+                    "32",
+                    "--disk",
+                    "1500K",
+                    "--timeout",
+                    "2m",
+                    "--bind",
+                    "/srv:/data:ro",
+                    "--env",
+                    "A=1",
+                    "--env",
+                    "A=2",
+                    "--workdir",
+                    "/w",
+                    "--json",
+                    "--",
+                    "echo",
+                    "hi",
+                    NULL};
+    CHECK_EQ_INT(parse(&o, &err, argv), 0);
+    CHECK(o.spec.limits.cpus == 0.5);
+    CHECK_EQ_INT(o.spec.limits.memory_mb, 256);
+    CHECK_EQ_INT(o.spec.limits.pids, 32);
+    CHECK_EQ_INT(o.spec.limits.disk_mb, 2); /* 1500K rounds up to whole MiB */
+    CHECK_EQ_INT(o.spec.limits.timeout_ms, 120000);
+    CHECK_EQ_INT(o.spec.n_mounts, 1);
+    CHECK(o.spec.mounts[0].readonly);
+    CHECK_EQ_INT(o.spec.env.n, 1);
+    CHECK_STREQ(o.spec.env.v[0], "A=2");
+    CHECK(o.json);
+    CHECK_STREQ(o.argv[0], "echo");
+    CHECK_STREQ(o.argv[1], "hi");
+    cdn_spec_free(&o.spec);
+}
+
+TEST(flags_command_without_dashdash)
+{
+    struct cdn_run_opts o;
+    struct cdn_error err;
+    char *argv[] = {"--pids", "8", "ls", "-l", NULL};
+    CHECK_EQ_INT(parse(&o, &err, argv), 0);
+    CHECK_STREQ(o.argv[0], "ls");
+    CHECK_STREQ(o.argv[1], "-l");
+    cdn_spec_free(&o.spec);
+}
+
+TEST(flags_errors)
+{
+    static const struct {
+        const char *a, *b, *field;
+    } cases[] = {
+        {"--memory", "12Q", "limits.memory_mb"},
+        {"--disk", "lots", "limits.disk_mb"},
+        {"--cpus", "-1", "limits.cpus"},
+        {"--pids", "1.5", "limits.pids"},
+        {"--timeout", "soon", "limits.timeout_s"},
+        {"--tier", "rocket", "tier"},
+        {"--bind", "/only-source", "mounts"},
+        {"--bind", "/a:/b:rx", "mounts"},
+        {"--env", "NOEQUALS", "env"},
+        {"--net", "sometimes", "network.mode"},
+        {"--bogus", "x", ""},
+        {"--on-violation", "explode", "on_violation"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct cdn_run_opts o;
+        struct cdn_error err;
+        char *argv[] = {(char *) cases[i].a, (char *) cases[i].b, "--", "true", NULL};
+        CHECK(parse(&o, &err, argv) < 0);
+        CHECK_STREQ(err.field, cases[i].field);
+        CHECK(err.msg[0]);
+        cdn_spec_free(&o.spec);
+    }
+    struct cdn_run_opts o;
+    struct cdn_error err;
+    char *none[] = {"--json", NULL};
+    CHECK(parse(&o, &err, none) < 0); /* no command */
+    cdn_spec_free(&o.spec);
+    char *missing[] = {"--memory", NULL};
+    CHECK(parse(&o, &err, missing) < 0);
+    CHECK_STREQ(err.field, "limits.memory_mb");
+    cdn_spec_free(&o.spec);
+}
