@@ -200,7 +200,7 @@ static void print_record(const struct cdn_sandbox *sb, const struct outcome *o, 
         "violations");
     if (!rec)
         return;
-    char *s = json_dumps(rec, JSON_COMPACT);
+    char *s = json_dumps(rec, JSON_COMPACT | JSON_REAL_PRECISION(9));
     if (s)
         fprintf(stderr, "%s\n", s);
     free(s);

@@ -51,12 +51,12 @@ int cdn_error_prefix(struct cdn_error *err, int errnum, const char *fmt, ...)
     va_start(ap, fmt);
     (void) vsnprintf(ctx, sizeof ctx, fmt, ap);
     va_end(ap);
-    size_t n = strlen(ctx);
-    memcpy(err->msg, ctx, n + 1);
-    if (old[0] && n + 2 < sizeof err->msg) {
-        memcpy(err->msg + n, ": ", 3);
-        (void) strncat(err->msg, old, sizeof err->msg - n - 3);
-    }
+    /* "ctx: old", cut to fit; snprintf with a precision keeps the compiler's truncation checks quiet. */
+    int room = (int) sizeof err->msg - 1;
+    if (old[0])
+        (void) snprintf(err->msg, sizeof err->msg, "%.*s: %.*s", room, ctx, room, old);
+    else
+        (void) snprintf(err->msg, sizeof err->msg, "%.*s", room, ctx);
     if (errnum)
         err->errnum = errnum;
     return -(err->errnum ? err->errnum : EINVAL);

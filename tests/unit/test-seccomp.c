@@ -90,6 +90,14 @@ static int probe_tiocsti(void)
     /* upper bits set: the kernel truncates the command, so must the filter */
     return ERRNO_OF(syscall(SYS_ioctl, 0, TIOCSTI | (1UL << 32), &c));
 }
+static int probe_fionread(void)
+{
+    int p[2], n = -1;
+    if (pipe(p) < 0)
+        return 99;
+    /* an ordinary ioctl must pass both filters */
+    return ERRNO_OF(ioctl(p[0], FIONREAD, &n));
+}
 static int probe_getpid(void)
 {
     return getpid() > 0 ? 0 : 1;
@@ -107,6 +115,7 @@ TEST(filter_verdicts)
     CHECK(p.len[0] > 10 && p.len[1] > 0);
     CHECK_EQ_INT(under_filter(&p, probe_getpid), 0);
     CHECK_EQ_INT(under_filter(&p, probe_tcp), 0);
+    CHECK_EQ_INT(under_filter(&p, probe_fionread), 0);
     CHECK_EQ_INT(under_filter(&p, probe_mount), EPERM);
     CHECK_EQ_INT(under_filter(&p, probe_unshare), EPERM);
     CHECK_EQ_INT(under_filter(&p, probe_clone3), ENOSYS);

@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/mount.h>
 #include <linux/openat2.h>
 #include <stdio.h>
 #include <string.h>
@@ -237,11 +238,28 @@ static int mount_dev(int rootfd, const char *root, struct cdn_error *err)
     return 0;
 }
 
+/* Bind src onto the (already resolved) target fd. Flags go on the new mount
+ * through a fresh fd of it: the old fd still names the directory underneath. */
+static int bind_onto(int rootfd, const char *src, int target_fd, const char *target, bool readonly,
+                     struct cdn_error *err)
+{
+    char fdp[64];
+    (void) fd_path(fdp, target_fd);
+    CHECK(mount(src, fdp, NULL, MS_BIND | MS_REC, NULL), "bind %s on %s: %m", src, target);
+    _cleanup_close_ int fd = open_in_root(rootfd, target, true, 0);
+    if (fd < 0)
+        return cdn_error_set(err, fd, "reopen %s: %s", target, strerror(-fd));
+    struct mount_attr attr = {.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (readonly ? MOUNT_ATTR_RDONLY : 0)};
+    CHECK(syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr),
+          "set flags on %s: %m", target);
+    return 0;
+}
+
 static int mount_binds(const struct cdn_setup_args *a, int rootfd, struct cdn_error *err)
 {
     for (size_t i = 0; i < a->spec->n_mounts; i++) {
         const struct cdn_mount *m = &a->spec->mounts[i];
-        char field[32], fdp[64];
+        char field[32];
         struct stat st;
         (void) snprintf(field, sizeof field, "mounts[%zu]", i);
         if (stat(m->source, &st) < 0)
@@ -249,8 +267,7 @@ static int mount_binds(const struct cdn_setup_args *a, int rootfd, struct cdn_er
         int fd = open_in_root(rootfd, m->target, S_ISDIR(st.st_mode), S_ISDIR(st.st_mode) ? 0755 : 0644);
         if (fd < 0)
             return cdn_error_field(err, fd, field, "--bind target '%s': %s", m->target, strerror(-fd));
-        (void) fd_path(fdp, fd);
-        int r = bind_mount(m->source, fdp, m->readonly, MS_NOSUID | MS_NODEV, err);
+        int r = bind_onto(rootfd, m->source, fd, m->target, m->readonly, err);
         (void) close(fd);
         if (r < 0)
             return cdn_error_prefix(err, r, "%s", field);
@@ -258,11 +275,6 @@ static int mount_binds(const struct cdn_setup_args *a, int rootfd, struct cdn_er
     return 0;
 }
 
-/* The working directory, root's home and the temp dirs must be writable by
- * the sandbox's root. Image files belong to host uids that are not mapped
- * into the sandbox, so an existing directory that is neither ours nor
- * world-writable (and every one of them under a read-only root) is replaced
- * by a directory of the scratch tmpfs bound in place, still counted against --disk. */
 static int make_writable_dirs(const struct cdn_setup_args *a, int rootfd, struct cdn_error *err)
 {
     const char *dirs[] = {a->spec->workdir, "/tmp", "/var/tmp", "/root", "/home", "/run"};

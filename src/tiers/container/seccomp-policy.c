@@ -112,6 +112,7 @@ const char *const cdn_seccomp_allowed[] = {
     "io_pgetevents",
     "io_setup",
     "io_submit",
+    "ioctl",
     "ioprio_get",
     "ioprio_set",
     "kill",

@@ -54,7 +54,9 @@ static int set_rlimits(const struct cdn_spec *spec, struct cdn_error *err)
     } lim[] = {
         {RLIMIT_NOFILE, spec->limits.nofile, "limits.nofile"},
         {RLIMIT_CORE, 0, "core"},
-        {RLIMIT_FSIZE, (rlim_t) spec->limits.disk_mb << 20, "limits.disk_mb"},
+        /* One MiB above the disk size: inside the writable layer ENOSPC comes first (a clear
+         * error, not SIGXFSZ); on read-write binds it still bounds any single file. */
+        {RLIMIT_FSIZE, (rlim_t) (spec->limits.disk_mb + 1) << 20, "limits.disk_mb"},
     };
     for (size_t i = 0; i < ELEMENTSOF(lim); i++) {
         struct rlimit cur, want = {lim[i].v, lim[i].v};
