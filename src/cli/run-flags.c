@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int (*flag_fn)(struct cdn_run_opts *o, const char *arg, struct cdn_error *err);
 
@@ -115,7 +116,14 @@ static int f_net(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 }
 static int f_bind(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 {
-    return cdn_spec_parse_bind(&o->spec, a, e);
+    /* Like `docker run -v $PWD/x:…`, a relative source is taken from the current directory. */
+    if (a[0] == '/' || a[0] == ':')
+        return cdn_spec_parse_bind(&o->spec, a, e);
+    char cwd[4096], abs[8300];
+    if (!getcwd(cwd, sizeof cwd))
+        return cdn_error_field(e, errno, "mounts", "--bind '%s': cannot resolve the current directory: %m", a);
+    (void) snprintf(abs, sizeof abs, "%s/%s", strcmp(cwd, "/") ? cwd : "", a);
+    return cdn_spec_parse_bind(&o->spec, abs, e);
 }
 static int f_env(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 {
