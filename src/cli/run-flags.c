@@ -121,7 +121,8 @@ static int f_bind(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
         return cdn_spec_parse_bind(&o->spec, a, e);
     char cwd[4096], abs[8300];
     if (!getcwd(cwd, sizeof cwd))
-        return cdn_error_field(e, errno, "mounts", "--bind '%s': cannot resolve the current directory: %m", a);
+        return cdn_error_field(e, errno, "mounts", "--bind '%s': cannot resolve the current directory: %m",
+                               a);
     (void) snprintf(abs, sizeof abs, "%s/%s", strcmp(cwd, "/") ? cwd : "", a);
     return cdn_spec_parse_bind(&o->spec, abs, e);
 }

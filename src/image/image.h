@@ -11,6 +11,7 @@
 struct cdn_image {
     char lower[4096]; /* the read-only lower layer for the overlay */
     bool host;        /* bind the host's /usr (and any non-symlink /bin, /lib…) on top */
+    char dev[4096];   /* a prepared /dev tree to bind, or "" to assemble /dev node by node */
 };
 
 /* Resolve spec.image; builds the host skeleton on first use. Errors name "image". */

@@ -41,7 +41,7 @@ static const char *const masked_paths[] = {
     NULL,
 };
 static const char *const readonly_paths[] = {
-    "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger", NULL,
+    "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", NULL, /* sysrq-trigger is masked outright */
 };
 static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty", NULL};
 
@@ -197,12 +197,39 @@ static int mount_proc(int rootfd, const char *root, struct cdn_error *err)
     return 0;
 }
 
-static int mount_dev(int rootfd, const char *root, struct cdn_error *err)
+/* /dev from the prepared tree: one bind, devpts and shm on top, then read-only. */
+static int mount_dev_prepared(const struct cdn_setup_args *a, int rootfd, int fd, struct cdn_error *err)
+{
+    char fdp[64];
+    (void) fd_path(fdp, fd);
+    CHECK(mount(a->image->dev, fdp, NULL, MS_BIND, NULL), "bind %s on /dev: %m", a->image->dev);
+    _cleanup_close_ int dev = open_in_root(rootfd, "/dev", true, 0);
+    if (dev < 0)
+        return cdn_error_set(err, dev, "reopen /dev: %s", strerror(-dev));
+    (void) fd_path(fdp, dev);
+    char p[96];
+    (void) snprintf(p, sizeof p, "%s/pts", fdp);
+    CHECK(mount("devpts", p, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"),
+          "mount /dev/pts: %m");
+    (void) snprintf(p, sizeof p, "%s/shm", fdp);
+    CHECK(mount("shm", p, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64m,mode=1777"),
+          "mount /dev/shm: %m");
+    struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC};
+    CHECK(syscall(SYS_mount_setattr, dev, "", AT_EMPTY_PATH, &attr, sizeof attr), "make /dev read-only: %m");
+    return 0;
+}
+
+static int mount_dev(const struct cdn_setup_args *a, int rootfd, const char *root, struct cdn_error *err)
 {
     char dev[4200], p[4300], fdp[64];
     int fd = open_in_root(rootfd, "/dev", true, 0755);
     if (fd < 0)
         return cdn_error_set(err, fd, "create /dev in the image: %s", strerror(-fd));
+    if (a->image->dev[0]) {
+        int r = mount_dev_prepared(a, rootfd, fd, err);
+        (void) close(fd);
+        return r;
+    }
     (void) fd_path(fdp, fd);
     int r = mount("cordon-dev", fdp, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755");
     (void) close(fd);
@@ -249,7 +276,8 @@ static int bind_onto(int rootfd, const char *src, int target_fd, const char *tar
     _cleanup_close_ int fd = open_in_root(rootfd, target, true, 0);
     if (fd < 0)
         return cdn_error_set(err, fd, "reopen %s: %s", target, strerror(-fd));
-    struct mount_attr attr = {.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (readonly ? MOUNT_ATTR_RDONLY : 0)};
+    struct mount_attr attr = {.attr_set =
+                                  MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (readonly ? MOUNT_ATTR_RDONLY : 0)};
     CHECK(syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr),
           "set flags on %s: %m", target);
     return 0;
@@ -326,7 +354,7 @@ int cdn_rootfs_setup(const struct cdn_setup_args *a, struct cdn_error *err)
         return cdn_error_set(err, errno, "open new root: %m");
     if (a->image->host && (r = mount_host_usr(root, err)) < 0)
         return r;
-    if ((r = mount_proc(rootfd, root, err)) < 0 || (r = mount_dev(rootfd, root, err)) < 0 ||
+    if ((r = mount_proc(rootfd, root, err)) < 0 || (r = mount_dev(a, rootfd, root, err)) < 0 ||
         (r = mount_binds(a, rootfd, err)) < 0)
         return r;
     r = make_writable_dirs(a, rootfd, err);
