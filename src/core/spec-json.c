@@ -35,7 +35,7 @@ static int get_string(json_t *v, const char *field, const char **ret, struct cdn
 
 static int set_string(char **dst, json_t *v, const char *field, struct cdn_error *err)
 {
-    const char *s;
+    const char *s = NULL;
     int r = get_string(v, field, &s, err);
     if (r < 0)
         return r;
@@ -95,7 +95,7 @@ static int decode_string_list(struct cdn_strv *l, json_t *arr, const char *name,
     json_array_foreach(arr, i, v)
     {
         char field[48];
-        const char *s;
+        const char *s = NULL;
         (void) snprintf(field, sizeof field, "%.30s[%zu]", name, i);
         int r = get_string(v, field, &s, err);
         if (r < 0)
@@ -118,7 +118,7 @@ static int decode_network(struct cdn_spec *spec, json_t *obj, struct cdn_error *
     json_object_foreach(obj, key, v)
     {
         if (strcmp(key, "mode") == 0) {
-            const char *s;
+            const char *s = NULL;
             int r = get_string(v, "network.mode", &s, err);
             if (r < 0)
                 return r;
@@ -189,7 +189,7 @@ static int decode_map(struct cdn_spec *spec, json_t *obj, const char *name, stru
     json_object_foreach(obj, key, v)
     {
         char field[48];
-        const char *s;
+        const char *s = NULL;
         (void) snprintf(field, sizeof field, "%s.%.30s", name, key);
         int r = get_string(v, field, &s, err);
         if (r < 0)
@@ -214,7 +214,7 @@ static int decode_map(struct cdn_spec *spec, json_t *obj, const char *name, stru
 static int decode_enum(json_t *v, const char *field, int (*from)(const char *), int *ret,
                        struct cdn_error *err)
 {
-    const char *s;
+    const char *s = NULL;
     int r = get_string(v, field, &s, err);
     if (r < 0)
         return r;
@@ -227,7 +227,7 @@ static int decode_enum(json_t *v, const char *field, int (*from)(const char *), 
 
 static int decode_field(struct cdn_spec *spec, const char *key, json_t *v, struct cdn_error *err)
 {
-    int e;
+    int e = 0;
     if (strcmp(key, "tier") == 0) {
         int r = decode_enum(v, "tier", cdn_tier_from_string, &e, err);
         if (r >= 0)
