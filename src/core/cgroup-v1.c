@@ -105,6 +105,31 @@ static int v1_attach(struct cdn_cgroup *cg, pid_t pid)
     return 0;
 }
 
+static int v1_delegate_self(struct cdn_cgroup *cg, uid_t uid, gid_t gid)
+{
+    for (size_t i = 0; i < N_CTRL; i++) {
+        char p[600];
+        int r = knob(cg, controllers[i], "tasks", p, sizeof p);
+        if (r < 0)
+            return r;
+        if (chown(p, uid, gid) < 0)
+            return -errno;
+    }
+    return 0;
+}
+
+/* Runs in the sandbox's setup child (single-threaded, uid `uid` of
+ * delegate_self), before it leaves the host's view of the cgroup tree. */
+static int v1_attach_self(const struct cdn_cgroup *cg)
+{
+    for (size_t i = 0; i < N_CTRL; i++) {
+        int r = write_knob(cg, controllers[i], "tasks", "0");
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
 static uint64_t read_u64(struct cdn_cgroup *cg, const char *ctrl, const char *file, const char *key)
 {
     char p[600], buf[2048];
@@ -163,6 +188,8 @@ const struct cdn_cgroup_ops cdn_cgroup_v1_ops = {
     .version = CDN_CGROUP_V1,
     .create = v1_create,
     .attach = v1_attach,
+    .delegate_self = v1_delegate_self,
+    .attach_self = v1_attach_self,
     .stats = v1_stats,
     .kill_all = v1_kill_all,
     .destroy = v1_destroy,

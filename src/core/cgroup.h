@@ -40,6 +40,12 @@ struct cdn_cgroup_ops {
     int (*create)(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, struct cdn_error *err);
     /* Move pid in (v1; v2 prefers CLONE_INTO_CGROUP and uses this as fallback). */
     int (*attach)(struct cdn_cgroup *cg, pid_t pid);
+    /* v1 only (NULL for v2): let host uid `uid` move itself in (chown the "tasks"
+     * files), then attach_self() run by that process does it. A thread moving
+     * itself by writing "0" to "tasks" skips the global threadgroup lock whose
+     * RCU grace period makes a cgroup.procs write take up to ~10 ms. */
+    int (*delegate_self)(struct cdn_cgroup *cg, uid_t uid, gid_t gid);
+    int (*attach_self)(const struct cdn_cgroup *cg);
     int (*stats)(struct cdn_cgroup *cg, struct cdn_cgroup_stats *ret);
     /* SIGKILL every process in it; returns how many were signalled. */
     int (*kill_all)(struct cdn_cgroup *cg);

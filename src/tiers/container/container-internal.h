@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 
+#include "core/cgroup.h"
 #include "core/spec.h"
 #include "image/image.h"
 #include "seccomp-policy.h"
@@ -18,6 +19,7 @@ struct cdn_setup_args {
     int err_fd;          /* write end, CLOEXEC: a struct cdn_error if setup fails; EOF when init is exec'd */
     int agent_fd;        /* the sandbox end of the agent socket; becomes fd 3 of cordon-init */
     int init_fd;         /* the cordon-init executable */
+    const struct cdn_cgroup *cgroup; /* v1: to join with attach_self(); NULL when born inside it (v2) */
 };
 
 /* The setup child: runs right after clone3 in the new user, pid, mount, net,

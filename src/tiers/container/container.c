@@ -120,6 +120,7 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         .err_fd = rep[1],
         .agent_fd = agent[1],
         .init_fd = prep.init_fd,
+        .cgroup = v2 ? NULL : &sb->cgroup,
     };
     pid_t pid = (pid_t) syscall(SYS_clone3, &ca, sizeof ca);
     if (pid < 0)
@@ -128,9 +129,10 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         cdn_container_setup(&args);
     sb->init_pid = pid;
     sb->init_pidfd = pidfd;
-    if (!v2 &&
-        ((r = start_guard_and_cgroup(sb, err)) < 0 || (r = sb->cgroup.ops->attach(&sb->cgroup, pid)) < 0))
-        return err->msg[0] ? r : cdn_error_set(err, r, "join cgroup: %s", strerror(-r));
+    /* v1: the child moves itself in (see cdn_cgroup_ops.attach_self) once it has its uid. */
+    if (!v2 && ((r = start_guard_and_cgroup(sb, err)) < 0 ||
+                (r = sb->cgroup.ops->delegate_self(&sb->cgroup, sb->uid_base, sb->uid_base)) < 0))
+        return err->msg[0] ? r : cdn_error_set(err, r, "delegate cgroup: %s", strerror(-r));
     if ((r = write_id_maps(pid, sb->uid_base, err)) < 0)
         return r;
     if (write(go[1], "g", 1) != 1)

@@ -25,7 +25,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define POLICY_VERSION 1
+#define POLICY_VERSION 2
 
 #ifndef CLONE_NEWTIME
 #define CLONE_NEWTIME 0x00000080
@@ -141,6 +141,12 @@ int cdn_seccomp_compile(struct cdn_seccomp_prog *ret, struct cdn_error *err)
     int r = seccomp_attr_set(main_ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
     if (r < 0)
         return cdn_error_set(err, r, "seccomp: set bad-arch action: %s", strerror(-r));
+    /* A binary search over syscall numbers instead of a linear chain: every
+     * syscall of the sandbox pays for the filter, and so does the kernel's
+     * per-syscall verdict cache that is computed when the filter is installed. */
+    r = seccomp_attr_set(main_ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
+    if (r < 0)
+        return cdn_error_set(err, r, "seccomp: enable binary-tree optimisation: %s", strerror(-r));
     if ((r = add_allowed(main_ctx, err)) < 0 || (r = add_filtered(main_ctx, err)) < 0 ||
         (r = add_ioctl_denials(ioctl_ctx, err)) < 0)
         return r;

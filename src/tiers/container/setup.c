@@ -168,6 +168,11 @@ static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
      * gone, in which case the go byte never came. */
     if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0 || setgroups(0, NULL) < 0)
         return cdn_error_set(err, errno, "become root of the user namespace: %m");
+    if (a->cgroup) {
+        int r = a->cgroup->ops->attach_self(a->cgroup);
+        if (r < 0)
+            return cdn_error_set(err, r, "join cgroup %s: %s", a->cgroup->name, strerror(-r));
+    }
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
         return cdn_error_set(err, errno, "PR_SET_PDEATHSIG: %m");
     if (unshare(CLONE_NEWCGROUP) < 0)
