@@ -198,6 +198,9 @@ static void handle_frame(void)
 int main(void)
 {
     (void) prctl(PR_SET_DUMPABLE, 0); /* keep sandbox processes out of /proc/1/{mem,environ,fd} */
+    /* Out of the caller's terminal process group: a Ctrl-C reaches the host
+     * side once, which forwards it; it must not also arrive here directly. */
+    (void) setsid();
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);
