@@ -4,6 +4,7 @@
 #include "shared/fd-util.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -57,23 +58,25 @@ static int set_memory(struct cdn_cgroup *cg, uint64_t bytes, struct cdn_error *e
 
 static int v1_create(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, struct cdn_error *err)
 {
+    bool reused = false;
     for (size_t i = 0; i < N_CTRL; i++) {
         char p[512];
         int r = cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V1, controllers[i], cg->name);
         if (r < 0)
             return cdn_error_set(err, r, "cgroup path too long");
-        if (mkdir(p, 0755) < 0 && errno != EEXIST) {
-            if (errno != ENOENT)
-                return cdn_error_set(err, errno, "cgroup v1: mkdir %s: %m", p);
-            /* first use on this host: make the "cordon" parent, then retry */
+        int m = mkdir(p, 0755) < 0 ? errno : 0;
+        if (m == ENOENT) { /* first use on this host: make the "cordon" parent, then retry */
             *strrchr(p, '/') = 0;
             if (mkdir(p, 0755) < 0 && errno != EEXIST)
                 return cdn_error_set(err, errno, "cgroup v1: mkdir %s: %m (is the %s controller mounted?)", p,
                                      controllers[i]);
-            r = cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V1, controllers[i], cg->name);
-            if (r < 0 || (mkdir(p, 0755) < 0 && errno != EEXIST))
-                return cdn_error_set(err, errno, "cgroup v1: mkdir %s: %m", p);
+            *strchr(p, 0) = '/';
+            m = mkdir(p, 0755) < 0 ? errno : 0;
         }
+        if (m == EEXIST)
+            reused = true;
+        else if (m)
+            return cdn_error_set(err, m, "cgroup v1: mkdir %s: %m", p);
     }
     char v[32];
     int r = set_memory(cg, l->memory_bytes, err);
@@ -90,7 +93,7 @@ static int v1_create(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, s
     r = write_knob(cg, "pids", "pids.max", v);
     if (r < 0)
         return cdn_error_field(err, r, "limits.pids", "cgroup v1: set pids.max=%s: %s", v, strerror(-r));
-    return 0;
+    return reused ? 1 : 0;
 }
 
 static int v1_attach(struct cdn_cgroup *cg, pid_t pid)

@@ -4,6 +4,7 @@
 #include "shared/fd-util.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -40,15 +41,16 @@ static int v2_create(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, s
     int r = cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V2, NULL, cg->name);
     if (r < 0)
         return cdn_error_set(err, r, "cgroup path too long");
-    if (mkdir(p, 0755) < 0 && errno != EEXIST) {
-        if (errno != ENOENT)
-            return cdn_error_set(err, errno, "cgroup v2: mkdir %s: %m", p);
+    int m = mkdir(p, 0755) < 0 ? errno : 0;
+    if (m == ENOENT) { /* first use on this host */
         r = ensure_parent(err);
         if (r < 0)
             return r;
-        if (mkdir(p, 0755) < 0 && errno != EEXIST)
-            return cdn_error_set(err, errno, "cgroup v2: mkdir %s: %m", p);
+        m = mkdir(p, 0755) < 0 ? errno : 0;
     }
+    bool reused = m == EEXIST;
+    if (m && !reused)
+        return cdn_error_set(err, m, "cgroup v2: mkdir %s: %m", p);
     cg->dirfd = safe_close(cg->dirfd);
     cg->dirfd = open(p, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
     if (cg->dirfd < 0)
@@ -64,7 +66,7 @@ static int v2_create(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, s
     (void) snprintf(v, sizeof v, "%" PRIu64, l->pids);
     if ((r = write_knob(cg, "pids.max", v)) < 0)
         return cdn_error_field(err, r, "limits.pids", "cgroup v2: pids.max=%s: %s", v, strerror(-r));
-    return 0;
+    return reused ? 1 : 0;
 }
 
 static int v2_attach(struct cdn_cgroup *cg, pid_t pid)

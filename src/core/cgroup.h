@@ -36,7 +36,8 @@ struct cdn_cgroup {
 
 struct cdn_cgroup_ops {
     enum cdn_cgroup_version version;
-    /* Make the cgroup (reusing an existing directory of that name) and apply limits. */
+    /* Make the cgroup (reusing an existing directory of that name) and apply limits.
+     * Returns 0 for a new directory, 1 for a reused one. */
     int (*create)(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, struct cdn_error *err);
     /* Move pid in (v1; v2 prefers CLONE_INTO_CGROUP and uses this as fallback). */
     int (*attach)(struct cdn_cgroup *cg, pid_t pid);

@@ -90,7 +90,7 @@ TEST(v1_driver_writes_limits)
     struct cdn_error err = {0};
     cdn_cgroup_init(&cg, &cdn_cgroup_v1_ops, "slot-1");
     struct cdn_cgroup_limits l = {.cpus = 0.5, .memory_bytes = 64 << 20, .pids = 32};
-    CHECK_EQ_INT(cg.ops->create(&cg, &l, &err), 0);
+    CHECK_EQ_INT(cg.ops->create(&cg, &l, &err), 1); /* the pre-made directory is reused */
     CHECK_STREQ(slurp(dirs[1], "memory.limit_in_bytes"), "67108864");
     CHECK_STREQ(slurp(dirs[1], "memory.memsw.limit_in_bytes"), "67108864");
     CHECK_STREQ(slurp(dirs[0], "cpu.cfs_quota_us"), "50000");
@@ -123,7 +123,7 @@ TEST(v2_driver_writes_limits)
     struct cdn_error err = {0};
     cdn_cgroup_init(&cg, &cdn_cgroup_v2_ops, "slot-2");
     struct cdn_cgroup_limits l = {.cpus = 1.5, .memory_bytes = 128 << 20, .pids = 100};
-    CHECK_EQ_INT(cg.ops->create(&cg, &l, &err), 0);
+    CHECK_EQ_INT(cg.ops->create(&cg, &l, &err), 1); /* the pre-made directory is reused */
     CHECK(cg.dirfd >= 0);
     CHECK_STREQ(slurp(dir, "memory.max"), "134217728");
     CHECK_STREQ(slurp(dir, "memory.swap.max"), "0");

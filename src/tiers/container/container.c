@@ -47,7 +47,6 @@ static int prepare(struct cdn_error *err)
         return cdn_error_set(err, errno, "open %s: %m", path);
     char cache[4096];
     (void) snprintf(cache, sizeof cache, "%s/cache", cdn_state_dir());
-    (void) cdn_mkdir_p(cache, 0755);
     int r = cdn_seccomp_load_cached(cache, &prep.seccomp, err);
     if (r < 0)
         return r;
@@ -82,8 +81,8 @@ static int start_guard_and_cgroup(struct cdn_sandbox *sb, struct cdn_error *err)
     };
     if ((r = sb->cgroup.ops->create(&sb->cgroup, &lim, err)) < 0)
         return r;
-    struct cdn_cgroup_stats st;
-    if (sb->cgroup.ops->stats(&sb->cgroup, &st) == 0)
+    struct cdn_cgroup_stats st; /* a reused directory keeps its OOM count: remember where it stood */
+    if (r > 0 && sb->cgroup.ops->stats(&sb->cgroup, &st) == 0)
         sb->oom_base = st.oom_kills;
     return 0;
 }

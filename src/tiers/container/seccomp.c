@@ -198,6 +198,7 @@ int cdn_seccomp_load_cached(const char *cache_dir, struct cdn_seccomp_prog *ret,
     if (r < 0)
         return r;
     /* Best effort: a read-only state dir costs speed, not correctness. */
+    (void) cdn_mkdir_p(cache_dir, 0755);
     (void) snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int) getpid());
     _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd >= 0) {
