@@ -15,7 +15,7 @@ struct cdn_setup_args {
     const struct cdn_image *image;
     const struct cdn_seccomp_prog *seccomp;
     const char *scratch; /* host directory the sandbox's scratch tmpfs is mounted on (in its own mount ns) */
-    int go_fd;           /* read end: one byte once the parent has written the id maps and set cgroups */
+    int go_fd;           /* read end: 'm' once the id maps are written, then 'c' once the cgroup is ready */
     int err_fd;          /* write end, CLOEXEC: a struct cdn_error if setup fails; EOF when init is exec'd */
     int agent_fd;        /* the sandbox end of the agent socket; becomes fd 3 of cordon-init */
     int init_fd;         /* the cordon-init executable */
@@ -27,5 +27,6 @@ struct cdn_setup_args {
  * Never returns; reports failure through err_fd and exits 1. */
 _noreturn_ void cdn_container_setup(const struct cdn_setup_args *a);
 
-/* Build the sandbox's root under a->scratch and pivot into it (rootfs.c). */
-int cdn_rootfs_setup(const struct cdn_setup_args *a, struct cdn_error *err);
+/* Build the sandbox's root under a->scratch (rootfs.c); then pivot into it. */
+int cdn_rootfs_prepare(const struct cdn_setup_args *a, struct cdn_error *err);
+int cdn_rootfs_pivot(const struct cdn_setup_args *a, struct cdn_error *err);

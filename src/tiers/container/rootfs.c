@@ -340,7 +340,7 @@ static int pivot(const char *root, struct cdn_error *err)
     return 0;
 }
 
-int cdn_rootfs_setup(const struct cdn_setup_args *a, struct cdn_error *err)
+int cdn_rootfs_prepare(const struct cdn_setup_args *a, struct cdn_error *err)
 {
     char root[4200];
     (void) snprintf(root, sizeof root, "%s/root", a->scratch);
@@ -363,5 +363,12 @@ int cdn_rootfs_setup(const struct cdn_setup_args *a, struct cdn_error *err)
     if (a->spec->read_only_root)
         CHECK(mount(NULL, root, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL),
               "remount root read-only: %m");
+    return 0;
+}
+
+int cdn_rootfs_pivot(const struct cdn_setup_args *a, struct cdn_error *err)
+{
+    char root[4200];
+    (void) snprintf(root, sizeof root, "%s/root", a->scratch);
     return pivot(root, err);
 }
