@@ -42,6 +42,8 @@ static struct cdn_exec_req req;
 static const int forwarded[] = {SIGHUP,  SIGINT,   SIGQUIT, SIGTERM, SIGUSR1,
                                 SIGUSR2, SIGWINCH, SIGCONT, SIGALRM};
 
+static void deliver_held(const struct job *j);
+
 static void send_error(uint32_t channel, int errnum, const char *what)
 {
     uint8_t buf[512];
@@ -124,6 +126,7 @@ static void start_exec(uint32_t channel, const uint8_t *p, size_t len)
     while (n < 0 && errno == EINTR);
     (void) close(errpipe[0]);
     *j = (struct job){.pid = pid, .channel = channel, .flags = req.flags};
+    deliver_held(j);
     if (n == (ssize_t) sizeof msg) {
         char what[300];
         (void) snprintf(what, sizeof what, msg[0] == 1 ? "working directory '%.200s'" : "'%.200s'",
@@ -165,11 +168,29 @@ static void reap(void)
     }
 }
 
+/* Signals for "everything" that came while nothing ran yet (a SIGTERM right
+ * after start): held here and delivered to the next command once it exists. */
+static uint64_t held_signals;
+
 static void forward_signal(int sig, uint32_t channel, bool all)
 {
+    bool sent = false;
     for (size_t i = 0; i < MAX_EXECS; i++)
-        if (jobs[i].pid > 0 && (all || jobs[i].channel == channel))
+        if (jobs[i].pid > 0 && (all || jobs[i].channel == channel)) {
             (void) kill(-jobs[i].pid, sig);
+            sent = true;
+        }
+    if (!sent && all && sig > 0 && sig < 64)
+        held_signals |= 1ULL << sig;
+}
+
+static void deliver_held(const struct job *j)
+{
+    for (int sig = 1; held_signals && sig < 64; sig++)
+        if (held_signals & (1ULL << sig)) {
+            held_signals &= ~(1ULL << sig);
+            (void) kill(-j->pid, sig);
+        }
 }
 
 static void handle_frame(void)

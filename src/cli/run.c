@@ -72,16 +72,23 @@ static char **build_env(const struct cdn_spec *spec)
     return env;
 }
 
-static int send_exec(struct cdn_sandbox *sb, char *const *argv)
+/* Encode the EXEC frame up front: a command too large for one frame is
+ * refused before any sandbox exists. Returns the payload length. */
+static int encode_exec(const struct cdn_spec *spec, char *const *argv, uint8_t **ret, struct cdn_error *err)
 {
-    _cleanup_free_ char **env = build_env(sb->spec);
+    _cleanup_free_ char **env = build_env(spec);
     _cleanup_free_ uint8_t *buf = malloc(CDN_FRAME_MAX);
     if (!env || !buf)
-        return -ENOMEM;
-    int n = cdn_exec_encode(buf, CDN_FRAME_MAX, CDN_EXEC_SHUTDOWN_ON_EXIT, sb->spec->workdir, argv, env);
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    int n = cdn_exec_encode(buf, CDN_FRAME_MAX, CDN_EXEC_SHUTDOWN_ON_EXIT, spec->workdir, argv, env);
+    if (n == -ENOBUFS)
+        return cdn_error_field(err, E2BIG, "cmd",
+                               "the command, its arguments and environment exceed %u KiB (or %d entries)",
+                               CDN_FRAME_MAX / 1024, CDN_EXEC_MAX_ARGS);
     if (n < 0)
-        return n;
-    return cdn_frame_send(sb->agent_fd, CDN_FRAME_EXEC, EXEC_CHANNEL, buf, (uint32_t) n);
+        return cdn_error_field(err, -n, "cmd", "cannot encode the command: %s", strerror(-n));
+    *ret = TAKE_PTR(buf);
+    return n;
 }
 
 static void read_agent(struct cdn_sandbox *sb, struct outcome *o, struct pollfd *pfd)
@@ -228,6 +235,35 @@ static int block_signals(void)
     return RET_NERRNO(signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
 }
 
+/* Create, run, tear down. Everything that goes wrong after the flags were
+ * accepted lands in *out (and so in the --json record). */
+static void run_sandbox(struct cdn_sandbox *sb, const struct cdn_run_opts *o, struct outcome *out)
+{
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    _cleanup_free_ uint8_t *exec_frame = NULL;
+    int exec_len = encode_exec(&o->spec, o->argv, &exec_frame, &out->error);
+    int sfd = exec_len < 0 ? -EBADF : block_signals();
+    if (exec_len < 0 || sb->tier->create(sb, &out->error) < 0) {
+        out->setup_failed = true;
+        out->wall_ms = ms_since(&t0);
+        (void) safe_close(sfd);
+        return;
+    }
+    /* A failed send means init is gone; supervise() learns why from the pidfd and setup pipe. */
+    (void) cdn_frame_send(sb->agent_fd, CDN_FRAME_EXEC, EXEC_CHANNEL, exec_frame, (uint32_t) exec_len);
+    (void) supervise(sb, sfd, out, &t0);
+    /* Accounting is for the record, and for telling an OOM kill when no status came back. */
+    if (o->json || !out->have_exit)
+        (void) sb->tier->usage(sb, &out->usage);
+    if (sb->init_pid > 0)
+        sb->tier->detach(sb); /* normal exit: teardown continues in the background */
+    else
+        (void) sb->tier->destroy(sb);
+    out->wall_ms = ms_since(&t0);
+    (void) safe_close(sfd);
+}
+
 int cdn_cli_run(int argc, char *const *argv)
 {
     struct cdn_run_opts o = {0};
@@ -247,29 +283,11 @@ int cdn_cli_run(int argc, char *const *argv)
         cdn_spec_free(&o.spec);
         return EXIT_CORDON;
     }
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    int sfd = block_signals();
     struct cdn_sandbox sb;
+    struct outcome out = {0};
     cdn_sandbox_init(&sb, &o.spec);
     sb.tier = cdn_tier_lookup(o.spec.tier);
-    struct outcome out = {0};
-    r = sb.tier->create(&sb, &err);
-    if (r < 0) {
-        report_error(&err);
-        cdn_spec_free(&o.spec);
-        return EXIT_CORDON;
-    }
-    r = send_exec(&sb, o.argv);
-    if (r < 0 && r != -EPIPE && r != -ECONNRESET)
-        fprintf(stderr, "cordon: sending the command to the sandbox: %s\n", strerror(-r));
-    r = supervise(&sb, sfd, &out, &t0);
-    (void) sb.tier->usage(&sb, &out.usage);
-    if (sb.init_pid > 0)
-        sb.tier->detach(&sb); /* normal exit: teardown continues in the background */
-    else
-        (void) sb.tier->destroy(&sb);
-    out.wall_ms = ms_since(&t0);
+    run_sandbox(&sb, &o, &out);
     int status = exit_status(&out);
     if (out.setup_failed || out.exec_failed)
         report_error(&out.error);
@@ -279,6 +297,5 @@ int cdn_cli_run(int argc, char *const *argv)
     if (o.json)
         print_record(&sb, &out, status);
     cdn_spec_free(&o.spec);
-    (void) safe_close(sfd);
     return status;
 }

@@ -125,6 +125,58 @@ static int fd_path(char buf[64], int fd)
     return snprintf(buf, 64, "/proc/self/fd/%d", fd);
 }
 
+/* Directories the sandbox must be able to write: the workdir, root's home, the
+ * temp dirs. */
+static const struct {
+    const char *path; /* NULL: the workdir */
+    mode_t mode;
+} writable_dirs[] = {{NULL, 0755},    {"/tmp", 01777}, {"/var/tmp", 01777},
+                     {"/root", 0700}, {"/home", 0755}, {"/run", 0755}};
+
+static const char *writable_path(const struct cdn_setup_args *a, size_t i)
+{
+    return writable_dirs[i].path ? writable_dirs[i].path : a->spec->workdir;
+}
+
+/* Make path (and its parents) in the upper layer before the overlay is
+ * mounted. Image directories belong to host uids the sandbox cannot map, so
+ * it could not create anything inside them later; a directory present in the
+ * upper layer lends the merged directory its owner (the sandbox's root) while
+ * the image's contents stay visible. Components the image has as something
+ * other than a directory (the /lib -> usr/lib symlink…) are not shadowed:
+ * then nothing is made here and the caller's later checks decide. */
+static void precreate_in_upper(const struct cdn_setup_args *a, const char *path, bool dir, mode_t mode)
+{
+    char rel[4096];
+    size_t n = strlen(path);
+    if (n >= sizeof rel || path[0] != '/')
+        return;
+    memcpy(rel, path, n + 1);
+    for (char *c = rel + 1;; c++) {
+        bool leaf = *c == 0;
+        if (*c != '/' && !leaf)
+            continue;
+        *c = 0;
+        char lower[8400], upper[8400];
+        struct stat st;
+        (void) snprintf(lower, sizeof lower, "%s%s", a->image->lower, rel);
+        (void) snprintf(upper, sizeof upper, "%s/upper%s", a->scratch, rel);
+        bool in_lower = lstat(lower, &st) == 0;
+        if (in_lower && !S_ISDIR(st.st_mode))
+            return; /* a file or symlink in the image: leave the image's shape alone */
+        if (leaf && !dir) {
+            if (!in_lower)
+                (void) mknod(upper, S_IFREG | mode, 0);
+            return;
+        }
+        if (mkdir(upper, leaf ? mode : 0755) == 0 && leaf)
+            (void) chmod(upper, mode); /* past the umask: 1777 for the temp dirs */
+        if (leaf)
+            return;
+        *c = '/';
+    }
+}
+
 static int mount_overlay(const struct cdn_setup_args *a, const char *root, struct cdn_error *err)
 {
     char opts[8400], path[4200];
@@ -135,6 +187,15 @@ static int mount_overlay(const struct cdn_setup_args *a, const char *root, struc
     for (size_t i = 0; i < ELEMENTSOF(sub); i++) {
         (void) snprintf(path, sizeof path, "%s/%s", a->scratch, sub[i]);
         CHECK(mkdir(path, 0755), "mkdir %s: %m", path);
+    }
+    if (!a->spec->read_only_root)
+        for (size_t i = 0; i < ELEMENTSOF(writable_dirs); i++)
+            precreate_in_upper(a, writable_path(a, i), true, writable_dirs[i].mode);
+    for (size_t i = 0; i < a->spec->n_mounts; i++) {
+        struct stat st;
+        if (stat(a->spec->mounts[i].source, &st) == 0)
+            precreate_in_upper(a, a->spec->mounts[i].target, S_ISDIR(st.st_mode),
+                               S_ISDIR(st.st_mode) ? 0755 : 0644);
     }
     (void) snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=%s/upper,workdir=%s/work,userxattr",
                     a->image->lower, a->scratch, a->scratch);
@@ -305,28 +366,27 @@ static int mount_binds(const struct cdn_setup_args *a, int rootfd, struct cdn_er
 
 static int make_writable_dirs(const struct cdn_setup_args *a, int rootfd, struct cdn_error *err)
 {
-    const char *dirs[] = {a->spec->workdir, "/tmp", "/var/tmp", "/root", "/home", "/run"};
-    const mode_t modes[] = {0755, 01777, 01777, 0700, 0755, 0755};
-    for (size_t i = 0; i < ELEMENTSOF(dirs); i++) {
-        mode_t mode = modes[i];
+    for (size_t i = 0; i < ELEMENTSOF(writable_dirs); i++) {
+        const char *path = writable_path(a, i), *field = i ? "image" : "workdir";
+        mode_t mode = writable_dirs[i].mode;
         struct stat st;
-        int fd = open_in_root(rootfd, dirs[i], true, mode);
+        _cleanup_close_ int fd = open_in_root(rootfd, path, true, mode);
         if (fd < 0)
-            return cdn_error_field(err, fd, i ? "image" : "workdir", "create %s: %s", dirs[i], strerror(-fd));
-        /* Not even a world-writable one: overlay's copy-up could not give its copy an unmapped owner. */
-        bool ours = fstat(fd, &st) == 0 && st.st_uid == 0;
-        if (a->spec->read_only_root || !ours) {
-            char src[4200], fdp[64];
-            (void) snprintf(src, sizeof src, "%s/rw%zu", a->scratch, i);
-            (void) fd_path(fdp, fd);
-            int r =
-                mkdir(src, mode) < 0 || chmod(src, mode) < 0 ? -errno : bind_mount(src, fdp, false, 0, err);
-            if (r < 0) {
-                (void) close(fd);
-                return r == -errno ? cdn_error_set(err, r, "writable %s: %m", dirs[i]) : r;
-            }
-        }
-        (void) close(fd);
+            return cdn_error_field(err, fd, field, "%s %s: cannot create it: %s", field, path, strerror(-fd));
+        if (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode))
+            return cdn_error_field(err, ENOTDIR, field, "%s %s: not a directory in the image", field, path);
+        /* Made in the upper layer (see precreate_in_upper) it is ours; otherwise, and
+         * always under a read-only root, a directory of the scratch tmpfs is bound over it. */
+        if (st.st_uid == 0 && !a->spec->read_only_root)
+            continue;
+        char src[4200], fdp[64];
+        (void) snprintf(src, sizeof src, "%s/rw%zu", a->scratch, i);
+        (void) fd_path(fdp, fd);
+        if (mkdir(src, mode) < 0 || chmod(src, mode) < 0)
+            return cdn_error_field(err, errno, field, "%s %s: %m", field, path);
+        int r = bind_mount(src, fdp, false, 0, err);
+        if (r < 0)
+            return cdn_error_prefix(err, r, "%s %s", field, path);
     }
     return 0;
 }

@@ -1,0 +1,93 @@
+"""pytest wiring for cordon's integration tests.
+
+Every test runs the real `cordon run` (CORDON_BIN, default <repo>/build/cordon)
+as root on this host, and every test is followed by a check that the host's
+kernel state is as it was: no new mounts (nsfs included), no cordon cgroup
+directories, no processes running as a sandbox uid, no orphaned cordon
+guards, no new network links or named netns. Teardown of a finished sandbox
+may lag by a few ms, so the check polls for up to 3 s before it fails.
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+import cordonlib
+
+
+def _skip_reason():
+    if os.geteuid() != 0:
+        return "cordon integration tests need root"
+    if not os.access(cordonlib.CORDON_BIN, os.X_OK):
+        return f"no cordon binary at {cordonlib.CORDON_BIN} (build it, or set CORDON_BIN)"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = _skip_reason()
+    if reason:
+        for item in items:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def pytest_report_header(config):
+    return f"cordon binary: {cordonlib.CORDON_BIN}"
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(request):
+    """Snapshot host state before the test; after it, fail the test if any
+    sandbox state is left behind."""
+    if _skip_reason():
+        yield
+        return
+    before = cordonlib.HostState.snapshot()
+    yield before
+    timeout = getattr(request.module, "LEAK_TIMEOUT", 3.0)
+    leaks = cordonlib.check_no_leaks(before, timeout=timeout)
+    if leaks:
+        pytest.fail(f"sandbox state left on the host {timeout}s after the test:\n"
+                    + cordonlib.format_leaks(leaks), pytrace=False)
+
+
+@pytest.fixture
+def shared_dir():
+    """A host directory a sandbox can write: world-writable (0777), since
+    the sandbox's root is an unprivileged uid on the host (>= 2^30) and gets
+    no more access to host files than "other" does. Lives under /tmp because
+    pytest's tmp_path sits below a 0700 directory the sandbox cannot traverse."""
+    d = tempfile.mkdtemp(prefix="cordon-it-", dir="/tmp")
+    os.chmod(d, 0o777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _busybox():
+    for p in ("/bin/busybox", "/usr/bin/busybox"):
+        if os.access(p, os.X_OK):
+            return p
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        subprocess.run(["apt-get", "install", "-y", "-q", "busybox-static"],
+                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300, check=False)
+        if os.access("/bin/busybox", os.X_OK):
+            return "/bin/busybox"
+    return None
+
+
+@pytest.fixture(scope="session")
+def busybox_image():
+    """A directory image holding only a static busybox (Debian's busybox-static)."""
+    bb = _busybox()
+    if not bb:
+        pytest.skip("busybox-static is not installed and could not be installed")
+    if not cordonlib.is_static_elf(bb):  # a dynamic one would need the host's libc in the image
+        pytest.skip(f"{bb} is not statically linked")
+    d = tempfile.mkdtemp(prefix="cordon-it-image-", dir="/tmp")
+    os.chmod(d, 0o755)
+    cordonlib.build_busybox_image(d, bb)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)

@@ -1,0 +1,441 @@
+"""Framework for cordon's integration tests: drive the real `cordon run` binary
+and check the host for kernel state a sandbox left behind.
+
+Runs on the host as root, in the initial namespaces. Nothing here talks to
+cordon's internals: what a test knows about a sandbox it learns the way an
+operator would, from the exit status, the streams, the --json record and
+/proc and /sys on the host.
+
+Other people may run sandboxes on the same host while these tests run, so the
+leak check only blames state that (a) appeared after the snapshot and (b) is
+not owned by a live supervisor. A slot (cgroup slot-N, uid range N) is "live"
+while some process that is not an orphan holds its lock file open: a running
+`cordon run`, or the guard of one. A guard whose creator died is an orphan;
+it gets a few seconds to clean up, then it is itself reported as a leak.
+"""
+
+import json
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import NamedTuple, Optional
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CORDON_BIN = os.environ.get("CORDON_BIN") or os.path.join(REPO, "build", "cordon")
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+SANDBOX_UID_MIN = 1 << 30  # cordon maps sandboxes to host uids 2^30 and up
+UID_RANGE = 65536
+EXIT_TIMEOUT = 124
+EXIT_CORDON = 125
+
+RECORD_FIELDS = {
+    "id": str,
+    "tier": str,
+    "exit_code": int,
+    "signal": (int, type(None)),
+    "error": (str, type(None)),
+    "timed_out": bool,
+    "oom_killed": bool,
+    "wall_ms": (int, float),
+    "cpu_user_ms": (int, float),
+    "cpu_system_ms": (int, float),
+    "memory_peak_bytes": int,
+    "pids_limit_hits": int,
+    "limits": dict,
+    "violations": dict,
+}
+
+
+# ---------------------------------------------------------------- running
+
+
+class RunResult(NamedTuple):
+    code: int
+    stdout: str
+    stderr: str
+    record: Optional[dict]  # the --json record, None without --json
+
+    @property
+    def cordon_lines(self):
+        """cordon's own diagnostics on stderr ("cordon: …")."""
+        return [l for l in self.stderr.splitlines() if l.startswith("cordon: ")]
+
+
+def parse_record(stderr: str) -> Optional[dict]:
+    """The --json record: the last stderr line that parses as a JSON object."""
+    for line in reversed(stderr.splitlines()):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            return obj
+    return None
+
+
+def cordon_argv(args):
+    return [CORDON_BIN, "run", *[str(a) for a in args]]
+
+
+def run(args, input=None, timeout=60, env=None) -> RunResult:
+    """Run `cordon run ARGS…` to completion. input: str or None (stdin is
+    /dev/null then, so nothing in the sandbox waits on the terminal)."""
+    p = subprocess.run(
+        cordon_argv(args),
+        input=input,
+        stdin=None if input is not None else subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=timeout,
+        env=env,
+    )
+    return RunResult(p.returncode, p.stdout, p.stderr, parse_record(p.stderr))
+
+
+class Running:
+    """A `cordon run` in the background. Use as a context manager: on exit it
+    is killed (SIGKILL) if still running and always reaped."""
+
+    def __init__(self, args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=None):
+        self.proc = subprocess.Popen(
+            cordon_argv(args),
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            text=True,
+            errors="replace",
+            env=env,
+        )
+        self.pid = self.proc.pid
+
+    def signal(self, sig):
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout=30) -> RunResult:
+        out, err = self.proc.communicate(timeout=timeout)
+        out, err = out or "", err or ""
+        return RunResult(self.proc.returncode, out, err, parse_record(err))
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()
+
+
+def wait_for(predicate, timeout=5.0, interval=0.01, what="condition"):
+    """Poll predicate() until it returns something truthy; return that value.
+    Raises AssertionError naming `what` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = predicate()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+# ---------------------------------------------------------------- /proc
+
+
+def read(path, default=None):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        if default is None:
+            raise
+        return default
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    uid: int  # real uid
+    state: str  # one letter
+    comm: str
+    start: int  # starttime in ticks: (pid, start) names a process across pid reuse
+    cmdline: str
+    cgroup: str = ""
+
+    @property
+    def key(self):
+        return (self.pid, self.start)
+
+    @property
+    def slot(self) -> Optional[int]:
+        if self.uid >= SANDBOX_UID_MIN:
+            return (self.uid - SANDBOX_UID_MIN) // UID_RANGE
+        m = re.search(r"/cordon/slot-(\d+)", self.cgroup)
+        return int(m.group(1)) if m else None
+
+    def __str__(self):
+        return (f"pid {self.pid} (ppid {self.ppid}, uid {self.uid}, state {self.state}) "
+                f"{self.cmdline or '[' + self.comm + ']'}")
+
+
+def proc_info(pid) -> Optional[Proc]:
+    try:
+        status = read(f"/proc/{pid}/status")
+        stat = read(f"/proc/{pid}/stat")
+        cmdline = read(f"/proc/{pid}/cmdline", "").replace("\0", " ").strip()
+        cgroup = read(f"/proc/{pid}/cgroup", "")
+    except OSError:
+        return None
+    fields = {}
+    for line in status.splitlines():
+        k, _, v = line.partition(":")
+        fields[k] = v.strip()
+    # stat: "pid (comm) state ppid …"; comm may hold spaces and parentheses.
+    rest = stat[stat.rfind(")") + 2:].split()
+    return Proc(
+        pid=int(pid),
+        ppid=int(fields.get("PPid", "0")),
+        uid=int(fields.get("Uid", "0").split()[0]),
+        state=fields.get("State", "?")[:1],
+        comm=fields.get("Name", ""),
+        start=int(rest[19]),
+        cmdline=cmdline,
+        cgroup=cgroup,
+    )
+
+
+def all_procs():
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            p = proc_info(d)
+            if p:
+                out.append(p)
+    return out
+
+
+def sandbox_procs(procs=None):
+    """Processes running as a sandbox uid. Zombies whose parent is the host's
+    init are left out: they hold no resources, and reaping them is init's job,
+    not cordon's (this host's init reaps with a delay of a second or two)."""
+    procs = all_procs() if procs is None else procs
+    return [p for p in procs if p.uid >= SANDBOX_UID_MIN and not (p.state == "Z" and p.ppid == 1)]
+
+
+def find_sandbox_proc(predicate, timeout=10.0):
+    """Wait for a sandbox-uid process matching predicate(Proc); return it."""
+    def look():
+        for p in sandbox_procs():
+            if p.state != "Z" and predicate(p):
+                return p
+        return None
+    return wait_for(look, timeout=timeout, what="a matching sandbox process on the host")
+
+
+def descendants(pid, procs=None):
+    procs = all_procs() if procs is None else procs
+    children = {}
+    for p in procs:
+        children.setdefault(p.ppid, []).append(p)
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c.pid)
+    return out
+
+
+# ---------------------------------------------------------------- host state
+
+
+def mount_table():
+    """Host mounts as a set of (mount point, fs type)."""
+    out = set()
+    for line in read("/proc/self/mountinfo").splitlines():
+        left, _, right = line.partition(" - ")
+        f = left.split()
+        out.add((f[4], right.split()[0]))
+    return out
+
+
+def cgroup_dirs():
+    """Every directory below a "cordon" cgroup parent, in every hierarchy."""
+    out = set()
+    parents = [os.path.join(CGROUP_ROOT, "cordon")]
+    try:
+        parents += [os.path.join(CGROUP_ROOT, h, "cordon") for h in os.listdir(CGROUP_ROOT)]
+    except OSError:
+        pass
+    for parent in parents:
+        if not os.path.isdir(parent):
+            continue
+        for dirpath, dirnames, _ in os.walk(parent):
+            out.update(os.path.join(dirpath, d) for d in dirnames)
+    return out
+
+
+def cgroup_slot(path) -> Optional[int]:
+    m = re.search(r"/cordon/slot-(\d+)(/|$)", path)
+    return int(m.group(1)) if m else None
+
+
+def net_links():
+    p = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True)
+    out = set()
+    for line in p.stdout.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) >= 2:
+            out.add(parts[1].strip().split("@")[0])
+    return out
+
+
+def named_netns():
+    try:
+        return set(os.listdir("/run/netns"))
+    except OSError:
+        return set()
+
+
+SLOT_LOCK = re.compile(r"/slots/(\d+)$")
+
+
+def slot_holders(procs):
+    """slot number → processes holding a slot lock file (<run dir>/slots/N)
+    open. Any run dir counts: slot numbers name one host-wide uid range and
+    cgroup whichever run dir a cordon was started with."""
+    out = {}
+    for p in procs:
+        try:
+            fds = os.listdir(f"/proc/{p.pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                m = SLOT_LOCK.search(os.readlink(f"/proc/{p.pid}/fd/{fd}"))
+            except OSError:
+                continue
+            if m:
+                out.setdefault(int(m.group(1)), []).append(p)
+    return out
+
+
+def is_cordon(p: Proc):
+    return p.comm in ("cordon", "cordond")
+
+
+@dataclass
+class HostState:
+    mounts: set = field(default_factory=set)
+    cgroups: set = field(default_factory=set)
+    procs: dict = field(default_factory=dict)  # key → Proc, sandbox uids only
+    orphans: dict = field(default_factory=dict)  # key → Proc, cordon processes whose parent died
+    links: set = field(default_factory=set)
+    netns: set = field(default_factory=set)
+    live_slots: set = field(default_factory=set)  # slots with a live, non-orphan supervisor
+
+    @classmethod
+    def snapshot(cls):
+        procs = all_procs()
+        holders = slot_holders([p for p in procs if is_cordon(p)])
+        live = {s for s, hs in holders.items() if any(h.ppid != 1 and h.state != "Z" for h in hs)}
+        return cls(
+            mounts=mount_table(),
+            cgroups=cgroup_dirs(),
+            procs={p.key: p for p in sandbox_procs(procs)},
+            orphans={p.key: p for p in procs if is_cordon(p) and p.ppid == 1 and p.state != "Z"},
+            links=net_links(),
+            netns=named_netns(),
+            live_slots=live,
+        )
+
+    def leaks_since(self, before: "HostState"):
+        """What appeared since `before` and is not owned by a live sandbox:
+        category → sorted list of descriptions. Empty when clean."""
+        out = {}
+        mounts = self.mounts - before.mounts
+        nsfs = {m for m in mounts if m[1] == "nsfs"}
+        if mounts - nsfs:
+            out["mounts"] = sorted(f"{mp} ({t})" for mp, t in mounts - nsfs)
+        if nsfs:
+            out["nsfs mounts"] = sorted(mp for mp, _ in nsfs)
+        cg = [c for c in self.cgroups - before.cgroups if cgroup_slot(c) not in self.live_slots]
+        if cg:
+            out["cgroups"] = sorted(cg)
+        procs = [p for k, p in self.procs.items() if k not in before.procs and p.slot not in self.live_slots]
+        if procs:
+            out["sandbox processes"] = sorted(str(p) for p in procs)
+        orphans = [p for k, p in self.orphans.items() if k not in before.orphans]
+        if orphans:
+            out["orphaned cordon processes"] = sorted(str(p) for p in orphans)
+        if self.links - before.links:
+            out["net links"] = sorted(self.links - before.links)
+        if self.netns - before.netns:
+            out["named netns"] = sorted(self.netns - before.netns)
+        return out
+
+
+def check_no_leaks(before: HostState, timeout=3.0):
+    """Poll until nothing leaked since `before`; return the leaks still there
+    at the deadline (empty dict when clean)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        leaks = HostState.snapshot().leaks_since(before)
+        if not leaks or time.monotonic() >= deadline:
+            return leaks
+        time.sleep(0.02)
+
+
+def format_leaks(leaks):
+    return "\n".join(f"  {k}:\n" + "\n".join(f"    {v}" for v in vs) for k, vs in leaks.items())
+
+
+# ---------------------------------------------------------------- images
+
+
+def build_busybox_image(dest, busybox="/bin/busybox"):
+    """A minimal root filesystem: one static busybox plus its applet links."""
+    os.makedirs(os.path.join(dest, "bin"), exist_ok=True)
+    for d in ("etc", "tmp", "root", "proc", "dev"):
+        os.makedirs(os.path.join(dest, d), exist_ok=True)
+    target = os.path.join(dest, "bin", "busybox")
+    with open(busybox, "rb") as src, open(target, "wb") as dst:
+        dst.write(src.read())
+    os.chmod(target, 0o755)
+    applets = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True).stdout.split()
+    for a in applets:
+        link = os.path.join(dest, "bin", a)
+        if a != "busybox" and not os.path.lexists(link):
+            os.symlink("busybox", link)
+    with open(os.path.join(dest, "etc", "passwd"), "w") as f:
+        f.write("root:x:0:0:root:/root:/bin/sh\n")
+    with open(os.path.join(dest, "etc", "group"), "w") as f:
+        f.write("root:x:0:\n")
+    with open(os.path.join(dest, "etc", "image-marker"), "w") as f:
+        f.write("busybox-image\n")
+    return dest
+
+
+def is_static_elf(path):
+    """True for a 64-bit little-endian ELF without a PT_INTERP header."""
+    with open(path, "rb") as f:
+        data = f.read(1 << 16)
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return False
+    phoff = int.from_bytes(data[0x20:0x28], "little")
+    phentsize = int.from_bytes(data[0x36:0x38], "little")
+    phnum = int.from_bytes(data[0x38:0x3A], "little")
+    for i in range(phnum):
+        off = phoff + i * phentsize
+        if int.from_bytes(data[off:off + 4], "little") == 3:  # PT_INTERP
+            return False
+    return True
