@@ -13,7 +13,6 @@
 #include <linux/capability.h>
 #include <linux/securebits.h>
 #include <net/if.h>
-#include <pthread.h>
 #include <grp.h>
 #include <sched.h>
 #include <signal.h>
@@ -154,43 +153,6 @@ static int arrange_fds(const struct cdn_setup_args *a)
     return RET_NERRNO((int) syscall(SYS_close_range, FD_GO + 1, ~0U, 0));
 }
 
-/* The network namespace is the costliest to make (~0.4 ms), so a thread makes
- * it, and brings lo up in it, while the main thread builds the root; the
- * main thread then joins it with setns(). The thread has the capabilities of
- * the fresh user namespace, which is all unshare() and lo need. */
-struct netns_job {
-    pthread_t thread;
-    int fd; /* the new netns, or -errno */
-    struct cdn_error err;
-};
-
-static void *make_netns(void *arg)
-{
-    struct netns_job *job = arg;
-    job->fd =
-        unshare(CLONE_NEWNET) < 0 ? cdn_error_set(&job->err, errno, "unshare network namespace: %m") : 0;
-    if (job->fd == 0 && (job->fd = loopback_up(&job->err)) == 0) {
-        job->fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-        if (job->fd < 0)
-            job->fd = cdn_error_set(&job->err, errno, "open the new network namespace: %m");
-    }
-    return NULL;
-}
-
-static int join_netns(struct netns_job *job, struct cdn_error *err)
-{
-    if (pthread_join(job->thread, NULL) != 0)
-        return cdn_error_set(err, EINVAL, "join the network namespace thread");
-    if (job->fd < 0) {
-        *err = job->err;
-        return job->fd;
-    }
-    int r =
-        setns(job->fd, CLONE_NEWNET) < 0 ? cdn_error_set(err, errno, "enter the network namespace: %m") : 0;
-    (void) close(job->fd);
-    return r;
-}
-
 static int wait_parent(char expect)
 {
     char c;
@@ -201,10 +163,14 @@ static int wait_parent(char expect)
 
 static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
 {
-    static struct netns_job net; /* static: the thread may outlive an early error return */
-    int r = pthread_create(&net.thread, NULL, make_netns, &net);
-    if (r != 0)
-        return cdn_error_set(err, r, "start the network namespace thread: %s", strerror(r));
+    /* The network namespace first (the costliest, ~0.4 ms), while the parent
+     * writes the id maps and makes the cgroup. No id map is needed for it:
+     * the capabilities of the fresh user namespace suffice. */
+    if (unshare(CLONE_NEWNET) < 0)
+        return cdn_error_set(err, errno, "unshare network namespace: %m");
+    int r = loopback_up(err);
+    if (r < 0)
+        return r;
     (void) wait_parent('m'); /* the id maps are written */
     if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0 || setgroups(0, NULL) < 0)
         return cdn_error_set(err, errno, "become root of the user namespace: %m");
@@ -224,9 +190,8 @@ static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
         return cdn_error_set(err, r, "join cgroup %s: %s", a->cgroup->name, strerror(-r));
     if (unshare(CLONE_NEWCGROUP) < 0)
         return cdn_error_set(err, errno, "unshare cgroup namespace: %m");
-    if ((r = join_netns(&net, err)) < 0 || (r = cdn_rootfs_pivot(a, err)) < 0 ||
-        (r = set_rlimits(a->spec, err)) < 0 || (r = apply_landlock(a->spec, err)) < 0 ||
-        (r = drop_capabilities(err)) < 0)
+    if ((r = cdn_rootfs_pivot(a, err)) < 0 || (r = set_rlimits(a->spec, err)) < 0 ||
+        (r = apply_landlock(a->spec, err)) < 0 || (r = drop_capabilities(err)) < 0)
         return r;
     r = cdn_seccomp_install(a->seccomp);
     if (r < 0)
