@@ -159,18 +159,10 @@ static int v1_stats(struct cdn_cgroup *cg, struct cdn_cgroup_stats *ret)
 static int v1_kill_all(struct cdn_cgroup *cg)
 {
     char p[600], buf[16384];
-    int n = 0;
     if (knob(cg, "pids", "cgroup.procs", p, sizeof p) < 0 ||
         cdn_read_file_at(AT_FDCWD, p, buf, sizeof buf) < 0)
         return 0;
-    for (char *s = buf, *e; *s; s = e) {
-        long pid = strtol(s, &e, 10);
-        if (e == s)
-            break;
-        if (pid > 1 && kill((pid_t) pid, SIGKILL) == 0)
-            n++;
-    }
-    return n;
+    return cdn_cgroup_kill_listed(buf);
 }
 
 static int v1_destroy(struct cdn_cgroup *cg)

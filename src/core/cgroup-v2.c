@@ -112,17 +112,9 @@ static int v2_kill_all(struct cdn_cgroup *cg)
     if (write_knob(cg, "cgroup.kill", "1") == 0)
         return 1;
     char buf[16384];
-    int n = 0;
     if (cdn_read_file_at(cg->dirfd, "cgroup.procs", buf, sizeof buf) < 0)
         return 0;
-    for (char *s = buf, *e; *s; s = e) {
-        long pid = strtol(s, &e, 10);
-        if (e == s)
-            break;
-        if (pid > 1 && kill((pid_t) pid, SIGKILL) == 0)
-            n++;
-    }
-    return n;
+    return cdn_cgroup_kill_listed(buf);
 }
 
 static int v2_destroy(struct cdn_cgroup *cg)

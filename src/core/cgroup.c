@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statfs.h>
@@ -82,4 +83,19 @@ int cdn_cgroup_rmdir(const char *p)
         nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
     }
     return -EBUSY;
+}
+
+int cdn_cgroup_kill_listed(const char *procs)
+{
+    int n = 0;
+    for (const char *s = procs; *s;) {
+        char *e;
+        long pid = strtol(s, &e, 10);
+        if (e == s)
+            break;
+        if (pid > 1 && kill((pid_t) pid, SIGKILL) == 0) /* never the host's init, whatever the file says */
+            n++;
+        s = e;
+    }
+    return n;
 }

@@ -73,3 +73,5 @@ int cdn_cgroup_keyed_value(const char *text, const char *key, uint64_t *ret);
 void cdn_cgroup_init(struct cdn_cgroup *cg, const struct cdn_cgroup_ops *ops, const char *name);
 /* rmdir a cgroup directory, waiting (up to ~1 s) while exiting tasks still count. */
 int cdn_cgroup_rmdir(const char *path);
+/* SIGKILL every pid listed in the text of a cgroup.procs file; returns how many were signalled. */
+int cdn_cgroup_kill_listed(const char *procs);
