@@ -69,17 +69,21 @@ static int write_id_maps(pid_t pid, uint32_t base, struct cdn_error *err)
     return 0;
 }
 
-static int start_guard_and_cgroup(struct cdn_sandbox *sb, struct cdn_error *err)
+static int start_guard(struct cdn_sandbox *sb, struct cdn_error *err)
 {
     int r = cdn_guard_start(&sb->cgroup, sb->slot_fd, &sb->guard_fd, &sb->guard_pid);
-    if (r < 0)
-        return cdn_error_set(err, r, "start guard: %s", strerror(-r));
+    return r < 0 ? cdn_error_set(err, r, "start guard: %s", strerror(-r)) : 0;
+}
+
+static int make_cgroup(struct cdn_sandbox *sb, struct cdn_error *err)
+{
     struct cdn_cgroup_limits lim = {
         .cpus = sb->spec->limits.cpus,
         .memory_bytes = sb->spec->limits.memory_mb << 20,
         .pids = sb->spec->limits.pids,
     };
-    if ((r = sb->cgroup.ops->create(&sb->cgroup, &lim, err)) < 0)
+    int r = sb->cgroup.ops->create(&sb->cgroup, &lim, err);
+    if (r < 0)
         return r;
     struct cdn_cgroup_stats st; /* a reused directory keeps its OOM count: remember where it stood */
     if (r > 0 && sb->cgroup.ops->stats(&sb->cgroup, &st) == 0)
@@ -101,7 +105,7 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         return cdn_error_set(err, errno, "socketpair/pipe: %m");
     const bool v2 = sb->cgroup.ops->version == CDN_CGROUP_V2;
     int r;
-    if (v2 && (r = start_guard_and_cgroup(sb, err)) < 0)
+    if (v2 && ((r = start_guard(sb, err)) < 0 || (r = make_cgroup(sb, err)) < 0))
         return r;
     int pidfd = -EBADF;
     struct clone_args ca = {
@@ -130,17 +134,21 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
     sb->init_pid = pid;
     sb->init_pidfd = pidfd;
     /* The child builds its root as soon as it has its ids ('m'); meanwhile, for
-     * v1, the guard and the cgroup are made here. It joins the cgroup itself
-     * (cdn_cgroup_ops.attach_self) once told it is ready ('c'). */
+     * v1, the cgroup is made here, and the child joins it itself
+     * (cdn_cgroup_ops.attach_self) once told it is ready ('c'). The guard is
+     * forked last, off the child's path; should this process die in the
+     * ~0.1 ms before, the empty cgroup is reclaimed when its slot is next taken. */
     if ((r = write_id_maps(pid, sb->uid_base, err)) < 0)
         return r;
     if (write(go[1], "m", 1) != 1)
         return cdn_error_set(err, errno, "signal setup child: %m");
-    if (!v2 && ((r = start_guard_and_cgroup(sb, err)) < 0 ||
+    if (!v2 && ((r = make_cgroup(sb, err)) < 0 ||
                 (r = sb->cgroup.ops->delegate_self(&sb->cgroup, sb->uid_base, sb->uid_base)) < 0))
         return err->msg[0] ? r : cdn_error_set(err, r, "delegate cgroup: %s", strerror(-r));
     if (write(go[1], "c", 1) != 1)
         return cdn_error_set(err, errno, "signal setup child: %m");
+    if (!v2 && (r = start_guard(sb, err)) < 0)
+        return r;
     sb->agent_fd = TAKE_FD(agent[0]);
     sb->setup_fd = TAKE_FD(rep[0]);
     return 0;
