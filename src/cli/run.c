@@ -77,10 +77,18 @@ static char **build_env(const struct cdn_spec *spec)
 static int encode_exec(const struct cdn_spec *spec, char *const *argv, uint8_t **ret, struct cdn_error *err)
 {
     _cleanup_free_ char **env = build_env(spec);
-    _cleanup_free_ uint8_t *buf = malloc(CDN_FRAME_MAX);
-    if (!env || !buf)
+    if (!env)
         return cdn_error_set(err, ENOMEM, "out of memory");
-    int n = cdn_exec_encode(buf, CDN_FRAME_MAX, CDN_EXEC_SHUTDOWN_ON_EXIT, spec->workdir, argv, env);
+    size_t need = 12 + strlen(spec->workdir) + 1; /* sized exactly: no 1 MiB allocation per run */
+    for (size_t i = 0; argv[i]; i++)
+        need += strlen(argv[i]) + 1;
+    for (size_t i = 0; env[i]; i++)
+        need += strlen(env[i]) + 1;
+    size_t size = need < CDN_FRAME_MAX ? need : CDN_FRAME_MAX;
+    _cleanup_free_ uint8_t *buf = malloc(size);
+    if (!buf)
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    int n = cdn_exec_encode(buf, size, CDN_EXEC_SHUTDOWN_ON_EXIT, spec->workdir, argv, env);
     if (n == -ENOBUFS)
         return cdn_error_field(err, E2BIG, "cmd",
                                "the command, its arguments and environment exceed %u KiB (or %d entries)",

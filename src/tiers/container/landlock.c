@@ -48,7 +48,7 @@ static int add_path(int ruleset, const char *path, uint64_t rights)
     return r < 0 ? -e : 0;
 }
 
-int cdn_landlock_restrict_writes(const char *const *dirs, const char *const *files)
+int cdn_landlock_restrict_writes(const char *const *dirs, const char *const *write_only)
 {
     int abi = cdn_landlock_abi();
     if (abi <= 0)
@@ -61,10 +61,9 @@ int cdn_landlock_restrict_writes(const char *const *dirs, const char *const *fil
     int r = 0;
     for (size_t i = 0; r >= 0 && dirs && dirs[i]; i++)
         r = add_path(ruleset, dirs[i], rights);
-    /* Device files: only writing and truncating the file itself (no directory rights apply). */
     uint64_t file_rights = LANDLOCK_ACCESS_FS_WRITE_FILE | (abi >= 3 ? LANDLOCK_ACCESS_FS_TRUNCATE : 0);
-    for (size_t i = 0; r >= 0 && files && files[i]; i++)
-        r = add_path(ruleset, files[i], file_rights);
+    for (size_t i = 0; r >= 0 && write_only && write_only[i]; i++)
+        r = add_path(ruleset, write_only[i], file_rights);
     if (r >= 0 && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
         r = -errno;
     if (r >= 0 && syscall(SYS_landlock_restrict_self, ruleset, 0) < 0)

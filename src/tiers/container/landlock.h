@@ -8,7 +8,8 @@
 int cdn_landlock_abi(void);
 
 /* Restrict the calling process (and its future children) so that filesystem
- * writes succeed only beneath the given directories (NULL-terminated) and on
- * the given device files. Returns 0, or 1 when Landlock is unavailable (the
- * caller decides whether that is acceptable), or a negative errno. */
-int cdn_landlock_restrict_writes(const char *const *dirs, const char *const *files);
+ * writes succeed only beneath `dirs` (NULL-terminated; any write) and, beneath
+ * `write_only`, only to files that already exist (no creating, removing or
+ * renaming). Returns 0, or 1 when Landlock is unavailable (the caller decides
+ * whether that is acceptable), or a negative errno. */
+int cdn_landlock_restrict_writes(const char *const *dirs, const char *const *write_only);

@@ -249,11 +249,15 @@ static int mount_proc(int rootfd, const char *root, struct cdn_error *err)
     }
     for (size_t i = 0; readonly_paths[i]; i++) {
         (void) snprintf(p, sizeof p, "%s%s", root, readonly_paths[i]);
-        if (access(p, F_OK) < 0)
-            continue;
-        r = bind_mount(p, p, true, MS_NOSUID | MS_NODEV | MS_NOEXEC, err);
-        if (r < 0)
-            return r;
+        /* The flags of our own fresh /proc are known: no need to read them back. */
+        if (mount(p, p, NULL, MS_BIND, NULL) < 0) {
+            if (errno == ENOENT)
+                continue;
+            return cdn_error_set(err, errno, "bind %s: %m", readonly_paths[i]);
+        }
+        CHECK(mount(NULL, p, NULL,
+                    MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RELATIME, NULL),
+              "remount %s read-only: %m", readonly_paths[i]);
     }
     return 0;
 }

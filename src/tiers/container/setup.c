@@ -80,6 +80,18 @@ static bool is_system_dir(const char *name)
 /* Writable: every top-level directory but the system ones (workdir, /tmp,
  * /home, /root, /var, binds below them…), binds anywhere, /dev/shm, /dev/pts
  * and the harmless device nodes. Reads and execution are not restricted. */
+/* Is path beneath a top-level directory that apply_landlock() already allows? */
+static bool under_writable_top(const char *path)
+{
+    char top[260];
+    size_t n = strcspn(path + 1, "/");
+    if (path[0] != '/' || n == 0 || n >= sizeof top)
+        return false;
+    memcpy(top, path + 1, n);
+    top[n] = 0;
+    return !is_system_dir(top);
+}
+
 static int apply_landlock(const struct cdn_spec *spec, struct cdn_error *err)
 {
     const char *dirs[64 + CDN_MAX_MOUNTS + 4];
@@ -95,16 +107,19 @@ static int apply_landlock(const struct cdn_spec *spec, struct cdn_error *err)
         dirs[n++] = names[k++];
     }
     closedir(d);
+    /* Rules hold beneath mount points too, so only what lies under a system
+     * directory needs its own. */
     for (size_t i = 0; i < spec->n_mounts; i++)
-        if (!spec->mounts[i].readonly)
+        if (!spec->mounts[i].readonly && !under_writable_top(spec->mounts[i].target))
             dirs[n++] = spec->mounts[i].target;
-    dirs[n++] = spec->workdir;
+    if (!under_writable_top(spec->workdir))
+        dirs[n++] = spec->workdir;
     dirs[n++] = "/dev/shm";
-    dirs[n++] = "/dev/pts";
     dirs[n] = NULL;
-    static const char *const files[] = {"/dev/null",   "/dev/zero",    "/dev/full", "/dev/tty",
-                                        "/dev/random", "/dev/urandom", NULL};
-    int r = cdn_landlock_restrict_writes(dirs, files);
+    /* In /dev (read-only, only harmless nodes and the private pts) existing
+     * files may be written: null, zero, full, tty, random, urandom, ptys. */
+    static const char *const write_only[] = {"/dev", NULL};
+    int r = cdn_landlock_restrict_writes(dirs, write_only);
     if (r < 0)
         return cdn_error_set(err, r, "landlock: %s", strerror(-r));
     return 0; /* r == 1: kernel without Landlock; the other layers still hold */
