@@ -23,7 +23,7 @@
 #define EXEC_CHANNEL 1
 
 struct outcome {
-    bool have_exit, timed_out, setup_failed, exec_failed, agent_lost;
+    bool have_exit, timed_out, setup_failed, exec_failed;
     struct cdn_exit_msg exit;
     struct cdn_error error;
     struct rusage ru;
@@ -106,7 +106,6 @@ static void read_agent(struct cdn_sandbox *sb, struct outcome *o, struct pollfd 
     int n = cdn_frame_recv(sb->agent_fd, &h, buf, sizeof buf);
     if (n < 0) {
         pfd->fd = -1; /* init gone (or garbage): the pidfd tells the rest */
-        o->agent_lost = !o->have_exit;
         return;
     }
     if (h.type == CDN_FRAME_EXIT && cdn_exit_decode(buf, (size_t) n, &o->exit) == 0)
@@ -193,6 +192,23 @@ static int exit_status(const struct outcome *o)
     return o->usage.oom_kills ? 128 + SIGKILL : EXIT_CORDON;
 }
 
+/* A JSON string of text that may not be UTF-8 (error messages quote the
+ * caller's argv): invalid input has its non-ASCII bytes shown as '?'. */
+static json_t *json_text(const char *s)
+{
+    json_t *j = json_string(s);
+    if (j)
+        return j;
+    _cleanup_free_ char *copy = strdup(s);
+    if (!copy)
+        return json_null();
+    for (char *c = copy; *c; c++)
+        if ((unsigned char) *c >= 0x80)
+            *c = '?';
+    j = json_string(copy);
+    return j ? j : json_null();
+}
+
 static void print_record(const struct cdn_sandbox *sb, const struct outcome *o, int status)
 {
     /* CPU time: the command's own report (it includes the descendants it
@@ -205,7 +221,7 @@ static void print_record(const struct cdn_sandbox *sb, const struct outcome *o, 
         "{s:s, s:s, s:i, s:o, s:o, s:b, s:b, s:f, s:f, s:f, s:I, s:I, s:o, s:{}}", "id", sb->id, "tier",
         sb->tier->name, "exit_code", status, "signal",
         o->have_exit && o->exit.signal ? json_integer(o->exit.signal) : json_null(), "error",
-        o->setup_failed || o->exec_failed ? json_string(o->error.msg) : json_null(), "timed_out",
+        o->setup_failed || o->exec_failed ? json_text(o->error.msg) : json_null(), "timed_out",
         o->timed_out, "oom_killed", o->usage.oom_kills > 0, "wall_ms", o->wall_ms, "cpu_user_ms", ut,
         "cpu_system_ms", st, "memory_peak_bytes", (json_int_t) o->usage.memory_peak_bytes, "pids_limit_hits",
         (json_int_t) o->usage.pids_max_hits, "limits",

@@ -344,3 +344,14 @@ def test_help_exits_zero():
     assert r.code == 0
     for flag in ("--memory", "--timeout", "--bind", "--json", "--spec"):
         assert flag in r.stdout
+
+
+def test_json_record_survives_non_utf8_in_error():
+    # The error message quotes the command; a name that is not UTF-8 must
+    # still give a parseable record (jansson refuses invalid UTF-8 strings,
+    # which once made the whole record silently disappear).
+    r = run(["--json", "--", os.fsdecode(b"no\xffcmd")])
+    assert r.code == EXIT_CORDON
+    assert r.record is not None, r.stderr
+    assert r.record["exit_code"] == EXIT_CORDON
+    assert "cmd" in r.record["error"]
