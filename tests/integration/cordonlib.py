@@ -153,7 +153,7 @@ def wait_for(predicate, timeout=5.0, interval=0.01, what="condition"):
 
 def read(path, default=None):
     try:
-        with open(path) as f:
+        with open(path, errors="replace") as f:  # /proc text can hold any bytes (argv)
             return f.read()
     except OSError:
         if default is None:
