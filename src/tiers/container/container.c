@@ -69,6 +69,19 @@ static int write_id_maps(pid_t pid, uint32_t base, struct cdn_error *err)
     return 0;
 }
 
+/* The go pipe broke: the setup child has died. Its own report, if it wrote
+ * one, says why far better than EPIPE does. */
+static int child_failed(int rep_fd, int errnum, struct cdn_error *err)
+{
+    struct cdn_error child = {0};
+    if (cdn_read_full(rep_fd, &child, sizeof child) == (ssize_t) sizeof child && child.errnum) {
+        child.msg[sizeof child.msg - 1] = child.field[sizeof child.field - 1] = 0;
+        *err = child;
+        return -child.errnum;
+    }
+    return cdn_error_set(err, errnum, "the sandbox's setup process ended early: %m");
+}
+
 static int start_guard(struct cdn_sandbox *sb, struct cdn_error *err)
 {
     int r = cdn_guard_start(&sb->cgroup, sb->slot_fd, &sb->guard_fd, &sb->guard_pid);
@@ -133,6 +146,10 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         cdn_container_setup(&args);
     sb->init_pid = pid;
     sb->init_pidfd = pidfd;
+    /* The child's ends: closed here so that its death reads as EOF on ours. */
+    agent[1] = safe_close(agent[1]);
+    go[0] = safe_close(go[0]);
+    rep[1] = safe_close(rep[1]);
     /* The child builds its root as soon as it has its ids ('m'); meanwhile, for
      * v1, the cgroup is made here, and the child joins it itself
      * (cdn_cgroup_ops.attach_self) once told it is ready ('c'). The guard is
@@ -141,12 +158,12 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
     if ((r = write_id_maps(pid, sb->uid_base, err)) < 0)
         return r;
     if (write(go[1], "m", 1) != 1)
-        return cdn_error_set(err, errno, "signal setup child: %m");
+        return child_failed(rep[0], errno, err);
     if (!v2 && ((r = make_cgroup(sb, err)) < 0 ||
                 (r = sb->cgroup.ops->delegate_self(&sb->cgroup, sb->uid_base, sb->uid_base)) < 0))
         return err->msg[0] ? r : cdn_error_set(err, r, "delegate cgroup: %s", strerror(-r));
     if (write(go[1], "c", 1) != 1)
-        return cdn_error_set(err, errno, "signal setup child: %m");
+        return child_failed(rep[0], errno, err);
     if (!v2 && (r = start_guard(sb, err)) < 0)
         return r;
     sb->agent_fd = TAKE_FD(agent[0]);
