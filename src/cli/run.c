@@ -99,6 +99,9 @@ static int encode_exec(const struct cdn_spec *spec, char *const *argv, uint8_t *
     return n;
 }
 
+/* Host side of the agent socket: frames come from cordon-init inside the
+ * sandbox (which sandbox processes cannot write to: fd 3 is init's alone), and
+ * are still decoded as untrusted input. */
 static void read_agent(struct cdn_sandbox *sb, struct outcome *o, struct pollfd *pfd)
 {
     static uint8_t buf[4096];
@@ -120,6 +123,8 @@ static void read_agent(struct cdn_sandbox *sb, struct outcome *o, struct pollfd 
     }
 }
 
+/* The setup child's error pipe: a whole struct cdn_error if setup failed
+ * before exec'ing init, EOF (CLOEXEC) once init runs. Strings are re-terminated. */
 static void read_setup(struct cdn_sandbox *sb, struct outcome *o, struct pollfd *pfd)
 {
     ssize_t n = cdn_read_full(sb->setup_fd, &o->error, sizeof o->error);
