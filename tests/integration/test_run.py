@@ -109,8 +109,8 @@ def test_workdir_below_an_image_directory():
 
 
 def test_workdir_flag():
-    r = run(["--workdir", "/work/deep/dir", "--", "sh", "-c", "pwd; echo x > f && cat f"])
-    assert (r.code, r.stdout) == (0, "/work/deep/dir\nx\n"), r.stderr
+    r = run(["--workdir", "/job/deep/dir", "--", "sh", "-c", "pwd; echo x > f && cat f"])
+    assert (r.code, r.stdout) == (0, "/job/deep/dir\nx\n"), r.stderr
 
 
 def test_default_hostname_is_cordon():
