@@ -14,6 +14,7 @@ struct flag {
     bool has_arg;
     flag_fn fn;
     const char *field; /* spec field it sets */
+    const char *arg;   /* the value's name in --help, "" for switches */
     const char *help;
 };
 
@@ -180,34 +181,37 @@ static int f_spec(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 }
 
 static const struct flag flags[] = {
-    {"--spec", true, f_spec, "", "FILE       start from a JSON spec (DESIGN §2); later flags override it"},
-    {"--tier", true, f_tier, "tier", "T          process | container | microvm | vm (default container)"},
-    {"--image", true, f_image, "image", "I         host (default) or a directory holding a root filesystem"},
-    {"--cpus", true, f_cpus, "limits.cpus", "N          CPU quota, fractional allowed (default 1)"},
-    {"--memory", true, f_memory, "limits.memory_mb", "SIZE     memory limit, no swap (default 512M)"},
-    {"--pids", true, f_pids, "limits.pids", "N          process/thread limit (default 256)"},
-    {"--disk", true, f_disk, "limits.disk_mb",
-     "SIZE       writable layer: root changes, workdir, /tmp (default 1G)"},
-    {"--timeout", true, f_timeout, "limits.timeout_s",
-     "DUR     kill the whole sandbox after DUR, exit 124 (default 600s)"},
-    {"--nofile", true, f_nofile, "limits.nofile", "N        open file limit (default 1024)"},
-    {"--net", true, f_net, "network", "MODE        none (default) | open | allow=HOST[:PORT][,…]"},
-    {"--bind", true, f_bind, "mounts", "SRC:DST[:ro] bind a host path into the sandbox"},
-    {"--env", true, f_env, "env", "K=V         set an environment variable"},
-    {"--workdir", true, f_workdir, "workdir", "DIR     working directory, writable (default /workspace)"},
-    {"--hostname", true, f_hostname, "hostname", "NAME   host name inside (default cordon)"},
-    {"--label", true, f_label, "labels", "K=V       attach a label"},
-    {"--protect", true, f_protect, "protect", "GLOB    path the agent may neither read nor write"},
-    {"--on-violation", true, f_on_violation, "on_violation", "A  log | deny | kill"},
-    {"--read-only", false, f_read_only, "read_only",
-     "        root read-only; only workdir and temp dirs writable"},
-    {"--json", false, f_json, NULL, "             print a JSON result record on stderr at the end"},
+    {"--spec", true, f_spec, "", "FILE", "start from a JSON spec (docs/spec.md); later flags override it"},
+    {"--tier", true, f_tier, "tier", "T", "container (default); process, microvm, vm are not built yet"},
+    {"--image", true, f_image, "image", "I", "host (default) or a directory holding a root filesystem"},
+    {"--cpus", true, f_cpus, "limits.cpus", "N", "CPU quota, fractional allowed (default 1)"},
+    {"--memory", true, f_memory, "limits.memory_mb", "SIZE", "memory limit, no swap (default 512M)"},
+    {"--pids", true, f_pids, "limits.pids", "N", "process/thread limit (default 256)"},
+    {"--disk", true, f_disk, "limits.disk_mb", "SIZE",
+     "writable layer: root changes, workdir, /tmp (default 1G)"},
+    {"--timeout", true, f_timeout, "limits.timeout_s", "DUR",
+     "kill the whole sandbox after DUR, exit 124 (default 600s)"},
+    {"--nofile", true, f_nofile, "limits.nofile", "N", "open file limit (default 1024)"},
+    {"--net", true, f_net, "network", "MODE",
+     "none (default: loopback only); open and allow=… are not built yet"},
+    {"--bind", true, f_bind, "mounts", "SRC:DST[:ro]", "bind a host path into the sandbox"},
+    {"--env", true, f_env, "env", "K=V", "set an environment variable"},
+    {"--workdir", true, f_workdir, "workdir", "DIR", "working directory, writable (default /workspace)"},
+    {"--hostname", true, f_hostname, "hostname", "NAME", "host name inside (default cordon)"},
+    {"--label", true, f_label, "labels", "K=V", "attach a label"},
+    {"--protect", true, f_protect, "protect", "GLOB",
+     "path the agent may not touch (refused until the monitor lands)"},
+    {"--on-violation", true, f_on_violation, "on_violation", "A",
+     "log (default); deny and kill come with the monitor"},
+    {"--read-only", false, f_read_only, "read_only", "",
+     "root read-only; only workdir and temp dirs writable"},
+    {"--json", false, f_json, NULL, "", "print a JSON result record on stderr at the end"},
 };
 
 void cdn_run_usage(FILE *f)
 {
     for (size_t i = 0; i < ELEMENTSOF(flags); i++)
-        fprintf(f, "  %s %s\n", flags[i].name, flags[i].help);
+        fprintf(f, "  %-15s %-13s %s\n", flags[i].name, flags[i].arg, flags[i].help);
 }
 
 static const struct flag *find_flag(const char *arg, const char **ret_value)
