@@ -39,7 +39,8 @@ struct cdn_cgroup_ops {
     /* Make the cgroup (reusing an existing directory of that name) and apply limits.
      * Returns 0 for a new directory, 1 for a reused one. */
     int (*create)(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, struct cdn_error *err);
-    /* Move pid in (v1; v2 prefers CLONE_INTO_CGROUP and uses this as fallback). */
+    /* Move another process in through cgroup.procs. cordon run does not: a v1
+     * sandbox joins by attach_self(), a v2 one is born inside (CLONE_INTO_CGROUP). */
     int (*attach)(struct cdn_cgroup *cg, pid_t pid);
     /* v1 only (NULL for v2): let host uid `uid` move itself in (chown the "tasks"
      * files), then attach_self() run by that process does it. A thread moving
