@@ -106,9 +106,9 @@ static int make_cgroup(struct cdn_sandbox *sb, struct cdn_error *err)
 
 /* Work runs in parallel where it can: the child makes its network namespace
  * (the costliest namespace, ~0.4 ms) and builds its root once its ids are
- * mapped, while this process forks the guard and makes the cgroup.
+ * mapped, while this process makes the cgroup and then forks the guard.
  * cgroup v2 can place the child at birth (CLONE_INTO_CGROUP), so there the
- * cgroup must exist first. On failure the caller's destroy() undoes it all. */
+ * guard and the cgroup come first. On failure the caller's destroy() undoes it all. */
 static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const char *scratch,
                  struct cdn_error *err)
 {
