@@ -3,11 +3,14 @@
 
 import json
 import os
+import shutil
 import signal
+import subprocess
+import tempfile
 
 import pytest
 
-from cordonlib import EXIT_CORDON, RECORD_FIELDS, HostState, run
+from cordonlib import CORDON_BIN, EXIT_CORDON, RECORD_FIELDS, HostState, run
 
 # ---------------------------------------------------------------- streams
 
@@ -355,3 +358,20 @@ def test_json_record_survives_non_utf8_in_error():
     assert r.record is not None, r.stderr
     assert r.record["exit_code"] == EXIT_CORDON
     assert "cmd" in r.record["error"]
+
+
+def test_non_root_caller_gets_a_clear_error():
+    # Copies of the binaries that an unprivileged user can reach and execute.
+    d = tempfile.mkdtemp(dir="/tmp")
+    try:
+        os.chmod(d, 0o755)
+        for name in ("cordon", "cordon-init"):
+            shutil.copy(os.path.join(os.path.dirname(os.path.abspath(CORDON_BIN)), name), d)
+            os.chmod(os.path.join(d, name), 0o755)
+        p = subprocess.run(["su", "-s", "/bin/sh", "nobody", "-c", f"{d}/cordon run -- true"],
+                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    finally:
+        shutil.rmtree(d)
+    assert p.returncode == EXIT_CORDON, p.stderr
+    assert "needs root" in p.stderr
+    assert p.stderr.count("\n") == 1

@@ -39,6 +39,9 @@ static int prepare(struct cdn_error *err)
 {
     if (prep.ready)
         return 0;
+    if (geteuid() != 0)
+        return cdn_error_set(err, EPERM,
+                             "the container tier needs root: it maps a host uid range and makes cgroups");
     char path[4096];
     if (cdn_init_path(path, sizeof path) < 0)
         return cdn_error_set(err, ENOENT, "cordon-init not found (set CORDON_INIT or install cordon)");
