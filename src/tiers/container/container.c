@@ -109,9 +109,9 @@ static int make_cgroup(struct cdn_sandbox *sb, struct cdn_error *err)
 
 /* Work runs in parallel where it can: the child makes its network namespace
  * (the costliest namespace, ~0.4 ms) and builds its root once its ids are
- * mapped, while this process makes the cgroup and then forks the guard.
+ * mapped, while this process forks the guard and makes the cgroup.
  * cgroup v2 can place the child at birth (CLONE_INTO_CGROUP), so there the
- * guard and the cgroup come first. On failure the caller's destroy() undoes it all. */
+ * guard and the cgroup come before clone3. On failure the caller's destroy() undoes it all. */
 static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const char *scratch,
                  struct cdn_error *err)
 {
@@ -154,21 +154,18 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
     go[0] = safe_close(go[0]);
     rep[1] = safe_close(rep[1]);
     /* The child builds its root as soon as it has its ids ('m'); meanwhile, for
-     * v1, the cgroup is made here, and the child joins it itself
-     * (cdn_cgroup_ops.attach_self) once told it is ready ('c'). The guard is
-     * forked last, off the child's path; should this process die in the
-     * ~0.1 ms before, the empty cgroup is reclaimed when its slot is next taken. */
+     * v1, the guard is forked and the cgroup made here, and the child joins it
+     * itself (cdn_cgroup_ops.attach_self) once told it is ready ('c'). The guard
+     * comes first: a cgroup must never exist without someone to remove it. */
     if ((r = write_id_maps(pid, sb->uid_base, err)) < 0)
         return r;
     if (write(go[1], "m", 1) != 1)
         return child_failed(rep[0], errno, err);
-    if (!v2 && ((r = make_cgroup(sb, err)) < 0 ||
+    if (!v2 && ((r = start_guard(sb, err)) < 0 || (r = make_cgroup(sb, err)) < 0 ||
                 (r = sb->cgroup.ops->delegate_self(&sb->cgroup, sb->uid_base, sb->uid_base)) < 0))
         return err->msg[0] ? r : cdn_error_set(err, r, "delegate cgroup: %s", strerror(-r));
     if (write(go[1], "c", 1) != 1)
         return child_failed(rep[0], errno, err);
-    if (!v2 && (r = start_guard(sb, err)) < 0)
-        return r;
     sb->agent_fd = TAKE_FD(agent[0]);
     sb->setup_fd = TAKE_FD(rep[0]);
     return 0;
