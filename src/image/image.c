@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,12 +144,18 @@ static int populate(const char *root, struct cdn_error *err)
     return 0;
 }
 
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void) st, (void) ftw;
+    return (type == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+/* Remove a directory tree of our own (a failed or superseded build); a missing one is fine. */
 static int rm_rf(const char *path)
 {
-    char cmd[4200];
-    /* Only on a failed build of our own temporary directory; not on any hot path. */
-    (void) snprintf(cmd, sizeof cmd, "rm -rf -- '%s'", path);
-    return system(cmd) == 0 ? 0 : -EIO;
+    if (nftw(path, remove_entry, 32, FTW_DEPTH | FTW_PHYS) == 0 || errno == ENOENT)
+        return 0;
+    return -errno;
 }
 
 int cdn_image_build_host(bool verbose, struct cdn_error *err)

@@ -21,7 +21,6 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -51,40 +50,28 @@ static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urand
             return cdn_error_set(err, errno, __VA_ARGS__);                                                   \
     } while (0)
 
-/* Carry the flags the kernel locks on mounts inherited from a more privileged
- * namespace (nosuid, nodev, noexec, atime); a remount that drops them is refused. */
-static unsigned long locked_flags(const char *path)
+/* Add attributes (MOUNT_ATTR_RDONLY, _NOSUID, …) to the mount at fd and the
+ * mounts beneath it. mount_setattr() only adds what is asked, so the flags the
+ * kernel locks on mounts copied from the host (atime, nodev…) are left alone,
+ * which a MS_REMOUNT would have to repeat exactly. */
+static int set_mount_attrs(int fd, uint64_t attrs, const char *what, struct cdn_error *err)
 {
-    struct statvfs sv;
-    unsigned long f = 0;
-    if (statvfs(path, &sv) < 0)
-        return 0;
-    if (sv.f_flag & ST_NOSUID)
-        f |= MS_NOSUID;
-    if (sv.f_flag & ST_NODEV)
-        f |= MS_NODEV;
-    if (sv.f_flag & ST_NOEXEC)
-        f |= MS_NOEXEC;
-    if (sv.f_flag & ST_NOATIME)
-        f |= MS_NOATIME;
-    if (sv.f_flag & ST_NODIRATIME)
-        f |= MS_NODIRATIME;
-    if (sv.f_flag & ST_RELATIME)
-        f |= MS_RELATIME;
-    return f;
+    struct mount_attr attr = {.attr_set = attrs};
+    if (attrs && syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) < 0)
+        return cdn_error_set(err, errno, "set flags on %s: %m", what);
+    return 0;
 }
 
-static int bind_mount(const char *src, const char *dst, bool readonly, unsigned long extra,
-                      struct cdn_error *err)
+/* Bind src on the path dst, then give the new mount attrs. */
+static int bind_mount(const char *src, const char *dst, uint64_t attrs, struct cdn_error *err)
 {
-    /* Recursive for host trees (their submounts come along); a path bound on itself is not. */
-    CHECK(mount(src, dst, NULL, MS_BIND | (strcmp(src, dst) ? MS_REC : 0), NULL), "bind %s on %s: %m", src,
-          dst);
-    if (readonly || extra)
-        CHECK(mount(NULL, dst, NULL,
-                    MS_REMOUNT | MS_BIND | (readonly ? MS_RDONLY : 0) | extra | locked_flags(dst), NULL),
-              "remount %s read-only: %m", dst);
-    return 0;
+    CHECK(mount(src, dst, NULL, MS_BIND | MS_REC, NULL), "bind %s on %s: %m", src, dst);
+    if (!attrs)
+        return 0;
+    _cleanup_close_ int fd = open(dst, O_PATH | O_CLOEXEC); /* now names the new mount */
+    if (fd < 0)
+        return cdn_error_set(err, errno, "open %s: %m", dst);
+    return set_mount_attrs(fd, attrs, dst, err);
 }
 
 /* Open (creating when missing) path beneath rootfd, never leaving the root.
@@ -208,7 +195,8 @@ static int mount_host_usr(const char *root, struct cdn_error *err)
 {
     char dst[4200];
     (void) snprintf(dst, sizeof dst, "%s/usr", root);
-    int r = bind_mount("/usr", dst, true, MS_NOSUID | MS_NODEV, err);
+    const uint64_t ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    int r = bind_mount("/usr", dst, ro, err);
     if (r < 0)
         return r;
     for (size_t i = 0; cdn_image_host_dirs[i]; i++) {
@@ -218,7 +206,7 @@ static int mount_host_usr(const char *root, struct cdn_error *err)
         if (lstat(src, &st) < 0 || !S_ISDIR(st.st_mode))
             continue; /* merged /usr: the skeleton already has the symlink */
         (void) snprintf(dst, sizeof dst, "%s/%s", root, cdn_image_host_dirs[i]);
-        r = bind_mount(src, dst, true, MS_NOSUID | MS_NODEV, err);
+        r = bind_mount(src, dst, ro, err);
         if (r < 0)
             return r;
     }
@@ -338,16 +326,12 @@ static int bind_onto(int rootfd, const char *src, int target_fd, const char *tar
     char fdp[64];
     (void) fd_path(fdp, target_fd);
     CHECK(mount(src, fdp, NULL, MS_BIND | MS_REC, NULL), "bind %s on %s: %m", src, target);
-    _cleanup_close_ int fd = open_in_root(rootfd, target, true, 0);
+    _cleanup_close_ int fd = open_in_root(rootfd, target, true, 0); /* target_fd names what is underneath */
     if (fd < 0)
         return cdn_error_set(err, fd, "reopen %s: %s", target, strerror(-fd));
-    struct mount_attr attr = {.attr_set =
-                                  MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (readonly ? MOUNT_ATTR_RDONLY : 0)};
-    CHECK(syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr),
-          "set flags on %s: %m", target);
-    return 0;
+    return set_mount_attrs(fd, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (readonly ? MOUNT_ATTR_RDONLY : 0),
+                           target, err);
 }
-
 static int mount_binds(const struct cdn_setup_args *a, int rootfd, struct cdn_error *err)
 {
     for (size_t i = 0; i < a->spec->n_mounts; i++) {
@@ -388,7 +372,7 @@ static int make_writable_dirs(const struct cdn_setup_args *a, int rootfd, struct
         (void) fd_path(fdp, fd);
         if (mkdir(src, mode) < 0 || chmod(src, mode) < 0)
             return cdn_error_field(err, errno, field, "%s %s: %m", field, path);
-        int r = bind_mount(src, fdp, false, 0, err);
+        int r = bind_mount(src, fdp, 0, err);
         if (r < 0)
             return cdn_error_prefix(err, r, "%s %s", field, path);
     }
