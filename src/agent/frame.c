@@ -7,6 +7,15 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+static void put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t) v;
+    p[1] = (uint8_t) (v >> 8);
+}
+static uint16_t get16(const uint8_t *p)
+{
+    return (uint16_t) (p[0] | p[1] << 8);
+}
 static void put32(uint8_t *p, uint32_t v)
 {
     p[0] = (uint8_t) v;
@@ -65,27 +74,28 @@ static int put_str(uint8_t *buf, size_t size, size_t *off, const char *s)
     return 0;
 }
 
-int cdn_exec_encode(uint8_t *buf, size_t size, uint32_t flags, const char *cwd, char *const argv[],
-                    char *const envp[])
+int cdn_exec_encode(uint8_t *buf, size_t size, const struct cdn_exec_args *a)
 {
     uint32_t argc = 0, envc = 0;
-    while (argv && argv[argc])
+    while (a->argv && a->argv[argc])
         argc++;
-    while (envp && envp[envc])
+    while (a->envp && a->envp[envc])
         envc++;
-    if (argc == 0 || argc > CDN_EXEC_MAX_ARGS || envc > CDN_EXEC_MAX_ARGS || size < 12)
+    if (argc == 0 || argc > CDN_EXEC_MAX_ARGS || envc > CDN_EXEC_MAX_ARGS || size < CDN_EXEC_FIXED)
         return argc == 0 ? -EINVAL : -ENOBUFS;
-    put32(buf, flags);
+    put32(buf, a->flags);
     put32(buf + 4, argc);
     put32(buf + 8, envc);
-    size_t off = 12;
-    if (put_str(buf, size, &off, cwd ? cwd : "") < 0)
+    put16(buf + 12, a->rows);
+    put16(buf + 14, a->cols);
+    size_t off = CDN_EXEC_FIXED;
+    if (put_str(buf, size, &off, a->cwd ? a->cwd : "") < 0)
         return -ENOBUFS;
     for (uint32_t i = 0; i < argc; i++)
-        if (put_str(buf, size, &off, argv[i]) < 0)
+        if (put_str(buf, size, &off, a->argv[i]) < 0)
             return -ENOBUFS;
     for (uint32_t i = 0; i < envc; i++)
-        if (put_str(buf, size, &off, envp[i]) < 0)
+        if (put_str(buf, size, &off, a->envp[i]) < 0)
             return -ENOBUFS;
     return off > CDN_FRAME_MAX ? -ENOBUFS : (int) off;
 }
@@ -105,14 +115,16 @@ static int take_str(const uint8_t *p, size_t len, size_t *off, const char **ret)
 
 int cdn_exec_decode(const uint8_t *p, size_t len, struct cdn_exec_req *ret)
 {
-    if (len < 12)
+    if (len < CDN_EXEC_FIXED)
         return -EBADMSG;
     ret->flags = get32(p);
     ret->argc = get32(p + 4);
     ret->envc = get32(p + 8);
+    ret->rows = get16(p + 12);
+    ret->cols = get16(p + 14);
     if (ret->argc == 0 || ret->argc > CDN_EXEC_MAX_ARGS || ret->envc > CDN_EXEC_MAX_ARGS)
         return -EBADMSG;
-    size_t off = 12;
+    size_t off = CDN_EXEC_FIXED;
     if (take_str(p, len, &off, &ret->cwd) < 0)
         return -EBADMSG;
     for (uint32_t i = 0; i < ret->argc; i++)
@@ -124,6 +136,65 @@ int cdn_exec_decode(const uint8_t *p, size_t len, struct cdn_exec_req *ret)
     ret->argv[ret->argc] = NULL;
     ret->envp[ret->envc] = NULL;
     return off == len ? 0 : -EBADMSG;
+}
+
+int cdn_file_encode(uint8_t *buf, size_t size, uint32_t op, uint32_t mode, const char *path, const void *data,
+                    size_t data_len)
+{
+    size_t off = 8;
+    if (size < off)
+        return -ENOBUFS;
+    put32(buf, op);
+    put32(buf + 4, mode);
+    if (put_str(buf, size, &off, path) < 0 || data_len > size - off || off + data_len > CDN_FRAME_MAX)
+        return -ENOBUFS;
+    if (data_len)
+        memcpy(buf + off, data, data_len);
+    return (int) (off + data_len);
+}
+
+int cdn_file_decode(const uint8_t *p, size_t len, struct cdn_file_req *ret)
+{
+    size_t off = 8;
+    if (len < off + 1)
+        return -EBADMSG;
+    struct cdn_file_req r = {.op = get32(p), .mode = get32(p + 4)};
+    if (r.op == 0 || r.op >= _CDN_FILE_OP_MAX || r.mode > 07777 || take_str(p, len, &off, &r.path) < 0 ||
+        r.path[0] == 0)
+        return -EBADMSG;
+    if (off < len && r.op != CDN_FILE_WRITE)
+        return -EBADMSG;
+    r.data = p + off;
+    r.data_len = len - off;
+    *ret = r;
+    return 0;
+}
+
+#define STAT_FIXED 20
+
+int cdn_file_stat_encode(uint8_t *buf, size_t size, const struct cdn_file_stat *st)
+{
+    size_t off = STAT_FIXED;
+    if (size < off)
+        return -ENOBUFS;
+    put32(buf, st->mode);
+    put64(buf + 4, st->size);
+    put64(buf + 12, (uint64_t) st->mtime);
+    if (put_str(buf, size, &off, st->name ? st->name : "") < 0)
+        return -ENOBUFS;
+    return (int) off;
+}
+
+int cdn_file_stat_decode(const uint8_t *p, size_t len, struct cdn_file_stat *ret)
+{
+    size_t off = STAT_FIXED;
+    if (len < off + 1)
+        return -EBADMSG;
+    struct cdn_file_stat st = {.mode = get32(p), .size = get64(p + 4), .mtime = (int64_t) get64(p + 12)};
+    if (take_str(p, len, &off, &st.name) < 0)
+        return -EBADMSG;
+    *ret = st;
+    return (int) off;
 }
 
 int cdn_exit_encode(uint8_t *buf, size_t size, const struct cdn_exit_msg *m)

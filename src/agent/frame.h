@@ -19,19 +19,41 @@
 #define CDN_FRAME_HEADER  16u
 #define CDN_FRAME_MAX     (1u << 20)
 #define CDN_EXEC_MAX_ARGS 4096
+#define CDN_EXEC_FIXED    16u /* EXEC payload bytes before the strings */
 
+/* A channel is chosen by the host, one per request (an exec or a file
+ * operation); every frame init sends about that request carries it. */
 enum cdn_frame_type {
     CDN_FRAME_EXEC = 1,   /* host→init: start a command (payload: struct cdn_exec_req) */
-    CDN_FRAME_EXIT = 2,   /* init→host: a command ended (payload: struct cdn_exit_msg) */
-    CDN_FRAME_ERROR = 3,  /* init→host: a request failed (payload: i32 errno, message) */
+    CDN_FRAME_EXIT = 2,   /* init→host: a command ended (payload: struct cdn_exit_msg); its last frame */
+    CDN_FRAME_ERROR = 3,  /* init→host: a request failed (payload: i32 errno, message); its last frame.
+                           * On channel 0: the connection is being closed for a malformed frame. */
     CDN_FRAME_SIGNAL = 4, /* host→init: deliver a signal to a command (payload: i32 signo) */
     CDN_FRAME_PING = 5,   /* either way: liveness; answered by PONG with the same payload */
     CDN_FRAME_PONG = 6,
+    CDN_FRAME_STDOUT = 7, /* init→host: output of a CDN_EXEC_PIPES command; empty = that stream ended */
+    CDN_FRAME_STDERR = 8,
+    CDN_FRAME_STDIN = 9,   /* host→init: input for a CDN_EXEC_STDIN command; empty = close its stdin */
+    CDN_FRAME_FILE = 10,   /* host→init: a file operation (payload: struct cdn_file_req) */
+    CDN_FRAME_DATA = 11,   /* either way: file bytes (read: init→host; write: host→init, after FILE) or,
+                            * for LIST, directory entries (struct cdn_file_stat each) */
+    CDN_FRAME_DONE = 12,   /* init→host: a file operation succeeded (payload: struct cdn_file_stat of the
+                            * path, for every op but REMOVE, which sends none); its last frame */
+    CDN_FRAME_RESIZE = 13, /* host→init: PTY window size of a command (payload: u16 rows | u16 cols) */
+};
+
+/* Frame header flags. */
+enum cdn_frame_flags {
+    CDN_FRAME_MORE = 1u << 0, /* FILE(WRITE)/DATA host→init: more DATA frames of this write follow */
 };
 
 enum cdn_exec_flags {
     CDN_EXEC_SHUTDOWN_ON_EXIT =
-        1u << 0, /* one-shot: init exits (ending the sandbox) when this command ends */
+        1u << 0,              /* one-shot: init exits (ending the sandbox) when this command ends */
+    CDN_EXEC_PIPES = 1u << 1, /* stdout/stderr come back as STDOUT/STDERR frames (else init's own) */
+    CDN_EXEC_STDIN = 1u << 2, /* with PIPES: stdin from STDIN frames (else /dev/null) */
+    CDN_EXEC_PTY = 1u << 3,   /* with PIPES: a pseudo-terminal of rows×cols is stdin/out/err; its
+                               * output comes as STDOUT, input as STDIN; RESIZE changes its size */
 };
 
 struct cdn_frame_header {
@@ -44,6 +66,7 @@ struct cdn_frame_header {
 /* Decoded EXEC request. Pointers point into the payload buffer the caller owns. */
 struct cdn_exec_req {
     uint32_t flags;
+    uint16_t rows, cols; /* PTY size, CDN_EXEC_PTY only */
     const char *cwd;
     uint32_t argc, envc;
     const char *argv[CDN_EXEC_MAX_ARGS + 1];
@@ -57,15 +80,57 @@ struct cdn_exit_msg {
     uint64_t maxrss_kb;
 };
 
+enum cdn_file_op {
+    CDN_FILE_WRITE = 1,  /* create/truncate path (mode), write DATA; parents are made */
+    CDN_FILE_READ = 2,   /* DATA chunks of the contents, then DONE */
+    CDN_FILE_STAT = 3,   /* DONE */
+    CDN_FILE_LIST = 4,   /* DATA frames of entries, then DONE */
+    CDN_FILE_MKDIR = 5,  /* mkdir -p */
+    CDN_FILE_REMOVE = 6, /* a file, or a directory with everything in it */
+    _CDN_FILE_OP_MAX,
+};
+
+/* FILE payload: u32 op | u32 mode | path\0 | (WRITE) first bytes. */
+struct cdn_file_req {
+    uint32_t op;
+    uint32_t mode;
+    const char *path; /* points into the payload */
+    const uint8_t *data;
+    size_t data_len;
+};
+
+/* DONE payload and LIST entries: u32 mode | u64 size | i64 mtime (s) | name\0
+ * (name: the entry's name for LIST, empty for DONE). */
+struct cdn_file_stat {
+    uint32_t mode; /* st_mode: type and permission bits */
+    uint64_t size;
+    int64_t mtime;
+    const char *name;
+};
+
 /* Header codec: returns 0, or -EBADMSG (bad magic), -EMSGSIZE (too long). */
 int cdn_frame_header_decode(const uint8_t buf[CDN_FRAME_HEADER], struct cdn_frame_header *ret);
 void cdn_frame_header_encode(uint8_t buf[CDN_FRAME_HEADER], const struct cdn_frame_header *h);
 
-/* EXEC payload: u32 flags | u32 argc | u32 envc | cwd\0 | argv\0… | env\0…
+/* EXEC payload: u32 flags | u32 argc | u32 envc | u16 rows | u16 cols | cwd\0 | argv\0… | env\0…
  * Encode returns the payload length written into buf (or -ENOBUFS). */
-int cdn_exec_encode(uint8_t *buf, size_t size, uint32_t flags, const char *cwd, char *const argv[],
-                    char *const envp[]);
+struct cdn_exec_args {
+    uint32_t flags;
+    uint16_t rows, cols;
+    const char *cwd;
+    char *const *argv; /* NULL-terminated, at least one */
+    char *const *envp; /* NULL-terminated or NULL */
+};
+int cdn_exec_encode(uint8_t *buf, size_t size, const struct cdn_exec_args *a);
 int cdn_exec_decode(const uint8_t *p, size_t len, struct cdn_exec_req *ret);
+
+int cdn_file_encode(uint8_t *buf, size_t size, uint32_t op, uint32_t mode, const char *path, const void *data,
+                    size_t data_len);
+int cdn_file_decode(const uint8_t *p, size_t len, struct cdn_file_req *ret);
+/* Encodes at most one entry; returns its length or -ENOBUFS. */
+int cdn_file_stat_encode(uint8_t *buf, size_t size, const struct cdn_file_stat *st);
+/* Decodes the entry at p (len bytes available); returns the bytes it took. */
+int cdn_file_stat_decode(const uint8_t *p, size_t len, struct cdn_file_stat *ret);
 
 int cdn_exit_encode(uint8_t *buf, size_t size, const struct cdn_exit_msg *m);
 int cdn_exit_decode(const uint8_t *p, size_t len, struct cdn_exit_msg *ret);

@@ -1,35 +1,39 @@
 /* The cordon CLI: dispatch only. */
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "image/image.h"
+#include "cli.h"
+#include "core/paths.h"
 #include "shared/macro.h"
 
-int cdn_cli_run(int argc, char *const *argv);
-
-static int cmd_image(int argc, char *const *argv)
-{
-    if (argc == 2 && strcmp(argv[0], "rebuild") == 0 && strcmp(argv[1], "host") == 0) {
-        struct cdn_error err = {0};
-        if (cdn_image_build_host(true, &err) < 0) {
-            fprintf(stderr, "cordon: %s\n", err.msg);
-            return 125;
-        }
-        return 0;
-    }
-    fprintf(stderr, "usage: cordon image rebuild host\n");
-    return 125;
-}
+static char **cli_argv;
 
 static const struct {
     const char *name;
     int (*fn)(int argc, char *const *argv);
+    bool lean; /* the lean build runs it itself rather than handing it to cordon-full */
     const char *help;
 } commands[] = {
-    {"run", cdn_cli_run, "run [FLAGS] [--] CMD [ARG…]   one command in a fresh sandbox, no daemon"},
-    {"image", cmd_image,
+    {"run", cdn_cli_run, true, "run [FLAGS] [--] CMD [ARG…]   one command in a fresh sandbox, no daemon"},
+    {"image", cdn_cli_image, false,
      "image rebuild host            rebuild the host image skeleton from this host's /etc"},
 };
+
+int cdn_cli_exec_full(void)
+{
+    char path[4096];
+    if (cdn_libexec_path("cordon-full", path, sizeof path) < 0) {
+        fprintf(stderr, "cordon: cordon-full not found next to cordon or in %s (reinstall cordon)\n",
+                CDN_LIBEXECDIR);
+        return 125;
+    }
+    execv(path, cli_argv);
+    fprintf(stderr, "cordon: exec %s: %s\n", path, strerror(errno));
+    return 125;
+}
 
 static void usage(FILE *f)
 {
@@ -40,6 +44,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    cli_argv = argv;
     if (argc < 2) {
         usage(stderr);
         return 125;
@@ -54,7 +59,7 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < ELEMENTSOF(commands); i++)
         if (strcmp(argv[1], commands[i].name) == 0)
-            return commands[i].fn(argc - 2, argv + 2);
+            return CDN_LEAN && !commands[i].lean ? cdn_cli_exec_full() : commands[i].fn(argc - 2, argv + 2);
     fprintf(stderr, "cordon: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 125;

@@ -167,6 +167,11 @@ static int f_json(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 }
 static int f_spec(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 {
+#if CDN_LEAN
+    (void) a, (void) e;
+    o->needs_full = true; /* no JSON parser here: cordon-full reads the spec */
+    return 0;
+#else
     FILE *f = fopen(a, "re");
     if (!f)
         return cdn_error_field(e, errno, "", "--spec '%s': %m", a);
@@ -178,6 +183,7 @@ static int f_spec(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
                   : cdn_spec_from_json(&o->spec, buf, (size_t) n, e);
     free(buf);
     return r;
+#endif
 }
 
 static const struct flag flags[] = {

@@ -10,6 +10,7 @@
 struct cdn_run_opts {
     struct cdn_spec spec;
     bool json;
+    bool needs_full;   /* lean build: a flag it cannot serve (--spec) was given; see cli.h */
     char *const *argv; /* the command, NULL-terminated; points into the caller's argv */
 };
 

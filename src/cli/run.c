@@ -1,35 +1,26 @@
 /* `cordon run`: one sandbox, one command, no daemon. Runs on the host as
  * root; stdin/stdout/stderr are handed to the command as they are. */
+#include "run.h"
+#include "cli.h"
 #include "run-flags.h"
 #include "agent/frame.h"
 #include "shared/fd-util.h"
+#include "core/paths.h"
+#include "tiers/container/seccomp-policy.h"
 #include "tiers/tier.h"
 
 #include <errno.h>
-#include <jansson.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#define EXIT_CORDON  125
-#define EXIT_TIMEOUT 124
 #define EXEC_CHANNEL 1
-
-struct outcome {
-    bool have_exit, timed_out, setup_failed, exec_failed;
-    struct cdn_exit_msg exit;
-    struct cdn_error error;
-    struct rusage ru;
-    struct cdn_usage usage;
-    double wall_ms;
-};
 
 static const int forwarded[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT};
 
@@ -79,7 +70,7 @@ static int encode_exec(const struct cdn_spec *spec, char *const *argv, uint8_t *
     _cleanup_free_ char **env = build_env(spec);
     if (!env)
         return cdn_error_set(err, ENOMEM, "out of memory");
-    size_t need = 12 + strlen(spec->workdir) + 1; /* sized exactly: no 1 MiB allocation per run */
+    size_t need = CDN_EXEC_FIXED + strlen(spec->workdir) + 1; /* sized exactly: no 1 MiB allocation per run */
     for (size_t i = 0; argv[i]; i++)
         need += strlen(argv[i]) + 1;
     for (size_t i = 0; env[i]; i++)
@@ -88,7 +79,10 @@ static int encode_exec(const struct cdn_spec *spec, char *const *argv, uint8_t *
     _cleanup_free_ uint8_t *buf = malloc(size);
     if (!buf)
         return cdn_error_set(err, ENOMEM, "out of memory");
-    int n = cdn_exec_encode(buf, size, CDN_EXEC_SHUTDOWN_ON_EXIT, spec->workdir, argv, env);
+    int n = cdn_exec_encode(
+        buf, size,
+        &(struct cdn_exec_args){
+            .flags = CDN_EXEC_SHUTDOWN_ON_EXIT, .cwd = spec->workdir, .argv = argv, .envp = env});
     if (n == -ENOBUFS)
         return cdn_error_field(err, E2BIG, "cmd",
                                "the command, its arguments and environment exceed %u KiB (or %d entries)",
@@ -197,50 +191,12 @@ static int exit_status(const struct outcome *o)
     return o->usage.oom_kills ? 128 + SIGKILL : EXIT_CORDON;
 }
 
-/* A JSON string of text that may not be UTF-8 (error messages quote the
- * caller's argv): invalid input has its non-ASCII bytes shown as '?'. */
-static json_t *json_text(const char *s)
+/* What the lean build cannot do itself (cli.h). */
+static bool needs_full(const struct cdn_run_opts *o)
 {
-    json_t *j = json_string(s);
-    if (j)
-        return j;
-    _cleanup_free_ char *copy = strdup(s);
-    if (!copy)
-        return json_null();
-    for (char *c = copy; *c; c++)
-        if ((unsigned char) *c >= 0x80)
-            *c = '?';
-    j = json_string(copy);
-    return j ? j : json_null();
-}
-
-static void print_record(const struct cdn_sandbox *sb, const struct outcome *o, int status)
-{
-    /* CPU time: the command's own report (it includes the descendants it
-     * waited for) or, when it never reported, init's rusage (everything init reaped). */
-    double ut = o->have_exit ? (double) o->exit.user_us / 1e3
-                             : (double) o->ru.ru_utime.tv_sec * 1e3 + (double) o->ru.ru_utime.tv_usec / 1e3;
-    double st = o->have_exit ? (double) o->exit.sys_us / 1e3
-                             : (double) o->ru.ru_stime.tv_sec * 1e3 + (double) o->ru.ru_stime.tv_usec / 1e3;
-    json_t *rec = json_pack(
-        "{s:s, s:s, s:i, s:o, s:o, s:b, s:b, s:f, s:f, s:f, s:I, s:I, s:o, s:{}}", "id", sb->id, "tier",
-        sb->tier->name, "exit_code", status, "signal",
-        o->have_exit && o->exit.signal ? json_integer(o->exit.signal) : json_null(), "error",
-        o->setup_failed || o->exec_failed ? json_text(o->error.msg) : json_null(), "timed_out", o->timed_out,
-        "oom_killed", o->usage.oom_kills > 0, "wall_ms", o->wall_ms, "cpu_user_ms", ut, "cpu_system_ms", st,
-        "memory_peak_bytes", (json_int_t) o->usage.memory_peak_bytes, "pids_limit_hits",
-        (json_int_t) o->usage.pids_max_hits, "limits",
-        json_pack("{s:f, s:I, s:I, s:I}", "cpus", sb->spec->limits.cpus, "memory_mb",
-                  (json_int_t) sb->spec->limits.memory_mb, "pids", (json_int_t) sb->spec->limits.pids,
-                  "disk_mb", (json_int_t) sb->spec->limits.disk_mb),
-        "violations");
-    if (!rec)
-        return;
-    char *s = json_dumps(rec, JSON_COMPACT | JSON_REAL_PRECISION(9));
-    if (s)
-        fprintf(stderr, "%s\n", s);
-    free(s);
-    json_decref(rec);
+    char cache[4096];
+    cdn_cache_dir(cache, sizeof cache);
+    return o->json || o->needs_full || !cdn_seccomp_cache_present(cache);
 }
 
 static void report_error(const struct cdn_error *e)
@@ -305,6 +261,10 @@ int cdn_cli_run(int argc, char *const *argv)
     if (cdn_spec_init(&o.spec) < 0)
         return EXIT_CORDON;
     int r = cdn_run_parse(argc, argv, &o, &err);
+    if (CDN_LEAN && r >= 0 && needs_full(&o)) {
+        cdn_spec_free(&o.spec);
+        return cdn_cli_exec_full();
+    }
     if (r >= 0)
         r = cdn_spec_validate(&o.spec, &err);
     if (r < 0) {
@@ -323,8 +283,10 @@ int cdn_cli_run(int argc, char *const *argv)
     else if (!out.have_exit && !out.timed_out)
         fprintf(stderr, "cordon: the sandbox ended without reporting an exit status%s\n",
                 out.usage.oom_kills ? " (out of memory)" : "");
+#if !CDN_LEAN
     if (o.json)
-        print_record(&sb, &out, status);
+        cdn_run_print_record(&sb, &out, status);
+#endif
     cdn_spec_free(&o.spec);
     return status;
 }

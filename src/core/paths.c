@@ -27,13 +27,13 @@ const char *cdn_run_dir(void)
     return env_dir("CORDON_RUN_DIR", "/run/cordon");
 }
 
-int cdn_init_path(char *buf, unsigned size)
+void cdn_cache_dir(char *buf, unsigned size)
 {
-    const char *env = getenv("CORDON_INIT");
-    if (env && env[0] == '/' && access(env, X_OK) == 0) {
-        (void) snprintf(buf, size, "%s", env);
-        return 0;
-    }
+    (void) snprintf(buf, size, "%s/cache", cdn_state_dir());
+}
+
+int cdn_libexec_path(const char *name, char *buf, unsigned size)
+{
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (n > 0) {
@@ -41,11 +41,21 @@ int cdn_init_path(char *buf, unsigned size)
         char *slash = strrchr(exe, '/');
         if (slash) {
             *slash = 0;
-            if ((unsigned) snprintf(buf, size, "%s/cordon-init", exe) < size && access(buf, X_OK) == 0)
+            if ((unsigned) snprintf(buf, size, "%s/%s", exe, name) < size && access(buf, X_OK) == 0)
                 return 0;
         }
     }
-    if ((unsigned) snprintf(buf, size, "%s/cordon-init", CDN_LIBEXECDIR) < size && access(buf, X_OK) == 0)
+    if ((unsigned) snprintf(buf, size, "%s/%s", CDN_LIBEXECDIR, name) < size && access(buf, X_OK) == 0)
         return 0;
     return -ENOENT;
+}
+
+int cdn_init_path(char *buf, unsigned size)
+{
+    const char *env = getenv("CORDON_INIT");
+    if (env && env[0] == '/' && access(env, X_OK) == 0) {
+        (void) snprintf(buf, size, "%s", env);
+        return 0;
+    }
+    return cdn_libexec_path("cordon-init", buf, size);
 }

@@ -6,6 +6,11 @@
 const char *cdn_state_dir(void);
 /* Volatile runtime state: slot locks, mount points (default /run/cordon, $CORDON_RUN_DIR). */
 const char *cdn_run_dir(void);
-/* The cordon-init binary: $CORDON_INIT, else next to the running executable,
- * else the installed libexec path. Writes into buf; returns 0 or -ENOENT. */
+/* Compiled-policy cache: <state dir>/cache. Writes into buf. */
+void cdn_cache_dir(char *buf, unsigned size);
+/* A helper binary (cordon-init, cordon-full): next to the running executable
+ * (a build tree), else the installed libexec path. Writes into buf; returns 0
+ * or -ENOENT. */
+int cdn_libexec_path(const char *name, char *buf, unsigned size);
+/* The cordon-init binary: $CORDON_INIT, else cdn_libexec_path(). */
 int cdn_init_path(char *buf, unsigned size);

@@ -1,7 +1,6 @@
 /* Sandbox spec: defaults, JSON decoding with field-naming errors, validation. */
 #include "spec.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

@@ -18,5 +18,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     (void) cdn_exec_decode(data, size, &req);
     (void) cdn_exit_decode(data, size, &m);
     (void) cdn_errmsg_decode(data, size, &e, &msg);
+    struct cdn_file_req f;
+    (void) cdn_file_decode(data, size, &f);
+    struct cdn_file_stat st;
+    for (size_t off = 0; off < size;) { /* a LIST reply: entries back to back */
+        int n = cdn_file_stat_decode(data + off, size - off, &st);
+        if (n <= 0)
+            break;
+        off += (size_t) n;
+    }
     return 0;
 }

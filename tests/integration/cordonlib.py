@@ -330,7 +330,9 @@ def slot_holders(procs):
 
 
 def is_cordon(p: Proc):
-    return p.comm in ("cordon", "cordond")
+    # cordon-full: the glibc build that the lean static cordon hands --json,
+    # --spec and other library work to (src/cli/cli.h)
+    return p.comm in ("cordon", "cordon-full", "cordond")
 
 
 @dataclass

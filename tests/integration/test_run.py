@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from cordonlib import CORDON_BIN, EXIT_CORDON, RECORD_FIELDS, HostState, run
+from cordonlib import CORDON_BIN, EXIT_CORDON, RECORD_FIELDS, HostState, Running, find_sandbox_proc, run
 
 # ---------------------------------------------------------------- streams
 
@@ -198,6 +198,44 @@ def test_json_record_on_cordon_error():
 def test_no_record_without_json_flag():
     r = run(["--", "sh", "-c", "exit 0"])
     assert r.record is None and r.stderr == ""
+
+
+# ---------------------------------------------------------------- lean build
+
+LEAN = os.path.exists(os.path.join(os.path.dirname(CORDON_BIN), "cordon-full"))
+
+
+def exe_of(pid):
+    return os.readlink(f"/proc/{pid}/exe")
+
+
+@pytest.mark.skipif(not LEAN, reason="cordon is the full build here (no musl-gcc, or a sanitizer build)")
+def test_lean_cordon_runs_itself_and_hands_json_runs_to_cordon_full():
+    # The lean cordon is a static musl binary (no glibc start-up); what needs
+    # jansson goes to cordon-full by exec, in the same process.
+    from cordonlib import is_static_elf
+
+    assert is_static_elf(CORDON_BIN)
+    for args, exe in ((["--", "sleep", "30"], "cordon"), (["--json", "--", "sleep", "30"], "cordon-full")):
+        with Running(args) as r:
+            find_sandbox_proc(lambda p: p.comm == "sleep")
+            assert os.path.basename(exe_of(r.pid)) == exe, args
+
+
+def test_empty_state_dir_compiles_the_seccomp_policy_once(shared_dir):
+    # No cached policy: the lean build hands over to cordon-full, which
+    # compiles and caches it; the next run reads the cache (and, lean, runs itself).
+    state = os.path.join(shared_dir, "state")
+    os.mkdir(state, 0o755)  # the image below it must be traversable by the sandbox's uid
+    env = dict(os.environ, CORDON_STATE_DIR=state)
+    r = run(["--", "sh", "-c", "echo first"], env=env)
+    assert (r.code, r.stdout) == (0, "first\n"), r.stderr
+    cached = [n for n in os.listdir(os.path.join(state, "cache")) if n.startswith("seccomp-")]
+    assert len(cached) == 1, cached
+    mtime = os.stat(os.path.join(state, "cache", cached[0])).st_mtime_ns
+    r = run(["--", "sh", "-c", "echo second"], env=env)
+    assert (r.code, r.stdout) == (0, "second\n"), r.stderr
+    assert os.stat(os.path.join(state, "cache", cached[0])).st_mtime_ns == mtime
 
 
 # ---------------------------------------------------------------- --spec

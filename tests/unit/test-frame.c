@@ -2,6 +2,7 @@
 #include "tap.h"
 
 #include <errno.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -27,7 +28,13 @@ TEST(exec_roundtrip)
     static uint8_t buf[4096];
     static struct cdn_exec_req r;
     char *argv[] = {"sh", "-c", "echo hi", NULL}, *envp[] = {"A=1", NULL};
-    int n = cdn_exec_encode(buf, sizeof buf, CDN_EXEC_SHUTDOWN_ON_EXIT, "/w", argv, envp);
+    int n = cdn_exec_encode(buf, sizeof buf,
+                            &(struct cdn_exec_args){.flags = CDN_EXEC_SHUTDOWN_ON_EXIT | CDN_EXEC_PTY,
+                                                    .rows = 24,
+                                                    .cols = 80,
+                                                    .cwd = "/w",
+                                                    .argv = argv,
+                                                    .envp = envp});
     CHECK(n > 0);
     CHECK_EQ_INT(cdn_exec_decode(buf, (size_t) n, &r), 0);
     CHECK_EQ_INT(r.argc, 3);
@@ -35,13 +42,60 @@ TEST(exec_roundtrip)
     CHECK(r.argv[3] == NULL);
     CHECK_STREQ(r.envp[0], "A=1");
     CHECK_STREQ(r.cwd, "/w");
-    CHECK_EQ_INT(r.flags, CDN_EXEC_SHUTDOWN_ON_EXIT);
+    CHECK_EQ_INT(r.flags, CDN_EXEC_SHUTDOWN_ON_EXIT | CDN_EXEC_PTY);
+    CHECK_EQ_INT(r.rows, 24);
+    CHECK_EQ_INT(r.cols, 80);
     /* every truncation is rejected, never read past */
     for (int cut = 0; cut < n; cut++)
         CHECK(cdn_exec_decode(buf, (size_t) cut, &r) < 0);
     buf[n - 1] = 'x'; /* missing final NUL */
     CHECK(cdn_exec_decode(buf, (size_t) n, &r) < 0);
-    CHECK_EQ_INT(cdn_exec_encode(buf, 8, 0, "/", argv, envp), -ENOBUFS);
+    CHECK_EQ_INT(cdn_exec_encode(buf, 8, &(struct cdn_exec_args){.cwd = "/", .argv = argv}), -ENOBUFS);
+    CHECK_EQ_INT(cdn_exec_encode(buf, sizeof buf, &(struct cdn_exec_args){.cwd = "/", .argv = envp + 1}),
+                 -EINVAL);
+}
+
+TEST(file_request_roundtrip_and_rejects)
+{
+    uint8_t buf[256];
+    struct cdn_file_req r;
+    int n = cdn_file_encode(buf, sizeof buf, CDN_FILE_WRITE, 0644, "/workspace/a.txt", "hello", 5);
+    CHECK(n > 0);
+    CHECK_EQ_INT(cdn_file_decode(buf, (size_t) n, &r), 0);
+    CHECK_EQ_INT(r.op, CDN_FILE_WRITE);
+    CHECK_EQ_INT(r.mode, 0644);
+    CHECK_STREQ(r.path, "/workspace/a.txt");
+    CHECK_EQ_INT(r.data_len, 5);
+    CHECK(memcmp(r.data, "hello", 5) == 0);
+    for (int cut = 0; cut < 8 + 17; cut++) /* up to and including the path's NUL */
+        CHECK(cdn_file_decode(buf, (size_t) cut, &r) < 0);
+    n = cdn_file_encode(buf, sizeof buf, CDN_FILE_STAT, 0, "/x", "junk", 4); /* data only with WRITE */
+    CHECK(cdn_file_decode(buf, (size_t) n, &r) < 0);
+    n = cdn_file_encode(buf, sizeof buf, 99, 0, "/x", NULL, 0); /* unknown op */
+    CHECK(cdn_file_decode(buf, (size_t) n, &r) < 0);
+    n = cdn_file_encode(buf, sizeof buf, CDN_FILE_READ, 0, "", NULL, 0); /* empty path */
+    CHECK(cdn_file_decode(buf, (size_t) n, &r) < 0);
+    n = cdn_file_encode(buf, sizeof buf, CDN_FILE_MKDIR, 010000, "/d", NULL, 0); /* mode beyond 07777 */
+    CHECK(cdn_file_decode(buf, (size_t) n, &r) < 0);
+    CHECK_EQ_INT(cdn_file_encode(buf, 12, CDN_FILE_WRITE, 0, "/long/path", NULL, 0), -ENOBUFS);
+}
+
+TEST(file_stat_entries)
+{
+    uint8_t buf[256];
+    struct cdn_file_stat st = {.mode = 040755, .size = 1ULL << 40, .mtime = -5, .name = "dir"}, d;
+    int n = cdn_file_stat_encode(buf, sizeof buf, &st);
+    CHECK_EQ_INT(n, 20 + 4);
+    int m = cdn_file_stat_encode(buf + n, sizeof buf - (size_t) n, &(struct cdn_file_stat){.mode = 0100644});
+    CHECK_EQ_INT(m, 21);
+    CHECK_EQ_INT(cdn_file_stat_decode(buf, (size_t) (n + m), &d), n);
+    CHECK_EQ_INT(d.mode, 040755);
+    CHECK(d.size == 1ULL << 40 && d.mtime == -5);
+    CHECK_STREQ(d.name, "dir");
+    CHECK_EQ_INT(cdn_file_stat_decode(buf + n, (size_t) m, &d), m);
+    CHECK_STREQ(d.name, "");
+    for (int cut = 0; cut < n; cut++)
+        CHECK(cdn_file_stat_decode(buf, (size_t) cut, &d) < 0);
 }
 
 TEST(exit_and_error_payloads)

@@ -49,7 +49,7 @@ static int prepare(struct cdn_error *err)
     if (prep.init_fd < 0)
         return cdn_error_set(err, errno, "open %s: %m", path);
     char cache[4096];
-    (void) snprintf(cache, sizeof cache, "%s/cache", cdn_state_dir());
+    cdn_cache_dir(cache, sizeof cache);
     int r = cdn_seccomp_load_cached(cache, &prep.seccomp, err);
     if (r < 0)
         return r;

@@ -36,7 +36,11 @@ struct cdn_seccomp_prog {
 /* Load the filter from the cache under cache_dir, compiling and storing it on
  * a miss (atomic rename, so concurrent runs are safe). Host-side, before clone. */
 int cdn_seccomp_load_cached(const char *cache_dir, struct cdn_seccomp_prog *ret, struct cdn_error *err);
-/* Compile with libseccomp into ret (used on a cache miss and by tests). */
+/* Whether the cache under cache_dir holds this policy's BPF (the lean build,
+ * which cannot compile, asks before it starts; see src/cli/cli.h). */
+bool cdn_seccomp_cache_present(const char *cache_dir);
+/* Compile with libseccomp into ret (used on a cache miss and by tests).
+ * seccomp-compile.c; the lean build has a stub that fails with ENOPKG. */
 int cdn_seccomp_compile(struct cdn_seccomp_prog *ret, struct cdn_error *err);
 /* Install in the calling thread; needs no_new_privs. Async-signal-safe (pre-exec child). */
 int cdn_seccomp_install(const struct cdn_seccomp_prog *prog);

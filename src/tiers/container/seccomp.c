@@ -1,9 +1,10 @@
-/* Compile the policy of seccomp-policy.c to BPF once and cache it.
+/* The compiled seccomp policy: cache and install.
  *
- * Compiling ~300 rules with libseccomp costs milliseconds, more than the rest
- * of sandbox creation; the BPF it produces depends only on the policy tables
- * and the arch, so it is cached in the state dir under a name carrying a hash
- * of the policy, and each sandbox just reads and installs it. */
+ * Compiling ~300 rules with libseccomp (seccomp-compile.c) costs
+ * milliseconds, more than the rest of sandbox creation; the BPF it produces
+ * depends only on the policy tables and the arch, so it is cached in the state
+ * dir under a name carrying a hash of the policy, and each sandbox just reads
+ * and installs it. */
 #include "seccomp-policy.h"
 #include "shared/fd-util.h"
 
@@ -11,30 +12,15 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <linux/filter.h>
-#include <linux/netlink.h>
 #include <linux/seccomp.h>
-#include <sched.h>
-#include <seccomp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #define POLICY_VERSION 2
-
-#ifndef CLONE_NEWTIME
-#define CLONE_NEWTIME 0x00000080
-#endif
-/* Namespace-creating clone flags. CLONE_NEWTIME shares its bit with the exit
- * signal in clone(2) and is only honoured by clone3, which is ENOSYS here. */
-#define NS_FLAGS                                                                                             \
-    ((uint64_t) (CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET |   \
-                 CLONE_NEWCGROUP))
 
 uint64_t cdn_seccomp_policy_hash(void)
 {
@@ -48,118 +34,6 @@ uint64_t cdn_seccomp_policy_hash(void)
         h = (h ^ (uint64_t) cdn_seccomp_denied[i].kind) * 1099511628211ULL;
     }
     return h;
-}
-
-static void ctx_releasep(scmp_filter_ctx *ctx)
-{
-    if (*ctx)
-        seccomp_release(*ctx);
-}
-
-static int add_allowed(scmp_filter_ctx ctx, struct cdn_error *err)
-{
-    for (size_t i = 0; i < cdn_seccomp_n_allowed; i++) {
-        int nr = seccomp_syscall_resolve_name(cdn_seccomp_allowed[i]);
-        if (nr == __NR_SCMP_ERROR)
-            continue; /* not on this arch */
-        int r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0);
-        if (r < 0)
-            return cdn_error_set(err, r, "seccomp: allow %s: %s", cdn_seccomp_allowed[i], strerror(-r));
-    }
-    return 0;
-}
-
-static int add_filtered(scmp_filter_ctx ctx, struct cdn_error *err)
-{
-    int r = 0;
-    /* clone without namespace flags; clone3 says ENOSYS so libc falls back to clone. */
-    r |= seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(clone), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, NS_FLAGS, 0));
-    r |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
-    /* sockets: unix, TCP/UDP over IPv4/6, and rtnetlink (glibc's getaddrinfo
-     * asks it which address families are configured). No raw, packet or other netlink. */
-    r |= seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, AF_UNIX));
-    const int inet[] = {AF_INET, AF_INET6}, types[] = {SOCK_STREAM, SOCK_DGRAM};
-    for (size_t f = 0; f < 2; f++)
-        for (size_t t = 0; t < 2; t++)
-            r |= seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 2, SCMP_A0(SCMP_CMP_EQ, inet[f]),
-                                  SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, types[t]));
-    r |= seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 2, SCMP_A0(SCMP_CMP_EQ, AF_NETLINK),
-                          SCMP_A2(SCMP_CMP_EQ, NETLINK_ROUTE));
-    /* personality: only the values Docker's profile admits (query, PER_LINUX, ADDR_NO_RANDOMIZE…). */
-    const uint64_t personas[] = {0x0, 0x8, 0x20000, 0x20008, 0xffffffff};
-    for (size_t i = 0; i < ELEMENTSOF(personas); i++)
-        r |= seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(personality), 1,
-                              SCMP_A0(SCMP_CMP_EQ, personas[i]));
-    if (r)
-        return cdn_error_set(err, EINVAL, "seccomp: adding argument filters failed");
-    return 0;
-}
-
-/* libseccomp lets an unconditional ALLOW of a syscall override any
- * conditional rule for it, so "every ioctl but TIOCSTI" cannot live in the
- * allowlist filter. It is a second filter whose default is ALLOW; the kernel
- * applies the stricter verdict of the two. The command is 32 bits wide (the
- * kernel truncates it), hence the masked compare. */
-static int add_ioctl_denials(scmp_filter_ctx ctx, struct cdn_error *err)
-{
-    int r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
-                             SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCSTI));
-    r |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
-                          SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCLINUX));
-    return r ? cdn_error_set(err, EINVAL, "seccomp: adding ioctl denials failed") : 0;
-}
-
-/* Export ctx as raw BPF appended to *buf (grown), returning the instruction count. */
-static int export_append(scmp_filter_ctx ctx, uint8_t **buf, size_t *size, struct cdn_error *err)
-{
-    _cleanup_close_ int fd = memfd_create("cordon-seccomp", MFD_CLOEXEC);
-    if (fd < 0)
-        return cdn_error_set(err, errno, "seccomp: memfd: %m");
-    int r = seccomp_export_bpf(ctx, fd);
-    if (r < 0)
-        return cdn_error_set(err, r, "seccomp: export: %s", strerror(-r));
-    off_t n = lseek(fd, 0, SEEK_END);
-    if (n <= 0 || n % (off_t) sizeof(struct sock_filter) ||
-        n / (off_t) sizeof(struct sock_filter) > BPF_MAXINSNS)
-        return cdn_error_set(err, EINVAL, "seccomp: exported filter has a bad size");
-    uint8_t *b = realloc(*buf, *size + (size_t) n);
-    if (!b)
-        return -ENOMEM;
-    *buf = b;
-    if (pread(fd, b + *size, (size_t) n, 0) != n)
-        return cdn_error_set(err, EIO, "seccomp: reading exported filter failed");
-    *size += (size_t) n;
-    return (int) (n / (off_t) sizeof(struct sock_filter));
-}
-
-int cdn_seccomp_compile(struct cdn_seccomp_prog *ret, struct cdn_error *err)
-{
-    _cleanup_(ctx_releasep) scmp_filter_ctx main_ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
-    _cleanup_(ctx_releasep) scmp_filter_ctx ioctl_ctx = seccomp_init(SCMP_ACT_ALLOW);
-    if (!main_ctx || !ioctl_ctx)
-        return cdn_error_set(err, ENOMEM, "seccomp: init failed");
-    int r = seccomp_attr_set(main_ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
-    if (r < 0)
-        return cdn_error_set(err, r, "seccomp: set bad-arch action: %s", strerror(-r));
-    /* A binary search over syscall numbers instead of a linear chain: every
-     * syscall of the sandbox pays for the filter, and so does the kernel's
-     * per-syscall verdict cache that is computed when the filter is installed. */
-    r = seccomp_attr_set(main_ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
-    if (r < 0)
-        return cdn_error_set(err, r, "seccomp: enable binary-tree optimisation: %s", strerror(-r));
-    if ((r = add_allowed(main_ctx, err)) < 0 || (r = add_filtered(main_ctx, err)) < 0 ||
-        (r = add_ioctl_denials(ioctl_ctx, err)) < 0)
-        return r;
-    _cleanup_free_ uint8_t *buf = NULL;
-    size_t size = 0;
-    int n0 = export_append(main_ctx, &buf, &size, err);
-    if (n0 < 0)
-        return n0;
-    int n1 = export_append(ioctl_ctx, &buf, &size, err);
-    if (n1 < 0)
-        return n1;
-    *ret = (struct cdn_seccomp_prog){.len = {(uint16_t) n0, (uint16_t) n1}, .insns = TAKE_PTR(buf)};
-    return 0;
 }
 
 static int read_cache(const char *path, struct cdn_seccomp_prog *ret)
@@ -187,10 +61,22 @@ static int read_cache(const char *path, struct cdn_seccomp_prog *ret)
     return 0;
 }
 
+static void cache_path(const char *cache_dir, char *buf, size_t size)
+{
+    (void) snprintf(buf, size, "%s/seccomp-%016" PRIx64 ".bpf", cache_dir, cdn_seccomp_policy_hash());
+}
+
+bool cdn_seccomp_cache_present(const char *cache_dir)
+{
+    char path[512];
+    cache_path(cache_dir, path, sizeof path);
+    return access(path, R_OK) == 0;
+}
+
 int cdn_seccomp_load_cached(const char *cache_dir, struct cdn_seccomp_prog *ret, struct cdn_error *err)
 {
     char path[512], tmp[560];
-    (void) snprintf(path, sizeof path, "%s/seccomp-%016" PRIx64 ".bpf", cache_dir, cdn_seccomp_policy_hash());
+    cache_path(cache_dir, path, sizeof path);
     if (read_cache(path, ret) == 0)
         return 0;
     struct cdn_seccomp_prog p;

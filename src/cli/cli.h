@@ -1,0 +1,20 @@
+/* The cordon CLI's commands, and the hand-over from the lean build to the full one.
+ *
+ * Where musl-gcc is available, the installed `cordon` is a static musl build
+ * without jansson and libseccomp (CDN_LEAN): glibc's start-up probes the CPU
+ * with cpuid, which traps to the hypervisor on nested VMs and costs ~1 ms per
+ * exec, a quarter of a whole `cordon run`. Anything that needs either library
+ * (--json, --spec, a seccomp policy not compiled yet, other commands) is
+ * handed to the full glibc build, `cordon-full`, by exec with the same argv. */
+#pragma once
+
+#ifndef CDN_LEAN
+#define CDN_LEAN 0
+#endif
+
+int cdn_cli_run(int argc, char *const *argv);
+int cdn_cli_image(int argc, char *const *argv);
+
+/* Replace this process with cordon-full, same argv and environment. Returns
+ * only on failure, after printing why, with the exit status to use (125). */
+int cdn_cli_exec_full(void);
