@@ -1,0 +1,422 @@
+/* cordon-init: commands. Each EXEC frame forks a child in its own session;
+ * with CDN_EXEC_PIPES its output comes back as STDOUT/STDERR frames and its
+ * input from STDIN frames (or a pseudo-terminal carries both, CDN_EXEC_PTY).
+ * Without, it shares init's stdio (`cordon run` passes its own). Many may run
+ * at once; each is known by the channel the host chose for it.
+ *
+ * Every fd init keeps is O_CLOEXEC and its own ends of pipes are
+ * non-blocking: a command that does not read its stdin never stalls the loop
+ * that serves the others; a host slow to read output stops the reading of
+ * output (see init.c), not the loop. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include "init.h"
+
+#define MAX_EXECS    256
+#define STDIN_MAX    (8u << 20) /* input buffered for a command that is not reading; more is dropped */
+#define OUTPUT_CHUNK (64u << 10)
+#define POLL_PER_JOB 3
+
+struct job {
+    pid_t pid; /* 0: free. Also the process group: each command gets its own session */
+    uint32_t channel, flags;
+    int out, err; /* our read ends (PTY: out is the master); -1 once at EOF */
+    int in;       /* our write end of its stdin (PTY: the master again); -1 when closed */
+    uint8_t *inbuf;
+    size_t inlen;
+    bool in_close; /* the host closed stdin: close once inbuf is written */
+};
+
+static struct job jobs[MAX_EXECS];
+static struct cdn_exec_req req;
+static bool shutdown_due;
+/* Signals for "everything" that came while nothing ran yet (a SIGTERM right
+ * after start): held here and delivered to the next command once it exists. */
+static uint64_t held_signals;
+
+static const int reset_signals[] = {SIGHUP,   SIGINT,  SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
+                                    SIGWINCH, SIGCONT, SIGALRM, SIGCHLD, SIGPIPE};
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        (void) close(*fd);
+    *fd = -1;
+}
+
+static struct job *find(uint32_t channel)
+{
+    for (size_t i = 0; i < MAX_EXECS; i++)
+        if (jobs[i].pid > 0 && jobs[i].channel == channel)
+            return &jobs[i];
+    return NULL;
+}
+
+/* In the forked child: wire up stdio and become the command. Reports a failed
+ * step to the parent through errfd (CLOEXEC, so a successful exec closes it). */
+static void exec_child(const struct cdn_exec_req *r, int errfd, const int stdio[3], const char *pts)
+    __attribute__((noreturn));
+static void exec_child(const struct cdn_exec_req *r, int errfd, const int stdio[3], const char *pts)
+{
+    sigset_t none;
+    sigemptyset(&none);
+    for (size_t i = 0; i < sizeof reset_signals / sizeof reset_signals[0]; i++)
+        (void) signal(reset_signals[i], SIG_DFL);
+    (void) sigprocmask(SIG_SETMASK, &none, NULL);
+    (void) setsid();
+    (void) close(AGENT_FD);
+    int stage = 0;
+    if (pts) {
+        int fd = open(pts, O_RDWR | O_CLOEXEC);
+        if (fd < 0 || ioctl(fd, TIOCSCTTY, 0) < 0 || dup2(fd, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+            stage = 3;
+    } else if (r->flags & CDN_EXEC_PIPES) {
+        for (int i = 0; i < 3 && !stage; i++)
+            if (dup2(stdio[i], i) < 0)
+                stage = 3;
+    }
+    if (!stage && r->cwd[0] && chdir(r->cwd) < 0) {
+        stage = 1;
+    } else if (!stage) {
+        extern char **environ;
+        environ = (char **) r->envp; /* execvp searches PATH in the command's own environment */
+        execvp(r->argv[0], (char *const *) r->argv);
+        stage = 2;
+    }
+    int msg[2] = {stage, errno};
+    (void) !write(errfd, msg, sizeof msg);
+    _exit(127);
+}
+
+static int set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+/* Our ends into j, the child's into stdio[] (to be closed after fork). */
+static int make_pipes(struct job *j, int stdio[3])
+{
+    int p[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
+    bool want_in = j->flags & CDN_EXEC_STDIN;
+    if ((want_in ? pipe2(p[0], O_CLOEXEC) : (p[0][0] = open("/dev/null", O_RDONLY | O_CLOEXEC))) < 0 ||
+        pipe2(p[1], O_CLOEXEC) < 0 || pipe2(p[2], O_CLOEXEC) < 0) {
+        int e = errno;
+        for (int i = 0; i < 3; i++)
+            for (int k = 0; k < 2; k++)
+                close_fd(&p[i][k]);
+        return -e;
+    }
+    stdio[0] = p[0][0], stdio[1] = p[1][1], stdio[2] = p[2][1];
+    j->in = want_in ? p[0][1] : -1;
+    j->out = p[1][0], j->err = p[2][0];
+    (void) set_nonblock(j->out), (void) set_nonblock(j->err);
+    if (j->in >= 0)
+        (void) set_nonblock(j->in);
+    return 0;
+}
+
+/* A pseudo-terminal: the master is both our out and in; returns the slave's name. */
+static int make_pty(struct job *j, const struct cdn_exec_req *r, char *pts, size_t size)
+{
+    int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (m < 0)
+        return -errno;
+    struct winsize ws = {.ws_row = r->rows ? r->rows : 24, .ws_col = r->cols ? r->cols : 80};
+    if (grantpt(m) < 0 || unlockpt(m) < 0 || ptsname_r(m, pts, size) != 0 || ioctl(m, TIOCSWINSZ, &ws) < 0) {
+        int e = errno;
+        (void) close(m);
+        return -e;
+    }
+    (void) set_nonblock(m);
+    j->out = m;
+    j->in = fcntl(m, F_DUPFD_CLOEXEC, 0);
+    j->err = -1;
+    return 0;
+}
+
+static void release(struct job *j)
+{
+    close_fd(&j->out);
+    close_fd(&j->err);
+    close_fd(&j->in);
+    free(j->inbuf);
+    *j = (struct job){.out = -1, .err = -1, .in = -1};
+}
+
+static void deliver_held(const struct job *j)
+{
+    for (int sig = 1; held_signals && sig < 64; sig++)
+        if (held_signals & (1ULL << sig)) {
+            held_signals &= ~(1ULL << sig);
+            (void) kill(-j->pid, sig);
+        }
+}
+
+static int spawn(struct job *j, const struct cdn_exec_req *r, int *ret_stage)
+{
+    int stdio[3] = {-1, -1, -1}, errpipe[2], e = 0;
+    char pts[64] = "";
+    bool pty = (r->flags & CDN_EXEC_PIPES) && (r->flags & CDN_EXEC_PTY);
+    if (pty)
+        e = make_pty(j, r, pts, sizeof pts);
+    else if (r->flags & CDN_EXEC_PIPES)
+        e = make_pipes(j, stdio);
+    if (e < 0)
+        return e;
+    if (pipe2(errpipe, O_CLOEXEC) < 0)
+        return -errno;
+    pid_t pid = fork();
+    if (pid == 0)
+        exec_child(r, errpipe[1], stdio, pty ? pts : NULL);
+    e = pid < 0 ? -errno : 0;
+    for (int i = 0; i < 3; i++)
+        close_fd(&stdio[i]);
+    (void) close(errpipe[1]);
+    if (e < 0) {
+        (void) close(errpipe[0]);
+        return e;
+    }
+    j->pid = pid;
+    int msg[2];
+    ssize_t n;
+    do
+        n = read(errpipe[0], msg, sizeof msg);
+    while (n < 0 && errno == EINTR);
+    (void) close(errpipe[0]);
+    if (n == (ssize_t) sizeof msg) {
+        *ret_stage = msg[0];
+        return -msg[1];
+    }
+    return 0;
+}
+
+void exec_start(uint32_t channel, const uint8_t *p, size_t len)
+{
+    if (cdn_exec_decode(p, len, &req) < 0) {
+        agent_error(channel, EBADMSG, "exec request");
+        return;
+    }
+    if (channel == 0 || find(channel)) {
+        agent_error(channel, EEXIST, "exec channel");
+        return;
+    }
+    struct job *j = NULL;
+    for (size_t i = 0; i < MAX_EXECS && !j; i++)
+        if (jobs[i].pid == 0)
+            j = &jobs[i];
+    if (!j) {
+        agent_error(channel, EAGAIN, "exec: too many commands running");
+        return;
+    }
+    *j = (struct job){.channel = channel, .flags = req.flags, .out = -1, .err = -1, .in = -1};
+    int stage = 0, r = spawn(j, &req, &stage);
+    if (r < 0 && j->pid <= 0) {
+        release(j);
+        agent_error(channel, -r, "exec");
+        return;
+    }
+    deliver_held(j);
+    if (r < 0) {
+        /* The child exists and exits 127; its EXIT is not reported (the ERROR
+         * is the request's last frame), so forget it now and reap it unseen. */
+        char what[300];
+        (void) snprintf(what, sizeof what,
+                        stage == 1   ? "working directory '%.200s'"
+                        : stage == 3 ? "stdio for '%.200s'"
+                                     : "'%.200s'",
+                        stage == 1 ? req.cwd : req.argv[0]);
+        bool shutdown = j->flags & CDN_EXEC_SHUTDOWN_ON_EXIT;
+        release(j);
+        agent_error(channel, -r, what);
+        if (shutdown)
+            shutdown_due = true;
+    }
+}
+
+static void flush_stdin(struct job *j)
+{
+    while (j->inlen > 0 && j->in >= 0) {
+        ssize_t n = write(j->in, j->inbuf, j->inlen);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN)
+                j->inlen = 0, j->in_close = true; /* EPIPE: nobody reads it any more */
+            break;
+        }
+        memmove(j->inbuf, j->inbuf + n, j->inlen - (size_t) n);
+        j->inlen -= (size_t) n;
+    }
+    if (j->in_close && j->inlen == 0 && j->in >= 0) {
+        if (j->flags & CDN_EXEC_PTY)
+            (void) !write(j->in, "\x04", 1); /* end of input on a terminal is ^D, not a close */
+        else
+            close_fd(&j->in);
+    }
+}
+
+void exec_stdin(uint32_t channel, const uint8_t *p, size_t len)
+{
+    struct job *j = find(channel);
+    if (!j || j->in < 0 || j->in_close)
+        return; /* it ended or has no stdin: input for it is dropped */
+    if (len == 0) {
+        j->in_close = true;
+    } else if (j->inlen + len > STDIN_MAX) {
+        j->inlen = 0, j->in_close = true;
+    } else {
+        uint8_t *b = realloc(j->inbuf, j->inlen + len);
+        if (!b)
+            return;
+        memcpy(b + j->inlen, p, len);
+        j->inbuf = b;
+        j->inlen += len;
+    }
+    flush_stdin(j);
+}
+
+void exec_resize(uint32_t channel, const uint8_t *p, size_t len)
+{
+    struct job *j = find(channel);
+    if (!j || !(j->flags & CDN_EXEC_PTY) || len != 4 || j->out < 0)
+        return;
+    struct winsize ws = {.ws_row = (unsigned short) (p[0] | p[1] << 8),
+                         .ws_col = (unsigned short) (p[2] | p[3] << 8)};
+    (void) ioctl(j->out, TIOCSWINSZ, &ws);
+}
+
+void exec_signal(uint32_t channel, int sig)
+{
+    struct job *j = find(channel);
+    if (j)
+        (void) kill(-j->pid, sig);
+}
+
+void exec_signal_all(int sig)
+{
+    bool sent = false;
+    for (size_t i = 0; i < MAX_EXECS; i++)
+        if (jobs[i].pid > 0) {
+            (void) kill(-jobs[i].pid, sig);
+            sent = true;
+        }
+    if (!sent && sig > 0 && sig < 64)
+        held_signals |= 1ULL << sig;
+}
+
+/* Forward what one of j's output fds holds. Returns false at EOF (fd closed). */
+static bool pump(struct job *j, int *fd, uint16_t type)
+{
+    static uint8_t buf[OUTPUT_CHUNK];
+    for (int rounds = 0; rounds < 16; rounds++) { /* bounded: one flood must not starve the rest */
+        ssize_t n = read(*fd, buf, sizeof buf);
+        if (n > 0) {
+            agent_send(type, j->channel, buf, (uint32_t) n);
+            continue;
+        }
+        if (n < 0 && (errno == EINTR))
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return true;
+        /* EOF, or EIO: a terminal whose last slave fd closed */
+        agent_send(type, j->channel, NULL, 0);
+        close_fd(fd);
+        if (fd == &j->out && (j->flags & CDN_EXEC_PTY))
+            close_fd(&j->in);
+        return false;
+    }
+    return true;
+}
+
+static void report_exit(struct job *j, int status, const struct rusage *ru)
+{
+    /* What the command wrote before it exited is in the pipes now: send it
+     * first. Output of background processes it left behind is not waited for. */
+    if (j->out >= 0)
+        (void) pump(j, &j->out, CDN_FRAME_STDOUT); /* a pipe holds at most 64 KiB: one pump empties it */
+    if (j->err >= 0)
+        (void) pump(j, &j->err, CDN_FRAME_STDERR);
+    struct cdn_exit_msg m = {
+        .exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 0,
+        .signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0,
+        .user_us = (uint64_t) ru->ru_utime.tv_sec * 1000000 + (uint64_t) ru->ru_utime.tv_usec,
+        .sys_us = (uint64_t) ru->ru_stime.tv_sec * 1000000 + (uint64_t) ru->ru_stime.tv_usec,
+        .maxrss_kb = (uint64_t) ru->ru_maxrss,
+    };
+    uint8_t buf[64];
+    int n = cdn_exit_encode(buf, sizeof buf, &m);
+    agent_send(CDN_FRAME_EXIT, j->channel, buf, (uint32_t) n);
+    if (j->flags & CDN_EXEC_SHUTDOWN_ON_EXIT)
+        shutdown_due = true;
+    release(j);
+}
+
+void exec_reap(void)
+{
+    for (;;) {
+        int status;
+        struct rusage ru;
+        pid_t pid = wait4(-1, &status, WNOHANG, &ru);
+        if (pid <= 0)
+            return;
+        for (size_t i = 0; i < MAX_EXECS; i++)
+            if (jobs[i].pid == pid)
+                report_exit(&jobs[i], status, &ru);
+    }
+}
+
+bool exec_shutdown_due(void)
+{
+    return shutdown_due;
+}
+
+static struct {
+    struct job *job;
+    int *fd;
+} polled[MAX_EXECS * POLL_PER_JOB];
+static size_t polled_base, polled_n;
+
+void exec_poll_add(struct pollfd *pfd, size_t *n, size_t max, bool output)
+{
+    polled_base = *n;
+    polled_n = 0;
+    for (size_t i = 0; i < MAX_EXECS; i++) {
+        struct job *j = &jobs[i];
+        if (j->pid <= 0)
+            continue;
+        int *fds[] = {&j->out, &j->err, &j->in};
+        for (size_t k = 0; k < 3 && *n < max; k++) {
+            if (*fds[k] < 0 || (k == 2 && j->inlen == 0) || (k < 2 && !output))
+                continue;
+            pfd[*n] = (struct pollfd){.fd = *fds[k], .events = k == 2 ? POLLOUT : POLLIN};
+            polled[polled_n++] = (typeof(polled[0])){j, fds[k]};
+            (*n)++;
+        }
+    }
+}
+
+void exec_poll_handle(const struct pollfd *pfd, size_t n)
+{
+    for (size_t i = 0; i < polled_n && polled_base + i < n; i++) {
+        const struct pollfd *p = &pfd[polled_base + i];
+        struct job *j = polled[i].job;
+        int *fd = polled[i].fd;
+        if (!p->revents || j->pid <= 0 || *fd != p->fd)
+            continue; /* the job ended while handling an earlier entry */
+        if (fd == &j->in)
+            flush_stdin(j);
+        else
+            (void) pump(j, fd, fd == &j->out ? CDN_FRAME_STDOUT : CDN_FRAME_STDERR);
+    }
+}

@@ -1,0 +1,42 @@
+/* cordon-init internals: the connection to the host (init.c), commands
+ * (init-exec.c) and file operations (init-files.c). All of it runs in PID 1
+ * of the sandbox, single-threaded, inside the sandbox's confinement. */
+#pragma once
+
+#include <poll.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "frame.h"
+
+#define AGENT_FD 3
+
+/* Queue one frame for the host (init.c says how the queue is bounded). A
+ * failed send closes the connection (the caller carries on; the main loop
+ * decides what a lost host means). */
+void agent_send(uint16_t type, uint32_t channel, const void *payload, uint32_t len);
+/* ERROR frame "<what>: <strerror(errnum)>" on channel. */
+void agent_error(uint32_t channel, int errnum, const char *what);
+
+/* Commands. */
+void exec_start(uint32_t channel, const uint8_t *p, size_t len);
+void exec_stdin(uint32_t channel, const uint8_t *p, size_t len);
+void exec_resize(uint32_t channel, const uint8_t *p, size_t len);
+void exec_signal(uint32_t channel, int sig);
+/* sig to every command; held for the next one when none runs yet. */
+void exec_signal_all(int sig);
+/* Reap every exited child; report the commands among them. */
+void exec_reap(void);
+/* Poll set: add the fds of running commands at pfd[*n…] (up to max; their
+ * output only when output is true), and handle their events after poll. */
+void exec_poll_add(struct pollfd *pfd, size_t *n, size_t max, bool output);
+void exec_poll_handle(const struct pollfd *pfd, size_t n);
+/* Whether a command whose end ends the sandbox (CDN_EXEC_SHUTDOWN_ON_EXIT) has ended. */
+bool exec_shutdown_due(void);
+
+/* File operations: a FILE frame, and the DATA frames of a write that follow it. */
+void files_request(uint32_t channel, uint16_t flags, const uint8_t *p, size_t len);
+void files_data(uint32_t channel, uint16_t flags, const uint8_t *p, size_t len);
+/* The connection ended: drop writes in progress. */
+void files_reset(void);
