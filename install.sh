@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Install cordon on Debian 12 as root: build dependencies from Debian, a
-# release build, `ninja install` into /usr/local (cordon on PATH, cordon-init in
-# /usr/local/libexec/cordon), and the host image skeleton in /var/lib/cordon.
+# release build, `ninja install` into /usr/local (cordon on PATH, cordond in
+# /usr/local/sbin with a systemd unit and /usr/local/etc/cordon/cordond.conf,
+# cordon-init in /usr/local/libexec/cordon, the Python SDK), and the host
+# image skeleton in /var/lib/cordon.
 set -euo pipefail
 cd "$(dirname "$0")"
 
-deps=(gcc libc6-dev meson ninja-build pkg-config libseccomp-dev libjansson-dev musl-tools)
+deps=(gcc libc6-dev meson ninja-build pkg-config libseccomp-dev libjansson-dev libevent-dev musl-tools python3)
 if ! dpkg -s "${deps[@]}" >/dev/null 2>&1; then
     echo "install.sh: installing build dependencies: ${deps[*]}"
     apt-get update -qq

@@ -31,45 +31,14 @@ static double ms_since(const struct timespec *t0)
     return (double) (t.tv_sec - t0->tv_sec) * 1e3 + (double) (t.tv_nsec - t0->tv_nsec) / 1e6;
 }
 
-/* The command's environment: a sane base, then TERM from the caller, then the spec's env. */
-static char **build_env(const struct cdn_spec *spec)
-{
-    static const char *const base[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                                       "HOME=/root", "LANG=C.UTF-8"};
-    size_t n = 0, cap = ELEMENTSOF(base) + spec->env.n + 3;
-    char **env = calloc(cap, sizeof(char *));
-    if (!env)
-        return NULL;
-    for (size_t i = 0; i < ELEMENTSOF(base); i++)
-        env[n++] = (char *) base[i];
-    static char term[256], host[128];
-    const char *t = getenv("TERM");
-    if (t && strlen(t) < 200) {
-        (void) snprintf(term, sizeof term, "TERM=%s", t);
-        env[n++] = term;
-    }
-    (void) snprintf(host, sizeof host, "HOSTNAME=%s", spec->hostname);
-    env[n++] = host;
-    for (size_t i = 0; i < spec->env.n; i++) {
-        size_t klen = strcspn(spec->env.v[i], "=") + 1;
-        size_t j = 0;
-        while (j < n && strncmp(env[j], spec->env.v[i], klen) != 0)
-            j++;
-        env[j] = spec->env.v[i];
-        if (j == n)
-            n++;
-    }
-    env[n] = NULL;
-    return env;
-}
-
 /* Encode the EXEC frame up front: a command too large for one frame is
  * refused before any sandbox exists. Returns the payload length. */
 static int encode_exec(const struct cdn_spec *spec, char *const *argv, uint8_t **ret, struct cdn_error *err)
 {
-    _cleanup_free_ char **env = build_env(spec);
-    if (!env)
+    _cleanup_(cdn_strv_free) struct cdn_strv envv = {0};
+    if (cdn_exec_env(spec, getenv("TERM"), NULL, &envv) < 0)
         return cdn_error_set(err, ENOMEM, "out of memory");
+    char *const *env = envv.v;
     size_t need = CDN_EXEC_FIXED + strlen(spec->workdir) + 1; /* sized exactly: no 1 MiB allocation per run */
     for (size_t i = 0; argv[i]; i++)
         need += strlen(argv[i]) + 1;

@@ -23,6 +23,7 @@ struct cdn_sandbox {
     pid_t init_pid;
     int init_pidfd;
     int setup_fd; /* reports a setup failure from the pre-exec child; EOF once init runs */
+    int stdio_fd; /* set by the caller before create: init's fds 0-2 (-EBADF: the caller's own) */
 
     /* host resources held for the sandbox's lifetime */
     int slot;    /* index of the uid range and cgroup name */

@@ -60,6 +60,50 @@ int cdn_strv_push(struct cdn_strv *l, const char *s)
     return 0;
 }
 
+/* Set "K=V" in l, replacing an earlier K. */
+static int env_put(struct cdn_strv *l, const char *kv)
+{
+    size_t klen = strcspn(kv, "=") + 1;
+    for (size_t i = 0; i < l->n; i++)
+        if (strncmp(l->v[i], kv, klen) == 0) {
+            char *copy = strdup(kv);
+            if (!copy)
+                return -ENOMEM;
+            free(l->v[i]);
+            l->v[i] = copy;
+            return 0;
+        }
+    return cdn_strv_push(l, kv);
+}
+
+int cdn_exec_env(const struct cdn_spec *spec, const char *term, char *const *extra, struct cdn_strv *ret)
+{
+    static const char *const base[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                                       "HOME=/root", "LANG=C.UTF-8"};
+    struct cdn_strv l = {0};
+    char buf[320];
+    int r = 0;
+    for (size_t i = 0; r >= 0 && i < sizeof base / sizeof base[0]; i++)
+        r = env_put(&l, base[i]);
+    if (r >= 0 && term && strlen(term) < 200) {
+        (void) snprintf(buf, sizeof buf, "TERM=%s", term);
+        r = env_put(&l, buf);
+    }
+    (void) snprintf(buf, sizeof buf, "HOSTNAME=%s", spec->hostname);
+    if (r >= 0)
+        r = env_put(&l, buf);
+    for (size_t i = 0; r >= 0 && i < spec->env.n; i++)
+        r = env_put(&l, spec->env.v[i]);
+    for (size_t i = 0; r >= 0 && extra && extra[i]; i++)
+        r = env_put(&l, extra[i]);
+    if (r < 0) {
+        cdn_strv_free(&l);
+        return r;
+    }
+    *ret = l;
+    return 0;
+}
+
 void cdn_strv_free(struct cdn_strv *l)
 {
     for (size_t i = 0; i < l->n; i++)

@@ -88,6 +88,11 @@ int cdn_spec_parse_bind(struct cdn_spec *spec, const char *arg, struct cdn_error
 int cdn_spec_set_env(struct cdn_spec *spec, const char *key, const char *value, struct cdn_error *err);
 int cdn_spec_parse_env(struct cdn_spec *spec, const char *arg, struct cdn_error *err);
 int cdn_strv_push(struct cdn_strv *l, const char *s);
+/* The environment of a command in a sandbox of spec, into ret (owned, freed
+ * with cdn_strv_free): a sane base (PATH, HOME, LANG), TERM=term unless NULL,
+ * HOSTNAME, the spec's env, then extra ("K=V", NULL-terminated, may be NULL);
+ * a later K replaces an earlier one. -ENOMEM or -E2BIG. */
+int cdn_exec_env(const struct cdn_spec *spec, const char *term, char *const *extra, struct cdn_strv *ret);
 void cdn_strv_free(struct cdn_strv *l);
 /* Absolute, normalised-enough path check used for targets, workdir, images. */
 bool cdn_path_is_safe_absolute(const char *p);

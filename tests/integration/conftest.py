@@ -91,3 +91,16 @@ def busybox_image():
     cordonlib.build_busybox_image(d, bb)
     yield d
     shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def daemon(shared_dir):
+    """A cordond of this test's own (temporary socket). After the test it is
+    stopped with SIGTERM, must exit 0, and — by no_leaks — must leave nothing
+    of its sandboxes behind."""
+    if not os.access(cordonlib.CORDOND_BIN, os.X_OK):
+        pytest.skip(f"no cordond binary at {cordonlib.CORDOND_BIN}")
+    d = cordonlib.Daemon(shared_dir)
+    yield d
+    code = d.stop()
+    assert code == 0, f"cordond exited {code}:\n{d.output()}"

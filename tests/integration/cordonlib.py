@@ -17,6 +17,8 @@ it gets a few seconds to clean up, then it is itself reported as a leak.
 import json
 import os
 import re
+import signal
+import sys
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -441,3 +443,68 @@ def is_static_elf(path):
         if int.from_bytes(data[off:off + 4], "little") == 3:  # PT_INTERP
             return False
     return True
+
+
+# ---------------------------------------------------------------- cordond
+
+CORDOND_BIN = os.environ.get("CORDOND_BIN") or os.path.join(os.path.dirname(CORDON_BIN), "cordond")
+sys.path.insert(0, os.path.join(REPO, "python"))
+
+
+class Daemon:
+    """A cordond of our own on a temporary socket, stopped (SIGTERM) by stop()."""
+
+    def __init__(self, workdir, *args):
+        self.socket = os.path.join(workdir, "cordond.sock")
+        self.log_path = os.path.join(workdir, "cordond.log")
+        self.log = open(self.log_path, "wb")
+        # A sanitizer build keeps freed memory in quarantine (256 MB by
+        # default), which would hide whether cordond's own memory is bounded.
+        env = dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=16")
+        self.proc = subprocess.Popen([CORDOND_BIN, "--config", "/dev/null", "--socket", self.socket, *args],
+                                     env=env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for(lambda: os.path.exists(self.socket) or self.proc.poll() is not None, timeout=10,
+                 what="cordond's socket")
+        if self.proc.poll() is not None:
+            raise AssertionError(f"cordond exited {self.proc.returncode}:\n{self.output()}")
+        from cordon import Endpoint
+        self.endpoint = Endpoint(socket_path=self.socket, timeout=120)
+
+    def output(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def http(self, method, path, body=None, headers=None):
+        """Raw request: (status, parsed JSON or bytes). Never raises for an HTTP status."""
+        import http.client
+        import socket as socketmod
+
+        class Conn(http.client.HTTPConnection):
+            def connect(conn):
+                conn.sock = socketmod.socket(socketmod.AF_UNIX, socketmod.SOCK_STREAM)
+                conn.sock.settimeout(60)
+                conn.sock.connect(self.socket)
+
+        c = Conn("cordond")
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        try:
+            return r.status, json.loads(data)
+        except ValueError:
+            return r.status, data
+
+    def stop(self, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(f"cordond did not stop within {timeout}s:\n{self.output()}")
+        self.log.close()
+        return self.proc.returncode

@@ -19,6 +19,7 @@ struct cdn_setup_args {
     int err_fd;          /* write end, CLOEXEC: a struct cdn_error if setup fails; EOF when init is exec'd */
     int agent_fd;        /* the sandbox end of the agent socket; becomes fd 3 of cordon-init */
     int init_fd;         /* the cordon-init executable */
+    int stdio_fd;        /* becomes fds 0-2 of init when >= 0 (cordond: /dev/null); else they are inherited */
     const struct cdn_cgroup *cgroup; /* v1: to join with attach_self(); NULL when born inside it (v2) */
 };
 

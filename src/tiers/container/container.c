@@ -140,6 +140,7 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         .err_fd = rep[1],
         .agent_fd = agent[1],
         .init_fd = prep.init_fd,
+        .stdio_fd = sb->stdio_fd,
         .cgroup = v2 ? NULL : &sb->cgroup,
     };
     pid_t pid = (pid_t) syscall(SYS_clone3, &ca, sizeof ca);

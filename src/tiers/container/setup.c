@@ -162,6 +162,9 @@ static int arrange_fds(const struct cdn_setup_args *a)
     for (size_t i = 0; i < ELEMENTSOF(src); i++)
         if ((tmp[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 100)) < 0)
             return -errno;
+    for (int i = 0; a->stdio_fd >= 0 && i < 3; i++)
+        if (dup2(a->stdio_fd, i) < 0)
+            return -errno;
     for (size_t i = 0; i < ELEMENTSOF(src); i++)
         if (dup3(tmp[i], FD_AGENT + (int) i, i == 0 ? 0 : O_CLOEXEC) < 0)
             return -errno;

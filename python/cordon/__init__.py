@@ -1,0 +1,309 @@
+"""cordon: Python SDK for cordond (standard library only).
+
+    from cordon import Sandbox
+    with Sandbox.create(image="host", memory_mb=512, timeout_s=600, labels={"job": "j1"}) as sb:
+        r = sb.exec(["python3", "-c", "print(6*7)"])     # r.exit_code, r.stdout, r.stderr, r.duration_ms
+        for ev in sb.exec_stream(["sh", "-c", "echo a; sleep 1; echo b"]):
+            print(ev["type"], ev.get("data"))
+        sb.files.write("/workspace/a.txt", b"hi")
+
+AsyncSandbox has the same methods as coroutines, for trainers that drive
+thousands of sandboxes from one process. docs/sdk-python.md has the rest."""
+
+import base64
+import json
+import urllib.parse
+
+from ._http import (CordonError, Endpoint, ExecError, InvalidArgument, NotFound, SandboxNotRunning, ServerError,
+                    TooManySandboxes, Unauthorized)
+
+__all__ = ["Sandbox", "AsyncSandbox", "ExecResult", "Endpoint", "CordonError", "InvalidArgument", "ExecError",
+           "NotFound", "SandboxNotRunning", "TooManySandboxes", "Unauthorized", "ServerError"]
+
+_LIMITS = ("cpus", "memory_mb", "pids", "disk_mb", "timeout_s", "nofile")
+_TOP = ("tier", "image", "network", "mounts", "protect", "env", "workdir", "labels", "hostname", "read_only",
+        "on_violation")
+
+
+def _spec(kw):
+    """Keyword arguments named as the spec's fields → the spec's JSON."""
+    spec, limits = {}, {}
+    for k, v in kw.items():
+        if v is None:
+            continue
+        if k in _LIMITS:
+            limits[k] = v
+        elif k == "network" and isinstance(v, str):
+            spec["network"] = {"mode": v}
+        elif k in _TOP:
+            spec[k] = v
+        else:
+            raise TypeError(f"unknown sandbox field {k!r} (fields: {', '.join(_TOP + _LIMITS)})")
+    if limits:
+        spec["limits"] = limits
+    return spec
+
+
+def _exec_body(cmd, env, cwd, stdin, timeout_s, stream):
+    if isinstance(cmd, str):
+        cmd = ["sh", "-c", cmd]
+    body = {"cmd": list(cmd), "encoding": "base64"}
+    if env:
+        body["env"] = dict(env)
+    if cwd:
+        body["cwd"] = cwd
+    if stdin is not None:
+        body["stdin_b64"] = base64.b64encode(stdin.encode() if isinstance(stdin, str) else stdin).decode()
+    if timeout_s is not None:
+        body["timeout_s"] = timeout_s
+    if stream:
+        body["stream"] = True
+    return body
+
+
+def _q(path):
+    return urllib.parse.quote(path, safe="")
+
+
+class ExecResult:
+    """What a command did. stdout/stderr are str (invalid UTF-8 replaced);
+    stdout_bytes/stderr_bytes are exact."""
+
+    def __init__(self, d):
+        self.exit_code = d["exit_code"]
+        self.signal = d.get("signal")
+        self.timed_out = d.get("timed_out", False)
+        self.truncated = d.get("truncated", False)
+        self.duration_ms = d.get("duration_ms")
+        self.cpu_user_ms = d.get("cpu_user_ms")
+        self.cpu_system_ms = d.get("cpu_system_ms")
+        self.stdout_bytes = base64.b64decode(d.get("stdout_b64", ""))
+        self.stderr_bytes = base64.b64decode(d.get("stderr_b64", ""))
+        self.stdout = self.stdout_bytes.decode("utf-8", "replace")
+        self.stderr = self.stderr_bytes.decode("utf-8", "replace")
+
+    def __repr__(self):
+        return f"ExecResult(exit_code={self.exit_code}, stdout={self.stdout[:60]!r}, stderr={self.stderr[:60]!r})"
+
+
+def _stream_event(d):
+    """An NDJSON line of a streamed exec → the event handed to the caller."""
+    if "data_b64" in d:
+        raw = base64.b64decode(d.pop("data_b64"))
+        d["data_bytes"] = raw
+        d["data"] = raw.decode("utf-8", "replace")
+    return d
+
+
+class _Files:
+    def __init__(self, sb):
+        self._sb = sb
+
+    def write(self, path, data):
+        """Create or replace path (parents are made); returns its stat dict."""
+        data = data.encode() if isinstance(data, str) else bytes(data)
+        _, body = self._sb._ep.request("PUT", f"{self._sb._path}/files?path={_q(path)}", data,
+                                       {"Content-Type": "application/octet-stream"})
+        return json.loads(body)
+
+    def read(self, path):
+        """The file's bytes."""
+        return self._sb._ep.request("GET", f"{self._sb._path}/files?path={_q(path)}")[1]
+
+    def list(self, path):
+        """Entries of a directory: dicts with name, type, size, mode, mtime."""
+        return self._sb._ep.json("GET", f"{self._sb._path}/ls?path={_q(path)}")["entries"]
+
+    def remove(self, path):
+        self._sb._ep.json("DELETE", f"{self._sb._path}/files?path={_q(path)}")
+
+
+class Sandbox:
+    """A sandbox in cordond. Use as a context manager: it is killed on exit."""
+
+    def __init__(self, info, endpoint):
+        self.id = info["id"]
+        self._info = info
+        self._ep = endpoint
+        self._path = f"/v1/sandboxes/{self.id}"
+        self.files = _Files(self)
+
+    # ---- making and finding ----
+    @classmethod
+    def create(cls, endpoint=None, **fields):
+        """Create a sandbox; keyword arguments are the spec's fields (tier,
+        image, memory_mb, cpus, pids, disk_mb, timeout_s, network, mounts,
+        protect, env, workdir, labels, …)."""
+        ep = endpoint or Endpoint()
+        return cls(ep.json("POST", "/v1/sandboxes", _spec(fields)), ep)
+
+    @classmethod
+    def connect(cls, sandbox_id, endpoint=None):
+        ep = endpoint or Endpoint()
+        return cls(ep.json("GET", f"/v1/sandboxes/{_q(sandbox_id)}"), ep)
+
+    @classmethod
+    def list(cls, label=None, endpoint=None):
+        """Sandboxes, optionally only those with label "k=v" (or a dict of them)."""
+        ep = endpoint or Endpoint()
+        labels = [f"{k}={v}" for k, v in label.items()] if isinstance(label, dict) else [label] if label else []
+        q = "&".join(f"label={_q(x)}" for x in labels)
+        return [cls(d, ep) for d in ep.json("GET", "/v1/sandboxes" + (f"?{q}" if q else ""))["sandboxes"]]
+
+    # ---- using ----
+    def info(self):
+        """Fresh state of the sandbox (state, spec, labels, usage)."""
+        self._info = self._ep.json("GET", self._path)
+        return self._info
+
+    @property
+    def labels(self):
+        return self._info.get("labels", {})
+
+    def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None):
+        """Run cmd (a list, or a string for sh -c) to completion."""
+        return ExecResult(self._ep.json("POST", f"{self._path}/exec",
+                                        _exec_body(cmd, env, cwd, stdin, timeout_s, False)))
+
+    def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None):
+        """Yield events as they come: {"type": "stdout"|"stderr", "data", "data_bytes"}, then
+        {"type": "exit", "exit_code", …} (or {"type": "error", "error": {…}})."""
+        _, resp = self._ep.request("POST", f"{self._path}/exec",
+                                   _exec_body(cmd, env, cwd, stdin, timeout_s, True), stream=True)
+        try:
+            for line in resp:
+                if line.strip():
+                    yield _stream_event(json.loads(line))
+        finally:
+            resp.close()
+            resp._cordon_conn.close()
+
+    def events(self, follow=False):
+        """The sandbox's events (dicts with "type"); with follow=True an
+        iterator that yields them as they happen, until the sandbox is deleted."""
+        if not follow:
+            _, data = self._ep.request("GET", f"{self._path}/events")
+            return [json.loads(x) for x in data.splitlines() if x.strip()]
+        return self._follow()
+
+    def _follow(self):
+        _, resp = self._ep.request("GET", f"{self._path}/events?follow=true", stream=True)
+        try:
+            for line in resp:
+                if line.strip():
+                    yield json.loads(line)
+        finally:
+            resp.close()
+            resp._cordon_conn.close()
+
+    def kill(self):
+        """Delete the sandbox (idempotent)."""
+        try:
+            self._ep.json("DELETE", self._path)
+        except NotFound:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()
+
+    def __repr__(self):
+        return f"Sandbox({self.id})"
+
+
+class _AsyncFiles:
+    def __init__(self, sb):
+        self._sb = sb
+
+    async def write(self, path, data):
+        data = data.encode() if isinstance(data, str) else bytes(data)
+        _, body = await self._sb._ep.arequest("PUT", f"{self._sb._path}/files?path={_q(path)}", data,
+                                              {"Content-Type": "application/octet-stream"})
+        return json.loads(body)
+
+    async def read(self, path):
+        return (await self._sb._ep.arequest("GET", f"{self._sb._path}/files?path={_q(path)}"))[1]
+
+    async def list(self, path):
+        return (await self._sb._ep.ajson("GET", f"{self._sb._path}/ls?path={_q(path)}"))["entries"]
+
+    async def remove(self, path):
+        await self._sb._ep.ajson("DELETE", f"{self._sb._path}/files?path={_q(path)}")
+
+
+class AsyncSandbox:
+    """Sandbox for asyncio: the same methods, as coroutines (exec_stream and
+    events(follow=True) are async iterators). `async with` kills it on exit."""
+
+    def __init__(self, info, endpoint):
+        self.id = info["id"]
+        self._info = info
+        self._ep = endpoint
+        self._path = f"/v1/sandboxes/{self.id}"
+        self.files = _AsyncFiles(self)
+
+    @classmethod
+    async def create(cls, endpoint=None, **fields):
+        ep = endpoint or Endpoint()
+        return cls(await ep.ajson("POST", "/v1/sandboxes", _spec(fields)), ep)
+
+    @classmethod
+    async def connect(cls, sandbox_id, endpoint=None):
+        ep = endpoint or Endpoint()
+        return cls(await ep.ajson("GET", f"/v1/sandboxes/{_q(sandbox_id)}"), ep)
+
+    @classmethod
+    async def list(cls, label=None, endpoint=None):
+        ep = endpoint or Endpoint()
+        labels = [f"{k}={v}" for k, v in label.items()] if isinstance(label, dict) else [label] if label else []
+        q = "&".join(f"label={_q(x)}" for x in labels)
+        return [cls(d, ep) for d in (await ep.ajson("GET", "/v1/sandboxes" + (f"?{q}" if q else "")))["sandboxes"]]
+
+    async def info(self):
+        self._info = await self._ep.ajson("GET", self._path)
+        return self._info
+
+    async def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None):
+        return ExecResult(await self._ep.ajson("POST", f"{self._path}/exec",
+                                               _exec_body(cmd, env, cwd, stdin, timeout_s, False)))
+
+    async def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None):
+        buf = b""
+        async for chunk in self._ep.astream("POST", f"{self._path}/exec",
+                                            _exec_body(cmd, env, cwd, stdin, timeout_s, True)):
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    yield _stream_event(json.loads(line))
+
+    async def events(self, follow=False):
+        """A list of events; with follow=True use `async for ev in sb.follow_events()`."""
+        _, data = await self._ep.arequest("GET", f"{self._path}/events")
+        return [json.loads(x) for x in data.splitlines() if x.strip()]
+
+    async def follow_events(self):
+        buf = b""
+        async for chunk in self._ep.astream("GET", f"{self._path}/events?follow=true"):
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    yield json.loads(line)
+
+    async def kill(self):
+        try:
+            await self._ep.ajson("DELETE", self._path)
+        except NotFound:
+            pass
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.kill()
+
+    def __repr__(self):
+        return f"AsyncSandbox({self.id})"

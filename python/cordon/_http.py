@@ -1,0 +1,211 @@
+"""HTTP/1.1 to cordond over a unix socket or TCP, standard library only.
+
+The sync side uses http.client; the async side speaks the little HTTP/1.1 it
+needs over asyncio streams (Content-Length and chunked bodies), so that one
+process can drive thousands of sandboxes without a thread each."""
+
+import asyncio
+import http.client
+import json
+import os
+import socket
+import urllib.parse
+
+DEFAULT_SOCKET = "/run/cordon/cordond.sock"
+
+
+class CordonError(Exception):
+    """An error answered by cordond: .status (HTTP), .code, .message, .field."""
+
+    def __init__(self, status, code, message, field=None):
+        super().__init__(f"{code}: {message}" + (f" (field: {field})" if field else ""))
+        self.status, self.code, self.message, self.field = status, code, message, field
+
+
+class InvalidArgument(CordonError):
+    """400: a field of the request is wrong; .field names it."""
+
+
+class Unauthorized(CordonError):
+    """401: TCP without the right bearer token."""
+
+
+class NotFound(CordonError):
+    """404: no such sandbox, route or file."""
+
+
+class SandboxNotRunning(CordonError):
+    """409: the sandbox has ended (its lifetime ran out, its init died)."""
+
+
+class TooManySandboxes(CordonError):
+    """429: the daemon's max_sandboxes is reached."""
+
+
+class ExecError(InvalidArgument):
+    """The command could not be started (not found, not executable, bad cwd)."""
+
+
+class ServerError(CordonError):
+    """5xx."""
+
+
+def error_from(status, body):
+    try:
+        e = json.loads(body)["error"]
+        code, message, field = e.get("code", "error"), e.get("message", ""), e.get("field")
+    except (ValueError, KeyError, TypeError):
+        code, message, field = "http_error", (body or b"").decode("utf-8", "replace")[:500], None
+    if code == "exec_failed":
+        cls = ExecError
+    else:
+        cls = {400: InvalidArgument, 401: Unauthorized, 404: NotFound, 409: SandboxNotRunning,
+               429: TooManySandboxes}.get(status, ServerError if status >= 500 else CordonError)
+    return cls(status, code, message, field)
+
+
+class Endpoint:
+    """Where cordond is: a unix socket path (default $CORDON_SOCKET or
+    /run/cordon/cordond.sock) or a URL http://HOST:PORT with a token."""
+
+    def __init__(self, socket_path=None, url=None, token=None, timeout=None):
+        self.url = url
+        self.token = token
+        self.timeout = timeout
+        self.socket_path = None
+        if url:
+            u = urllib.parse.urlsplit(url)
+            if u.scheme != "http" or not u.hostname:
+                raise ValueError(f"url: expected http://HOST:PORT, got {url!r}")
+            self.host, self.port = u.hostname, u.port or 80
+        else:
+            self.socket_path = socket_path or os.environ.get("CORDON_SOCKET") or DEFAULT_SOCKET
+
+    def headers(self, extra=None):
+        h = {"Host": "cordond", "Accept": "application/json"}
+        if self.token:
+            h["Authorization"] = f"Bearer {self.token}"
+        h.update(extra or {})
+        return h
+
+    # ---- sync ----
+    def connection(self):
+        if self.socket_path:
+            return _UnixConnection(self.socket_path, self.timeout)
+        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+
+    def request(self, method, path, body=None, headers=None, stream=False):
+        """Returns (status, bytes) or, with stream=True and a 2xx, the open response."""
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+            headers = dict(headers or {}, **{"Content-Type": "application/json"})
+        conn = self.connection()
+        try:
+            conn.request(method, path, body=body, headers=self.headers(headers))
+            resp = conn.getresponse()
+            if stream and resp.status < 300:
+                resp._cordon_conn = conn  # closed with the response
+                return resp.status, resp
+            data = resp.read()
+        except BaseException:
+            conn.close()
+            raise
+        conn.close()
+        if resp.status >= 300:
+            raise error_from(resp.status, data)
+        return resp.status, data
+
+    def json(self, method, path, body=None):
+        _, data = self.request(method, path, body)
+        return json.loads(data) if data else None
+
+    # ---- async ----
+    async def arequest(self, method, path, body=None, headers=None):
+        """(status, bytes); raises CordonError for >= 300."""
+        status, resp_headers, reader, writer = await self._astart(method, path, body, headers)
+        try:
+            data = b"".join([chunk async for chunk in _abody(reader, resp_headers)])
+        finally:
+            writer.close()
+        if status >= 300:
+            raise error_from(status, data)
+        return status, data
+
+    async def ajson(self, method, path, body=None):
+        _, data = await self.arequest(method, path, body)
+        return json.loads(data) if data else None
+
+    async def astream(self, method, path, body=None):
+        """Yields body chunks as they arrive (for NDJSON streams)."""
+        status, headers, reader, writer = await self._astart(method, path, body, None)
+        try:
+            if status >= 300:
+                data = b"".join([c async for c in _abody(reader, headers)])
+                raise error_from(status, data)
+            async for chunk in _abody(reader, headers):
+                yield chunk
+        finally:
+            writer.close()
+
+    async def _astart(self, method, path, body, headers):
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+            headers = dict(headers or {}, **{"Content-Type": "application/json"})
+        body = body or b""
+        if self.socket_path:
+            reader, writer = await asyncio.open_unix_connection(self.socket_path, limit=1 << 24)
+        else:
+            reader, writer = await asyncio.open_connection(self.host, self.port, limit=1 << 24)
+        h = self.headers(headers)
+        h["Content-Length"] = str(len(body))
+        h["Connection"] = "close"
+        head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items()) + "\r\n"
+        writer.write(head.encode() + body)
+        await writer.drain()
+        status_line = await reader.readline()
+        parts = status_line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/"):
+            writer.close()
+            raise ServerError(0, "bad_response", f"not an HTTP response: {status_line[:80]!r}")
+        resp_headers = {}
+        while True:
+            line = await reader.readline()
+            if line in (b"\r\n", b"\n", b""):
+                break
+            k, _, v = line.decode("latin-1").partition(":")
+            resp_headers[k.strip().lower()] = v.strip()
+        return int(parts[1]), resp_headers, reader, writer
+
+
+async def _abody(reader, headers):
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        while True:
+            size_line = await reader.readline()
+            size = int(size_line.split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                await reader.readline()
+                return
+            chunk = await reader.readexactly(size)
+            await reader.readline()
+            yield chunk
+    elif "content-length" in headers:
+        n = int(headers["content-length"])
+        if n:
+            yield await reader.readexactly(n)
+    else:
+        data = await reader.read()
+        if data:
+            yield data
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout=None):
+        super().__init__("cordond", timeout=timeout)
+        self._path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if self.timeout is not None:
+            s.settimeout(self.timeout)
+        s.connect(self._path)
+        self.sock = s

@@ -1,0 +1,495 @@
+/* cordond's exec and file routes: an HTTP request becomes one agent request
+ * (a channel on the box's agent connection), and the frames that come back
+ * become the reply — buffered into one JSON body, or streamed as NDJSON.
+ *
+ * Runs in the loop. Output is bounded: a buffered exec keeps at most
+ * max_output_bytes per stream and says it truncated; a streamed one passes
+ * chunks on as they come. A client that goes away mid-exec gets its command
+ * killed; the request object is finished either way (libevent keeps an
+ * orphaned request until it is answered, then frees it). */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <event2/keyvalq_struct.h>
+
+#include "daemon.h"
+#include "exec-args.h"
+#include "shared/base64.h"
+
+#define STDIN_CHUNK (256u << 10)
+#define FILE_CHUNK  (512u << 10)
+
+struct call {
+    struct agent_req areq; /* first: the agent connection hands this back */
+    struct box *box;
+    struct evhttp_request *req;
+    bool stream, b64, started, timed_out, client_gone;
+    struct evbuffer *out, *err;
+    bool out_trunc, err_trunc;
+    struct timespec t0;
+    struct event *timer;
+    char path[4096]; /* file calls */
+    int file_op;
+    json_t *entries; /* LIST: collected until DONE */
+    char cmd[128];   /* argv[0] of an exec, for the event log */
+};
+
+static double ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double) (t.tv_sec - t0->tv_sec) * 1e3 + (double) (t.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+static json_t *bytes_json(const struct call *c, const uint8_t *p, size_t n)
+{
+    if (!c->b64)
+        return json_lossy_string(p, n);
+    char *s = malloc(cdn_base64_len(n) + 1);
+    if (!s)
+        return json_null();
+    cdn_base64_encode(p, n, s);
+    json_t *j = json_string(s);
+    free(s);
+    return j;
+}
+
+static void call_free(struct call *c)
+{
+    if (c->timer)
+        event_free(c->timer);
+    if (c->out)
+        evbuffer_free(c->out);
+    if (c->err)
+        evbuffer_free(c->err);
+    free(c);
+}
+
+/* Before the reply: after it libevent may free the request (and a kept-alive
+ * connection must not call back into a freed call for its next request). */
+static void forget_client(struct call *c)
+{
+    struct evhttp_connection *conn = c->client_gone ? NULL : evhttp_request_get_connection(c->req);
+    if (conn)
+        evhttp_connection_set_closecb(conn, NULL, NULL);
+}
+
+static void client_gone(struct evhttp_connection *conn, void *arg)
+{
+    (void) conn;
+    struct call *c = arg;
+    c->client_gone = true;
+    /* The command has nobody to report to: end it. Its EXIT still comes and
+     * finishes (frees) the request. */
+    int32_t sig = SIGKILL;
+    (void) agent_conn_send(&c->box->agent, CDN_FRAME_SIGNAL, 0, c->areq.channel, &sig, sizeof sig);
+}
+
+static void stream_line(struct call *c, json_t *line)
+{
+    char *s = line ? json_dumps(line, JSON_COMPACT) : NULL;
+    json_decref(line);
+    if (!s)
+        return;
+    struct evbuffer *b = evbuffer_new();
+    if (b) {
+        evbuffer_add(b, s, strlen(s));
+        evbuffer_add(b, "\n", 1);
+        evhttp_send_reply_chunk(c->req, b);
+        evbuffer_free(b);
+    }
+    free(s);
+}
+
+static void record_latency(double ms)
+{
+    static const double bounds_ms[] = {0.25, 0.5, 1, 2, 5, 10, 25, 50, 100, 1000, 10000};
+    size_t i = 0;
+    while (i < sizeof bounds_ms / sizeof bounds_ms[0] && ms > bounds_ms[i])
+        i++;
+    cordond->exec_hist[i]++;
+    cordond->exec_sum_ms += ms;
+}
+
+static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_t len)
+{
+    double ms = ms_since(&c->t0);
+    json_t *res = NULL;
+    int status = 200;
+    struct cdn_exit_msg m;
+    int e;
+    const char *msg;
+    if (type == CDN_FRAME_EXIT && cdn_exit_decode(p, len, &m) == 0) {
+        int code = c->timed_out ? 124 : m.signal ? 128 + m.signal : m.exit_code;
+        res = json_pack("{s:i, s:o, s:b, s:f, s:f, s:f, s:I}", "exit_code", code, "signal",
+                        m.signal ? json_integer(m.signal) : json_null(), "timed_out", c->timed_out,
+                        "duration_ms", ms, "cpu_user_ms", (double) m.user_us / 1e3, "cpu_system_ms",
+                        (double) m.sys_us / 1e3, "max_rss_kb", (json_int_t) m.maxrss_kb);
+        record_latency(ms);
+        c->box->execs++;
+        box_event(c->box, "exec",
+                  json_pack("{s:s, s:i, s:f, s:b}", "cmd", c->cmd, "exit_code", code, "duration_ms", ms,
+                            "timed_out", c->timed_out));
+    } else if (type == CDN_FRAME_ERROR && cdn_errmsg_decode(p, len, &e, &msg) == 0) {
+        status = 400;
+        res = api_error_json("exec_failed", "cmd", msg);
+    } else {
+        status = 500;
+        res = api_error_json("sandbox_gone", NULL, "the sandbox ended before the command did");
+    }
+    forget_client(c);
+    if (c->stream) {
+        if (res && status == 200)
+            json_object_set_new(res, "type", json_string("exit"));
+        else if (res)
+            json_object_set_new(res, "type", json_string("error"));
+        stream_line(c, res);
+        evhttp_send_reply_end(c->req);
+    } else if (status != 200) {
+        api_reply_json(c->req, status, res);
+    } else {
+        const char *ko = c->b64 ? "stdout_b64" : "stdout", *ke = c->b64 ? "stderr_b64" : "stderr";
+        json_object_set_new(res, ko, bytes_json(c, evbuffer_pullup(c->out, -1), evbuffer_get_length(c->out)));
+        json_object_set_new(res, ke, bytes_json(c, evbuffer_pullup(c->err, -1), evbuffer_get_length(c->err)));
+        if (c->out_trunc || c->err_trunc)
+            json_object_set_new(res, "truncated", json_true());
+        api_reply_json(c->req, 200, res);
+    }
+    call_free(c);
+}
+
+static void exec_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uint32_t len)
+{
+    struct call *c = (struct call *) r;
+    if (type == CDN_FRAME_STDOUT || type == CDN_FRAME_STDERR) {
+        if (len == 0)
+            return; /* end of that stream: EXIT follows */
+        if (c->stream) {
+            if (!c->client_gone)
+                stream_line(c, json_pack("{s:s, s:o}", "type", type == CDN_FRAME_STDOUT ? "stdout" : "stderr",
+                                         c->b64 ? "data_b64" : "data", bytes_json(c, p, len)));
+            return;
+        }
+        struct evbuffer *b = type == CDN_FRAME_STDOUT ? c->out : c->err;
+        bool *trunc = type == CDN_FRAME_STDOUT ? &c->out_trunc : &c->err_trunc;
+        size_t have = evbuffer_get_length(b), cap = cordond->cfg.max_output_bytes;
+        if (have + len > cap) {
+            *trunc = true;
+            len = have < cap ? (uint32_t) (cap - have) : 0;
+        }
+        if (len)
+            evbuffer_add(b, p, len);
+        return;
+    }
+    if (type == CDN_FRAME_EXIT || type == CDN_FRAME_ERROR || type == 0)
+        exec_finish(c, type, p, len);
+}
+
+static void exec_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    struct call *c = arg;
+    c->timed_out = true;
+    int32_t sig = SIGKILL;
+    (void) agent_conn_send(&c->box->agent, CDN_FRAME_SIGNAL, 0, c->areq.channel, &sig, sizeof sig);
+}
+
+static struct call *call_new(struct evhttp_request *req, struct box *b,
+                             void (*on_frame)(struct agent_req *, uint16_t, const uint8_t *, uint32_t))
+{
+    struct call *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->areq.on_frame = on_frame;
+    c->box = b;
+    c->req = req;
+    clock_gettime(CLOCK_MONOTONIC, &c->t0);
+    return c;
+}
+
+static bool box_usable(struct evhttp_request *req, struct box *b)
+{
+    if (b->state == BOX_RUNNING)
+        return true;
+    api_reply_error(req, 409, "sandbox_not_running", NULL, "sandbox %s is %s%s%s", b->sb.id,
+                    box_state_name(b->state), b->exit_reason[0] ? ": " : "", b->exit_reason);
+    return false;
+}
+
+static int send_exec(struct call *c, struct exec_args *a)
+{
+    struct cdn_strv env = {0};
+    char *const *extra = a->env.n ? a->env.v : NULL;
+    if (cdn_exec_env(&c->box->spec, a->pty ? "xterm" : NULL, extra, &env) < 0)
+        return -ENOMEM;
+    uint32_t flags = CDN_EXEC_PIPES | (a->has_stdin ? CDN_EXEC_STDIN : 0) | (a->pty ? CDN_EXEC_PTY : 0);
+    static uint8_t buf[CDN_FRAME_MAX];
+    int n = cdn_exec_encode(buf, sizeof buf,
+                            &(struct cdn_exec_args){.flags = flags,
+                                                    .rows = a->rows,
+                                                    .cols = a->cols,
+                                                    .cwd = a->cwd ? a->cwd : c->box->spec.workdir,
+                                                    .argv = a->argv.v,
+                                                    .envp = env.v});
+    cdn_strv_free(&env);
+    if (n < 0)
+        return n;
+    struct agent_conn *ac = &c->box->agent;
+    uint32_t ch = agent_conn_add(ac, &c->areq);
+    int r = agent_conn_send(ac, CDN_FRAME_EXEC, 0, ch, buf, (uint32_t) n);
+    for (long off = 0; r >= 0 && a->has_stdin && off < a->stdin_len; off += STDIN_CHUNK) {
+        long k = a->stdin_len - off < (long) STDIN_CHUNK ? a->stdin_len - off : (long) STDIN_CHUNK;
+        r = agent_conn_send(ac, CDN_FRAME_STDIN, 0, ch, a->stdin_data + off, (uint32_t) k);
+    }
+    if (r >= 0 && a->has_stdin)
+        r = agent_conn_send(ac, CDN_FRAME_STDIN, 0, ch, NULL, 0);
+    if (r < 0)
+        agent_conn_remove(ac, &c->areq);
+    return r;
+}
+
+void api_exec(struct evhttp_request *req, struct box *b)
+{
+    if (!box_usable(req, b))
+        return;
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    struct exec_args a = {0};
+    struct cdn_error e = {0};
+    int r = exec_args_parse((const char *) evbuffer_pullup(in, -1), evbuffer_get_length(in), &a, &e);
+    if (r < 0) {
+        exec_args_free(&a);
+        return api_reply_cdn_error(req, 400, r == -EBADMSG ? "invalid_json" : "invalid_argument", &e);
+    }
+    struct call *c = call_new(req, b, exec_frame);
+    if (c) {
+        c->stream = a.stream;
+        c->b64 = a.b64;
+        (void) snprintf(c->cmd, sizeof c->cmd, "%s", a.argv.v[0]);
+        c->out = evbuffer_new();
+        c->err = evbuffer_new();
+    }
+    if (!c || !c->out || !c->err || (r = send_exec(c, &a)) < 0) {
+        exec_args_free(&a);
+        if (c)
+            call_free(c);
+        return api_reply_error(
+            req, r == -ENOBUFS ? 400 : 500, r == -ENOBUFS ? "invalid_argument" : "internal",
+            r == -ENOBUFS ? "cmd" : NULL, "%s",
+            r == -ENOBUFS ? "cmd and env exceed 1 MiB" : "cannot reach the sandbox's agent");
+    }
+    if (a.timeout_s > 0) {
+        struct timeval tv = {.tv_sec = (time_t) a.timeout_s,
+                             .tv_usec = (suseconds_t) ((a.timeout_s - (double) (time_t) a.timeout_s) * 1e6)};
+        c->timer = evtimer_new(cordond->base, exec_timeout, c);
+        if (c->timer)
+            evtimer_add(c->timer, &tv);
+    }
+    exec_args_free(&a);
+    cordond->execs_total++;
+    evhttp_connection_set_closecb(evhttp_request_get_connection(req), client_gone, c);
+    if (c->stream) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/x-ndjson");
+        evhttp_send_reply_start(req, 200, "OK");
+        c->started = true;
+    }
+}
+
+/* ---- files ---- */
+
+/* ?path=P: absolute, or relative to the sandbox's workdir. */
+static int query_path(struct evhttp_request *req, struct box *b, char *out, size_t size)
+{
+    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    struct evkeyvalq q;
+    TAILQ_INIT(&q);
+    if (!query || evhttp_parse_query_str(query, &q) < 0) {
+        api_reply_error(req, 400, "invalid_query", "path", "the path parameter is required: ?path=P");
+        return -EINVAL;
+    }
+    const char *p = evhttp_find_header(&q, "path");
+    int r = 0;
+    if (!p || !p[0])
+        r = -EINVAL;
+    else if ((size_t) snprintf(out, size, "%s%s%s", p[0] == '/' ? "" : b->spec.workdir,
+                               p[0] == '/' ? "" : "/", p) >= size)
+        r = -ENAMETOOLONG;
+    evhttp_clear_headers(&q);
+    if (r < 0)
+        api_reply_error(req, 400, "invalid_query", "path",
+                        r == -EINVAL ? "the path parameter is required: ?path=P" : "path is too long");
+    return r;
+}
+
+static int http_status_of(int errnum)
+{
+    switch (errnum) {
+    case ENOENT:
+    case ENOTDIR:
+        return 404;
+    case EACCES:
+    case EPERM:
+    case EROFS:
+        return 403;
+    case EISDIR:
+    case EINVAL:
+    case ENAMETOOLONG:
+        return 400;
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+        return 507;
+    default:
+        return 500;
+    }
+}
+
+static json_t *stat_json(const char *path, const struct cdn_file_stat *st)
+{
+    const char *type = S_ISDIR(st->mode)   ? "dir"
+                       : S_ISREG(st->mode) ? "file"
+                       : S_ISLNK(st->mode) ? "symlink"
+                                           : "other";
+    json_t *o = json_pack("{s:s, s:I, s:i, s:I}", "type", type, "size", (json_int_t) st->size, "mode",
+                          (int) (st->mode & 07777), "mtime", (json_int_t) st->mtime);
+    if (o && path)
+        json_object_set_new(o, "path", json_string(path));
+    else if (o)
+        json_object_set_new(o, "name", json_lossy_string((const uint8_t *) st->name, strlen(st->name)));
+    return o;
+}
+
+/* Any file call's last frame: ERROR, the connection's end, or DONE (handled by the caller). */
+static bool file_failed(struct call *c, uint16_t type, const uint8_t *p, uint32_t len)
+{
+    int e;
+    const char *msg;
+    if (type == CDN_FRAME_ERROR && cdn_errmsg_decode(p, len, &e, &msg) == 0) {
+        if (c->started) /* a read that already streamed: all we can do is cut it short */
+            evhttp_send_reply_end(c->req);
+        else
+            api_reply_error(c->req, http_status_of(e), e == ENOENT ? "not_found" : "file_error", "path", "%s",
+                            msg);
+        return true;
+    }
+    if (type == 0 || type == CDN_FRAME_ERROR) {
+        if (c->started)
+            evhttp_send_reply_end(c->req);
+        else
+            api_reply_error(c->req, 500, "sandbox_gone", NULL, "the sandbox ended during the file operation");
+        return true;
+    }
+    return false;
+}
+
+static void file_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uint32_t len)
+{
+    struct call *c = (struct call *) r;
+    if (type == CDN_FRAME_DATA && c->file_op == CDN_FILE_READ) {
+        if (!c->started) {
+            evhttp_add_header(evhttp_request_get_output_headers(c->req), "Content-Type",
+                              "application/octet-stream");
+            evhttp_send_reply_start(c->req, 200, "OK");
+            c->started = true;
+        }
+        struct evbuffer *b = evbuffer_new();
+        if (b) {
+            evbuffer_add(b, p, len);
+            evhttp_send_reply_chunk(c->req, b);
+            evbuffer_free(b);
+        }
+        return;
+    }
+    if (type == CDN_FRAME_DATA && c->file_op == CDN_FILE_LIST) {
+        for (uint32_t off = 0; off < len;) {
+            struct cdn_file_stat st;
+            int n = cdn_file_stat_decode(p + off, len - off, &st);
+            if (n <= 0)
+                break;
+            json_array_append_new(c->entries, stat_json(NULL, &st));
+            off += (uint32_t) n;
+        }
+        return;
+    }
+    if (type != CDN_FRAME_DONE && type != CDN_FRAME_ERROR && type != 0)
+        return;
+    if (!file_failed(c, type, p, len)) {
+        struct cdn_file_stat st = {0};
+        bool have = len && cdn_file_stat_decode(p, len, &st) > 0;
+        if (c->file_op == CDN_FILE_READ) {
+            if (!c->started)
+                evhttp_send_reply(c->req, 200, "OK", NULL); /* an empty file */
+            else
+                evhttp_send_reply_end(c->req);
+        } else if (c->file_op == CDN_FILE_LIST) {
+            api_reply_json(c->req, 200, json_pack("{s:s, s:O}", "path", c->path, "entries", c->entries));
+        } else if (c->file_op == CDN_FILE_REMOVE) {
+            api_reply_json(c->req, 200, json_pack("{s:s, s:b}", "path", c->path, "removed", 1));
+        } else {
+            api_reply_json(c->req, 200, have ? stat_json(c->path, &st) : json_pack("{s:s}", "path", c->path));
+        }
+    }
+    json_decref(c->entries);
+    free(c);
+}
+
+static void file_call(struct evhttp_request *req, struct box *b, int op, uint32_t mode)
+{
+    char path[4096];
+    if (!box_usable(req, b) || query_path(req, b, path, sizeof path) < 0)
+        return;
+    struct call *c = call_new(req, b, file_frame);
+    if (!c)
+        return api_reply_error(req, 500, "internal", NULL, "out of memory");
+    c->file_op = op;
+    (void) snprintf(c->path, sizeof c->path, "%s", path);
+    if (op == CDN_FILE_LIST && !(c->entries = json_array())) {
+        free(c);
+        return api_reply_error(req, 500, "internal", NULL, "out of memory");
+    }
+    struct evbuffer *body = evhttp_request_get_input_buffer(req);
+    size_t total = op == CDN_FILE_WRITE ? evbuffer_get_length(body) : 0;
+    size_t first = total < FILE_CHUNK ? total : FILE_CHUNK;
+    static uint8_t buf[CDN_FRAME_MAX];
+    int n = cdn_file_encode(buf, sizeof buf, (uint32_t) op, mode, path,
+                            evbuffer_pullup(body, (ev_ssize_t) first), first);
+    struct agent_conn *ac = &b->agent;
+    uint32_t ch = agent_conn_add(ac, &c->areq);
+    int r = n < 0 ? n
+                  : agent_conn_send(ac, CDN_FRAME_FILE, total > first ? CDN_FRAME_MORE : 0, ch, buf,
+                                    (uint32_t) n);
+    (void) evbuffer_drain(body, first);
+    while (r >= 0 && evbuffer_get_length(body) > 0) {
+        size_t k = evbuffer_get_length(body) < FILE_CHUNK ? evbuffer_get_length(body) : FILE_CHUNK;
+        bool more = evbuffer_get_length(body) > k;
+        r = agent_conn_send(ac, CDN_FRAME_DATA, more ? CDN_FRAME_MORE : 0, ch,
+                            evbuffer_pullup(body, (ev_ssize_t) k), (uint32_t) k);
+        (void) evbuffer_drain(body, k);
+    }
+    if (r < 0) {
+        agent_conn_remove(ac, &c->areq);
+        json_decref(c->entries);
+        free(c);
+        api_reply_error(req, r == -ENOBUFS ? 400 : 500, "file_error", "path", "%s",
+                        r == -ENOBUFS ? "path is too long" : "cannot reach the sandbox's agent");
+    }
+}
+
+void api_files(struct evhttp_request *req, struct box *b)
+{
+    enum evhttp_cmd_type m = evhttp_request_get_command(req);
+    file_call(req, b,
+              m == EVHTTP_REQ_PUT   ? CDN_FILE_WRITE
+              : m == EVHTTP_REQ_GET ? CDN_FILE_READ
+                                    : CDN_FILE_REMOVE,
+              0);
+}
+
+void api_ls(struct evhttp_request *req, struct box *b)
+{
+    file_call(req, b, CDN_FILE_LIST, 0);
+}

@@ -1,0 +1,471 @@
+/* cordond's HTTP API (DESIGN §4): routing, sandboxes, events, health, metrics.
+ * Exec and files are in api-exec.c.
+ *
+ * Runs in the loop. Clients are trusted as far as the socket lets them in
+ * (unix socket mode 0600: root; TCP: the bearer token); their requests are
+ * still hostile input: every body is parsed with jansson, every field
+ * checked, and every error is a JSON body naming the field and the reason. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <event2/keyvalq_struct.h>
+
+#include "daemon.h"
+
+struct follower {
+    struct evhttp_request *req;
+    struct box *box;
+    LIST_ENTRY(follower) link;
+};
+
+/* ---- replies ---- */
+
+void api_reply_json(struct evhttp_request *req, int status, json_t *body)
+{
+    struct evbuffer *buf = evbuffer_new();
+    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!buf || !s) {
+        free(s);
+        if (buf)
+            evbuffer_free(buf);
+        evhttp_send_error(req, 500, "out of memory");
+        return;
+    }
+    evbuffer_add(buf, s, strlen(s));
+    evbuffer_add(buf, "\n", 1);
+    free(s);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+    if (status >= 400)
+        cordond->http_errors++;
+    evhttp_send_reply(req, status, status < 300 ? "OK" : status < 500 ? "Bad Request" : "Error", buf);
+    evbuffer_free(buf);
+}
+
+json_t *api_error_json(const char *code, const char *field, const char *msg)
+{
+    json_t *e = json_pack("{s:s, s:s}", "code", code, "message", msg);
+    if (e && field && field[0])
+        json_object_set_new(e, "field", json_string(field));
+    return json_pack("{s:o}", "error", e);
+}
+
+void api_reply_error(struct evhttp_request *req, int status, const char *code, const char *field,
+                     const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    (void) vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    api_reply_json(req, status, api_error_json(code, field, msg));
+}
+
+void api_reply_cdn_error(struct evhttp_request *req, int status, const char *code, const struct cdn_error *e)
+{
+    api_reply_error(req, status, code, e->field, "%s", e->msg);
+}
+
+/* Length of the valid UTF-8 sequence at p (n bytes available), 0 if invalid:
+ * no overlong forms, no surrogates, nothing past U+10FFFF. */
+static size_t utf8_seq(const uint8_t *p, size_t n)
+{
+    uint8_t c = p[0];
+    size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (len == 0 || len > n)
+        return 0;
+    uint32_t cp = len == 1 ? c : c & (0x7F >> len);
+    for (size_t k = 1; k < len; k++) {
+        if ((p[k] & 0xC0) != 0x80)
+            return 0;
+        cp = cp << 6 | (p[k] & 0x3F);
+    }
+    static const uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return len;
+}
+
+json_t *json_lossy_string(const uint8_t *p, size_t n)
+{
+    json_t *j = json_stringn((const char *) p, n);
+    if (j)
+        return j;
+    /* Not UTF-8: rebuild with U+FFFD for each byte that does not start a valid sequence. */
+    char *out = malloc(n * 3 + 1);
+    if (!out)
+        return json_null();
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_seq(p + i, n - i);
+        if (len) {
+            memcpy(out + o, p + i, len);
+            o += len, i += len;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3, i++;
+        }
+    }
+    j = json_stringn(out, o);
+    free(out);
+    return j ? j : json_null();
+}
+
+/* ---- request helpers ---- */
+
+static char *body_string(struct evhttp_request *req, size_t *ret_len)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t n = evbuffer_get_length(in);
+    char *s = malloc(n + 1);
+    if (!s)
+        return NULL;
+    evbuffer_copyout(in, s, n);
+    s[n] = 0;
+    *ret_len = n;
+    return s;
+}
+
+/* Label filter "k=v" from ?label=…; several labels must all match. */
+static bool labels_match(const struct box *b, const struct evkeyvalq *q)
+{
+    for (const struct evkeyval *kv = q->tqh_first; kv; kv = kv->next.tqe_next) {
+        if (strcmp(kv->key, "label") != 0)
+            continue;
+        bool found = false;
+        for (size_t i = 0; i < b->spec.labels.n && !found; i++)
+            found = strcmp(b->spec.labels.v[i], kv->value) == 0;
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
+/* ---- routes ---- */
+
+static void route_create(struct evhttp_request *req)
+{
+    size_t n;
+    char *body = body_string(req, &n);
+    struct cdn_spec spec;
+    struct cdn_error err = {0};
+    if (!body || cdn_spec_init(&spec) < 0) {
+        free(body);
+        api_reply_error(req, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    int r = n ? cdn_spec_from_json(&spec, body, n, &err) : 0;
+    free(body);
+    if (r >= 0)
+        r = cdn_spec_validate(&spec, &err);
+    if (r < 0) {
+        cdn_spec_free(&spec);
+        if (!err.field[0]) /* the body as a whole: not JSON, not an object */
+            (void) snprintf(err.field, sizeof err.field, "body");
+        api_reply_cdn_error(req, 400, "invalid_spec", &err);
+        return;
+    }
+    box_create(&spec, req);
+}
+
+static void route_list(struct evhttp_request *req)
+{
+    struct evkeyvalq q = {0};
+    TAILQ_INIT(&q);
+    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    if (query && evhttp_parse_query_str(query, &q) < 0) {
+        api_reply_error(req, 400, "invalid_query", "label", "the query string does not parse");
+        return;
+    }
+    for (const struct evkeyval *kv = q.tqh_first; kv; kv = kv->next.tqe_next)
+        if (strcmp(kv->key, "label") != 0 || !strchr(kv->value, '=')) {
+            api_reply_error(req, 400, "invalid_query", kv->key,
+                            "unknown parameter or not label=KEY=VALUE: '%s'", kv->key);
+            evhttp_clear_headers(&q);
+            return;
+        }
+    json_t *arr = json_array();
+    struct box *b;
+    LIST_FOREACH(b, &cordond->boxes, link)
+    if (labels_match(b, &q))
+        json_array_append_new(arr, box_to_json(b));
+    evhttp_clear_headers(&q);
+    api_reply_json(req, 200, json_pack("{s:o}", "sandboxes", arr));
+}
+
+static void route_health(struct evhttp_request *req)
+{
+    api_reply_json(req, 200,
+                   json_pack("{s:s, s:s, s:i}", "status", "ok", "version", CORDON_VERSION, "sandboxes",
+                             (int) cordond->n_boxes));
+}
+
+/* Prometheus text exposition. */
+static void route_metrics(struct evhttp_request *req)
+{
+    static const double bounds_ms[] = {0.25, 0.5, 1, 2, 5, 10, 25, 50, 100, 1000, 10000};
+    struct evbuffer *b = evbuffer_new();
+    unsigned by_state[_BOX_STATE_MAX] = {0};
+    struct box *x;
+    LIST_FOREACH(x, &cordond->boxes, link)
+    by_state[x->state]++;
+    evbuffer_add_printf(
+        b, "# HELP cordon_sandboxes Sandboxes by state and tier.\n# TYPE cordon_sandboxes gauge\n");
+    for (int s = 0; s < _BOX_STATE_MAX; s++)
+        evbuffer_add_printf(b, "cordon_sandboxes{state=\"%s\",tier=\"container\"} %u\n", box_state_name(s),
+                            by_state[s]);
+    evbuffer_add_printf(b,
+                        "# HELP cordon_sandboxes_created_total Sandboxes that reached running.\n"
+                        "# TYPE cordon_sandboxes_created_total counter\ncordon_sandboxes_created_total %llu\n"
+                        "# HELP cordon_sandbox_create_errors_total Creations that failed.\n"
+                        "# TYPE cordon_sandbox_create_errors_total counter\n"
+                        "cordon_sandbox_create_errors_total %llu\n"
+                        "# HELP cordon_http_errors_total Requests answered with a 4xx or 5xx status.\n"
+                        "# TYPE cordon_http_errors_total counter\ncordon_http_errors_total %llu\n"
+                        "# HELP cordon_pool_size Prepared sandboxes waiting in warm pools.\n"
+                        "# TYPE cordon_pool_size gauge\ncordon_pool_size 0\n"
+                        "# HELP cordon_exec_duration_ms Exec round trips, request to exit.\n"
+                        "# TYPE cordon_exec_duration_ms histogram\n",
+                        (unsigned long long) cordond->created_total,
+                        (unsigned long long) cordond->create_errors,
+                        (unsigned long long) cordond->http_errors);
+    uint64_t cum = 0;
+    for (size_t i = 0; i < sizeof bounds_ms / sizeof bounds_ms[0]; i++) {
+        cum += cordond->exec_hist[i];
+        evbuffer_add_printf(b, "cordon_exec_duration_ms_bucket{le=\"%g\"} %llu\n", bounds_ms[i],
+                            (unsigned long long) cum);
+    }
+    cum += cordond->exec_hist[11];
+    evbuffer_add_printf(b,
+                        "cordon_exec_duration_ms_bucket{le=\"+Inf\"} %llu\ncordon_exec_duration_ms_sum %.3f\n"
+                        "cordon_exec_duration_ms_count %llu\n",
+                        (unsigned long long) cum, cordond->exec_sum_ms, (unsigned long long) cum);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain; version=0.0.4");
+    evhttp_send_reply(req, 200, "OK", b);
+    evbuffer_free(b);
+}
+
+/* ---- events ---- */
+
+static void follower_gone(struct evhttp_connection *conn, void *arg)
+{
+    (void) conn;
+    struct follower *f = arg;
+    LIST_REMOVE(f, link);
+    free(f);
+}
+
+void api_events_push(struct box *b, const char *line, size_t len)
+{
+    struct follower *f;
+    LIST_FOREACH(f, &b->followers, link)
+    {
+        struct evbuffer *chunk = evbuffer_new();
+        if (!chunk)
+            continue;
+        evbuffer_add(chunk, line, len);
+        evhttp_send_reply_chunk(f->req, chunk);
+        evbuffer_free(chunk);
+    }
+}
+
+void api_events_end(struct box *b)
+{
+    while (!LIST_EMPTY(&b->followers)) {
+        struct follower *f = LIST_FIRST(&b->followers);
+        LIST_REMOVE(f, link);
+        evhttp_connection_set_closecb(evhttp_request_get_connection(f->req), NULL, NULL);
+        evhttp_send_reply_end(f->req);
+        free(f);
+    }
+}
+
+void api_events(struct evhttp_request *req, struct box *b)
+{
+    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    struct evkeyvalq q;
+    TAILQ_INIT(&q);
+    if (query && evhttp_parse_query_str(query, &q) < 0) {
+        api_reply_error(req, 400, "invalid_query", NULL, "the query string does not parse");
+        return;
+    }
+    const char *fv = evhttp_find_header(&q, "follow");
+    bool follow = fv && (strcmp(fv, "true") == 0 || strcmp(fv, "1") == 0);
+    bool bad = fv && !follow && strcmp(fv, "false") != 0 && strcmp(fv, "0") != 0;
+    evhttp_clear_headers(&q);
+    if (bad) {
+        api_reply_error(req, 400, "invalid_query", "follow", "follow must be true or false");
+        return;
+    }
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/x-ndjson");
+    if (!follow) {
+        evhttp_send_reply(req, 200, "OK", b->events);
+        return;
+    }
+    struct follower *f = calloc(1, sizeof *f);
+    if (!f) {
+        api_reply_error(req, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    *f = (struct follower){.req = req, .box = b};
+    evhttp_send_reply_start(req, 200, "OK");
+    struct evbuffer *copy = evbuffer_new();
+    if (copy) {
+        evbuffer_add_buffer_reference(copy, b->events);
+        evhttp_send_reply_chunk(req, copy);
+        evbuffer_free(copy);
+    }
+    LIST_INSERT_HEAD(&b->followers, f, link);
+    evhttp_connection_set_closecb(evhttp_request_get_connection(req), follower_gone, f);
+}
+
+/* ---- dispatch ---- */
+
+static bool authorized(struct evhttp_request *req, bool tcp)
+{
+    if (!tcp)
+        return true; /* the unix socket's mode is the access control */
+    const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    char want[300];
+    (void) snprintf(want, sizeof want, "Bearer %s", cordond->token);
+    size_t n = strlen(want);
+    if (!h || strlen(h) != n)
+        return false;
+    unsigned diff = 0; /* constant time: the token is a secret */
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned) (h[i] ^ want[i]);
+    return diff == 0;
+}
+
+static void route(struct evhttp_request *req, void *arg)
+{
+    bool tcp = arg != NULL;
+    if (!authorized(req, tcp)) {
+        api_reply_error(req, 401, "unauthorized", NULL, "missing or wrong bearer token");
+        return;
+    }
+    enum evhttp_cmd_type m = evhttp_request_get_command(req);
+    const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+    if (!path)
+        path = "/";
+    char id[64], rest[64];
+    int n = 0;
+    if (strcmp(path, "/v1/health") == 0 && m == EVHTTP_REQ_GET)
+        return route_health(req);
+    if (strcmp(path, "/metrics") == 0 && m == EVHTTP_REQ_GET)
+        return route_metrics(req);
+    if (strcmp(path, "/v1/sandboxes") == 0) {
+        if (m == EVHTTP_REQ_POST)
+            return route_create(req);
+        if (m == EVHTTP_REQ_GET)
+            return route_list(req);
+        return api_reply_error(req, 405, "method_not_allowed", NULL, "%s takes GET or POST", path);
+    }
+    rest[0] = 0;
+    if (sscanf(path, "/v1/sandboxes/%63[^/]%n", id, &n) != 1 ||
+        (path[n] && sscanf(path + n, "/%63[^/]", rest) != 1) ||
+        (path[n] && strlen(path + n) != strlen(rest) + 1))
+        return api_reply_error(req, 404, "not_found", NULL, "no route for %s", path);
+    struct box *b = box_find(id);
+    if (!b)
+        return api_reply_error(req, 404, "sandbox_not_found", "id", "no sandbox '%s'", id);
+    static const struct {
+        const char *rest;
+        enum evhttp_cmd_type m;
+        void (*fn)(struct evhttp_request *, struct box *);
+    } sub[] = {
+        {"exec", EVHTTP_REQ_POST, api_exec},  {"files", EVHTTP_REQ_PUT, api_files},
+        {"files", EVHTTP_REQ_GET, api_files}, {"files", EVHTTP_REQ_DELETE, api_files},
+        {"ls", EVHTTP_REQ_GET, api_ls},       {"events", EVHTTP_REQ_GET, api_events},
+    };
+    if (!rest[0]) {
+        if (m == EVHTTP_REQ_GET)
+            return api_reply_json(req, 200, box_to_json(b));
+        if (m == EVHTTP_REQ_DELETE) {
+            box_delete(b, "deleted by request");
+            return api_reply_json(req, 200, json_pack("{s:s, s:b}", "id", id, "deleted", 1));
+        }
+        return api_reply_error(req, 405, "method_not_allowed", NULL, "%s takes GET or DELETE", path);
+    }
+    for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++)
+        if (strcmp(rest, sub[i].rest) == 0 && m == sub[i].m)
+            return sub[i].fn(req, b);
+    api_reply_error(req,
+                    strcmp(rest, "exec") == 0 || strcmp(rest, "files") == 0 || strcmp(rest, "ls") == 0 ||
+                            strcmp(rest, "events") == 0
+                        ? 405
+                        : 404,
+                    "not_found", NULL, "no route for %s with this method", path);
+}
+
+static struct evhttp *new_http(bool tcp)
+{
+    struct evhttp *h = evhttp_new(cordond->base);
+    if (!h)
+        return NULL;
+    evhttp_set_max_body_size(h, (ev_ssize_t) cordond->cfg.max_body_bytes);
+    evhttp_set_max_headers_size(h, 64 << 10);
+    evhttp_set_timeout(h, 300); /* a client that stops mid-request is dropped */
+    evhttp_set_allowed_methods(h, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                      EVHTTP_REQ_PATCH);
+    evhttp_set_gencb(h, route, tcp ? (void *) 1 : NULL);
+    return h;
+}
+
+static int listen_unix(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path)
+        return -ENAMETOOLONG;
+    strcpy(sa.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -errno;
+    (void) unlink(path); /* a stale socket of a previous run; cordond.c made sure none is live */
+    mode_t old = umask(0177);
+    int r = bind(fd, (struct sockaddr *) &sa, sizeof sa);
+    umask(old);
+    if (r < 0 || chmod(path, 0600) < 0 || listen(fd, 1024) < 0) {
+        r = -errno;
+        (void) close(fd);
+        return r;
+    }
+    return fd;
+}
+
+int api_start(void)
+{
+    /* TCP first: the unix socket appearing is what tells waiting clients (and
+     * the tests) that everything listens. */
+    if (cordond->cfg.listen[0]) {
+        char host[128];
+        (void) snprintf(host, sizeof host, "%s", cordond->cfg.listen);
+        char *colon = strrchr(host, ':');
+        int port = colon ? atoi(colon + 1) : 0;
+        if (!colon || port <= 0 || port > 65535) {
+            fprintf(stderr, "cordond: --listen '%s': expected HOST:PORT\n", cordond->cfg.listen);
+            return -1;
+        }
+        *colon = 0;
+        struct evhttp *t = new_http(true);
+        if (!t || !evhttp_bind_socket_with_handle(t, host, (uint16_t) port)) {
+            fprintf(stderr, "cordond: listen on %s: %s\n", cordond->cfg.listen, strerror(errno));
+            return -1;
+        }
+    }
+    struct evhttp *h = new_http(false);
+    int fd = listen_unix(cordond->cfg.socket_path);
+    if (!h || fd < 0 || !evhttp_accept_socket_with_handle(h, fd)) {
+        fprintf(stderr, "cordond: listen on %s: %s\n", cordond->cfg.socket_path,
+                strerror(fd < 0 ? -fd : EIO));
+        return -1;
+    }
+    return 0;
+}

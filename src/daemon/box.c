@@ -1,0 +1,266 @@
+/* cordond's sandboxes ("boxes"): create, watch, time out, delete.
+ *
+ * A box wraps the tier's struct cdn_sandbox with what the daemon adds: the
+ * agent connection, its state, its event log and lifetime timer. Creating
+ * one is the tier's create (synchronous, a few ms) and then waiting, in the
+ * loop, for the setup child's report: EOF means cordon-init runs, and the
+ * pending POST is answered 201; a struct cdn_error means setup failed.
+ * Teardown is the tier's detach: the kill is immediate, the rest (the
+ * namespace going, the cgroup's removal) happens in the guard. */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "shared/fd-util.h"
+#include "tiers/tier.h"
+
+#define EVENTS_MAX (256u << 10) /* per box; the oldest lines go first */
+
+static const char *const state_names[_BOX_STATE_MAX] = {"starting", "running", "exited"};
+
+const char *box_state_name(enum box_state s)
+{
+    return state_names[s];
+}
+
+static double now_unix(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (double) t.tv_sec + (double) t.tv_nsec / 1e9;
+}
+
+struct box *box_find(const char *id)
+{
+    struct box *b;
+    LIST_FOREACH(b, &cordond->boxes, link)
+    if (strcmp(b->sb.id, id) == 0)
+        return b;
+    return NULL;
+}
+
+void box_event(struct box *b, const char *type, json_t *fields)
+{
+    json_t *ev = json_pack("{s:f, s:s, s:s}", "time", now_unix(), "sandbox", b->sb.id, "type", type);
+    if (ev && fields)
+        (void) json_object_update(ev, fields);
+    json_decref(fields);
+    char *line = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+    json_decref(ev);
+    if (!line)
+        return;
+    size_t n = strlen(line);
+    line[n] = '\n'; /* replaces the NUL; the length below says where it ends */
+    (void) evbuffer_add(b->events, line, n + 1);
+    while (evbuffer_get_length(b->events) > EVENTS_MAX) {
+        struct evbuffer_ptr nl = evbuffer_search(b->events, "\n", 1, NULL);
+        if (nl.pos < 0)
+            break;
+        (void) evbuffer_drain(b->events, (size_t) nl.pos + 1);
+    }
+    api_events_push(b, line, n + 1);
+    free(line);
+}
+
+json_t *box_to_json(struct box *b)
+{
+    json_t *labels = json_object();
+    for (size_t i = 0; labels && i < b->spec.labels.n; i++) {
+        const char *kv = b->spec.labels.v[i];
+        const char *eq = strchr(kv, '=');
+        if (eq) {
+            char key[256];
+            (void) snprintf(key, sizeof key, "%.*s", (int) (eq - kv), kv);
+            json_object_set_new(labels, key, json_string(eq + 1));
+        }
+    }
+    char *spec = cdn_spec_to_json(&b->spec);
+    json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:f, s:o, s:I}", "id", b->sb.id, "state",
+                          box_state_name(b->state), "tier", b->sb.tier->name, "image", b->spec.image,
+                          "created_at", b->created_unix, "labels", labels, "execs", (json_int_t) b->execs);
+    if (o && spec)
+        json_object_set_new(o, "spec", json_loads(spec, 0, NULL));
+    free(spec);
+    if (o && b->exit_reason[0])
+        json_object_set_new(o, "exit_reason", json_string(b->exit_reason));
+    struct cdn_usage u;
+    if (o && b->state == BOX_RUNNING && b->sb.tier->usage(&b->sb, &u) == 0)
+        json_object_set_new(o, "usage",
+                            json_pack("{s:I, s:I}", "memory_peak_bytes", (json_int_t) u.memory_peak_bytes,
+                                      "oom_kills", (json_int_t) u.oom_kills));
+    return o;
+}
+
+static void box_free(struct box *b)
+{
+    if (b->setup_ev)
+        event_free(b->setup_ev);
+    if (b->pidfd_ev)
+        event_free(b->pidfd_ev);
+    if (b->lifetime_ev)
+        event_free(b->lifetime_ev);
+    if (b->events)
+        evbuffer_free(b->events);
+    cdn_spec_free(&b->spec);
+    free(b);
+}
+
+/* The tier's resources go (in the background) and the box stays as a record
+ * until it is deleted: its state and exit reason remain readable. */
+static void box_stop(struct box *b, const char *reason)
+{
+    if (b->state == BOX_EXITED)
+        return;
+    b->state = BOX_EXITED;
+    (void) snprintf(b->exit_reason, sizeof b->exit_reason, "%s", reason);
+    agent_conn_close(&b->agent); /* pending execs and file ops end with an error */
+    if (b->setup_ev)
+        event_del(b->setup_ev);
+    if (b->pidfd_ev)
+        event_del(b->pidfd_ev);
+    b->sb.tier->detach(&b->sb);
+    if (b->create_req) {
+        api_reply_error(b->create_req, 500, "sandbox_failed", NULL, "the sandbox ended while starting: %s",
+                        reason);
+        b->create_req = NULL;
+    }
+    box_event(b, "exited", json_pack("{s:s}", "reason", reason));
+}
+
+void box_delete(struct box *b, const char *reason)
+{
+    box_stop(b, reason);
+    box_event(b, "deleted", json_pack("{s:s}", "reason", reason));
+    api_events_end(b);
+    LIST_REMOVE(b, link);
+    cordond->n_boxes--;
+    box_free(b);
+}
+
+static void on_setup(evutil_socket_t fd, short what, void *arg)
+{
+    (void) what;
+    struct box *b = arg;
+    struct cdn_error err = {0};
+    ssize_t n = cdn_read_full(fd, &err, sizeof err);
+    event_del(b->setup_ev);
+    if (n == (ssize_t) sizeof err) {
+        err.msg[sizeof err.msg - 1] = 0;
+        err.field[sizeof err.field - 1] = 0;
+        cordond->create_errors++;
+        if (b->create_req)
+            api_reply_cdn_error(b->create_req, err.field[0] ? 400 : 500,
+                                err.field[0] ? "invalid_spec" : "sandbox_failed", &err);
+        b->create_req = NULL;
+        box_delete(b, "setup failed");
+        return;
+    }
+    b->state = BOX_RUNNING; /* EOF: the setup pipe is CLOEXEC, so cordon-init runs */
+    cordond->created_total++;
+    box_event(b, "running", NULL);
+    if (b->create_req) {
+        api_reply_json(b->create_req, 201, box_to_json(b));
+        b->create_req = NULL;
+    }
+}
+
+static void on_init_exit(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    struct box *b = arg;
+    struct cdn_usage u = {0};
+    (void) b->sb.tier->usage(&b->sb, &u);
+    box_stop(b, u.oom_kills ? "init exited: out of memory" : "init exited");
+}
+
+static void on_agent_close(struct agent_conn *c, void *arg)
+{
+    (void) c;
+    struct box *b = arg;
+    /* init hung up: it is ending, or it is not ours any more. Either way the
+     * box cannot be used; the pidfd event tells the exit when it comes. */
+    if (b->state != BOX_EXITED)
+        b->sb.tier->kill(&b->sb, SIGKILL);
+}
+
+static void on_lifetime(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    struct box *b = arg;
+    box_event(b, "timeout", json_pack("{s:I}", "timeout_ms", (json_int_t) b->spec.limits.timeout_ms));
+    box_delete(b, "lifetime (limits.timeout_s) reached");
+}
+
+static int watch(struct box *b)
+{
+    struct event_base *base = cordond->base;
+    b->setup_ev = event_new(base, b->sb.setup_fd, EV_READ | EV_PERSIST, on_setup, b);
+    b->pidfd_ev = event_new(base, b->sb.init_pidfd, EV_READ, on_init_exit, b);
+    if (!b->setup_ev || !b->pidfd_ev || event_add(b->setup_ev, NULL) < 0 || event_add(b->pidfd_ev, NULL) < 0)
+        return -ENOMEM;
+    b->agent.on_close = on_agent_close;
+    b->agent.arg = b;
+    int r = agent_conn_open(&b->agent, base, b->sb.agent_fd);
+    if (r < 0)
+        return r;
+    if (b->spec.limits.timeout_ms) {
+        struct timeval tv = {.tv_sec = (time_t) (b->spec.limits.timeout_ms / 1000),
+                             .tv_usec = (suseconds_t) (b->spec.limits.timeout_ms % 1000) * 1000};
+        b->lifetime_ev = evtimer_new(base, on_lifetime, b);
+        if (!b->lifetime_ev || evtimer_add(b->lifetime_ev, &tv) < 0)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+void box_create(struct cdn_spec *spec, struct evhttp_request *req)
+{
+    if (cordond->n_boxes >= cordond->cfg.max_sandboxes) {
+        cdn_spec_free(spec);
+        api_reply_error(req, 429, "too_many_sandboxes", NULL, "%u sandboxes exist, the configured maximum",
+                        cordond->n_boxes);
+        return;
+    }
+    struct box *b = calloc(1, sizeof *b);
+    if (!b || !(b->events = evbuffer_new())) {
+        free(b);
+        cdn_spec_free(spec);
+        api_reply_error(req, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    b->spec = *spec;
+    *spec = (struct cdn_spec){0};
+    LIST_INIT(&b->followers);
+    cdn_sandbox_init(&b->sb, &b->spec);
+    b->sb.stdio_fd = cordond->devnull;
+    b->sb.tier = cdn_tier_lookup(b->spec.tier);
+    b->created_unix = now_unix();
+    clock_gettime(CLOCK_MONOTONIC, &b->created_mono);
+    struct cdn_error err = {0};
+    if (!b->sb.tier) {
+        cdn_error_field(&err, EOPNOTSUPP, "tier", "tier '%s' is not built yet",
+                        cdn_tier_to_string(b->spec.tier));
+    } else if (b->sb.tier->create(&b->sb, &err) < 0) {
+        /* err says why; nothing is left behind */
+    } else {
+        LIST_INSERT_HEAD(&cordond->boxes, b, link);
+        cordond->n_boxes++;
+        b->create_req = req;
+        box_event(b, "created", json_pack("{s:s}", "tier", b->sb.tier->name));
+        int r = watch(b);
+        if (r < 0) {
+            api_reply_error(req, 500, "internal", NULL, "watching the sandbox: %s", strerror(-r));
+            b->create_req = NULL;
+            box_delete(b, "internal error");
+        }
+        return;
+    }
+    cordond->create_errors++;
+    api_reply_cdn_error(req, err.field[0] ? 400 : 500, err.field[0] ? "invalid_spec" : "sandbox_failed",
+                        &err);
+    box_free(b);
+}

@@ -1,0 +1,251 @@
+/* cordond: the host daemon. Configuration, the loop, signals; dispatch only.
+ *
+ * Runs as root on the host (the container tier maps uid ranges and makes
+ * cgroups). Listens on a unix socket (mode 0600) and, when asked, on TCP with
+ * a bearer token. SIGTERM/SIGINT stop it: every sandbox is ended first. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/paths.h"
+#include "daemon.h"
+#include "shared/parse-util.h"
+
+#ifndef CDN_SYSCONFDIR
+#define CDN_SYSCONFDIR "/usr/local/etc"
+#endif
+#define DEFAULT_CONFIG CDN_SYSCONFDIR "/cordon/cordond.conf"
+
+struct daemon *cordond;
+static struct daemon the_daemon;
+
+static int set_string(char *dst, size_t size, const char *v)
+{
+    return (size_t) snprintf(dst, size, "%s", v) < size ? 0 : -ENAMETOOLONG;
+}
+
+static int set_size(uint64_t *dst, const char *v)
+{
+    return cdn_parse_size(v, dst) < 0 || *dst == 0 ? -EINVAL : 0;
+}
+
+/* One option, from the command line (--name value) or the config file (name = value). */
+static int set_option(struct daemon_config *c, const char *name, const char *v)
+{
+    if (strcmp(name, "socket") == 0)
+        return v[0] == '/' ? set_string(c->socket_path, sizeof c->socket_path, v) : -EINVAL;
+    if (strcmp(name, "listen") == 0)
+        return set_string(c->listen, sizeof c->listen, v);
+    if (strcmp(name, "token-file") == 0 || strcmp(name, "token_file") == 0)
+        return set_string(c->token_file, sizeof c->token_file, v);
+    if (strcmp(name, "state-dir") == 0 || strcmp(name, "state_dir") == 0)
+        return v[0] == '/' ? set_string(c->state_dir, sizeof c->state_dir, v) : -EINVAL;
+    if (strcmp(name, "max-body") == 0 || strcmp(name, "max_body") == 0)
+        return set_size(&c->max_body_bytes, v);
+    if (strcmp(name, "max-output") == 0 || strcmp(name, "max_output") == 0)
+        return set_size(&c->max_output_bytes, v);
+    if (strcmp(name, "max-sandboxes") == 0 || strcmp(name, "max_sandboxes") == 0) {
+        uint64_t n;
+        if (cdn_parse_u64(v, &n) < 0 || n == 0 || n > 1000000)
+            return -EINVAL;
+        c->max_sandboxes = (unsigned) n;
+        return 0;
+    }
+    return -ENOENT;
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
+        *--e = 0;
+    return s;
+}
+
+static int load_config(struct daemon_config *c, const char *path, bool required)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        if (!required && errno == ENOENT)
+            return 0;
+        fprintf(stderr, "cordond: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    char line[1024];
+    int lineno = 0, ret = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *s = trim(line);
+        if (!s[0] || s[0] == '#')
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            fprintf(stderr, "cordond: %s:%d: expected 'name = value'\n", path, lineno);
+            ret = -1;
+            continue;
+        }
+        *eq = 0;
+        char *name = trim(s), *value = trim(eq + 1);
+        int r = set_option(c, name, value);
+        if (r < 0) {
+            fprintf(stderr, "cordond: %s:%d: %s '%s': %s\n", path, lineno, name, value,
+                    r == -ENOENT ? "unknown option" : "invalid value");
+            ret = -1;
+        }
+    }
+    fclose(f);
+    return ret;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: cordond [--config FILE] [--socket PATH] [--listen HOST:PORT --token-file F]\n"
+            "               [--state-dir DIR] [--max-body SIZE] [--max-output SIZE] [--max-sandboxes N]\n"
+            "Defaults and the config file format: docs/cordond.md (config: %s)\n",
+            DEFAULT_CONFIG);
+}
+
+static int parse_args(int argc, char **argv, struct daemon_config *c)
+{
+    const char *config = NULL;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc)
+            config = argv[++i];
+    if (load_config(c, config ? config : DEFAULT_CONFIG, config != NULL) < 0)
+        return -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            exit(0);
+        }
+        if (strcmp(a, "--config") == 0) {
+            i++;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0 || i + 1 >= argc) {
+            fprintf(stderr, "cordond: unexpected argument '%s'\n", a);
+            usage(stderr);
+            return -1;
+        }
+        int r = set_option(c, a + 2, argv[++i]);
+        if (r < 0) {
+            fprintf(stderr, "cordond: %s '%s': %s\n", a, argv[i],
+                    r == -ENOENT ? "unknown option" : "invalid value");
+            return -1;
+        }
+    }
+    if (c->listen[0] && !c->token_file[0]) {
+        fprintf(stderr, "cordond: --listen needs --token-file: TCP clients must present a bearer token\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int read_token(struct daemon *d)
+{
+    FILE *f = fopen(d->cfg.token_file, "re");
+    if (!f || !fgets(d->token, sizeof d->token, f)) {
+        fprintf(stderr, "cordond: token file %s: %s\n", d->cfg.token_file, f ? "empty" : strerror(errno));
+        if (f)
+            fclose(f);
+        return -1;
+    }
+    fclose(f);
+    char *t = trim(d->token);
+    memmove(d->token, t, strlen(t) + 1);
+    if (strlen(d->token) < 16) {
+        fprintf(stderr, "cordond: token in %s is shorter than 16 characters\n", d->cfg.token_file);
+        return -1;
+    }
+    return 0;
+}
+
+/* Refuse to start over a live daemon's socket. */
+static int socket_in_use(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    (void) snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    int r = connect(fd, (struct sockaddr *) &sa, sizeof sa);
+    (void) close(fd);
+    return r == 0;
+}
+
+static void on_stop(evutil_socket_t sig, short what, void *arg)
+{
+    (void) what, (void) arg;
+    fprintf(stderr, "cordond: signal %d, stopping\n", (int) sig);
+    event_base_loopbreak(cordond->base);
+}
+
+/* Every child is a sandbox's init or guard; reap them all. */
+static void on_child(evutil_socket_t sig, short what, void *arg)
+{
+    (void) sig, (void) what, (void) arg;
+    while (waitpid(-1, NULL, WNOHANG | __WALL) > 0)
+        ;
+}
+
+int main(int argc, char **argv)
+{
+    struct daemon *d = cordond = &the_daemon;
+    d->cfg = (struct daemon_config){
+        .max_body_bytes = 256ULL << 20,
+        .max_output_bytes = 16ULL << 20,
+        .max_sandboxes = 4096,
+    };
+    (void) snprintf(d->cfg.socket_path, sizeof d->cfg.socket_path, "%s/cordond.sock", cdn_run_dir());
+    (void) snprintf(d->cfg.state_dir, sizeof d->cfg.state_dir, "%s", cdn_state_dir());
+    if (parse_args(argc, argv, &d->cfg) < 0)
+        return 2;
+    if (geteuid() != 0) {
+        fprintf(stderr, "cordond: must run as root (it maps uid ranges and makes cgroups)\n");
+        return 1;
+    }
+    if (d->cfg.listen[0] && read_token(d) < 0)
+        return 1;
+    (void) setenv("CORDON_STATE_DIR", d->cfg.state_dir, 1); /* the core reads it */
+    if (socket_in_use(d->cfg.socket_path)) {
+        fprintf(stderr, "cordond: %s is served by a running cordond\n", d->cfg.socket_path);
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    d->devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (d->devnull < 0)
+        return 1;
+    LIST_INIT(&d->boxes);
+    d->base = event_base_new();
+    if (!d->base)
+        return 1;
+    struct event *ev_term = evsignal_new(d->base, SIGTERM, on_stop, NULL);
+    struct event *ev_int = evsignal_new(d->base, SIGINT, on_stop, NULL);
+    struct event *ev_chld = evsignal_new(d->base, SIGCHLD, on_child, NULL);
+    if (!ev_term || !ev_int || !ev_chld || evsignal_add(ev_term, NULL) < 0 ||
+        evsignal_add(ev_int, NULL) < 0 || evsignal_add(ev_chld, NULL) < 0)
+        return 1;
+    if (api_start() < 0)
+        return 1;
+    fprintf(stderr, "cordond %s: listening on %s%s%s\n", CORDON_VERSION, d->cfg.socket_path,
+            d->cfg.listen[0] ? " and " : "", d->cfg.listen);
+    event_base_dispatch(d->base);
+    while (!LIST_EMPTY(&d->boxes))
+        box_delete(LIST_FIRST(&d->boxes), "cordond stopped");
+    (void) unlink(d->cfg.socket_path);
+    /* The guards finish the teardown; wait for them so that nothing of ours outlives us. */
+    while (wait(NULL) > 0 || errno == EINTR)
+        ;
+    return 0;
+}

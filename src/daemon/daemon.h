@@ -1,0 +1,128 @@
+/* cordond: long-lived sandboxes behind an HTTP API (DESIGN §1, §4).
+ *
+ * One process, one libevent loop, no threads. The loop owns every sandbox
+ * ("box"), every agent connection and every HTTP request; nothing here
+ * blocks on a sandbox: frames to and from cordon-init go through bufferevents,
+ * and a request that waits for a sandbox (create, exec, files) is answered
+ * from the callback that completes it. */
+#pragma once
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "agent/frame.h"
+#include "core/sandbox.h"
+#include "core/spec.h"
+#include "shared/error.h"
+
+struct box;
+struct agent_req;
+
+/* ---- configuration (cordond.c; file format in docs/cordond.md) ---- */
+struct daemon_config {
+    char socket_path[256];
+    char listen[128];     /* HOST:PORT for TCP, empty = none */
+    char token_file[256]; /* bearer token for TCP, required with listen */
+    char state_dir[256];
+    uint64_t max_body_bytes;   /* request bodies (file uploads included) */
+    uint64_t max_output_bytes; /* per stream of a buffered exec; more is dropped and flagged */
+    unsigned max_sandboxes;
+};
+
+/* ---- host side of the agent protocol over a bufferevent (agent-conn.c) ---- */
+
+/* One request in flight on an agent connection (an exec or a file op). Each
+ * frame for its channel goes to on_frame; the last one (EXIT/ERROR/DONE), or
+ * the connection's end (type 0, payload NULL), is followed by nothing. */
+struct agent_req {
+    uint32_t channel;
+    void (*on_frame)(struct agent_req *r, uint16_t type, const uint8_t *p, uint32_t len);
+    LIST_ENTRY(agent_req) link;
+};
+
+struct agent_conn {
+    struct bufferevent *bev;
+    uint32_t next_channel;
+    LIST_HEAD(, agent_req) reqs;
+    void (*on_close)(struct agent_conn *c, void *arg); /* init hung up or spoke garbage */
+    void *arg;
+};
+
+int agent_conn_open(struct agent_conn *c, struct event_base *base, int fd);
+void agent_conn_close(struct agent_conn *c); /* ends every request with type 0 */
+/* Register r under a new channel; returns the channel. */
+uint32_t agent_conn_add(struct agent_conn *c, struct agent_req *r);
+void agent_conn_remove(struct agent_conn *c, struct agent_req *r);
+int agent_conn_send(struct agent_conn *c, uint16_t type, uint16_t flags, uint32_t channel, const void *p,
+                    uint32_t len);
+/* Bytes waiting to go to init (for backpressure on uploads). */
+size_t agent_conn_pending(const struct agent_conn *c);
+
+/* ---- sandboxes (box.c) ---- */
+enum box_state { BOX_STARTING, BOX_RUNNING, BOX_EXITED, _BOX_STATE_MAX };
+
+struct box {
+    struct cdn_sandbox sb;
+    struct cdn_spec spec;
+    enum box_state state;
+    char exit_reason[64]; /* why it is not running any more */
+    struct agent_conn agent;
+    struct event *setup_ev, *pidfd_ev, *lifetime_ev;
+    struct evhttp_request *create_req; /* answered once init runs (or setup fails) */
+    struct timespec created_mono;
+    double created_unix;
+    uint64_t execs;
+    struct evbuffer *events;         /* NDJSON lines, oldest dropped past a cap */
+    LIST_HEAD(, follower) followers; /* GET …/events?follow=true (api.c) */
+    LIST_ENTRY(box) link;
+};
+
+struct daemon {
+    struct event_base *base;
+    struct daemon_config cfg;
+    char token[256];
+    int devnull; /* fds 0-2 of every sandbox's init */
+    LIST_HEAD(, box) boxes;
+    unsigned n_boxes;
+    /* metrics */
+    uint64_t created_total, create_errors, execs_total, http_errors;
+    uint64_t exec_hist[12]; /* buckets of exec latency, see api.c */
+    double exec_sum_ms;
+};
+
+extern struct daemon *cordond;
+
+/* Start a sandbox for spec (moved into the box); the box answers req itself. */
+void box_create(struct cdn_spec *spec, struct evhttp_request *req);
+struct box *box_find(const char *id);
+/* Tear down (asynchronously) and forget. reason goes to the event log. */
+void box_delete(struct box *b, const char *reason);
+/* Append an event (NDJSON line: time, sandbox, type, then fields, stolen) to
+ * the box's log and push it to followers. */
+void box_event(struct box *b, const char *type, json_t *fields);
+const char *box_state_name(enum box_state s);
+/* JSON of the box for GET, caller frees (json_decref). */
+json_t *box_to_json(struct box *b);
+
+/* ---- HTTP (api.c, api-exec.c) ---- */
+int api_start(void);
+void api_reply_json(struct evhttp_request *req, int status, json_t *body); /* steals body */
+void api_reply_error(struct evhttp_request *req, int status, const char *code, const char *field,
+                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* {"error": {"code", "message", "field"?}} */
+json_t *api_error_json(const char *code, const char *field, const char *msg);
+void api_reply_cdn_error(struct evhttp_request *req, int status, const char *code, const struct cdn_error *e);
+void api_exec(struct evhttp_request *req, struct box *b);
+void api_files(struct evhttp_request *req, struct box *b);
+void api_ls(struct evhttp_request *req, struct box *b);
+void api_events(struct evhttp_request *req, struct box *b);
+void api_events_push(struct box *b, const char *line, size_t len);
+void api_events_end(struct box *b); /* the box is going: end every follow */
+/* A JSON string of bytes that may not be UTF-8: invalid sequences become U+FFFD. */
+json_t *json_lossy_string(const uint8_t *p, size_t n);

@@ -1,0 +1,26 @@
+/* The exec request body (docs/cordond.md): cmd, env, cwd, stdin or
+ * stdin_b64, timeout_s, stream, encoding, pty. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/spec.h"
+#include "shared/error.h"
+
+struct exec_args {
+    /* owned; exec_args_free() releases them, also after a failed parse */
+    struct cdn_strv argv, env;
+    char *cwd;
+    uint8_t *stdin_data;
+    long stdin_len;
+    bool has_stdin, stream, b64, pty;
+    double timeout_s;
+    uint16_t rows, cols;
+};
+
+/* Parse body (len bytes) into a, which must be zeroed. -EBADMSG: not JSON;
+ * -EINVAL: a field is wrong (e names it); -ENOMEM. */
+int exec_args_parse(const char *body, size_t len, struct exec_args *a, struct cdn_error *e);
+void exec_args_free(struct exec_args *a);

@@ -1,0 +1,311 @@
+"""cordond's HTTP API (DESIGN §4) through the Python SDK and raw requests:
+every route, bad input, streaming, lifetimes, a dying init, bounded output.
+Each test gets its own cordond (fixture `daemon`), stopped afterwards; the
+autouse leak check then requires its sandboxes to have left nothing behind."""
+
+import asyncio
+import os
+import signal
+import socket
+import time
+
+import pytest
+
+from cordonlib import sandbox_procs, wait_for
+
+import cordon
+from cordon import AsyncSandbox, Sandbox
+
+LEAK_TIMEOUT = 5.0
+
+
+def create(daemon, **kw):
+    return Sandbox.create(endpoint=daemon.endpoint, **kw)
+
+
+# ---------------------------------------------------------------- basics
+
+
+def test_health_and_metrics(daemon):
+    status, body = daemon.http("GET", "/v1/health")
+    assert status == 200 and body["status"] == "ok"
+    with create(daemon):
+        status, text = daemon.http("GET", "/metrics")
+        assert status == 200
+        text = text.decode()
+        assert 'cordon_sandboxes{state="running",tier="container"} 1' in text
+        assert "cordon_sandboxes_created_total 1" in text
+        assert "cordon_exec_duration_ms_bucket" in text and "cordon_pool_size" in text
+
+
+def test_create_get_list_delete(daemon):
+    sb = create(daemon, memory_mb=128, labels={"job": "j1", "arm": "a"})
+    other = create(daemon, labels={"job": "j2"})
+    try:
+        info = sb.info()
+        assert info["state"] == "running" and info["tier"] == "container"
+        assert info["spec"]["limits"]["memory_mb"] == 128 and info["labels"] == {"job": "j1", "arm": "a"}
+        assert {s.id for s in Sandbox.list(endpoint=daemon.endpoint)} == {sb.id, other.id}
+        assert [s.id for s in Sandbox.list(label="job=j1", endpoint=daemon.endpoint)] == [sb.id]
+        assert [s.id for s in Sandbox.list(label={"job": "j1", "arm": "a"}, endpoint=daemon.endpoint)] == [sb.id]
+        assert Sandbox.list(label={"job": "j1", "arm": "b"}, endpoint=daemon.endpoint) == []
+        assert Sandbox.connect(sb.id, endpoint=daemon.endpoint).id == sb.id
+    finally:
+        sb.kill()
+        other.kill()
+    status, body = daemon.http("GET", f"/v1/sandboxes/{sb.id}")
+    assert status == 404 and body["error"]["code"] == "sandbox_not_found"
+    sb.kill()  # idempotent
+
+
+@pytest.mark.parametrize("body,field", [
+    (b"{not json", "body"),
+    ({"limits": {"memroy_mb": 1}}, "limits.memroy_mb"),
+    ({"limits": {"memory_mb": 10 ** 12}}, "limits.memory_mb"),
+    ({"limits": {"pids": "many"}}, "limits.pids"),
+    ({"tier": "quantum"}, "tier"),
+    ({"image": "/no/such/image"}, "image"),
+    ({"mounts": [{"source": "/no/such/dir", "target": "/data"}]}, "mounts"),
+    ({"surprise": 1}, "surprise"),
+])
+def test_bad_specs_are_400_naming_the_field(daemon, body, field):
+    status, r = daemon.http("POST", "/v1/sandboxes", body)
+    assert status == 400, r
+    assert r["error"]["message"]
+    assert r["error"].get("field", "").startswith(field.split(".")[0]), r
+    assert daemon.http("GET", "/v1/sandboxes")[1]["sandboxes"] == []
+
+
+def test_unknown_routes_ids_and_methods(daemon):
+    assert daemon.http("GET", "/v1/nothing")[0] == 404
+    assert daemon.http("GET", "/v1/sandboxes/nosuchid/exec")[0] in (404, 405)
+    status, r = daemon.http("POST", "/v1/sandboxes/nosuchid/exec", {"cmd": ["true"]})
+    assert status == 404 and r["error"]["field"] == "id"
+    assert daemon.http("PATCH", "/v1/sandboxes")[0] == 405
+    assert daemon.http("GET", "/v1/sandboxes?color=red")[0] == 400
+    with pytest.raises(cordon.NotFound):
+        Sandbox.connect("0123456789ab", endpoint=daemon.endpoint)
+
+
+# ---------------------------------------------------------------- exec
+
+
+def test_exec_buffered(daemon):
+    with create(daemon, env={"FROM_SPEC": "s"}) as sb:
+        r = sb.exec(["python3", "-c", "print(6*7)"])
+        assert (r.exit_code, r.stdout, r.stderr) == (0, "42\n", "")
+        assert r.duration_ms > 0
+        r = sb.exec("echo $FROM_SPEC $FROM_CALL; pwd; echo oops >&2; exit 3", env={"FROM_CALL": "c"}, cwd="/tmp")
+        assert (r.exit_code, r.stdout, r.stderr) == (3, "s c\n/tmp\n", "oops\n")
+        r = sb.exec(["cat"], stdin=b"\x00\xffbinary\n")
+        assert r.stdout_bytes == b"\x00\xffbinary\n" and r.stdout == "\x00\ufffdbinary\n"
+        r = sb.exec(["sh", "-c", "kill -TERM $$"])
+        assert (r.exit_code, r.signal) == (128 + signal.SIGTERM, signal.SIGTERM)
+
+
+def test_exec_state_persists_between_commands(daemon):
+    with create(daemon) as sb:
+        assert sb.exec("echo data > /workspace/f; mkdir -p /tmp/d").exit_code == 0
+        assert sb.exec("cat /workspace/f; ls -d /tmp/d").stdout == "data\n/tmp/d\n"
+
+
+def test_exec_errors(daemon):
+    with create(daemon) as sb:
+        with pytest.raises(cordon.ExecError) as e:
+            sb.exec(["/no/such/command"])
+        assert e.value.field == "cmd" and "/no/such/command" in e.value.message
+        for body, field in [({}, "cmd"), ({"cmd": []}, "cmd"), ({"cmd": "ls"}, "cmd"), ({"cmd": ["ls", 1]}, "cmd"),
+                            ({"cmd": ["ls"], "cwd": "rel"}, "cwd"), ({"cmd": ["ls"], "timeout_s": -1}, "timeout_s"),
+                            ({"cmd": ["ls"], "bogus": True}, "bogus"), ({"cmd": ["ls"], "env": {"A=B": "c"}}, "env"),
+                            ({"cmd": ["ls"], "stdin_b64": "!!!"}, "stdin_b64")]:
+            status, r = daemon.http("POST", f"/v1/sandboxes/{sb.id}/exec", body)
+            assert status == 400 and r["error"]["field"] == field, (body, r)
+        status, r = daemon.http("POST", f"/v1/sandboxes/{sb.id}/exec", b"[1,")
+        assert status == 400 and r["error"]["code"] == "invalid_json"
+        assert sb.exec("true").exit_code == 0  # the sandbox is fine
+
+
+def test_exec_timeout_kills_the_command(daemon):
+    with create(daemon) as sb:
+        t = time.monotonic()
+        r = sb.exec(["sleep", "30"], timeout_s=0.5)
+        assert time.monotonic() - t < 10
+        assert (r.exit_code, r.timed_out, r.signal) == (124, True, signal.SIGKILL)
+        assert sb.exec("echo alive").stdout == "alive\n"
+
+
+def test_exec_stream(daemon):
+    with create(daemon) as sb:
+        t0 = time.monotonic()
+        events = []
+        for ev in sb.exec_stream(["sh", "-c", "echo a; sleep 0.4; echo b >&2; exit 5"]):
+            events.append((round(time.monotonic() - t0, 1), ev))
+        kinds = [(e["type"], e.get("data")) for _, e in events]
+        assert kinds == [("stdout", "a\n"), ("stderr", "b\n"), ("exit", None)]
+        assert events[-1][1]["exit_code"] == 5
+        assert events[0][0] < events[1][0]  # "a" arrived before the sleep was over
+
+
+def test_stream_client_that_leaves_gets_its_command_killed(daemon):
+    with create(daemon) as sb:
+        gen = sb.exec_stream(["sh", "-c", "echo started; exec sleep 300"])
+        assert next(gen)["data"] == "started\n"
+        wait_for(lambda: any(p.comm == "sleep" for p in sandbox_procs()), what="sleep running")
+        gen.close()  # the client hangs up mid-stream
+        wait_for(lambda: not any(p.comm == "sleep" for p in sandbox_procs()), timeout=10,
+                 what="the abandoned command to be killed")
+        assert sb.exec("echo ok").stdout == "ok\n"
+
+
+def test_output_flood_is_bounded_and_flagged(shared_dir):
+    from cordonlib import Daemon
+    d = Daemon(shared_dir, "--max-output", "1M")
+    try:
+        with Sandbox.create(endpoint=d.endpoint) as sb:
+            r = sb.exec(["head", "-c", "200000000", "/dev/zero"])
+            assert r.exit_code == 0 and r.truncated
+            assert len(r.stdout_bytes) == 1 << 20
+            with open(f"/proc/{d.proc.pid}/status") as f:
+                rss_kb = int(next(x for x in f if x.startswith("VmRSS:")).split()[1])
+            assert rss_kb < 100 * 1024, f"cordond grew to {rss_kb} kB for 200 MB of output"
+    finally:
+        assert d.stop() == 0
+
+
+def test_fifty_concurrent_execs_in_one_sandbox(daemon):
+    async def main():
+        async with await AsyncSandbox.create(endpoint=daemon.endpoint) as sb:
+            rs = await asyncio.gather(*[sb.exec(f"sleep 0.5; echo {i}") for i in range(50)])
+            return [r.stdout for r in rs]
+    t = time.monotonic()
+    outs = asyncio.run(main())
+    assert outs == [f"{i}\n" for i in range(50)]
+    assert time.monotonic() - t < 20  # concurrent, not 50 x 0.5 s in a row plus overheads
+
+
+# ---------------------------------------------------------------- files
+
+
+def test_files_roundtrip(daemon):
+    with create(daemon) as sb:
+        blob = os.urandom(3 << 20)
+        st = sb.files.write("/workspace/d/blob.bin", blob)
+        assert (st["size"], st["type"], st["path"]) == (len(blob), "file", "/workspace/d/blob.bin")
+        assert sb.files.read("/workspace/d/blob.bin") == blob
+        sb.files.write("rel.txt", "relative to the workdir")
+        assert sb.exec("cat /workspace/rel.txt").stdout == "relative to the workdir"
+        sb.files.write("/workspace/empty", b"")
+        assert sb.files.read("/workspace/empty") == b""
+        names = {e["name"]: e for e in sb.files.list("/workspace")}
+        assert set(names) == {"d", "rel.txt", "empty"} and names["d"]["type"] == "dir"
+        sb.files.remove("/workspace/d")
+        assert "d" not in {e["name"] for e in sb.files.list("/workspace")}
+
+
+def test_file_errors(daemon):
+    with create(daemon) as sb:
+        with pytest.raises(cordon.NotFound):
+            sb.files.read("/no/such/file")
+        with pytest.raises(cordon.InvalidArgument):
+            sb.files.read("/workspace")  # a directory
+        with pytest.raises(cordon.CordonError) as e:
+            sb.files.write("/usr/bin/evil", b"x")  # the image is read-only
+        assert e.value.status in (403, 500)
+        status, r = daemon.http("GET", f"/v1/sandboxes/{sb.id}/files")
+        assert status == 400 and r["error"]["field"] == "path"
+        with pytest.raises(cordon.NotFound):
+            sb.files.list("/no/such/dir")
+
+
+def test_oversize_body_is_refused(shared_dir):
+    from cordonlib import Daemon
+    d = Daemon(shared_dir, "--max-body", "1M")
+    try:
+        with Sandbox.create(endpoint=d.endpoint) as sb:
+            # Announce 2 MiB and see the answer before sending it: cordond
+            # refuses from the Content-Length alone and hangs up.
+            with socket.socket(socket.AF_UNIX) as s:
+                s.settimeout(10)
+                s.connect(d.socket)
+                s.sendall(f"PUT /v1/sandboxes/{sb.id}/files?path=/workspace/big HTTP/1.1\r\nHost: x\r\n"
+                          f"Content-Length: {2 << 20}\r\n\r\n".encode() + b"x" * 65536)
+                answer = s.recv(4096)
+            assert answer.startswith(b"HTTP/1.1 413"), answer
+            assert sb.exec("ls /workspace").stdout == ""
+    finally:
+        assert d.stop() == 0
+
+
+# ---------------------------------------------------------------- lifetime and faults
+
+
+def test_lifetime_timeout_deletes_the_sandbox(daemon):
+    sb = create(daemon, timeout_s=1)
+    assert sb.exec("true").exit_code == 0
+    wait_for(lambda: daemon.http("GET", f"/v1/sandboxes/{sb.id}")[0] == 404, timeout=10,
+             what="the sandbox to be deleted at the end of its lifetime")
+
+
+def test_init_that_dies_leaves_a_stopped_sandbox(daemon):
+    with create(daemon) as sb:
+        inits = [p for p in sandbox_procs() if p.comm == "cordon-init"]
+        assert len(inits) == 1
+        os.kill(inits[0].pid, signal.SIGKILL)
+        wait_for(lambda: sb.info()["state"] == "exited", timeout=10, what="state exited")
+        assert sb.info()["exit_reason"].startswith("init exited")
+        with pytest.raises(cordon.SandboxNotRunning):
+            sb.exec("true")
+
+
+def test_events(daemon):
+    sb = create(daemon)
+    follow = Sandbox.connect(sb.id, endpoint=daemon.endpoint).events(follow=True)
+    assert [next(follow)["type"], next(follow)["type"]] == ["created", "running"]
+    sb.exec("true")
+    sb.kill()
+    rest = [e["type"] for e in follow]  # ends when the sandbox is deleted
+    assert rest[-2:] == ["exited", "deleted"]
+
+
+def test_many_sandboxes_alive_at_once(daemon):
+    n = 200
+
+    async def main():
+        sbs = await asyncio.gather(*[AsyncSandbox.create(endpoint=daemon.endpoint, memory_mb=64) for _ in range(n)])
+        try:
+            outs = await asyncio.gather(*[sb.exec("echo $HOSTNAME") for sb in sbs])
+            assert [o.stdout for o in outs] == ["cordon\n"] * n
+            assert len(await AsyncSandbox.list(endpoint=daemon.endpoint)) == n
+        finally:
+            await asyncio.gather(*[sb.kill() for sb in sbs])
+    asyncio.run(main())
+
+
+def test_tcp_needs_the_token(shared_dir):
+    from cordonlib import Daemon
+    token = "t0ken-" + os.urandom(8).hex()
+    tf = os.path.join(shared_dir, "token")
+    with open(tf, "w") as f:
+        f.write(token + "\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    d = Daemon(shared_dir, "--listen", f"127.0.0.1:{port}", "--token-file", tf)
+    try:
+        bad = cordon.Endpoint(url=f"http://127.0.0.1:{port}", token="wrong-token-123456")
+        with pytest.raises(cordon.Unauthorized):
+            bad.json("GET", "/v1/health")
+        good = cordon.Endpoint(url=f"http://127.0.0.1:{port}", token=token)
+        assert good.json("GET", "/v1/health")["status"] == "ok"
+        with Sandbox.create(endpoint=good) as sb:
+            assert sb.exec("echo via tcp").stdout == "via tcp\n"
+    finally:
+        assert d.stop() == 0
+
+
+def test_stop_ends_every_sandbox(daemon):
+    for _ in range(3):
+        create(daemon)
+    assert len([p for p in sandbox_procs() if p.comm == "cordon-init"]) == 3
+    assert daemon.stop() == 0
+    # the autouse leak check verifies that nothing of them is left
