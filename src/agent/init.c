@@ -12,9 +12,14 @@
  * signals, reap every process (orphans included), report exits.
  *
  * A frame that does not decode ends the connection (with an ERROR on channel
- * 0 first), never init itself by a crash. With the connection gone nobody can
- * reach init any more, so it exits, and the kernel tears the pid namespace
- * down with everything in it. So it does when the host closes its end. */
+ * 0 first), never init itself by a crash. In a one-shot sandbox (cordon run)
+ * nobody can reach init once its connection is gone, so it exits, and the
+ * kernel tears the pid namespace down with everything in it. A persistent
+ * sandbox (cordond's) also has fd 7, a listening unix socket whose path only
+ * host root can reach, and fd 8, its slot lock, which init holds for its
+ * whole life: there init carries on without a host and takes the next
+ * connection that arrives (a restarted cordond); a new connection replaces
+ * the old one. Output and exits that happen while no host is connected are lost. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -23,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -38,7 +44,10 @@
 #define OUT_LOW  (1u << 20)
 #define OUT_HIGH (4u << 20)
 
+#define LISTEN_FD 7
+
 static int conn = AGENT_FD; /* -1 once closed */
+static int listener = -1;   /* persistent sandboxes: LISTEN_FD */
 static uint8_t inbuf[CDN_FRAME_HEADER + CDN_FRAME_MAX];
 static size_t inlen;
 static uint8_t *out;
@@ -124,6 +133,27 @@ void agent_error(uint32_t channel, int errnum, const char *what)
 }
 
 static void dispatch(const struct cdn_frame_header *h, const uint8_t *payload);
+
+static void take_connection(void)
+{
+    int fd = accept4(listener, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0)
+        return;
+    close_conn(); /* the newest host wins */
+    conn = fd;
+}
+
+static void find_listener(void)
+{
+    int v = 0;
+    socklen_t len = sizeof v;
+    if (getsockopt(LISTEN_FD, SOL_SOCKET, SO_ACCEPTCONN, &v, &len) == 0 && v) {
+        int fl = fcntl(LISTEN_FD, F_GETFL);
+        if (fl >= 0 && fcntl(LISTEN_FD, F_SETFL, fl | O_NONBLOCK) == 0 &&
+            fcntl(LISTEN_FD, F_SETFD, FD_CLOEXEC) == 0)
+            listener = LISTEN_FD;
+    }
+}
 
 /* Read what has arrived; dispatch every whole frame. */
 static void read_frames(void)
@@ -219,11 +249,17 @@ int main(void)
     int fl = fcntl(conn, F_GETFL);
     if (fl < 0 || fcntl(conn, F_SETFL, fl | O_NONBLOCK) < 0)
         return 1;
+    find_listener();
+    /* The slot lock (fd 8 of a persistent sandbox) is only held, never used:
+     * CLOEXEC keeps it out of commands. */
+    if (listener >= 0)
+        (void) fcntl(8, F_SETFD, FD_CLOEXEC);
     static struct pollfd pfd[MAX_POLL];
-    while (conn >= 0 && !exec_shutdown_due()) {
-        size_t n = 2;
+    while ((conn >= 0 || listener >= 0) && !exec_shutdown_due()) {
+        size_t n = 3;
         pfd[0] = (struct pollfd){.fd = conn, .events = POLLIN | (outlen ? POLLOUT : 0)};
         pfd[1] = (struct pollfd){.fd = sfd, .events = POLLIN};
+        pfd[2] = (struct pollfd){.fd = listener, .events = POLLIN}; /* fd -1 is ignored by poll */
         exec_poll_add(pfd, &n, MAX_POLL, outlen <= OUT_LOW);
         if (poll(pfd, n, -1) < 0) {
             if (errno == EINTR)
@@ -244,6 +280,8 @@ int main(void)
             flush_out();
         if (conn >= 0 && (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)))
             read_frames();
+        if (listener >= 0 && (pfd[2].revents & POLLIN))
+            take_connection();
     }
     /* The last frames (a one-shot command's EXIT) go out before init ends. */
     if (conn >= 0 && fcntl(conn, F_SETFL, fl) == 0)

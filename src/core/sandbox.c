@@ -26,6 +26,7 @@ void cdn_sandbox_init(struct cdn_sandbox *sb, const struct cdn_spec *spec)
         .init_pidfd = -EBADF,
         .setup_fd = -EBADF,
         .stdio_fd = -EBADF,
+        .listen_fd = -EBADF,
         .slot = -1,
         .slot_fd = -EBADF,
         .guard_fd = -EBADF,

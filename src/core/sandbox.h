@@ -24,6 +24,12 @@ struct cdn_sandbox {
     int init_pidfd;
     int setup_fd; /* reports a setup failure from the pre-exec child; EOF once init runs */
     int stdio_fd; /* set by the caller before create: init's fds 0-2 (-EBADF: the caller's own) */
+    /* Set by the caller before create. A persistent sandbox outlives its
+     * creator (cordond restarts): no guard and no parent-death signal; its
+     * init holds the slot lock itself and accepts a new host connection on
+     * listen_fd (a listening unix socket) whenever the old one is gone. */
+    bool persistent;
+    int listen_fd;
 
     /* host resources held for the sandbox's lifetime */
     int slot;    /* index of the uid range and cgroup name */

@@ -1,20 +1,28 @@
-/* cordond's sandboxes ("boxes"): create, watch, time out, delete.
+/* cordond's sandboxes ("boxes"): create, watch, time out, delete, adopt.
  *
  * A box wraps the tier's struct cdn_sandbox with what the daemon adds: the
  * agent connection, its state, its event log and lifetime timer. Creating
  * one is the tier's create (synchronous, a few ms) and then waiting, in the
  * loop, for the setup child's report: EOF means cordon-init runs, and the
  * pending POST is answered 201; a struct cdn_error means setup failed.
- * Teardown is the tier's detach: the kill is immediate, the rest (the
- * namespace going, the cgroup's removal) happens in the guard. */
+ *
+ * Boxes are persistent sandboxes (sandbox.h): they outlive cordond. Each has
+ * a record and a listening socket in the sandbox directory (record.c), so a
+ * restarted cordond adopts them; what it cannot adopt it cleans up.
+ * Deleting is asynchronous: init is killed, the box leaves the API at once,
+ * and when init's pidfd reports its exit (every process of the sandbox is
+ * gone then) the tier removes the cgroup and the record goes. */
 #include <errno.h>
+#include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "daemon.h"
+#include "record.h"
 #include "shared/fd-util.h"
 #include "tiers/tier.h"
 
@@ -109,8 +117,23 @@ static void box_free(struct box *b)
     free(b);
 }
 
-/* The tier's resources go (in the background) and the box stays as a record
- * until it is deleted: its state and exit reason remain readable. */
+/* init has exited (or never started): release the tier's resources. */
+static void cleanup(struct box *b)
+{
+    if (b->pidfd_ev)
+        event_del(b->pidfd_ev);
+    /* Reap through the pidfd (init may not be our child after a restart);
+     * destroy() must not wait on a pid number that may have been reused. */
+    siginfo_t si;
+    if (b->sb.init_pidfd >= 0)
+        (void) waitid(P_PIDFD, (id_t) b->sb.init_pidfd, &si, WEXITED | WNOHANG | __WALL);
+    b->sb.init_pid = 0;
+    (void) b->sb.tier->destroy(&b->sb);
+    record_remove(b->sb.id);
+}
+
+/* The box cannot be used any more; it stays as a record of what happened
+ * until it is deleted. Kills init if it still runs. */
 static void box_stop(struct box *b, const char *reason)
 {
     if (b->state == BOX_EXITED)
@@ -120,9 +143,8 @@ static void box_stop(struct box *b, const char *reason)
     agent_conn_close(&b->agent); /* pending execs and file ops end with an error */
     if (b->setup_ev)
         event_del(b->setup_ev);
-    if (b->pidfd_ev)
-        event_del(b->pidfd_ev);
-    b->sb.tier->detach(&b->sb);
+    if (b->lifetime_ev)
+        evtimer_del(b->lifetime_ev);
     if (b->create_req) {
         api_reply_error(b->create_req, 500, "sandbox_failed", NULL, "the sandbox ended while starting: %s",
                         reason);
@@ -131,13 +153,27 @@ static void box_stop(struct box *b, const char *reason)
     box_event(b, "exited", json_pack("{s:s}", "reason", reason));
 }
 
+static void maybe_finish_stop(void)
+{
+    if (cordond->stopping && LIST_EMPTY(&cordond->dying))
+        event_base_loopbreak(cordond->base);
+}
+
 void box_delete(struct box *b, const char *reason)
 {
+    bool running = b->state != BOX_EXITED;
     box_stop(b, reason);
     box_event(b, "deleted", json_pack("{s:s}", "reason", reason));
     api_events_end(b);
     LIST_REMOVE(b, link);
     cordond->n_boxes--;
+    if (running && b->sb.init_pidfd >= 0 && b->sb.tier->kill(&b->sb, SIGKILL) == 0) {
+        b->dying = true; /* on_init_exit finishes it */
+        LIST_INSERT_HEAD(&cordond->dying, b, link);
+        return;
+    }
+    if (running)
+        cleanup(b);
     box_free(b);
 }
 
@@ -172,9 +208,17 @@ static void on_init_exit(evutil_socket_t fd, short what, void *arg)
 {
     (void) fd, (void) what;
     struct box *b = arg;
+    if (b->dying) {
+        LIST_REMOVE(b, link);
+        cleanup(b);
+        box_free(b);
+        maybe_finish_stop();
+        return;
+    }
     struct cdn_usage u = {0};
     (void) b->sb.tier->usage(&b->sb, &u);
     box_stop(b, u.oom_kills ? "init exited: out of memory" : "init exited");
+    cleanup(b);
 }
 
 static void on_agent_close(struct agent_conn *c, void *arg)
@@ -195,12 +239,18 @@ static void on_lifetime(evutil_socket_t fd, short what, void *arg)
     box_delete(b, "lifetime (limits.timeout_s) reached");
 }
 
+/* Events of a box: setup report (new boxes only), init's exit, the agent
+ * connection, the lifetime timer (what is left of it for an adopted box). */
 static int watch(struct box *b)
 {
     struct event_base *base = cordond->base;
-    b->setup_ev = event_new(base, b->sb.setup_fd, EV_READ | EV_PERSIST, on_setup, b);
+    if (b->sb.setup_fd >= 0) {
+        b->setup_ev = event_new(base, b->sb.setup_fd, EV_READ | EV_PERSIST, on_setup, b);
+        if (!b->setup_ev || event_add(b->setup_ev, NULL) < 0)
+            return -ENOMEM;
+    }
     b->pidfd_ev = event_new(base, b->sb.init_pidfd, EV_READ, on_init_exit, b);
-    if (!b->setup_ev || !b->pidfd_ev || event_add(b->setup_ev, NULL) < 0 || event_add(b->pidfd_ev, NULL) < 0)
+    if (!b->pidfd_ev || event_add(b->pidfd_ev, NULL) < 0)
         return -ENOMEM;
     b->agent.on_close = on_agent_close;
     b->agent.arg = b;
@@ -208,8 +258,11 @@ static int watch(struct box *b)
     if (r < 0)
         return r;
     if (b->spec.limits.timeout_ms) {
-        struct timeval tv = {.tv_sec = (time_t) (b->spec.limits.timeout_ms / 1000),
-                             .tv_usec = (suseconds_t) (b->spec.limits.timeout_ms % 1000) * 1000};
+        double left_ms = (double) b->spec.limits.timeout_ms - (now_unix() - b->created_unix) * 1e3;
+        if (left_ms < 0)
+            left_ms = 0;
+        struct timeval tv = {.tv_sec = (time_t) (left_ms / 1000),
+                             .tv_usec = (suseconds_t) ((uint64_t) left_ms % 1000) * 1000};
         b->lifetime_ev = evtimer_new(base, on_lifetime, b);
         if (!b->lifetime_ev || evtimer_add(b->lifetime_ev, &tv) < 0)
             return -ENOMEM;
@@ -241,26 +294,138 @@ void box_create(struct cdn_spec *spec, struct evhttp_request *req)
     b->created_unix = now_unix();
     clock_gettime(CLOCK_MONOTONIC, &b->created_mono);
     struct cdn_error err = {0};
+    b->sb.persistent = true;
+    b->sb.listen_fd = record_listen(b->sb.id);
     if (!b->sb.tier) {
         cdn_error_field(&err, EOPNOTSUPP, "tier", "tier '%s' is not built yet",
                         cdn_tier_to_string(b->spec.tier));
+    } else if (b->sb.listen_fd < 0) {
+        cdn_error_set(&err, -b->sb.listen_fd, "agent socket in %s: %s", cordond->cfg.sandbox_dir,
+                      strerror(-b->sb.listen_fd));
     } else if (b->sb.tier->create(&b->sb, &err) < 0) {
         /* err says why; nothing is left behind */
     } else {
+        /* init holds the listening socket now. The slot lock is held by both:
+         * by init so that a restart cannot lose it, by us so that the slot
+         * stays ours until cleanup() has removed its cgroup. */
+        b->sb.listen_fd = safe_close(b->sb.listen_fd);
+        b->init_start = record_start_time(b->sb.init_pid);
         LIST_INSERT_HEAD(&cordond->boxes, b, link);
         cordond->n_boxes++;
         b->create_req = req;
         box_event(b, "created", json_pack("{s:s}", "tier", b->sb.tier->name));
-        int r = watch(b);
+        int r = record_write(b);
+        if (r >= 0)
+            r = watch(b);
         if (r < 0) {
-            api_reply_error(req, 500, "internal", NULL, "watching the sandbox: %s", strerror(-r));
+            api_reply_error(req, 500, "internal", NULL, "recording or watching the sandbox: %s",
+                            strerror(-r));
             b->create_req = NULL;
             box_delete(b, "internal error");
         }
         return;
     }
+    b->sb.listen_fd = safe_close(b->sb.listen_fd);
+    record_remove(b->sb.id);
     cordond->create_errors++;
     api_reply_cdn_error(req, err.field[0] ? 400 : 500, err.field[0] ? "invalid_spec" : "sandbox_failed",
                         &err);
     box_free(b);
+}
+
+/* ---- restarts ---- */
+
+static void adopt_one(const char *id, const char *path)
+{
+    struct record rec;
+    struct cdn_error err = {0};
+    if (record_load(path, &rec, &err) < 0) {
+        fprintf(stderr, "cordond: %s; removing it\n", err.msg);
+        record_remove(id);
+        return;
+    }
+    struct box *b = calloc(1, sizeof *b);
+    if (!b || !(b->events = evbuffer_new())) {
+        free(b);
+        cdn_spec_free(&rec.spec);
+        return;
+    }
+    b->spec = rec.spec;
+    LIST_INIT(&b->followers);
+    cdn_sandbox_init(&b->sb, &b->spec);
+    (void) snprintf(b->sb.id, sizeof b->sb.id, "%s", rec.id);
+    b->sb.tier = cdn_tier_lookup(b->spec.tier);
+    b->sb.persistent = true;
+    b->sb.slot = rec.slot;
+    b->sb.init_pid = rec.init_pid;
+    b->created_unix = rec.created_unix;
+    b->init_start = rec.init_start;
+    b->state = BOX_RUNNING;
+    int r = -ESRCH;
+    if (b->sb.tier && record_start_time(rec.init_pid) == rec.init_start &&
+        b->sb.tier->adopt(&b->sb, &err) >= 0 &&
+        record_start_time(rec.init_pid) == rec.init_start) /* checked again: the pidfd pins the process now */
+        r = b->sb.agent_fd = record_connect(id);
+    if (r >= 0) {
+        LIST_INSERT_HEAD(&cordond->boxes, b, link);
+        cordond->n_boxes++;
+        if (watch(b) >= 0) {
+            box_event(b, "adopted", json_pack("{s:i}", "init_pid", (int) rec.init_pid));
+            return;
+        }
+        box_delete(b, "could not be watched after a restart");
+        return;
+    }
+    /* init is gone (or is not ours): kill what may be left in its slot, free it */
+    fprintf(stderr, "cordond: sandbox %s could not be adopted (%s); cleaning up\n", id,
+            err.msg[0] ? err.msg : "init is gone");
+    if (b->sb.tier) {
+        if (b->sb.init_pidfd < 0 && !b->sb.cgroup.ops && b->sb.tier->adopt(&b->sb, &err) < 0)
+            b->sb.init_pid = 0; /* no pidfd: only the slot's cgroup is cleaned */
+        if (b->sb.init_pid > 0 && record_start_time(b->sb.init_pid) != rec.init_start)
+            b->sb.init_pid = 0, b->sb.init_pidfd = safe_close(b->sb.init_pidfd); /* never signal a stranger */
+        (void) b->sb.tier->destroy(&b->sb);
+    }
+    record_remove(id);
+    box_free(b);
+}
+
+static int adopted;
+
+static void adopt_counted(const char *id, const char *path)
+{
+    unsigned before = cordond->n_boxes;
+    adopt_one(id, path);
+    adopted += cordond->n_boxes > before;
+}
+
+int box_adopt_all(void)
+{
+    adopted = 0;
+    (void) record_scan(adopt_counted);
+    return adopted;
+}
+
+void box_release_all(void)
+{
+    while (!LIST_EMPTY(&cordond->boxes)) {
+        struct box *b = LIST_FIRST(&cordond->boxes);
+        if (cordond->cfg.stop_sandboxes) {
+            box_delete(b, "cordond stopped");
+            continue;
+        }
+        /* Left running for the next cordond: only our side goes. */
+        if (b->create_req)
+            api_reply_error(b->create_req, 503, "stopping", NULL, "cordond is stopping");
+        b->create_req = NULL;
+        b->agent.on_close = NULL;
+        agent_conn_close(&b->agent);
+        api_events_end(b);
+        LIST_REMOVE(b, link);
+        cordond->n_boxes--;
+        b->sb.agent_fd = safe_close(b->sb.agent_fd);
+        b->sb.init_pidfd = safe_close(b->sb.init_pidfd);
+        b->sb.setup_fd = safe_close(b->sb.setup_fd);
+        box_free(b);
+    }
 }

@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,6 +49,14 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         return set_string(c->token_file, sizeof c->token_file, v);
     if (strcmp(name, "state-dir") == 0 || strcmp(name, "state_dir") == 0)
         return v[0] == '/' ? set_string(c->state_dir, sizeof c->state_dir, v) : -EINVAL;
+    if (strcmp(name, "sandbox-dir") == 0 || strcmp(name, "sandbox_dir") == 0)
+        return v[0] == '/' ? set_string(c->sandbox_dir, sizeof c->sandbox_dir, v) : -EINVAL;
+    if (strcmp(name, "stop-sandboxes") == 0 || strcmp(name, "stop_sandboxes") == 0) {
+        if (strcmp(v, "true") != 0 && strcmp(v, "false") != 0)
+            return -EINVAL;
+        c->stop_sandboxes = strcmp(v, "true") == 0;
+        return 0;
+    }
     if (strcmp(name, "max-body") == 0 || strcmp(name, "max_body") == 0)
         return set_size(&c->max_body_bytes, v);
     if (strcmp(name, "max-output") == 0 || strcmp(name, "max_output") == 0)
@@ -110,7 +120,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: cordond [--config FILE] [--socket PATH] [--listen HOST:PORT --token-file F]\n"
-            "               [--state-dir DIR] [--max-body SIZE] [--max-output SIZE] [--max-sandboxes N]\n"
+            "               [--state-dir DIR] [--sandbox-dir DIR] [--stop-sandboxes true|false]\n"
+            "               [--max-body SIZE] [--max-output SIZE] [--max-sandboxes N]\n"
             "Defaults and the config file format: docs/cordond.md (config: %s)\n",
             DEFAULT_CONFIG);
 }
@@ -184,11 +195,30 @@ static int socket_in_use(const char *path)
     return r == 0;
 }
 
+static void on_stop_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what, (void) arg;
+    fprintf(stderr, "cordond: sandboxes still ending after 20 s; the next cordond cleans them up\n");
+    event_base_loopbreak(cordond->base);
+}
+
+/* Stop: our side of every sandbox goes; the sandboxes stay for the next
+ * cordond unless stop_sandboxes is set, and then we wait (20 s at most) for
+ * their teardown, so that nothing is left when we are gone. */
 static void on_stop(evutil_socket_t sig, short what, void *arg)
 {
     (void) what, (void) arg;
+    if (cordond->stopping)
+        return;
     fprintf(stderr, "cordond: signal %d, stopping\n", (int) sig);
-    event_base_loopbreak(cordond->base);
+    cordond->stopping = true;
+    box_release_all();
+    if (LIST_EMPTY(&cordond->dying)) {
+        event_base_loopbreak(cordond->base);
+        return;
+    }
+    struct timeval tv = {.tv_sec = 20};
+    (void) event_base_once(cordond->base, -1, EV_TIMEOUT, on_stop_timeout, NULL, &tv);
 }
 
 /* Every child is a sandbox's init or guard; reap them all. */
@@ -209,6 +239,7 @@ int main(int argc, char **argv)
     };
     (void) snprintf(d->cfg.socket_path, sizeof d->cfg.socket_path, "%s/cordond.sock", cdn_run_dir());
     (void) snprintf(d->cfg.state_dir, sizeof d->cfg.state_dir, "%s", cdn_state_dir());
+    (void) snprintf(d->cfg.sandbox_dir, sizeof d->cfg.sandbox_dir, "%s/sandboxes", cdn_run_dir());
     if (parse_args(argc, argv, &d->cfg) < 0)
         return 2;
     if (geteuid() != 0) {
@@ -218,6 +249,12 @@ int main(int argc, char **argv)
     if (d->cfg.listen[0] && read_token(d) < 0)
         return 1;
     (void) setenv("CORDON_STATE_DIR", d->cfg.state_dir, 1); /* the core reads it */
+    /* Three fds per sandbox (agent socket, pidfd, slot lock) and two per client. */
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        (void) setrlimit(RLIMIT_NOFILE, &nofile);
+    }
     if (socket_in_use(d->cfg.socket_path)) {
         fprintf(stderr, "cordond: %s is served by a running cordond\n", d->cfg.socket_path);
         return 1;
@@ -227,6 +264,7 @@ int main(int argc, char **argv)
     if (d->devnull < 0)
         return 1;
     LIST_INIT(&d->boxes);
+    LIST_INIT(&d->dying);
     d->base = event_base_new();
     if (!d->base)
         return 1;
@@ -236,16 +274,18 @@ int main(int argc, char **argv)
     if (!ev_term || !ev_int || !ev_chld || evsignal_add(ev_term, NULL) < 0 ||
         evsignal_add(ev_int, NULL) < 0 || evsignal_add(ev_chld, NULL) < 0)
         return 1;
+    if (mkdir(d->cfg.sandbox_dir, 0700) < 0 && errno != EEXIST) {
+        fprintf(stderr, "cordond: mkdir %s: %s\n", d->cfg.sandbox_dir, strerror(errno));
+        return 1;
+    }
+    int adopted = box_adopt_all();
+    if (adopted)
+        fprintf(stderr, "cordond: adopted %d sandboxes left by the previous cordond\n", adopted);
     if (api_start() < 0)
         return 1;
     fprintf(stderr, "cordond %s: listening on %s%s%s\n", CORDON_VERSION, d->cfg.socket_path,
             d->cfg.listen[0] ? " and " : "", d->cfg.listen);
     event_base_dispatch(d->base);
-    while (!LIST_EMPTY(&d->boxes))
-        box_delete(LIST_FIRST(&d->boxes), "cordond stopped");
     (void) unlink(d->cfg.socket_path);
-    /* The guards finish the teardown; wait for them so that nothing of ours outlives us. */
-    while (wait(NULL) > 0 || errno == EINTR)
-        ;
     return 0;
 }

@@ -30,6 +30,8 @@ struct daemon_config {
     char listen[128];     /* HOST:PORT for TCP, empty = none */
     char token_file[256]; /* bearer token for TCP, required with listen */
     char state_dir[256];
+    char sandbox_dir[256];     /* records and agent sockets of live sandboxes (record.c) */
+    bool stop_sandboxes;       /* on SIGTERM end them too; default: leave them for the next cordond */
     uint64_t max_body_bytes;   /* request bodies (file uploads included) */
     uint64_t max_output_bytes; /* per stream of a buffered exec; more is dropped and flagged */
     unsigned max_sandboxes;
@@ -76,6 +78,8 @@ struct box {
     struct event *setup_ev, *pidfd_ev, *lifetime_ev;
     struct evhttp_request *create_req; /* answered once init runs (or setup fails) */
     struct timespec created_mono;
+    uint64_t init_start; /* start time of init (record.c) */
+    bool dying;          /* deleted: init killed, cleanup waits for its exit */
     double created_unix;
     uint64_t execs;
     struct evbuffer *events;         /* NDJSON lines, oldest dropped past a cap */
@@ -87,9 +91,11 @@ struct daemon {
     struct event_base *base;
     struct daemon_config cfg;
     char token[256];
-    int devnull; /* fds 0-2 of every sandbox's init */
-    LIST_HEAD(, box) boxes;
+    int devnull;            /* fds 0-2 of every sandbox's init */
+    LIST_HEAD(, box) boxes; /* what the API sees */
+    LIST_HEAD(, box) dying; /* deleted, waiting for init's exit to clean up */
     unsigned n_boxes;
+    bool stopping;
     /* metrics */
     uint64_t created_total, create_errors, execs_total, http_errors;
     uint64_t exec_hist[12]; /* buckets of exec latency, see api.c */
@@ -100,6 +106,12 @@ extern struct daemon *cordond;
 
 /* Start a sandbox for spec (moved into the box); the box answers req itself. */
 void box_create(struct cdn_spec *spec, struct evhttp_request *req);
+/* Take over the sandboxes a previous cordond left (their records); clean up
+ * those that cannot be taken over. Returns how many were adopted. */
+int box_adopt_all(void);
+/* At stop: forget every box without ending it (its init waits for the next
+ * cordond), or end them all when configured so. */
+void box_release_all(void);
 struct box *box_find(const char *id);
 /* Tear down (asynchronously) and forget. reason goes to the event log. */
 void box_delete(struct box *b, const char *reason);

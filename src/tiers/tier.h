@@ -21,6 +21,12 @@ struct cdn_tier_ops {
     /* Like destroy, but without waiting: the sandbox is killed and its kernel
      * objects are released in the background (DESIGN §6, asynchronous teardown). */
     void (*detach)(struct cdn_sandbox *sb);
+    /* Take over a persistent sandbox made by an earlier process (cordond
+     * before a restart): sb->slot and sb->init_pid come from its record.
+     * Opens the pidfd and the cgroup; no agent connection (the caller
+     * connects to the sandbox's listening socket). -ESRCH: init is gone;
+     * then destroy() still cleans up what is left of the slot. */
+    int (*adopt)(struct cdn_sandbox *sb, struct cdn_error *err);
 };
 
 extern const struct cdn_tier_ops cdn_container_tier;

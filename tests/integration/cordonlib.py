@@ -452,17 +452,24 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 
 
 class Daemon:
-    """A cordond of our own on a temporary socket, stopped (SIGTERM) by stop()."""
+    """A cordond of our own on a temporary socket and sandbox directory,
+    stopped (SIGTERM) by stop(). With keep=False (the default here) the stop
+    ends its sandboxes; keep=True leaves them for the next Daemon on the same
+    workdir, as a restart of the real service does."""
 
-    def __init__(self, workdir, *args):
+    def __init__(self, workdir, *args, keep=False):
         self.socket = os.path.join(workdir, "cordond.sock")
         self.log_path = os.path.join(workdir, "cordond.log")
         self.log = open(self.log_path, "wb")
         # A sanitizer build keeps freed memory in quarantine (256 MB by
         # default), which would hide whether cordond's own memory is bounded.
         env = dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=16")
-        self.proc = subprocess.Popen([CORDOND_BIN, "--config", "/dev/null", "--socket", self.socket, *args],
+        argv = [CORDOND_BIN, "--config", "/dev/null", "--socket", self.socket,
+                "--sandbox-dir", os.path.join(workdir, "sandboxes"), "--stop-sandboxes", "false" if keep else "true"]
+        self.proc = subprocess.Popen([*argv, *args],
                                      env=env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
+        if os.path.exists(self.socket):
+            os.unlink(self.socket)  # a killed predecessor's: its file stays behind
         wait_for(lambda: os.path.exists(self.socket) or self.proc.poll() is not None, timeout=10,
                  what="cordond's socket")
         if self.proc.poll() is not None:
@@ -496,6 +503,12 @@ class Daemon:
             return r.status, json.loads(data)
         except ValueError:
             return r.status, data
+
+    def kill9(self):
+        """SIGKILL: a crash. The sandboxes stay."""
+        self.proc.kill()
+        self.proc.wait()
+        self.log.close()
 
     def stop(self, timeout=30):
         if self.proc.poll() is None:

@@ -20,6 +20,8 @@ struct cdn_setup_args {
     int agent_fd;        /* the sandbox end of the agent socket; becomes fd 3 of cordon-init */
     int init_fd;         /* the cordon-init executable */
     int stdio_fd;        /* becomes fds 0-2 of init when >= 0 (cordond: /dev/null); else they are inherited */
+    bool persistent;     /* no parent-death signal; listen_fd and slot_fd go to init (sandbox.h) */
+    int listen_fd, slot_fd;
     const struct cdn_cgroup *cgroup; /* v1: to join with attach_self(); NULL when born inside it (v2) */
 };
 

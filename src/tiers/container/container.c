@@ -87,6 +87,8 @@ static int child_failed(int rep_fd, int errnum, struct cdn_error *err)
 
 static int start_guard(struct cdn_sandbox *sb, struct cdn_error *err)
 {
+    if (sb->persistent)
+        return 0; /* init holds the slot; whoever adopts it cleans up (cordond) */
     int r = cdn_guard_start(&sb->cgroup, sb->slot_fd, &sb->guard_fd, &sb->guard_pid);
     return r < 0 ? cdn_error_set(err, r, "start guard: %s", strerror(-r)) : 0;
 }
@@ -141,6 +143,9 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         .agent_fd = agent[1],
         .init_fd = prep.init_fd,
         .stdio_fd = sb->stdio_fd,
+        .persistent = sb->persistent,
+        .listen_fd = sb->persistent ? sb->listen_fd : -EBADF,
+        .slot_fd = sb->persistent ? sb->slot_fd : -EBADF,
         .cgroup = v2 ? NULL : &sb->cgroup,
     };
     pid_t pid = (pid_t) syscall(SYS_clone3, &ca, sizeof ca);
@@ -264,6 +269,32 @@ static void container_detach(struct cdn_sandbox *sb)
     sb->cgroup.ops = NULL;
 }
 
+static int container_adopt(struct cdn_sandbox *sb, struct cdn_error *err)
+{
+    int r = prepare(err);
+    if (r < 0)
+        return r;
+    if (sb->slot < 0)
+        return cdn_error_set(err, EINVAL, "adopt: no slot");
+    sb->uid_base = cdn_slot_uid_base(sb->slot);
+    char name[32];
+    (void) snprintf(name, sizeof name, "slot-%d", sb->slot);
+    cdn_cgroup_init(&sb->cgroup, prep.cgroup_ops, name);
+    int fd = (int) syscall(SYS_pidfd_open, sb->init_pid, 0);
+    if (fd < 0) {
+        r = cdn_error_set(err, errno, "adopt: init %d: %m", (int) sb->init_pid);
+        sb->init_pid = 0;
+        return r;
+    }
+    sb->init_pidfd = fd;
+    /* Share init's slot lock (fd 8, the same open file description): the
+     * slot must stay taken until our cleanup after init's death is done. */
+    sb->slot_fd = (int) syscall(SYS_pidfd_getfd, fd, 8, 0);
+    if (sb->slot_fd < 0)
+        return cdn_error_set(err, errno, "adopt: the slot lock of init %d: %m", (int) sb->init_pid);
+    return 0;
+}
+
 const struct cdn_tier_ops cdn_container_tier = {
     .name = "container",
     .create = container_create,
@@ -271,4 +302,5 @@ const struct cdn_tier_ops cdn_container_tier = {
     .usage = container_usage,
     .destroy = container_destroy,
     .detach = container_detach,
+    .adopt = container_adopt,
 };

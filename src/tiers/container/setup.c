@@ -151,24 +151,27 @@ static int drop_capabilities(struct cdn_error *err)
 }
 
 /* Fixed fd layout from the first instruction on: 3 = agent socket, 4 = init
- * binary (CLOEXEC), 5 = error pipe (CLOEXEC), 6 = go pipe; everything else
- * is closed, including the parent's ends of these pipes that clone copied —
- * otherwise a dead parent would never produce EOF on the go pipe. */
-enum { FD_AGENT = 3, FD_INIT = 4, FD_ERR = 5, FD_GO = 6 };
+ * binary (CLOEXEC), 5 = error pipe (CLOEXEC), 6 = go pipe; for a persistent
+ * sandbox 7 = listening socket and 8 = slot lock, both kept by init (see
+ * src/agent/init.c). Everything else is closed, including the parent's ends
+ * of these pipes that clone copied — otherwise a dead parent would never
+ * produce EOF on the go pipe. */
+enum { FD_AGENT = 3, FD_INIT = 4, FD_ERR = 5, FD_GO = 6, FD_LISTEN = 7, FD_SLOT = 8 };
 
 static int arrange_fds(const struct cdn_setup_args *a)
 {
-    int src[] = {a->agent_fd, a->init_fd, a->err_fd, a->go_fd}, tmp[4];
-    for (size_t i = 0; i < ELEMENTSOF(src); i++)
+    int src[] = {a->agent_fd, a->init_fd, a->err_fd, a->go_fd, a->listen_fd, a->slot_fd}, tmp[6];
+    size_t n = a->persistent ? 6 : 4;
+    for (size_t i = 0; i < n; i++)
         if ((tmp[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 100)) < 0)
             return -errno;
     for (int i = 0; a->stdio_fd >= 0 && i < 3; i++)
         if (dup2(a->stdio_fd, i) < 0)
             return -errno;
-    for (size_t i = 0; i < ELEMENTSOF(src); i++)
-        if (dup3(tmp[i], FD_AGENT + (int) i, i == 0 ? 0 : O_CLOEXEC) < 0)
+    for (size_t i = 0; i < n; i++) /* what init keeps is not CLOEXEC */
+        if (dup3(tmp[i], FD_AGENT + (int) i, i == 0 || i >= 4 ? 0 : O_CLOEXEC) < 0)
             return -errno;
-    return RET_NERRNO((int) syscall(SYS_close_range, FD_GO + 1, ~0U, 0));
+    return RET_NERRNO((int) syscall(SYS_close_range, FD_AGENT + (int) n, ~0U, 0));
 }
 
 static int wait_parent(char expect)
@@ -194,7 +197,7 @@ static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
         return cdn_error_set(err, errno, "become root of the user namespace: %m");
     /* After the id change, which would reset it; if the parent is already gone
      * the next wait_parent() sees EOF. */
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+    if (!a->persistent && prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
         return cdn_error_set(err, errno, "PR_SET_PDEATHSIG: %m");
     if (sethostname(a->spec->hostname, strlen(a->spec->hostname)) < 0)
         return cdn_error_set(err, errno, "sethostname: %m");

@@ -1,0 +1,188 @@
+/* What cordond writes down about each sandbox so that a restarted cordond
+ * can take it over: <sandbox_dir>/<id>.json next to <id>.sock, the socket
+ * its init listens on. The directory is root's alone (0700); records are
+ * written atomically (temporary file, rename) and still parsed as untrusted.
+ *
+ * {"id", "slot", "init_pid", "init_start", "created_at", "spec": {…}}
+ * init_start is the process's start time (field 22 of /proc/PID/stat): a pid
+ * reused by an unrelated process after a reboot-less restart is not adopted. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "record.h"
+#include "shared/fd-util.h"
+
+void record_path(const char *id, const char *ext, char *buf, size_t size)
+{
+    (void) snprintf(buf, size, "%s/%s.%s", cordond->cfg.sandbox_dir, id, ext);
+}
+
+uint64_t record_start_time(pid_t pid)
+{
+    char path[64], buf[1024];
+    (void) snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    (void) close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
+    if (!p)
+        return 0;
+    /* after ")": state is field 3; starttime is field 22 */
+    unsigned long long start = 0;
+    int field = 2;
+    for (char *t = strtok(p + 1, " "); t; t = strtok(NULL, " "))
+        if (++field == 22) {
+            start = strtoull(t, NULL, 10);
+            break;
+        }
+    return start;
+}
+
+int record_write(const struct box *b)
+{
+    char *spec = cdn_spec_to_json(&b->spec);
+    json_t *o = spec ? json_pack("{s:s, s:i, s:i, s:I, s:f, s:o}", "id", b->sb.id, "slot", b->sb.slot,
+                                 "init_pid", (int) b->sb.init_pid, "init_start", (json_int_t) b->init_start,
+                                 "created_at", b->created_unix, "spec", json_loads(spec, 0, NULL))
+                     : NULL;
+    free(spec);
+    char path[512], tmp[520];
+    record_path(b->sb.id, "json", path, sizeof path);
+    (void) snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int r = o ? json_dump_file(o, tmp, JSON_COMPACT) : -1;
+    json_decref(o);
+    if (r < 0 || rename(tmp, path) < 0) {
+        (void) unlink(tmp);
+        return -EIO;
+    }
+    return 0;
+}
+
+void record_remove(const char *id)
+{
+    char path[512];
+    record_path(id, "json", path, sizeof path);
+    (void) unlink(path);
+    record_path(id, "sock", path, sizeof path);
+    (void) unlink(path);
+}
+
+int record_listen(const char *id)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    char path[512];
+    record_path(id, "sock", path, sizeof path);
+    if (strlen(path) >= sizeof sa.sun_path)
+        return -ENAMETOOLONG;
+    strcpy(sa.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    (void) unlink(path);
+    if (bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 || listen(fd, 4) < 0) {
+        int r = -errno;
+        (void) close(fd);
+        return r;
+    }
+    return fd;
+}
+
+int record_connect(const char *id)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    char path[512];
+    record_path(id, "sock", path, sizeof path);
+    if (strlen(path) >= sizeof sa.sun_path)
+        return -ENAMETOOLONG;
+    strcpy(sa.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0) {
+        int r = -errno;
+        (void) close(fd);
+        return r;
+    }
+    return fd;
+}
+
+static bool valid_id(const char *s)
+{
+    if (strlen(s) != CDN_ID_LEN)
+        return false;
+    for (const char *c = s; *c; c++)
+        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f')))
+            return false;
+    return true;
+}
+
+int record_load(const char *path, struct record *ret, struct cdn_error *err)
+{
+    json_error_t jerr;
+    json_t *o = json_load_file(path, 0, &jerr);
+    if (!o)
+        return cdn_error_set(err, EBADMSG, "%s: %s", path, jerr.text);
+    const char *id = NULL;
+    int slot = -1, pid = 0;
+    json_int_t start = 0;
+    double created = 0;
+    json_t *spec = NULL;
+    int r = json_unpack(o, "{s:s, s:i, s:i, s:I, s:F, s:o}", "id", &id, "slot", &slot, "init_pid", &pid,
+                        "init_start", &start, "created_at", &created, "spec", &spec);
+    if (r < 0 || !valid_id(id) || slot < 0 || pid <= 1 || start <= 0) {
+        json_decref(o);
+        return cdn_error_set(err, EBADMSG, "%s: not a sandbox record", path);
+    }
+    *ret = (struct record){
+        .slot = slot, .init_pid = pid, .init_start = (uint64_t) start, .created_unix = created};
+    (void) snprintf(ret->id, sizeof ret->id, "%s", id);
+    char *s = json_dumps(spec, JSON_COMPACT);
+    json_decref(o);
+    if (!s || cdn_spec_init(&ret->spec) < 0) {
+        free(s);
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    }
+    r = cdn_spec_from_json(&ret->spec, s, strlen(s), err);
+    free(s);
+    if (r < 0) {
+        cdn_spec_free(&ret->spec);
+        return r;
+    }
+    return 0;
+}
+
+int record_scan(void (*fn)(const char *id, const char *path))
+{
+    DIR *d = opendir(cordond->cfg.sandbox_dir);
+    if (!d)
+        return errno == ENOENT ? 0 : -errno;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t n = strlen(de->d_name);
+        if (n != CDN_ID_LEN + 5 || strcmp(de->d_name + CDN_ID_LEN, ".json") != 0)
+            continue;
+        char id[CDN_ID_LEN + 1], path[512];
+        memcpy(id, de->d_name, CDN_ID_LEN);
+        id[CDN_ID_LEN] = 0;
+        if (!valid_id(id))
+            continue;
+        record_path(id, "json", path, sizeof path);
+        fn(id, path);
+    }
+    closedir(d);
+    return 0;
+}

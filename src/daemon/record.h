@@ -1,0 +1,34 @@
+/* Sandbox records in cordond's sandbox directory (record.c). */
+#pragma once
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "core/sandbox.h"
+#include "core/spec.h"
+#include "shared/error.h"
+
+struct box;
+
+struct record {
+    char id[CDN_ID_LEN + 1];
+    int slot;
+    pid_t init_pid;
+    uint64_t init_start;
+    double created_unix;
+    struct cdn_spec spec; /* owned */
+};
+
+void record_path(const char *id, const char *ext, char *buf, size_t size);
+/* Start time of pid in clock ticks since boot (0 if it does not exist). */
+uint64_t record_start_time(pid_t pid);
+int record_write(const struct box *b);
+/* Remove the record and the socket file of id. */
+void record_remove(const char *id);
+/* The listening socket for a new sandbox's init (<id>.sock); returns the fd. */
+int record_listen(const char *id);
+/* Connect to a sandbox's init through <id>.sock; returns the fd (blocking). */
+int record_connect(const char *id);
+int record_load(const char *path, struct record *ret, struct cdn_error *err);
+/* fn(id, path) for every record in the directory. */
+int record_scan(void (*fn)(const char *id, const char *path));

@@ -1,0 +1,101 @@
+"""cordond restarts (DESIGN §6, issue 3 point 4): sandboxes outlive a stopped
+or killed daemon, and the next one adopts them from its sandbox directory or,
+when it cannot, cleans them up. The autouse leak check runs after each test."""
+
+import os
+import signal
+import time
+
+import pytest
+
+from cordonlib import Daemon, sandbox_procs, wait_for
+
+import cordon
+from cordon import Sandbox
+
+LEAK_TIMEOUT = 5.0
+
+
+def inits():
+    return [p for p in sandbox_procs() if p.comm == "cordon-init"]
+
+
+@pytest.fixture
+def workdir(shared_dir):
+    yield shared_dir
+    # whatever a failing test left running: a last daemon that ends it all
+    if os.path.isdir(os.path.join(shared_dir, "sandboxes")) and any(
+            n.endswith(".json") for n in os.listdir(os.path.join(shared_dir, "sandboxes"))):
+        Daemon(shared_dir).stop()
+
+
+@pytest.mark.parametrize("how", ["stop", "kill -9"])
+def test_sandboxes_survive_a_restart_and_are_adopted(workdir, how):
+    d = Daemon(workdir, keep=True)
+    sb = Sandbox.create(endpoint=d.endpoint, labels={"job": "restart"})
+    sb.files.write("/workspace/state.txt", b"before the restart")
+    assert sb.exec("sleep 300 > /dev/null 2>&1 &").exit_code == 0  # a background process of the agent's
+    init_pid = inits()[0].pid
+    if how == "stop":
+        assert d.stop() == 0
+    else:
+        d.kill9()
+    assert [p.pid for p in inits()] == [init_pid]  # still there, nobody connected
+
+    d2 = Daemon(workdir)
+    try:
+        assert "adopted 1 sandboxes" in d2.output()
+        again = Sandbox.connect(sb.id, endpoint=d2.endpoint)
+        info = again.info()
+        assert info["state"] == "running" and info["labels"] == {"job": "restart"}
+        assert again.files.read("/workspace/state.txt") == b"before the restart"
+        r = again.exec("echo after; pgrep -x sleep >/dev/null && echo sleeper-alive")
+        assert r.stdout == "after\nsleeper-alive\n", r.stderr
+        assert "adopted" in [e["type"] for e in again.events()]
+        again.kill()
+    finally:
+        assert d2.stop() == 0
+
+
+def test_sandbox_that_died_while_no_daemon_ran_is_cleaned_up(workdir):
+    d = Daemon(workdir, keep=True)
+    sb = Sandbox.create(endpoint=d.endpoint)
+    d.kill9()
+    os.kill(inits()[0].pid, signal.SIGKILL)
+    wait_for(lambda: not inits(), what="init to die")
+    d2 = Daemon(workdir)
+    try:
+        assert "could not be adopted" in d2.output()
+        with pytest.raises(cordon.NotFound):
+            Sandbox.connect(sb.id, endpoint=d2.endpoint)
+        assert os.listdir(os.path.join(workdir, "sandboxes")) == []
+    finally:
+        assert d2.stop() == 0
+    # the autouse leak check: its cgroup is gone too
+
+
+def test_damaged_record_is_dropped(workdir):
+    sdir = os.path.join(workdir, "sandboxes")
+    os.makedirs(sdir, mode=0o700, exist_ok=True)
+    with open(os.path.join(sdir, "0123456789ab.json"), "w") as f:
+        f.write('{"id": "0123456789ab", "slot": "x"')
+    d = Daemon(workdir)
+    try:
+        assert d.endpoint.json("GET", "/v1/health")["status"] == "ok"
+        assert not os.path.exists(os.path.join(sdir, "0123456789ab.json"))
+    finally:
+        assert d.stop() == 0
+
+
+def test_lifetime_counts_across_a_restart(workdir):
+    d = Daemon(workdir, keep=True)
+    t0 = time.monotonic()
+    sb = Sandbox.create(endpoint=d.endpoint, timeout_s=3)
+    assert d.stop() == 0
+    d2 = Daemon(workdir)
+    try:
+        wait_for(lambda: d2.http("GET", f"/v1/sandboxes/{sb.id}")[0] == 404, timeout=15,
+                 what="the lifetime to end the adopted sandbox")
+        assert 2.5 < time.monotonic() - t0 < 12
+    finally:
+        assert d2.stop() == 0
