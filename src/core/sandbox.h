@@ -30,6 +30,11 @@ struct cdn_sandbox {
      * listen_fd (a listening unix socket) whenever the old one is gone. */
     bool persistent;
     int listen_fd;
+    /* Called by create once init's pid and the slot are known and before the
+     * sandbox may start: a persistent sandbox's record is written here, so
+     * that no crash can leave a sandbox that no record names. < 0 fails create. */
+    int (*on_spawned)(struct cdn_sandbox *sb, void *arg);
+    void *on_spawned_arg;
 
     /* host resources held for the sandbox's lifetime */
     int slot;    /* index of the uid range and cgroup name */

@@ -13,6 +13,7 @@
  * and when init's pidfd reports its exit (every process of the sandbox is
  * gone then) the tier removes the cgroup and the record goes. */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -166,7 +167,10 @@ void box_delete(struct box *b, const char *reason)
     box_event(b, "deleted", json_pack("{s:s}", "reason", reason));
     api_events_end(b);
     LIST_REMOVE(b, link);
-    cordond->n_boxes--;
+    if (b->pool)
+        pool_box_gone(b);
+    else
+        cordond->n_boxes--;
     if (running && b->sb.init_pidfd >= 0 && b->sb.tier->kill(&b->sb, SIGKILL) == 0) {
         b->dying = true; /* on_init_exit finishes it */
         LIST_INSERT_HEAD(&cordond->dying, b, link);
@@ -188,6 +192,8 @@ static void on_setup(evutil_socket_t fd, short what, void *arg)
         err.msg[sizeof err.msg - 1] = 0;
         err.field[sizeof err.field - 1] = 0;
         cordond->create_errors++;
+        if (b->pool)
+            fprintf(stderr, "cordond: a pooled sandbox failed to start: %s\n", err.msg);
         if (b->create_req)
             api_reply_cdn_error(b->create_req, err.field[0] ? 400 : 500,
                                 err.field[0] ? "invalid_spec" : "sandbox_failed", &err);
@@ -198,6 +204,8 @@ static void on_setup(evutil_socket_t fd, short what, void *arg)
     b->state = BOX_RUNNING; /* EOF: the setup pipe is CLOEXEC, so cordon-init runs */
     cordond->created_total++;
     box_event(b, "running", NULL);
+    if (b->pool)
+        pool_box_ready(b);
     if (b->create_req) {
         api_reply_json(b->create_req, 201, box_to_json(b));
         b->create_req = NULL;
@@ -219,6 +227,11 @@ static void on_init_exit(evutil_socket_t fd, short what, void *arg)
     (void) b->sb.tier->usage(&b->sb, &u);
     box_stop(b, u.oom_kills ? "init exited: out of memory" : "init exited");
     cleanup(b);
+    if (b->pool) { /* nobody will delete it: forget it now */
+        LIST_REMOVE(b, link);
+        pool_box_gone(b);
+        box_free(b);
+    }
 }
 
 static void on_agent_close(struct agent_conn *c, void *arg)
@@ -257,7 +270,7 @@ static int watch(struct box *b)
     int r = agent_conn_open(&b->agent, base, b->sb.agent_fd);
     if (r < 0)
         return r;
-    if (b->spec.limits.timeout_ms) {
+    if (b->spec.limits.timeout_ms && !b->pool) {
         double left_ms = (double) b->spec.limits.timeout_ms - (now_unix() - b->created_unix) * 1e3;
         if (left_ms < 0)
             left_ms = 0;
@@ -270,6 +283,94 @@ static int watch(struct box *b)
     return 0;
 }
 
+/* The tier's on_spawned hook: the record goes to disk before the sandbox
+ * may start, so a crash at any point leaves nothing a restart cannot find. */
+static int spawned(struct cdn_sandbox *sb, void *arg)
+{
+    struct box *b = arg;
+    (void) sb;
+    b->init_start = record_start_time(b->sb.init_pid);
+    return record_write(b);
+}
+
+struct box *box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_error *err)
+{
+    struct box *b = calloc(1, sizeof *b);
+    if (!b || !(b->events = evbuffer_new())) {
+        free(b);
+        cdn_spec_free(spec);
+        cdn_error_set(err, ENOMEM, "out of memory");
+        return NULL;
+    }
+    b->spec = *spec;
+    *spec = (struct cdn_spec){0};
+    b->pool = pool;
+    LIST_INIT(&b->followers);
+    cdn_sandbox_init(&b->sb, &b->spec);
+    b->sb.stdio_fd = cordond->devnull;
+    b->sb.tier = cdn_tier_lookup(b->spec.tier);
+    b->created_unix = now_unix();
+    clock_gettime(CLOCK_MONOTONIC, &b->created_mono);
+    b->sb.persistent = true;
+    b->sb.on_spawned = spawned;
+    b->sb.on_spawned_arg = b;
+    b->sb.listen_fd = record_listen(b->sb.id);
+    if (!b->sb.tier) {
+        cdn_error_field(err, EOPNOTSUPP, "tier", "tier '%s' is not built yet",
+                        cdn_tier_to_string(b->spec.tier));
+    } else if (b->sb.listen_fd < 0) {
+        cdn_error_set(err, -b->sb.listen_fd, "agent socket in %s: %s", cordond->cfg.sandbox_dir,
+                      strerror(-b->sb.listen_fd));
+    } else if (b->sb.tier->create(&b->sb, err) >= 0) {
+        /* init holds the listening socket now. The slot lock is held by both:
+         * by init so that a restart cannot lose it, by us so that the slot
+         * stays ours until cleanup() has removed its cgroup. */
+        b->sb.listen_fd = safe_close(b->sb.listen_fd);
+        if (pool) {
+            pool_box_add(pool, b);
+        } else {
+            LIST_INSERT_HEAD(&cordond->boxes, b, link);
+            cordond->n_boxes++;
+        }
+        box_event(b, "created", json_pack("{s:s}", "tier", b->sb.tier->name));
+        int r = watch(b);
+        if (r < 0) {
+            cdn_error_set(err, -r, "recording or watching the sandbox: %s", strerror(-r));
+            box_delete(b, "internal error");
+            return NULL;
+        }
+        return b;
+    }
+    /* err says why; the tier left nothing behind */
+    b->sb.listen_fd = safe_close(b->sb.listen_fd);
+    record_remove(b->sb.id);
+    cordond->create_errors++;
+    box_free(b);
+    return NULL;
+}
+
+void box_hand_over(struct box *b, struct cdn_spec *spec)
+{
+    /* Same shape (pool.c compared it); what differs is the client's: labels,
+     * env (used at each exec), the lifetime, which starts now. */
+    cdn_spec_free(&b->spec);
+    b->spec = *spec;
+    *spec = (struct cdn_spec){0};
+    b->pool = NULL;
+    b->created_unix = now_unix();
+    LIST_INSERT_HEAD(&cordond->boxes, b, link);
+    cordond->n_boxes++;
+    (void) record_write(b);
+    box_event(b, "handed_over", json_pack("{s:b}", "pooled", 1));
+    if (b->spec.limits.timeout_ms) {
+        struct timeval tv = {.tv_sec = (time_t) (b->spec.limits.timeout_ms / 1000),
+                             .tv_usec = (suseconds_t) (b->spec.limits.timeout_ms % 1000) * 1000};
+        b->lifetime_ev = evtimer_new(cordond->base, on_lifetime, b);
+        if (b->lifetime_ev)
+            (void) evtimer_add(b->lifetime_ev, &tv);
+    }
+}
+
 void box_create(struct cdn_spec *spec, struct evhttp_request *req)
 {
     if (cordond->n_boxes >= cordond->cfg.max_sandboxes) {
@@ -278,59 +379,20 @@ void box_create(struct cdn_spec *spec, struct evhttp_request *req)
                         cordond->n_boxes);
         return;
     }
-    struct box *b = calloc(1, sizeof *b);
-    if (!b || !(b->events = evbuffer_new())) {
-        free(b);
-        cdn_spec_free(spec);
-        api_reply_error(req, 500, "internal", NULL, "out of memory");
+    struct box *b = pool_take(spec);
+    if (b) {
+        box_hand_over(b, spec);
+        api_reply_json(req, 201, box_to_json(b));
         return;
     }
-    b->spec = *spec;
-    *spec = (struct cdn_spec){0};
-    LIST_INIT(&b->followers);
-    cdn_sandbox_init(&b->sb, &b->spec);
-    b->sb.stdio_fd = cordond->devnull;
-    b->sb.tier = cdn_tier_lookup(b->spec.tier);
-    b->created_unix = now_unix();
-    clock_gettime(CLOCK_MONOTONIC, &b->created_mono);
     struct cdn_error err = {0};
-    b->sb.persistent = true;
-    b->sb.listen_fd = record_listen(b->sb.id);
-    if (!b->sb.tier) {
-        cdn_error_field(&err, EOPNOTSUPP, "tier", "tier '%s' is not built yet",
-                        cdn_tier_to_string(b->spec.tier));
-    } else if (b->sb.listen_fd < 0) {
-        cdn_error_set(&err, -b->sb.listen_fd, "agent socket in %s: %s", cordond->cfg.sandbox_dir,
-                      strerror(-b->sb.listen_fd));
-    } else if (b->sb.tier->create(&b->sb, &err) < 0) {
-        /* err says why; nothing is left behind */
-    } else {
-        /* init holds the listening socket now. The slot lock is held by both:
-         * by init so that a restart cannot lose it, by us so that the slot
-         * stays ours until cleanup() has removed its cgroup. */
-        b->sb.listen_fd = safe_close(b->sb.listen_fd);
-        b->init_start = record_start_time(b->sb.init_pid);
-        LIST_INSERT_HEAD(&cordond->boxes, b, link);
-        cordond->n_boxes++;
-        b->create_req = req;
-        box_event(b, "created", json_pack("{s:s}", "tier", b->sb.tier->name));
-        int r = record_write(b);
-        if (r >= 0)
-            r = watch(b);
-        if (r < 0) {
-            api_reply_error(req, 500, "internal", NULL, "recording or watching the sandbox: %s",
-                            strerror(-r));
-            b->create_req = NULL;
-            box_delete(b, "internal error");
-        }
+    b = box_spawn(spec, NULL, &err);
+    if (b) {
+        b->create_req = req; /* answered by on_setup */
         return;
     }
-    b->sb.listen_fd = safe_close(b->sb.listen_fd);
-    record_remove(b->sb.id);
-    cordond->create_errors++;
     api_reply_cdn_error(req, err.field[0] ? 400 : 500, err.field[0] ? "invalid_spec" : "sandbox_failed",
                         &err);
-    box_free(b);
 }
 
 /* ---- restarts ---- */
@@ -362,9 +424,12 @@ static void adopt_one(const char *id, const char *path)
     b->init_start = rec.init_start;
     b->state = BOX_RUNNING;
     int r = -ESRCH;
-    if (b->sb.tier && record_start_time(rec.init_pid) == rec.init_start &&
-        b->sb.tier->adopt(&b->sb, &err) >= 0 &&
-        record_start_time(rec.init_pid) == rec.init_start) /* checked again: the pidfd pins the process now */
+    if (rec.pooled)
+        (void) snprintf(err.msg, sizeof err.msg, "it was in a warm pool");
+    else if (b->sb.tier && record_start_time(rec.init_pid) == rec.init_start &&
+             b->sb.tier->adopt(&b->sb, &err) >= 0 &&
+             record_start_time(rec.init_pid) ==
+                 rec.init_start) /* checked again: the pidfd pins the process now */
         r = b->sb.agent_fd = record_connect(id);
     if (r >= 0) {
         LIST_INSERT_HEAD(&cordond->boxes, b, link);
@@ -384,6 +449,13 @@ static void adopt_one(const char *id, const char *path)
             b->sb.init_pid = 0; /* no pidfd: only the slot's cgroup is cleaned */
         if (b->sb.init_pid > 0 && record_start_time(b->sb.init_pid) != rec.init_start)
             b->sb.init_pid = 0, b->sb.init_pidfd = safe_close(b->sb.init_pidfd); /* never signal a stranger */
+        if (b->sb.init_pidfd >= 0 && b->sb.tier->kill(&b->sb, SIGKILL) == 0) {
+            /* a live one (a pooled sandbox): its whole pid namespace must be
+             * gone before the cgroup can be removed */
+            struct pollfd p = {.fd = b->sb.init_pidfd, .events = POLLIN};
+            (void) poll(&p, 1, 5000);
+        }
+        b->sb.init_pid = 0; /* not our child: nothing to wait for */
         (void) b->sb.tier->destroy(&b->sb);
     }
     record_remove(id);

@@ -57,6 +57,11 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         c->stop_sandboxes = strcmp(v, "true") == 0;
         return 0;
     }
+    if (strcmp(name, "pool") == 0) {
+        if (c->n_pools >= sizeof c->pools / sizeof c->pools[0])
+            return -E2BIG;
+        return set_string(c->pools[c->n_pools++], sizeof c->pools[0], v);
+    }
     if (strcmp(name, "max-body") == 0 || strcmp(name, "max_body") == 0)
         return set_size(&c->max_body_bytes, v);
     if (strcmp(name, "max-output") == 0 || strcmp(name, "max_output") == 0)
@@ -118,12 +123,13 @@ static int load_config(struct daemon_config *c, const char *path, bool required)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: cordond [--config FILE] [--socket PATH] [--listen HOST:PORT --token-file F]\n"
-            "               [--state-dir DIR] [--sandbox-dir DIR] [--stop-sandboxes true|false]\n"
-            "               [--max-body SIZE] [--max-output SIZE] [--max-sandboxes N]\n"
-            "Defaults and the config file format: docs/cordond.md (config: %s)\n",
-            DEFAULT_CONFIG);
+    fprintf(
+        f,
+        "usage: cordond [--config FILE] [--socket PATH] [--listen HOST:PORT --token-file F]\n"
+        "               [--state-dir DIR] [--sandbox-dir DIR] [--stop-sandboxes true|false]\n"
+        "               [--max-body SIZE] [--max-output SIZE] [--max-sandboxes N] [--pool SIZE[:SPECFILE]]…\n"
+        "Defaults and the config file format: docs/cordond.md (config: %s)\n",
+        DEFAULT_CONFIG);
 }
 
 static int parse_args(int argc, char **argv, struct daemon_config *c)
@@ -213,6 +219,7 @@ static void on_stop(evutil_socket_t sig, short what, void *arg)
     fprintf(stderr, "cordond: signal %d, stopping\n", (int) sig);
     cordond->stopping = true;
     box_release_all();
+    pool_drain();
     if (LIST_EMPTY(&cordond->dying)) {
         event_base_loopbreak(cordond->base);
         return;
@@ -266,8 +273,16 @@ int main(int argc, char **argv)
     LIST_INIT(&d->boxes);
     LIST_INIT(&d->dying);
     d->base = event_base_new();
-    if (!d->base)
+    /* priorities: 0 unused, 1 everything (the default for 3), 2 warm-pool refills */
+    if (!d->base || event_base_priority_init(d->base, 3) < 0)
         return 1;
+    for (unsigned i = 0; i < d->cfg.n_pools; i++) {
+        struct cdn_error err = {0};
+        if (pool_configure(d->cfg.pools[i], &err) < 0) {
+            fprintf(stderr, "cordond: pool '%s': %s\n", d->cfg.pools[i], err.msg);
+            return 2;
+        }
+    }
     struct event *ev_term = evsignal_new(d->base, SIGTERM, on_stop, NULL);
     struct event *ev_int = evsignal_new(d->base, SIGINT, on_stop, NULL);
     struct event *ev_chld = evsignal_new(d->base, SIGCHLD, on_child, NULL);
@@ -283,6 +298,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "cordond: adopted %d sandboxes left by the previous cordond\n", adopted);
     if (api_start() < 0)
         return 1;
+    pool_start();
     fprintf(stderr, "cordond %s: listening on %s%s%s\n", CORDON_VERSION, d->cfg.socket_path,
             d->cfg.listen[0] ? " and " : "", d->cfg.listen);
     event_base_dispatch(d->base);

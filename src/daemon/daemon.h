@@ -35,6 +35,8 @@ struct daemon_config {
     uint64_t max_body_bytes;   /* request bodies (file uploads included) */
     uint64_t max_output_bytes; /* per stream of a buffered exec; more is dropped and flagged */
     unsigned max_sandboxes;
+    char pools[8][300]; /* "SIZE[:SPECFILE]" each, see pool.c */
+    unsigned n_pools;
 };
 
 /* ---- host side of the agent protocol over a bufferevent (agent-conn.c) ---- */
@@ -80,6 +82,8 @@ struct box {
     struct timespec created_mono;
     uint64_t init_start; /* start time of init (record.c) */
     bool dying;          /* deleted: init killed, cleanup waits for its exit */
+    struct pool *pool;   /* while it waits in a warm pool (pool.c): not in the API's list */
+    bool pool_ready;     /* … and is running (else still starting) */
     double created_unix;
     uint64_t execs;
     struct evbuffer *events;         /* NDJSON lines, oldest dropped past a cap */
@@ -106,6 +110,27 @@ extern struct daemon *cordond;
 
 /* Start a sandbox for spec (moved into the box); the box answers req itself. */
 void box_create(struct cdn_spec *spec, struct evhttp_request *req);
+/* Make a sandbox for spec (moved in) and put it in the API's list or, with
+ * pool set, in that pool. Not running yet: its setup report comes later
+ * (create_req, or pool_box_ready). NULL with err on failure. */
+struct box *box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_error *err);
+/* A pooled box handed to a client: spec replaces its labels, env and lifetime. */
+void box_hand_over(struct box *b, struct cdn_spec *spec);
+
+/* ---- warm pools (pool.c) ---- */
+/* From the configuration: "SIZE" (the default spec) or "SIZE:SPECFILE". */
+int pool_configure(const char *arg, struct cdn_error *err);
+void pool_start(void);
+/* A ready pooled box whose shape matches spec, out of its pool; or NULL. */
+struct box *pool_take(const struct cdn_spec *spec);
+void pool_box_add(struct pool *p, struct box *b); /* a new one, still starting */
+void pool_box_ready(struct box *b);
+/* It failed or died in the pool: it has been taken out; refill later. */
+void pool_box_gone(struct box *b);
+unsigned pool_ready_total(void);
+/* At stop: every pooled box is deleted. */
+void pool_drain(void);
+
 /* Take over the sandboxes a previous cordond left (their records); clean up
  * those that cannot be taken over. Returns how many were adopted. */
 int box_adopt_all(void);

@@ -1,6 +1,7 @@
 /* Sandbox records in cordond's sandbox directory (record.c). */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -16,6 +17,7 @@ struct record {
     pid_t init_pid;
     uint64_t init_start;
     double created_unix;
+    bool pooled;          /* it was waiting in a warm pool: not adopted, ended */
     struct cdn_spec spec; /* owned */
 };
 

@@ -46,9 +46,14 @@ int cdn_write_file_at(int dirfd, const char *path, const char *s)
     _cleanup_close_ int fd = openat(dirfd, path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0)
         return -errno;
-    /* Kernel knobs want the value in a single write(). */
+    /* Kernel knobs want the value in a single write(). Some are slow and
+     * interruptible (a memory limit below the usage reclaims first): a signal
+     * in between (cordond's SIGCHLD) is EINTR, and the write is simply retried. */
     size_t len = strlen(s);
-    ssize_t n = write(fd, s, len);
+    ssize_t n;
+    do
+        n = write(fd, s, len);
+    while (n < 0 && errno == EINTR);
     if (n < 0)
         return -errno;
     return (size_t) n == len ? 0 : -EIO;

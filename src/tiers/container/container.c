@@ -170,6 +170,8 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
     if (!v2 && ((r = start_guard(sb, err)) < 0 || (r = make_cgroup(sb, err)) < 0 ||
                 (r = sb->cgroup.ops->delegate_self(&sb->cgroup, sb->uid_base, sb->uid_base)) < 0))
         return err->msg[0] ? r : cdn_error_set(err, r, "delegate cgroup: %s", strerror(-r));
+    if (sb->on_spawned && (r = sb->on_spawned(sb, sb->on_spawned_arg)) < 0)
+        return cdn_error_set(err, r, "record the sandbox: %s", strerror(-r));
     if (write(go[1], "c", 1) != 1)
         return child_failed(rep[0], errno, err);
     sb->agent_fd = TAKE_FD(agent[0]);

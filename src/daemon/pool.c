@@ -1,0 +1,196 @@
+/* Warm pools (DESIGN §6): sandboxes made ahead of time for the configured
+ * specs, so that a create that matches is a hand-over, not a build.
+ *
+ * A pool is a spec and a target size. Its sandboxes are ordinary boxes that
+ * wait, running and idle, outside the API's list. A create request matches a
+ * pool when its spec has the same shape: everything but labels, env (used at
+ * each exec, not at build) and the lifetime (which starts at hand-over).
+ * Refilling makes one sandbox at a time, as an event of the lowest priority,
+ * so it runs only when no request is waiting: a burst of creates is served
+ * from the pool first and the pool fills again in the gaps. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+
+#define MAX_POOLS 8
+
+struct pool {
+    char *shape; /* canonical JSON of the spec without labels, env and lifetime */
+    struct cdn_spec spec;
+    unsigned target, ready, filling, failures;
+    LIST_HEAD(, box) boxes;
+    struct event *refill;
+};
+
+static struct pool pools[MAX_POOLS];
+static unsigned n_pools;
+
+/* The part of a spec that a built sandbox is made of. */
+static char *shape_of(const struct cdn_spec *spec)
+{
+    char *s = cdn_spec_to_json(spec);
+    json_t *o = s ? json_loads(s, 0, NULL) : NULL;
+    free(s);
+    if (!o)
+        return NULL;
+    json_object_del(o, "labels");
+    json_object_del(o, "env");
+    json_object_del(json_object_get(o, "limits"), "timeout_s");
+    s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(o);
+    return s;
+}
+
+int pool_configure(const char *arg, struct cdn_error *err)
+{
+    if (n_pools >= MAX_POOLS)
+        return cdn_error_set(err, E2BIG, "pool: at most %d pools", MAX_POOLS);
+    char *end;
+    unsigned long n = strtoul(arg, &end, 10);
+    if (end == arg || n > 1024 || (*end && *end != ':'))
+        return cdn_error_set(err, EINVAL, "pool '%s': expected SIZE (0-1024) or SIZE:SPECFILE", arg);
+    struct pool *p = &pools[n_pools];
+    *p = (struct pool){.target = (unsigned) n};
+    LIST_INIT(&p->boxes);
+    if (cdn_spec_init(&p->spec) < 0)
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    int r = 0;
+    if (*end == ':') {
+        FILE *f = fopen(end + 1, "re");
+        char *buf = NULL;
+        size_t cap = 0;
+        ssize_t len = f ? getdelim(&buf, &cap, '\0', f) : -1;
+        if (f)
+            fclose(f);
+        r = len < 0 ? cdn_error_set(err, errno ? errno : EIO, "pool spec %s: %m", end + 1)
+                    : cdn_spec_from_json(&p->spec, buf, (size_t) len, err);
+        free(buf);
+    }
+    if (r >= 0)
+        r = cdn_spec_validate(&p->spec, err);
+    if (r >= 0 && !(p->shape = shape_of(&p->spec)))
+        r = cdn_error_set(err, ENOMEM, "out of memory");
+    if (r < 0) {
+        cdn_spec_free(&p->spec);
+        return r;
+    }
+    n_pools++;
+    return 0;
+}
+
+static void refill(evutil_socket_t fd, short what, void *arg);
+
+static void schedule(struct pool *p)
+{
+    if (!cordond->stopping && p->refill && p->ready + p->filling < p->target)
+        event_active(p->refill, EV_TIMEOUT, 0);
+}
+
+static void refill(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    struct pool *p = arg;
+    if (cordond->stopping || p->ready + p->filling >= p->target)
+        return;
+    if (p->failures >= 3) { /* a spec that cannot start must not spin */
+        fprintf(stderr, "cordond: pool '%s' stopped refilling after 3 failures\n", p->shape);
+        return;
+    }
+    struct cdn_spec spec;
+    char *json = cdn_spec_to_json(&p->spec);
+    struct cdn_error err = {0};
+    if (!json || cdn_spec_init(&spec) < 0 || cdn_spec_from_json(&spec, json, strlen(json), &err) < 0) {
+        free(json);
+        return;
+    }
+    free(json);
+    if (!box_spawn(&spec, p, &err)) {
+        p->failures++;
+        fprintf(stderr, "cordond: pool: %s\n", err.msg);
+        schedule(p);
+    }
+}
+
+void pool_box_add(struct pool *p, struct box *b)
+{
+    LIST_INSERT_HEAD(&p->boxes, b, link);
+    p->filling++; /* pool_box_ready or pool_box_gone follows */
+}
+
+void pool_start(void)
+{
+    for (unsigned i = 0; i < n_pools; i++) {
+        struct pool *p = &pools[i];
+        p->refill = event_new(cordond->base, -1, 0, refill, p);
+        if (p->refill)
+            (void) event_priority_set(p->refill, 2); /* the lowest: only when nothing else waits */
+        schedule(p);
+    }
+}
+
+struct box *pool_take(const struct cdn_spec *spec)
+{
+    if (!n_pools)
+        return NULL;
+    char *shape = shape_of(spec);
+    struct box *found = NULL;
+    for (unsigned i = 0; shape && i < n_pools && !found; i++) {
+        struct pool *p = &pools[i];
+        if (strcmp(p->shape, shape) != 0)
+            continue;
+        struct box *b;
+        LIST_FOREACH(b, &p->boxes, link)
+        if (b->state == BOX_RUNNING) {
+            found = b;
+            break;
+        }
+        if (found) {
+            LIST_REMOVE(found, link);
+            found->pool_ready = false;
+            p->ready--;
+            schedule(p);
+        }
+    }
+    free(shape);
+    return found;
+}
+
+void pool_box_ready(struct box *b)
+{
+    b->pool->filling--;
+    b->pool->ready++;
+    b->pool->failures = 0;
+    b->pool_ready = true;
+    schedule(b->pool);
+}
+
+void pool_box_gone(struct box *b)
+{
+    struct pool *p = b->pool;
+    if (b->pool_ready) {
+        p->ready--;
+    } else {
+        p->filling--;
+        p->failures++; /* it never started */
+    }
+    b->pool = NULL;
+    schedule(p);
+}
+
+unsigned pool_ready_total(void)
+{
+    unsigned n = 0;
+    for (unsigned i = 0; i < n_pools; i++)
+        n += pools[i].ready;
+    return n;
+}
+
+void pool_drain(void)
+{
+    for (unsigned i = 0; i < n_pools; i++)
+        while (!LIST_EMPTY(&pools[i].boxes))
+            box_delete(LIST_FIRST(&pools[i].boxes), "cordond stopped: warm pool emptied");
+}
