@@ -14,6 +14,14 @@
 
 int cdn_cli_run(int argc, char *const *argv);
 int cdn_cli_image(int argc, char *const *argv);
+/* Client commands (client.c, full build only: libcordon). */
+int cdn_cli_create(int argc, char *const *argv);
+int cdn_cli_exec(int argc, char *const *argv);
+int cdn_cli_kill(int argc, char *const *argv);
+int cdn_cli_ls(int argc, char *const *argv);
+int cdn_cli_inspect(int argc, char *const *argv);
+int cdn_cli_events(int argc, char *const *argv);
+int cdn_cli_cp(int argc, char *const *argv);
 
 /* Replace this process with cordon-full, same argv and environment. Returns
  * only on failure, after printing why, with the exit status to use (125). */

@@ -20,6 +20,24 @@ static const struct {
     {"run", cdn_cli_run, true, "run [FLAGS] [--] CMD [ARG…]   one command in a fresh sandbox, no daemon"},
     {"image", cdn_cli_image, false,
      "image rebuild host            rebuild the host image skeleton from this host's /etc"},
+#if !CDN_LEAN
+    {"create", cdn_cli_create, false, "create [FLAGS]                a sandbox in cordond; prints its id"},
+    {"exec", cdn_cli_exec, false, "exec ID [--env K=V] [--workdir D] [--timeout T] [--] CMD [ARG…]"},
+    {"kill", cdn_cli_kill, false, "kill ID…                      delete sandboxes"},
+    {"ls", cdn_cli_ls, false, "ls [--label K=V]…             list sandboxes"},
+    {"inspect", cdn_cli_inspect, false, "inspect ID                    a sandbox as JSON"},
+    {"events", cdn_cli_events, false, "events ID [--follow]          its event log (NDJSON)"},
+    {"cp", cdn_cli_cp, false, "cp ID:PATH HOST | HOST ID:PATH copy a file out of or into a sandbox"},
+#else
+    /* the lean build hands these to cordon-full (see main) */
+    {"create", NULL, false, ""},
+    {"exec", NULL, false, ""},
+    {"kill", NULL, false, ""},
+    {"ls", NULL, false, ""},
+    {"inspect", NULL, false, ""},
+    {"events", NULL, false, ""},
+    {"cp", NULL, false, ""},
+#endif
 };
 
 int cdn_cli_exec_full(void)
@@ -50,6 +68,8 @@ int main(int argc, char **argv)
         return 125;
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+        if (CDN_LEAN)
+            return cdn_cli_exec_full(); /* the full list is the full build's */
         usage(stdout);
         return 0;
     }

@@ -264,6 +264,10 @@ int cdn_run_parse(int argc, char *const *argv, struct cdn_run_opts *opts, struct
         if (r < 0)
             return r;
     }
+    if (opts->no_command)
+        return i < argc
+                   ? cdn_error_field(err, EINVAL, "", "unexpected argument '%s': only flags here", argv[i])
+                   : 0;
     if (i >= argc)
         return cdn_error_field(err, EINVAL, "", "no command given (cordon run [FLAGS] -- CMD [ARG…])");
     opts->argv = argv + i;

@@ -12,6 +12,7 @@ struct cdn_run_opts {
     bool json;
     bool needs_full;   /* lean build: a flag it cannot serve (--spec) was given; see cli.h */
     char *const *argv; /* the command, NULL-terminated; points into the caller's argv */
+    bool no_command;   /* set by the caller: flags only (cordon create) */
 };
 
 /* Parse argv (after the subcommand) into opts; opts->spec must be initialised.

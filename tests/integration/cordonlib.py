@@ -461,6 +461,8 @@ class Daemon:
         self.socket = os.path.join(workdir, "cordond.sock")
         self.log_path = os.path.join(workdir, "cordond.log")
         self.log = open(self.log_path, "wb")
+        if os.path.exists(self.socket):
+            os.unlink(self.socket)  # a killed predecessor's: its file stays behind
         # A sanitizer build keeps freed memory in quarantine (256 MB by
         # default), which would hide whether cordond's own memory is bounded.
         env = dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=16")
@@ -468,10 +470,13 @@ class Daemon:
                 "--sandbox-dir", os.path.join(workdir, "sandboxes"), "--stop-sandboxes", "false" if keep else "true"]
         self.proc = subprocess.Popen([*argv, *args],
                                      env=env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
-        if os.path.exists(self.socket):
-            os.unlink(self.socket)  # a killed predecessor's: its file stays behind
-        wait_for(lambda: os.path.exists(self.socket) or self.proc.poll() is not None, timeout=10,
-                 what="cordond's socket")
+        try:
+            wait_for(lambda: os.path.exists(self.socket) or self.proc.poll() is not None, timeout=10,
+                     what="cordond's socket")
+        except AssertionError:
+            self.proc.kill()  # never leave a daemon of ours behind
+            self.proc.wait()
+            raise
         if self.proc.poll() is not None:
             raise AssertionError(f"cordond exited {self.proc.returncode}:\n{self.output()}")
         from cordon import Endpoint

@@ -248,7 +248,7 @@ def test_lifetime_timeout_deletes_the_sandbox(daemon):
 
 def test_init_that_dies_leaves_a_stopped_sandbox(daemon):
     with create(daemon) as sb:
-        inits = [p for p in sandbox_procs() if p.comm == "cordon-init"]
+        inits = [p for p in sandbox_procs() if p.comm == "cordon-init" and p.ppid == daemon.proc.pid]
         assert len(inits) == 1
         os.kill(inits[0].pid, signal.SIGKILL)
         wait_for(lambda: sb.info()["state"] == "exited", timeout=10, what="state exited")
@@ -306,6 +306,6 @@ def test_tcp_needs_the_token(shared_dir):
 def test_stop_ends_every_sandbox(daemon):
     for _ in range(3):
         create(daemon)
-    assert len([p for p in sandbox_procs() if p.comm == "cordon-init"]) == 3
+    assert len([p for p in sandbox_procs() if p.comm == "cordon-init" and p.ppid == daemon.proc.pid]) == 3
     assert daemon.stop() == 0
     # the autouse leak check verifies that nothing of them is left

@@ -1,0 +1,313 @@
+/* The CLI's client commands (DESIGN §3): create, exec, kill, ls, inspect,
+ * events, cp — each one request or two to cordond through libcordon. They
+ * find the daemon at $CORDON_SOCKET or the default socket. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "core/spec.h"
+#include "lib/cordon.h"
+#include "run-flags.h"
+#include "shared/macro.h"
+#include "shared/parse-util.h"
+
+static int fail(cordon_client *c, int r, const char *what)
+{
+    const struct cordon_error *e = cordon_last_error(c);
+    if (e->message[0])
+        fprintf(stderr, "cordon %s: %s%s%s%s\n", what, e->message, e->field[0] ? " (field: " : "", e->field,
+                e->field[0] ? ")" : "");
+    else
+        fprintf(stderr, "cordon %s: %s\n", what, strerror(-r));
+    return 125;
+}
+
+static cordon_client *connect_daemon(void)
+{
+    cordon_client *c = cordon_client_new(NULL);
+    if (!c)
+        fprintf(stderr, "cordon: out of memory\n");
+    return c;
+}
+
+int cdn_cli_create(int argc, char *const *argv)
+{
+    struct cdn_run_opts o = {.no_command = true};
+    struct cdn_error err = {0};
+    if (argc > 0 && strcmp(argv[0], "--help") == 0) {
+        printf("usage: cordon create [FLAGS]   (the flags of cordon run; prints the new sandbox's id)\n");
+        cdn_run_usage(stdout);
+        return 0;
+    }
+    if (cdn_spec_init(&o.spec) < 0)
+        return 125;
+    int r = cdn_run_parse(argc, argv, &o, &err);
+    if (r >= 0)
+        r = cdn_spec_validate(&o.spec, &err);
+    if (r < 0) {
+        fprintf(stderr, "cordon create: %s%s%s%s\n", err.msg, err.field[0] ? " (field: " : "", err.field,
+                err.field[0] ? ")" : "");
+        cdn_spec_free(&o.spec);
+        return 125;
+    }
+    char *spec = cdn_spec_to_json(&o.spec);
+    cdn_spec_free(&o.spec);
+    cordon_client *c = connect_daemon();
+    char *id = NULL;
+    r = c && spec ? cordon_create(c, spec, &id) : -ENOMEM;
+    free(spec);
+    int ret = r < 0 ? (c ? fail(c, r, "create") : 125) : (printf("%s\n", id), 0);
+    free(id);
+    cordon_client_free(c);
+    return ret;
+}
+
+static void write_out(int stream, const uint8_t *p, size_t len, void *arg)
+{
+    (void) arg;
+    FILE *f = stream == 1 ? stdout : stderr;
+    (void) fwrite(p, 1, len, f);
+    fflush(f);
+}
+
+/* cordon exec ID [--env K=V]… [--workdir DIR] [--timeout DUR] [--] CMD [ARG…] */
+int cdn_cli_exec(int argc, char *const *argv)
+{
+    if (argc < 2) {
+        fprintf(stderr,
+                "usage: cordon exec ID [--env K=V] [--workdir DIR] [--timeout DUR] [--] CMD [ARG…]\n");
+        return 125;
+    }
+    const char *id = argv[0];
+    const char *env[256] = {0}, *cwd = NULL;
+    size_t n_env = 0;
+    double timeout_s = 0;
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) {
+            i++;
+            break;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "cordon exec: %s needs a value\n", a);
+            return 125;
+        }
+        const char *v = argv[++i];
+        uint64_t ms;
+        if (strcmp(a, "--env") == 0 && strchr(v, '=') && n_env < ELEMENTSOF(env) - 1)
+            env[n_env++] = v;
+        else if (strcmp(a, "--workdir") == 0 && v[0] == '/')
+            cwd = v;
+        else if (strcmp(a, "--timeout") == 0 && cdn_parse_duration(v, &ms) == 0 && ms > 0)
+            timeout_s = (double) ms / 1000.0;
+        else {
+            fprintf(stderr, "cordon exec: %s '%s': unknown flag or bad value\n", a, v);
+            return 125;
+        }
+    }
+    if (i >= argc) {
+        fprintf(stderr, "cordon exec: no command given\n");
+        return 125;
+    }
+    cordon_client *c = connect_daemon();
+    if (!c)
+        return 125;
+    struct cordon_exec_opts opts = {.env = n_env ? env : NULL, .cwd = cwd, .timeout_s = timeout_s};
+    struct cordon_exec_result res;
+    int r = cordon_exec_stream(c, id, (const char *const *) argv + i, &opts, write_out, NULL, &res);
+    int ret = r < 0 ? fail(c, r, "exec") : res.exit_code;
+    cordon_client_free(c);
+    return ret;
+}
+
+int cdn_cli_kill(int argc, char *const *argv)
+{
+    if (argc < 1) {
+        fprintf(stderr, "usage: cordon kill ID…\n");
+        return 125;
+    }
+    cordon_client *c = connect_daemon();
+    int ret = c ? 0 : 125;
+    for (int i = 0; c && i < argc; i++) {
+        int r = cordon_delete(c, argv[i]);
+        if (r < 0)
+            ret = fail(c, r, "kill");
+    }
+    cordon_client_free(c);
+    return ret;
+}
+
+static int get_json(cordon_client *c, const char *path, json_t **ret, const char *what)
+{
+    char *body = NULL;
+    size_t len = 0;
+    int r = cordon_request(c, "GET", path, NULL, 0, NULL, NULL, &body, &len);
+    *ret = r >= 0 ? json_loadb(body, len, 0, NULL) : NULL;
+    free(body);
+    if (r < 0)
+        return fail(c, r, what);
+    if (!*ret) {
+        fprintf(stderr, "cordon %s: the daemon's answer is not JSON\n", what);
+        return 125;
+    }
+    return 0;
+}
+
+/* cordon ls [--label K=V]… */
+int cdn_cli_ls(int argc, char *const *argv)
+{
+    char path[2048] = "/v1/sandboxes";
+    size_t off = strlen(path);
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--label") != 0 || i + 1 >= argc || !strchr(argv[i + 1], '=')) {
+            fprintf(stderr, "usage: cordon ls [--label K=V]…\n");
+            return 125;
+        }
+        off +=
+            (size_t) snprintf(path + off, sizeof path - off, "%clabel=%s", off == 13 ? '?' : '&', argv[++i]);
+        if (off >= sizeof path) {
+            fprintf(stderr, "cordon ls: too many labels\n");
+            return 125;
+        }
+    }
+    cordon_client *c = connect_daemon();
+    json_t *o = NULL;
+    int ret = c ? get_json(c, path, &o, "ls") : 125;
+    if (ret == 0) {
+        printf("%-14s %-9s %-10s %8s  %s\n", "ID", "STATE", "TIER", "AGE", "LABELS");
+        size_t i;
+        json_t *sb;
+        double now = (double) time(NULL);
+        json_array_foreach(json_object_get(o, "sandboxes"), i, sb)
+        {
+            char labels[512] = "";
+            size_t lo = 0;
+            const char *k;
+            json_t *v;
+            json_object_foreach(json_object_get(sb, "labels"), k, v) lo +=
+                (size_t) snprintf(labels + lo, lo < sizeof labels ? sizeof labels - lo : 0, "%s%s=%s",
+                                  lo ? "," : "", k, json_string_value(v));
+            double age = now - json_number_value(json_object_get(sb, "created_at"));
+            printf("%-14s %-9s %-10s %7.0fs  %s\n", json_string_value(json_object_get(sb, "id")),
+                   json_string_value(json_object_get(sb, "state")),
+                   json_string_value(json_object_get(sb, "tier")), age < 0 ? 0 : age, labels);
+        }
+    }
+    json_decref(o);
+    cordon_client_free(c);
+    return ret;
+}
+
+int cdn_cli_inspect(int argc, char *const *argv)
+{
+    if (argc != 1) {
+        fprintf(stderr, "usage: cordon inspect ID\n");
+        return 125;
+    }
+    char path[256];
+    (void) snprintf(path, sizeof path, "/v1/sandboxes/%.64s", argv[0]);
+    cordon_client *c = connect_daemon();
+    json_t *o = NULL;
+    int ret = c ? get_json(c, path, &o, "inspect") : 125;
+    if (ret == 0) {
+        char *s = json_dumps(o, JSON_INDENT(2));
+        if (s)
+            printf("%s\n", s);
+        free(s);
+    }
+    json_decref(o);
+    cordon_client_free(c);
+    return ret;
+}
+
+/* cordon events ID [--follow]: NDJSON lines as the daemon sends them. */
+int cdn_cli_events(int argc, char *const *argv)
+{
+    bool follow = argc == 2 && strcmp(argv[1], "--follow") == 0;
+    if (argc < 1 || argc > 2 || (argc == 2 && !follow)) {
+        fprintf(stderr, "usage: cordon events ID [--follow]\n");
+        return 125;
+    }
+    char path[256];
+    (void) snprintf(path, sizeof path, "/v1/sandboxes/%.64s/events%s", argv[0], follow ? "?follow=true" : "");
+    cordon_client *c = connect_daemon();
+    char *body = NULL;
+    size_t len = 0;
+    int r = c ? cordon_request(c, "GET", path, NULL, 0, NULL, NULL, &body, &len) : -ENOMEM;
+    int ret = r < 0 ? (c ? fail(c, r, "events") : 125) : 0;
+    if (ret == 0)
+        (void) fwrite(body, 1, len, stdout);
+    free(body);
+    cordon_client_free(c);
+    return ret;
+}
+
+/* cordon cp SRC DST: one side ID:PATH, the other a host path ("-" = stdin/stdout). */
+int cdn_cli_cp(int argc, char *const *argv)
+{
+    if (argc != 2) {
+        fprintf(stderr,
+                "usage: cordon cp ID:PATH HOSTPATH | cordon cp HOSTPATH ID:PATH  (- for stdin/stdout)\n");
+        return 125;
+    }
+    const char *src = argv[0], *dst = argv[1];
+    const char *scolon = strchr(src, ':'), *dcolon = strchr(dst, ':');
+    bool upload = dcolon && !scolon;
+    if (!!scolon == !!dcolon) {
+        fprintf(stderr, "cordon cp: exactly one side must be ID:PATH\n");
+        return 125;
+    }
+    const char *remote = upload ? dst : src, *colon = upload ? dcolon : scolon, *local = upload ? src : dst;
+    char id[65];
+    (void) snprintf(id, sizeof id, "%.*s", (int) (colon - remote) < 64 ? (int) (colon - remote) : 64, remote);
+    cordon_client *c = connect_daemon();
+    if (!c)
+        return 125;
+    int ret = 0, r;
+    if (upload) {
+        FILE *f = strcmp(local, "-") == 0 ? stdin : fopen(local, "rb");
+        char *data = NULL;
+        size_t len = 0, cap = 0;
+        if (!f) {
+            fprintf(stderr, "cordon cp: %s: %s\n", local, strerror(errno));
+            cordon_client_free(c);
+            return 125;
+        }
+        for (;;) {
+            if (len + 65536 > cap && !(data = realloc(data, cap = (cap ? cap * 2 : 65536) + 65536)))
+                break;
+            size_t n = fread(data + len, 1, 65536, f);
+            len += n;
+            if (n == 0)
+                break;
+        }
+        if (f != stdin)
+            fclose(f);
+        r = data ? cordon_file_write(c, id, colon + 1, data, len) : -ENOMEM;
+        free(data);
+        if (r < 0)
+            ret = fail(c, r, "cp");
+    } else {
+        uint8_t *data = NULL;
+        size_t len = 0;
+        r = cordon_file_read(c, id, colon + 1, &data, &len);
+        if (r < 0) {
+            ret = fail(c, r, "cp");
+        } else {
+            FILE *f = strcmp(local, "-") == 0 ? stdout : fopen(local, "wb");
+            if (!f || fwrite(data, 1, len, f) != len || (f != stdout && fclose(f) != 0)) {
+                fprintf(stderr, "cordon cp: %s: %s\n", local, strerror(errno));
+                ret = 125;
+            }
+        }
+        free(data);
+    }
+    cordon_client_free(c);
+    return ret;
+}

@@ -1,0 +1,481 @@
+/* libcordon: the C client (cordon.h). HTTP through libcurl (unix sockets
+ * and TCP alike), JSON through jansson. Runs in the caller's process; it
+ * trusts the daemon's answers no further than their JSON parses. */
+#include "cordon.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shared/base64.h"
+
+#define DEFAULT_SOCKET "/run/cordon/cordond.sock"
+
+struct cordon_client {
+    CURL *curl;
+    char *socket_path; /* NULL for TCP */
+    char *base_url;    /* "http://cordond" for the socket */
+    char *auth;        /* "Authorization: Bearer …" or NULL */
+    struct cordon_error err;
+};
+
+struct buf {
+    char *p;
+    size_t len, cap;
+    /* streaming exec: lines are handed out as they complete (2xx answers only) */
+    void (*on_line)(const char *line, size_t len, void *arg);
+    void *arg;
+    CURL *h;
+};
+
+static void set_error(cordon_client *c, long status, const char *code, const char *field, const char *fmt,
+                      ...)
+{
+    va_list ap;
+    c->err.status = status;
+    (void) snprintf(c->err.code, sizeof c->err.code, "%s", code);
+    (void) snprintf(c->err.field, sizeof c->err.field, "%s", field ? field : "");
+    va_start(ap, fmt);
+    (void) vsnprintf(c->err.message, sizeof c->err.message, fmt, ap);
+    va_end(ap);
+}
+
+const struct cordon_error *cordon_last_error(const cordon_client *c)
+{
+    return &c->err;
+}
+
+static cordon_client *client_new(void)
+{
+    static bool inited;
+    if (!inited) {
+        if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0)
+            return NULL;
+        inited = true;
+    }
+    cordon_client *c = calloc(1, sizeof *c);
+    if (c && !(c->curl = curl_easy_init())) {
+        free(c);
+        c = NULL;
+    }
+    return c;
+}
+
+cordon_client *cordon_client_new(const char *socket_path)
+{
+    if (!socket_path)
+        socket_path = getenv("CORDON_SOCKET");
+    if (!socket_path || !socket_path[0])
+        socket_path = DEFAULT_SOCKET;
+    cordon_client *c = client_new();
+    if (c && (!(c->socket_path = strdup(socket_path)) || !(c->base_url = strdup("http://cordond")))) {
+        cordon_client_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+cordon_client *cordon_client_new_tcp(const char *url, const char *token)
+{
+    cordon_client *c = client_new();
+    if (!c)
+        return NULL;
+    if (!(c->base_url = strdup(url)) ||
+        (token && asprintf(&c->auth, "Authorization: Bearer %s", token) < 0)) {
+        c->auth = NULL;
+        cordon_client_free(c);
+        return NULL;
+    }
+    size_t n = strlen(c->base_url);
+    if (n && c->base_url[n - 1] == '/')
+        c->base_url[n - 1] = 0;
+    return c;
+}
+
+void cordon_client_free(cordon_client *c)
+{
+    if (!c)
+        return;
+    if (c->curl)
+        curl_easy_cleanup(c->curl);
+    free(c->socket_path);
+    free(c->base_url);
+    free(c->auth);
+    free(c);
+}
+
+static size_t on_data(char *p, size_t size, size_t n, void *arg)
+{
+    struct buf *b = arg;
+    size_t len = size * n;
+    if (b->len + len + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + len + 1)
+            cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q)
+            return 0; /* curl fails the transfer */
+        b->p = q, b->cap = cap;
+    }
+    memcpy(b->p + b->len, p, len);
+    b->len += len;
+    b->p[b->len] = 0;
+    long status = 0;
+    if (b->on_line)
+        curl_easy_getinfo(b->h, CURLINFO_RESPONSE_CODE, &status);
+    while (b->on_line && status < 300) { /* NDJSON: hand out complete lines */
+        char *nl = memchr(b->p, '\n', b->len);
+        if (!nl)
+            break;
+        size_t l = (size_t) (nl - b->p);
+        *nl = 0;
+        b->on_line(b->p, l, b->arg);
+        memmove(b->p, nl + 1, b->len - l - 1);
+        b->len -= l + 1;
+        b->p[b->len] = 0;
+    }
+    return len;
+}
+
+/* From an error body {"error": {...}} into c->err. */
+static void parse_error(cordon_client *c, long status, const char *body)
+{
+    json_t *o = body ? json_loads(body, 0, NULL) : NULL;
+    json_t *e = json_object_get(o, "error");
+    const char *code = json_string_value(json_object_get(e, "code"));
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    const char *field = json_string_value(json_object_get(e, "field"));
+    set_error(c, status, code ? code : "http_error", field, "%s", msg ? msg : (body ? body : "no body"));
+    json_decref(o);
+}
+
+static int perform(cordon_client *c, const char *method, const char *path, const void *body, size_t body_len,
+                   const char *content_type, struct buf *out, long *ret_status)
+{
+    CURL *h = c->curl;
+    curl_easy_reset(h);
+    char url[2048];
+    if ((size_t) snprintf(url, sizeof url, "%s%s", c->base_url, path) >= sizeof url) {
+        set_error(c, 0, "invalid_argument", "path", "path too long");
+        return -ENAMETOOLONG;
+    }
+    struct curl_slist *hdrs = NULL;
+    char ct[128];
+    if (content_type) {
+        (void) snprintf(ct, sizeof ct, "Content-Type: %s", content_type);
+        hdrs = curl_slist_append(hdrs, ct);
+    }
+    if (c->auth)
+        hdrs = curl_slist_append(hdrs, c->auth);
+    hdrs = curl_slist_append(hdrs, "Expect:"); /* no 100-continue round trip */
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    if (c->socket_path)
+        curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, c->socket_path);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    if (body || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body ? body : "");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t) body_len);
+    }
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    CURLcode rc = curl_easy_perform(h);
+    curl_slist_free_all(hdrs);
+    if (rc != CURLE_OK) {
+        set_error(c, 0, "unreachable", NULL, "%s %s: %s", method, url, curl_easy_strerror(rc));
+        return rc == CURLE_COULDNT_CONNECT ? -ECONNREFUSED : -EIO;
+    }
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, ret_status);
+    if (*ret_status >= 400) {
+        parse_error(c, *ret_status, out->p);
+        return -EPROTO;
+    }
+    return 0;
+}
+
+int cordon_request(cordon_client *c, const char *method, const char *path, const void *body, size_t body_len,
+                   const char *content_type, long *ret_status, char **ret_body, size_t *ret_len)
+{
+    struct buf out = {0};
+    long status = 0;
+    int r = perform(c, method, path, body, body_len, content_type, &out, &status);
+    if (ret_status)
+        *ret_status = status;
+    if (ret_len)
+        *ret_len = out.len;
+    if (ret_body && status) {
+        *ret_body = out.p ? out.p : strdup("");
+        out.p = NULL;
+    }
+    free(out.p);
+    return r;
+}
+
+static int request_json(cordon_client *c, const char *method, const char *path, json_t *body, json_t **ret)
+{
+    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *resp = NULL;
+    size_t len = 0;
+    int r = cordon_request(c, method, path, s, s ? strlen(s) : 0, s ? "application/json" : NULL, NULL, &resp,
+                           &len);
+    free(s);
+    if (r >= 0 && ret) {
+        *ret = json_loadb(resp, len, 0, NULL);
+        if (!*ret) {
+            set_error(c, 200, "bad_response", NULL, "the daemon's answer is not JSON");
+            r = -EBADMSG;
+        }
+    }
+    free(resp);
+    return r;
+}
+
+int cordon_create(cordon_client *c, const char *spec_json, char **ret_id)
+{
+    char *resp = NULL;
+    size_t len = 0;
+    const char *body = spec_json ? spec_json : "{}";
+    int r =
+        cordon_request(c, "POST", "/v1/sandboxes", body, strlen(body), "application/json", NULL, &resp, &len);
+    json_t *o = r >= 0 ? json_loadb(resp, len, 0, NULL) : NULL;
+    free(resp);
+    if (r < 0)
+        return r;
+    const char *id = json_string_value(json_object_get(o, "id"));
+    if (!id || !(*ret_id = strdup(id))) {
+        json_decref(o);
+        set_error(c, 201, "bad_response", NULL, "no id in the daemon's answer");
+        return -EBADMSG;
+    }
+    json_decref(o);
+    return 0;
+}
+
+static int sandbox_path(cordon_client *c, char *buf, size_t size, const char *id, const char *rest)
+{
+    for (const char *p = id; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z'))) {
+            set_error(c, 0, "invalid_argument", "id", "'%s' is not a sandbox id", id);
+            return -EINVAL;
+        }
+    (void) snprintf(buf, size, "/v1/sandboxes/%s%s", id, rest);
+    return 0;
+}
+
+int cordon_delete(cordon_client *c, const char *id)
+{
+    char path[128];
+    int r = sandbox_path(c, path, sizeof path, id, "");
+    return r < 0 ? r : request_json(c, "DELETE", path, NULL, NULL);
+}
+
+static json_t *exec_body(const char *const argv[], const struct cordon_exec_opts *o, bool stream)
+{
+    json_t *cmd = json_array();
+    for (size_t i = 0; argv && argv[i]; i++)
+        json_array_append_new(cmd, json_string(argv[i]));
+    json_t *b = json_pack("{s:o, s:s, s:b}", "cmd", cmd, "encoding", "base64", "stream", stream);
+    if (!b || !o)
+        return b;
+    if (o->env) {
+        json_t *env = json_object();
+        for (size_t i = 0; o->env[i]; i++) {
+            const char *eq = strchr(o->env[i], '=');
+            if (eq) {
+                char key[256];
+                (void) snprintf(key, sizeof key, "%.*s", (int) (eq - o->env[i]), o->env[i]);
+                json_object_set_new(env, key, json_string(eq + 1));
+            }
+        }
+        json_object_set_new(b, "env", env);
+    }
+    if (o->cwd)
+        json_object_set_new(b, "cwd", json_string(o->cwd));
+    if (o->timeout_s > 0)
+        json_object_set_new(b, "timeout_s", json_real(o->timeout_s));
+    if (o->stdin_data) {
+        char *s = malloc(cdn_base64_len(o->stdin_len) + 1);
+        if (s) {
+            cdn_base64_encode(o->stdin_data, o->stdin_len, s);
+            json_object_set_new(b, "stdin_b64", json_string(s));
+            free(s);
+        }
+    }
+    return b;
+}
+
+static int decode_b64(json_t *v, uint8_t **ret, size_t *ret_len)
+{
+    const char *s = json_string_value(v);
+    size_t n = s ? strlen(s) : 0;
+    uint8_t *p = malloc(n / 4 * 3 + 1);
+    if (!p)
+        return -ENOMEM;
+    long k = s ? cdn_base64_decode(s, n, p) : 0;
+    if (k < 0) {
+        free(p);
+        return -EBADMSG;
+    }
+    p[k] = 0;
+    *ret = p;
+    *ret_len = (size_t) k;
+    return 0;
+}
+
+static void fill_result(json_t *o, struct cordon_exec_result *r)
+{
+    r->exit_code = (int) json_integer_value(json_object_get(o, "exit_code"));
+    r->signal = (int) json_integer_value(json_object_get(o, "signal"));
+    r->timed_out = json_is_true(json_object_get(o, "timed_out"));
+    r->truncated = json_is_true(json_object_get(o, "truncated"));
+    r->duration_ms = json_number_value(json_object_get(o, "duration_ms"));
+}
+
+int cordon_exec(cordon_client *c, const char *id, const char *const argv[],
+                const struct cordon_exec_opts *opts, struct cordon_exec_result *ret)
+{
+    char path[128];
+    int r = sandbox_path(c, path, sizeof path, id, "/exec");
+    if (r < 0)
+        return r;
+    json_t *body = exec_body(argv, opts, false), *o = NULL;
+    r = body ? request_json(c, "POST", path, body, &o) : -ENOMEM;
+    json_decref(body);
+    if (r < 0)
+        return r;
+    struct cordon_exec_result res = {0};
+    fill_result(o, &res);
+    if (decode_b64(json_object_get(o, "stdout_b64"), &res.out, &res.out_len) < 0 ||
+        decode_b64(json_object_get(o, "stderr_b64"), &res.err, &res.err_len) < 0) {
+        cordon_exec_result_free(&res);
+        json_decref(o);
+        set_error(c, 200, "bad_response", NULL, "output is not base64");
+        return -EBADMSG;
+    }
+    json_decref(o);
+    *ret = res;
+    return 0;
+}
+
+void cordon_exec_result_free(struct cordon_exec_result *r)
+{
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
+}
+
+struct stream_ctx {
+    void (*on_output)(int stream, const uint8_t *p, size_t len, void *arg);
+    void *arg;
+    struct cordon_exec_result *res;
+    bool ended;
+    struct cordon_error err;
+};
+
+static void on_line(const char *line, size_t len, void *arg)
+{
+    struct stream_ctx *s = arg;
+    json_t *o = json_loadb(line, len, 0, NULL);
+    const char *type = json_string_value(json_object_get(o, "type"));
+    if (type && (strcmp(type, "stdout") == 0 || strcmp(type, "stderr") == 0)) {
+        uint8_t *p;
+        size_t n;
+        if (decode_b64(json_object_get(o, "data_b64"), &p, &n) == 0) {
+            if (s->on_output)
+                s->on_output(type[3] == 'o' ? 1 : 2, p, n, s->arg);
+            free(p);
+        }
+    } else if (type && strcmp(type, "exit") == 0) {
+        fill_result(o, s->res);
+        s->ended = true;
+    } else if (type && strcmp(type, "error") == 0) {
+        json_t *e = json_object_get(o, "error");
+        const char *code = json_string_value(json_object_get(e, "code"));
+        const char *msg = json_string_value(json_object_get(e, "message"));
+        const char *field = json_string_value(json_object_get(e, "field"));
+        (void) snprintf(s->err.code, sizeof s->err.code, "%s", code ? code : "error");
+        (void) snprintf(s->err.message, sizeof s->err.message, "%s", msg ? msg : "");
+        (void) snprintf(s->err.field, sizeof s->err.field, "%s", field ? field : "");
+        s->err.status = 200;
+    }
+    json_decref(o);
+}
+
+int cordon_exec_stream(cordon_client *c, const char *id, const char *const argv[],
+                       const struct cordon_exec_opts *opts,
+                       void (*on_output)(int stream, const uint8_t *p, size_t len, void *arg), void *arg,
+                       struct cordon_exec_result *ret)
+{
+    char path[128];
+    int r = sandbox_path(c, path, sizeof path, id, "/exec");
+    if (r < 0)
+        return r;
+    json_t *body = exec_body(argv, opts, true);
+    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!s)
+        return -ENOMEM;
+    struct cordon_exec_result res = {0};
+    struct stream_ctx ctx = {.on_output = on_output, .arg = arg, .res = &res};
+    struct buf out = {.on_line = on_line, .arg = &ctx, .h = c->curl};
+    long status = 0;
+    r = perform(c, "POST", path, s, strlen(s), "application/json", &out, &status);
+    free(s);
+    free(out.p);
+    if (r < 0)
+        return r;
+    if (ctx.err.status) {
+        c->err = ctx.err;
+        return -EPROTO;
+    }
+    if (!ctx.ended) {
+        set_error(c, status, "bad_response", NULL, "the stream ended without an exit");
+        return -EBADMSG;
+    }
+    *ret = res;
+    return 0;
+}
+
+static int file_path(cordon_client *c, char *buf, size_t size, const char *id, const char *path)
+{
+    char *q = curl_easy_escape(c->curl, path, 0);
+    if (!q)
+        return -ENOMEM;
+    char rest[1800];
+    int r = (size_t) snprintf(rest, sizeof rest, "/files?path=%s", q) < sizeof rest ? 0 : -ENAMETOOLONG;
+    curl_free(q);
+    if (r < 0) {
+        set_error(c, 0, "invalid_argument", "path", "path too long");
+        return r;
+    }
+    return sandbox_path(c, buf, size, id, rest);
+}
+
+int cordon_file_write(cordon_client *c, const char *id, const char *path, const void *data, size_t len)
+{
+    char p[2048];
+    int r = file_path(c, p, sizeof p, id, path);
+    return r < 0 ? r
+                 : cordon_request(c, "PUT", p, data ? data : "", len, "application/octet-stream", NULL, NULL,
+                                  NULL);
+}
+
+int cordon_file_read(cordon_client *c, const char *id, const char *path, uint8_t **ret_data, size_t *ret_len)
+{
+    char p[2048];
+    int r = file_path(c, p, sizeof p, id, path);
+    char *body = NULL;
+    if (r >= 0)
+        r = cordon_request(c, "GET", p, NULL, 0, NULL, NULL, &body, ret_len);
+    if (r < 0) {
+        free(body);
+        return r;
+    }
+    *ret_data = (uint8_t *) body;
+    return 0;
+}

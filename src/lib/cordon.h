@@ -1,0 +1,97 @@
+/* libcordon: C client of cordond's HTTP API (docs/cordond.md).
+ *
+ *   cordon_client *c = cordon_client_new(NULL);          // $CORDON_SOCKET or /run/cordon/cordond.sock
+ *   char *id;
+ *   if (cordon_create(c, "{\"limits\": {\"memory_mb\": 256}}", &id) < 0)
+ *       fprintf(stderr, "%s\n", cordon_last_error(c)->message);
+ *   const char *argv[] = {"python3", "-c", "print(6*7)", NULL};
+ *   struct cordon_exec_result r;
+ *   cordon_exec(c, id, argv, NULL, &r);                   // r.exit_code, r.out, r.err
+ *   cordon_exec_result_free(&r);
+ *   cordon_delete(c, id);
+ *   free(id);
+ *   cordon_client_free(c);
+ *
+ * Every call is blocking and returns 0 (or, where said, a count) on success
+ * and a negative errno on failure; when the daemon answered with an error,
+ * the return is -EPROTO and cordon_last_error() holds its status, code,
+ * message and field. A client is not thread-safe: one per thread. Returned
+ * strings and buffers are malloc'd and owned by the caller unless noted. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CORDON_API __attribute__((visibility("default")))
+
+typedef struct cordon_client cordon_client;
+
+struct cordon_error {
+    long status;       /* HTTP status, 0 if no answer came */
+    char code[64];     /* e.g. "invalid_spec", "sandbox_not_found" */
+    char field[64];    /* the field at fault, or "" */
+    char message[512]; /* a sentence for humans */
+};
+
+/* socket_path NULL: $CORDON_SOCKET, else /run/cordon/cordond.sock. */
+CORDON_API cordon_client *cordon_client_new(const char *socket_path);
+/* TCP: url "http://HOST:PORT", token the bearer token. */
+CORDON_API cordon_client *cordon_client_new_tcp(const char *url, const char *token);
+CORDON_API void cordon_client_free(cordon_client *c);
+/* The last failure of c (owned by c, valid until its next call). */
+CORDON_API const struct cordon_error *cordon_last_error(const cordon_client *c);
+
+/* Any request: body may be NULL. *ret_body (NUL-terminated, also when binary:
+ * use *ret_len) and *ret_status on any HTTP answer; -EPROTO for >= 400. */
+CORDON_API int cordon_request(cordon_client *c, const char *method, const char *path, const void *body,
+                              size_t body_len, const char *content_type, long *ret_status, char **ret_body,
+                              size_t *ret_len);
+
+/* POST /v1/sandboxes with a spec (JSON text, NULL = defaults); *ret_id is the new sandbox's id. */
+CORDON_API int cordon_create(cordon_client *c, const char *spec_json, char **ret_id);
+CORDON_API int cordon_delete(cordon_client *c, const char *id);
+
+struct cordon_exec_opts {
+    const char *const *env; /* "K=V", NULL-terminated, or NULL */
+    const char *cwd;        /* absolute, or NULL for the sandbox's workdir */
+    const void *stdin_data; /* or NULL: stdin is /dev/null */
+    size_t stdin_len;
+    double timeout_s; /* 0: none */
+};
+
+struct cordon_exec_result {
+    int exit_code; /* 128+N after signal N; 124 after the timeout */
+    int signal;    /* 0 if it exited */
+    bool timed_out, truncated;
+    double duration_ms;
+    uint8_t *out, *err; /* exact bytes, NUL-terminated for convenience */
+    size_t out_len, err_len;
+};
+
+/* Run argv (NULL-terminated) to completion. -EPROTO with code "exec_failed"
+ * when the command could not start. */
+CORDON_API int cordon_exec(cordon_client *c, const char *id, const char *const argv[],
+                           const struct cordon_exec_opts *opts, struct cordon_exec_result *ret);
+CORDON_API void cordon_exec_result_free(struct cordon_exec_result *r);
+
+/* Streaming exec: on_output(stream 1 or 2, bytes, len, arg) as output comes;
+ * the result (out/err left empty) at the end. */
+CORDON_API int cordon_exec_stream(cordon_client *c, const char *id, const char *const argv[],
+                                  const struct cordon_exec_opts *opts,
+                                  void (*on_output)(int stream, const uint8_t *p, size_t len, void *arg),
+                                  void *arg, struct cordon_exec_result *ret);
+
+/* Files: path absolute or relative to the workdir. */
+CORDON_API int cordon_file_write(cordon_client *c, const char *id, const char *path, const void *data,
+                                 size_t len);
+CORDON_API int cordon_file_read(cordon_client *c, const char *id, const char *path, uint8_t **ret_data,
+                                size_t *ret_len);
+
+#ifdef __cplusplus
+}
+#endif
