@@ -28,6 +28,7 @@ void cdn_sandbox_init(struct cdn_sandbox *sb, const struct cdn_spec *spec)
         .stdio_fd = -EBADF,
         .listen_fd = -EBADF,
         .slot = -1,
+        .slot_hint = -1,
         .slot_fd = -EBADF,
         .guard_fd = -EBADF,
     };

@@ -35,6 +35,11 @@ struct cdn_sandbox {
      * that no crash can leave a sandbox that no record names. < 0 fails create. */
     int (*on_spawned)(struct cdn_sandbox *sb, void *arg);
     void *on_spawned_arg;
+    /* Reuse of cgroup directories (cordond): slot_hint, when >= 0, is the slot
+     * to try first at create; keep_cgroup makes destroy empty the cgroup but
+     * leave its directories for the next sandbox of that slot. */
+    int slot_hint;
+    bool keep_cgroup;
 
     /* host resources held for the sandbox's lifetime */
     int slot;    /* index of the uid range and cgroup name */

@@ -118,6 +118,32 @@ static void box_free(struct box *b)
     free(b);
 }
 
+static bool grow_kept(void)
+{
+    size_t cap = cordond->cap_kept ? cordond->cap_kept * 2 : 64;
+    int *p = realloc(cordond->kept_slots, cap * sizeof *p);
+    if (!p)
+        return false;
+    cordond->kept_slots = p;
+    cordond->cap_kept = cap;
+    return true;
+}
+
+static void keep_slot(int slot)
+{
+    struct daemon *d = cordond;
+    if (d->n_kept < d->cap_kept || grow_kept())
+        d->kept_slots[d->n_kept++] = slot;
+}
+
+void box_drop_kept_slots(void)
+{
+    const struct cdn_tier_ops *t = cdn_tier_lookup(CDN_TIER_CONTAINER);
+    while (cordond->n_kept)
+        t->drop_slot(cordond->kept_slots[--cordond->n_kept]);
+    t->sweep_slots(); /* and any whose hint was lost in a race */
+}
+
 /* init has exited (or never started): release the tier's resources. */
 static void cleanup(struct box *b)
 {
@@ -126,10 +152,19 @@ static void cleanup(struct box *b)
     /* Reap through the pidfd (init may not be our child after a restart);
      * destroy() must not wait on a pid number that may have been reused. */
     siginfo_t si;
-    if (b->sb.init_pidfd >= 0)
+    if (b->sb.init_pidfd >= 0) {
+        /* Make sure: destroy() only empties the cgroup, and a setup child
+         * that has not joined it yet would otherwise outlive the box. */
+        (void) b->sb.tier->kill(&b->sb, SIGKILL);
         (void) waitid(P_PIDFD, (id_t) b->sb.init_pidfd, &si, WEXITED | WNOHANG | __WALL);
+    }
     b->sb.init_pid = 0;
+    int slot = b->sb.slot;
+    bool kept = b->sb.keep_cgroup;
     (void) b->sb.tier->destroy(&b->sb);
+    /* The cgroup directories stay (emptied) for the next sandbox: remember the slot. */
+    if (kept && slot >= 0)
+        keep_slot(slot);
     record_remove(b->sb.id);
 }
 
@@ -212,10 +247,23 @@ static void on_setup(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* Whether the process behind pidfd has exited (a zombie counts). Only our
+ * own children can be asked; for an adopted init (not our child: ECHILD)
+ * the pidfd's readiness is taken as the answer. */
+static bool has_exited(int pidfd)
+{
+    siginfo_t si = {0};
+    return waitid(P_PIDFD, (id_t) pidfd, &si, WEXITED | WNOHANG | WNOWAIT | __WALL) < 0 || si.si_pid != 0;
+}
+
 static void on_init_exit(evutil_socket_t fd, short what, void *arg)
 {
-    (void) fd, (void) what;
+    (void) what;
     struct box *b = arg;
+    if (!has_exited(fd)) { /* not the exit: wait on */
+        (void) event_add(b->pidfd_ev, NULL);
+        return;
+    }
     if (b->dying) {
         LIST_REMOVE(b, link);
         cleanup(b);
@@ -223,13 +271,39 @@ static void on_init_exit(evutil_socket_t fd, short what, void *arg)
         maybe_finish_stop();
         return;
     }
-    struct cdn_usage u = {0};
-    (void) b->sb.tier->usage(&b->sb, &u);
-    box_stop(b, u.oom_kills ? "init exited: out of memory" : "init exited");
+    bool started = b->state == BOX_RUNNING;
+    char reason[sizeof b->exit_reason] = "init exited";
+    struct cdn_error err = {0};
+    /* Dying while starting, it may have said why on the setup pipe, which
+     * this event can overtake: that report is the answer to the create. */
+    if (!started && b->sb.setup_fd >= 0 &&
+        cdn_read_full(b->sb.setup_fd, &err, sizeof err) == (ssize_t) sizeof err) {
+        err.msg[sizeof err.msg - 1] = 0;
+        err.field[sizeof err.field - 1] = 0;
+        cordond->create_errors++;
+        (void) snprintf(reason, sizeof reason, "setup failed");
+        if (b->pool)
+            fprintf(stderr, "cordond: a pooled sandbox failed to start: %s\n", err.msg);
+        if (b->create_req)
+            api_reply_cdn_error(b->create_req, err.field[0] ? 400 : 500,
+                                err.field[0] ? "invalid_spec" : "sandbox_failed", &err);
+        b->create_req = NULL;
+    } else {
+        struct cdn_usage u = {0};
+        (void) b->sb.tier->usage(&b->sb, &u);
+        if (u.oom_kills)
+            (void) snprintf(reason, sizeof reason, "init exited: out of memory");
+    }
+    box_stop(b, reason);
     cleanup(b);
-    if (b->pool) { /* nobody will delete it: forget it now */
+    if (b->pool || !started) { /* nobody knows its id (or it was pooled): forget it now */
         LIST_REMOVE(b, link);
-        pool_box_gone(b);
+        if (b->pool)
+            pool_box_gone(b);
+        else
+            cordond->n_boxes--;
+        box_event(b, "deleted", json_pack("{s:s}", "reason", reason));
+        api_events_end(b);
         box_free(b);
     }
 }
@@ -321,7 +395,13 @@ struct box *box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_error
     } else if (b->sb.listen_fd < 0) {
         cdn_error_set(err, -b->sb.listen_fd, "agent socket in %s: %s", cordond->cfg.sandbox_dir,
                       strerror(-b->sb.listen_fd));
-    } else if (b->sb.tier->create(&b->sb, err) >= 0) {
+    } else if ((b->sb.slot_hint = cordond->n_kept ? cordond->kept_slots[--cordond->n_kept] : -1),
+               b->sb.tier->create(&b->sb, err) >= 0) {
+        b->sb.keep_cgroup = true; /* from now on its cgroup is worth keeping */
+        /* The hint's lock can be busy for a moment (a just-cloned setup child
+         * holds copies of our fds until it closes them): keep it for later. */
+        if (b->sb.slot_hint >= 0 && b->sb.slot_hint != b->sb.slot)
+            keep_slot(b->sb.slot_hint);
         /* init holds the listening socket now. The slot lock is held by both:
          * by init so that a restart cannot lose it, by us so that the slot
          * stays ours until cleanup() has removed its cgroup. */

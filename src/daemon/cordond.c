@@ -19,6 +19,7 @@
 #include "core/paths.h"
 #include "daemon.h"
 #include "shared/parse-util.h"
+#include "tiers/tier.h"
 
 #ifndef CDN_SYSCONFDIR
 #define CDN_SYSCONFDIR "/usr/local/etc"
@@ -294,6 +295,8 @@ int main(int argc, char **argv)
         return 1;
     }
     int adopted = box_adopt_all();
+    /* What a crashed cordond kept for reuse (empty cgroups of now free slots) goes. */
+    cdn_tier_lookup(CDN_TIER_CONTAINER)->sweep_slots();
     if (adopted)
         fprintf(stderr, "cordond: adopted %d sandboxes left by the previous cordond\n", adopted);
     if (api_start() < 0)
@@ -302,6 +305,7 @@ int main(int argc, char **argv)
     fprintf(stderr, "cordond %s: listening on %s%s%s\n", CORDON_VERSION, d->cfg.socket_path,
             d->cfg.listen[0] ? " and " : "", d->cfg.listen);
     event_base_dispatch(d->base);
+    box_drop_kept_slots();
     (void) unlink(d->cfg.socket_path);
     return 0;
 }

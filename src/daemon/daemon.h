@@ -100,6 +100,8 @@ struct daemon {
     LIST_HEAD(, box) dying; /* deleted, waiting for init's exit to clean up */
     unsigned n_boxes;
     bool stopping;
+    int *kept_slots; /* slots whose emptied cgroups wait for the next sandbox (box.c) */
+    size_t n_kept, cap_kept;
     /* metrics */
     uint64_t created_total, create_errors, execs_total, http_errors;
     uint64_t exec_hist[12]; /* buckets of exec latency, see api.c */
@@ -137,6 +139,8 @@ int box_adopt_all(void);
 /* At stop: forget every box without ending it (its init waits for the next
  * cordond), or end them all when configured so. */
 void box_release_all(void);
+/* At the end: remove the cgroup directories kept for reuse. */
+void box_drop_kept_slots(void);
 struct box *box_find(const char *id);
 /* Tear down (asynchronously) and forget. reason goes to the event log. */
 void box_delete(struct box *b, const char *reason);

@@ -82,18 +82,26 @@ void record_remove(const char *id)
     (void) unlink(path);
 }
 
-int record_listen(const char *id)
+/* A socket for <id>.sock: *sa filled, the fd returned. */
+static int sock_for(const char *id, struct sockaddr_un *sa)
 {
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
     char path[512];
     record_path(id, "sock", path, sizeof path);
-    if (strlen(path) >= sizeof sa.sun_path)
+    *sa = (struct sockaddr_un){.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa->sun_path)
         return -ENAMETOOLONG;
-    strcpy(sa.sun_path, path);
+    strcpy(sa->sun_path, path);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    return fd < 0 ? -errno : fd;
+}
+
+int record_listen(const char *id)
+{
+    struct sockaddr_un sa;
+    int fd = sock_for(id, &sa);
     if (fd < 0)
-        return -errno;
-    (void) unlink(path);
+        return fd;
+    (void) unlink(sa.sun_path);
     if (bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 || listen(fd, 4) < 0) {
         int r = -errno;
         (void) close(fd);
@@ -104,15 +112,10 @@ int record_listen(const char *id)
 
 int record_connect(const char *id)
 {
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    char path[512];
-    record_path(id, "sock", path, sizeof path);
-    if (strlen(path) >= sizeof sa.sun_path)
-        return -ENAMETOOLONG;
-    strcpy(sa.sun_path, path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa;
+    int fd = sock_for(id, &sa);
     if (fd < 0)
-        return -errno;
+        return fd;
     if (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0) {
         int r = -errno;
         (void) close(fd);

@@ -27,6 +27,12 @@ struct cdn_tier_ops {
      * connects to the sandbox's listening socket). -ESRCH: init is gone;
      * then destroy() still cleans up what is left of the slot. */
     int (*adopt)(struct cdn_sandbox *sb, struct cdn_error *err);
+    /* Remove what keep_cgroup left of a slot, if the slot is free (else its
+     * new owner has it). For the end of cordond. */
+    void (*drop_slot)(int slot);
+    /* drop_slot() for every slot that has cgroup directories (a crashed
+     * cordond's kept ones); slots in use are left alone. */
+    void (*sweep_slots)(void);
 };
 
 extern const struct cdn_tier_ops cdn_container_tier;

@@ -11,6 +11,7 @@
 #include "tiers/tier.h"
 #include "shared/fd-util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sched.h>
@@ -18,6 +19,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -193,7 +195,7 @@ static int container_create(struct cdn_sandbox *sb, struct cdn_error *err)
     (void) snprintf(scratch, sizeof scratch, "%s/mnt", cdn_run_dir());
     if (access(scratch, F_OK) < 0 && (r = cdn_mkdir_p(scratch, 0755)) < 0)
         return cdn_error_set(err, r, "mkdir %s: %s", scratch, strerror(-r));
-    if ((r = cdn_slot_acquire(cdn_run_dir(), &sb->slot, &sb->slot_fd, err)) < 0)
+    if ((r = cdn_slot_acquire(cdn_run_dir(), sb->slot_hint, &sb->slot, &sb->slot_fd, err)) < 0)
         return r;
     sb->uid_base = cdn_slot_uid_base(sb->slot);
     char name[32];
@@ -246,7 +248,8 @@ static int container_destroy(struct cdn_sandbox *sb)
     sb->setup_fd = safe_close(sb->setup_fd);
     if (sb->cgroup.ops) {
         (void) sb->cgroup.ops->kill_all(&sb->cgroup);
-        ret = sb->cgroup.ops->destroy(&sb->cgroup);
+        /* Kept: emptied, for the next sandbox of this slot (DESIGN §6). */
+        ret = sb->keep_cgroup ? 0 : sb->cgroup.ops->destroy(&sb->cgroup);
         sb->cgroup.ops = NULL;
     }
     if (ret == 0)
@@ -297,6 +300,45 @@ static int container_adopt(struct cdn_sandbox *sb, struct cdn_error *err)
     return 0;
 }
 
+static void container_drop_slot(int slot)
+{
+    struct cdn_error err = {0};
+    if (prepare(&err) < 0)
+        return;
+    char path[4096];
+    (void) snprintf(path, sizeof path, "%s/slots/%d", cdn_run_dir(), slot);
+    _cleanup_close_ int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
+        return; /* taken: its owner reuses or removes the cgroup */
+    struct cdn_cgroup cg;
+    char name[32];
+    (void) snprintf(name, sizeof name, "slot-%d", slot);
+    cdn_cgroup_init(&cg, prep.cgroup_ops, name);
+    (void) cg.ops->kill_all(&cg);
+    (void) cg.ops->destroy(&cg);
+}
+
+static void container_sweep_slots(void)
+{
+    struct cdn_error err = {0};
+    if (prepare(&err) < 0)
+        return;
+    char dir[512];
+    /* every v1 controller has the same slot directories: pids stands for all */
+    int r = cdn_cgroup_path(dir, sizeof dir, prep.cgroup_ops->version, "pids", "");
+    DIR *d = r < 0 ? NULL : opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        int slot;
+        char tail;
+        if (sscanf(de->d_name, "slot-%d%c", &slot, &tail) == 1 && slot >= 0 && slot < CDN_SLOT_COUNT)
+            container_drop_slot(slot);
+    }
+    closedir(d);
+}
+
 const struct cdn_tier_ops cdn_container_tier = {
     .name = "container",
     .create = container_create,
@@ -305,4 +347,6 @@ const struct cdn_tier_ops cdn_container_tier = {
     .destroy = container_destroy,
     .detach = container_detach,
     .adopt = container_adopt,
+    .drop_slot = container_drop_slot,
+    .sweep_slots = container_sweep_slots,
 };

@@ -13,7 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-int cdn_slot_acquire(const char *run_dir, int *ret_slot, int *ret_fd, struct cdn_error *err)
+int cdn_slot_acquire(const char *run_dir, int hint, int *ret_slot, int *ret_fd, struct cdn_error *err)
 {
     char dir[4096];
     (void) snprintf(dir, sizeof dir, "%s/slots", run_dir);
@@ -28,8 +28,8 @@ int cdn_slot_acquire(const char *run_dir, int *ret_slot, int *ret_fd, struct cdn
     }
     uint32_t start = 0;
     (void) getrandom(&start, sizeof start, GRND_NONBLOCK);
-    for (int i = 0; i < CDN_SLOT_COUNT; i++) {
-        int slot = (int) ((start + (uint32_t) i) % CDN_SLOT_COUNT);
+    for (int i = hint >= 0 && hint < CDN_SLOT_COUNT ? -1 : 0; i < CDN_SLOT_COUNT; i++) {
+        int slot = i < 0 ? hint : (int) ((start + (uint32_t) i) % CDN_SLOT_COUNT);
         char name[16];
         (void) snprintf(name, sizeof name, "%d", slot);
         int fd = openat(dfd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);

@@ -14,8 +14,9 @@
 #define CDN_UID_RANGE  65536u
 #define CDN_SLOT_COUNT 16383
 
-/* Lock a free slot. ret_fd holds the lock (CLOEXEC). */
-int cdn_slot_acquire(const char *run_dir, int *ret_slot, int *ret_fd, struct cdn_error *err);
+/* Lock a free slot, trying hint first when it is >= 0 (a slot whose cgroup
+ * directories the caller kept for reuse). ret_fd holds the lock (CLOEXEC). */
+int cdn_slot_acquire(const char *run_dir, int hint, int *ret_slot, int *ret_fd, struct cdn_error *err);
 static inline uint32_t cdn_slot_uid_base(int slot)
 {
     return CDN_UID_BASE + (uint32_t) slot * CDN_UID_RANGE;
