@@ -130,6 +130,21 @@ int agent_conn_send(struct agent_conn *c, uint16_t type, uint16_t flags, uint32_
     return 0;
 }
 
+void agent_conn_pause(struct agent_conn *c, bool pause)
+{
+    if (!c->bev)
+        return;
+    if (pause) {
+        bufferevent_disable(c->bev, EV_READ);
+        return;
+    }
+    bufferevent_enable(c->bev, EV_READ);
+    /* Frames already read before the pause: from the loop, not from here
+     * (we may be inside on_read, whose payload buffer must not be reused). */
+    if (evbuffer_get_length(bufferevent_get_input(c->bev)) >= CDN_FRAME_HEADER)
+        bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+}
+
 size_t agent_conn_pending(const struct agent_conn *c)
 {
     return c->bev ? evbuffer_get_length(bufferevent_get_output(c->bev)) : 0;

@@ -59,8 +59,11 @@ static json_t *bytes_json(const struct call *c, const uint8_t *p, size_t n)
     return j;
 }
 
+static void call_done(struct call *c);
+
 static void call_free(struct call *c)
 {
+    call_done(c);
     if (c->timer)
         event_free(c->timer);
     if (c->out)
@@ -83,11 +86,75 @@ static void client_gone(struct evhttp_connection *conn, void *arg)
 {
     (void) conn;
     struct call *c = arg;
+    call_done(c); /* its connection is going: nothing to wait for */
     c->client_gone = true;
     /* The command has nobody to report to: end it. Its EXIT still comes and
      * finishes (frees) the request. */
     int32_t sig = SIGKILL;
     (void) agent_conn_send(&c->box->agent, CDN_FRAME_SIGNAL, 0, c->areq.channel, &sig, sizeof sig);
+}
+
+/* ---- backpressure for streamed replies ----
+ * A client that reads slower than the command writes: once more than
+ * CLIENT_HIGH waits in its connection, the box's agent connection stops
+ * being read (init then stops reading its commands' pipes and they block),
+ * until the client has taken all but CLIENT_LOW. One paused stream pauses
+ * the whole sandbox's agent connection: the price of not buffering. */
+#define CLIENT_HIGH (4u << 20)
+#define CLIENT_LOW  (1u << 20)
+
+static size_t client_backlog(struct call *c)
+{
+    struct evhttp_connection *conn = c->client_gone ? NULL : evhttp_request_get_connection(c->req);
+    struct bufferevent *bev = conn ? evhttp_connection_get_bufferevent(conn) : NULL;
+    return bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
+}
+
+static void throttle_stop(struct box *b)
+{
+    if (!b->throttle)
+        return;
+    b->throttle = NULL;
+    if (b->throttle_ev)
+        evtimer_del(b->throttle_ev);
+    agent_conn_pause(&b->agent, false);
+}
+
+void api_throttle_end(struct box *b)
+{
+    throttle_stop(b);
+    if (b->throttle_ev)
+        event_free(b->throttle_ev);
+    b->throttle_ev = NULL;
+}
+
+static void throttle_check(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    struct box *b = arg;
+    if (!b->throttle || client_backlog(b->throttle) <= CLIENT_LOW)
+        throttle_stop(b);
+}
+
+static void send_chunk(struct call *c, struct evbuffer *buf)
+{
+    evhttp_send_reply_chunk(c->req, buf);
+    struct box *b = c->box;
+    if (b->throttle || client_backlog(c) <= CLIENT_HIGH)
+        return;
+    if (!b->throttle_ev && !(b->throttle_ev = event_new(cordond->base, -1, EV_PERSIST, throttle_check, b)))
+        return;
+    struct timeval tv = {.tv_usec = 5000};
+    b->throttle = c;
+    agent_conn_pause(&b->agent, true);
+    (void) evtimer_add(b->throttle_ev, &tv);
+}
+
+/* A call is done: if it was the one holding the box back, let go. */
+static void call_done(struct call *c)
+{
+    if (c->box->throttle == c)
+        throttle_stop(c->box);
 }
 
 static void stream_line(struct call *c, json_t *line)
@@ -100,7 +167,7 @@ static void stream_line(struct call *c, json_t *line)
     if (b) {
         evbuffer_add(b, s, strlen(s));
         evbuffer_add(b, "\n", 1);
-        evhttp_send_reply_chunk(c->req, b);
+        send_chunk(c, b);
         evbuffer_free(b);
     }
     free(s);
@@ -399,7 +466,7 @@ static void file_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
         struct evbuffer *b = evbuffer_new();
         if (b) {
             evbuffer_add(b, p, len);
-            evhttp_send_reply_chunk(c->req, b);
+            send_chunk(c, b);
             evbuffer_free(b);
         }
         return;
@@ -434,6 +501,7 @@ static void file_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
         }
     }
     json_decref(c->entries);
+    call_done(c);
     free(c);
 }
 

@@ -106,6 +106,7 @@ json_t *box_to_json(struct box *b)
 
 static void box_free(struct box *b)
 {
+    api_throttle_end(b);
     if (b->setup_ev)
         event_free(b->setup_ev);
     if (b->pidfd_ev)

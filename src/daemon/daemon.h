@@ -67,6 +67,9 @@ int agent_conn_send(struct agent_conn *c, uint16_t type, uint16_t flags, uint32_
                     uint32_t len);
 /* Bytes waiting to go to init (for backpressure on uploads). */
 size_t agent_conn_pending(const struct agent_conn *c);
+/* Stop/resume reading frames from init (a slow streaming client: init then
+ * stops reading its commands' output, and they block). */
+void agent_conn_pause(struct agent_conn *c, bool pause);
 
 /* ---- sandboxes (box.c) ---- */
 enum box_state { BOX_STARTING, BOX_RUNNING, BOX_EXITED, _BOX_STATE_MAX };
@@ -83,7 +86,9 @@ struct box {
     uint64_t init_start; /* start time of init (record.c) */
     bool dying;          /* deleted: init killed, cleanup waits for its exit */
     struct pool *pool;   /* while it waits in a warm pool (pool.c): not in the API's list */
-    bool pool_ready;     /* … and is running (else still starting) */
+    void *throttle;      /* the streaming call whose slow client paused our reading of init (api-exec.c) */
+    struct event *throttle_ev;
+    bool pool_ready; /* … and is running (else still starting) */
     double created_unix;
     uint64_t execs;
     struct evbuffer *events;         /* NDJSON lines, oldest dropped past a cap */
@@ -160,6 +165,7 @@ void api_reply_error(struct evhttp_request *req, int status, const char *code, c
 json_t *api_error_json(const char *code, const char *field, const char *msg);
 void api_reply_cdn_error(struct evhttp_request *req, int status, const char *code, const struct cdn_error *e);
 void api_exec(struct evhttp_request *req, struct box *b);
+void api_throttle_end(struct box *b); /* the box is going */
 void api_files(struct evhttp_request *req, struct box *b);
 void api_ls(struct evhttp_request *req, struct box *b);
 void api_events(struct evhttp_request *req, struct box *b);

@@ -344,3 +344,35 @@ def test_churn_leak_5000_cycles(daemon):
     assert rss_kb() < rss0 + 8 * 1024, f"cordond grew from {rss0} to {rss_kb()} kB over {n} sandboxes"
     status, text = daemon.http("GET", "/metrics")
     assert f"cordon_sandboxes_created_total {n}" in text.decode()
+
+
+def test_slow_stream_client_gets_backpressure_not_buffering(daemon):
+    """A streamed flood to a client that does not read: cordond stops reading
+    the sandbox's agent, init stops reading the command's pipe, the command
+    blocks — memory stays bounded. Shown to fail: with the pause disabled
+    (CLIENT_HIGH raised to 4000 MiB) cordond held 355 MB after the 3 s."""
+    import json as _json
+    import socket as _socket
+
+    def rss_kb():
+        with open(f"/proc/{daemon.proc.pid}/status") as f:
+            return int(next(x for x in f if x.startswith("VmRSS:")).split()[1])
+
+    with create(daemon) as sb:
+        body = _json.dumps({"cmd": ["yes", "y" * 200], "stream": True}).encode()
+        s = _socket.socket(_socket.AF_UNIX)
+        s.setsockopt(_socket.SOL_SOCKET, _socket.SO_RCVBUF, 65536)
+        s.connect(daemon.socket)
+        s.sendall(b"POST /v1/sandboxes/%s/exec HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                  % (sb.id.encode(), len(body), body))
+        time.sleep(3)  # not reading
+        assert rss_kb() < 64 * 1024, f"cordond buffered {rss_kb()} kB for a client that does not read"
+        got = 0
+        s.settimeout(10)
+        while got < 20 << 20:  # the flood goes on once the client reads
+            chunk = s.recv(1 << 20)
+            assert chunk
+            got += len(chunk)
+        s.close()  # and the command is killed when it leaves
+        wait_for(lambda: not any(p.comm == "yes" for p in sandbox_procs()), timeout=10, what="yes to be killed")
+        assert sb.exec("echo still fine").stdout == "still fine\n"
