@@ -217,23 +217,31 @@ void box_delete(struct box *b, const char *reason)
     box_free(b);
 }
 
+/* The setup child's report on fd: a struct cdn_error if setup failed (then
+ * it is the create's answer, and true is returned), EOF once init runs. */
+static bool read_setup_failure(struct box *b, int fd)
+{
+    struct cdn_error err = {0};
+    if (cdn_read_full(fd, &err, sizeof err) != (ssize_t) sizeof err)
+        return false;
+    err.msg[sizeof err.msg - 1] = 0;
+    err.field[sizeof err.field - 1] = 0;
+    cordond->create_errors++;
+    if (b->pool)
+        fprintf(stderr, "cordond: a pooled sandbox failed to start: %s\n", err.msg);
+    if (b->create_req)
+        api_reply_cdn_error(b->create_req, err.field[0] ? 400 : 500,
+                            err.field[0] ? "invalid_spec" : "sandbox_failed", &err);
+    b->create_req = NULL;
+    return true;
+}
+
 static void on_setup(evutil_socket_t fd, short what, void *arg)
 {
     (void) what;
     struct box *b = arg;
-    struct cdn_error err = {0};
-    ssize_t n = cdn_read_full(fd, &err, sizeof err);
     event_del(b->setup_ev);
-    if (n == (ssize_t) sizeof err) {
-        err.msg[sizeof err.msg - 1] = 0;
-        err.field[sizeof err.field - 1] = 0;
-        cordond->create_errors++;
-        if (b->pool)
-            fprintf(stderr, "cordond: a pooled sandbox failed to start: %s\n", err.msg);
-        if (b->create_req)
-            api_reply_cdn_error(b->create_req, err.field[0] ? 400 : 500,
-                                err.field[0] ? "invalid_spec" : "sandbox_failed", &err);
-        b->create_req = NULL;
+    if (read_setup_failure(b, fd)) {
         box_delete(b, "setup failed");
         return;
     }
@@ -274,21 +282,10 @@ static void on_init_exit(evutil_socket_t fd, short what, void *arg)
     }
     bool started = b->state == BOX_RUNNING;
     char reason[sizeof b->exit_reason] = "init exited";
-    struct cdn_error err = {0};
     /* Dying while starting, it may have said why on the setup pipe, which
      * this event can overtake: that report is the answer to the create. */
-    if (!started && b->sb.setup_fd >= 0 &&
-        cdn_read_full(b->sb.setup_fd, &err, sizeof err) == (ssize_t) sizeof err) {
-        err.msg[sizeof err.msg - 1] = 0;
-        err.field[sizeof err.field - 1] = 0;
-        cordond->create_errors++;
+    if (!started && b->sb.setup_fd >= 0 && read_setup_failure(b, b->sb.setup_fd)) {
         (void) snprintf(reason, sizeof reason, "setup failed");
-        if (b->pool)
-            fprintf(stderr, "cordond: a pooled sandbox failed to start: %s\n", err.msg);
-        if (b->create_req)
-            api_reply_cdn_error(b->create_req, err.field[0] ? 400 : 500,
-                                err.field[0] ? "invalid_spec" : "sandbox_failed", &err);
-        b->create_req = NULL;
     } else {
         struct cdn_usage u = {0};
         (void) b->sb.tier->usage(&b->sb, &u);
