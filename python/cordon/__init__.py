@@ -117,6 +117,21 @@ class _Files:
     def remove(self, path):
         self._sb._ep.json("DELETE", f"{self._sb._path}/files?path={_q(path)}")
 
+    def stat(self, path):
+        """{"path", "type", "size", "mode", "mtime"}; NotFound if it does not exist."""
+        return self._sb._ep.json("GET", f"{self._sb._path}/stat?path={_q(path)}")
+
+    def exists(self, path):
+        try:
+            self.stat(path)
+            return True
+        except NotFound:
+            return False
+
+    def mkdir(self, path):
+        """mkdir -p; returns the directory's stat dict."""
+        return self._sb._ep.json("POST", f"{self._sb._path}/mkdir?path={_q(path)}")
+
 
 class Sandbox:
     """A sandbox in cordond. Use as a context manager: it is killed on exit."""
@@ -231,6 +246,12 @@ class _AsyncFiles:
 
     async def remove(self, path):
         await self._sb._ep.ajson("DELETE", f"{self._sb._path}/files?path={_q(path)}")
+
+    async def stat(self, path):
+        return await self._sb._ep.ajson("GET", f"{self._sb._path}/stat?path={_q(path)}")
+
+    async def mkdir(self, path):
+        return await self._sb._ep.ajson("POST", f"{self._sb._path}/mkdir?path={_q(path)}")
 
 
 class AsyncSandbox:

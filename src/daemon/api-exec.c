@@ -561,3 +561,13 @@ void api_ls(struct evhttp_request *req, struct box *b)
 {
     file_call(req, b, CDN_FILE_LIST, 0);
 }
+
+void api_stat(struct evhttp_request *req, struct box *b)
+{
+    file_call(req, b, CDN_FILE_STAT, 0);
+}
+
+void api_mkdir(struct evhttp_request *req, struct box *b)
+{
+    file_call(req, b, CDN_FILE_MKDIR, 0755);
+}

@@ -384,6 +384,7 @@ static void route(struct evhttp_request *req, void *arg)
         {"exec", EVHTTP_REQ_POST, api_exec},  {"files", EVHTTP_REQ_PUT, api_files},
         {"files", EVHTTP_REQ_GET, api_files}, {"files", EVHTTP_REQ_DELETE, api_files},
         {"ls", EVHTTP_REQ_GET, api_ls},       {"events", EVHTTP_REQ_GET, api_events},
+        {"stat", EVHTTP_REQ_GET, api_stat},   {"mkdir", EVHTTP_REQ_POST, api_mkdir},
     };
     if (!rest[0]) {
         if (m == EVHTTP_REQ_GET)
@@ -394,15 +395,16 @@ static void route(struct evhttp_request *req, void *arg)
         }
         return api_reply_error(req, 405, "method_not_allowed", NULL, "%s takes GET or DELETE", path);
     }
-    for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++)
-        if (strcmp(rest, sub[i].rest) == 0 && m == sub[i].m)
+    bool known = false; /* the route exists, with other methods: 405 */
+    for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++) {
+        if (strcmp(rest, sub[i].rest) != 0)
+            continue;
+        if (m == sub[i].m)
             return sub[i].fn(req, b);
-    api_reply_error(req,
-                    strcmp(rest, "exec") == 0 || strcmp(rest, "files") == 0 || strcmp(rest, "ls") == 0 ||
-                            strcmp(rest, "events") == 0
-                        ? 405
-                        : 404,
-                    "not_found", NULL, "no route for %s with this method", path);
+        known = true;
+    }
+    api_reply_error(req, known ? 405 : 404, known ? "method_not_allowed" : "not_found", NULL,
+                    "no route for %s with this method", path);
 }
 
 static struct evhttp *new_http(bool tcp)

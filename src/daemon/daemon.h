@@ -168,6 +168,8 @@ void api_exec(struct evhttp_request *req, struct box *b);
 void api_throttle_end(struct box *b); /* the box is going */
 void api_files(struct evhttp_request *req, struct box *b);
 void api_ls(struct evhttp_request *req, struct box *b);
+void api_stat(struct evhttp_request *req, struct box *b);
+void api_mkdir(struct evhttp_request *req, struct box *b);
 void api_events(struct evhttp_request *req, struct box *b);
 void api_events_push(struct box *b, const char *line, size_t len);
 void api_events_end(struct box *b); /* the box is going: end every follow */

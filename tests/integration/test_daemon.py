@@ -82,6 +82,10 @@ def test_unknown_routes_ids_and_methods(daemon):
     status, r = daemon.http("POST", "/v1/sandboxes/nosuchid/exec", {"cmd": ["true"]})
     assert status == 404 and r["error"]["field"] == "id"
     assert daemon.http("PATCH", "/v1/sandboxes")[0] == 405
+    with create(daemon) as sb:
+        status, r = daemon.http("DELETE", f"/v1/sandboxes/{sb.id}/exec")
+        assert status == 405 and r["error"]["code"] == "method_not_allowed"
+        assert daemon.http("GET", f"/v1/sandboxes/{sb.id}/nothing")[0] == 404
     assert daemon.http("GET", "/v1/sandboxes?color=red")[0] == 400
     with pytest.raises(cordon.NotFound):
         Sandbox.connect("0123456789ab", endpoint=daemon.endpoint)
@@ -200,6 +204,10 @@ def test_files_roundtrip(daemon):
         assert set(names) == {"d", "rel.txt", "empty"} and names["d"]["type"] == "dir"
         sb.files.remove("/workspace/d")
         assert "d" not in {e["name"] for e in sb.files.list("/workspace")}
+        st = sb.files.mkdir("/workspace/new/deep")
+        assert (st["type"], st["path"]) == ("dir", "/workspace/new/deep")
+        assert sb.files.stat("rel.txt")["size"] == len("relative to the workdir")
+        assert sb.files.exists("/workspace/new") and not sb.files.exists("/workspace/nope")
 
 
 def test_file_errors(daemon):
