@@ -11,6 +11,7 @@ AsyncSandbox has the same methods as coroutines, for trainers that drive
 thousands of sandboxes from one process. docs/sdk-python.md has the rest."""
 
 import base64
+import codecs
 import json
 import urllib.parse
 
@@ -86,12 +87,21 @@ class ExecResult:
         return f"ExecResult(exit_code={self.exit_code}, stdout={self.stdout[:60]!r}, stderr={self.stderr[:60]!r})"
 
 
-def _stream_event(d):
-    """An NDJSON line of a streamed exec → the event handed to the caller."""
+def _stream_event(d, decoders):
+    """An NDJSON line of a streamed exec → the event handed to the caller.
+    decoders: one incremental UTF-8 decoder per stream, so that a character
+    split between two chunks is not turned into two U+FFFD."""
     if "data_b64" in d:
         raw = base64.b64decode(d.pop("data_b64"))
         d["data_bytes"] = raw
-        d["data"] = raw.decode("utf-8", "replace")
+        if d["type"] not in decoders:
+            decoders[d["type"]] = codecs.getincrementaldecoder("utf-8")("replace")
+        d["data"] = decoders[d["type"]].decode(raw)
+    elif d.get("type") in ("exit", "error"):
+        for kind, dec in decoders.items():  # what an unfinished character left behind
+            rest = dec.decode(b"", final=True)
+            if rest:
+                d.setdefault("unfinished", {})[kind] = rest
     return d
 
 
@@ -185,10 +195,11 @@ class Sandbox:
         {"type": "exit", "exit_code", …} (or {"type": "error", "error": {…}})."""
         _, resp = self._ep.request("POST", f"{self._path}/exec",
                                    _exec_body(cmd, env, cwd, stdin, timeout_s, True), stream=True)
+        decoders = {}
         try:
             for line in resp:
                 if line.strip():
-                    yield _stream_event(json.loads(line))
+                    yield _stream_event(json.loads(line), decoders)
         finally:
             resp.close()
             resp._cordon_conn.close()
@@ -292,13 +303,14 @@ class AsyncSandbox:
 
     async def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None):
         buf = b""
+        decoders = {}
         async for chunk in self._ep.astream("POST", f"{self._path}/exec",
                                             _exec_body(cmd, env, cwd, stdin, timeout_s, True)):
             buf += chunk
             *lines, buf = buf.split(b"\n")
             for line in lines:
                 if line.strip():
-                    yield _stream_event(json.loads(line))
+                    yield _stream_event(json.loads(line), decoders)
 
     async def events(self, follow=False):
         """A list of events; with follow=True use `async for ev in sb.follow_events()`."""

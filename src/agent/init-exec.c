@@ -10,6 +10,7 @@
  * output (see init.c), not the loop. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +57,8 @@ static void close_fd(int *fd)
 
 static struct job *find(uint32_t channel)
 {
+    if (channel == 0)
+        return NULL; /* forgotten commands (exec_forget_channels) */
     for (size_t i = 0; i < MAX_EXECS; i++)
         if (jobs[i].pid > 0 && jobs[i].channel == channel)
             return &jobs[i];
@@ -74,8 +77,7 @@ static void exec_child(const struct cdn_exec_req *r, int errfd, const int stdio[
         (void) signal(reset_signals[i], SIG_DFL);
     (void) sigprocmask(SIG_SETMASK, &none, NULL);
     (void) setsid();
-    (void) close(AGENT_FD);
-    int stage = 0;
+    int stage = 0; /* the host connection is CLOEXEC (init.c) */
     if (pts) {
         int fd = open(pts, O_RDWR | O_CLOEXEC);
         if (fd < 0 || ioctl(fd, TIOCSCTTY, 0) < 0 || dup2(fd, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
@@ -174,8 +176,12 @@ static int spawn(struct job *j, const struct cdn_exec_req *r, int *ret_stage)
         e = make_pipes(j, stdio);
     if (e < 0)
         return e;
-    if (pipe2(errpipe, O_CLOEXEC) < 0)
-        return -errno;
+    if (pipe2(errpipe, O_CLOEXEC) < 0) {
+        e = -errno;
+        for (int i = 0; i < 3; i++)
+            close_fd(&stdio[i]);
+        return e;
+    }
     pid_t pid = fork();
     if (pid == 0)
         exec_child(r, errpipe[1], stdio, pty ? pts : NULL);
@@ -188,11 +194,20 @@ static int spawn(struct job *j, const struct cdn_exec_req *r, int *ret_stage)
         return e;
     }
     j->pid = pid;
+    /* The child reports a failed exec at once, or the pipe closes when the
+     * exec succeeds. A sandbox process could stop the child in between
+     * (SIGSTOP): init waits 2 s at most and then takes it as started. */
     int msg[2];
-    ssize_t n;
+    ssize_t n = -1;
+    struct pollfd p = {.fd = errpipe[0], .events = POLLIN};
+    int pr;
     do
-        n = read(errpipe[0], msg, sizeof msg);
-    while (n < 0 && errno == EINTR);
+        pr = poll(&p, 1, 2000);
+    while (pr < 0 && errno == EINTR);
+    if (pr > 0)
+        do
+            n = read(errpipe[0], msg, sizeof msg);
+        while (n < 0 && errno == EINTR);
     (void) close(errpipe[0]);
     if (n == (ssize_t) sizeof msg) {
         *ret_stage = msg[0];
@@ -374,6 +389,13 @@ void exec_reap(void)
             if (jobs[i].pid == pid)
                 report_exit(&jobs[i], status, &ru);
     }
+}
+
+void exec_forget_channels(void)
+{
+    for (size_t i = 0; i < MAX_EXECS; i++)
+        if (jobs[i].pid > 0)
+            jobs[i].channel = 0; /* frames on channel 0 are nobody's; find() never matches it */
 }
 
 bool exec_shutdown_due(void)

@@ -77,7 +77,18 @@ static void do_write(uint32_t channel, uint16_t flags, const struct cdn_file_req
         return;
     }
     int e = make_dirs(r->path, 0755, false);
-    int fd = e < 0 ? e : open(r->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, r->mode ? r->mode : 0644);
+    /* Non-blocking open: a fifo planted at the path must not stall init; only regular files are written. */
+    int fd = e < 0 ? e
+                   : open(r->path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOCTTY,
+                          r->mode ? r->mode : 0644);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || ftruncate(fd, 0) < 0 ||
+                    fcntl(fd, F_SETFL, O_WRONLY) < 0)) {
+        int err = fd >= 0 && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) ? EINVAL : errno;
+        (void) close(fd);
+        fail(channel, err, "write", r->path);
+        return;
+    }
     if (fd < 0) {
         fail(channel, e < 0 ? -e : errno, "write", r->path);
         return;

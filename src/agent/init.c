@@ -34,7 +34,7 @@
 
 #include "init.h"
 
-#define MAX_POLL (2 + 3 * 256)
+#define MAX_POLL (3 + 3 * 256) /* connection, signals, listener, 3 per command */
 
 /* The connection. Non-blocking both ways: frames from the host are assembled
  * in inbuf, frames to it queue in out and go as the socket takes them. While
@@ -141,6 +141,8 @@ static void take_connection(void)
         return;
     close_conn(); /* the newest host wins */
     conn = fd;
+    /* It numbers its channels afresh: what runs keeps running, unreported. */
+    exec_forget_channels();
 }
 
 static void find_listener(void)
@@ -247,8 +249,8 @@ int main(void)
     if (sfd < 0)
         return 1;
     int fl = fcntl(conn, F_GETFL);
-    if (fl < 0 || fcntl(conn, F_SETFL, fl | O_NONBLOCK) < 0)
-        return 1;
+    if (fl < 0 || fcntl(conn, F_SETFL, fl | O_NONBLOCK) < 0 || fcntl(conn, F_SETFD, FD_CLOEXEC) < 0)
+        return 1; /* CLOEXEC: no command inherits a connection to the host */
     find_listener();
     /* The slot lock (fd 8 of a persistent sandbox) is only held, never used:
      * CLOEXEC keeps it out of commands. */

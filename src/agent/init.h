@@ -32,6 +32,9 @@ void exec_reap(void);
  * output only when output is true), and handle their events after poll. */
 void exec_poll_add(struct pollfd *pfd, size_t *n, size_t max, bool output);
 void exec_poll_handle(const struct pollfd *pfd, size_t n);
+/* A new host connection: running commands keep running but are no longer
+ * reported (their channels belonged to the old one). */
+void exec_forget_channels(void);
 /* Whether a command whose end ends the sandbox (CDN_EXEC_SHUTDOWN_ON_EXIT) has ended. */
 bool exec_shutdown_due(void);
 

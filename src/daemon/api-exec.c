@@ -22,6 +22,7 @@
 #include "shared/base64.h"
 
 #define STDIN_CHUNK (256u << 10)
+#define LIST_MAX    10000 /* entries of one ls answer */
 #define FILE_CHUNK  (512u << 10)
 
 struct call {
@@ -35,8 +36,11 @@ struct call {
     struct event *timer;
     char path[4096]; /* file calls */
     int file_op;
-    json_t *entries; /* LIST: collected until DONE */
-    char cmd[128];   /* argv[0] of an exec, for the event log */
+    json_t *entries;    /* LIST: collected until DONE */
+    uint8_t tail[2][4]; /* streamed text: an unfinished UTF-8 character, per stream, for the next chunk */
+    uint8_t tail_len[2];
+    char cmd[128];           /* argv[0] of an exec, for the event log */
+    struct event *closed_ev; /* buffered exec: the client hanging up before the answer (EV_CLOSED) */
 };
 
 static double ms_since(const struct timespec *t0)
@@ -64,6 +68,8 @@ static void call_done(struct call *c);
 static void call_free(struct call *c)
 {
     call_done(c);
+    if (c->closed_ev)
+        event_free(c->closed_ev);
     if (c->timer)
         event_free(c->timer);
     if (c->out)
@@ -77,6 +83,10 @@ static void call_free(struct call *c)
  * connection must not call back into a freed call for its next request). */
 static void forget_client(struct call *c)
 {
+    if (c->closed_ev) {
+        event_free(c->closed_ev);
+        c->closed_ev = NULL;
+    }
     struct evhttp_connection *conn = c->client_gone ? NULL : evhttp_request_get_connection(c->req);
     if (conn)
         evhttp_connection_set_closecb(conn, NULL, NULL);
@@ -157,6 +167,16 @@ static void call_done(struct call *c)
         throttle_stop(c->box);
 }
 
+/* A buffered exec's client hung up (evhttp does not read while we work on a
+ * request, so only this tells): its command has nobody to answer to. */
+static void on_client_closed(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    struct call *c = arg;
+    int32_t sig = SIGKILL;
+    (void) agent_conn_send(&c->box->agent, CDN_FRAME_SIGNAL, 0, c->areq.channel, &sig, sizeof sig);
+}
+
 static void stream_line(struct call *c, json_t *line)
 {
     char *s = line ? json_dumps(line, JSON_COMPACT) : NULL;
@@ -171,6 +191,44 @@ static void stream_line(struct call *c, json_t *line)
         evbuffer_free(b);
     }
     free(s);
+}
+
+/* Where a chunk must be cut so that no UTF-8 character is split: the start
+ * of a multi-byte sequence in its last 3 bytes that the chunk does not finish. */
+static size_t utf8_cut(const uint8_t *p, size_t n)
+{
+    for (size_t back = 1; back <= 3 && back <= n; back++) {
+        uint8_t b = p[n - back];
+        if ((b & 0xC0) == 0x80)
+            continue; /* a continuation byte: look further back */
+        size_t need = (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 1;
+        return need > back ? n - back : n;
+    }
+    return n;
+}
+
+/* One streamed chunk of stdout (s 0) or stderr (s 1); text mode keeps an
+ * unfinished character for the next chunk instead of turning it into U+FFFD.
+ * len 0 flushes what is kept. */
+static void stream_text(struct call *c, int s, const uint8_t *p, size_t len)
+{
+    const char *name = s ? "stderr" : "stdout";
+    if (c->b64) {
+        stream_line(c, json_pack("{s:s, s:o}", "type", name, "data_b64", bytes_json(c, p, len)));
+        return;
+    }
+    uint8_t *buf = malloc(c->tail_len[s] + len + 1);
+    if (!buf)
+        return;
+    memcpy(buf, c->tail[s], c->tail_len[s]);
+    if (len)
+        memcpy(buf + c->tail_len[s], p, len);
+    size_t n = c->tail_len[s] + len, cut = len ? utf8_cut(buf, n) : n;
+    c->tail_len[s] = (uint8_t) (n - cut);
+    memcpy(c->tail[s], buf + cut, n - cut);
+    if (cut)
+        stream_line(c, json_pack("{s:s, s:o}", "type", name, "data", json_lossy_string(buf, cut)));
+    free(buf);
 }
 
 static void record_latency(double ms)
@@ -210,6 +268,9 @@ static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_
         res = api_error_json("sandbox_gone", NULL, "the sandbox ended before the command did");
     }
     forget_client(c);
+    for (int s = 0; c->stream && !c->client_gone && s < 2; s++)
+        if (c->tail_len[s]) /* an unfinished character at the very end: sent as it is (U+FFFD) */
+            stream_text(c, s, NULL, 0);
     if (c->stream) {
         if (res && status == 200)
             json_object_set_new(res, "type", json_string("exit"));
@@ -238,8 +299,7 @@ static void exec_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
             return; /* end of that stream: EXIT follows */
         if (c->stream) {
             if (!c->client_gone)
-                stream_line(c, json_pack("{s:s, s:o}", "type", type == CDN_FRAME_STDOUT ? "stdout" : "stderr",
-                                         c->b64 ? "data_b64" : "data", bytes_json(c, p, len)));
+                stream_text(c, type == CDN_FRAME_STDOUT ? 0 : 1, p, len);
             return;
         }
         struct evbuffer *b = type == CDN_FRAME_STDOUT ? c->out : c->err;
@@ -253,8 +313,10 @@ static void exec_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
             evbuffer_add(b, p, len);
         return;
     }
-    if (type == CDN_FRAME_EXIT || type == CDN_FRAME_ERROR || type == 0)
-        exec_finish(c, type, p, len);
+    /* Any last frame ends the call (agent-conn.c has unlisted it): a DONE on
+     * an exec channel is a protocol error, answered as the sandbox gone. */
+    if (type == CDN_FRAME_EXIT || type == CDN_FRAME_ERROR || type == CDN_FRAME_DONE || type == 0)
+        exec_finish(c, type == CDN_FRAME_DONE ? 0 : type, p, len);
 }
 
 static void exec_timeout(evutil_socket_t fd, short what, void *arg)
@@ -359,9 +421,14 @@ void api_exec(struct evhttp_request *req, struct box *b)
     exec_args_free(&a);
     cordond->execs_total++;
     evhttp_connection_set_closecb(evhttp_request_get_connection(req), client_gone, c);
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(evhttp_request_get_connection(req));
+    if (!c->stream && bev &&
+        (c->closed_ev = event_new(cordond->base, bufferevent_getfd(bev), EV_CLOSED, on_client_closed, c)))
+        (void) event_add(c->closed_ev, NULL);
     if (c->stream) {
         evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/x-ndjson");
         evhttp_send_reply_start(req, 200, "OK");
+        api_stream_timeout(req);
         c->started = true;
     }
 }
@@ -424,20 +491,31 @@ static json_t *stat_json(const char *path, const struct cdn_file_stat *st)
     json_t *o = json_pack("{s:s, s:I, s:i, s:I}", "type", type, "size", (json_int_t) st->size, "mode",
                           (int) (st->mode & 07777), "mtime", (json_int_t) st->mtime);
     if (o && path)
-        json_object_set_new(o, "path", json_string(path));
+        json_object_set_new(o, "path", json_lossy_string((const uint8_t *) path, strlen(path)));
     else if (o)
         json_object_set_new(o, "name", json_lossy_string((const uint8_t *) st->name, strlen(st->name)));
     return o;
 }
 
 /* Any file call's last frame: ERROR, the connection's end, or DONE (handled by the caller). */
+/* A download that fails after its 200 went out must not look complete: the
+ * connection is dropped without the final chunk (which frees the request). */
+static void abort_stream(struct call *c)
+{
+    struct evhttp_connection *conn = evhttp_request_get_connection(c->req);
+    if (conn)
+        evhttp_connection_free(conn);
+    else
+        evhttp_send_reply_end(c->req);
+}
+
 static bool file_failed(struct call *c, uint16_t type, const uint8_t *p, uint32_t len)
 {
     int e;
     const char *msg;
     if (type == CDN_FRAME_ERROR && cdn_errmsg_decode(p, len, &e, &msg) == 0) {
         if (c->started) /* a read that already streamed: all we can do is cut it short */
-            evhttp_send_reply_end(c->req);
+            abort_stream(c);
         else
             api_reply_error(c->req, http_status_of(e), e == ENOENT ? "not_found" : "file_error", "path", "%s",
                             msg);
@@ -445,7 +523,7 @@ static bool file_failed(struct call *c, uint16_t type, const uint8_t *p, uint32_
     }
     if (type == 0 || type == CDN_FRAME_ERROR) {
         if (c->started)
-            evhttp_send_reply_end(c->req);
+            abort_stream(c);
         else
             api_reply_error(c->req, 500, "sandbox_gone", NULL, "the sandbox ended during the file operation");
         return true;
@@ -461,6 +539,7 @@ static void file_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
             evhttp_add_header(evhttp_request_get_output_headers(c->req), "Content-Type",
                               "application/octet-stream");
             evhttp_send_reply_start(c->req, 200, "OK");
+            api_stream_timeout(c->req);
             c->started = true;
         }
         struct evbuffer *b = evbuffer_new();
@@ -477,12 +556,17 @@ static void file_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
             int n = cdn_file_stat_decode(p + off, len - off, &st);
             if (n <= 0)
                 break;
-            json_array_append_new(c->entries, stat_json(NULL, &st));
+            if (json_array_size(c->entries) < LIST_MAX)
+                json_array_append_new(c->entries, stat_json(NULL, &st));
+            else
+                c->out_trunc = true; /* the rest is dropped: cordond's memory is not the sandbox's to fill */
             off += (uint32_t) n;
         }
         return;
     }
-    if (type != CDN_FRAME_DONE && type != CDN_FRAME_ERROR && type != 0)
+    if (type == CDN_FRAME_EXIT)
+        type = 0; /* a last frame, but not one a file operation ends with: a protocol error */
+    else if (type != CDN_FRAME_DONE && type != CDN_FRAME_ERROR && type != 0)
         return;
     if (!file_failed(c, type, p, len)) {
         struct cdn_file_stat st = {0};
@@ -493,11 +577,17 @@ static void file_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
             else
                 evhttp_send_reply_end(c->req);
         } else if (c->file_op == CDN_FILE_LIST) {
-            api_reply_json(c->req, 200, json_pack("{s:s, s:O}", "path", c->path, "entries", c->entries));
+            api_reply_json(c->req, 200,
+                           json_pack("{s:o, s:O, s:b}", "path",
+                                     json_lossy_string((const uint8_t *) c->path, strlen(c->path)), "entries",
+                                     c->entries, "truncated", c->out_trunc));
         } else if (c->file_op == CDN_FILE_REMOVE) {
-            api_reply_json(c->req, 200, json_pack("{s:s, s:b}", "path", c->path, "removed", 1));
+            api_reply_json(c->req, 200,
+                           json_pack("{s:o, s:b}", "path",
+                                     json_lossy_string((const uint8_t *) c->path, strlen(c->path)), "removed",
+                                     1));
         } else {
-            api_reply_json(c->req, 200, have ? stat_json(c->path, &st) : json_pack("{s:s}", "path", c->path));
+            api_reply_json(c->req, 200, stat_json(c->path, have ? &st : &(struct cdn_file_stat){0}));
         }
     }
     json_decref(c->entries);

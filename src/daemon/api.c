@@ -51,9 +51,11 @@ void api_reply_json(struct evhttp_request *req, int status, json_t *body)
 
 json_t *api_error_json(const char *code, const char *field, const char *msg)
 {
-    json_t *e = json_pack("{s:s, s:s}", "code", code, "message", msg);
+    /* message and field may quote the client's bytes, cut anywhere: never let them break the JSON */
+    json_t *e = json_pack("{s:s, s:o}", "code", code, "message",
+                          json_lossy_string((const uint8_t *) msg, strlen(msg)));
     if (e && field && field[0])
-        json_object_set_new(e, "field", json_string(field));
+        json_object_set_new(e, "field", json_lossy_string((const uint8_t *) field, strlen(field)));
     return json_pack("{s:o}", "error", e);
 }
 
@@ -116,6 +118,15 @@ json_t *json_lossy_string(const uint8_t *p, size_t n)
     j = json_stringn(out, o);
     free(out);
     return j ? j : json_null();
+}
+
+void api_stream_timeout(struct evhttp_request *req)
+{
+    /* A stream may be quiet for as long as its command: the 300 s request
+     * timeout must not cut it (and kill the command). A day, not forever. */
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    if (conn)
+        evhttp_connection_set_timeout(conn, 24 * 3600);
 }
 
 /* ---- request helpers ---- */
@@ -259,6 +270,9 @@ static void follower_gone(struct evhttp_connection *conn, void *arg)
     (void) conn;
     struct follower *f = arg;
     LIST_REMOVE(f, link);
+    /* libevent detached the request from the dying connection: ending it frees it */
+    if (!evhttp_request_get_connection(f->req))
+        evhttp_send_reply_end(f->req);
     free(f);
 }
 
@@ -305,8 +319,13 @@ void api_events(struct evhttp_request *req, struct box *b)
         return;
     }
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/x-ndjson");
-    if (!follow) {
-        evhttp_send_reply(req, 200, "OK", b->events);
+    if (!follow) { /* a copy: evhttp_send_reply drains the buffer it is given */
+        struct evbuffer *copy = evbuffer_new();
+        if (copy)
+            evbuffer_add_buffer_reference(copy, b->events);
+        evhttp_send_reply(req, 200, "OK", copy);
+        if (copy)
+            evbuffer_free(copy);
         return;
     }
     struct follower *f = calloc(1, sizeof *f);
@@ -316,6 +335,7 @@ void api_events(struct evhttp_request *req, struct box *b)
     }
     *f = (struct follower){.req = req, .box = b};
     evhttp_send_reply_start(req, 200, "OK");
+    api_stream_timeout(req);
     struct evbuffer *copy = evbuffer_new();
     if (copy) {
         evbuffer_add_buffer_reference(copy, b->events);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -180,8 +181,8 @@ static void box_stop(struct box *b, const char *reason)
     agent_conn_close(&b->agent); /* pending execs and file ops end with an error */
     if (b->setup_ev)
         event_del(b->setup_ev);
-    if (b->lifetime_ev)
-        evtimer_del(b->lifetime_ev);
+    /* The lifetime timer stays: it also removes the record of an exited box
+     * that nobody deletes. */
     if (b->create_req) {
         api_reply_error(b->create_req, 500, "sandbox_failed", NULL, "the sandbox ended while starting: %s",
                         reason);
@@ -451,6 +452,11 @@ void box_hand_over(struct box *b, struct cdn_spec *spec)
 
 void box_create(struct cdn_spec *spec, struct evhttp_request *req)
 {
+    if (cordond->stopping) {
+        cdn_spec_free(spec);
+        api_reply_error(req, 503, "stopping", NULL, "cordond is stopping");
+        return;
+    }
     if (cordond->n_boxes >= cordond->cfg.max_sandboxes) {
         cdn_spec_free(spec);
         api_reply_error(req, 429, "too_many_sandboxes", NULL, "%u sandboxes exist, the configured maximum",
@@ -523,18 +529,23 @@ static void adopt_one(const char *id, const char *path)
     fprintf(stderr, "cordond: sandbox %s could not be adopted (%s); cleaning up\n", id,
             err.msg[0] ? err.msg : "init is gone");
     if (b->sb.tier) {
-        if (b->sb.init_pidfd < 0 && !b->sb.cgroup.ops && b->sb.tier->adopt(&b->sb, &err) < 0)
-            b->sb.init_pid = 0; /* no pidfd: only the slot's cgroup is cleaned */
-        if (b->sb.init_pid > 0 && record_start_time(b->sb.init_pid) != rec.init_start)
-            b->sb.init_pid = 0, b->sb.init_pidfd = safe_close(b->sb.init_pidfd); /* never signal a stranger */
-        if (b->sb.init_pidfd >= 0 && b->sb.tier->kill(&b->sb, SIGKILL) == 0) {
-            /* a live one (a pooled sandbox): its whole pid namespace must be
-             * gone before the cgroup can be removed */
-            struct pollfd p = {.fd = b->sb.init_pidfd, .events = POLLIN};
+        /* A live init that is ours (pid and start time match: a pooled one,
+         * or one we could not connect to) is killed, and its whole pid
+         * namespace waited for; never a stranger that reuses the pid. */
+        int fd = (int) syscall(SYS_pidfd_open, rec.init_pid, 0);
+        if (fd >= 0 && record_start_time(rec.init_pid) == rec.init_start &&
+            syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0) == 0) {
+            struct pollfd p = {.fd = fd, .events = POLLIN};
             (void) poll(&p, 1, 5000);
         }
-        b->sb.init_pid = 0; /* not our child: nothing to wait for */
-        (void) b->sb.tier->destroy(&b->sb);
+        if (fd >= 0)
+            (void) close(fd);
+        b->sb.agent_fd = safe_close(b->sb.agent_fd);
+        b->sb.init_pidfd = safe_close(b->sb.init_pidfd);
+        b->sb.slot_fd = safe_close(b->sb.slot_fd);
+        /* Its cgroup, under the slot's lock: if another sandbox took the slot
+         * while no cordond ran, the cgroup is that one's and stays. */
+        b->sb.tier->drop_slot(rec.slot);
     }
     record_remove(id);
     box_free(b);

@@ -67,6 +67,10 @@ static int parse_stdin(json_t *v, bool b64, struct exec_args *a, struct cdn_erro
         memcpy(a->stdin_data, json_string_value(v), n);
         a->stdin_len = (long) n;
     }
+    if (a->stdin_len > (long) EXEC_STDIN_MAX)
+        return cdn_error_field(e, E2BIG, b64 ? "stdin_b64" : "stdin",
+                               "%s: more than %u MiB; cordon-init buffers at most that for a command",
+                               b64 ? "stdin_b64" : "stdin", EXEC_STDIN_MAX >> 20);
     a->has_stdin = true;
     return 0;
 }

@@ -9,6 +9,10 @@
 #include "core/spec.h"
 #include "shared/error.h"
 
+/* Largest stdin of one exec: what cordon-init keeps for a command that has
+ * not read it yet (src/agent/init-exec.c STDIN_MAX). */
+#define EXEC_STDIN_MAX (8u << 20)
+
 struct exec_args {
     /* owned; exec_args_free() releases them, also after a failed parse */
     struct cdn_strv argv, env;

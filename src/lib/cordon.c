@@ -274,37 +274,55 @@ int cordon_delete(cordon_client *c, const char *id)
     return r < 0 ? r : request_json(c, "DELETE", path, NULL, NULL);
 }
 
-static json_t *exec_body(const char *const argv[], const struct cordon_exec_opts *o, bool stream)
+/* Add v to o under k (k NULL: append to the array o); false when v is NULL
+ * (a string that is not UTF-8: JSON cannot carry it, and dropping it
+ * silently would run a different command). */
+static bool put(json_t *o, const char *k, json_t *v)
+{
+    if (!v)
+        return false;
+    return (k ? json_object_set_new(o, k, v) : json_array_append_new(o, v)) == 0;
+}
+
+/* The exec request body; NULL (with c's error set) when it cannot be built. */
+static json_t *exec_body(cordon_client *c, const char *const argv[], const struct cordon_exec_opts *o,
+                         bool stream)
 {
     json_t *cmd = json_array();
-    for (size_t i = 0; argv && argv[i]; i++)
-        json_array_append_new(cmd, json_string(argv[i]));
-    json_t *b = json_pack("{s:o, s:s, s:b}", "cmd", cmd, "encoding", "base64", "stream", stream);
-    if (!b || !o)
-        return b;
-    if (o->env) {
+    bool ok = cmd != NULL;
+    const char *bad = "cmd";
+    for (size_t i = 0; ok && argv && argv[i]; i++)
+        ok = put(cmd, NULL, json_string(argv[i]));
+    json_t *b = ok ? json_pack("{s:O, s:s, s:b}", "cmd", cmd, "encoding", "base64", "stream", stream) : NULL;
+    json_decref(cmd);
+    ok = b != NULL;
+    if (ok && o && o->env) {
         json_t *env = json_object();
-        for (size_t i = 0; o->env[i]; i++) {
+        bad = "env";
+        for (size_t i = 0; env && ok && o->env[i]; i++) {
             const char *eq = strchr(o->env[i], '=');
-            if (eq) {
-                char key[256];
-                (void) snprintf(key, sizeof key, "%.*s", (int) (eq - o->env[i]), o->env[i]);
-                json_object_set_new(env, key, json_string(eq + 1));
-            }
+            char *key = eq ? strndup(o->env[i], (size_t) (eq - o->env[i])) : NULL;
+            ok = key && put(env, key, json_string(eq + 1));
+            free(key);
         }
-        json_object_set_new(b, "env", env);
+        ok = ok && put(b, "env", env);
     }
-    if (o->cwd)
-        json_object_set_new(b, "cwd", json_string(o->cwd));
-    if (o->timeout_s > 0)
-        json_object_set_new(b, "timeout_s", json_real(o->timeout_s));
-    if (o->stdin_data) {
+    if (ok && o && o->cwd)
+        ok = put(b, "cwd", json_string(o->cwd)), bad = "cwd";
+    if (ok && o && o->timeout_s > 0)
+        ok = put(b, "timeout_s", json_real(o->timeout_s)), bad = "timeout_s";
+    if (ok && o && o->stdin_data) {
         char *s = malloc(cdn_base64_len(o->stdin_len) + 1);
-        if (s) {
+        if (s)
             cdn_base64_encode(o->stdin_data, o->stdin_len, s);
-            json_object_set_new(b, "stdin_b64", json_string(s));
-            free(s);
-        }
+        ok = s && put(b, "stdin_b64", json_string(s)), bad = "stdin";
+        free(s);
+    }
+    if (!ok) {
+        json_decref(b);
+        set_error(c, 0, "invalid_argument", bad,
+                  "%s: not valid UTF-8 (or out of memory), or an env entry without '='", bad);
+        return NULL;
     }
     return b;
 }
@@ -343,8 +361,8 @@ int cordon_exec(cordon_client *c, const char *id, const char *const argv[],
     int r = sandbox_path(c, path, sizeof path, id, "/exec");
     if (r < 0)
         return r;
-    json_t *body = exec_body(argv, opts, false), *o = NULL;
-    r = body ? request_json(c, "POST", path, body, &o) : -ENOMEM;
+    json_t *body = exec_body(c, argv, opts, false), *o = NULL;
+    r = body ? request_json(c, "POST", path, body, &o) : -EINVAL;
     json_decref(body);
     if (r < 0)
         return r;
@@ -415,11 +433,11 @@ int cordon_exec_stream(cordon_client *c, const char *id, const char *const argv[
     int r = sandbox_path(c, path, sizeof path, id, "/exec");
     if (r < 0)
         return r;
-    json_t *body = exec_body(argv, opts, true);
+    json_t *body = exec_body(c, argv, opts, true);
     char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     if (!s)
-        return -ENOMEM;
+        return body ? -ENOMEM : -EINVAL;
     struct cordon_exec_result res = {0};
     struct stream_ctx ctx = {.on_output = on_output, .arg = arg, .res = &res};
     struct buf out = {.on_line = on_line, .arg = &ctx, .h = c->curl};

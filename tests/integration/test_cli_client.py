@@ -90,5 +90,6 @@ def test_libcordon(daemon):
         "stream 1: one", "stream 2: two", "stream exit 0",
         "read 4 bytes ok 1",
         "missing: 400 exec_failed cmd",
+        "not utf-8: -22 cmd",
         "deleted twice: 404 sandbox_not_found",
     ]

@@ -275,6 +275,68 @@ def test_events(daemon):
     assert rest[-2:] == ["exited", "deleted"]
 
 
+def test_events_can_be_read_twice(daemon):
+    with create(daemon) as sb:
+        sb.exec("true")
+        first = sb.events()
+        assert [e["type"] for e in first][:2] == ["created", "running"]
+        assert sb.events() == first  # reading does not consume the log
+
+
+def test_stdin_over_the_cap_is_refused(daemon):
+    with create(daemon) as sb:
+        status, r = daemon.http("POST", f"/v1/sandboxes/{sb.id}/exec",
+                                {"cmd": ["wc", "-c"], "stdin": "x" * ((8 << 20) + 1)})
+        assert status == 400 and r["error"]["field"] == "stdin", r
+        assert sb.exec(["wc", "-c"], stdin=b"x" * (8 << 20)).stdout.strip() == str(8 << 20)
+
+
+def test_streamed_text_never_splits_a_character(daemon):
+    # 65535 ASCII bytes, then 2-byte characters: init reads 64 KiB at a time,
+    # so the first e-acute is split between two chunks.
+    import json as _json
+    cmd = ["python3", "-c", "import sys; sys.stdout.write('a' * 65535 + chr(233) * 3)"]
+    want = "a" * 65535 + chr(233) * 3
+    with create(daemon) as sb:
+        # the daemon's text mode (utf8 encoding)
+        status, body = daemon.http("POST", f"/v1/sandboxes/{sb.id}/exec", {"cmd": cmd, "stream": True})
+        lines = [_json.loads(x) for x in body.decode().splitlines()]
+        assert status == 200 and "".join(x.get("data", "") for x in lines if x["type"] == "stdout") == want
+        # the SDK (base64 on the wire, decoded incrementally)
+        assert "".join(ev.get("data", "") for ev in sb.exec_stream(cmd) if ev["type"] == "stdout") == want
+
+
+def test_buffered_exec_whose_client_hangs_up_is_killed(daemon):
+    import json as _json
+    import socket as _socket
+    with create(daemon) as sb:
+        body = _json.dumps({"cmd": ["sleep", "300"]}).encode()
+        s = _socket.socket(_socket.AF_UNIX)
+        s.connect(daemon.socket)
+        s.sendall(b"POST /v1/sandboxes/%s/exec HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                  % (sb.id.encode(), len(body), body))
+        wait_for(lambda: any(p.comm == "sleep" for p in sandbox_procs()), what="sleep running")
+        s.close()
+        wait_for(lambda: not any(p.comm == "sleep" for p in sandbox_procs()), timeout=10,
+                 what="the command of a client that left to be killed")
+        assert sb.exec("echo ok").stdout == "ok\n"
+
+
+def test_error_bodies_stay_json_whatever_the_input(daemon):
+    with create(daemon) as sb:
+        status, r = daemon.http("POST", f"/v1/sandboxes/{sb.id}/exec", {"cmd": ["true"], "\u00e9" * 200: 1})
+        assert status == 400 and r["error"]["field"].startswith("\u00e9"), r
+        status, r = daemon.http("GET", f"/v1/sandboxes/{sb.id}/files?path=/tmp/%ff")
+        assert status == 404 and "error" in r, r
+
+
+def test_ls_is_capped(daemon):
+    with create(daemon) as sb:
+        assert sb.exec("mkdir /tmp/many && cd /tmp/many && seq 10005 | xargs touch").exit_code == 0
+        status, r = daemon.http("GET", f"/v1/sandboxes/{sb.id}/ls?path=/tmp/many")
+        assert status == 200 and r["truncated"] is True and len(r["entries"]) == 10000
+
+
 def test_many_sandboxes_alive_at_once(daemon):
     n = 200
 

@@ -57,6 +57,33 @@ def test_sandboxes_survive_a_restart_and_are_adopted(workdir, how):
         assert d2.stop() == 0
 
 
+def test_execs_after_a_restart_do_not_clash_with_running_ones(workdir):
+    # The killed daemon's exec is still running in the sandbox on its
+    # channel; the new daemon numbers channels from 1 again.
+    import threading
+    d = Daemon(workdir, keep=True)
+    sb = Sandbox.create(endpoint=d.endpoint)
+    t = threading.Thread(target=lambda: _ignore(lambda: sb.exec(["sleep", "5"])))
+    t.start()
+    wait_for(lambda: any(p.comm == "sleep" for p in sandbox_procs()), what="sleep running")
+    d.kill9()
+    t.join()
+    d2 = Daemon(workdir)
+    try:
+        again = Sandbox.connect(sb.id, endpoint=d2.endpoint)
+        assert [again.exec(f"echo {i}").stdout for i in range(3)] == ["0\n", "1\n", "2\n"]
+        again.kill()
+    finally:
+        assert d2.stop() == 0
+
+
+def _ignore(fn):
+    try:
+        fn()
+    except Exception:
+        pass
+
+
 def test_sandbox_that_died_while_no_daemon_ran_is_cleaned_up(workdir):
     d = Daemon(workdir, keep=True)
     sb = Sandbox.create(endpoint=d.endpoint)

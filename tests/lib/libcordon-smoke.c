@@ -53,6 +53,10 @@ int main(void)
         return fprintf(stderr, "exec of a missing binary succeeded\n"), 1;
     printf("missing: %ld %s %s\n", cordon_last_error(c)->status, cordon_last_error(c)->code,
            cordon_last_error(c)->field);
+    const char *not_utf8[] = {"printf", "[%s]", "\xff",
+                              NULL}; /* JSON cannot carry it: refused, never dropped */
+    int r2 = cordon_exec(c, id, not_utf8, NULL, &r);
+    printf("not utf-8: %d %s\n", r2, cordon_last_error(c)->field);
     if (cordon_delete(c, id) < 0)
         return die(c, "delete");
     if (cordon_delete(c, id) == 0)
