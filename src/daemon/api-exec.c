@@ -258,8 +258,9 @@ static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_
         record_latency(ms);
         c->box->execs++;
         box_event(c->box, "exec",
-                  json_pack("{s:s, s:i, s:f, s:b}", "cmd", c->cmd, "exit_code", code, "duration_ms", ms,
-                            "timed_out", c->timed_out));
+                  json_pack("{s:o, s:i, s:f, s:b}", "cmd",
+                            json_lossy_string((const uint8_t *) c->cmd, strlen(c->cmd)), "exit_code", code,
+                            "duration_ms", ms, "timed_out", c->timed_out));
     } else if (type == CDN_FRAME_ERROR && cdn_errmsg_decode(p, len, &e, &msg) == 0) {
         status = 400;
         res = api_error_json("exec_failed", "cmd", msg);
