@@ -144,8 +144,3 @@ void agent_conn_pause(struct agent_conn *c, bool pause)
     if (evbuffer_get_length(bufferevent_get_input(c->bev)) >= CDN_FRAME_HEADER)
         bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
-
-size_t agent_conn_pending(const struct agent_conn *c)
-{
-    return c->bev ? evbuffer_get_length(bufferevent_get_output(c->bev)) : 0;
-}

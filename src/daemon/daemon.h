@@ -65,8 +65,6 @@ uint32_t agent_conn_add(struct agent_conn *c, struct agent_req *r);
 void agent_conn_remove(struct agent_conn *c, struct agent_req *r);
 int agent_conn_send(struct agent_conn *c, uint16_t type, uint16_t flags, uint32_t channel, const void *p,
                     uint32_t len);
-/* Bytes waiting to go to init (for backpressure on uploads). */
-size_t agent_conn_pending(const struct agent_conn *c);
 /* Stop/resume reading frames from init (a slow streaming client: init then
  * stops reading its commands' output, and they block). */
 void agent_conn_pause(struct agent_conn *c, bool pause);
