@@ -240,13 +240,16 @@ static void route_metrics(struct evhttp_request *req)
                         "cordon_sandbox_create_errors_total %llu\n"
                         "# HELP cordon_http_errors_total Requests answered with a 4xx or 5xx status.\n"
                         "# TYPE cordon_http_errors_total counter\ncordon_http_errors_total %llu\n"
+                        "# HELP cordon_execs_total Execs started.\n"
+                        "# TYPE cordon_execs_total counter\ncordon_execs_total %llu\n"
                         "# HELP cordon_pool_size Prepared sandboxes waiting in warm pools.\n"
                         "# TYPE cordon_pool_size gauge\ncordon_pool_size %u\n"
                         "# HELP cordon_exec_duration_ms Exec round trips, request to exit.\n"
                         "# TYPE cordon_exec_duration_ms histogram\n",
                         (unsigned long long) cordond->created_total,
                         (unsigned long long) cordond->create_errors,
-                        (unsigned long long) cordond->http_errors, pool_ready_total());
+                        (unsigned long long) cordond->http_errors, (unsigned long long) cordond->execs_total,
+                        pool_ready_total());
     uint64_t cum = 0;
     for (size_t i = 0; i < sizeof bounds_ms / sizeof bounds_ms[0]; i++) {
         cum += cordond->exec_hist[i];

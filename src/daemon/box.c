@@ -383,7 +383,6 @@ struct box *box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_error
     b->sb.stdio_fd = cordond->devnull;
     b->sb.tier = cdn_tier_lookup(b->spec.tier);
     b->created_unix = now_unix();
-    clock_gettime(CLOCK_MONOTONIC, &b->created_mono);
     b->sb.persistent = true;
     b->sb.on_spawned = spawned;
     b->sb.on_spawned_arg = b;

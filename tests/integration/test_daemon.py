@@ -36,6 +36,7 @@ def test_health_and_metrics(daemon):
         assert 'cordon_sandboxes{state="running",tier="container"} 1' in text
         assert "cordon_sandboxes_created_total 1" in text
         assert "cordon_exec_duration_ms_bucket" in text and "cordon_pool_size" in text
+        assert "cordon_execs_total 0" in text
 
 
 def test_create_get_list_delete(daemon):
