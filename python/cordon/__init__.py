@@ -222,6 +222,16 @@ class Sandbox:
             resp.close()
             resp._cordon_conn.close()
 
+    def set_network(self, mode="allowlist", allow=()):
+        """Replace the egress policy of the running sandbox (e.g. open package
+        mirrors for setup, then close them): connections the new list forbids
+        are cut. Returns {"mode", "allow", "generation"}."""
+        return self._ep.json("PATCH", f"{self._path}/network", {"mode": mode, "allow": list(allow)})
+
+    def violations(self):
+        """Counts of violations by category, e.g. {"egress": 2} (the reward signal)."""
+        return self._ep.json("GET", f"{self._path}/violations")["violations"]
+
     def kill(self):
         """Delete the sandbox (idempotent)."""
         try:
@@ -325,6 +335,12 @@ class AsyncSandbox:
             for line in lines:
                 if line.strip():
                     yield json.loads(line)
+
+    async def set_network(self, mode="allowlist", allow=()):
+        return await self._ep.ajson("PATCH", f"{self._path}/network", {"mode": mode, "allow": list(allow)})
+
+    async def violations(self):
+        return (await self._ep.ajson("GET", f"{self._path}/violations"))["violations"]
 
     async def kill(self):
         try:

@@ -165,7 +165,7 @@ static bool needs_full(const struct cdn_run_opts *o)
 {
     char cache[4096];
     cdn_cache_dir(cache, sizeof cache);
-    return o->json || o->needs_full || !cdn_seccomp_cache_present(cache);
+    return o->json || o->needs_full || o->spec.net_mode != CDN_NET_NONE || !cdn_seccomp_cache_present(cache);
 }
 
 static void report_error(const struct cdn_error *e)
@@ -198,12 +198,27 @@ static void run_sandbox(struct cdn_sandbox *sb, const struct cdn_run_opts *o, st
     _cleanup_free_ uint8_t *exec_frame = NULL;
     int exec_len = encode_exec(&o->spec, o->argv, &exec_frame, &out->error);
     int sfd = exec_len < 0 ? -EBADF : block_signals();
+#if !CDN_LEAN
+    struct run_egress *egress = NULL;
+    if (exec_len >= 0 && cdn_run_egress_prepare(sb, out, &egress, &out->error) < 0)
+        exec_len = -1;
+#endif
     if (exec_len < 0 || sb->tier->create(sb, &out->error) < 0) {
         out->setup_failed = true;
         out->wall_ms = ms_since(&t0);
         (void) safe_close(sfd);
+#if !CDN_LEAN
+        cdn_run_egress_free(egress);
+#endif
         return;
     }
+#if !CDN_LEAN
+    if (cdn_run_egress_start(egress) < 0) {
+        fprintf(stderr, "cordon: egress: cannot start its thread; the sandbox has no network\n");
+        cdn_run_egress_free(egress); /* fails closed: the redirect goes with the table */
+        egress = NULL;
+    }
+#endif
     /* A failed send means init is gone; supervise() learns why from the pidfd and setup pipe. */
     (void) cdn_frame_send(sb->agent_fd, CDN_FRAME_EXEC, EXEC_CHANNEL, exec_frame, (uint32_t) exec_len);
     (void) supervise(sb, sfd, out, &t0);
@@ -214,6 +229,9 @@ static void run_sandbox(struct cdn_sandbox *sb, const struct cdn_run_opts *o, st
         sb->tier->detach(sb); /* normal exit: teardown continues in the background */
     else
         (void) sb->tier->destroy(sb);
+#if !CDN_LEAN
+    cdn_run_egress_free(egress); /* its veth goes now; the namespace with the sandbox's last process */
+#endif
     out->wall_ms = ms_since(&t0);
     (void) safe_close(sfd);
 }

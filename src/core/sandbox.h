@@ -40,6 +40,11 @@ struct cdn_sandbox {
      * leave its directories for the next sandbox of that slot. */
     int slot_hint;
     bool keep_cgroup;
+    /* Egress (src/net/): when >= 0, the network namespace the sandbox joins
+     * (made and configured by the caller; else a fresh one with only lo), and
+     * the resolver its /etc/resolv.conf names (host byte order, 0 = none). */
+    int netns_fd;
+    uint32_t resolver_ip;
 
     /* host resources held for the sandbox's lifetime */
     int slot;    /* index of the uid range and cgroup name */

@@ -1,5 +1,6 @@
 /* Sandbox spec: defaults, JSON decoding with field-naming errors, validation. */
 #include "spec.h"
+#include "net/allow.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -299,11 +300,15 @@ int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
         return cdn_error_field(err, ERANGE, "limits.timeout_s", "limits.timeout_s: at most 7 days");
     if (l->nofile < 16 || l->nofile > 1048576)
         return cdn_error_field(err, ERANGE, "limits.nofile", "limits.nofile: must be between 16 and 1048576");
-    if (spec->net_mode != CDN_NET_NONE)
+    if (spec->net_mode == CDN_NET_NONE && spec->net_allow.n > 0)
         return cdn_error_field(
-            err, EOPNOTSUPP, "network.mode",
-            "network.mode: '%s' is not available yet; egress control is not built, only 'none'",
-            cdn_net_mode_to_string(spec->net_mode));
+            err, EINVAL, "network.allow",
+            "network.allow: entries need network.mode 'allowlist' (or 'open'), not 'none'");
+    struct cdn_allowlist allow;
+    int ar = cdn_allowlist_parse(&spec->net_allow, &allow, err);
+    if (ar < 0)
+        return ar;
+    cdn_allowlist_free(&allow);
     if (spec->protect.n > 0)
         return cdn_error_field(
             err, EOPNOTSUPP, "protect",

@@ -186,6 +186,55 @@ static void route_create(struct evhttp_request *req)
     box_create(&spec, req);
 }
 
+/* PATCH /v1/sandboxes/{id}/network: {"mode": "allowlist"|"open", "allow": [...]}
+ * replaces the sandbox's egress policy (a missing "allow" is the empty list). */
+static void api_network(struct evhttp_request *req, struct box *b)
+{
+    size_t n;
+    char *body = body_string(req, &n);
+    json_t *o = body && n ? json_loadb(body, n, 0, NULL) : NULL;
+    free(body);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return api_reply_error(req, 400, "invalid_network", "body",
+                               "body: expected a JSON object {\"mode\": …, \"allow\": […]}");
+    }
+    json_t *wrap = json_pack("{s:o}", "network", o);
+    char *text = wrap ? json_dumps(wrap, JSON_COMPACT) : NULL;
+    json_decref(wrap);
+    struct cdn_spec tmp;
+    struct cdn_error err = {0};
+    if (!text || cdn_spec_init(&tmp) < 0) {
+        free(text);
+        return api_reply_error(req, 500, "internal", NULL, "out of memory");
+    }
+    tmp.net_mode = b->spec.net_mode;
+    int r = cdn_spec_from_json(&tmp, text, strlen(text), &err);
+    free(text);
+    if (r >= 0 && b->state != BOX_RUNNING) {
+        cdn_spec_free(&tmp);
+        return api_reply_error(req, 409, "sandbox_not_running", NULL, "sandbox %s is %s", b->sb.id,
+                               box_state_name(b->state));
+    }
+    if (r >= 0)
+        r = egress_set(b, tmp.net_mode, &tmp.net_allow, &err);
+    cdn_spec_free(&tmp);
+    if (r < 0)
+        return api_reply_cdn_error(req, 400, "invalid_network", &err);
+    json_t *allow = json_array();
+    for (size_t i = 0; allow && i < b->spec.net_allow.n; i++)
+        json_array_append_new(allow, json_string(b->spec.net_allow.v[i]));
+    api_reply_json(req, 200,
+                   json_pack("{s:s, s:s, s:o, s:I}", "id", b->sb.id, "mode",
+                             cdn_net_mode_to_string(b->spec.net_mode), "allow", allow, "generation",
+                             (json_int_t) b->egress->generation));
+}
+
+static void api_violations(struct evhttp_request *req, struct box *b)
+{
+    api_reply_json(req, 200, json_pack("{s:s, s:o}", "id", b->sb.id, "violations", box_violations_json(b)));
+}
+
 static void route_list(struct evhttp_request *req)
 {
     struct evkeyvalq q = {0};
@@ -404,10 +453,16 @@ static void route(struct evhttp_request *req, void *arg)
         enum evhttp_cmd_type m;
         void (*fn)(struct evhttp_request *, struct box *);
     } sub[] = {
-        {"exec", EVHTTP_REQ_POST, api_exec},  {"files", EVHTTP_REQ_PUT, api_files},
-        {"files", EVHTTP_REQ_GET, api_files}, {"files", EVHTTP_REQ_DELETE, api_files},
-        {"ls", EVHTTP_REQ_GET, api_ls},       {"events", EVHTTP_REQ_GET, api_events},
-        {"stat", EVHTTP_REQ_GET, api_stat},   {"mkdir", EVHTTP_REQ_POST, api_mkdir},
+        {"exec", EVHTTP_REQ_POST, api_exec},
+        {"files", EVHTTP_REQ_PUT, api_files},
+        {"files", EVHTTP_REQ_GET, api_files},
+        {"files", EVHTTP_REQ_DELETE, api_files},
+        {"ls", EVHTTP_REQ_GET, api_ls},
+        {"events", EVHTTP_REQ_GET, api_events},
+        {"stat", EVHTTP_REQ_GET, api_stat},
+        {"mkdir", EVHTTP_REQ_POST, api_mkdir},
+        {"network", EVHTTP_REQ_PATCH, api_network},
+        {"violations", EVHTTP_REQ_GET, api_violations},
     };
     if (!rest[0]) {
         if (m == EVHTTP_REQ_GET)

@@ -76,6 +76,11 @@ void box_event(struct box *b, const char *type, json_t *fields)
     free(line);
 }
 
+json_t *box_violations_json(const struct box *b)
+{
+    return json_pack("{s:I}", "egress", (json_int_t) b->violations_egress);
+}
+
 json_t *box_to_json(struct box *b)
 {
     json_t *labels = json_object();
@@ -97,6 +102,14 @@ json_t *box_to_json(struct box *b)
     free(spec);
     if (o && b->exit_reason[0])
         json_object_set_new(o, "exit_reason", json_string(b->exit_reason));
+    if (o)
+        json_object_set_new(o, "violations", box_violations_json(b));
+    if (o && b->egress) {
+        char ip[16];
+        uint32_t a = b->netns.sandbox_ip;
+        (void) snprintf(ip, sizeof ip, "%u.%u.%u.%u", a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255);
+        json_object_set_new(o, "network", json_pack("{s:s, s:s}", "ip", ip, "interface", b->netns.host_if));
+    }
     struct cdn_usage u;
     if (o && b->state == BOX_RUNNING && b->sb.tier->usage(&b->sb, &u) == 0)
         json_object_set_new(o, "usage",
@@ -164,6 +177,7 @@ static void cleanup(struct box *b)
     int slot = b->sb.slot;
     bool kept = b->sb.keep_cgroup;
     (void) b->sb.tier->destroy(&b->sb);
+    egress_detach(b);
     /* The cgroup directories stay (emptied) for the next sandbox: remember the slot. */
     if (kept && slot >= 0)
         keep_slot(slot);
@@ -387,12 +401,15 @@ struct box *box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_error
     b->sb.on_spawned = spawned;
     b->sb.on_spawned_arg = b;
     b->sb.listen_fd = record_listen(b->sb.id);
+    b->netns = (struct cdn_netns) CDN_NETNS_INIT;
     if (!b->sb.tier) {
         cdn_error_field(err, EOPNOTSUPP, "tier", "tier '%s' is not built yet",
                         cdn_tier_to_string(b->spec.tier));
     } else if (b->sb.listen_fd < 0) {
         cdn_error_set(err, -b->sb.listen_fd, "agent socket in %s: %s", cordond->cfg.sandbox_dir,
                       strerror(-b->sb.listen_fd));
+    } else if (egress_attach(b, err) < 0) {
+        /* err says why */
     } else if ((b->sb.slot_hint = cordond->n_kept ? cordond->kept_slots[--cordond->n_kept] : -1),
                b->sb.tier->create(&b->sb, err) >= 0) {
         b->sb.keep_cgroup = true; /* from now on its cgroup is worth keeping */
@@ -420,6 +437,7 @@ struct box *box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_error
         return b;
     }
     /* err says why; the tier left nothing behind */
+    egress_detach(b);
     b->sb.listen_fd = safe_close(b->sb.listen_fd);
     record_remove(b->sb.id);
     cordond->create_errors++;
@@ -507,8 +525,12 @@ static void adopt_one(const char *id, const char *path)
     b->init_start = rec.init_start;
     b->state = BOX_RUNNING;
     int r = -ESRCH;
+    b->netns = (struct cdn_netns) CDN_NETNS_INIT;
     if (rec.pooled)
         (void) snprintf(err.msg, sizeof err.msg, "it was in a warm pool");
+    else if (b->spec.net_mode != CDN_NET_NONE)
+        (void) snprintf(err.msg, sizeof err.msg,
+                        "its egress state (proxy connections, DNS pins) does not survive a restart yet");
     else if (b->sb.tier && record_start_time(rec.init_pid) == rec.init_start &&
              b->sb.tier->adopt(&b->sb, &err) >= 0 &&
              record_start_time(rec.init_pid) ==

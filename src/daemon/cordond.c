@@ -63,6 +63,8 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
             return -E2BIG;
         return set_string(c->pools[c->n_pools++], sizeof c->pools[0], v);
     }
+    if (strcmp(name, "dns-upstream") == 0 || strcmp(name, "dns_upstream") == 0)
+        return set_string(c->dns_upstream, sizeof c->dns_upstream, v);
     if (strcmp(name, "max-body") == 0 || strcmp(name, "max_body") == 0)
         return set_size(&c->max_body_bytes, v);
     if (strcmp(name, "max-output") == 0 || strcmp(name, "max_output") == 0)
@@ -129,6 +131,7 @@ static void usage(FILE *f)
         "usage: cordond [--config FILE] [--socket PATH] [--listen HOST:PORT --token-file F]\n"
         "               [--state-dir DIR] [--sandbox-dir DIR] [--stop-sandboxes true|false]\n"
         "               [--max-body SIZE] [--max-output SIZE] [--max-sandboxes N] [--pool SIZE[:SPECFILE]]…\n"
+        "               [--dns-upstream IP[:PORT]]\n"
         "Defaults and the config file format: docs/cordond.md (config: %s)\n",
         DEFAULT_CONFIG);
 }
@@ -294,6 +297,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "cordond: mkdir %s: %s\n", d->cfg.sandbox_dir, strerror(errno));
         return 1;
     }
+    (void) egress_start(); /* without it, network modes other than none are refused, with the reason */
     int adopted = box_adopt_all();
     /* What a crashed cordond kept for reuse (empty cgroups of now free slots) goes. */
     cdn_tier_lookup(CDN_TIER_CONTAINER)->sweep_slots();
@@ -306,6 +310,7 @@ int main(int argc, char **argv)
             d->cfg.listen[0] ? " and " : "", d->cfg.listen);
     event_base_dispatch(d->base);
     box_drop_kept_slots();
+    egress_stop();
     (void) unlink(d->cfg.socket_path);
     return 0;
 }

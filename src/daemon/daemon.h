@@ -19,6 +19,8 @@
 #include "agent/frame.h"
 #include "core/sandbox.h"
 #include "core/spec.h"
+#include "net/egress.h"
+#include "net/netns.h"
 #include "shared/error.h"
 
 struct box;
@@ -37,6 +39,7 @@ struct daemon_config {
     unsigned max_sandboxes;
     char pools[8][300]; /* "SIZE[:SPECFILE]" each, see pool.c */
     unsigned n_pools;
+    char dns_upstream[64]; /* IP[:PORT] the DNS stub and the proxy resolve with; empty = /etc/resolv.conf */
 };
 
 /* ---- host side of the agent protocol over a bufferevent (agent-conn.c) ---- */
@@ -88,6 +91,9 @@ struct box {
     bool pool_ready; /* … and is running (else still starting) */
     double created_unix;
     uint64_t execs;
+    struct cdn_egress_box *egress; /* network != none (egress.c) */
+    struct cdn_netns netns;
+    uint64_t violations_egress;
     struct evbuffer *events;         /* NDJSON lines, oldest dropped past a cap */
     LIST_HEAD(, follower) followers; /* GET …/events?follow=true (api.c) */
     LIST_ENTRY(box) link;
@@ -150,8 +156,23 @@ void box_delete(struct box *b, const char *reason);
  * the box's log and push it to followers. */
 void box_event(struct box *b, const char *type, json_t *fields);
 const char *box_state_name(enum box_state s);
+/* Counts of violations by category (the reward signal): {"egress": N}. */
+json_t *box_violations_json(const struct box *b);
 /* JSON of the box for GET, caller frees (json_decref). */
 json_t *box_to_json(struct box *b);
+
+/* ---- egress (egress.c, DESIGN §7) ---- */
+/* Proxy, DNS stub, nftables table. A failure leaves cordond up, refusing
+ * network modes other than none with the reason. */
+int egress_start(void);
+void egress_stop(void);
+/* Before the tier's create: the box's network namespace, veth and allowlist. */
+int egress_attach(struct box *b, struct cdn_error *err);
+/* After init's end. */
+void egress_detach(struct box *b);
+/* PATCH …/network: replace mode and list (allow moved in on success). */
+int egress_set(struct box *b, enum cdn_net_mode mode, struct cdn_strv *allow, struct cdn_error *err);
+const char *egress_log_path(void);
 
 /* ---- HTTP (api.c, api-exec.c) ---- */
 int api_start(void);

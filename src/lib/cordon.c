@@ -33,6 +33,8 @@ struct buf {
 };
 
 static void set_error(cordon_client *c, long status, const char *code, const char *field, const char *fmt,
+                      ...) __attribute__((format(printf, 5, 6)));
+static void set_error(cordon_client *c, long status, const char *code, const char *field, const char *fmt,
                       ...)
 {
     va_list ap;

@@ -301,6 +301,15 @@ def net_links():
     return out
 
 
+def nft_tables():
+    """cordon's nftables tables (the egress layer's, one per cordond)."""
+    try:
+        out = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    return {ln.strip() for ln in out.splitlines() if " cordon" in ln}
+
+
 def named_netns():
     try:
         return set(os.listdir("/run/netns"))
@@ -345,6 +354,7 @@ class HostState:
     orphans: dict = field(default_factory=dict)  # key → Proc, cordon processes whose parent died
     links: set = field(default_factory=set)
     netns: set = field(default_factory=set)
+    nft: set = field(default_factory=set)
     live_slots: set = field(default_factory=set)  # slots with a live, non-orphan supervisor
 
     @classmethod
@@ -359,6 +369,7 @@ class HostState:
             orphans={p.key: p for p in procs if is_cordon(p) and p.ppid == 1 and p.state != "Z"},
             links=net_links(),
             netns=named_netns(),
+            nft=nft_tables(),
             live_slots=live,
         )
 
@@ -385,6 +396,8 @@ class HostState:
             out["net links"] = sorted(self.links - before.links)
         if self.netns - before.netns:
             out["named netns"] = sorted(self.netns - before.netns)
+        if self.nft - before.nft:
+            out["nftables tables"] = sorted(self.nft - before.nft)
         return out
 
 

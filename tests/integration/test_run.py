@@ -169,7 +169,7 @@ def test_json_record_fields_and_types():
     assert rec["cpu_user_ms"] >= 0 and rec["cpu_system_ms"] >= 0
     assert rec["memory_peak_bytes"] > 0
     assert rec["pids_limit_hits"] == 0
-    assert rec["violations"] == {}
+    assert rec["violations"] == {"egress": 0}
     lim = rec["limits"]
     assert lim["memory_mb"] == 256 and lim["pids"] == 64 and lim["disk_mb"] == 100
     assert lim["cpus"] == pytest.approx(0.5)
@@ -328,8 +328,9 @@ BAD = [
     (["--hostname", "not a/hostname"], ["--hostname", "hostname"]),
     (["--memory", "1M"], ["--memory", "limits.memory_mb"]),
     (["--env", "BIG=" + "y" * 70000], ["--env", "env"]),
-    (["--net", "open"], ["--net", "network"]),
-    (["--net", "allow=pypi.org:443"], ["--net", "network"]),
+    (["--net", "allow=pypi.org:0"], ["network.allow[0]", "pypi.org:0"]),
+    (["--net", "allow=pypi.org,10.0.0.0/33"], ["network.allow[1]", "10.0.0.0/33"]),
+    (["--net", "allow=*"], ["network.allow[0]"]),
     (["--net", "sideways"], ["--net", "network"]),
     (["--protect", "/workspace/answers/**"], ["--protect", "protect"]),
     (["--tier", "vm"], ["--tier", "tier"]),

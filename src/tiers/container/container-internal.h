@@ -23,6 +23,8 @@ struct cdn_setup_args {
     bool persistent;     /* no parent-death signal; listen_fd and slot_fd go to init (sandbox.h) */
     int listen_fd, slot_fd;
     const struct cdn_cgroup *cgroup; /* v1: to join with attach_self(); NULL when born inside it (v2) */
+    bool netns_given;                /* born in a prepared network namespace: do not make one */
+    uint32_t resolver_ip;            /* for /etc/resolv.conf; 0 = leave the image's */
 };
 
 /* The setup child: runs right after clone3 in the new user, pid, mount, net,

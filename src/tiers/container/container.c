@@ -18,6 +18,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/socket.h>
@@ -149,12 +150,26 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         .listen_fd = sb->persistent ? sb->listen_fd : -EBADF,
         .slot_fd = sb->persistent ? sb->slot_fd : -EBADF,
         .cgroup = v2 ? NULL : &sb->cgroup,
+        .netns_given = sb->netns_fd >= 0,
+        .resolver_ip = sb->resolver_ip,
     };
+    /* A prepared network namespace (owned by the host's user namespace, so the
+     * sandbox's root has no power over it) is entered here for the clone only:
+     * the child is born in it. */
+    _cleanup_close_ int host_net = -EBADF;
+    if (sb->netns_fd >= 0) {
+        host_net = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+        if (host_net < 0 || setns(sb->netns_fd, CLONE_NEWNET) < 0)
+            return cdn_error_set(err, errno, "enter the sandbox's network namespace: %m");
+    }
     pid_t pid = (pid_t) syscall(SYS_clone3, &ca, sizeof ca);
-    if (pid < 0)
-        return cdn_error_set(err, errno, "clone3 into new namespaces: %m");
+    int clone_errno = errno;
     if (pid == 0)
         cdn_container_setup(&args);
+    if (host_net >= 0 && setns(host_net, CLONE_NEWNET) < 0)
+        abort(); /* never go on in the sandbox's namespace */
+    if (pid < 0)
+        return cdn_error_set(err, clone_errno, "clone3 into new namespaces: %s", strerror(clone_errno));
     sb->init_pid = pid;
     sb->init_pidfd = pidfd;
     /* The child's ends: closed here so that its death reads as EOF on ours. */

@@ -352,6 +352,26 @@ static int mount_binds(const struct cdn_setup_args *a, int rootfd, struct cdn_er
     return 0;
 }
 
+/* With egress, the resolver is the host's end of the veth (any UDP 53 goes to
+ * the DNS stub anyway): a read-only file bound over the image's. */
+static int mount_resolv_conf(const struct cdn_setup_args *a, int rootfd, struct cdn_error *err)
+{
+    char src[4200], text[128];
+    (void) snprintf(src, sizeof src, "%s/resolv.conf", a->scratch);
+    uint32_t ip = a->resolver_ip;
+    (void) snprintf(text, sizeof text, "nameserver %u.%u.%u.%u\noptions timeout:2 attempts:2\n", ip >> 24,
+                    (ip >> 16) & 255, (ip >> 8) & 255, ip & 255);
+    _cleanup_close_ int out = open(src, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (out < 0 || cdn_write_all(out, text, strlen(text)) < 0)
+        return cdn_error_set(err, errno, "write %s: %m", src);
+    int r, fd = open_in_root(rootfd, "/etc/resolv.conf", false, 0644);
+    if (fd < 0)
+        return cdn_error_set(err, fd, "/etc/resolv.conf in the image: %s", strerror(-fd));
+    r = bind_onto(rootfd, src, fd, "/etc/resolv.conf", true, err);
+    (void) close(fd);
+    return r;
+}
+
 static int make_writable_dirs(const struct cdn_setup_args *a, int rootfd, struct cdn_error *err)
 {
     for (size_t i = 0; i < ELEMENTSOF(writable_dirs); i++) {
@@ -406,7 +426,7 @@ int cdn_rootfs_prepare(const struct cdn_setup_args *a, struct cdn_error *err)
         (r = mount_binds(a, rootfd, err)) < 0)
         return r;
     r = make_writable_dirs(a, rootfd, err);
-    if (r < 0)
+    if (r < 0 || (a->resolver_ip && (r = mount_resolv_conf(a, rootfd, err)) < 0))
         return r;
     if (a->spec->read_only_root)
         CHECK(mount(NULL, root, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL),

@@ -187,11 +187,13 @@ static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
     /* The network namespace first (the costliest, ~0.4 ms), while the parent
      * writes the id maps and makes the cgroup. No id map is needed for it:
      * the capabilities of the fresh user namespace suffice. */
-    if (unshare(CLONE_NEWNET) < 0)
-        return cdn_error_set(err, errno, "unshare network namespace: %m");
-    int r = loopback_up(err);
-    if (r < 0)
-        return r;
+    int r = 0;
+    if (!a->netns_given) {
+        if (unshare(CLONE_NEWNET) < 0)
+            return cdn_error_set(err, errno, "unshare network namespace: %m");
+        if ((r = loopback_up(err)) < 0)
+            return r;
+    }
     (void) wait_parent('m'); /* the id maps are written */
     if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0 || setgroups(0, NULL) < 0)
         return cdn_error_set(err, errno, "become root of the user namespace: %m");

@@ -1,0 +1,179 @@
+/* Egress for the one-shot `cordon run --net allow=…|open` (DESIGN §7): the
+ * same proxy, DNS stub, nftables table and per-sandbox namespace as cordond,
+ * owned by this process for the run. The libevent loop runs in a thread of
+ * its own, started after the sandbox is cloned (so the clone copies a
+ * single-threaded process), and stopped once the sandbox has ended.
+ *
+ * The upstream resolver is $CORDON_DNS_UPSTREAM (IP[:PORT]) or the host's
+ * /etc/resolv.conf; attempts go to <state dir>/egress.log. Full build only. */
+#include "run.h"
+
+#include <errno.h>
+#include <event2/dns.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/paths.h"
+#include "net/audit.h"
+#include "net/dns-stub.h"
+#include "net/netns.h"
+#include "net/nft.h"
+#include "net/proxy.h"
+
+struct run_egress {
+    struct event_base *base;
+    struct evdns_base *dns;
+    struct cdn_dns_stub *stub;
+    struct cdn_proxy *proxy;
+    struct cdn_netns netns;
+    struct cdn_egress_box box;
+    struct cdn_audit_log log;
+    json_t *labels;
+    char table[40];
+    bool table_made, thread_started;
+    pthread_t thread;
+};
+
+static struct cdn_egress_box *lookup(void *arg, uint32_t src)
+{
+    struct run_egress *e = arg;
+    return src == e->box.sandbox_ip ? &e->box : NULL;
+}
+
+static void on_audit(void *arg, struct cdn_egress_box *b, const struct cdn_audit *a)
+{
+    struct run_egress *e = arg;
+    if (!a->allowed)
+        ((struct outcome *) b->owner)->violations_egress++;
+    json_t *f = cdn_audit_fields(a);
+    cdn_audit_log_write(&e->log, b->id, e->labels, f);
+    json_decref(f);
+}
+
+static void on_flag(void *arg, struct cdn_egress_box *b, const char *what, const char *detail)
+{
+    (void) arg, (void) b;
+    fprintf(stderr, "cordon: egress alert: %s: %s\n", what, detail);
+}
+
+static struct cdn_egress_ops ops = {.lookup = lookup, .audit = on_audit, .flag = on_flag};
+
+void cdn_run_egress_free(struct run_egress *e)
+{
+    if (!e)
+        return;
+    if (e->thread_started) {
+        (void) event_base_loopbreak(e->base);
+        (void) pthread_join(e->thread, NULL);
+    }
+    if (e->table_made)
+        cdn_nft_teardown(e->table);
+    cdn_proxy_free(e->proxy);
+    if (e->stub)
+        cdn_dns_stub_free(e->stub);
+    if (e->base)
+        (void) event_base_loop(e->base, EVLOOP_NONBLOCK); /* cancelled lookups end (dns-stub.h) */
+    if (e->dns)
+        evdns_base_free(e->dns, 0);
+    if (e->base)
+        event_base_free(e->base);
+    cdn_netns_destroy(&e->netns);
+    cdn_allowlist_free(&e->box.allow);
+    cdn_pins_free(e->box.pins);
+    cdn_audit_log_close(&e->log);
+    json_decref(e->labels);
+    free(e);
+}
+
+int cdn_run_egress_prepare(struct cdn_sandbox *sb, struct outcome *out, struct run_egress **ret,
+                           struct cdn_error *err)
+{
+    *ret = NULL;
+    const struct cdn_spec *spec = sb->spec;
+    if (spec->net_mode == CDN_NET_NONE)
+        return 0;
+    struct run_egress *e = calloc(1, sizeof *e);
+    if (!e)
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    e->netns = (struct cdn_netns) CDN_NETNS_INIT;
+    e->log = (struct cdn_audit_log) CDN_AUDIT_LOG_INIT;
+    ops.arg = e;
+    int r;
+    if (evthread_use_pthreads() < 0 || !(e->base = event_base_new()) ||
+        !(e->dns = evdns_base_new(e->base, 0)) || !(e->labels = json_object())) {
+        r = cdn_error_set(err, ENOMEM, "egress: event loop: out of memory");
+        goto fail;
+    }
+    const char *up = getenv("CORDON_DNS_UPSTREAM");
+    r = up && *up ? evdns_base_nameserver_ip_add(e->dns, up)
+                  : evdns_base_resolv_conf_parse(e->dns, DNS_OPTION_NAMESERVERS, "/etc/resolv.conf");
+    if (r != 0 || evdns_base_count_nameservers(e->dns) == 0) {
+        r = cdn_error_field(err, ENOENT, "network.mode",
+                            "egress: no upstream DNS server (%s; set CORDON_DNS_UPSTREAM=IP[:PORT])",
+                            up && *up ? up : "none in /etc/resolv.conf");
+        goto fail;
+    }
+    (void) evdns_base_set_option(e->dns, "timeout:", "2");
+    (void) evdns_base_set_option(e->dns, "attempts:", "2");
+    for (size_t i = 0; i < spec->labels.n; i++) {
+        const char *kv = spec->labels.v[i], *eq = strchr(kv, '=');
+        if (eq) {
+            char k[256];
+            (void) snprintf(k, sizeof k, "%.*s", (int) (eq - kv), kv);
+            json_object_set_new(e->labels, k, json_string(eq + 1));
+        }
+    }
+    if ((r = cdn_allowlist_parse(&spec->net_allow, &e->box.allow, err)) < 0)
+        goto fail;
+    if (!(e->box.pins = cdn_pins_new(1024)) || !(e->stub = cdn_dns_stub_new(e->base, e->dns, 0, &ops)) ||
+        !(e->proxy = cdn_proxy_new(e->base, e->dns, 0, &ops))) {
+        r = cdn_error_set(err, errno ? errno : ENOMEM, "egress: DNS stub or proxy: %m");
+        goto fail;
+    }
+    (void) snprintf(e->table, sizeof e->table, "cordon_run_%d", (int) getpid());
+    if ((r = cdn_nft_setup(e->table, cdn_proxy_port(e->proxy), cdn_dns_stub_port(e->stub), err)) < 0)
+        goto fail;
+    e->table_made = true;
+    if ((r = cdn_netns_create(&e->netns, true, err)) < 0 ||
+        (r = cdn_nft_add_if(e->table, e->netns.host_if, err)) < 0)
+        goto fail;
+    char path[512];
+    (void) snprintf(path, sizeof path, "%s/egress.log", cdn_state_dir());
+    if (cdn_audit_log_open(&e->log, path) < 0)
+        fprintf(stderr, "cordon: audit log %s: %s\n", path, strerror(errno));
+    (void) snprintf(e->box.id, sizeof e->box.id, "%s", sb->id);
+    e->box.sandbox_ip = e->netns.sandbox_ip;
+    e->box.host_ip = e->netns.host_ip;
+    e->box.mode = spec->net_mode;
+    e->box.owner = out;
+    sb->netns_fd = e->netns.fd;
+    sb->resolver_ip = e->netns.host_ip;
+    *ret = e;
+    return 0;
+fail:
+    cdn_run_egress_free(e);
+    return r < 0 ? r : -EIO;
+}
+
+static void *loop_main(void *arg)
+{
+    struct run_egress *e = arg;
+    (void) event_base_loop(e->base, EVLOOP_NO_EXIT_ON_EMPTY);
+    return NULL;
+}
+
+int cdn_run_egress_start(struct run_egress *e)
+{
+    if (!e)
+        return 0;
+    int r = pthread_create(&e->thread, NULL, loop_main, e);
+    if (r != 0)
+        return -r;
+    e->thread_started = true;
+    return 0;
+}

@@ -1,0 +1,244 @@
+/* cordond's egress layer (DESIGN §7): one proxy, one DNS stub and one
+ * nftables table for all sandboxes; per sandbox with network != none a
+ * network namespace with a veth (net/netns.h) and its allowlist. Every
+ * attempt is one JSON line in <state_dir>/egress.log (rotated) and an
+ * "egress" event of the sandbox; refusals count as violations. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "net/audit.h"
+#include "net/dns-stub.h"
+#include "net/netns.h"
+#include "net/nft.h"
+#include "net/proxy.h"
+
+static struct {
+    bool ready;
+    char error[256]; /* why not ready */
+    struct evdns_base *dns;
+    struct cdn_dns_stub *stub;
+    struct cdn_proxy *proxy;
+    char table[40];
+    struct cdn_egress_box **by_lease; /* CDN_NET_LEASES entries */
+    struct cdn_audit_log log;
+} eg = {.log = CDN_AUDIT_LOG_INIT};
+
+static struct cdn_egress_box *lookup(void *arg, uint32_t src)
+{
+    (void) arg;
+    uint32_t off = src - CDN_NET_SUBNET;
+    if ((src >> (32 - CDN_NET_SUBNET_BITS)) != (CDN_NET_SUBNET >> (32 - CDN_NET_SUBNET_BITS)) ||
+        (off & 3) != 2)
+        return NULL;
+    return eg.by_lease[off / 4];
+}
+
+static json_t *labels_json(const struct box *b)
+{
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < b->spec.labels.n; i++) {
+        const char *kv = b->spec.labels.v[i], *eq = strchr(kv, '=');
+        if (eq) {
+            char k[256];
+            (void) snprintf(k, sizeof k, "%.*s", (int) (eq - kv), kv);
+            json_object_set_new(o, k, json_string(eq + 1));
+        }
+    }
+    return o;
+}
+
+static void on_audit(void *arg, struct cdn_egress_box *e, const struct cdn_audit *a)
+{
+    (void) arg;
+    struct box *b = e->owner;
+    json_t *f = cdn_audit_fields(a);
+    if (!f)
+        return;
+    if (!a->allowed)
+        b->violations_egress++;
+    json_t *labels = labels_json(b);
+    cdn_audit_log_write(&eg.log, b->sb.id, labels, f);
+    json_decref(labels);
+    box_event(b, "egress", f);
+}
+
+static void on_flag(void *arg, struct cdn_egress_box *e, const char *what, const char *detail)
+{
+    (void) arg;
+    box_event(e->owner, "alert", json_pack("{s:s, s:s}", "what", what, "detail", detail));
+}
+
+static const struct cdn_egress_ops ops = {.lookup = lookup, .audit = on_audit, .flag = on_flag};
+
+/* The table's name: stable for a state directory and socket, so a restarted
+ * cordond replaces the table its predecessor left, and two cordonds never
+ * touch each other's. */
+static void table_name(char *buf, size_t size)
+{
+    uint32_t h = 2166136261u;
+    for (const char *p = cordond->cfg.state_dir; *p; p++)
+        h = (h ^ (uint8_t) *p) * 16777619u;
+    for (const char *p = cordond->cfg.socket_path; *p; p++)
+        h = (h ^ (uint8_t) *p) * 16777619u;
+    (void) snprintf(buf, size, "cordon_%08x", h);
+}
+
+static int start(void)
+{
+    table_name(eg.table, sizeof eg.table);
+    eg.by_lease = calloc(CDN_NET_LEASES, sizeof *eg.by_lease);
+    eg.dns = evdns_base_new(cordond->base, 0);
+    if (!eg.by_lease || !eg.dns) {
+        (void) snprintf(eg.error, sizeof eg.error, "out of memory");
+        return -ENOMEM;
+    }
+    const char *up = cordond->cfg.dns_upstream;
+    int r = up[0] ? evdns_base_nameserver_ip_add(eg.dns, up)
+                  : evdns_base_resolv_conf_parse(eg.dns, DNS_OPTION_NAMESERVERS, "/etc/resolv.conf");
+    if (r != 0 || evdns_base_count_nameservers(eg.dns) == 0) {
+        (void) snprintf(eg.error, sizeof eg.error, "no upstream DNS server (%s)",
+                        up[0] ? up : "none in /etc/resolv.conf; set dns_upstream");
+        return -ENOENT;
+    }
+    (void) evdns_base_set_option(eg.dns, "timeout:", "2");
+    (void) evdns_base_set_option(eg.dns, "attempts:", "2");
+    eg.stub = cdn_dns_stub_new(cordond->base, eg.dns, 0, &ops);
+    eg.proxy = eg.stub ? cdn_proxy_new(cordond->base, eg.dns, 0, &ops) : NULL;
+    if (!eg.proxy) {
+        (void) snprintf(eg.error, sizeof eg.error, "DNS stub or proxy socket: %s", strerror(errno));
+        return -errno;
+    }
+    struct cdn_error err = {0};
+    if (cdn_nft_setup(eg.table, cdn_proxy_port(eg.proxy), cdn_dns_stub_port(eg.stub), &err) < 0) {
+        (void) snprintf(eg.error, sizeof eg.error, "%s", err.msg);
+        return -EIO;
+    }
+    char path[512];
+    (void) snprintf(path, sizeof path, "%s/egress.log", cordond->cfg.state_dir);
+    if (cdn_audit_log_open(&eg.log, path) < 0)
+        fprintf(stderr, "cordond: audit log %s: %s (egress events still go to each sandbox's events)\n", path,
+                strerror(errno));
+    eg.ready = true;
+    return 0;
+}
+
+int egress_start(void)
+{
+    int r = start();
+    if (r < 0)
+        fprintf(stderr, "cordond: egress layer not available: %s\n", eg.error);
+    return r;
+}
+
+void egress_stop(void)
+{
+    if (eg.ready)
+        cdn_nft_teardown(eg.table);
+    cdn_proxy_free(eg.proxy);
+    if (eg.stub)
+        cdn_dns_stub_free(eg.stub);
+    /* Cancelled lookups end in their callbacks, which run from the loop:
+     * let them, before the resolver goes (dns-stub.h). */
+    (void) event_base_loop(cordond->base, EVLOOP_NONBLOCK);
+    if (eg.dns)
+        evdns_base_free(eg.dns, 0);
+    eg.ready = false;
+    cdn_audit_log_close(&eg.log);
+    free(eg.by_lease);
+}
+
+const char *egress_log_path(void)
+{
+    return eg.log.path;
+}
+
+int egress_attach(struct box *b, struct cdn_error *err)
+{
+    if (b->spec.net_mode == CDN_NET_NONE)
+        return 0;
+    if (!eg.ready)
+        return cdn_error_field(err, EOPNOTSUPP, "network.mode",
+                               "network.mode: the egress layer is not running: %s", eg.error);
+    struct cdn_egress_box *e = calloc(1, sizeof *e);
+    if (!e)
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    int r = cdn_allowlist_parse(&b->spec.net_allow, &e->allow, err);
+    if (r < 0 || !(e->pins = cdn_pins_new(1024))) {
+        cdn_allowlist_free(&e->allow);
+        free(e);
+        return r < 0 ? r : cdn_error_set(err, ENOMEM, "out of memory");
+    }
+    if ((r = cdn_netns_create(&b->netns, true, err)) < 0 ||
+        (r = cdn_nft_add_if(eg.table, b->netns.host_if, err)) < 0) {
+        cdn_netns_destroy(&b->netns);
+        cdn_allowlist_free(&e->allow);
+        cdn_pins_free(e->pins);
+        free(e);
+        return r;
+    }
+    (void) snprintf(e->id, sizeof e->id, "%s", b->sb.id);
+    e->sandbox_ip = b->netns.sandbox_ip;
+    e->host_ip = b->netns.host_ip;
+    e->mode = b->spec.net_mode;
+    e->owner = b;
+    eg.by_lease[b->netns.lease] = e;
+    b->egress = e;
+    b->sb.netns_fd = b->netns.fd;
+    b->sb.resolver_ip = b->netns.host_ip;
+    return 0;
+}
+
+void egress_detach(struct box *b)
+{
+    struct cdn_egress_box *e = b->egress;
+    if (!e)
+        return;
+    cdn_proxy_forget(eg.proxy, e);
+    cdn_nft_del_if(eg.table, b->netns.host_if);
+    eg.by_lease[b->netns.lease] = NULL;
+    cdn_netns_destroy(&b->netns);
+    b->sb.netns_fd = -EBADF;
+    cdn_allowlist_free(&e->allow);
+    cdn_pins_free(e->pins);
+    free(e);
+    b->egress = NULL;
+}
+
+int egress_set(struct box *b, enum cdn_net_mode mode, struct cdn_strv *allow, struct cdn_error *err)
+{
+    struct cdn_egress_box *e = b->egress;
+    if (!e)
+        return cdn_error_field(err, EINVAL, "mode",
+                               "network: this sandbox was created with network mode 'none' and has no "
+                               "network to change; create it with 'allowlist' (an empty list denies all)");
+    if (mode == CDN_NET_NONE)
+        return cdn_error_field(err, EINVAL, "mode",
+                               "mode: 'none' cannot be set at run time; use 'allowlist' with an empty list");
+    struct cdn_allowlist l = {0};
+    int r = cdn_allowlist_parse(allow, &l, err);
+    if (r < 0)
+        return r;
+    /* One step of the loop: the new list takes effect and the connections it
+     * forbids are cut before anything else runs. */
+    cdn_allowlist_free(&e->allow);
+    e->allow = l;
+    e->mode = mode;
+    e->generation++;
+    cdn_strv_free(&b->spec.net_allow);
+    b->spec.net_allow = *allow;
+    *allow = (struct cdn_strv){0};
+    b->spec.net_mode = mode;
+    cdn_proxy_recheck(eg.proxy, e);
+    box_event(b, "network",
+              json_pack("{s:s, s:I}", "mode", cdn_net_mode_to_string(mode), "generation",
+                        (json_int_t) e->generation));
+    return 0;
+}

@@ -1,0 +1,300 @@
+/* Network namespaces and veth pairs over rtnetlink (libmnl). See netns.h. */
+#include "net/netns.h"
+#include "shared/fd-util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <libmnl/libmnl.h>
+#include <net/if.h> /* before the linux/ headers: they step aside for it */
+#include <linux/if_link.h>
+#include <linux/rtnetlink.h>
+#include <linux/veth.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* One request, one ACK. */
+static int nl_talk(struct mnl_socket *nl, struct nlmsghdr *nlh)
+{
+    static uint32_t seq;
+    nlh->nlmsg_flags |= NLM_F_REQUEST | NLM_F_ACK;
+    nlh->nlmsg_seq = ++seq;
+    if (mnl_socket_sendto(nl, nlh, nlh->nlmsg_len) < 0)
+        return -errno;
+    char buf[8192];
+    ssize_t n = mnl_socket_recvfrom(nl, buf, sizeof buf);
+    if (n < 0)
+        return -errno;
+    int r = mnl_cb_run(buf, (size_t) n, seq, mnl_socket_get_portid(nl), NULL, NULL);
+    return r < 0 ? -errno : 0;
+}
+
+static struct mnl_socket *nl_open(void)
+{
+    struct mnl_socket *nl = mnl_socket_open2(NETLINK_ROUTE, SOCK_CLOEXEC);
+    if (nl && mnl_socket_bind(nl, 0, MNL_SOCKET_AUTOPID) < 0) {
+        int e = errno;
+        mnl_socket_close(nl);
+        errno = e;
+        return NULL;
+    }
+    return nl;
+}
+
+static int link_up(struct mnl_socket *nl, unsigned ifindex)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
+    nlh->nlmsg_type = RTM_NEWLINK;
+    struct ifinfomsg *ifi = mnl_nlmsg_put_extra_header(nlh, sizeof *ifi);
+    ifi->ifi_family = AF_UNSPEC;
+    ifi->ifi_index = (int) ifindex;
+    ifi->ifi_flags = ifi->ifi_change = IFF_UP;
+    return nl_talk(nl, nlh);
+}
+
+static int add_addr(struct mnl_socket *nl, unsigned ifindex, uint32_t ip, unsigned prefix)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
+    nlh->nlmsg_type = RTM_NEWADDR;
+    nlh->nlmsg_flags = NLM_F_CREATE | NLM_F_EXCL;
+    struct ifaddrmsg *ifa = mnl_nlmsg_put_extra_header(nlh, sizeof *ifa);
+    ifa->ifa_family = AF_INET;
+    ifa->ifa_prefixlen = (unsigned char) prefix;
+    ifa->ifa_scope = RT_SCOPE_UNIVERSE;
+    ifa->ifa_index = ifindex;
+    uint32_t be = htonl(ip);
+    mnl_attr_put_u32(nlh, IFA_LOCAL, be);
+    mnl_attr_put_u32(nlh, IFA_ADDRESS, be);
+    return nl_talk(nl, nlh);
+}
+
+static int add_default_route(struct mnl_socket *nl, unsigned ifindex, uint32_t gw)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
+    nlh->nlmsg_type = RTM_NEWROUTE;
+    nlh->nlmsg_flags = NLM_F_CREATE | NLM_F_EXCL;
+    struct rtmsg *rtm = mnl_nlmsg_put_extra_header(nlh, sizeof *rtm);
+    rtm->rtm_family = AF_INET;
+    rtm->rtm_table = RT_TABLE_MAIN;
+    rtm->rtm_protocol = RTPROT_BOOT;
+    rtm->rtm_scope = RT_SCOPE_UNIVERSE;
+    rtm->rtm_type = RTN_UNICAST;
+    mnl_attr_put_u32(nlh, RTA_GATEWAY, htonl(gw));
+    mnl_attr_put_u32(nlh, RTA_OIF, ifindex);
+    return nl_talk(nl, nlh);
+}
+
+/* eth0 here, its peer `peer` in the namespace peer_ns_fd. */
+static int add_veth(struct mnl_socket *nl, const char *name, const char *peer, int peer_ns_fd)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
+    nlh->nlmsg_type = RTM_NEWLINK;
+    nlh->nlmsg_flags = NLM_F_CREATE | NLM_F_EXCL;
+    struct ifinfomsg *ifi = mnl_nlmsg_put_extra_header(nlh, sizeof *ifi);
+    ifi->ifi_family = AF_UNSPEC;
+    mnl_attr_put_strz(nlh, IFLA_IFNAME, name);
+    struct nlattr *info = mnl_attr_nest_start(nlh, IFLA_LINKINFO);
+    mnl_attr_put_strz(nlh, IFLA_INFO_KIND, "veth");
+    struct nlattr *data = mnl_attr_nest_start(nlh, IFLA_INFO_DATA);
+    struct nlattr *p = mnl_attr_nest_start(nlh, VETH_INFO_PEER);
+    /* The peer's attributes follow an ifinfomsg of their own. */
+    struct ifinfomsg *pi = (struct ifinfomsg *) ((char *) nlh + nlh->nlmsg_len);
+    memset(pi, 0, MNL_ALIGN(sizeof *pi));
+    nlh->nlmsg_len += MNL_ALIGN(sizeof *pi);
+    pi->ifi_family = AF_UNSPEC;
+    mnl_attr_put_strz(nlh, IFLA_IFNAME, peer);
+    mnl_attr_put_u32(nlh, IFLA_NET_NS_FD, (uint32_t) peer_ns_fd);
+    mnl_attr_nest_end(nlh, p);
+    mnl_attr_nest_end(nlh, data);
+    mnl_attr_nest_end(nlh, info);
+    return nl_talk(nl, nlh);
+}
+
+static int del_link(struct mnl_socket *nl, const char *name)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
+    nlh->nlmsg_type = RTM_DELLINK;
+    struct ifinfomsg *ifi = mnl_nlmsg_put_extra_header(nlh, sizeof *ifi);
+    ifi->ifi_family = AF_UNSPEC;
+    mnl_attr_put_strz(nlh, IFLA_IFNAME, name);
+    return nl_talk(nl, nlh);
+}
+
+/* IPv6 off (no link-local address, no router solicitations); a kernel
+ * without IPv6 has nothing to turn off. */
+static int ipv6_off(const char *conf)
+{
+    char path[128];
+    (void) snprintf(path, sizeof path, "/proc/sys/net/ipv6/conf/%s/disable_ipv6", conf);
+    int r = cdn_write_file_at(AT_FDCWD, path, "1");
+    return r == -ENOENT ? 0 : r;
+}
+
+static int host_ns_fd(void)
+{
+    static int fd = -1;
+    if (fd < 0)
+        fd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    return fd;
+}
+
+static struct mnl_socket *host_nl(void)
+{
+    static struct mnl_socket *nl;
+    if (!nl)
+        nl = nl_open();
+    return nl;
+}
+
+static int lease_take(struct cdn_netns *ns, struct cdn_error *err)
+{
+    if (mkdir(CDN_NET_LEASE_DIR, 0700) < 0 && errno != EEXIST)
+        return cdn_error_set(err, errno, "mkdir %s: %m", CDN_NET_LEASE_DIR);
+    _cleanup_close_ int dfd = open(CDN_NET_LEASE_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return cdn_error_set(err, errno, "open %s: %m", CDN_NET_LEASE_DIR);
+    /* Start where the last search of this process ended: a lease just freed
+     * is the last to be reused (its host end may still be going away). */
+    static unsigned next;
+    if (!next) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        next = (unsigned) (t.tv_nsec ^ getpid()) % CDN_NET_LEASES;
+    }
+    for (unsigned i = 0; i < CDN_NET_LEASES; i++) {
+        unsigned lease = (next + i) % CDN_NET_LEASES;
+        char name[16];
+        (void) snprintf(name, sizeof name, "%u", lease);
+        int fd = openat(dfd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+            return cdn_error_set(err, errno, "open lease %s/%s: %m", CDN_NET_LEASE_DIR, name);
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            next = lease + 1;
+            ns->lease = (int) lease;
+            ns->lease_fd = fd;
+            uint32_t base = CDN_NET_SUBNET + 4 * lease;
+            ns->host_ip = base + 1;
+            ns->sandbox_ip = base + 2;
+            (void) snprintf(ns->host_if, sizeof ns->host_if, "cdn%u", lease);
+            return 0;
+        }
+        (void) close(fd);
+    }
+    return cdn_error_set(err, EBUSY, "all %u sandbox network leases are in use", CDN_NET_LEASES);
+}
+
+/* Inside the new namespace: lo, then eth0 with its peer in the host's. */
+static int setup_inside(struct cdn_netns *ns, bool veth, struct cdn_error *err)
+{
+    struct mnl_socket *nl = nl_open();
+    if (!nl)
+        return cdn_error_set(err, errno, "netlink socket in the sandbox namespace: %m");
+    int r = link_up(nl, 1); /* lo is always ifindex 1 in a new namespace */
+    if (r < 0) {
+        cdn_error_set(err, r, "bring lo up: %s", strerror(-r));
+        goto out;
+    }
+    if ((r = ipv6_off("all")) < 0 || (r = ipv6_off("default")) < 0) {
+        cdn_error_set(err, r, "turn IPv6 off in the sandbox namespace: %s", strerror(-r));
+        goto out;
+    }
+    if (!veth)
+        goto out;
+    if ((r = add_veth(nl, "eth0", ns->host_if, host_ns_fd())) < 0) {
+        cdn_error_set(err, r, "create veth eth0/%s: %s", ns->host_if, strerror(-r));
+        goto out;
+    }
+    unsigned idx = if_nametoindex("eth0");
+    if (!idx || (r = add_addr(nl, idx, ns->sandbox_ip, 30)) < 0 || (r = link_up(nl, idx)) < 0 ||
+        (r = add_default_route(nl, idx, ns->host_ip)) < 0) {
+        r = r < 0 ? r : -errno;
+        cdn_error_set(err, r, "configure eth0 in the sandbox namespace: %s", strerror(-r));
+    }
+out:
+    mnl_socket_close(nl);
+    return r;
+}
+
+int cdn_netns_create(struct cdn_netns *ns, bool veth, struct cdn_error *err)
+{
+    *ns = (struct cdn_netns) CDN_NETNS_INIT;
+    int hostfd = host_ns_fd();
+    if (hostfd < 0)
+        return cdn_error_set(err, errno, "open the host's network namespace: %m");
+    int r;
+    if (veth && (r = lease_take(ns, err)) < 0)
+        return r;
+    if (unshare(CLONE_NEWNET) < 0) {
+        r = cdn_error_set(err, errno, "unshare network namespace: %m");
+        goto fail;
+    }
+    ns->fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    r = ns->fd < 0 ? cdn_error_set(err, errno, "open the new network namespace: %m")
+                   : setup_inside(ns, veth, err);
+    if (setns(hostfd, CLONE_NEWNET) < 0) /* cannot happen for root; never stay in the wrong one */
+        abort();
+    if (r < 0 || !veth)
+        goto done;
+    struct mnl_socket *nl = host_nl();
+    unsigned idx = if_nametoindex(ns->host_if);
+    char conf[32];
+    (void) snprintf(conf, sizeof conf, "%s", ns->host_if);
+    if (!nl || !idx || (r = ipv6_off(conf)) < 0 || (r = add_addr(nl, idx, ns->host_ip, 30)) < 0 ||
+        (r = link_up(nl, idx)) < 0) {
+        r = r < 0 ? r : -errno;
+        cdn_error_set(err, r, "configure %s on the host: %s", ns->host_if, strerror(-r));
+    }
+done:
+    if (r >= 0)
+        return 0;
+fail:
+    cdn_netns_destroy(ns);
+    return r;
+}
+
+void cdn_netns_destroy(struct cdn_netns *ns)
+{
+    if (ns->lease >= 0 && host_nl())
+        (void) del_link(host_nl(), ns->host_if); /* both ends go, now rather than with the namespace */
+    ns->fd = safe_close(ns->fd);
+    ns->lease_fd = safe_close(ns->lease_fd);
+    ns->lease = -1;
+}
+
+int cdn_netns_run(const struct cdn_netns *ns, int (*fn)(void *arg), void *arg)
+{
+    int hostfd = host_ns_fd();
+    if (hostfd < 0 || ns->fd < 0)
+        return -EBADF;
+    if (setns(ns->fd, CLONE_NEWNET) < 0)
+        return -errno;
+    int r = fn(arg);
+    if (setns(hostfd, CLONE_NEWNET) < 0)
+        abort();
+    return r;
+}
+
+bool cdn_host_addr_is_local(uint32_t addr)
+{
+    struct ifaddrs *ifa;
+    if (getifaddrs(&ifa) < 0)
+        return true; /* cannot tell: fail closed */
+    bool found = false;
+    for (struct ifaddrs *i = ifa; i && !found; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET)
+            found = ntohl(((struct sockaddr_in *) i->ifa_addr)->sin_addr.s_addr) == addr;
+    freeifaddrs(ifa);
+    return found;
+}

@@ -1,0 +1,100 @@
+/* nftables through libnftables: see nft.h. The rules are text that libnftables
+ * turns into one netlink batch (atomic: no state in between). */
+#include "net/nft.h"
+
+#include <errno.h>
+#include <nftables/libnftables.h>
+#include <stdio.h>
+#include <string.h>
+
+static struct nft_ctx *ctx(void)
+{
+    static struct nft_ctx *c;
+    if (!c && (c = nft_ctx_new(NFT_CTX_DEFAULT))) {
+        (void) nft_ctx_buffer_output(c);
+        (void) nft_ctx_buffer_error(c);
+    }
+    return c;
+}
+
+static int run(const char *cmd, const char *what, struct cdn_error *err)
+{
+    struct nft_ctx *c = ctx();
+    if (!c)
+        return err ? cdn_error_set(err, ENOMEM, "nftables: no context") : -ENOMEM;
+    if (nft_run_cmd_from_buffer(c, cmd) != 0) {
+        const char *e = nft_ctx_get_error_buffer(c);
+        char first[160];
+        (void) snprintf(first, sizeof first, "%s", e ? e : "");
+        first[strcspn(first, "\n")] = 0;
+        return err ? cdn_error_set(err, EIO, "nftables: %s: %s", what, first) : -EIO;
+    }
+    return 0;
+}
+
+static bool name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= 64)
+        return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '_'))
+            return false;
+    return true;
+}
+
+int cdn_nft_setup(const char *name, uint16_t proxy_port, uint16_t dns_port, struct cdn_error *err)
+{
+    if (!name_ok(name))
+        return cdn_error_set(err, EINVAL, "nftables: bad table name '%s'", name);
+    char cmd[2048];
+    /* "add table" then "delete table": replaces a stale table of a crashed owner
+     * in the same batch that builds the new one. */
+    (void) snprintf(cmd, sizeof cmd,
+                    "add table ip %1$s\n"
+                    "delete table ip %1$s\n"
+                    "table ip %1$s {\n"
+                    "  set ifs { type ifname; }\n"
+                    "  chain sbx_pre {\n"
+                    "    type nat hook prerouting priority dstnat; policy accept;\n"
+                    "    iifname @ifs udp dport 53 redirect to :%3$u\n"
+                    "    iifname @ifs meta l4proto tcp redirect to :%2$u\n"
+                    "  }\n"
+                    "  chain sbx_in {\n"
+                    "    type filter hook input priority filter; policy accept;\n"
+                    "    iifname @ifs ct status dnat tcp dport %2$u accept\n"
+                    "    iifname @ifs ct status dnat udp dport %3$u accept\n"
+                    "    iifname @ifs drop\n"
+                    "    tcp dport %2$u drop\n"
+                    "    udp dport %3$u drop\n"
+                    "  }\n"
+                    "  chain sbx_fwd {\n"
+                    "    type filter hook forward priority filter; policy accept;\n"
+                    "    iifname @ifs drop\n"
+                    "    oifname @ifs drop\n"
+                    "  }\n"
+                    "}\n",
+                    name, (unsigned) proxy_port, (unsigned) dns_port);
+    return run(cmd, "create the egress table", err);
+}
+
+int cdn_nft_add_if(const char *name, const char *ifname, struct cdn_error *err)
+{
+    char cmd[256];
+    (void) snprintf(cmd, sizeof cmd, "add element ip %s ifs { \"%s\" }\n", name, ifname);
+    return run(cmd, "admit a sandbox interface", err);
+}
+
+void cdn_nft_del_if(const char *name, const char *ifname)
+{
+    char cmd[256];
+    (void) snprintf(cmd, sizeof cmd, "delete element ip %s ifs { \"%s\" }\n", name, ifname);
+    (void) run(cmd, "forget a sandbox interface", NULL);
+}
+
+void cdn_nft_teardown(const char *name)
+{
+    char cmd[256];
+    (void) snprintf(cmd, sizeof cmd, "add table ip %1$s\ndelete table ip %1$s\n", name);
+    (void) run(cmd, "remove the egress table", NULL);
+}
