@@ -528,14 +528,13 @@ static void adopt_one(const char *id, const char *path)
     b->netns = (struct cdn_netns) CDN_NETNS_INIT;
     if (rec.pooled)
         (void) snprintf(err.msg, sizeof err.msg, "it was in a warm pool");
-    else if (b->spec.net_mode != CDN_NET_NONE)
-        (void) snprintf(err.msg, sizeof err.msg,
-                        "its egress state (proxy connections, DNS pins) does not survive a restart yet");
     else if (b->sb.tier && record_start_time(rec.init_pid) == rec.init_start &&
              b->sb.tier->adopt(&b->sb, &err) >= 0 &&
              record_start_time(rec.init_pid) ==
                  rec.init_start) /* checked again: the pidfd pins the process now */
         r = b->sb.agent_fd = record_connect(id);
+    if (r >= 0 && b->spec.net_mode != CDN_NET_NONE && (r = egress_adopt(b, rec.net_lease, &err)) < 0)
+        b->sb.agent_fd = safe_close(b->sb.agent_fd);
     if (r >= 0) {
         LIST_INSERT_HEAD(&cordond->boxes, b, link);
         cordond->n_boxes++;

@@ -40,6 +40,7 @@ struct daemon_config {
     char pools[8][300]; /* "SIZE[:SPECFILE]" each, see pool.c */
     unsigned n_pools;
     char dns_upstream[64]; /* IP[:PORT] the DNS stub and the proxy resolve with; empty = /etc/resolv.conf */
+    unsigned net_pool;     /* prepared network namespaces kept for sandboxes with network */
 };
 
 /* ---- host side of the agent protocol over a bufferevent (agent-conn.c) ---- */
@@ -170,6 +171,10 @@ void egress_stop(void);
 int egress_attach(struct box *b, struct cdn_error *err);
 /* After init's end. */
 void egress_detach(struct box *b);
+/* After a restart: take back the namespace (lease) of a sandbox whose init
+ * was adopted; its allowlist comes from its spec, its DNS pins start empty
+ * (names are answered again as they are asked), its old connections are gone. */
+int egress_adopt(struct box *b, int lease, struct cdn_error *err);
 /* PATCH …/network: replace mode and list (allow moved in on success). */
 int egress_set(struct box *b, enum cdn_net_mode mode, struct cdn_strv *allow, struct cdn_error *err);
 const char *egress_log_path(void);

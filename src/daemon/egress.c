@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "record.h"
 #include "net/audit.h"
 #include "net/dns-stub.h"
 #include "net/netns.h"
@@ -29,7 +30,46 @@ static struct {
     char table[40];
     struct cdn_egress_box **by_lease; /* CDN_NET_LEASES entries */
     struct cdn_audit_log log;
+    /* Warm pool of prepared namespaces (lo, veth, addresses, admitted by the
+     * table): a create takes one instead of making it. Each is used once. */
+    struct cdn_netns *pool;
+    unsigned n_pool, pool_fails;
+    struct event *refill;
 } eg = {.log = CDN_AUDIT_LOG_INIT};
+
+/* A namespace with its veth admitted by the table. */
+static int netns_make(struct cdn_netns *ns, struct cdn_error *err)
+{
+    int r = cdn_netns_create(ns, true, err);
+    if (r >= 0 && (r = cdn_nft_add_if(eg.table, ns->host_if, err)) < 0)
+        cdn_netns_destroy(ns);
+    return r;
+}
+
+static void netns_drop(struct cdn_netns *ns)
+{
+    if (ns->lease >= 0)
+        cdn_nft_del_if(eg.table, ns->host_if);
+    cdn_netns_destroy(ns);
+}
+
+/* One at a time, at the loop's lowest priority: only when nothing else waits. */
+static void refill(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what, (void) arg;
+    if (!eg.ready || cordond->stopping || eg.n_pool >= cordond->cfg.net_pool || eg.pool_fails >= 3)
+        return;
+    struct cdn_error err = {0};
+    if (netns_make(&eg.pool[eg.n_pool], &err) < 0) {
+        if (++eg.pool_fails == 3)
+            fprintf(stderr, "cordond: network namespace pool stopped refilling: %s\n", err.msg);
+        return;
+    }
+    eg.pool_fails = 0;
+    eg.n_pool++;
+    if (eg.n_pool < cordond->cfg.net_pool)
+        event_active(eg.refill, EV_TIMEOUT, 0);
+}
 
 static struct cdn_egress_box *lookup(void *arg, uint32_t src)
 {
@@ -127,6 +167,14 @@ static int start(void)
         fprintf(stderr, "cordond: audit log %s: %s (egress events still go to each sandbox's events)\n", path,
                 strerror(errno));
     eg.ready = true;
+    if (cordond->cfg.net_pool) {
+        eg.pool = calloc(cordond->cfg.net_pool, sizeof *eg.pool);
+        eg.refill = event_new(cordond->base, -1, 0, refill, NULL);
+        if (eg.pool && eg.refill) {
+            (void) event_priority_set(eg.refill, 2);
+            event_active(eg.refill, EV_TIMEOUT, 0);
+        }
+    }
     return 0;
 }
 
@@ -140,6 +188,11 @@ int egress_start(void)
 
 void egress_stop(void)
 {
+    while (eg.n_pool)
+        netns_drop(&eg.pool[--eg.n_pool]);
+    if (eg.refill)
+        event_free(eg.refill);
+    free(eg.pool);
     if (eg.ready)
         cdn_nft_teardown(eg.table);
     cdn_proxy_free(eg.proxy);
@@ -160,13 +213,8 @@ const char *egress_log_path(void)
     return eg.log.path;
 }
 
-int egress_attach(struct box *b, struct cdn_error *err)
+static int new_box(struct box *b, struct cdn_egress_box **ret, struct cdn_error *err)
 {
-    if (b->spec.net_mode == CDN_NET_NONE)
-        return 0;
-    if (!eg.ready)
-        return cdn_error_field(err, EOPNOTSUPP, "network.mode",
-                               "network.mode: the egress layer is not running: %s", eg.error);
     struct cdn_egress_box *e = calloc(1, sizeof *e);
     if (!e)
         return cdn_error_set(err, ENOMEM, "out of memory");
@@ -176,14 +224,12 @@ int egress_attach(struct box *b, struct cdn_error *err)
         free(e);
         return r < 0 ? r : cdn_error_set(err, ENOMEM, "out of memory");
     }
-    if ((r = cdn_netns_create(&b->netns, true, err)) < 0 ||
-        (r = cdn_nft_add_if(eg.table, b->netns.host_if, err)) < 0) {
-        cdn_netns_destroy(&b->netns);
-        cdn_allowlist_free(&e->allow);
-        cdn_pins_free(e->pins);
-        free(e);
-        return r;
-    }
+    *ret = e;
+    return 0;
+}
+
+static void register_box(struct box *b, struct cdn_egress_box *e)
+{
     (void) snprintf(e->id, sizeof e->id, "%s", b->sb.id);
     e->sandbox_ip = b->netns.sandbox_ip;
     e->host_ip = b->netns.host_ip;
@@ -191,8 +237,54 @@ int egress_attach(struct box *b, struct cdn_error *err)
     e->owner = b;
     eg.by_lease[b->netns.lease] = e;
     b->egress = e;
+}
+
+int egress_attach(struct box *b, struct cdn_error *err)
+{
+    if (b->spec.net_mode == CDN_NET_NONE)
+        return 0;
+    if (!eg.ready)
+        return cdn_error_field(err, EOPNOTSUPP, "network.mode",
+                               "network.mode: the egress layer is not running: %s", eg.error);
+    struct cdn_egress_box *e;
+    int r = new_box(b, &e, err);
+    if (r < 0)
+        return r;
+    if (eg.n_pool) {
+        b->netns = eg.pool[--eg.n_pool];
+        event_active(eg.refill, EV_TIMEOUT, 0);
+    } else if ((r = netns_make(&b->netns, err)) < 0) {
+        cdn_allowlist_free(&e->allow);
+        cdn_pins_free(e->pins);
+        free(e);
+        return r;
+    }
+    register_box(b, e);
     b->sb.netns_fd = b->netns.fd;
     b->sb.resolver_ip = b->netns.host_ip;
+    return 0;
+}
+
+int egress_adopt(struct box *b, int lease, struct cdn_error *err)
+{
+    if (!eg.ready)
+        return cdn_error_set(err, EOPNOTSUPP, "its network needs the egress layer, which is not running: %s",
+                             eg.error);
+    if (lease < 0 || (unsigned) lease >= CDN_NET_LEASES)
+        return cdn_error_set(err, EINVAL, "its record names no network lease");
+    struct cdn_egress_box *e;
+    int r = new_box(b, &e, err);
+    if (r < 0)
+        return r;
+    if ((r = cdn_netns_adopt(&b->netns, lease, b->sb.init_pid, err)) < 0 ||
+        (r = cdn_nft_add_if(eg.table, b->netns.host_if, err)) < 0) {
+        cdn_netns_destroy(&b->netns);
+        cdn_allowlist_free(&e->allow);
+        cdn_pins_free(e->pins);
+        free(e);
+        return r;
+    }
+    register_box(b, e);
     return 0;
 }
 
@@ -202,9 +294,8 @@ void egress_detach(struct box *b)
     if (!e)
         return;
     cdn_proxy_forget(eg.proxy, e);
-    cdn_nft_del_if(eg.table, b->netns.host_if);
     eg.by_lease[b->netns.lease] = NULL;
-    cdn_netns_destroy(&b->netns);
+    netns_drop(&b->netns);
     b->sb.netns_fd = -EBADF;
     cdn_allowlist_free(&e->allow);
     cdn_pins_free(e->pins);
@@ -237,6 +328,7 @@ int egress_set(struct box *b, enum cdn_net_mode mode, struct cdn_strv *allow, st
     *allow = (struct cdn_strv){0};
     b->spec.net_mode = mode;
     cdn_proxy_recheck(eg.proxy, e);
+    (void) record_write(b); /* the new policy is what a restarted cordond restores */
     box_event(b, "network",
               json_pack("{s:s, s:I}", "mode", cdn_net_mode_to_string(mode), "generation",
                         (json_int_t) e->generation));

@@ -55,11 +55,12 @@ uint64_t record_start_time(pid_t pid)
 int record_write(const struct box *b)
 {
     char *spec = cdn_spec_to_json(&b->spec);
-    json_t *o = spec ? json_pack("{s:s, s:i, s:i, s:I, s:f, s:b, s:o}", "id", b->sb.id, "slot", b->sb.slot,
-                                 "init_pid", (int) b->sb.init_pid, "init_start", (json_int_t) b->init_start,
-                                 "created_at", b->created_unix, "pooled", b->pool != NULL, "spec",
-                                 json_loads(spec, 0, NULL))
-                     : NULL;
+    json_t *o =
+        spec ? json_pack("{s:s, s:i, s:i, s:I, s:f, s:b, s:i, s:o}", "id", b->sb.id, "slot", b->sb.slot,
+                         "init_pid", (int) b->sb.init_pid, "init_start", (json_int_t) b->init_start,
+                         "created_at", b->created_unix, "pooled", b->pool != NULL, "net_lease",
+                         b->egress ? b->netns.lease : -1, "spec", json_loads(spec, 0, NULL))
+             : NULL;
     free(spec);
     char path[512], tmp[520];
     record_path(b->sb.id, "json", path, sizeof path);
@@ -145,9 +146,10 @@ int record_load(const char *path, struct record *ret, struct cdn_error *err)
     json_int_t start = 0;
     double created = 0;
     json_t *spec = NULL;
-    int pooled = 0;
-    int r = json_unpack(o, "{s:s, s:i, s:i, s:I, s:F, s?b, s:o}", "id", &id, "slot", &slot, "init_pid", &pid,
-                        "init_start", &start, "created_at", &created, "pooled", &pooled, "spec", &spec);
+    int pooled = 0, lease = -1;
+    int r = json_unpack(o, "{s:s, s:i, s:i, s:I, s:F, s?b, s?i, s:o}", "id", &id, "slot", &slot, "init_pid",
+                        &pid, "init_start", &start, "created_at", &created, "pooled", &pooled, "net_lease",
+                        &lease, "spec", &spec);
     if (r < 0 || !valid_id(id) || slot < 0 || pid <= 1 || start <= 0) {
         json_decref(o);
         return cdn_error_set(err, EBADMSG, "%s: not a sandbox record", path);
@@ -156,7 +158,8 @@ int record_load(const char *path, struct record *ret, struct cdn_error *err)
                            .init_pid = pid,
                            .init_start = (uint64_t) start,
                            .created_unix = created,
-                           .pooled = pooled};
+                           .pooled = pooled,
+                           .net_lease = lease};
     (void) snprintf(ret->id, sizeof ret->id, "%s", id);
     char *s = json_dumps(spec, JSON_COMPACT);
     json_decref(o);

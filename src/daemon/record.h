@@ -18,6 +18,7 @@ struct record {
     uint64_t init_start;
     double created_unix;
     bool pooled;          /* it was waiting in a warm pool: not adopted, ended */
+    int net_lease;        /* its network namespace's lease (net/netns.h), -1 for none */
     struct cdn_spec spec; /* owned */
 };
 

@@ -158,6 +158,44 @@ static struct mnl_socket *host_nl(void)
     return nl;
 }
 
+static void lease_fill(struct cdn_netns *ns, unsigned lease)
+{
+    ns->lease = (int) lease;
+    uint32_t base = CDN_NET_SUBNET + 4 * lease;
+    ns->host_ip = base + 1;
+    ns->sandbox_ip = base + 2;
+    (void) snprintf(ns->host_if, sizeof ns->host_if, "cdn%u", lease);
+}
+
+int cdn_netns_adopt(struct cdn_netns *ns, int lease, pid_t pid, struct cdn_error *err)
+{
+    *ns = (struct cdn_netns) CDN_NETNS_INIT;
+    char path[64];
+    (void) snprintf(path, sizeof path, "%s/%d", CDN_NET_LEASE_DIR, lease);
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        if (fd >= 0)
+            (void) close(fd);
+        return cdn_error_set(err, e, "network lease %d: %s", lease,
+                             e == EWOULDBLOCK ? "held by another" : strerror(e));
+    }
+    ns->lease_fd = fd;
+    lease_fill(ns, (unsigned) lease);
+    (void) snprintf(path, sizeof path, "/proc/%d/ns/net", (int) pid);
+    ns->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (ns->fd < 0 || !if_nametoindex(ns->host_if)) {
+        int e = errno;
+        /* Not ours to delete if the interface is missing: nothing to clean. */
+        ns->lease_fd = safe_close(ns->lease_fd);
+        ns->fd = safe_close(ns->fd);
+        ns->lease = -1;
+        return cdn_error_set(err, e, "network namespace of init %d (%s): %s", (int) pid, ns->host_if,
+                             strerror(e));
+    }
+    return 0;
+}
+
 static int lease_take(struct cdn_netns *ns, struct cdn_error *err)
 {
     if (mkdir(CDN_NET_LEASE_DIR, 0700) < 0 && errno != EEXIST)
@@ -182,12 +220,8 @@ static int lease_take(struct cdn_netns *ns, struct cdn_error *err)
             return cdn_error_set(err, errno, "open lease %s/%s: %m", CDN_NET_LEASE_DIR, name);
         if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
             next = lease + 1;
-            ns->lease = (int) lease;
             ns->lease_fd = fd;
-            uint32_t base = CDN_NET_SUBNET + 4 * lease;
-            ns->host_ip = base + 1;
-            ns->sandbox_ip = base + 2;
-            (void) snprintf(ns->host_if, sizeof ns->host_if, "cdn%u", lease);
+            lease_fill(ns, lease);
             return 0;
         }
         (void) close(fd);

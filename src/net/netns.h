@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "shared/error.h"
 
@@ -36,6 +37,9 @@ struct cdn_netns {
  * (addresses, routes, IPv6 off on both ends). Runs in the caller's thread:
  * it enters the new namespace for a moment and comes back. */
 int cdn_netns_create(struct cdn_netns *ns, bool veth, struct cdn_error *err);
+/* After a restart of the owner: take lease back and open the namespace of
+ * pid (a process inside it, e.g. the sandbox's init). */
+int cdn_netns_adopt(struct cdn_netns *ns, int lease, pid_t pid, struct cdn_error *err);
 /* Delete the veth pair (synchronously), close the namespace, free the lease. */
 void cdn_netns_destroy(struct cdn_netns *ns);
 /* Run fn in ns's namespace (setns there and back); returns fn's value, or -errno of setns. */

@@ -299,3 +299,50 @@ def test_one_shot_run_with_allowlist(shared_dir, net):
     p = subprocess.run([cordonlib.CORDON_BIN, "run", "--net", "allow=pypi.test:99999", "--", "true"],
                        capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 125 and "network.allow[0]" in p.stderr, p.stderr
+
+
+def test_kill9_and_restart_keeps_the_network(shared_dir, net):
+    """cordond crashes: the sandbox keeps its namespace; the next cordond takes
+    it back (lease, veth, allowlist from the record, its own proxy and stub),
+    and the policy set at run time is the one restored."""
+    state = os.path.join(shared_dir, "state")
+    args = ("--state-dir", state, "--dns-upstream", fakenet.DNS_IP)
+    d = cordonlib.Daemon(shared_dir, *args, keep=True)
+    try:
+        sb = make(d, allow=["secure.test:443"])
+        sb.set_network(mode="allowlist", allow=["pypi.test:80"])
+        assert "host=pypi.test" in sh(sb, "curl -sS -m 10 http://pypi.test/").stdout
+    finally:
+        d.kill9()
+    # the crash left the table with the dead proxy's ports: the sandbox fails closed meanwhile
+    d2 = cordonlib.Daemon(shared_dir, *args)
+    try:
+        sb2 = Sandbox.connect(sb.id, endpoint=d2.endpoint)
+        assert any(e["type"] == "adopted" for e in sb2.events())
+        r = sh(sb2, "curl -sS -m 10 http://pypi.test/; echo; curl -sSk -m 10 https://secure.test/")
+        assert "host=pypi.test" in r.stdout and "203.0.113.11" not in r.stdout, r
+        assert [(e["name"], e["decision"]) for e in tcp(sb2)] == [("pypi.test", "allow")]
+        assert any(e["proto"] == "dns" and e["name"] == "secure.test" and e["decision"] == "deny" for e in egress(sb2))
+        sb2.kill()
+    finally:
+        code = d2.stop()
+    assert code == 0, d2.output()
+
+
+TUNNEL = r"""
+import socket
+for i in range(80):
+    try:
+        socket.getaddrinfo("x%02d" % i + "a" * 58 + ".pypi.test", 80, socket.AF_INET)
+    except OSError:
+        pass
+"""
+
+
+def test_dns_tunnelling_is_flagged(egd, net):
+    with make(egd) as sb:
+        r = sb.exec(["python3", "-c", TUNNEL], timeout_s=60)
+        assert r.exit_code == 0, r
+        alerts = [e for e in sb.events() if e["type"] == "alert"]
+        what = {e["what"] for e in alerts}
+        assert {"dns-tunnel", "dns-rate"} <= what, alerts
