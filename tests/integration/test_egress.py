@@ -105,6 +105,7 @@ def test_name_off_the_list(egd, net):
 
 def test_direct_ip_and_metadata(egd, net):
     before = len(net.hits(ip="203.0.113.66"))
+    before_evil = len(net.hits(host="evil.test"))
     with make(egd) as sb:
         r = sh(sb, "curl -sS -m 10 http://203.0.113.66/")
         assert "denied (not-allowlisted)" in r.stdout, r
@@ -116,13 +117,20 @@ def test_direct_ip_and_metadata(egd, net):
         # an allowed SNI sent to a forbidden address
         r = sh(sb, "curl -sSk -m 10 --resolve secure.test:443:203.0.113.66 https://secure.test/")
         assert r.exit_code != 0 and "hello" not in r.stdout, r
+        # a forbidden Host header sent to an allowed address (pypi.test's, pinned by now)
+        assert "host=pypi.test" in sh(sb, "curl -sS -m 10 http://pypi.test/").stdout
+        r = sh(sb, "curl -sS -m 10 -H 'Host: evil.test' http://203.0.113.10/")
+        assert "denied (not-allowlisted)" in r.stdout, r
         t = [(e["dst_ip"], e["dst_port"], e.get("name"), e["decision"], e["reason"]) for e in tcp(sb)]
         assert t == [("203.0.113.66", 80, "203.0.113.66", "deny", "not-allowlisted"),  # Host: the IP
                      ("169.254.169.254", 80, None, "deny", "reserved:link-local"),
                      ("203.0.113.66", 80, "pypi.test", "deny", "ip-mismatch"),
-                     ("203.0.113.66", 443, "secure.test", "deny", "ip-mismatch")], t
-        assert sb.violations() == {"egress": 4}
+                     ("203.0.113.66", 443, "secure.test", "deny", "ip-mismatch"),
+                     ("203.0.113.10", 80, "pypi.test", "allow", "allowlist"),
+                     ("203.0.113.10", 80, "evil.test", "deny", "not-allowlisted")], t
+        assert sb.violations() == {"egress": 5}
     assert len(net.hits(ip="203.0.113.66")) == before, "a denied connection reached the server"
+    assert len(net.hits(host="evil.test")) == before_evil, "a request for a forbidden host reached a server"
 
 
 def test_explicit_proxy_requests(egd, net):
