@@ -48,8 +48,18 @@ static struct cdn_egress_box *lookup(void *arg, uint32_t src)
 static void on_audit(void *arg, struct cdn_egress_box *b, const struct cdn_audit *a)
 {
     struct run_egress *e = arg;
-    if (!a->allowed)
+    if (cdn_audit_is_violation(a))
         ((struct outcome *) b->owner)->violations_egress++;
+    uint64_t flushed;
+    bool write = cdn_audit_admit(b, cdn_now_ms(), &flushed);
+    if (flushed) {
+        json_t *s = json_pack("{s:s, s:s, s:I}", "proto", "audit", "reason", "rate-limited", "suppressed",
+                              (json_int_t) flushed);
+        cdn_audit_log_write(&e->log, b->id, e->labels, s);
+        json_decref(s);
+    }
+    if (!write)
+        return;
     json_t *f = cdn_audit_fields(a);
     cdn_audit_log_write(&e->log, b->id, e->labels, f);
     json_decref(f);
@@ -135,6 +145,7 @@ int cdn_run_egress_prepare(struct cdn_sandbox *sb, struct outcome *out, struct r
         r = cdn_error_set(err, errno ? errno : ENOMEM, "egress: DNS stub or proxy: %m");
         goto fail;
     }
+    cdn_nft_sweep_runs(); /* a killed run leaves its table; its interface name may come back */
     (void) snprintf(e->table, sizeof e->table, "cordon_run_%d", (int) getpid());
     if ((r = cdn_nft_setup(e->table, cdn_proxy_port(e->proxy), cdn_dns_stub_port(e->stub), err)) < 0)
         goto fail;

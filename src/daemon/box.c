@@ -607,6 +607,7 @@ void box_release_all(void)
         b->sb.agent_fd = safe_close(b->sb.agent_fd);
         b->sb.init_pidfd = safe_close(b->sb.init_pidfd);
         b->sb.setup_fd = safe_close(b->sb.setup_fd);
+        egress_release(b);
         box_free(b);
     }
 }

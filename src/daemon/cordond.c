@@ -70,6 +70,8 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         c->net_pool = (unsigned) n;
         return 0;
     }
+    if (strcmp(name, "audit-rotate") == 0 || strcmp(name, "audit_rotate") == 0)
+        return set_size(&c->audit_rotate, v);
     if (strcmp(name, "dns-upstream") == 0 || strcmp(name, "dns_upstream") == 0)
         return set_string(c->dns_upstream, sizeof c->dns_upstream, v);
     if (strcmp(name, "max-body") == 0 || strcmp(name, "max_body") == 0)
@@ -138,7 +140,7 @@ static void usage(FILE *f)
         "usage: cordond [--config FILE] [--socket PATH] [--listen HOST:PORT --token-file F]\n"
         "               [--state-dir DIR] [--sandbox-dir DIR] [--stop-sandboxes true|false]\n"
         "               [--max-body SIZE] [--max-output SIZE] [--max-sandboxes N] [--pool SIZE[:SPECFILE]]…\n"
-        "               [--dns-upstream IP[:PORT]] [--net-pool N]\n"
+        "               [--dns-upstream IP[:PORT]] [--net-pool N] [--audit-rotate SIZE]\n"
         "Defaults and the config file format: docs/cordond.md (config: %s)\n",
         DEFAULT_CONFIG);
 }
@@ -255,6 +257,7 @@ int main(int argc, char **argv)
         .max_output_bytes = 16ULL << 20,
         .max_sandboxes = 4096,
         .net_pool = 4,
+        .audit_rotate = 64ULL << 20,
     };
     (void) snprintf(d->cfg.socket_path, sizeof d->cfg.socket_path, "%s/cordond.sock", cdn_run_dir());
     (void) snprintf(d->cfg.state_dir, sizeof d->cfg.state_dir, "%s", cdn_state_dir());

@@ -41,6 +41,7 @@ struct daemon_config {
     unsigned n_pools;
     char dns_upstream[64]; /* IP[:PORT] the DNS stub and the proxy resolve with; empty = /etc/resolv.conf */
     unsigned net_pool;     /* prepared network namespaces kept for sandboxes with network */
+    uint64_t audit_rotate; /* egress.log is rotated past this size */
 };
 
 /* ---- host side of the agent protocol over a bufferevent (agent-conn.c) ---- */
@@ -171,6 +172,9 @@ void egress_stop(void);
 int egress_attach(struct box *b, struct cdn_error *err);
 /* After init's end. */
 void egress_detach(struct box *b);
+/* At stop, for a sandbox left running: forget it here (its connections end,
+ * audited) but leave its namespace and veth to the next cordond. */
+void egress_release(struct box *b);
 /* After a restart: take back the namespace (lease) of a sandbox whose init
  * was adopted; its allowlist comes from its spec, its DNS pins start empty
  * (names are answered again as they are asked), its old connections are gone. */

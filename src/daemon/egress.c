@@ -15,6 +15,7 @@
 
 #include "daemon.h"
 #include "record.h"
+#include "shared/fd-util.h"
 #include "net/audit.h"
 #include "net/dns-stub.h"
 #include "net/netns.h"
@@ -99,12 +100,22 @@ static void on_audit(void *arg, struct cdn_egress_box *e, const struct cdn_audit
 {
     (void) arg;
     struct box *b = e->owner;
-    json_t *f = cdn_audit_fields(a);
-    if (!f)
-        return;
-    if (!a->allowed)
+    if (cdn_audit_is_violation(a))
         b->violations_egress++;
+    uint64_t flushed;
+    bool write = cdn_audit_admit(e, cdn_now_ms(), &flushed);
     json_t *labels = labels_json(b);
+    if (flushed) {
+        json_t *s = json_pack("{s:s, s:s, s:I}", "proto", "audit", "reason", "rate-limited", "suppressed",
+                              (json_int_t) flushed);
+        cdn_audit_log_write(&eg.log, b->sb.id, labels, s);
+        box_event(b, "egress", s);
+    }
+    json_t *f = write ? cdn_audit_fields(a) : NULL;
+    if (!f) {
+        json_decref(labels);
+        return;
+    }
     cdn_audit_log_write(&eg.log, b->sb.id, labels, f);
     json_decref(labels);
     box_event(b, "egress", f);
@@ -157,12 +168,14 @@ static int start(void)
         return -errno;
     }
     struct cdn_error err = {0};
+    cdn_nft_sweep_runs();
     if (cdn_nft_setup(eg.table, cdn_proxy_port(eg.proxy), cdn_dns_stub_port(eg.stub), &err) < 0) {
         (void) snprintf(eg.error, sizeof eg.error, "%s", err.msg);
         return -EIO;
     }
     char path[512];
     (void) snprintf(path, sizeof path, "%s/egress.log", cordond->cfg.state_dir);
+    eg.log.max_bytes = cordond->cfg.audit_rotate;
     if (cdn_audit_log_open(&eg.log, path) < 0)
         fprintf(stderr, "cordond: audit log %s: %s (egress events still go to each sandbox's events)\n", path,
                 strerror(errno));
@@ -286,6 +299,24 @@ int egress_adopt(struct box *b, int lease, struct cdn_error *err)
     }
     register_box(b, e);
     return 0;
+}
+
+void egress_release(struct box *b)
+{
+    struct cdn_egress_box *e = b->egress;
+    if (!e)
+        return;
+    cdn_proxy_forget(eg.proxy, e);
+    eg.by_lease[b->netns.lease] = NULL;
+    /* The veth stays, and so does the lease file; the lock goes with our fd
+     * and the next cordond takes it (cdn_netns_adopt). */
+    b->netns.fd = safe_close(b->netns.fd);
+    b->netns.lease_fd = safe_close(b->netns.lease_fd);
+    b->netns.lease = -1;
+    cdn_allowlist_free(&e->allow);
+    cdn_pins_free(e->pins);
+    free(e);
+    b->egress = NULL;
 }
 
 void egress_detach(struct box *b)

@@ -313,6 +313,49 @@ bool cdn_allowlist_match_ip(const struct cdn_allowlist *l, uint32_t addr, uint16
     return false;
 }
 
+static const struct {
+    uint32_t net;
+    unsigned prefix;
+    const char *why;
+    bool openable; /* a CIDR entry inside the block may open (part of) it */
+} reserved_ranges[] = {
+    {0xffffffffu, 32, "broadcast", false},      /* before 240/4, which holds it */
+    {0xa83f8110u, 32, "cloud-metadata", false}, /* 168.63.129.16, Azure's host endpoint */
+    {0x00000000u, 8, "this-network", false},    {0x7f000000u, 8, "loopback", false},
+    {0x0a000000u, 8, "private", true},          {0xac100000u, 12, "private", true},
+    {0xc0a80000u, 16, "private", true},         {0x64400000u, 10, "shared", true},
+    {0xa9fe0000u, 16, "link-local", true},      {0xc0000000u, 24, "reserved", false},
+    {0xf0000000u, 4, "reserved", false},        {0xe0000000u, 4, "multicast", false},
+};
+
+bool cdn_allowlist_admits_ip(const struct cdn_allowlist *l, uint32_t addr, uint16_t port)
+{
+    if (!l)
+        return false;
+    uint32_t bmask = 0, bnet = 0;
+    for (size_t i = 0; i < ELEMENTSOF(reserved_ranges); i++) {
+        uint32_t mask = UINT32_MAX << (32 - reserved_ranges[i].prefix);
+        if ((addr & mask) == reserved_ranges[i].net) {
+            if (!reserved_ranges[i].openable)
+                return false;
+            bmask = mask;
+            bnet = reserved_ranges[i].net;
+            break;
+        }
+    }
+    for (size_t i = 0; i < l->n; i++) {
+        const struct cdn_allow_entry *e = &l->v[i];
+        if (e->kind != CDN_ALLOW_CIDR || (addr & e->mask) != e->net || !cdn_allow_entry_port(e, port))
+            continue;
+        /* In a reserved block only an entry that lies wholly inside it opens it:
+         * 0.0.0.0/0 means "the internet", not the metadata endpoint. */
+        if (bmask && !((e->mask & bmask) == bmask && (e->net & bmask) == bnet))
+            continue;
+        return true;
+    }
+    return false;
+}
+
 const char *cdn_ip_reserved(uint32_t addr)
 {
     static const struct {
@@ -321,10 +364,10 @@ const char *cdn_ip_reserved(uint32_t addr)
         const char *why;
     } ranges[] = {
         {0xffffffffu, 32, "broadcast"}, /* before 240/4, which holds it */
-        {0x00000000u, 8, "this-network"}, {0x7f000000u, 8, "loopback"},  {0x0a000000u, 8, "private"},
-        {0xac100000u, 12, "private"},     {0xc0a80000u, 16, "private"},  {0x64400000u, 10, "shared"},
-        {0xa9fe0000u, 16, "link-local"},  {0xc0000000u, 24, "reserved"}, {0xf0000000u, 4, "reserved"},
-        {0xe0000000u, 4, "multicast"},
+        {0xa83f8110u, 32, "cloud-metadata"}, {0x00000000u, 8, "this-network"}, {0x7f000000u, 8, "loopback"},
+        {0x0a000000u, 8, "private"},         {0xac100000u, 12, "private"},     {0xc0a80000u, 16, "private"},
+        {0x64400000u, 10, "shared"},         {0xa9fe0000u, 16, "link-local"},  {0xc0000000u, 24, "reserved"},
+        {0xf0000000u, 4, "reserved"},        {0xe0000000u, 4, "multicast"},
     };
     for (size_t i = 0; i < ELEMENTSOF(ranges); i++) {
         uint32_t mask = UINT32_MAX << (32 - ranges[i].prefix);

@@ -43,6 +43,13 @@ bool cdn_allowlist_match_name(const struct cdn_allowlist *l, const char *name, u
 /* Does a CIDR entry cover addr (host byte order) on port (0 = any)? */
 bool cdn_allowlist_match_ip(const struct cdn_allowlist *l, uint32_t addr, uint16_t port);
 
+/* May an entry open addr on port (0 = any)? A CIDR entry must cover it, and
+ * when addr is reserved (below) the entry must lie wholly inside addr's
+ * reserved block; loopback, this-network, multicast, broadcast, 240/4,
+ * 192.0.0/24 and 168.63.129.16 are never opened. The proxy adds the host's own
+ * addresses and the sandbox network, which nothing opens either. */
+bool cdn_allowlist_admits_ip(const struct cdn_allowlist *l, uint32_t addr, uint16_t port);
+
 /* Addresses refused unless a CIDR entry names them: "this-network" 0/8,
  * "loopback" 127/8, "private" 10/8 172.16/12 192.168/16, "shared" 100.64/10,
  * "link-local" 169.254/16 (cloud metadata), "reserved" 192.0.0/24 240/4,

@@ -79,6 +79,37 @@ json_t *cdn_audit_fields(const struct cdn_audit *a)
     return f;
 }
 
+bool cdn_audit_is_violation(const struct cdn_audit *a)
+{
+    static const char *const exact[] = {"not-allowlisted", "ip-mismatch", "no-sni",   "no-host",
+                                        "no-name",         "bad-tls",     "bad-http", "invalid-name"};
+    if (a->allowed || !a->reason)
+        return false;
+    if (strncmp(a->reason, "reserved:", 9) == 0 || strncmp(a->reason, "rebinding:", 10) == 0)
+        return true;
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
+        if (strcmp(a->reason, exact[i]) == 0)
+            return true;
+    return false;
+}
+
+bool cdn_audit_admit(struct cdn_egress_box *b, uint64_t now_ms, uint64_t *flush)
+{
+    *flush = 0;
+    if (now_ms - b->audit_window_ms >= 1000) {
+        *flush = b->audit_suppressed;
+        b->audit_suppressed = 0;
+        b->audit_window_ms = now_ms;
+        b->audit_in_window = 0;
+    }
+    if (b->audit_in_window >= CDN_AUDIT_RATE) {
+        b->audit_suppressed++;
+        return false;
+    }
+    b->audit_in_window++;
+    return true;
+}
+
 void cdn_audit_log_write(struct cdn_audit_log *l, const char *sandbox, json_t *labels, json_t *fields)
 {
     if (l->fd < 0 || !fields)
@@ -96,12 +127,21 @@ void cdn_audit_log_write(struct cdn_audit_log *l, const char *sandbox, json_t *l
         return;
     size_t n = strlen(s);
     s[n] = '\n';
-    if (l->size + n + 1 > CDN_AUDIT_ROTATE_BYTES) {
-        char old[530];
-        (void) snprintf(old, sizeof old, "%s.1", l->path);
-        (void) rename(l->path, old);
+    if (l->size + n + 1 > (l->max_bytes ? l->max_bytes : CDN_AUDIT_ROTATE_BYTES)) {
+        /* PATH.2 → PATH.3, PATH.1 → PATH.2, PATH → PATH.1; then a new PATH. */
+        char path[sizeof l->path], from[530], to[530];
+        memcpy(path, l->path, sizeof path); /* cdn_audit_log_open writes l->path */
+        for (int i = CDN_AUDIT_KEEP; i > 0; i--) {
+            if (i > 1)
+                (void) snprintf(from, sizeof from, "%s.%d", path, i - 1);
+            else
+                (void) snprintf(from, sizeof from, "%s", path);
+            (void) snprintf(to, sizeof to, "%s.%d", path, i);
+            (void) rename(from, to);
+        }
         (void) close(l->fd);
-        if (cdn_audit_log_open(l, l->path) < 0) {
+        l->fd = -1;
+        if (cdn_audit_log_open(l, path) < 0) {
             free(s);
             return;
         }

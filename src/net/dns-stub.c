@@ -242,7 +242,7 @@ static void answer_a(struct cdn_dns_stub *s, struct cdn_egress_box *box, struct 
     for (int i = 0; i < count && n < (int) ELEMENTSOF(kept); i++) {
         uint32_t a = ntohl(addrs[i]);
         const char *why = cdn_ip_reserved(a);
-        if (why && !cdn_allowlist_match_ip(&box->allow, a, 0)) {
+        if (why && !cdn_allowlist_admits_ip(&box->allow, a, 0)) {
             dropped = why; /* DNS rebinding: a public name must not lead inside */
             continue;
         }
@@ -285,6 +285,8 @@ static void lookup_done(int result, char type, int count, int ttl, void *address
     pending_unlink(s, p);
 
     struct cdn_egress_box *box = s->ops.lookup(s->ops.arg, p->src);
+    if (box && box->dns_inflight)
+        box->dns_inflight--;
     if (!box) {
         (void) evdns_server_request_drop(p->req); /* the sandbox went away meanwhile */
         return;
@@ -312,6 +314,11 @@ static void lookup_done(int result, char type, int count, int ttl, void *address
 static void start_lookup(struct cdn_dns_stub *s, struct evdns_server_request *req, struct cdn_egress_box *box,
                          uint32_t src, const char *name, uint64_t now)
 {
+    if (box->dns_inflight >= CDN_DNS_INFLIGHT_MAX) { /* one sandbox must not starve the shared resolver */
+        respond(req, RCODE_REFUSED);
+        audit(s, box, name, "A", false, "rate-limited", NULL, now);
+        return;
+    }
     struct pending *p = calloc(1, sizeof *p);
     if (!p) {
         respond(req, RCODE_SERVFAIL);
@@ -328,6 +335,7 @@ static void start_lookup(struct cdn_dns_stub *s, struct evdns_server_request *re
         audit(s, box, name, "A", true, "upstream:error", NULL, now);
         return;
     }
+    box->dns_inflight++;
     p->next = s->pending;
     if (p->next)
         p->next->prev = p;

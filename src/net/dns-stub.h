@@ -30,7 +30,8 @@ uint16_t cdn_dns_stub_port(const struct cdn_dns_stub *s);
 void cdn_dns_stub_free(struct cdn_dns_stub *s);
 
 /* Tunnelling heuristics. */
-#define CDN_DNS_LONG_NAME   100  /* a name this long (or a label of 50+) is flagged */
-#define CDN_DNS_RATE_WINDOW 1000 /* ms */
-#define CDN_DNS_RATE_MAX    50   /* questions per window */
-#define CDN_DNS_PIN_MIN_S   300  /* pins live at least this long, whatever the TTL */
+#define CDN_DNS_LONG_NAME    100  /* a name this long (or a label of 50+) is flagged */
+#define CDN_DNS_RATE_WINDOW  1000 /* ms */
+#define CDN_DNS_RATE_MAX     50   /* questions per window */
+#define CDN_DNS_PIN_MIN_S    300  /* pins live at least this long, whatever the TTL */
+#define CDN_DNS_INFLIGHT_MAX 32   /* questions of one sandbox waiting for the upstream; more are REFUSED */

@@ -17,8 +17,14 @@ struct cdn_egress_box {
     enum cdn_net_mode mode;
     struct cdn_allowlist allow; /* replaced as a whole by PATCH …/network */
     struct cdn_pins *pins;
-    uint64_t generation; /* bumped at each allowlist change */
-    void *owner;         /* the owner's object (cordond: struct box) */
+    uint64_t generation;   /* bumped at each allowlist change */
+    void *owner;           /* the owner's object (cordond: struct box) */
+    unsigned tcp_conns;    /* proxied connections open (proxy.c) */
+    unsigned dns_inflight; /* questions waiting for the upstream (dns-stub.c) */
+    /* audit rate limit (audit.c) */
+    uint64_t audit_window_ms;
+    unsigned audit_in_window;
+    uint64_t audit_suppressed;
     /* DNS tunnelling heuristics (dns-stub.c) */
     uint64_t dns_window_start_ms;
     unsigned dns_in_window;

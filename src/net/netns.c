@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -164,7 +165,7 @@ static void lease_fill(struct cdn_netns *ns, unsigned lease)
     uint32_t base = CDN_NET_SUBNET + 4 * lease;
     ns->host_ip = base + 1;
     ns->sandbox_ip = base + 2;
-    (void) snprintf(ns->host_if, sizeof ns->host_if, "cdn%u", lease);
+    (void) snprintf(ns->host_if, sizeof ns->host_if, CDN_NET_IF_PREFIX "%u", lease);
 }
 
 int cdn_netns_adopt(struct cdn_netns *ns, int lease, pid_t pid, struct cdn_error *err)
@@ -320,15 +321,47 @@ int cdn_netns_run(const struct cdn_netns *ns, int (*fn)(void *arg), void *arg)
     return r;
 }
 
+/* The host's addresses, read at most once a second: getifaddrs() dumps every
+ * link, and each sandbox adds one. The sandboxes' own host ends (the sandbox
+ * network) are refused separately and left out. */
 bool cdn_host_addr_is_local(uint32_t addr)
 {
-    struct ifaddrs *ifa;
-    if (getifaddrs(&ifa) < 0)
-        return true; /* cannot tell: fail closed */
-    bool found = false;
-    for (struct ifaddrs *i = ifa; i && !found; i = i->ifa_next)
-        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET)
-            found = ntohl(((struct sockaddr_in *) i->ifa_addr)->sin_addr.s_addr) == addr;
-    freeifaddrs(ifa);
-    return found;
+    static uint32_t *addrs;
+    static size_t n, cap;
+    static struct timespec read_at;
+    static bool valid;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (!valid || now.tv_sec != read_at.tv_sec) {
+        struct ifaddrs *ifa;
+        if (getifaddrs(&ifa) < 0)
+            return true; /* cannot tell: fail closed */
+        n = 0;
+        valid = true;
+        for (struct ifaddrs *i = ifa; i; i = i->ifa_next) {
+            if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET)
+                continue;
+            uint32_t a = ntohl(((struct sockaddr_in *) i->ifa_addr)->sin_addr.s_addr);
+            if ((a >> (32 - CDN_NET_SUBNET_BITS)) == (CDN_NET_SUBNET >> (32 - CDN_NET_SUBNET_BITS)))
+                continue;
+            if (n == cap) {
+                uint32_t *p = realloc(addrs, (cap ? cap * 2 : 16) * sizeof *p);
+                if (!p) {
+                    valid = false;
+                    break;
+                }
+                addrs = p;
+                cap = cap ? cap * 2 : 16;
+            }
+            addrs[n++] = a;
+        }
+        freeifaddrs(ifa);
+        read_at = now;
+        if (!valid)
+            return true;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (addrs[i] == addr)
+            return true;
+    return false;
 }

@@ -6,7 +6,7 @@
  * Addresses: each sandbox leases one /30 of CDN_NET_SUBNET host-wide (a lock
  * file per /30 under CDN_NET_LEASE_DIR, held while the namespace lives):
  * .1 is the host's end (gateway and resolver), .2 the sandbox's eth0. The
- * host end is called cdn<lease>. */
+ * host end is called cordon<lease>: every name with that prefix is a sandbox's (net/nft.h). */
 #pragma once
 
 #include <stdbool.h>
@@ -19,6 +19,7 @@
 #define CDN_NET_SUBNET_BITS 15
 #define CDN_NET_LEASES      (1u << (32 - CDN_NET_SUBNET_BITS - 2))
 #define CDN_NET_LEASE_DIR   "/run/cordon-net"
+#define CDN_NET_IF_PREFIX   "cordon" /* host ends of sandbox veths; nothing else may use it */
 
 struct cdn_netns {
     int fd;                       /* the namespace; -1 when none */

@@ -1,8 +1,11 @@
 /* nftables through libnftables: see nft.h. The rules are text that libnftables
  * turns into one netlink batch (atomic: no state in between). */
 #include "net/nft.h"
+#include "net/netns.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <nftables/libnftables.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,10 +50,28 @@ int cdn_nft_setup(const char *name, uint16_t proxy_port, uint16_t dns_port, stru
 {
     if (!name_ok(name))
         return cdn_error_set(err, EINVAL, "nftables: bad table name '%s'", name);
-    char cmd[2048];
+    char cmd[4096];
     /* "add table" then "delete table": replaces a stale table of a crashed owner
-     * in the same batch that builds the new one. */
+     * in the same batch that builds the new one. The guard table (shared by
+     * every owner, never removed) drops what comes from any sandbox veth and
+     * no owner redirected: a veth whose owner is gone, or not yet back after a
+     * restart, reaches nothing — not the host's own services either. */
     (void) snprintf(cmd, sizeof cmd,
+                    "add table inet " CDN_NFT_GUARD "\n"
+                    "delete table inet " CDN_NFT_GUARD "\n"
+                    "table inet " CDN_NFT_GUARD " {\n"
+                    "  chain guard_in {\n"
+                    "    type filter hook input priority filter - 10; policy accept;\n"
+                    "    iifname \"" CDN_NET_IF_PREFIX "*\" meta nfproto ipv6 drop\n"
+                    "    iifname \"" CDN_NET_IF_PREFIX "*\" ct status dnat accept\n"
+                    "    iifname \"" CDN_NET_IF_PREFIX "*\" drop\n"
+                    "  }\n"
+                    "  chain guard_fwd {\n"
+                    "    type filter hook forward priority filter - 10; policy accept;\n"
+                    "    iifname \"" CDN_NET_IF_PREFIX "*\" drop\n"
+                    "    oifname \"" CDN_NET_IF_PREFIX "*\" drop\n"
+                    "  }\n"
+                    "}\n"
                     "add table ip %1$s\n"
                     "delete table ip %1$s\n"
                     "table ip %1$s {\n"
@@ -90,6 +111,30 @@ void cdn_nft_del_if(const char *name, const char *ifname)
     char cmd[256];
     (void) snprintf(cmd, sizeof cmd, "delete element ip %s ifs { \"%s\" }\n", name, ifname);
     (void) run(cmd, "forget a sandbox interface", NULL);
+}
+
+void cdn_nft_sweep_runs(void)
+{
+    struct nft_ctx *c = ctx();
+    if (!c || nft_run_cmd_from_buffer(c, "list tables ip\n") != 0)
+        return;
+    const char *out = nft_ctx_get_output_buffer(c);
+    char *copy = out ? strdup(out) : NULL;
+    if (!copy)
+        return;
+    char *save = NULL;
+    for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        int pid;
+        char tail;
+        if (sscanf(line, "table ip cordon_run_%d%c", &pid, &tail) != 1 || pid <= 0)
+            continue;
+        if (kill(pid, 0) == 0 || errno != ESRCH)
+            continue; /* its owner lives (or is not ours to judge) */
+        char name[40];
+        (void) snprintf(name, sizeof name, "cordon_run_%d", pid);
+        cdn_nft_teardown(name);
+    }
+    free(copy);
 }
 
 void cdn_nft_teardown(const char *name)

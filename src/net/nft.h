@@ -14,9 +14,14 @@
 
 #include "shared/error.h"
 
-/* Create (or replace, after a crash) the table `name` for these ports. */
+#define CDN_NFT_GUARD "cordon_guard" /* inet table, host-wide, kept for good */
+
+/* Create (or replace, after a crash) the table `name` for these ports, and
+ * (re)install the guard table. */
 int cdn_nft_setup(const char *name, uint16_t proxy_port, uint16_t dns_port, struct cdn_error *err);
 int cdn_nft_add_if(const char *name, const char *ifname, struct cdn_error *err);
 /* Best effort: the interface may be gone already (the set keeps no dangling state for a name). */
 void cdn_nft_del_if(const char *name, const char *ifname);
 void cdn_nft_teardown(const char *name);
+/* Remove the tables of one-shot runs (cordon_run_<pid>) whose process is gone. */
+void cdn_nft_sweep_runs(void);

@@ -13,6 +13,9 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <sys/uio.h>
+#include <netinet/tcp.h>
+#include <fcntl.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/listener.h>
@@ -35,15 +38,26 @@ struct pconn {
     struct bufferevent *cli, *up;
     struct event *timer;
     struct evdns_request *dnsreq;
-    uint32_t src;           /* the sandbox's address: the box is looked up by it each time */
-    uint32_t dst_ip, up_ip; /* original destination; where we actually connect */
+    struct plookup *lookup; /* the lookup in flight, which outlives us if we go first */
+    int cli_fd, up_fd;      /* in P_SPLICE: the sockets, out of their bufferevents */
+    struct pdir {
+        struct pconn *c;
+        int in, out;
+        struct evbuffer *buf; /* read from in, not yet written to out */
+        struct event *rev, *wev;
+        bool eof, shut;
+        uint64_t *count;
+    } dir[2];                   /* [0] sandbox → upstream, [1] upstream → sandbox */
+    struct cdn_egress_box *box; /* counted in box->tcp_conns; valid while we live (cdn_proxy_forget) */
+    uint32_t src;               /* the sandbox's address: the box is looked up by it each time */
+    uint32_t dst_ip, up_ip;     /* original destination; where we actually connect */
     uint16_t dst_port, up_port;
     char name[256];
     const char *via;
     bool http, connect_req, absolute;
     size_t head_len; /* the request head: rewritten (HTTP) or answered and dropped (CONNECT) */
-    bool cli_eof, up_eof;
     bool audited;
+    bool counted_out;         /* refused for a limit, not for the policy */
     const char *allow_reason; /* for the record written when an admitted connection ends */
     uint64_t bytes_up, bytes_down, t0_ms;
 };
@@ -56,21 +70,51 @@ struct cdn_proxy {
     const struct cdn_egress_ops *ops;
     LIST_HEAD(, pconn) conns;
     unsigned n;
+    struct event *backoff;
 };
+
+/* A lookup's callback can run after its connection is gone (evdns runs the
+ * callbacks of cancelled or already answered requests from the loop): it
+ * gets this, never the connection itself. */
+struct plookup {
+    struct pconn *c; /* NULL once the connection no longer waits for it */
+};
+
+static void cancel_lookup(struct pconn *c)
+{
+    if (!c->lookup)
+        return;
+    struct evdns_request *r = c->dnsreq;
+    c->lookup->c = NULL; /* first: the callback may run inside the cancel */
+    c->lookup = NULL;
+    c->dnsreq = NULL;
+    if (r)
+        evdns_cancel_request(c->px->dns, r);
+}
 
 static void pconn_free(struct pconn *c)
 {
-    if (c->dnsreq) {
-        struct evdns_request *r = c->dnsreq;
-        c->dnsreq = NULL;
-        evdns_cancel_request(c->px->dns, r); /* its callback sees DNS_ERR_CANCEL and returns */
-    }
+    cancel_lookup(c);
+    if (c->box && c->box->tcp_conns)
+        c->box->tcp_conns--;
     if (c->timer)
         event_free(c->timer);
     if (c->cli)
         bufferevent_free(c->cli);
     if (c->up)
         bufferevent_free(c->up);
+    for (int i = 0; i < 2; i++) {
+        if (c->dir[i].rev)
+            event_free(c->dir[i].rev);
+        if (c->dir[i].wev)
+            event_free(c->dir[i].wev);
+        if (c->dir[i].buf)
+            evbuffer_free(c->dir[i].buf);
+    }
+    if (c->cli_fd >= 0)
+        (void) close(c->cli_fd);
+    if (c->up_fd >= 0)
+        (void) close(c->up_fd);
     LIST_REMOVE(c, link);
     c->px->n--;
     free(c);
@@ -100,8 +144,18 @@ static void audit(struct pconn *c, bool allowed, const char *reason)
     px->ops->audit(px->ops->arg, b, &a);
 }
 
-static void splice_write(struct bufferevent *bev, void *arg);
-static void splice_event(struct bufferevent *bev, short what, void *arg);
+/* P_CLOSING: the answer is written, then the connection goes. */
+static void closing_write(struct bufferevent *bev, void *arg)
+{
+    (void) shutdown(bufferevent_getfd(bev), SHUT_WR);
+    pconn_free(arg);
+}
+
+static void closing_event(struct bufferevent *bev, short what, void *arg)
+{
+    (void) bev, (void) what;
+    pconn_free(arg);
+}
 
 /* End the connection after writing answer (may be NULL) to the client. */
 static void close_with(struct pconn *c, const char *answer)
@@ -110,11 +164,7 @@ static void close_with(struct pconn *c, const char *answer)
         bufferevent_free(c->up);
         c->up = NULL;
     }
-    if (c->dnsreq) {
-        struct evdns_request *r = c->dnsreq;
-        c->dnsreq = NULL;
-        evdns_cancel_request(c->px->dns, r);
-    }
+    cancel_lookup(c);
     if (!answer || !c->cli) {
         pconn_free(c);
         return;
@@ -123,9 +173,8 @@ static void close_with(struct pconn *c, const char *answer)
     (void) evbuffer_drain(in, evbuffer_get_length(in));
     (void) evbuffer_add(bufferevent_get_output(c->cli), answer, strlen(answer));
     c->state = P_CLOSING;
-    c->cli_eof = c->up_eof = true;
     (void) bufferevent_disable(c->cli, EV_READ);
-    bufferevent_setcb(c->cli, NULL, splice_write, splice_event, c);
+    bufferevent_setcb(c->cli, NULL, closing_write, closing_event, c);
     (void) bufferevent_enable(c->cli, EV_WRITE);
     struct timeval tv = {.tv_sec = 5}; /* a client that does not read its answer */
     if (c->timer)
@@ -170,11 +219,12 @@ static const char *reserved_reason(uint32_t ip)
  * 1 allow, 0 a name is needed, -1 deny (reason set). */
 static int decide_ip(const struct cdn_egress_box *b, uint32_t ip, uint16_t port, const char **reason)
 {
-    if (cdn_allowlist_match_ip(&b->allow, ip, port)) {
+    const char *r = reserved_reason(ip);
+    bool never = r && (strcmp(r, "host") == 0 || strcmp(r, "sandbox-network") == 0);
+    if (!never && cdn_allowlist_admits_ip(&b->allow, ip, port)) {
         *reason = "allowlist:ip";
         return 1;
     }
-    const char *r = reserved_reason(ip);
     if (r) {
         static char buf[64];
         (void) snprintf(buf, sizeof buf, "reserved:%s", r);
@@ -223,82 +273,95 @@ static bool decide_named(const struct cdn_egress_box *b, const char *name, uint3
 
 /* ---- splicing ---- */
 
-static void splice_read(struct bufferevent *bev, void *arg);
+/* ---- splicing: raw events, large reads ----
+ * libevent's bufferevents read 4 KiB per wakeup; a proxy moving bulk data
+ * needs far more per system call. Each direction reads up to CDN_PROXY_READ
+ * at a time into a buffer bounded by CDN_PROXY_BUF_HIGH (then its reader
+ * pauses until the writer has drained it: backpressure), and half-closes are
+ * passed on. */
 
-static void finish_if_done(struct pconn *c)
+static void finish(struct pconn *c)
 {
-    if (!c->cli_eof || !c->up_eof)
-        return;
-    if (c->cli && evbuffer_get_length(bufferevent_get_output(c->cli)))
-        return; /* splice_write comes back when flushed */
-    if (c->up && evbuffer_get_length(bufferevent_get_output(c->up)))
-        return;
     audit(c, true, c->allow_reason ? c->allow_reason : "allowlist");
     pconn_free(c);
 }
 
-static void shut_peer_write(struct bufferevent *peer)
+static void dir_flush(struct pdir *d);
+
+static void dir_read(evutil_socket_t fd, short what, void *arg)
 {
-    if (peer && evbuffer_get_length(bufferevent_get_output(peer)) == 0)
-        (void) shutdown(bufferevent_getfd(peer), SHUT_WR);
+    (void) fd, (void) what;
+    struct pdir *d = arg;
+    struct pconn *c = d->c;
+    for (int k = 0; k < 4 && evbuffer_get_length(d->buf) < CDN_PROXY_BUF_HIGH; k++) {
+        struct evbuffer_iovec v[2];
+        int nv = evbuffer_reserve_space(d->buf, CDN_PROXY_READ, v, 2);
+        if (nv <= 0)
+            break;
+        struct iovec iov[2];
+        for (int i = 0; i < nv; i++)
+            iov[i] = (struct iovec){.iov_base = v[i].iov_base, .iov_len = v[i].iov_len};
+        ssize_t n = readv(d->in, iov, nv);
+        if (n < 0) {
+            (void) evbuffer_commit_space(d->buf, v, 0);
+            if (errno == EAGAIN || errno == EINTR)
+                break;
+            finish(c); /* a reset: nothing more can be delivered either way */
+            return;
+        }
+        size_t left = (size_t) n;
+        for (int i = 0; i < nv; i++) {
+            size_t take = left < v[i].iov_len ? left : v[i].iov_len;
+            v[i].iov_len = take;
+            left -= take;
+        }
+        (void) evbuffer_commit_space(d->buf, v, nv);
+        *d->count += (uint64_t) n;
+        if (n == 0) {
+            d->eof = true;
+            break;
+        }
+        if ((size_t) n < CDN_PROXY_READ)
+            break;
+    }
+    if (d->eof || evbuffer_get_length(d->buf) >= CDN_PROXY_BUF_HIGH)
+        (void) event_del(d->rev);
+    dir_flush(d);
 }
 
-static void splice_read(struct bufferevent *bev, void *arg)
+static void dir_write(evutil_socket_t fd, short what, void *arg)
 {
-    struct pconn *c = arg;
-    bool from_cli = bev == c->cli;
-    struct bufferevent *peer = from_cli ? c->up : c->cli;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    size_t n = evbuffer_get_length(in);
-    if (!peer) {
-        (void) evbuffer_drain(in, n);
+    (void) fd, (void) what;
+    dir_flush(arg);
+}
+
+static void dir_flush(struct pdir *d)
+{
+    struct pconn *c = d->c;
+    while (evbuffer_get_length(d->buf)) {
+        int n = evbuffer_write_atmost(d->buf, d->out, -1);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EINTR) {
+                (void) event_add(d->wev, NULL);
+                return;
+            }
+            finish(c);
+            return;
+        }
+        if (n == 0)
+            break;
+    }
+    (void) event_del(d->wev);
+    if (!d->eof) {
+        (void) event_add(d->rev, NULL); /* drained: read again */
         return;
     }
-    (void) evbuffer_add_buffer(bufferevent_get_output(peer), in);
-    if (from_cli)
-        c->bytes_up += n;
-    else
-        c->bytes_down += n;
-    if (evbuffer_get_length(bufferevent_get_output(peer)) >= CDN_PROXY_BUF_HIGH)
-        (void) bufferevent_disable(bev, EV_READ); /* splice_write on peer resumes it */
-}
-
-static void splice_write(struct bufferevent *bev, void *arg)
-{
-    struct pconn *c = arg;
-    bool to_cli = bev == c->cli;
-    struct bufferevent *src = to_cli ? c->up : c->cli;
-    bool src_eof = to_cli ? c->up_eof : c->cli_eof;
-    if (src && !src_eof && evbuffer_get_length(bufferevent_get_output(bev)) < CDN_PROXY_BUF_HIGH / 2)
-        (void) bufferevent_enable(src, EV_READ);
-    if (src_eof)
-        shut_peer_write(bev);
-    finish_if_done(c);
-}
-
-static void splice_event(struct bufferevent *bev, short what, void *arg)
-{
-    struct pconn *c = arg;
-    bool is_cli = bev == c->cli;
-    if (what & BEV_EVENT_ERROR) {
-        /* A reset on either side ends both: nothing more can be delivered. */
-        c->cli_eof = c->up_eof = true;
-        if (c->cli)
-            (void) evbuffer_drain(bufferevent_get_output(c->cli), SIZE_MAX);
-        if (c->up)
-            (void) evbuffer_drain(bufferevent_get_output(c->up), SIZE_MAX);
-        finish_if_done(c);
-        return;
+    if (!d->shut) {
+        d->shut = true;
+        (void) shutdown(d->out, SHUT_WR);
     }
-    if (what & BEV_EVENT_EOF) {
-        if (is_cli)
-            c->cli_eof = true;
-        else
-            c->up_eof = true;
-        (void) bufferevent_disable(bev, EV_READ);
-        shut_peer_write(is_cli ? c->up : c->cli);
-        finish_if_done(c);
-    }
+    if (c->dir[0].shut && c->dir[1].shut)
+        finish(c);
 }
 
 /* ---- HTTP head rewrite: one request per connection ---- */
@@ -337,6 +400,15 @@ static void rewrite_head(const char *p, size_t len, struct evbuffer *out)
 
 /* ---- connecting upstream ---- */
 
+/* Take the socket out of its bufferevent (which is then freed). */
+static int take_fd(struct bufferevent **bev)
+{
+    int fd = fcntl(bufferevent_getfd(*bev), F_DUPFD_CLOEXEC, 3);
+    bufferevent_free(*bev);
+    *bev = NULL;
+    return fd;
+}
+
 static void start_splice(struct pconn *c)
 {
     c->state = P_SPLICE;
@@ -345,23 +417,46 @@ static void start_splice(struct pconn *c)
         c->timer = NULL;
     }
     struct evbuffer *in = bufferevent_get_input(c->cli);
+    struct evbuffer *to_up = evbuffer_new(), *to_cli = evbuffer_new();
+    if (!to_up || !to_cli) {
+        if (to_up)
+            evbuffer_free(to_up);
+        if (to_cli)
+            evbuffer_free(to_cli);
+        close_with(c, NULL);
+        return;
+    }
     if (c->connect_req) {
         (void) evbuffer_drain(in, c->head_len);
-        (void) evbuffer_add_printf(bufferevent_get_output(c->cli),
-                                   "HTTP/1.1 200 Connection established\r\n\r\n");
+        (void) evbuffer_add_printf(to_cli, "HTTP/1.1 200 Connection established\r\n\r\n");
     } else if (c->http) {
         const char *head = (const char *) evbuffer_pullup(in, (ssize_t) c->head_len);
         if (head)
-            rewrite_head(head, c->head_len, bufferevent_get_output(c->up));
+            rewrite_head(head, c->head_len, to_up);
         c->bytes_up += c->head_len;
         (void) evbuffer_drain(in, c->head_len);
     }
-    bufferevent_setcb(c->cli, splice_read, splice_write, splice_event, c);
-    bufferevent_setcb(c->up, splice_read, splice_write, splice_event, c);
-    (void) bufferevent_enable(c->cli, EV_READ | EV_WRITE);
-    (void) bufferevent_enable(c->up, EV_READ | EV_WRITE);
-    if (evbuffer_get_length(in))
-        splice_read(c->cli, c);
+    c->bytes_up += evbuffer_get_length(in);
+    (void) evbuffer_add_buffer(to_up, in);
+    int one = 1;
+    c->cli_fd = take_fd(&c->cli);
+    c->up_fd = take_fd(&c->up);
+    struct pdir *up = &c->dir[0], *down = &c->dir[1];
+    *up = (struct pdir){.c = c, .in = c->cli_fd, .out = c->up_fd, .buf = to_up, .count = &c->bytes_up};
+    *down = (struct pdir){.c = c, .in = c->up_fd, .out = c->cli_fd, .buf = to_cli, .count = &c->bytes_down};
+    for (int i = 0; i < 2; i++) {
+        struct pdir *d = &c->dir[i];
+        d->rev = event_new(c->px->base, d->in, EV_READ | EV_PERSIST, dir_read, d);
+        d->wev = event_new(c->px->base, d->out, EV_WRITE | EV_PERSIST, dir_write, d);
+    }
+    if (c->cli_fd < 0 || c->up_fd < 0 || !up->rev || !up->wev || !down->rev || !down->wev) {
+        finish(c);
+        return;
+    }
+    (void) setsockopt(c->cli_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    (void) setsockopt(c->up_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    for (int i = 0; i < 2; i++) /* what is already buffered goes out first, then reading starts */
+        (void) event_add(evbuffer_get_length(c->dir[i].buf) ? c->dir[i].wev : c->dir[i].rev, NULL);
 }
 
 static void up_event(struct bufferevent *bev, short what, void *arg)
@@ -396,27 +491,25 @@ static void connect_up(struct pconn *c, uint32_t ip, uint16_t port)
 static void resolved(int result, char type, int count, int ttl, void *addrs, void *arg)
 {
     (void) ttl;
-    if (result == DNS_ERR_CANCEL)
-        return; /* the connection is gone */
-    struct pconn *c = arg;
+    struct plookup *l = arg;
+    struct pconn *c = l->c;
+    free(l);
+    if (!c)
+        return; /* the connection is gone or no longer waits */
+    c->lookup = NULL;
     c->dnsreq = NULL;
-    struct cdn_egress_box *b = c->px->ops->lookup(c->px->ops->arg, c->src);
-    if (!b) {
-        pconn_free(c);
-        return;
-    }
+    struct cdn_egress_box *b = c->box;
     if (result != DNS_ERR_NONE || type != DNS_IPv4_A || count <= 0) {
         deny(c, "resolve-failed");
         return;
     }
     const uint32_t *a = addrs;
-    const char *why = "resolve-failed";
+    const char *why = "resolve-failed", *reason;
     for (int i = 0; i < count; i++) {
         uint32_t ip = ntohl(a[i]);
-        const char *r = reserved_reason(ip);
-        if (r && !cdn_allowlist_match_ip(&b->allow, ip, c->up_port)) {
+        if (decide_ip(b, ip, c->up_port, &reason) < 0) {
             static char buf[64];
-            (void) snprintf(buf, sizeof buf, "rebinding:%s", r);
+            (void) snprintf(buf, sizeof buf, "rebinding:%s", reason + strlen("reserved:"));
             why = buf;
             c->up_ip = ip;
             continue;
@@ -430,9 +523,15 @@ static void resolved(int result, char type, int count, int ttl, void *addrs, voi
 
 /* ---- sniffing ---- */
 
+static void sniff_event(struct bufferevent *bev, short what, void *arg);
+
 static void decide_after_sniff(struct pconn *c, struct cdn_egress_box *b)
 {
     const char *reason;
+    /* The name is known: what the client sends next waits in its buffer until
+     * the connection is spliced (or refused); nothing re-runs this. */
+    (void) bufferevent_disable(c->cli, EV_READ);
+    bufferevent_setcb(c->cli, NULL, NULL, sniff_event, c);
     if (c->connect_req || c->absolute) {
         /* An explicit proxy request: the target is what counts; we resolve it ourselves. */
         uint16_t port = c->up_port;
@@ -452,9 +551,19 @@ static void decide_after_sniff(struct pconn *c, struct cdn_egress_box *b)
             return;
         }
         c->state = P_RESOLVE;
-        c->dnsreq = evdns_base_resolve_ipv4(c->px->dns, c->name, DNS_QUERY_NO_SEARCH, resolved, c);
-        if (!c->dnsreq)
+        struct plookup *l = calloc(1, sizeof *l);
+        if (!l) {
+            deny(c, "proxy-error");
+            return;
+        }
+        l->c = c;
+        c->lookup = l;
+        c->dnsreq = evdns_base_resolve_ipv4(c->px->dns, c->name, DNS_QUERY_NO_SEARCH, resolved, l);
+        if (!c->dnsreq) { /* not submitted (libevent runs no callback then) */
+            c->lookup = NULL;
+            free(l);
             deny(c, "resolve-failed");
+        }
         return;
     }
     if (decide_named(b, c->name, c->dst_ip, c->dst_port, b->mode != CDN_NET_OPEN, &reason)) {
@@ -559,8 +668,11 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
         return;
     }
     c->px = px;
+    c->cli_fd = c->up_fd = -1;
     LIST_INSERT_HEAD(&px->conns, c, link);
     px->n++;
+    c->box = b;
+    b->tcp_conns++;
     c->src = b->sandbox_ip;
     c->dst_ip = ntohl(dst.sin_addr.s_addr);
     c->dst_port = ntohs(dst.sin_port);
@@ -571,6 +683,11 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
         if (!c->cli)
             (void) close(fd);
         pconn_free(c);
+        return;
+    }
+    if (b->tcp_conns > CDN_PROXY_MAX_CONNS) {
+        c->counted_out = true; /* not a violation: a limit */
+        deny(c, "too-many-connections");
         return;
     }
     const char *reason;
@@ -597,6 +714,23 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
     (void) bufferevent_enable(c->cli, EV_READ);
 }
 
+/* accept() failed (EMFILE, ENFILE, ENOBUFS…): stop accepting for a moment
+ * instead of spinning on a listener that stays readable. */
+static void resume_accept(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    struct cdn_proxy *px = arg;
+    (void) evconnlistener_enable(px->lst);
+}
+
+static void accept_error(struct evconnlistener *l, void *arg)
+{
+    struct cdn_proxy *px = arg;
+    (void) evconnlistener_disable(l);
+    struct timeval tv = {.tv_usec = 100 * 1000};
+    (void) evtimer_add(px->backoff, &tv);
+}
+
 struct cdn_proxy *cdn_proxy_new(struct event_base *base, struct evdns_base *dns, uint16_t port,
                                 const struct cdn_egress_ops *ops)
 {
@@ -617,6 +751,14 @@ struct cdn_proxy *cdn_proxy_new(struct event_base *base, struct evdns_base *dns,
         errno = e ? e : EADDRINUSE;
         return NULL;
     }
+    px->backoff = evtimer_new(base, resume_accept, px);
+    if (!px->backoff) {
+        evconnlistener_free(px->lst);
+        free(px);
+        errno = ENOMEM;
+        return NULL;
+    }
+    evconnlistener_set_error_cb(px->lst, accept_error);
     struct sockaddr_in got;
     socklen_t len = sizeof got;
     if (getsockname(evconnlistener_get_fd(px->lst), (struct sockaddr *) &got, &len) == 0)
@@ -638,8 +780,12 @@ void cdn_proxy_free(struct cdn_proxy *p)
 {
     if (!p)
         return;
-    while (!LIST_EMPTY(&p->conns))
-        pconn_free(LIST_FIRST(&p->conns));
+    while (!LIST_EMPTY(&p->conns)) {
+        struct pconn *c = LIST_FIRST(&p->conns);
+        audit(c, c->state == P_SPLICE, "owner-stopped");
+        pconn_free(c);
+    }
+    event_free(p->backoff);
     evconnlistener_free(p->lst);
     free(p);
 }
@@ -662,11 +808,13 @@ static bool still_allowed(const struct pconn *c, const struct cdn_egress_box *b)
 }
 
 /* Close with a reset, not a FIN: a cut stream must not look complete. */
-static void set_reset_on_close(struct bufferevent *bev)
+static void set_reset_on_close(struct pconn *c)
 {
     struct linger l = {.l_onoff = 1, .l_linger = 0};
-    if (bev && bufferevent_getfd(bev) >= 0)
-        (void) setsockopt(bufferevent_getfd(bev), SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    int fds[] = {c->cli ? bufferevent_getfd(c->cli) : c->cli_fd, c->up ? bufferevent_getfd(c->up) : c->up_fd};
+    for (int i = 0; i < 2; i++)
+        if (fds[i] >= 0)
+            (void) setsockopt(fds[i], SOL_SOCKET, SO_LINGER, &l, sizeof l);
 }
 
 void cdn_proxy_recheck(struct cdn_proxy *p, struct cdn_egress_box *b)
@@ -674,11 +822,10 @@ void cdn_proxy_recheck(struct cdn_proxy *p, struct cdn_egress_box *b)
     struct pconn *c, *next;
     for (c = LIST_FIRST(&p->conns); c; c = next) {
         next = LIST_NEXT(c, link);
-        if (c->src != b->sandbox_ip || c->state == P_SNIFF || c->state == P_CLOSING || still_allowed(c, b))
+        if (c->box != b || c->state == P_SNIFF || c->state == P_CLOSING || still_allowed(c, b))
             continue;
         c->http = false; /* no answer: the connection is cut */
-        set_reset_on_close(c->cli);
-        set_reset_on_close(c->up);
+        set_reset_on_close(c);
         deny(c, "policy-change");
     }
 }
@@ -688,7 +835,9 @@ void cdn_proxy_forget(struct cdn_proxy *p, struct cdn_egress_box *b)
     struct pconn *c, *next;
     for (c = LIST_FIRST(&p->conns); c; c = next) {
         next = LIST_NEXT(c, link);
-        if (c->src == b->sandbox_ip)
-            pconn_free(c); /* the box is gone: nothing to audit to */
+        if (c->box != b)
+            continue;
+        audit(c, c->state == P_SPLICE, "sandbox-gone"); /* the box is still registered */
+        pconn_free(c);
     }
 }

@@ -37,4 +37,6 @@ unsigned cdn_proxy_connections(const struct cdn_proxy *p);
 
 #define CDN_PROXY_SNIFF_TIMEOUT_S   10 /* for the first bytes that name the destination */
 #define CDN_PROXY_CONNECT_TIMEOUT_S 10
-#define CDN_PROXY_BUF_HIGH          (1u << 20) /* per direction, then the reader pauses */
+#define CDN_PROXY_BUF_HIGH          (256u << 10) /* per direction, then the reader pauses */
+#define CDN_PROXY_MAX_CONNS         256          /* per sandbox, open or being judged */
+#define CDN_PROXY_READ              (64u << 10)  /* bytes per read(2) while splicing */

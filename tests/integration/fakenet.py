@@ -7,6 +7,7 @@ No test traffic goes anywhere else.
         .11  TLS on 443 (self-signed; any SNI)
         .53  DNS on 53 (the daemon's upstream; answers from NAMES)
         .66  HTTP on 80 and TLS on 443 ("a forbidden server")
+        10.99.0.10  HTTP on 80 (a private address: reserved unless an entry inside 10/8 names it)
 
 Run as a module inside the namespace (`python3 fakenet.py serve DIR`), it
 serves until killed and logs every connection or datagram it receives as
@@ -30,6 +31,7 @@ NETNS_DIR = "/proc/{}/ns/net"
 HOST_IF = "cdnt-inet"
 HOST_IP = "203.0.113.1"
 ADDRS = ["203.0.113.2", "203.0.113.10", "203.0.113.11", "203.0.113.53", "203.0.113.66"]
+PRIVATE = "10.99.0.10"  # a "private" server of the fake internet (routed by the host through our veth)
 DNS_IP = "203.0.113.53"
 
 # name -> list of A records the fake upstream DNS answers
@@ -40,7 +42,9 @@ NAMES = {
     "evil.test": ["203.0.113.66"],
     "rebind.test": ["169.254.169.254"],
     "mixed.test": ["10.0.0.7", "203.0.113.10"],
+    "slow.test": ["203.0.113.10"],  # answered after SLOW_S
 }
+SLOW_S = 1.5
 
 
 # ---------------------------------------------------------------- servers ---
@@ -158,7 +162,10 @@ def dns_server(hits, ip):
             except Exception:
                 continue
             hits.log(kind="dns", ip=ip, peer=peer[0], name=name, qtype=qtype)
-            s.sendto(reply, peer)
+            if name == "slow.test":
+                threading.Timer(SLOW_S, s.sendto, (reply, peer)).start()
+            else:
+                s.sendto(reply, peer)
 
     threading.Thread(target=loop, daemon=True).start()
 
@@ -170,6 +177,7 @@ def serve(d):
     http_server(hits, "203.0.113.10", 80)
     http_server(hits, "203.0.113.10", 8080)
     http_server(hits, "203.0.113.66", 80)
+    http_server(hits, PRIVATE, 80)
     http_server(hits, "203.0.113.11", 443, ctx)
     http_server(hits, "203.0.113.66", 443, ctx)
     udp_sink(hits, "203.0.113.10", 443)
@@ -208,6 +216,7 @@ class FakeNet:
                         str(pid)], check=True)
         subprocess.run(["ip", "addr", "add", HOST_IP + "/24", "dev", HOST_IF], check=True)
         subprocess.run(["ip", "link", "set", HOST_IF, "up"], check=True)
+        subprocess.run(["ip", "route", "add", PRIVATE + "/32", "via", "203.0.113.2", "dev", HOST_IF], check=True)
         self.proc.stdin.write(b"go\n")
         self.proc.stdin.flush()
         ready = os.path.join(self.dir, "ready")
@@ -246,6 +255,7 @@ def setup_inside():
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     for a in ADDRS:
         subprocess.run(["ip", "addr", "add", a + "/24", "dev", "eth0"], check=True)
+    subprocess.run(["ip", "addr", "add", PRIVATE + "/32", "dev", "eth0"], check=True)
     subprocess.run(["ip", "link", "set", "eth0", "up"], check=True)
     subprocess.run(["ip", "route", "add", "default", "via", HOST_IP], check=True)
 

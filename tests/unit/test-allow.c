@@ -346,6 +346,35 @@ TEST(cidr_matching)
     CHECK(!cdn_allowlist_match_ip(NULL, 1, 1));
 }
 
+/* An entry opens a reserved address only from inside its block: before,
+ * 0.0.0.0/0 also opened loopback and the metadata endpoint. */
+TEST(admits_ip_keeps_reserved_blocks_closed)
+{
+    const char *v[] = {"0.0.0.0/0:1-65535", NULL};
+    struct cdn_allowlist l;
+    struct cdn_error err;
+    CHECK_EQ_INT(parse(v, &l, &err), 0);
+    CHECK(cdn_allowlist_admits_ip(&l, 0x08080808, 53));  /* 8.8.8.8: public */
+    CHECK(!cdn_allowlist_admits_ip(&l, 0x7f000001, 80)); /* loopback */
+    CHECK(!cdn_allowlist_admits_ip(&l, 0xa9fea9fe, 80)); /* metadata */
+    CHECK(!cdn_allowlist_admits_ip(&l, 0x0a000001, 80)); /* 10/8 */
+    CHECK(!cdn_allowlist_admits_ip(&l, 0xa83f8110, 80)); /* 168.63.129.16 */
+    cdn_allowlist_free(&l);
+    const char *w[] = {"10.0.0.0/8:80", "169.254.169.254/32:80", "127.0.0.1/32:80", "168.63.129.16:80", NULL};
+    CHECK_EQ_INT(parse(w, &l, &err), 0);
+    CHECK(cdn_allowlist_admits_ip(&l, 0x0a000001, 80));
+    CHECK(cdn_allowlist_admits_ip(&l, 0xa9fea9fe, 80));
+    CHECK(!cdn_allowlist_admits_ip(&l, 0xa9fea9fd, 80));
+    CHECK(!cdn_allowlist_admits_ip(&l, 0x7f000001, 80)); /* never */
+    CHECK(!cdn_allowlist_admits_ip(&l, 0xa83f8110, 80)); /* never */
+    cdn_allowlist_free(&l);
+    const char *x[] = {"8.0.0.0/5:80", NULL}; /* covers 10/8 but is wider than it */
+    CHECK_EQ_INT(parse(x, &l, &err), 0);
+    CHECK(!cdn_allowlist_admits_ip(&l, 0x0a000001, 80));
+    CHECK(cdn_allowlist_admits_ip(&l, 0x08080808, 80));
+    cdn_allowlist_free(&l);
+}
+
 TEST(reserved_ranges)
 {
     static const struct {
