@@ -53,8 +53,8 @@ static void on_audit(void *arg, struct cdn_egress_box *b, const struct cdn_audit
     uint64_t flushed;
     bool write = cdn_audit_admit(b, cdn_now_ms(), &flushed);
     if (flushed) {
-        json_t *s = json_pack("{s:s, s:s, s:I}", "proto", "audit", "reason", "rate-limited", "suppressed",
-                              (json_int_t) flushed);
+        json_t *s = json_pack("{s:s, s:s, s:s, s:I}", "proto", "audit", "decision", "suppressed", "reason",
+                              "rate-limited", "suppressed", (json_int_t) flushed);
         cdn_audit_log_write(&e->log, b->id, e->labels, s);
         json_decref(s);
     }

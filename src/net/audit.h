@@ -40,7 +40,7 @@ bool cdn_audit_is_violation(const struct cdn_audit *a);
  * the rest counted in b->audit_suppressed. Returns whether to write this one;
  * *flush gets the count suppressed in the previous window (to be written as
  * one line) when a new window starts, else 0. */
-#define CDN_AUDIT_RATE 200
+#define CDN_AUDIT_RATE 1000
 bool cdn_audit_admit(struct cdn_egress_box *b, uint64_t now_ms, uint64_t *flush);
 
 /* One line; labels and fields are borrowed. */
