@@ -24,12 +24,14 @@
 #include "net/netns.h"
 #include "net/nft.h"
 #include "net/proxy.h"
+#include "net/udp-relay.h"
 
 struct run_egress {
     struct event_base *base;
     struct evdns_base *dns;
     struct cdn_dns_stub *stub;
     struct cdn_proxy *proxy;
+    struct cdn_udp_relay *relay;
     struct cdn_netns netns;
     struct cdn_egress_box box;
     struct cdn_audit_log log;
@@ -83,6 +85,7 @@ void cdn_run_egress_free(struct run_egress *e)
     }
     if (e->table_made)
         cdn_nft_teardown(e->table);
+    cdn_udp_relay_free(e->relay);
     cdn_proxy_free(e->proxy);
     if (e->stub)
         cdn_dns_stub_free(e->stub);
@@ -141,17 +144,20 @@ int cdn_run_egress_prepare(struct cdn_sandbox *sb, struct outcome *out, struct r
     if ((r = cdn_allowlist_parse(&spec->net_allow, &e->box.allow, err)) < 0)
         goto fail;
     if (!(e->box.pins = cdn_pins_new(1024)) || !(e->stub = cdn_dns_stub_new(e->base, e->dns, 0, &ops)) ||
-        !(e->proxy = cdn_proxy_new(e->base, e->dns, 0, &ops))) {
+        !(e->proxy = cdn_proxy_new(e->base, e->dns, 0, &ops)) ||
+        !(e->relay = cdn_udp_relay_new(e->base, 0, &ops))) {
         r = cdn_error_set(err, errno ? errno : ENOMEM, "egress: DNS stub or proxy: %m");
         goto fail;
     }
     cdn_nft_sweep_runs(); /* a killed run leaves its table; its interface name may come back */
     (void) snprintf(e->table, sizeof e->table, "cordon_run_%d", (int) getpid());
-    if ((r = cdn_nft_setup(e->table, cdn_proxy_port(e->proxy), cdn_dns_stub_port(e->stub), err)) < 0)
+    if ((r = cdn_nft_setup(e->table, cdn_proxy_port(e->proxy), cdn_dns_stub_port(e->stub),
+                           cdn_udp_relay_port(e->relay), err)) < 0)
         goto fail;
     e->table_made = true;
     if ((r = cdn_netns_create(&e->netns, true, err)) < 0 ||
-        (r = cdn_nft_add_if(e->table, e->netns.host_if, err)) < 0)
+        (r = cdn_nft_add_if(e->table, e->netns.host_if, err)) < 0 ||
+        (spec->net_mode == CDN_NET_OPEN && (r = cdn_nft_set_open(e->table, e->netns.host_if, true, err)) < 0))
         goto fail;
     char path[512];
     (void) snprintf(path, sizeof path, "%s/egress.log", cdn_state_dir());

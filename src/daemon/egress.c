@@ -21,6 +21,7 @@
 #include "net/netns.h"
 #include "net/nft.h"
 #include "net/proxy.h"
+#include "net/udp-relay.h"
 
 static struct {
     bool ready;
@@ -28,6 +29,7 @@ static struct {
     struct evdns_base *dns;
     struct cdn_dns_stub *stub;
     struct cdn_proxy *proxy;
+    struct cdn_udp_relay *relay;
     char table[40];
     struct cdn_egress_box **by_lease; /* CDN_NET_LEASES entries */
     struct cdn_audit_log log;
@@ -163,13 +165,15 @@ static int start(void)
     (void) evdns_base_set_option(eg.dns, "attempts:", "2");
     eg.stub = cdn_dns_stub_new(cordond->base, eg.dns, 0, &ops);
     eg.proxy = eg.stub ? cdn_proxy_new(cordond->base, eg.dns, 0, &ops) : NULL;
-    if (!eg.proxy) {
+    eg.relay = eg.proxy ? cdn_udp_relay_new(cordond->base, 0, &ops) : NULL;
+    if (!eg.relay) {
         (void) snprintf(eg.error, sizeof eg.error, "DNS stub or proxy socket: %s", strerror(errno));
         return -errno;
     }
     struct cdn_error err = {0};
     cdn_nft_sweep_runs();
-    if (cdn_nft_setup(eg.table, cdn_proxy_port(eg.proxy), cdn_dns_stub_port(eg.stub), &err) < 0) {
+    if (cdn_nft_setup(eg.table, cdn_proxy_port(eg.proxy), cdn_dns_stub_port(eg.stub),
+                      cdn_udp_relay_port(eg.relay), &err) < 0) {
         (void) snprintf(eg.error, sizeof eg.error, "%s", err.msg);
         return -EIO;
     }
@@ -208,6 +212,7 @@ void egress_stop(void)
     free(eg.pool);
     if (eg.ready)
         cdn_nft_teardown(eg.table);
+    cdn_udp_relay_free(eg.relay);
     cdn_proxy_free(eg.proxy);
     if (eg.stub)
         cdn_dns_stub_free(eg.stub);
@@ -241,8 +246,10 @@ static int new_box(struct box *b, struct cdn_egress_box **ret, struct cdn_error 
     return 0;
 }
 
-static void register_box(struct box *b, struct cdn_egress_box *e)
+static int register_box(struct box *b, struct cdn_egress_box *e, struct cdn_error *err)
 {
+    if (b->spec.net_mode == CDN_NET_OPEN && cdn_nft_set_open(eg.table, b->netns.host_if, true, err) < 0)
+        return -EIO;
     (void) snprintf(e->id, sizeof e->id, "%s", b->sb.id);
     e->sandbox_ip = b->netns.sandbox_ip;
     e->host_ip = b->netns.host_ip;
@@ -250,6 +257,7 @@ static void register_box(struct box *b, struct cdn_egress_box *e)
     e->owner = b;
     eg.by_lease[b->netns.lease] = e;
     b->egress = e;
+    return 0;
 }
 
 int egress_attach(struct box *b, struct cdn_error *err)
@@ -272,7 +280,13 @@ int egress_attach(struct box *b, struct cdn_error *err)
         free(e);
         return r;
     }
-    register_box(b, e);
+    if ((r = register_box(b, e, err)) < 0) {
+        netns_drop(&b->netns);
+        cdn_allowlist_free(&e->allow);
+        cdn_pins_free(e->pins);
+        free(e);
+        return r;
+    }
     b->sb.netns_fd = b->netns.fd;
     b->sb.resolver_ip = b->netns.host_ip;
     return 0;
@@ -290,14 +304,14 @@ int egress_adopt(struct box *b, int lease, struct cdn_error *err)
     if (r < 0)
         return r;
     if ((r = cdn_netns_adopt(&b->netns, lease, b->sb.init_pid, err)) < 0 ||
-        (r = cdn_nft_add_if(eg.table, b->netns.host_if, err)) < 0) {
+        (r = cdn_nft_add_if(eg.table, b->netns.host_if, err)) < 0 || (r = register_box(b, e, err)) < 0) {
+        cdn_nft_del_if(eg.table, b->netns.host_if);
         cdn_netns_destroy(&b->netns);
         cdn_allowlist_free(&e->allow);
         cdn_pins_free(e->pins);
         free(e);
         return r;
     }
-    register_box(b, e);
     return 0;
 }
 
@@ -307,6 +321,7 @@ void egress_release(struct box *b)
     if (!e)
         return;
     cdn_proxy_forget(eg.proxy, e);
+    cdn_udp_relay_forget(eg.relay, e, "owner-stopped");
     eg.by_lease[b->netns.lease] = NULL;
     /* The veth stays, and so does the lease file; the lock goes with our fd
      * and the next cordond takes it (cdn_netns_adopt). */
@@ -325,6 +340,7 @@ void egress_detach(struct box *b)
     if (!e)
         return;
     cdn_proxy_forget(eg.proxy, e);
+    cdn_udp_relay_forget(eg.relay, e, "sandbox-gone");
     eg.by_lease[b->netns.lease] = NULL;
     netns_drop(&b->netns);
     b->sb.netns_fd = -EBADF;
@@ -348,6 +364,14 @@ int egress_set(struct box *b, enum cdn_net_mode mode, struct cdn_strv *allow, st
     int r = cdn_allowlist_parse(allow, &l, err);
     if (r < 0)
         return r;
+    /* UDP opens before the list changes only if the new mode is open; it
+     * closes (and its flows end) right after, if the new mode is not. */
+    if (mode == CDN_NET_OPEN && e->mode != CDN_NET_OPEN &&
+        (r = cdn_nft_set_open(eg.table, b->netns.host_if, true, err)) < 0) {
+        cdn_allowlist_free(&l);
+        return r;
+    }
+    bool closing_udp = mode != CDN_NET_OPEN && e->mode == CDN_NET_OPEN;
     /* One step of the loop: the new list takes effect and the connections it
      * forbids are cut before anything else runs. */
     cdn_allowlist_free(&e->allow);
@@ -359,6 +383,10 @@ int egress_set(struct box *b, enum cdn_net_mode mode, struct cdn_strv *allow, st
     *allow = (struct cdn_strv){0};
     b->spec.net_mode = mode;
     cdn_proxy_recheck(eg.proxy, e);
+    if (closing_udp) {
+        (void) cdn_nft_set_open(eg.table, b->netns.host_if, false, NULL);
+        cdn_udp_relay_forget(eg.relay, e, "policy-change");
+    }
     (void) record_write(b); /* the new policy is what a restarted cordond restores */
     box_event(b, "network",
               json_pack("{s:s, s:I}", "mode", cdn_net_mode_to_string(mode), "generation",

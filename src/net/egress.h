@@ -20,6 +20,7 @@ struct cdn_egress_box {
     uint64_t generation;   /* bumped at each allowlist change */
     void *owner;           /* the owner's object (cordond: struct box) */
     unsigned tcp_conns;    /* proxied connections open (proxy.c) */
+    unsigned udp_flows;    /* relayed UDP flows (udp-relay.c, open mode) */
     unsigned dns_inflight; /* questions waiting for the upstream (dns-stub.c) */
     /* audit rate limit (audit.c) */
     uint64_t audit_window_ms;

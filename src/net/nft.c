@@ -46,7 +46,8 @@ static bool name_ok(const char *s)
     return true;
 }
 
-int cdn_nft_setup(const char *name, uint16_t proxy_port, uint16_t dns_port, struct cdn_error *err)
+int cdn_nft_setup(const char *name, uint16_t proxy_port, uint16_t dns_port, uint16_t udp_port,
+                  struct cdn_error *err)
 {
     if (!name_ok(name))
         return cdn_error_set(err, EINVAL, "nftables: bad table name '%s'", name);
@@ -76,18 +77,22 @@ int cdn_nft_setup(const char *name, uint16_t proxy_port, uint16_t dns_port, stru
                     "delete table ip %1$s\n"
                     "table ip %1$s {\n"
                     "  set ifs { type ifname; }\n"
+                    "  set open_ifs { type ifname; }\n"
                     "  chain sbx_pre {\n"
                     "    type nat hook prerouting priority dstnat; policy accept;\n"
                     "    iifname @ifs udp dport 53 redirect to :%3$u\n"
                     "    iifname @ifs meta l4proto tcp redirect to :%2$u\n"
+                    "    iifname @open_ifs meta l4proto udp redirect to :%4$u\n"
                     "  }\n"
                     "  chain sbx_in {\n"
                     "    type filter hook input priority filter; policy accept;\n"
                     "    iifname @ifs ct status dnat tcp dport %2$u accept\n"
                     "    iifname @ifs ct status dnat udp dport %3$u accept\n"
+                    "    iifname @open_ifs ct status dnat udp dport %4$u accept\n"
                     "    iifname @ifs drop\n"
                     "    tcp dport %2$u drop\n"
                     "    udp dport %3$u drop\n"
+                    "    udp dport %4$u drop\n"
                     "  }\n"
                     "  chain sbx_fwd {\n"
                     "    type filter hook forward priority filter; policy accept;\n"
@@ -95,7 +100,7 @@ int cdn_nft_setup(const char *name, uint16_t proxy_port, uint16_t dns_port, stru
                     "    oifname @ifs drop\n"
                     "  }\n"
                     "}\n",
-                    name, (unsigned) proxy_port, (unsigned) dns_port);
+                    name, (unsigned) proxy_port, (unsigned) dns_port, (unsigned) udp_port);
     return run(cmd, "create the egress table", err);
 }
 
@@ -106,11 +111,21 @@ int cdn_nft_add_if(const char *name, const char *ifname, struct cdn_error *err)
     return run(cmd, "admit a sandbox interface", err);
 }
 
+int cdn_nft_set_open(const char *name, const char *ifname, bool open, struct cdn_error *err)
+{
+    char cmd[256];
+    (void) snprintf(cmd, sizeof cmd, "%s element ip %s open_ifs { \"%s\" }\n", open ? "add" : "delete", name,
+                    ifname);
+    int r = run(cmd, open ? "open a sandbox's UDP" : "close a sandbox's UDP", err);
+    return open ? r : 0; /* deleting what is not there is fine */
+}
+
 void cdn_nft_del_if(const char *name, const char *ifname)
 {
     char cmd[256];
     (void) snprintf(cmd, sizeof cmd, "delete element ip %s ifs { \"%s\" }\n", name, ifname);
     (void) run(cmd, "forget a sandbox interface", NULL);
+    (void) cdn_nft_set_open(name, ifname, false, NULL);
 }
 
 void cdn_nft_sweep_runs(void)

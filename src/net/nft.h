@@ -2,14 +2,16 @@
  * owner (a cordond, or a one-shot `cordon run`), through libnftables:
  *
  *   from a sandbox's veth (set "ifs"): UDP 53 → the DNS stub, all TCP → the
- *   proxy (redirected: the proxy reads the original destination), everything
- *   else dropped (other UDP incl. QUIC, ICMP, raw IP, forwarding); the proxy's
- *   and the stub's ports are closed to every other interface.
+ *   proxy (redirected: the proxy reads the original destination), other UDP →
+ *   the UDP relay for sandboxes in open mode (set "open_ifs"), everything
+ *   else dropped (UDP incl. QUIC in allowlist mode, ICMP, raw IP, forwarding);
+ *   the listeners' ports are closed to every other interface.
  *
  * Fails closed: a veth is only usable once its name is in the set, and a
  * sandbox's packets never reach anything but the two listeners. */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "shared/error.h"
@@ -18,7 +20,10 @@
 
 /* Create (or replace, after a crash) the table `name` for these ports, and
  * (re)install the guard table. */
-int cdn_nft_setup(const char *name, uint16_t proxy_port, uint16_t dns_port, struct cdn_error *err);
+int cdn_nft_setup(const char *name, uint16_t proxy_port, uint16_t dns_port, uint16_t udp_port,
+                  struct cdn_error *err);
+/* open mode: the interface's UDP (but DNS) goes to the UDP relay (net/udp-relay.h), or no longer. */
+int cdn_nft_set_open(const char *name, const char *ifname, bool open, struct cdn_error *err);
 int cdn_nft_add_if(const char *name, const char *ifname, struct cdn_error *err);
 /* Best effort: the interface may be gone already (the set keeps no dangling state for a name). */
 void cdn_nft_del_if(const char *name, const char *ifname);

@@ -251,6 +251,38 @@ def test_runtime_patch_cuts_open_connection(egd, net):
         assert any(e["type"] == "network" for e in sb.events())
 
 
+UDP_OPEN = r"""
+import socket
+out = []
+for host in ("203.0.113.10", "10.99.0.10"):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(1.5)
+    try:
+        s.sendto(b"ping", (host, 9999)); data, peer = s.recvfrom(100); out.append("%s:%s" % (peer[0], data.decode()))
+    except OSError as e:
+        out.append("%s:%s" % (host, type(e).__name__))
+print(" ".join(out))
+"""
+
+
+def test_open_mode_relays_udp_and_audits_it(egd, net):
+    """open: UDP goes out through the relay (the host never forwards a sandbox's
+    packets), answers come back from the address asked; reserved ones stay shut."""
+    before = len(net.hits(kind="udp"))
+    with make(egd, allow=[], mode="open") as sb:
+        r = sb.exec(["python3", "-c", UDP_OPEN], timeout_s=30)
+        assert r.stdout.split() == ["203.0.113.10:pong", "10.99.0.10:TimeoutError"], r
+        sid = sb.id
+        sb.set_network(mode="allowlist", allow=[])  # closes UDP again
+        r = sb.exec(["python3", "-c", UDP_OPEN], timeout_s=30)
+        assert r.stdout.split() == ["203.0.113.10:TimeoutError", "10.99.0.10:TimeoutError"], r
+    hits = net.hits(kind="udp")[before:]
+    assert [(h["ip"], h["peer"]) for h in hits] == [("203.0.113.10", fakenet.HOST_IP)], hits
+    udp = [(x["dst_ip"], x["dst_port"], x["decision"], x["reason"]) for x in audit_lines(egd)
+           if x["sandbox"] == sid and x["proto"] == "udp"]
+    assert ("203.0.113.10", 9999, "allow", "policy-change") in udp, udp
+    assert ("10.99.0.10", 9999, "deny", "reserved:private") in udp, udp
+
+
 def test_open_mode_still_audited_and_reserved_refused(egd, net):
     with make(egd, allow=[], mode="open") as sb:
         r = sh(sb, "curl -sS -m 10 http://evil.test/")
