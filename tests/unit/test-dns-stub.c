@@ -225,7 +225,7 @@ static int set_allow(struct cdn_allowlist *l, const char *const *entries)
 static void setup(struct fixture *f)
 {
     static const char *const allow[] = {"pypi.org:443", "*.example.com", NULL};
-    uint16_t fake_port, raw_port;
+    uint16_t fake_port = 0, raw_port = 0;
     int fd;
 
     *f = (struct fixture){.raw_fd = -1};
