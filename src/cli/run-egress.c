@@ -53,7 +53,7 @@ static void on_audit(void *arg, struct cdn_egress_box *b, const struct cdn_audit
     if (cdn_audit_is_violation(a))
         ((struct outcome *) b->owner)->violations_egress++;
     uint64_t flushed;
-    bool write = cdn_audit_admit(b, cdn_now_ms(), &flushed);
+    bool write = cdn_audit_admit(b, cdn_now_ms(), CDN_AUDIT_RATE, &flushed);
     if (flushed) {
         json_t *s = json_pack("{s:s, s:s, s:s, s:I}", "proto", "audit", "decision", "suppressed", "reason",
                               "rate-limited", "suppressed", (json_int_t) flushed);

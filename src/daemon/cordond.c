@@ -18,6 +18,7 @@
 
 #include "core/paths.h"
 #include "daemon.h"
+#include "net/audit.h"
 #include "shared/parse-util.h"
 #include "tiers/tier.h"
 
@@ -68,6 +69,13 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         if (cdn_parse_u64(v, &n) < 0 || n > 4096)
             return -EINVAL;
         c->net_pool = (unsigned) n;
+        return 0;
+    }
+    if (strcmp(name, "audit-rate") == 0 || strcmp(name, "audit_rate") == 0) {
+        uint64_t n;
+        if (cdn_parse_u64(v, &n) < 0 || n > 1000000)
+            return -EINVAL;
+        c->audit_rate = (unsigned) n;
         return 0;
     }
     if (strcmp(name, "audit-rotate") == 0 || strcmp(name, "audit_rotate") == 0)
@@ -140,7 +148,7 @@ static void usage(FILE *f)
         "usage: cordond [--config FILE] [--socket PATH] [--listen HOST:PORT --token-file F]\n"
         "               [--state-dir DIR] [--sandbox-dir DIR] [--stop-sandboxes true|false]\n"
         "               [--max-body SIZE] [--max-output SIZE] [--max-sandboxes N] [--pool SIZE[:SPECFILE]]…\n"
-        "               [--dns-upstream IP[:PORT]] [--net-pool N] [--audit-rotate SIZE]\n"
+        "               [--dns-upstream IP[:PORT]] [--net-pool N] [--audit-rotate SIZE] [--audit-rate N]\n"
         "Defaults and the config file format: docs/cordond.md (config: %s)\n",
         DEFAULT_CONFIG);
 }
@@ -258,6 +266,7 @@ int main(int argc, char **argv)
         .max_sandboxes = 4096,
         .net_pool = 4,
         .audit_rotate = 64ULL << 20,
+        .audit_rate = CDN_AUDIT_RATE,
     };
     (void) snprintf(d->cfg.socket_path, sizeof d->cfg.socket_path, "%s/cordond.sock", cdn_run_dir());
     (void) snprintf(d->cfg.state_dir, sizeof d->cfg.state_dir, "%s", cdn_state_dir());

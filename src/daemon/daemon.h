@@ -42,6 +42,7 @@ struct daemon_config {
     char dns_upstream[64]; /* IP[:PORT] the DNS stub and the proxy resolve with; empty = /etc/resolv.conf */
     unsigned net_pool;     /* prepared network namespaces kept for sandboxes with network */
     uint64_t audit_rotate; /* egress.log is rotated past this size */
+    unsigned audit_rate;   /* audit lines per sandbox and second (0: no limit) */
 };
 
 /* ---- host side of the agent protocol over a bufferevent (agent-conn.c) ---- */

@@ -105,7 +105,7 @@ static void on_audit(void *arg, struct cdn_egress_box *e, const struct cdn_audit
     if (cdn_audit_is_violation(a))
         b->violations_egress++;
     uint64_t flushed;
-    bool write = cdn_audit_admit(e, cdn_now_ms(), &flushed);
+    bool write = cdn_audit_admit(e, cdn_now_ms(), cordond->cfg.audit_rate, &flushed);
     json_t *labels = labels_json(b);
     if (flushed) {
         json_t *s = json_pack("{s:s, s:s, s:s, s:I}", "proto", "audit", "decision", "suppressed", "reason",

@@ -93,7 +93,7 @@ bool cdn_audit_is_violation(const struct cdn_audit *a)
     return false;
 }
 
-bool cdn_audit_admit(struct cdn_egress_box *b, uint64_t now_ms, uint64_t *flush)
+bool cdn_audit_admit(struct cdn_egress_box *b, uint64_t now_ms, unsigned rate, uint64_t *flush)
 {
     *flush = 0;
     if (now_ms - b->audit_window_ms >= 1000) {
@@ -102,7 +102,7 @@ bool cdn_audit_admit(struct cdn_egress_box *b, uint64_t now_ms, uint64_t *flush)
         b->audit_window_ms = now_ms;
         b->audit_in_window = 0;
     }
-    if (b->audit_in_window >= CDN_AUDIT_RATE) {
+    if (rate && b->audit_in_window >= rate) {
         b->audit_suppressed++;
         return false;
     }

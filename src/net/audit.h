@@ -36,12 +36,12 @@ json_t *cdn_audit_fields(const struct cdn_audit *a);
  * and operator changes (policy-change) do not. */
 bool cdn_audit_is_violation(const struct cdn_audit *a);
 
-/* Per-sandbox rate limit of audit lines: CDN_AUDIT_RATE lines per second,
- * the rest counted in b->audit_suppressed. Returns whether to write this one;
- * *flush gets the count suppressed in the previous window (to be written as
- * one line) when a new window starts, else 0. */
-#define CDN_AUDIT_RATE 1000
-bool cdn_audit_admit(struct cdn_egress_box *b, uint64_t now_ms, uint64_t *flush);
+/* Per-sandbox rate limit of audit lines: rate lines per second (0: no
+ * limit), the rest counted in b->audit_suppressed. Returns whether to write
+ * this one; *flush gets the count suppressed in the previous window (to be
+ * written as one line) when a new window starts, else 0. */
+#define CDN_AUDIT_RATE 1000 /* the default */
+bool cdn_audit_admit(struct cdn_egress_box *b, uint64_t now_ms, unsigned rate, uint64_t *flush);
 
 /* One line; labels and fields are borrowed. */
 void cdn_audit_log_write(struct cdn_audit_log *l, const char *sandbox, json_t *labels, json_t *fields);
