@@ -229,8 +229,11 @@ class Sandbox:
         return self._ep.json("PATCH", f"{self._path}/network", {"mode": mode, "allow": list(allow)})
 
     def violations(self):
-        """Counts of violations by category, e.g. {"egress": 2} (the reward signal)."""
-        return self._ep.json("GET", f"{self._path}/violations")["violations"]
+        """The reward signal: {"counts": {"egress": 2, "oom": 0, …}, "first": t, "last": t}
+        (unix times of the first and last violation, None before any)."""
+        v = self._ep.json("GET", f"{self._path}/violations")
+        v.pop("id", None)
+        return v
 
     def kill(self):
         """Delete the sandbox (idempotent)."""
@@ -340,7 +343,9 @@ class AsyncSandbox:
         return await self._ep.ajson("PATCH", f"{self._path}/network", {"mode": mode, "allow": list(allow)})
 
     async def violations(self):
-        return (await self._ep.ajson("GET", f"{self._path}/violations"))["violations"]
+        v = await self._ep.ajson("GET", f"{self._path}/violations")
+        v.pop("id", None)
+        return v
 
     async def kill(self):
         try:

@@ -13,6 +13,7 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@ struct run_egress {
     json_t *labels;
     char table[40];
     bool table_made, thread_started;
+    struct cdn_sandbox *sb;
     pthread_t thread;
 };
 
@@ -50,8 +52,15 @@ static struct cdn_egress_box *lookup(void *arg, uint32_t src)
 static void on_audit(void *arg, struct cdn_egress_box *b, const struct cdn_audit *a)
 {
     struct run_egress *e = arg;
-    if (cdn_audit_is_violation(a))
-        ((struct outcome *) b->owner)->violations_egress++;
+    struct outcome *out = b->owner;
+    if (cdn_audit_is_violation(a)) {
+        out->violations_egress++;
+        /* --on-violation kill: the whole sandbox goes at the first one (pidfd_send_signal: fine from this thread) */
+        if (e->sb->spec->on_violation == CDN_VIOLATION_KILL && !out->violation_killed) {
+            out->violation_killed = true;
+            (void) e->sb->tier->kill(e->sb, SIGKILL);
+        }
+    }
     uint64_t flushed;
     bool write = cdn_audit_admit(b, cdn_now_ms(), CDN_AUDIT_RATE, &flushed);
     if (flushed) {
@@ -168,6 +177,7 @@ int cdn_run_egress_prepare(struct cdn_sandbox *sb, struct outcome *out, struct r
     e->box.host_ip = e->netns.host_ip;
     e->box.mode = spec->net_mode;
     e->box.owner = out;
+    e->sb = sb;
     sb->netns_fd = e->netns.fd;
     sb->resolver_ip = e->netns.host_ip;
     *ret = e;

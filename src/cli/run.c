@@ -155,6 +155,8 @@ static int exit_status(const struct outcome *o)
         return EXIT_CORDON;
     if (o->timed_out)
         return EXIT_TIMEOUT;
+    if (o->violation_killed)
+        return 128 + SIGKILL;
     if (o->have_exit)
         return o->exit.signal ? 128 + o->exit.signal : o->exit.exit_code;
     return o->usage.oom_kills ? 128 + SIGKILL : EXIT_CORDON;
@@ -267,6 +269,8 @@ int cdn_cli_run(int argc, char *const *argv)
     int status = exit_status(&out);
     if (out.setup_failed || out.exec_failed)
         report_error(&out.error);
+    else if (out.violation_killed)
+        fprintf(stderr, "cordon: the sandbox was killed on a violation (--on-violation kill)\n");
     else if (!out.have_exit && !out.timed_out)
         fprintf(stderr, "cordon: the sandbox ended without reporting an exit status%s\n",
                 out.usage.oom_kills ? " (out of memory)" : "");

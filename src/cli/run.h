@@ -21,6 +21,7 @@ struct outcome {
     struct cdn_usage usage;
     double wall_ms;
     uint64_t violations_egress; /* denied egress attempts (run-egress.c) */
+    bool violation_killed;      /* --on-violation kill acted */
 };
 
 /* Egress of a run with network != none (run-egress.c, full build only):

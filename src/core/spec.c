@@ -314,8 +314,7 @@ int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
             err, EOPNOTSUPP, "protect",
             "protect: protected paths are not enforced by this build yet; refusing rather than "
             "pretending");
-    if (spec->on_violation != CDN_VIOLATION_LOG)
-        return cdn_error_field(err, EOPNOTSUPP, "on_violation", "on_violation: only 'log' is available yet");
+
     if (!cdn_path_is_safe_absolute(spec->workdir) || strcmp(spec->workdir, "/") == 0)
         return cdn_error_field(err, EINVAL, "workdir", "workdir: '%s' must be an absolute path below /",
                                spec->workdir);

@@ -261,6 +261,7 @@ static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_
                   json_pack("{s:o, s:i, s:f, s:b}", "cmd",
                             json_lossy_string((const uint8_t *) c->cmd, strlen(c->cmd)), "exit_code", code,
                             "duration_ms", ms, "timed_out", c->timed_out));
+        box_check_limits(c->box); /* an OOM kill or a pids-limit hit during it is a violation */
     } else if (type == CDN_FRAME_ERROR && cdn_errmsg_decode(p, len, &e, &msg) == 0) {
         status = 400;
         res = api_error_json("exec_failed", "cmd", msg);

@@ -232,7 +232,10 @@ static void api_network(struct evhttp_request *req, struct box *b)
 
 static void api_violations(struct evhttp_request *req, struct box *b)
 {
-    api_reply_json(req, 200, json_pack("{s:s, s:o}", "id", b->sb.id, "violations", box_violations_json(b)));
+    json_t *v = box_violations_json(b);
+    if (v)
+        json_object_set_new(v, "id", json_string(b->sb.id));
+    api_reply_json(req, 200, v);
 }
 
 static void route_list(struct evhttp_request *req)
@@ -310,6 +313,11 @@ static void route_metrics(struct evhttp_request *req)
                         "cordon_exec_duration_ms_bucket{le=\"+Inf\"} %llu\ncordon_exec_duration_ms_sum %.3f\n"
                         "cordon_exec_duration_ms_count %llu\n",
                         (unsigned long long) cum, cordond->exec_sum_ms, (unsigned long long) cum);
+    evbuffer_add_printf(b, "# HELP cordon_violations_total Violations recorded, by kind (the reward signal).\n"
+                           "# TYPE cordon_violations_total counter\n");
+    for (int k = 0; k < _VIOLATION_MAX; k++)
+        evbuffer_add_printf(b, "cordon_violations_total{kind=\"%s\"} %llu\n", violation_names[k],
+                            (unsigned long long) cordond->violations_total[k]);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain; version=0.0.4");
     evhttp_send_reply(req, 200, "OK", b);
     evbuffer_free(b);

@@ -76,9 +76,60 @@ void box_event(struct box *b, const char *type, json_t *fields)
     free(line);
 }
 
+static void box_stop(struct box *b, const char *reason);
+
+const char *const violation_names[_VIOLATION_MAX] = {"egress", "oom", "pids"};
+
 json_t *box_violations_json(const struct box *b)
 {
-    return json_pack("{s:I}", "egress", (json_int_t) b->violations_egress);
+    json_t *counts = json_object();
+    for (int k = 0; counts && k < _VIOLATION_MAX; k++)
+        json_object_set_new(counts, violation_names[k], json_integer((json_int_t) b->viol.counts[k]));
+    return json_pack("{s:o, s:o, s:o}", "counts", counts ? counts : json_object(), "first",
+                     b->viol.first ? json_real(b->viol.first) : json_null(), "last",
+                     b->viol.last ? json_real(b->viol.last) : json_null());
+}
+
+void box_violation(struct box *b, enum violation_kind kind, json_t *fields)
+{
+    double now = now_unix();
+    b->viol.counts[kind]++;
+    if (!b->viol.first)
+        b->viol.first = now;
+    b->viol.last = now;
+    cordond->violations_total[kind]++;
+    json_t *ev = json_pack("{s:s}", "kind", violation_names[kind]);
+    if (ev && fields)
+        (void) json_object_update(ev, fields);
+    json_decref(fields);
+    box_event(b, "violation", ev);
+    if (b->spec.on_violation == CDN_VIOLATION_KILL && b->state == BOX_RUNNING) {
+        char reason[64];
+        (void) snprintf(reason, sizeof reason, "killed on violation: %s", violation_names[kind]);
+        b->violation_killed = true;
+        box_stop(b, reason); /* the state says why; init's exit then cleans up */
+        (void) b->sb.tier->kill(&b->sb, SIGKILL);
+    }
+}
+
+void box_check_limits(struct box *b)
+{
+    struct cdn_usage u;
+    if (b->state != BOX_RUNNING || b->sb.tier->usage(&b->sb, &u) < 0)
+        return;
+    if (u.oom_kills > b->viol.oom_seen) {
+        uint64_t n = u.oom_kills - b->viol.oom_seen;
+        b->viol.oom_seen = u.oom_kills;
+        box_violation(b, VIOLATION_OOM, json_pack("{s:I, s:I}", "oom_kills", (json_int_t) n, "memory_mb",
+                                                  (json_int_t) b->spec.limits.memory_mb));
+    }
+    if (u.pids_max_hits > b->viol.pids_seen) {
+        uint64_t n = u.pids_max_hits - b->viol.pids_seen;
+        b->viol.pids_seen = u.pids_max_hits;
+        if (b->state == BOX_RUNNING)
+            box_violation(b, VIOLATION_PIDS, json_pack("{s:I, s:I}", "pids_limit_hits", (json_int_t) n, "pids",
+                                                       (json_int_t) b->spec.limits.pids));
+    }
 }
 
 json_t *box_to_json(struct box *b)
@@ -295,7 +346,7 @@ static void on_init_exit(evutil_socket_t fd, short what, void *arg)
         maybe_finish_stop();
         return;
     }
-    bool started = b->state == BOX_RUNNING;
+    bool started = b->state == BOX_RUNNING || b->violation_killed;
     char reason[sizeof b->exit_reason] = "init exited";
     /* Dying while starting, it may have said why on the setup pipe, which
      * this event can overtake: that report is the answer to the create. */
@@ -413,6 +464,11 @@ struct box *box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_error
     } else if ((b->sb.slot_hint = cordond->n_kept ? cordond->kept_slots[--cordond->n_kept] : -1),
                b->sb.tier->create(&b->sb, err) >= 0) {
         b->sb.keep_cgroup = true; /* from now on its cgroup is worth keeping */
+        struct cdn_usage u0; /* a reused cgroup keeps its counters: count from here */
+        if (b->sb.tier->usage(&b->sb, &u0) == 0) {
+            b->viol.oom_seen = u0.oom_kills;
+            b->viol.pids_seen = u0.pids_max_hits;
+        }
         /* The hint's lock can be busy for a moment (a just-cloned setup child
          * holds copies of our fds until it closes them): keep it for later. */
         if (b->sb.slot_hint >= 0 && b->sb.slot_hint != b->sb.slot)

@@ -75,6 +75,16 @@ int agent_conn_send(struct agent_conn *c, uint16_t type, uint16_t flags, uint32_
  * stops reading its commands' output, and they block). */
 void agent_conn_pause(struct agent_conn *c, bool pause);
 
+/* ---- violations (box.c): the reward signal ---- */
+enum violation_kind { VIOLATION_EGRESS, VIOLATION_OOM, VIOLATION_PIDS, _VIOLATION_MAX };
+extern const char *const violation_names[_VIOLATION_MAX];
+
+struct violations {
+    uint64_t counts[_VIOLATION_MAX];
+    double first, last; /* unix time of the first and the last; 0 = none yet */
+    uint64_t oom_seen, pids_seen; /* cgroup counters already counted */
+};
+
 /* ---- sandboxes (box.c) ---- */
 enum box_state { BOX_STARTING, BOX_RUNNING, BOX_EXITED, _BOX_STATE_MAX };
 
@@ -96,7 +106,8 @@ struct box {
     uint64_t execs;
     struct cdn_egress_box *egress; /* network != none (egress.c) */
     struct cdn_netns netns;
-    uint64_t violations_egress;
+    struct violations viol;
+    bool violation_killed; /* on_violation kill acted: exited, but kept for the client to see why */
     struct evbuffer *events;         /* NDJSON lines, oldest dropped past a cap */
     LIST_HEAD(, follower) followers; /* GET …/events?follow=true (api.c) */
     LIST_ENTRY(box) link;
@@ -115,6 +126,7 @@ struct daemon {
     size_t n_kept, cap_kept;
     /* metrics */
     uint64_t created_total, create_errors, execs_total, http_errors;
+    uint64_t violations_total[_VIOLATION_MAX];
     uint64_t exec_hist[12]; /* buckets of exec latency, see api.c */
     double exec_sum_ms;
 };
@@ -159,7 +171,12 @@ void box_delete(struct box *b, const char *reason);
  * the box's log and push it to followers. */
 void box_event(struct box *b, const char *type, json_t *fields);
 const char *box_state_name(enum box_state s);
-/* Counts of violations by category (the reward signal): {"egress": N}. */
+/* Record a violation: count it, emit a "violation" event (kind, then fields,
+ * stolen), and with on_violation "kill" end the sandbox at once. */
+void box_violation(struct box *b, enum violation_kind kind, json_t *fields);
+/* The cgroup's OOM kills and pids-limit hits since the last look become violations. */
+void box_check_limits(struct box *b);
+/* {"counts": {kind: n, …}, "first": t|null, "last": t|null} */
 json_t *box_violations_json(const struct box *b);
 /* JSON of the box for GET, caller frees (json_decref). */
 json_t *box_to_json(struct box *b);

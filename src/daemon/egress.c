@@ -102,8 +102,6 @@ static void on_audit(void *arg, struct cdn_egress_box *e, const struct cdn_audit
 {
     (void) arg;
     struct box *b = e->owner;
-    if (cdn_audit_is_violation(a))
-        b->violations_egress++;
     uint64_t flushed;
     bool write = cdn_audit_admit(e, cdn_now_ms(), cordond->cfg.audit_rate, &flushed);
     json_t *labels = labels_json(b);
@@ -113,14 +111,17 @@ static void on_audit(void *arg, struct cdn_egress_box *e, const struct cdn_audit
         cdn_audit_log_write(&eg.log, b->sb.id, labels, s);
         box_event(b, "egress", s);
     }
-    json_t *f = write ? cdn_audit_fields(a) : NULL;
-    if (!f) {
-        json_decref(labels);
-        return;
+    json_t *f = cdn_audit_fields(a);
+    if (f && write) {
+        cdn_audit_log_write(&eg.log, b->sb.id, labels, f);
+        box_event(b, "egress", json_incref(f));
     }
-    cdn_audit_log_write(&eg.log, b->sb.id, labels, f);
     json_decref(labels);
-    box_event(b, "egress", f);
+    /* Counted whether written or not; last, since kill mode may end the sandbox here. */
+    if (cdn_audit_is_violation(a))
+        box_violation(b, VIOLATION_EGRESS, f ? f : json_object());
+    else
+        json_decref(f);
 }
 
 static void on_flag(void *arg, struct cdn_egress_box *e, const char *what, const char *detail)

@@ -83,7 +83,7 @@ def test_allowed_http_and_https(egd, net):
         assert all(e["bytes_down"] > 0 and e["bytes_up"] > 0 for e in t)
         dns = [e for e in egress(sb) if e["proto"] == "dns" and e.get("answers")]
         assert {e["name"]: e["answers"] for e in dns} == {"pypi.test": "203.0.113.10", "secure.test": "203.0.113.11"}
-        assert sb.violations() == {"egress": 0}
+        assert sb.violations()["counts"]["egress"] == 0
         lines = [x for x in audit_lines(egd) if x["sandbox"] == sb.id and x["proto"] == "tcp"]
         assert len(lines) == 2 and all(x["labels"] == {"job": "j1"} for x in lines)
         assert {"time", "dst_ip", "dst_port", "decision", "reason", "bytes_up", "bytes_down",
@@ -99,7 +99,7 @@ def test_name_off_the_list(egd, net):
         ev = egress(sb)
         assert ev and all(e["proto"] == "dns" and e["decision"] == "deny" and e["reason"] == "not-allowlisted"
                           and e["name"] == "evil.test" for e in ev)
-        assert sb.violations()["egress"] == len(ev)
+        assert sb.violations()["counts"]["egress"] == len(ev)
     assert not net.hits(kind="dns", name="evil.test"), "a refused name was resolved upstream"
 
 
@@ -128,7 +128,7 @@ def test_direct_ip_and_metadata(egd, net):
                      ("203.0.113.66", 443, "secure.test", "deny", "ip-mismatch"),
                      ("203.0.113.10", 80, "pypi.test", "allow", "allowlist"),
                      ("203.0.113.10", 80, "evil.test", "deny", "not-allowlisted")], t
-        assert sb.violations() == {"egress": 5}
+        assert sb.violations()["counts"]["egress"] == 5
     assert len(net.hits(ip="203.0.113.66")) == before, "a denied connection reached the server"
     assert len(net.hits(host="evil.test")) == before_evil, "a request for a forbidden host reached a server"
 
@@ -329,7 +329,7 @@ def test_one_shot_run_with_allowlist(shared_dir, net):
     assert p.returncode == 0, p.stderr
     assert "host=pypi.test" in p.stdout and "denied (not-allowlisted)" in p.stdout, p.stdout
     rec = json.loads(p.stderr.strip().splitlines()[-1])
-    assert rec["violations"] == {"egress": 1}, rec
+    assert rec["violations"] == {"egress": 1, "oom": 0, "pids": 0}, rec
     with open(os.path.join(state, "egress.log")) as f:
         lines = [json.loads(x) for x in f]
     t = [(x["name"], x["decision"], x["reason"]) for x in lines if x["proto"] == "tcp"]
@@ -603,4 +603,4 @@ def test_connections_per_sandbox_are_bounded(egd, net):
         # another sandbox is not starved meanwhile
         assert "host=pypi.test" in sh(other, "curl -sS -m 10 http://pypi.test/").stdout
         limited = [e for e in tcp(sb) if e["reason"] == "too-many-connections"]
-        assert len(limited) == 44 and sb.violations() == {"egress": 0}
+        assert len(limited) == 44 and sb.violations()["counts"]["egress"] == 0

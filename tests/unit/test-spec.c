@@ -96,7 +96,6 @@ TEST(validate_ranges_and_unsupported)
         {"{\"network\":{\"mode\":\"none\",\"allow\":[\"a.test\"]}}", "network.allow"},
         {"{\"network\":{\"mode\":\"allowlist\",\"allow\":[\"a.test\",\"10.0.0.0/40\"]}}", "network.allow[1]"},
         {"{\"protect\":[\"/a/**\"]}", "protect"},
-        {"{\"on_violation\":\"kill\"}", "on_violation"},
         {"{\"workdir\":\"relative\"}", "workdir"},
         {"{\"image\":\"rel/dir\"}", "image"},
         {"{\"hostname\":\"bad host\"}", "hostname"},

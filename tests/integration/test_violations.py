@@ -1,0 +1,99 @@
+"""Violations as the reward signal (the part of the monitor that exists so far):
+egress refusals, OOM kills and pids-limit hits are counted per sandbox with
+the first and last time, each is a "violation" event, Prometheus counts them
+by kind, and on_violation "kill" ends the sandbox at the first one. Ordinary
+work produces none."""
+
+import json
+import os
+import subprocess
+import tempfile
+
+import pytest
+
+import cordonlib
+import fakenet
+from cordon import Sandbox, ServerError
+
+LEAK_TIMEOUT = 5.0
+
+
+@pytest.fixture(scope="module")
+def net():
+    d = tempfile.mkdtemp(prefix="cordon-fakenet-")
+    f = fakenet.FakeNet(d).start()
+    yield f
+    f.stop()
+
+
+@pytest.fixture
+def vd(shared_dir, net):
+    d = cordonlib.Daemon(shared_dir, "--state-dir", os.path.join(shared_dir, "state"),
+                         "--dns-upstream", fakenet.DNS_IP)
+    yield d
+    assert d.stop() == 0, d.output()
+
+
+def kinds(sb):
+    return [e["kind"] for e in sb.events() if e["type"] == "violation"]
+
+
+def test_ordinary_work_is_not_a_violation(vd):
+    with Sandbox.create(endpoint=vd.endpoint, network={"mode": "allowlist", "allow": ["pypi.test:80"]}) as sb:
+        r = sb.exec(["sh", "-c", "printf 'int main(void){return 0;}' > /tmp/a.c && "
+                     "(cc -o /tmp/a /tmp/a.c && /tmp/a || true) && "
+                     "python3 -c \"import os; [open('/tmp/f%d' % i, 'w').write('x') for i in range(500)]; "
+                     "[os.rename('/tmp/f%d' % i, '/tmp/g%d' % i) for i in range(500)]\" && "
+                     "curl -sS -m 10 http://pypi.test/ >/dev/null && echo ok"], timeout_s=120)
+        assert r.stdout.strip() == "ok", r
+        v = sb.violations()
+        assert v == {"counts": {"egress": 0, "oom": 0, "pids": 0}, "first": None, "last": None}, v
+        assert kinds(sb) == []
+
+
+def test_egress_oom_and_pids_are_counted(vd):
+    with Sandbox.create(endpoint=vd.endpoint, network={"mode": "allowlist", "allow": []}, memory_mb=64,
+                        pids=16) as sb:
+        assert sb.exec(["sh", "-c", "curl -fsS -m 5 http://203.0.113.66/ >/dev/null"]).exit_code != 0
+        r = sb.exec(["python3", "-c", "b = bytearray(512 << 20)"], timeout_s=60)
+        assert r.exit_code == 137, r  # the OOM killer
+        r = sb.exec(["sh", "-c", "for i in $(seq 1 40); do sleep 2 & done; wait"], timeout_s=60)
+        v = sb.violations()
+        assert v["counts"]["egress"] == 1 and v["counts"]["oom"] >= 1 and v["counts"]["pids"] >= 1, v
+        assert v["first"] <= v["last"]
+        assert kinds(sb)[:2] == ["egress", "oom"] and "pids" in kinds(sb)
+        ev = [e for e in sb.events() if e["type"] == "violation"]
+        assert ev[0]["reason"] == "not-allowlisted" and ev[0]["dst_ip"] == "203.0.113.66"
+        assert sb.info()["state"] == "running"  # on_violation log: counted, not ended
+    status, body = vd.http("GET", "/metrics")
+    text = body.decode() if isinstance(body, bytes) else str(body)
+    assert 'cordon_violations_total{kind="egress"} 1' in text, text
+    assert 'cordon_violations_total{kind="oom"}' in text
+
+
+def test_kill_mode_ends_the_sandbox_at_the_first_violation(vd):
+    sb = Sandbox.create(endpoint=vd.endpoint, network={"mode": "allowlist", "allow": ["pypi.test:80"]},
+                        on_violation="kill")
+    try:
+        assert "host=pypi.test" in sb.exec(["curl", "-sS", "-m", "10", "http://pypi.test/"]).stdout
+        with pytest.raises(ServerError) as e:  # the sandbox goes under the command
+            sb.exec(["sh", "-c", "curl -sS -m 5 http://203.0.113.66/; sleep 30"], timeout_s=60)
+        assert "sandbox_gone" in str(e.value)
+        cordonlib.wait_for(lambda: sb.info()["state"] == "exited", timeout=10, what="the kill")
+        info = sb.info()
+        assert info["exit_reason"] == "killed on violation: egress", info
+        assert info["violations"]["counts"]["egress"] == 1
+    finally:
+        sb.kill()
+
+
+def test_one_shot_run_kill_mode(shared_dir, net):
+    env = dict(os.environ, CORDON_DNS_UPSTREAM=fakenet.DNS_IP, CORDON_STATE_DIR=os.path.join(shared_dir, "st"))
+    p = subprocess.run([cordonlib.CORDON_BIN, "run", "--json", "--net", "allow=pypi.test:80", "--on-violation", "kill",
+                        "--", "sh", "-c", "curl -sS -m 5 http://203.0.113.66/; sleep 30; echo survived"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 137, (p.returncode, p.stdout, p.stderr)
+    assert "survived" not in p.stdout
+    assert "killed on a violation" in p.stderr
+    rec = json.loads(p.stderr.strip().splitlines()[-1])
+    assert rec["violations"]["egress"] == 1, rec
