@@ -55,7 +55,8 @@ static void on_audit(void *arg, struct cdn_egress_box *b, const struct cdn_audit
     struct outcome *out = b->owner;
     if (cdn_audit_is_violation(a)) {
         out->violations_egress++;
-        /* --on-violation kill: the whole sandbox goes at the first one (pidfd_send_signal: fine from this thread) */
+        /* --on-violation kill: the whole sandbox goes at the first one (pidfd_send_signal: fine from this
+         * thread) */
         if (e->sb->spec->on_violation == CDN_VIOLATION_KILL && !out->violation_killed) {
             out->violation_killed = true;
             (void) e->sb->tier->kill(e->sb, SIGKILL);

@@ -313,8 +313,9 @@ static void route_metrics(struct evhttp_request *req)
                         "cordon_exec_duration_ms_bucket{le=\"+Inf\"} %llu\ncordon_exec_duration_ms_sum %.3f\n"
                         "cordon_exec_duration_ms_count %llu\n",
                         (unsigned long long) cum, cordond->exec_sum_ms, (unsigned long long) cum);
-    evbuffer_add_printf(b, "# HELP cordon_violations_total Violations recorded, by kind (the reward signal).\n"
-                           "# TYPE cordon_violations_total counter\n");
+    evbuffer_add_printf(b,
+                        "# HELP cordon_violations_total Violations recorded, by kind (the reward signal).\n"
+                        "# TYPE cordon_violations_total counter\n");
     for (int k = 0; k < _VIOLATION_MAX; k++)
         evbuffer_add_printf(b, "cordon_violations_total{kind=\"%s\"} %llu\n", violation_names[k],
                             (unsigned long long) cordond->violations_total[k]);

@@ -120,15 +120,17 @@ void box_check_limits(struct box *b)
     if (u.oom_kills > b->viol.oom_seen) {
         uint64_t n = u.oom_kills - b->viol.oom_seen;
         b->viol.oom_seen = u.oom_kills;
-        box_violation(b, VIOLATION_OOM, json_pack("{s:I, s:I}", "oom_kills", (json_int_t) n, "memory_mb",
-                                                  (json_int_t) b->spec.limits.memory_mb));
+        box_violation(b, VIOLATION_OOM,
+                      json_pack("{s:I, s:I}", "oom_kills", (json_int_t) n, "memory_mb",
+                                (json_int_t) b->spec.limits.memory_mb));
     }
     if (u.pids_max_hits > b->viol.pids_seen) {
         uint64_t n = u.pids_max_hits - b->viol.pids_seen;
         b->viol.pids_seen = u.pids_max_hits;
         if (b->state == BOX_RUNNING)
-            box_violation(b, VIOLATION_PIDS, json_pack("{s:I, s:I}", "pids_limit_hits", (json_int_t) n, "pids",
-                                                       (json_int_t) b->spec.limits.pids));
+            box_violation(b, VIOLATION_PIDS,
+                          json_pack("{s:I, s:I}", "pids_limit_hits", (json_int_t) n, "pids",
+                                    (json_int_t) b->spec.limits.pids));
     }
 }
 
@@ -464,7 +466,7 @@ struct box *box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_error
     } else if ((b->sb.slot_hint = cordond->n_kept ? cordond->kept_slots[--cordond->n_kept] : -1),
                b->sb.tier->create(&b->sb, err) >= 0) {
         b->sb.keep_cgroup = true; /* from now on its cgroup is worth keeping */
-        struct cdn_usage u0; /* a reused cgroup keeps its counters: count from here */
+        struct cdn_usage u0;      /* a reused cgroup keeps its counters: count from here */
         if (b->sb.tier->usage(&b->sb, &u0) == 0) {
             b->viol.oom_seen = u0.oom_kills;
             b->viol.pids_seen = u0.pids_max_hits;

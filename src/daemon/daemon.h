@@ -81,7 +81,7 @@ extern const char *const violation_names[_VIOLATION_MAX];
 
 struct violations {
     uint64_t counts[_VIOLATION_MAX];
-    double first, last; /* unix time of the first and the last; 0 = none yet */
+    double first, last;           /* unix time of the first and the last; 0 = none yet */
     uint64_t oom_seen, pids_seen; /* cgroup counters already counted */
 };
 
@@ -107,7 +107,7 @@ struct box {
     struct cdn_egress_box *egress; /* network != none (egress.c) */
     struct cdn_netns netns;
     struct violations viol;
-    bool violation_killed; /* on_violation kill acted: exited, but kept for the client to see why */
+    bool violation_killed;           /* on_violation kill acted: exited, but kept for the client to see why */
     struct evbuffer *events;         /* NDJSON lines, oldest dropped past a cap */
     LIST_HEAD(, follower) followers; /* GET …/events?follow=true (api.c) */
     LIST_ENTRY(box) link;
