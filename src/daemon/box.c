@@ -215,6 +215,7 @@ void box_drop_kept_slots(void)
 /* init has exited (or never started): release the tier's resources. */
 static void cleanup(struct box *b)
 {
+    b->cleaned = true;
     if (b->pidfd_ev)
         event_del(b->pidfd_ev);
     /* Reap through the pidfd (init may not be our child after a restart);
@@ -266,7 +267,9 @@ static void maybe_finish_stop(void)
 
 void box_delete(struct box *b, const char *reason)
 {
-    bool running = b->state != BOX_EXITED;
+    /* Not cleaned up yet: still running, or stopped (a kill on violation)
+     * with its init's exit still to come. */
+    bool running = !b->cleaned;
     box_stop(b, reason);
     box_event(b, "deleted", json_pack("{s:s}", "reason", reason));
     api_events_end(b);

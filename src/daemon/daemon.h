@@ -108,6 +108,7 @@ struct box {
     struct cdn_netns netns;
     struct violations viol;
     bool violation_killed;           /* on_violation kill acted: exited, but kept for the client to see why */
+    bool cleaned;                    /* cleanup() ran: init reaped, tier resources released */
     struct evbuffer *events;         /* NDJSON lines, oldest dropped past a cap */
     LIST_HEAD(, follower) followers; /* GET …/events?follow=true (api.c) */
     LIST_ENTRY(box) link;
