@@ -242,6 +242,10 @@ static int setup_signals(void)
 int main(void)
 {
     (void) prctl(PR_SET_DUMPABLE, 0); /* keep sandbox processes out of /proc/1/{mem,environ,fd} */
+    /* fd 9: the seccomp listener, held for the host (which supervises through
+     * its own copy); a command that inherited it could answer its own
+     * notifications, so it is CLOEXEC before anything else runs. */
+    (void) fcntl(9, F_SETFD, FD_CLOEXEC);
     /* Out of the caller's terminal process group: a Ctrl-C reaches the host
      * side once, which forwards it; it must not also arrive here directly. */
     (void) setsid();

@@ -99,14 +99,34 @@ static void read_setup(struct cdn_sandbox *sb, struct outcome *o, struct pollfd 
     pfd->fd = -1; /* EOF: cordon-init is running */
 }
 
+/* A watched denial (seccomp user notification): EPERM, and a violation. */
+static void supervise_syscalls(struct cdn_sandbox *sb, struct outcome *o, struct pollfd *pfd)
+{
+    if (!(pfd->revents & POLLIN)) { /* HUP: no process left under the filter */
+        (void) safe_close(pfd->fd);
+        pfd->fd = -1;
+        return;
+    }
+    struct cdn_seccomp_event ev;
+    if (cdn_seccomp_notify_recv(pfd->fd, &ev) < 0)
+        return;
+    o->violations_syscall++;
+    if (sb->spec->on_violation == CDN_VIOLATION_KILL && !o->violation_killed) {
+        o->violation_killed = true;
+        (void) sb->tier->kill(sb, SIGKILL); /* before the answer: the caller never runs on */
+    }
+    (void) cdn_seccomp_notify_deny(pfd->fd, &ev);
+}
+
 /* Poll until init has exited and been reaped. */
 static int supervise(struct cdn_sandbox *sb, int sfd, struct outcome *o, const struct timespec *t0)
 {
-    struct pollfd pfd[4] = {
+    struct pollfd pfd[5] = {
         {.fd = sb->init_pidfd, .events = POLLIN},
         {.fd = sb->agent_fd, .events = POLLIN},
         {.fd = sb->setup_fd, .events = POLLIN},
         {.fd = sfd, .events = POLLIN},
+        {.fd = -1, .events = POLLIN}, /* the seccomp listener, once init runs */
     };
     uint64_t timeout = sb->spec->limits.timeout_ms;
     for (;;) {
@@ -115,7 +135,7 @@ static int supervise(struct cdn_sandbox *sb, int sfd, struct outcome *o, const s
             double left = (double) timeout - ms_since(t0);
             wait_ms = left <= 0 ? 0 : (int) left + 1;
         }
-        int r = poll(pfd, 4, wait_ms);
+        int r = poll(pfd, 5, wait_ms);
         if (r < 0 && errno != EINTR)
             return -errno;
         if (r == 0 && timeout && !o->timed_out && ms_since(t0) >= (double) timeout) {
@@ -123,8 +143,13 @@ static int supervise(struct cdn_sandbox *sb, int sfd, struct outcome *o, const s
             (void) sb->tier->kill(sb, SIGKILL);
             continue;
         }
-        if (pfd[2].revents)
+        if (pfd[2].revents) {
             read_setup(sb, o, &pfd[2]);
+            if (!o->setup_failed && sb->tier->monitor_fd && (pfd[4].fd = sb->tier->monitor_fd(sb)) < 0)
+                pfd[4].fd = -1; /* no supervisor: a watched syscall would wait; end rather than hang */
+        }
+        if (pfd[4].revents)
+            supervise_syscalls(sb, o, &pfd[4]);
         if (pfd[1].revents)
             read_agent(sb, o, &pfd[1]);
         if (o->have_exit && pfd[2].fd < 0)

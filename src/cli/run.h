@@ -20,8 +20,9 @@ struct outcome {
     struct rusage ru;
     struct cdn_usage usage;
     double wall_ms;
-    uint64_t violations_egress; /* denied egress attempts (run-egress.c) */
-    bool violation_killed;      /* --on-violation kill acted */
+    uint64_t violations_egress;  /* denied egress attempts (run-egress.c) */
+    bool violation_killed;       /* --on-violation kill acted */
+    uint64_t violations_syscall; /* watched syscalls denied (run.c) */
 };
 
 /* Egress of a run with network != none (run-egress.c, full build only):

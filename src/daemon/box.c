@@ -13,6 +13,7 @@
  * and when init's pidfd reports its exit (every process of the sandbox is
  * gone then) the tier removes the cgroup and the record goes. */
 #include <errno.h>
+#include <seccomp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <signal.h>
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "tiers/container/seccomp-policy.h"
 #include "record.h"
 #include "shared/fd-util.h"
 #include "tiers/tier.h"
@@ -78,7 +80,74 @@ void box_event(struct box *b, const char *type, json_t *fields)
 
 static void box_stop(struct box *b, const char *reason);
 
-const char *const violation_names[_VIOLATION_MAX] = {"egress", "oom", "pids"};
+const char *const violation_names[_VIOLATION_MAX] = {"egress", "syscall", "oom", "pids"};
+
+/* ---- the seccomp supervisor: watched denials become violations ---- */
+
+static void monitor_stop(struct box *b)
+{
+    if (!b->monitor_ev)
+        return;
+    int fd = event_get_fd(b->monitor_ev);
+    event_free(b->monitor_ev);
+    b->monitor_ev = NULL;
+    (void) close(fd);
+}
+
+static void on_monitor(evutil_socket_t fd, short what, void *arg)
+{
+    (void) what;
+    struct box *b = arg;
+    for (int i = 0; i < 16 && b->monitor_ev; i++) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 0) <= 0)
+            return;
+        if (!(p.revents & POLLIN)) { /* HUP: nothing in the sandbox can call any more */
+            monitor_stop(b);
+            return;
+        }
+        struct cdn_seccomp_event ev;
+        int r = cdn_seccomp_notify_recv(fd, &ev);
+        if (r == -ENOENT)
+            continue;
+        if (r < 0)
+            return;
+        /* The violation first (in kill mode it kills), then the answer: a
+         * killed caller never runs on after its attempt. */
+        char *name = seccomp_syscall_resolve_num_arch(ev.arch, ev.nr);
+        json_t *args = json_array();
+        for (int k = 0; args && k < 6; k++)
+            json_array_append_new(args, json_integer((json_int_t) ev.args[k]));
+        box_violation(b, VIOLATION_SYSCALL,
+                      json_pack("{s:s, s:i, s:i, s:o, s:o}", "syscall", name ? name : "?", "nr", ev.nr, "pid",
+                                ev.pid, "cmd",
+                                json_lossy_string((const uint8_t *) ev.cmdline, strlen(ev.cmdline)), "args",
+                                args ? args : json_array()));
+        free(name);
+        (void) cdn_seccomp_notify_deny(fd, &ev);
+        if (b->state != BOX_RUNNING)
+            return; /* killed on it */
+    }
+}
+
+/* Once init runs: supervise its watched denials. Without it they would block. */
+static void monitor_start(struct box *b)
+{
+    if (b->monitor_ev || !b->sb.tier->monitor_fd)
+        return;
+    int fd = b->sb.tier->monitor_fd(&b->sb);
+    if (fd < 0) {
+        fprintf(stderr, "cordond: sandbox %s: no seccomp listener: %s\n", b->sb.id, strerror(-fd));
+        return;
+    }
+    b->monitor_ev = event_new(cordond->base, fd, EV_READ | EV_PERSIST, on_monitor, b);
+    if (!b->monitor_ev || event_add(b->monitor_ev, NULL) < 0) {
+        if (b->monitor_ev)
+            event_free(b->monitor_ev);
+        b->monitor_ev = NULL;
+        (void) close(fd);
+    }
+}
 
 json_t *box_violations_json(const struct box *b)
 {
@@ -216,6 +285,7 @@ void box_drop_kept_slots(void)
 static void cleanup(struct box *b)
 {
     b->cleaned = true;
+    monitor_stop(b);
     if (b->pidfd_ev)
         event_del(b->pidfd_ev);
     /* Reap through the pidfd (init may not be our child after a restart);
@@ -317,6 +387,7 @@ static void on_setup(evutil_socket_t fd, short what, void *arg)
         return;
     }
     b->state = BOX_RUNNING; /* EOF: the setup pipe is CLOEXEC, so cordon-init runs */
+    monitor_start(b);
     cordond->created_total++;
     box_event(b, "running", NULL);
     if (b->pool)
@@ -600,6 +671,7 @@ static void adopt_one(const char *id, const char *path)
         LIST_INSERT_HEAD(&cordond->boxes, b, link);
         cordond->n_boxes++;
         if (watch(b) >= 0) {
+            monitor_start(b);
             box_event(b, "adopted", json_pack("{s:i}", "init_pid", (int) rec.init_pid));
             return;
         }

@@ -76,7 +76,7 @@ int agent_conn_send(struct agent_conn *c, uint16_t type, uint16_t flags, uint32_
 void agent_conn_pause(struct agent_conn *c, bool pause);
 
 /* ---- violations (box.c): the reward signal ---- */
-enum violation_kind { VIOLATION_EGRESS, VIOLATION_OOM, VIOLATION_PIDS, _VIOLATION_MAX };
+enum violation_kind { VIOLATION_EGRESS, VIOLATION_SYSCALL, VIOLATION_OOM, VIOLATION_PIDS, _VIOLATION_MAX };
 extern const char *const violation_names[_VIOLATION_MAX];
 
 struct violations {
@@ -107,6 +107,7 @@ struct box {
     struct cdn_egress_box *egress; /* network != none (egress.c) */
     struct cdn_netns netns;
     struct violations viol;
+    struct event *monitor_ev;        /* the seccomp listener of its watched denials */
     bool violation_killed;           /* on_violation kill acted: exited, but kept for the client to see why */
     bool cleaned;                    /* cleanup() ran: init reaped, tier resources released */
     struct evbuffer *events;         /* NDJSON lines, oldest dropped past a cap */

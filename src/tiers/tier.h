@@ -33,6 +33,10 @@ struct cdn_tier_ops {
     /* drop_slot() for every slot that has cgroup directories (a crashed
      * cordond's kept ones); slots in use are left alone. */
     void (*sweep_slots)(void);
+    /* Once init runs: a new fd of the seccomp listener of the sandbox's
+     * watched denials (cdn_seccomp_notify_eperm), for the caller to
+     * supervise; -errno. NULL: the tier has none. */
+    int (*monitor_fd)(struct cdn_sandbox *sb);
 };
 
 extern const struct cdn_tier_ops cdn_container_tier;

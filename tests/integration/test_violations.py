@@ -47,7 +47,7 @@ def test_ordinary_work_is_not_a_violation(vd):
                      "curl -sS -m 10 http://pypi.test/ >/dev/null && echo ok"], timeout_s=120)
         assert r.stdout.strip() == "ok", r
         v = sb.violations()
-        assert v == {"counts": {"egress": 0, "oom": 0, "pids": 0}, "first": None, "last": None}, v
+        assert v == {"counts": {"egress": 0, "syscall": 0, "oom": 0, "pids": 0}, "first": None, "last": None}, v
         assert kinds(sb) == []
 
 
@@ -97,3 +97,43 @@ def test_one_shot_run_kill_mode(shared_dir, net):
     assert "killed on a violation" in p.stderr
     rec = json.loads(p.stderr.strip().splitlines()[-1])
     assert rec["violations"]["egress"] == 1, rec
+
+
+def test_watched_syscalls_are_violations(vd):
+    """The watched denials reach the supervisor (seccomp user notification):
+    still EPERM for the caller, and a violation with the syscall, its
+    arguments, pid and command line. Quiet denials (clone3's ENOSYS) are not."""
+    with Sandbox.create(endpoint=vd.endpoint) as sb:
+        r = sb.exec(["sh", "-c", "unshare -U true; echo rc=$?"])
+        assert "rc=1" in r.stdout and "Operation not permitted" in r.stderr, r
+        r = sb.exec(["python3", "-c", "import ctypes; l = ctypes.CDLL(None, use_errno=True); "
+                     "print(l.mount(b'none', b'/tmp', b'tmpfs', 0, None), ctypes.get_errno())"])
+        assert r.stdout.split() == ["-1", "1"], r  # EPERM
+        v = sb.violations()
+        assert v["counts"]["syscall"] == 2, v
+        ev = [e for e in sb.events() if e["type"] == "violation"]
+        assert [e["syscall"] for e in ev] == ["unshare", "mount"], ev
+        assert ev[0]["cmd"].startswith("unshare -U") and ev[0]["args"][0] == 0x10000000  # CLONE_NEWUSER
+        assert ev[1]["cmd"].startswith("python3") and ev[0]["pid"] > 1
+
+
+def test_kill_mode_on_a_syscall(vd):
+    sb = Sandbox.create(endpoint=vd.endpoint, on_violation="kill")
+    try:
+        with pytest.raises(ServerError):
+            sb.exec(["sh", "-c", "unshare -U true; sleep 30"], timeout_s=60)
+        cordonlib.wait_for(lambda: sb.info()["state"] == "exited", timeout=10, what="the kill")
+        assert sb.info()["exit_reason"] == "killed on violation: syscall"
+    finally:
+        sb.kill()
+
+
+def test_one_shot_run_counts_syscalls(shared_dir):
+    p = subprocess.run([cordonlib.CORDON_BIN, "run", "--json", "--", "sh", "-c", "unshare -U true; unshare -n true; true"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    rec = json.loads(p.stderr.strip().splitlines()[-1])
+    assert rec["violations"]["syscall"] == 2, rec
+    p = subprocess.run([cordonlib.CORDON_BIN, "run", "--on-violation", "kill", "--", "sh", "-c",
+                        "unshare -U true; echo survived"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 137 and "survived" not in p.stdout, (p.returncode, p.stdout, p.stderr)

@@ -5,6 +5,7 @@
 #include "tiers/container/seccomp-policy.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -39,18 +40,42 @@ TEST(lists_disjoint_and_complete)
     CHECK(cdn_seccomp_policy_hash() != 0);
 }
 
-/* Run fn in a child under the filter; returns the child's exit code. */
+static int watched_seen; /* notifications the supervisor answered in the last run */
+
+/* Run fn in a grandchild under the filter, its parent (also under it) being
+ * the supervisor of the watched denials, as cordond is for a sandbox; returns
+ * fn's exit code, or 100 + the number of notifications answered. */
 static int under_filter(const struct cdn_seccomp_prog *p, int (*fn)(void))
 {
     pid_t pid = fork();
     if (pid == 0) {
-        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || cdn_seccomp_install(p) < 0)
+        int l;
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || (l = cdn_seccomp_install(p)) < 0)
             _exit(200);
-        _exit(fn());
+        pid_t g = fork();
+        if (g == 0) {
+            close(l);
+            _exit(fn());
+        }
+        int seen = 0, st;
+        for (;;) {
+            struct pollfd pf = {.fd = l, .events = POLLIN};
+            if (poll(&pf, 1, 20) > 0 && (pf.revents & POLLIN)) {
+                struct cdn_seccomp_event ev;
+                if (cdn_seccomp_notify_eperm(l, &ev) == 0)
+                    seen++;
+            }
+            if (waitpid(g, &st, WNOHANG) == g)
+                break;
+        }
+        /* exit code: fn's in the low bits, the count of notifications above */
+        _exit(WIFEXITED(st) ? (seen ? 100 + WEXITSTATUS(st) : WEXITSTATUS(st)) : 255);
     }
     int st;
     waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 255;
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 255;
+    watched_seen = code >= 100 && code < 200;
+    return watched_seen ? code - 100 : code;
 }
 
 #define ERRNO_OF(call) ((call) < 0 ? errno : 0)
@@ -113,17 +138,31 @@ TEST(filter_verdicts)
     struct cdn_error err = {0};
     CHECK_EQ_INT(cdn_seccomp_compile(&p, &err), 0);
     CHECK(p.len[0] > 10 && p.len[1] > 0);
+    /* allowed: no notification */
     CHECK_EQ_INT(under_filter(&p, probe_getpid), 0);
+    CHECK(!watched_seen);
     CHECK_EQ_INT(under_filter(&p, probe_tcp), 0);
+    CHECK(!watched_seen);
     CHECK_EQ_INT(under_filter(&p, probe_fionread), 0);
+    CHECK(!watched_seen);
+    /* watched: EPERM from the supervisor, which saw it */
     CHECK_EQ_INT(under_filter(&p, probe_mount), EPERM);
+    CHECK(watched_seen);
     CHECK_EQ_INT(under_filter(&p, probe_unshare), EPERM);
-    CHECK_EQ_INT(under_filter(&p, probe_clone3), ENOSYS);
+    CHECK(watched_seen);
     CHECK_EQ_INT(under_filter(&p, probe_clone_ns), EPERM);
+    CHECK(watched_seen);
     CHECK_EQ_INT(under_filter(&p, probe_packet), EPERM);
+    CHECK(watched_seen);
     CHECK_EQ_INT(under_filter(&p, probe_raw), EPERM);
-    CHECK_EQ_INT(under_filter(&p, probe_tiocsti), EPERM);
+    CHECK(watched_seen);
     CHECK_EQ_INT(under_filter(&p, probe_bpf), EPERM);
+    CHECK(watched_seen);
+    /* quiet denials: plain errno in the filter, nothing for the supervisor */
+    CHECK_EQ_INT(under_filter(&p, probe_clone3), ENOSYS);
+    CHECK(!watched_seen);
+    CHECK_EQ_INT(under_filter(&p, probe_tiocsti), EPERM);
+    CHECK(!watched_seen);
     cdn_seccomp_prog_free(&p);
 }
 

@@ -10,6 +10,8 @@
 #include "seccomp-policy.h"
 #include "shared/error.h"
 
+#define CDN_FD_MONITOR 9 /* init's copy of the seccomp listener (setup.c, init.c) */
+
 struct cdn_setup_args {
     const struct cdn_spec *spec;
     const struct cdn_image *image;

@@ -354,6 +354,14 @@ static void container_sweep_slots(void)
     closedir(d);
 }
 
+static int container_monitor_fd(struct cdn_sandbox *sb)
+{
+    if (sb->init_pidfd < 0)
+        return -ESRCH;
+    int fd = (int) syscall(SYS_pidfd_getfd, sb->init_pidfd, CDN_FD_MONITOR, 0);
+    return fd < 0 ? -errno : fd;
+}
+
 const struct cdn_tier_ops cdn_container_tier = {
     .name = "container",
     .create = container_create,
@@ -364,4 +372,5 @@ const struct cdn_tier_ops cdn_container_tier = {
     .adopt = container_adopt,
     .drop_slot = container_drop_slot,
     .sweep_slots = container_sweep_slots,
+    .monitor_fd = container_monitor_fd,
 };

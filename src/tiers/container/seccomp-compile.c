@@ -73,6 +73,35 @@ static int add_filtered(scmp_filter_ctx ctx, struct cdn_error *err)
     return 0;
 }
 
+/* The watched denials go to the supervisor (SECCOMP_RET_USER_NOTIF), which
+ * answers EPERM and records a violation; the quiet ones stay with the default
+ * action (EPERM, no record). Also watched: clone with a namespace flag, and
+ * raw and packet sockets. */
+static int add_watched(scmp_filter_ctx ctx, struct cdn_error *err)
+{
+    int r = 0;
+    for (size_t i = 0; i < cdn_seccomp_n_denied; i++) {
+        if (cdn_seccomp_denied[i].kind != CDN_SC_DENY_WATCHED)
+            continue;
+        int nr = seccomp_syscall_resolve_name(cdn_seccomp_denied[i].name);
+        if (nr == __NR_SCMP_ERROR)
+            continue; /* not on this arch */
+        if ((r = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, nr, 0)) < 0)
+            return cdn_error_set(err, r, "seccomp: watch %s: %s", cdn_seccomp_denied[i].name, strerror(-r));
+    }
+    static const uint64_t ns_flags[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,   CLONE_NEWUSER,
+                                        CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP};
+    for (size_t i = 0; i < ELEMENTSOF(ns_flags); i++)
+        r |= seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(clone), 1,
+                              SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]));
+    r |= seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, AF_PACKET));
+    const int inet[] = {AF_INET, AF_INET6};
+    for (size_t f = 0; f < 2; f++)
+        r |= seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(socket), 2, SCMP_A0(SCMP_CMP_EQ, inet[f]),
+                              SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_RAW));
+    return r ? cdn_error_set(err, EINVAL, "seccomp: adding watched rules failed") : 0;
+}
+
 /* libseccomp lets an unconditional ALLOW of a syscall override any
  * conditional rule for it, so "every ioctl but TIOCSTI" cannot live in the
  * allowlist filter. It is a second filter whose default is ALLOW; the kernel
@@ -126,7 +155,7 @@ int cdn_seccomp_compile(struct cdn_seccomp_prog *ret, struct cdn_error *err)
     if (r < 0)
         return cdn_error_set(err, r, "seccomp: enable binary-tree optimisation: %s", strerror(-r));
     if ((r = add_allowed(main_ctx, err)) < 0 || (r = add_filtered(main_ctx, err)) < 0 ||
-        (r = add_ioctl_denials(ioctl_ctx, err)) < 0)
+        (r = add_watched(main_ctx, err)) < 0 || (r = add_ioctl_denials(ioctl_ctx, err)) < 0)
         return r;
     _cleanup_free_ uint8_t *buf = NULL;
     size_t size = 0;

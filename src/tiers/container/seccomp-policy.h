@@ -42,8 +42,27 @@ bool cdn_seccomp_cache_present(const char *cache_dir);
 /* Compile with libseccomp into ret (used on a cache miss and by tests).
  * seccomp-compile.c; the lean build has a stub that fails with ENOPKG. */
 int cdn_seccomp_compile(struct cdn_seccomp_prog *ret, struct cdn_error *err);
-/* Install in the calling thread; needs no_new_privs. Async-signal-safe (pre-exec child). */
+/* Install in the calling thread; needs no_new_privs. Async-signal-safe
+ * (pre-exec child). Returns the listener of the watched denials (a new fd,
+ * CLOEXEC) for the supervisor, or -errno. */
 int cdn_seccomp_install(const struct cdn_seccomp_prog *prog);
+
+/* The supervisor's side: one pending notification from listener, answered
+ * EPERM; *ev says what was attempted (pid in the caller's pid namespace view
+ * of the supervisor). -ENOENT if the caller went away first. */
+struct cdn_seccomp_event {
+    uint64_t id;
+    int pid;
+    int nr;
+    uint32_t arch;
+    uint64_t args[6];
+    char cmdline[256];
+};
+int cdn_seccomp_notify_eperm(int listener, struct cdn_seccomp_event *ev);
+/* The same in two steps, for a supervisor that may kill the caller before it
+ * gets its answer (on_violation kill): the caller never runs on. */
+int cdn_seccomp_notify_recv(int listener, struct cdn_seccomp_event *ev);
+int cdn_seccomp_notify_deny(int listener, const struct cdn_seccomp_event *ev);
 void cdn_seccomp_prog_free(struct cdn_seccomp_prog *p);
 /* A digest of the policy tables: changes whenever the policy does (names the cache file). */
 uint64_t cdn_seccomp_policy_hash(void);

@@ -16,11 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define POLICY_VERSION 2
+#define POLICY_VERSION 3 /* 3: watched denials are user notifications */
 
 uint64_t cdn_seccomp_policy_hash(void)
 {
@@ -106,7 +107,79 @@ int cdn_seccomp_install(const struct cdn_seccomp_prog *prog)
     struct sock_fprog first = {.len = prog->len[0], .filter = insns};
     if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &second) < 0)
         return -errno;
-    return RET_NERRNO((int) syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &first));
+    /* The allowlist holds the watched rules: its listener goes to the supervisor. */
+    return RET_NERRNO(
+        (int) syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &first));
+}
+
+/* The kernel's structures may grow: their sizes, asked once. */
+static int notif_sizes(struct seccomp_notif_sizes *sz)
+{
+    static struct seccomp_notif_sizes cached;
+    if (!cached.seccomp_notif && syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &cached) < 0)
+        return -errno;
+    *sz = cached;
+    return 0;
+}
+
+int cdn_seccomp_notify_recv(int listener, struct cdn_seccomp_event *ev)
+{
+    struct seccomp_notif_sizes sz = {0};
+    union {
+        struct seccomp_notif n;
+        uint8_t raw[512];
+    } req;
+    int r = notif_sizes(&sz);
+    if (r < 0)
+        return r;
+    if (sz.seccomp_notif > sizeof req)
+        return -EOVERFLOW;
+    memset(&req, 0, sz.seccomp_notif);
+    if (ioctl(listener, SECCOMP_IOCTL_NOTIF_RECV, &req) < 0)
+        return -errno; /* ENOENT: the caller died meanwhile */
+    *ev = (struct cdn_seccomp_event){
+        .id = req.n.id, .pid = (int) req.n.pid, .nr = req.n.data.nr, .arch = req.n.data.arch};
+    memcpy(ev->args, req.n.data.args, sizeof ev->args);
+    if (ev->pid > 0) { /* read while the caller is stopped in the syscall */
+        char path[64];
+        (void) snprintf(path, sizeof path, "/proc/%d/cmdline", ev->pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            ssize_t n = read(fd, ev->cmdline, sizeof ev->cmdline - 1);
+            (void) close(fd);
+            for (ssize_t i = 0; i < n - 1; i++)
+                if (!ev->cmdline[i])
+                    ev->cmdline[i] = ' ';
+            ev->cmdline[n > 0 ? n : 0] = 0;
+        }
+    }
+    return 0;
+}
+
+int cdn_seccomp_notify_deny(int listener, const struct cdn_seccomp_event *ev)
+{
+    struct seccomp_notif_sizes sz = {0};
+    union {
+        struct seccomp_notif_resp r;
+        uint8_t raw[128];
+    } resp;
+    int r = notif_sizes(&sz);
+    if (r < 0)
+        return r;
+    if (sz.seccomp_notif_resp > sizeof resp)
+        return -EOVERFLOW;
+    memset(&resp, 0, sz.seccomp_notif_resp);
+    resp.r.id = ev->id;
+    resp.r.error = -EPERM;
+    if (ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &resp) < 0 && errno != ENOENT)
+        return -errno;
+    return 0;
+}
+
+int cdn_seccomp_notify_eperm(int listener, struct cdn_seccomp_event *ev)
+{
+    int r = cdn_seccomp_notify_recv(listener, ev);
+    return r < 0 ? r : cdn_seccomp_notify_deny(listener, ev);
 }
 
 void cdn_seccomp_prog_free(struct cdn_seccomp_prog *p)

@@ -219,6 +219,12 @@ static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
     r = cdn_seccomp_install(a->seccomp);
     if (r < 0)
         return cdn_error_set(err, r, "install seccomp filter: %s", strerror(-r));
+    /* The listener of the watched denials: init keeps it at fd 9 (CLOEXEC
+     * from its first instruction on, init.c), the host takes a copy from
+     * there (pidfd_getfd) and supervises. */
+    if (dup3(r, CDN_FD_MONITOR, 0) < 0)
+        return cdn_error_set(err, errno, "keep the seccomp listener: %m");
+    (void) close(r);
     static char *const argv[] = {"cordon-init", NULL};
     static char *const envp[] = {NULL};
     syscall(SYS_execveat, FD_INIT, "", argv, envp, AT_EMPTY_PATH);
