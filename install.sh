@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 deps=(gcc libc6-dev meson ninja-build pkg-config libseccomp-dev libjansson-dev libevent-dev libcurl4-openssl-dev musl-tools python3
-      libmnl-dev libnftables-dev nftables iproute2)
+      libmnl-dev libnftables-dev nftables iproute2 libpcre2-dev)
 if ! dpkg -s "${deps[@]}" >/dev/null 2>&1; then
     echo "install.sh: installing build dependencies: ${deps[*]}"
     apt-get update -qq

@@ -401,6 +401,12 @@ void api_exec(struct evhttp_request *req, struct box *b)
         c->stream = a.stream;
         c->b64 = a.b64;
         (void) snprintf(c->cmd, sizeof c->cmd, "%s", a.argv.v[0]);
+        /* The whole command line, for the monitor's exec rules. */
+        char line[4096];
+        size_t len = 0;
+        for (size_t i = 0; a.argv.v[i] && len < sizeof line - 1; i++)
+            len += (size_t) snprintf(line + len, sizeof line - len, "%s%s", i ? " " : "", a.argv.v[i]);
+        json_decref(monitor_match(b, 1, line, len < sizeof line ? len : sizeof line - 1));
         c->out = evbuffer_new();
         c->err = evbuffer_new();
     }

@@ -230,6 +230,25 @@ static void api_network(struct evhttp_request *req, struct box *b)
                              (json_int_t) b->egress->generation));
 }
 
+/* POST …/monitor/text {"text": "…"}: free text about the sandbox (an agent's
+ * message) matched against the monitor's text rules; answers the matches. */
+static void api_monitor_text(struct evhttp_request *req, struct box *b)
+{
+    size_t n;
+    char *body = body_string(req, &n);
+    json_t *o = body && n ? json_loadb(body, n, 0, NULL) : NULL;
+    free(body);
+    json_t *t = json_object_get(o, "text");
+    if (!json_is_object(o) || !json_is_string(t) || json_object_size(o) != 1) {
+        json_decref(o);
+        return api_reply_error(req, 400, "invalid_argument", "text", "body: expected {\"text\": \"…\"}");
+    }
+    json_t *matches = monitor_match(b, 2, json_string_value(t), json_string_length(t));
+    json_decref(o);
+    api_reply_json(req, 200,
+                   json_pack("{s:s, s:o}", "id", b->sb.id, "alerts", matches ? matches : json_array()));
+}
+
 static void api_violations(struct evhttp_request *req, struct box *b)
 {
     json_t *v = box_violations_json(b);
@@ -319,6 +338,10 @@ static void route_metrics(struct evhttp_request *req)
     for (int k = 0; k < _VIOLATION_MAX; k++)
         evbuffer_add_printf(b, "cordon_violations_total{kind=\"%s\"} %llu\n", violation_names[k],
                             (unsigned long long) cordond->violations_total[k]);
+    evbuffer_add_printf(b,
+                        "# HELP cordon_alerts_total Alerts of the monitor's rules and the DNS heuristics.\n"
+                        "# TYPE cordon_alerts_total counter\ncordon_alerts_total %llu\n",
+                        (unsigned long long) cordond->alerts_total);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain; version=0.0.4");
     evhttp_send_reply(req, 200, "OK", b);
     evbuffer_free(b);
@@ -450,9 +473,11 @@ static void route(struct evhttp_request *req, void *arg)
         return api_reply_error(req, 405, "method_not_allowed", NULL, "%s takes GET or POST", path);
     }
     rest[0] = 0;
+    /* rest: one segment, or "monitor/text" */
     if (sscanf(path, "/v1/sandboxes/%63[^/]%n", id, &n) != 1 ||
-        (path[n] && sscanf(path + n, "/%63[^/]", rest) != 1) ||
-        (path[n] && strlen(path + n) != strlen(rest) + 1))
+        (path[n] && sscanf(path + n, "/%63s", rest) != 1) ||
+        (path[n] && strlen(path + n) != strlen(rest) + 1) ||
+        (strchr(rest, '/') && strcmp(rest, "monitor/text") != 0))
         return api_reply_error(req, 404, "not_found", NULL, "no route for %s", path);
     struct box *b = box_find(id);
     if (!b)
@@ -472,6 +497,7 @@ static void route(struct evhttp_request *req, void *arg)
         {"mkdir", EVHTTP_REQ_POST, api_mkdir},
         {"network", EVHTTP_REQ_PATCH, api_network},
         {"violations", EVHTTP_REQ_GET, api_violations},
+        {"monitor/text", EVHTTP_REQ_POST, api_monitor_text},
     };
     if (!rest[0]) {
         if (m == EVHTTP_REQ_GET)

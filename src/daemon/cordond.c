@@ -71,6 +71,8 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         c->net_pool = (unsigned) n;
         return 0;
     }
+    if (strcmp(name, "monitor-rules") == 0 || strcmp(name, "monitor_rules") == 0)
+        return v[0] == '/' ? set_string(c->monitor_rules, sizeof c->monitor_rules, v) : -EINVAL;
     if (strcmp(name, "audit-rate") == 0 || strcmp(name, "audit_rate") == 0) {
         uint64_t n;
         if (cdn_parse_u64(v, &n) < 0 || n > 1000000)
@@ -149,6 +151,7 @@ static void usage(FILE *f)
         "               [--state-dir DIR] [--sandbox-dir DIR] [--stop-sandboxes true|false]\n"
         "               [--max-body SIZE] [--max-output SIZE] [--max-sandboxes N] [--pool SIZE[:SPECFILE]]…\n"
         "               [--dns-upstream IP[:PORT]] [--net-pool N] [--audit-rotate SIZE] [--audit-rate N]\n"
+        "               [--monitor-rules FILE]\n"
         "Defaults and the config file format: docs/cordond.md (config: %s)\n",
         DEFAULT_CONFIG);
 }
@@ -317,6 +320,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "cordond: mkdir %s: %s\n", d->cfg.sandbox_dir, strerror(errno));
         return 1;
     }
+    {
+        /* The rule file named, else the installed one if there is one, else the built-in copy of it. */
+        struct cdn_error err = {0};
+        const char *rules = d->cfg.monitor_rules;
+        if (!rules[0] && access(CDN_SYSCONFDIR "/cordon/monitor-rules.json", R_OK) == 0)
+            rules = CDN_SYSCONFDIR "/cordon/monitor-rules.json";
+        if (monitor_load_rules(rules, &err) < 0) {
+            fprintf(stderr, "cordond: %s\n", err.msg);
+            return 2;
+        }
+    }
     (void) egress_start(); /* without it, network modes other than none are refused, with the reason */
     int adopted = box_adopt_all();
     /* What a crashed cordond kept for reuse (empty cgroups of now free slots) goes. */
@@ -331,6 +345,7 @@ int main(int argc, char **argv)
     event_base_dispatch(d->base);
     box_drop_kept_slots();
     egress_stop();
+    monitor_free();
     (void) unlink(d->cfg.socket_path);
     return 0;
 }

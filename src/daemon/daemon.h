@@ -39,10 +39,11 @@ struct daemon_config {
     unsigned max_sandboxes;
     char pools[8][300]; /* "SIZE[:SPECFILE]" each, see pool.c */
     unsigned n_pools;
-    char dns_upstream[64]; /* IP[:PORT] the DNS stub and the proxy resolve with; empty = /etc/resolv.conf */
-    unsigned net_pool;     /* prepared network namespaces kept for sandboxes with network */
-    uint64_t audit_rotate; /* egress.log is rotated past this size */
-    unsigned audit_rate;   /* audit lines per sandbox and second (0: no limit) */
+    char dns_upstream[64];   /* IP[:PORT] the DNS stub and the proxy resolve with; empty = /etc/resolv.conf */
+    unsigned net_pool;       /* prepared network namespaces kept for sandboxes with network */
+    uint64_t audit_rotate;   /* egress.log is rotated past this size */
+    unsigned audit_rate;     /* audit lines per sandbox and second (0: no limit) */
+    char monitor_rules[256]; /* rule file (src/monitor/rules.h); empty: the shipped default */
 };
 
 /* ---- host side of the agent protocol over a bufferevent (agent-conn.c) ---- */
@@ -107,7 +108,12 @@ struct box {
     struct cdn_egress_box *egress; /* network != none (egress.c) */
     struct cdn_netns netns;
     struct violations viol;
-    struct event *monitor_ev;        /* the seccomp listener of its watched denials */
+    struct event *monitor_ev; /* the seccomp listener of its watched denials */
+    uint64_t alerts_total, alerts_suppressed, alert_window_ms;
+    struct {
+        uint32_t rule; /* hash of the rule id; 0 = free */
+        unsigned n;
+    } alert_buckets[16];             /* alerts per rule in the current second (monitor.c) */
     bool violation_killed;           /* on_violation kill acted: exited, but kept for the client to see why */
     bool cleaned;                    /* cleanup() ran: init reaped, tier resources released */
     struct evbuffer *events;         /* NDJSON lines, oldest dropped past a cap */
@@ -129,6 +135,7 @@ struct daemon {
     /* metrics */
     uint64_t created_total, create_errors, execs_total, http_errors;
     uint64_t violations_total[_VIOLATION_MAX];
+    uint64_t alerts_total;
     uint64_t exec_hist[12]; /* buckets of exec latency, see api.c */
     double exec_sum_ms;
 };
@@ -202,6 +209,17 @@ int egress_adopt(struct box *b, int lease, struct cdn_error *err);
 /* PATCH …/network: replace mode and list (allow moved in on success). */
 int egress_set(struct box *b, enum cdn_net_mode mode, struct cdn_strv *allow, struct cdn_error *err);
 const char *egress_log_path(void);
+
+/* ---- the monitor's rules (monitor.c) ---- */
+int monitor_load_rules(const char *path, struct cdn_error *err);
+void monitor_free(void);
+size_t monitor_rule_count(void);
+/* An "alert" event for b (rate-limited per sandbox). */
+void monitor_alert(struct box *b, const char *rule, const char *severity, const char *source,
+                   const char *detail, size_t detail_len);
+/* Match subject against the rules of source (1 exec, 2 text); alerts for the
+ * matches; returns a JSON list of them [{rule, severity, description}]. */
+json_t *monitor_match(struct box *b, int source, const char *subject, size_t len);
 
 /* ---- HTTP (api.c, api-exec.c) ---- */
 int api_start(void);

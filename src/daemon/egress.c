@@ -127,7 +127,7 @@ static void on_audit(void *arg, struct cdn_egress_box *e, const struct cdn_audit
 static void on_flag(void *arg, struct cdn_egress_box *e, const char *what, const char *detail)
 {
     (void) arg;
-    box_event(e->owner, "alert", json_pack("{s:s, s:s}", "what", what, "detail", detail));
+    monitor_alert(e->owner, what, "medium", "dns", detail, strlen(detail));
 }
 
 static const struct cdn_egress_ops ops = {.lookup = lookup, .audit = on_audit, .flag = on_flag};

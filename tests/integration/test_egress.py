@@ -384,7 +384,7 @@ def test_dns_tunnelling_is_flagged(egd, net):
         r = sb.exec(["python3", "-c", TUNNEL], timeout_s=60)
         assert r.exit_code == 0, r
         alerts = [e for e in sb.events() if e["type"] == "alert"]
-        what = {e["what"] for e in alerts}
+        what = {e["rule"] for e in alerts if e["source"] == "dns"}
         assert {"dns-tunnel", "dns-rate"} <= what, alerts
 
 
