@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/syscall.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -80,7 +81,7 @@ void box_event(struct box *b, const char *type, json_t *fields)
 
 static void box_stop(struct box *b, const char *reason);
 
-const char *const violation_names[_VIOLATION_MAX] = {"egress", "syscall", "oom", "pids"};
+const char *const violation_names[_VIOLATION_MAX] = {"egress", "syscall", "oom", "pids", "disk"};
 
 /* ---- the seccomp supervisor: watched denials become violations ---- */
 
@@ -192,6 +193,21 @@ void box_check_limits(struct box *b)
         box_violation(b, VIOLATION_OOM,
                       json_pack("{s:I, s:I}", "oom_kills", (json_int_t) n, "memory_mb",
                                 (json_int_t) b->spec.limits.memory_mb));
+    }
+    if (b->state != BOX_RUNNING)
+        return; /* killed on it */
+    /* The writable layer (its tmpfs, of limits.disk_mb): full now, and not at the last look. */
+    char root[64];
+    struct statfs fs;
+    (void) snprintf(root, sizeof root, "/proc/%d/root/", (int) b->sb.init_pid);
+    if (b->sb.init_pid > 0 && statfs(root, &fs) == 0) {
+        bool full = fs.f_bavail == 0;
+        if (full && !b->viol.disk_full)
+            box_violation(b, VIOLATION_DISK,
+                          json_pack("{s:I}", "disk_mb", (json_int_t) b->spec.limits.disk_mb));
+        b->viol.disk_full = full;
+        if (b->state != BOX_RUNNING)
+            return;
     }
     if (u.pids_max_hits > b->viol.pids_seen) {
         uint64_t n = u.pids_max_hits - b->viol.pids_seen;

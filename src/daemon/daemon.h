@@ -77,13 +77,21 @@ int agent_conn_send(struct agent_conn *c, uint16_t type, uint16_t flags, uint32_
 void agent_conn_pause(struct agent_conn *c, bool pause);
 
 /* ---- violations (box.c): the reward signal ---- */
-enum violation_kind { VIOLATION_EGRESS, VIOLATION_SYSCALL, VIOLATION_OOM, VIOLATION_PIDS, _VIOLATION_MAX };
+enum violation_kind {
+    VIOLATION_EGRESS,
+    VIOLATION_SYSCALL,
+    VIOLATION_OOM,
+    VIOLATION_PIDS,
+    VIOLATION_DISK,
+    _VIOLATION_MAX
+};
 extern const char *const violation_names[_VIOLATION_MAX];
 
 struct violations {
     uint64_t counts[_VIOLATION_MAX];
     double first, last;           /* unix time of the first and the last; 0 = none yet */
     uint64_t oom_seen, pids_seen; /* cgroup counters already counted */
+    bool disk_full;               /* the writable layer was full at the last look */
 };
 
 /* ---- sandboxes (box.c) ---- */

@@ -47,7 +47,7 @@ def test_ordinary_work_is_not_a_violation(vd):
                      "curl -sS -m 10 http://pypi.test/ >/dev/null && echo ok"], timeout_s=120)
         assert r.stdout.strip() == "ok", r
         v = sb.violations()
-        assert v == {"counts": {"egress": 0, "syscall": 0, "oom": 0, "pids": 0}, "first": None, "last": None}, v
+        assert v == {"counts": {"egress": 0, "syscall": 0, "oom": 0, "pids": 0, "disk": 0}, "first": None, "last": None}, v
         assert kinds(sb) == []
 
 
@@ -182,3 +182,15 @@ def test_a_bad_rule_file_is_refused(shared_dir):
                         os.path.join(shared_dir, "s.sock"), "--monitor-rules", bad],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "rules[0].pattern" in p.stderr, (p.returncode, p.stderr)
+
+
+def test_a_full_disk_is_a_violation(vd):
+    with Sandbox.create(endpoint=vd.endpoint, disk_mb=8) as sb:
+        r = sb.exec(["sh", "-c", "dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1; echo rc=$?"], timeout_s=60)
+        assert "No space left" in r.stdout, r
+        sb.exec(["true"])  # still full: counted once
+        sb.exec(["rm", "/tmp/fill"])
+        sb.exec(["sh", "-c", "dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>/dev/null; true"], timeout_s=60)
+        assert sb.violations()["counts"]["disk"] == 2, sb.violations()
+        ev = [e for e in sb.events() if e["type"] == "violation"]
+        assert [e["kind"] for e in ev] == ["disk", "disk"] and ev[0]["disk_mb"] == 8, ev
