@@ -65,8 +65,7 @@ static void on_audit(void *arg, struct cdn_egress_box *b, const struct cdn_audit
     uint64_t flushed;
     bool write = cdn_audit_admit(b, cdn_now_ms(), CDN_AUDIT_RATE, &flushed);
     if (flushed) {
-        json_t *s = json_pack("{s:s, s:s, s:s, s:I}", "proto", "audit", "decision", "suppressed", "reason",
-                              "rate-limited", "suppressed", (json_int_t) flushed);
+        json_t *s = cdn_audit_suppressed_fields(flushed);
         cdn_audit_log_write(&e->log, b->id, e->labels, s);
         json_decref(s);
     }

@@ -106,8 +106,7 @@ static void on_audit(void *arg, struct cdn_egress_box *e, const struct cdn_audit
     bool write = cdn_audit_admit(e, cdn_now_ms(), cordond->cfg.audit_rate, &flushed);
     json_t *labels = labels_json(b);
     if (flushed) {
-        json_t *s = json_pack("{s:s, s:s, s:s, s:I}", "proto", "audit", "decision", "suppressed", "reason",
-                              "rate-limited", "suppressed", (json_int_t) flushed);
+        json_t *s = cdn_audit_suppressed_fields(flushed);
         cdn_audit_log_write(&eg.log, b->sb.id, labels, s);
         box_event(b, "egress", s);
     }

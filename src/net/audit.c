@@ -110,6 +110,12 @@ bool cdn_audit_admit(struct cdn_egress_box *b, uint64_t now_ms, unsigned rate, u
     return true;
 }
 
+json_t *cdn_audit_suppressed_fields(uint64_t n)
+{
+    return json_pack("{s:s, s:s, s:s, s:I}", "proto", "audit", "decision", "suppressed", "reason",
+                     "rate-limited", "suppressed", (json_int_t) n);
+}
+
 void cdn_audit_log_write(struct cdn_audit_log *l, const char *sandbox, json_t *labels, json_t *fields)
 {
     if (l->fd < 0 || !fields)

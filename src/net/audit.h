@@ -43,5 +43,8 @@ bool cdn_audit_is_violation(const struct cdn_audit *a);
 #define CDN_AUDIT_RATE 1000 /* the default */
 bool cdn_audit_admit(struct cdn_egress_box *b, uint64_t now_ms, unsigned rate, uint64_t *flush);
 
+/* The record that stands for n lines the rate limit suppressed. */
+json_t *cdn_audit_suppressed_fields(uint64_t n);
+
 /* One line; labels and fields are borrowed. */
 void cdn_audit_log_write(struct cdn_audit_log *l, const char *sandbox, json_t *labels, json_t *fields);

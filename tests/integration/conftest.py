@@ -104,3 +104,15 @@ def daemon(shared_dir):
     yield d
     code = d.stop()
     assert code == 0, f"cordond exited {code}:\n{d.output()}"
+
+
+@pytest.fixture(scope="module")
+def net():
+    """The fake internet (fakenet.py) for a module's egress tests: our own
+    namespace and servers; removed after the module."""
+    import fakenet
+    d = tempfile.mkdtemp(prefix="cordon-fakenet-")
+    f = fakenet.FakeNet(d).start()
+    yield f
+    f.stop()
+    shutil.rmtree(d, ignore_errors=True)

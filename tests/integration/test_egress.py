@@ -31,14 +31,6 @@ LEAK_TIMEOUT = 5.0
 ALLOW = ["pypi.test:80", "secure.test:443", "rebind.test:80", "mixed.test:80", "*.pypi.test:80"]
 
 
-@pytest.fixture(scope="module")
-def net():
-    d = tempfile.mkdtemp(prefix="cordon-fakenet-")
-    f = fakenet.FakeNet(d).start()
-    yield f
-    f.stop()
-
-
 @pytest.fixture
 def egd(shared_dir, net):
     state = os.path.join(shared_dir, "state")

@@ -7,7 +7,6 @@ work produces none."""
 import json
 import os
 import subprocess
-import tempfile
 
 import pytest
 
@@ -16,14 +15,6 @@ import fakenet
 from cordon import Sandbox, ServerError
 
 LEAK_TIMEOUT = 5.0
-
-
-@pytest.fixture(scope="module")
-def net():
-    d = tempfile.mkdtemp(prefix="cordon-fakenet-")
-    f = fakenet.FakeNet(d).start()
-    yield f
-    f.stop()
 
 
 @pytest.fixture
