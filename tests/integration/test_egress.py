@@ -17,7 +17,6 @@ check in proxy.c's decide_named() skipped, the "ip-mismatch" cases reach
 import json
 import os
 import socket
-import tempfile
 import threading
 import time
 
