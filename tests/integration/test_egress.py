@@ -24,7 +24,7 @@ import pytest
 
 import cordonlib
 import fakenet
-from cordon import Endpoint, InvalidArgument, Sandbox
+from cordon import InvalidArgument, Sandbox
 
 LEAK_TIMEOUT = 5.0
 ALLOW = ["pypi.test:80", "secure.test:443", "rebind.test:80", "mixed.test:80", "*.pypi.test:80"]
