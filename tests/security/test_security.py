@@ -92,8 +92,9 @@ def _check(cond, message):
         raise ContractError(message)
 
 
-def parse_probe_output(stdout):
-    """Parse `PROBE <category> <name> contained|escaped <detail>` lines and the final SUMMARY line."""
+def parse_probe_output(stdout, partial=False):
+    """Parse `PROBE <category> <name> contained|escaped <detail>` lines and the final SUMMARY line
+    (none when partial: a run that was killed part-way)."""
     probes, summary = [], None
     for line in stdout.splitlines():
         if line.startswith("PROBE "):
@@ -105,6 +106,9 @@ def parse_probe_output(stdout):
         elif line.startswith("SUMMARY "):
             _check(summary is None, "two SUMMARY lines")
             summary = dict(kv.split("=", 1) for kv in line.split()[1:])
+    if partial:
+        _check(summary is None, "a SUMMARY line although the run was cut short")
+        return probes, None
     _check(summary is not None, "no SUMMARY line")
     escaped = sum(p.verdict == "escaped" for p in probes)
     expected = {"probes": str(len(probes)), "contained": str(len(probes) - escaped), "escaped": str(escaped)}
@@ -113,10 +117,10 @@ def parse_probe_output(stdout):
     return probes, summary
 
 
-def run_probe(cmd, env):
+def run_probe(cmd, env, partial=False):
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
     try:
-        probes, summary = parse_probe_output(proc.stdout)
+        probes, summary = parse_probe_output(proc.stdout, partial)
     except ContractError as e:
         problem = str(e)
     else:
@@ -176,14 +180,12 @@ def test_probe_catalogue():
     assert required <= {category for category, _ in entries}
 
 
-# FIXME(monitor: on_violation=kill): once the seccomp user-notify monitor lands, un-skip the "kill" case; it must
-# still report every probe contained, and the sandbox must survive denied attempts without being killed early.
-@pytest.mark.parametrize("on_violation", [
-    None,
-    pytest.param("kill", marks=pytest.mark.skip(reason="FIXME(monitor): --on-violation kill needs the monitor")),
-])
+@pytest.mark.parametrize("on_violation", [None, "kill"])
 def test_all_contained(host_env, on_violation):
-    """Every escape attempt made from inside `cordon run` is contained."""
+    """Every escape attempt made from inside `cordon run` is contained. In kill
+    mode the first watched attempt (a mount, a namespace, ptrace…) ends the
+    whole sandbox before the attempt returns: the probe dies part-way, and
+    whatever it got to try was contained too."""
     _require_probe()
     _require_cordon()
     cmd = [CORDON_BIN, "run", *SANDBOX_LIMITS, "--bind", f"{CORDON_PROBE}:/probe:ro"]
@@ -194,8 +196,14 @@ def test_all_contained(host_env, on_violation):
             cmd += ["--env", f"{key}={value}"]
     cmd += ["--", "/probe"]
 
-    run = run_probe(cmd, dict(os.environ))
+    run = run_probe(cmd, dict(os.environ), partial=on_violation == "kill")
 
+    if on_violation == "kill":
+        assert run.returncode == 137, run.report()
+        assert "killed on a violation" in run.stderr, run.stderr
+        assert len(run.probes) < MIN_PROBES, "the sandbox was not stopped at its first watched attempt"
+        assert not run.escaped(), f"{len(run.escaped())} probe(s) escaped the sandbox:\n{run.report()}"
+        return
     assert len(run.probes) >= MIN_PROBES, f"only {len(run.probes)} probes ran\n{run.stdout}\n{run.stderr}"
     assert not run.escaped(), f"{len(run.escaped())} probe(s) escaped the sandbox:\n{run.report()}"
     assert run.returncode == 0, run.report()
