@@ -155,7 +155,8 @@ int cdn_seccomp_compile(struct cdn_seccomp_prog *ret, struct cdn_error *err)
     if (r < 0)
         return cdn_error_set(err, r, "seccomp: enable binary-tree optimisation: %s", strerror(-r));
     if ((r = add_allowed(main_ctx, err)) < 0 || (r = add_filtered(main_ctx, err)) < 0 ||
-        (r = add_watched(main_ctx, err)) < 0 || (r = add_ioctl_denials(ioctl_ctx, err)) < 0)
+        (cdn_seccomp_monitor_enabled() && (r = add_watched(main_ctx, err)) < 0) ||
+        (r = add_ioctl_denials(ioctl_ctx, err)) < 0)
         return r;
     _cleanup_free_ uint8_t *buf = NULL;
     size_t size = 0;

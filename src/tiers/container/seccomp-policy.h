@@ -64,5 +64,9 @@ int cdn_seccomp_notify_eperm(int listener, struct cdn_seccomp_event *ev);
 int cdn_seccomp_notify_recv(int listener, struct cdn_seccomp_event *ev);
 int cdn_seccomp_notify_deny(int listener, const struct cdn_seccomp_event *ev);
 void cdn_seccomp_prog_free(struct cdn_seccomp_prog *p);
+/* Whether the watched denials go to the supervisor (the default) or stay a
+ * plain EPERM in the filter: CORDON_MONITOR=off, for measuring what the
+ * monitor costs (bench/run-monitor); no violations, no kill then. */
+bool cdn_seccomp_monitor_enabled(void);
 /* A digest of the policy tables: changes whenever the policy does (names the cache file). */
 uint64_t cdn_seccomp_policy_hash(void);

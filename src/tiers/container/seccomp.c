@@ -62,9 +62,17 @@ static int read_cache(const char *path, struct cdn_seccomp_prog *ret)
     return 0;
 }
 
+bool cdn_seccomp_monitor_enabled(void)
+{
+    const char *v = getenv("CORDON_MONITOR");
+    return !(v && strcmp(v, "off") == 0);
+}
+
 static void cache_path(const char *cache_dir, char *buf, size_t size)
 {
-    (void) snprintf(buf, size, "%s/seccomp-%016" PRIx64 ".bpf", cache_dir, cdn_seccomp_policy_hash());
+    /* The variant without the monitor (CORDON_MONITOR=off) is another program. */
+    uint64_t h = cdn_seccomp_policy_hash() ^ (cdn_seccomp_monitor_enabled() ? 0 : 0x6d6f6e69746f72ULL);
+    (void) snprintf(buf, size, "%s/seccomp-%016" PRIx64 ".bpf", cache_dir, h);
 }
 
 bool cdn_seccomp_cache_present(const char *cache_dir)
