@@ -249,6 +249,12 @@ static void run_sandbox(struct cdn_sandbox *sb, const struct cdn_run_opts *o, st
     /* A failed send means init is gone; supervise() learns why from the pidfd and setup pipe. */
     (void) cdn_frame_send(sb->agent_fd, CDN_FRAME_EXEC, EXEC_CHANNEL, exec_frame, (uint32_t) exec_len);
     (void) supervise(sb, sfd, out, &t0);
+#if !CDN_LEAN
+    /* First: its thread may still act on the sandbox (a kill on violation),
+     * whose pidfd the teardown below closes. The veth goes now; the
+     * namespace with the sandbox's last process. */
+    cdn_run_egress_free(egress);
+#endif
     /* Accounting is for the record, and for telling an OOM kill when no status came back. */
     if (o->json || !out->have_exit)
         (void) sb->tier->usage(sb, &out->usage);
@@ -256,9 +262,6 @@ static void run_sandbox(struct cdn_sandbox *sb, const struct cdn_run_opts *o, st
         sb->tier->detach(sb); /* normal exit: teardown continues in the background */
     else
         (void) sb->tier->destroy(sb);
-#if !CDN_LEAN
-    cdn_run_egress_free(egress); /* its veth goes now; the namespace with the sandbox's last process */
-#endif
     out->wall_ms = ms_since(&t0);
     (void) safe_close(sfd);
 }
