@@ -235,6 +235,12 @@ class Sandbox:
         v.pop("id", None)
         return v
 
+    def monitor_text(self, text):
+        """Submit free text about the sandbox (e.g. an agent's message) to the
+        monitor's text rules; returns the matches [{"rule", "severity",
+        "description"}] (each is also an "alert" event)."""
+        return self._ep.json("POST", f"{self._path}/monitor/text", {"text": text})["alerts"]
+
     def kill(self):
         """Delete the sandbox (idempotent)."""
         try:
@@ -346,6 +352,9 @@ class AsyncSandbox:
         v = await self._ep.ajson("GET", f"{self._path}/violations")
         v.pop("id", None)
         return v
+
+    async def monitor_text(self, text):
+        return (await self._ep.ajson("POST", f"{self._path}/monitor/text", {"text": text}))["alerts"]
 
     async def kill(self):
         try:
