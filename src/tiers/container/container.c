@@ -338,20 +338,30 @@ static void container_sweep_slots(void)
     struct cdn_error err = {0};
     if (prepare(&err) < 0)
         return;
-    char dir[512];
-    /* every v1 controller has the same slot directories: pids stands for all */
-    int r = cdn_cgroup_path(dir, sizeof dir, prep.cgroup_ops->version, "pids", "");
-    DIR *d = r < 0 ? NULL : opendir(dir);
-    if (!d)
-        return;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        int slot;
-        char tail;
-        if (sscanf(de->d_name, "slot-%d%c", &slot, &tail) == 1 && slot >= 0 && slot < CDN_SLOT_COUNT)
+    /* Every v1 controller, not one for all: a creator killed half-way
+     * through making a slot's cgroup leaves it in some controllers only. */
+    static const char *const ctrls[] = {"pids", "memory", "cpu"};
+    static uint8_t seen[(CDN_SLOT_COUNT + 7) / 8];
+    memset(seen, 0, sizeof seen);
+    size_t n = prep.cgroup_ops->version == CDN_CGROUP_V2 ? 1 : ELEMENTSOF(ctrls);
+    for (size_t c = 0; c < n; c++) {
+        char dir[512];
+        int r = cdn_cgroup_path(dir, sizeof dir, prep.cgroup_ops->version, ctrls[c], "");
+        DIR *d = r < 0 ? NULL : opendir(dir);
+        if (!d)
+            continue;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            int slot;
+            char tail;
+            if (sscanf(de->d_name, "slot-%d%c", &slot, &tail) != 1 || slot < 0 || slot >= CDN_SLOT_COUNT ||
+                (seen[slot / 8] & (1u << (slot % 8))))
+                continue;
+            seen[slot / 8] |= (uint8_t) (1u << (slot % 8));
             container_drop_slot(slot);
+        }
+        closedir(d);
     }
-    closedir(d);
 }
 
 static int container_monitor_fd(struct cdn_sandbox *sb)
