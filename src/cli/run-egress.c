@@ -127,7 +127,7 @@ int cdn_run_egress_prepare(struct cdn_sandbox *sb, struct outcome *out, struct r
     ops.arg = e;
     int r;
     if (evthread_use_pthreads() < 0 || !(e->base = event_base_new()) ||
-        !(e->dns = evdns_base_new(e->base, 0)) || !(e->labels = json_object())) {
+        !(e->dns = evdns_base_new(e->base, 0)) || !(e->labels = cdn_strv_to_json_map(&spec->labels))) {
         r = cdn_error_set(err, ENOMEM, "egress: event loop: out of memory");
         goto fail;
     }
@@ -142,14 +142,6 @@ int cdn_run_egress_prepare(struct cdn_sandbox *sb, struct outcome *out, struct r
     }
     (void) evdns_base_set_option(e->dns, "timeout:", "2");
     (void) evdns_base_set_option(e->dns, "attempts:", "2");
-    for (size_t i = 0; i < spec->labels.n; i++) {
-        const char *kv = spec->labels.v[i], *eq = strchr(kv, '=');
-        if (eq) {
-            char k[256];
-            (void) snprintf(k, sizeof k, "%.*s", (int) (eq - kv), kv);
-            json_object_set_new(e->labels, k, json_string(eq + 1));
-        }
-    }
     if ((r = cdn_allowlist_parse(&spec->net_allow, &e->box.allow, err)) < 0)
         goto fail;
     if (!(e->box.pins = cdn_pins_new(1024)) || !(e->stub = cdn_dns_stub_new(e->base, e->dns, 0, &ops)) ||

@@ -285,7 +285,7 @@ int cdn_spec_from_json(struct cdn_spec *spec, const char *json, size_t len, stru
     return 0;
 }
 
-static json_t *strv_to_json_map(const struct cdn_strv *l)
+json_t *cdn_strv_to_json_map(const struct cdn_strv *l)
 {
     json_t *o = json_object();
     for (size_t i = 0; o && i < l->n; i++) {
@@ -321,8 +321,8 @@ char *cdn_spec_to_json(const struct cdn_spec *spec)
         (json_int_t) l->memory_mb, "pids", (json_int_t) l->pids, "disk_mb", (json_int_t) l->disk_mb,
         "timeout_s", (double) l->timeout_ms / 1000.0, "nofile", (json_int_t) l->nofile, "network", "mode",
         cdn_net_mode_to_string(spec->net_mode), "allow", strv_to_json_array(&spec->net_allow), "mounts",
-        mounts, "protect", strv_to_json_array(&spec->protect), "env", strv_to_json_map(&spec->env), "labels",
-        strv_to_json_map(&spec->labels), "workdir", spec->workdir, "hostname", spec->hostname, "read_only",
-        spec->read_only_root, "on_violation", cdn_on_violation_to_string(spec->on_violation));
+        mounts, "protect", strv_to_json_array(&spec->protect), "env", cdn_strv_to_json_map(&spec->env),
+        "labels", cdn_strv_to_json_map(&spec->labels), "workdir", spec->workdir, "hostname", spec->hostname,
+        "read_only", spec->read_only_root, "on_violation", cdn_on_violation_to_string(spec->on_violation));
     return root ? json_dumps(root, JSON_COMPACT) : NULL;
 }

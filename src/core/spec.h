@@ -78,6 +78,10 @@ void cdn_spec_free(struct cdn_spec *spec);
 int cdn_spec_from_json(struct cdn_spec *spec, const char *json, size_t len, struct cdn_error *err);
 /* Serialise to a malloc'd JSON string (compact). NULL on OOM. */
 char *cdn_spec_to_json(const struct cdn_spec *spec);
+/* "K=V" entries (env, labels) as a JSON object (a jansson json_t *, new
+ * reference; declared opaquely so that this header needs no jansson). */
+struct json_t;
+struct json_t *cdn_strv_to_json_map(const struct cdn_strv *l);
 /* Checks that need the whole spec (and what this build supports). */
 int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err);
 

@@ -221,16 +221,7 @@ void box_check_limits(struct box *b)
 
 json_t *box_to_json(struct box *b)
 {
-    json_t *labels = json_object();
-    for (size_t i = 0; labels && i < b->spec.labels.n; i++) {
-        const char *kv = b->spec.labels.v[i];
-        const char *eq = strchr(kv, '=');
-        if (eq) {
-            char key[256];
-            (void) snprintf(key, sizeof key, "%.*s", (int) (eq - kv), kv);
-            json_object_set_new(labels, key, json_string(eq + 1));
-        }
-    }
+    json_t *labels = cdn_strv_to_json_map(&b->spec.labels);
     char *spec = cdn_spec_to_json(&b->spec);
     json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:f, s:o, s:I}", "id", b->sb.id, "state",
                           box_state_name(b->state), "tier", b->sb.tier->name, "image", b->spec.image,

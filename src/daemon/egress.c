@@ -78,24 +78,9 @@ static struct cdn_egress_box *lookup(void *arg, uint32_t src)
 {
     (void) arg;
     uint32_t off = src - CDN_NET_SUBNET;
-    if ((src >> (32 - CDN_NET_SUBNET_BITS)) != (CDN_NET_SUBNET >> (32 - CDN_NET_SUBNET_BITS)) ||
-        (off & 3) != 2)
+    if (!cdn_net_in_sandbox_subnet(src) || (off & 3) != 2)
         return NULL;
     return eg.by_lease[off / 4];
-}
-
-static json_t *labels_json(const struct box *b)
-{
-    json_t *o = json_object();
-    for (size_t i = 0; o && i < b->spec.labels.n; i++) {
-        const char *kv = b->spec.labels.v[i], *eq = strchr(kv, '=');
-        if (eq) {
-            char k[256];
-            (void) snprintf(k, sizeof k, "%.*s", (int) (eq - kv), kv);
-            json_object_set_new(o, k, json_string(eq + 1));
-        }
-    }
-    return o;
 }
 
 static void on_audit(void *arg, struct cdn_egress_box *e, const struct cdn_audit *a)
@@ -104,7 +89,7 @@ static void on_audit(void *arg, struct cdn_egress_box *e, const struct cdn_audit
     struct box *b = e->owner;
     uint64_t flushed;
     bool write = cdn_audit_admit(e, cdn_now_ms(), cordond->cfg.audit_rate, &flushed);
-    json_t *labels = labels_json(b);
+    json_t *labels = cdn_strv_to_json_map(&b->spec.labels);
     if (flushed) {
         json_t *s = cdn_audit_suppressed_fields(flushed);
         cdn_audit_log_write(&eg.log, b->sb.id, labels, s);

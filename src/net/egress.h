@@ -58,3 +58,10 @@ struct cdn_egress_ops {
 };
 
 uint64_t cdn_now_ms(void); /* CLOCK_MONOTONIC in ms (pins' clock) */
+
+/* The decision on reaching ip:port from b by address alone (net/egress.c):
+ * 1 allowed (*reason "allowlist:ip" or "open"), -1 refused (*reason
+ * "reserved:WHY", in a static buffer), 0 a name is needed (allowlist mode).
+ * The sandbox network and the host's own addresses are never opened; other
+ * reserved ranges only by a CIDR entry inside them (cdn_allowlist_admits_ip). */
+int cdn_egress_decide_ip(const struct cdn_egress_box *b, uint32_t ip, uint16_t port, const char **reason);

@@ -342,7 +342,7 @@ bool cdn_host_addr_is_local(uint32_t addr)
             if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET)
                 continue;
             uint32_t a = ntohl(((struct sockaddr_in *) i->ifa_addr)->sin_addr.s_addr);
-            if ((a >> (32 - CDN_NET_SUBNET_BITS)) == (CDN_NET_SUBNET >> (32 - CDN_NET_SUBNET_BITS)))
+            if (cdn_net_in_sandbox_subnet(a))
                 continue;
             if (n == cap) {
                 uint32_t *p = realloc(addrs, (cap ? cap * 2 : 16) * sizeof *p);

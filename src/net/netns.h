@@ -21,6 +21,12 @@
 #define CDN_NET_LEASE_DIR   "/run/cordon-net"
 #define CDN_NET_IF_PREFIX   "cordon" /* host ends of sandbox veths; nothing else may use it */
 
+/* Is ip (host byte order) in the sandbox network? */
+static inline bool cdn_net_in_sandbox_subnet(uint32_t ip)
+{
+    return (ip >> (32 - CDN_NET_SUBNET_BITS)) == (CDN_NET_SUBNET >> (32 - CDN_NET_SUBNET_BITS));
+}
+
 struct cdn_netns {
     int fd;                       /* the namespace; -1 when none */
     int lease;                    /* index of the /30, -1 when none */

@@ -197,47 +197,6 @@ static void deny(struct pconn *c, const char *reason)
     close_with(c, msg);
 }
 
-static bool ip_in_sandbox_net(uint32_t ip)
-{
-    return (ip >> (32 - CDN_NET_SUBNET_BITS)) == (CDN_NET_SUBNET >> (32 - CDN_NET_SUBNET_BITS));
-}
-
-/* Why ip may not be reached without a CIDR entry naming it, or NULL. */
-static const char *reserved_reason(uint32_t ip)
-{
-    const char *r = cdn_ip_reserved(ip);
-    if (r)
-        return r;
-    if (ip_in_sandbox_net(ip))
-        return "sandbox-network";
-    if (cdn_host_addr_is_local(ip))
-        return "host";
-    return NULL;
-}
-
-/* The decision for an address and port, name unknown or beside the point:
- * 1 allow, 0 a name is needed, -1 deny (reason set). */
-static int decide_ip(const struct cdn_egress_box *b, uint32_t ip, uint16_t port, const char **reason)
-{
-    const char *r = reserved_reason(ip);
-    bool never = r && (strcmp(r, "host") == 0 || strcmp(r, "sandbox-network") == 0);
-    if (!never && cdn_allowlist_admits_ip(&b->allow, ip, port)) {
-        *reason = "allowlist:ip";
-        return 1;
-    }
-    if (r) {
-        static char buf[64];
-        (void) snprintf(buf, sizeof buf, "reserved:%s", r);
-        *reason = buf;
-        return -1;
-    }
-    if (b->mode == CDN_NET_OPEN) {
-        *reason = "open";
-        return 1;
-    }
-    return 0;
-}
-
 static bool is_ipv4_literal(const char *s, uint32_t *ret)
 {
     struct in_addr a;
@@ -251,7 +210,7 @@ static bool is_ipv4_literal(const char *s, uint32_t *ret)
 static bool decide_named(const struct cdn_egress_box *b, const char *name, uint32_t ip, uint16_t port,
                          bool pinned_needed, const char **reason)
 {
-    int d = decide_ip(b, ip, port, reason);
+    int d = cdn_egress_decide_ip(b, ip, port, reason);
     if (d != 0)
         return d > 0;
     uint32_t lit;
@@ -507,7 +466,7 @@ static void resolved(int result, char type, int count, int ttl, void *addrs, voi
     const char *why = "resolve-failed", *reason;
     for (int i = 0; i < count; i++) {
         uint32_t ip = ntohl(a[i]);
-        if (decide_ip(b, ip, c->up_port, &reason) < 0) {
+        if (cdn_egress_decide_ip(b, ip, c->up_port, &reason) < 0) {
             static char buf[64];
             (void) snprintf(buf, sizeof buf, "rebinding:%s", reason + strlen("reserved:"));
             why = buf;
@@ -538,7 +497,7 @@ static void decide_after_sniff(struct pconn *c, struct cdn_egress_box *b)
         uint32_t lit;
         if (is_ipv4_literal(c->name, &lit)) {
             c->up_ip = lit;
-            int d = decide_ip(b, lit, port, &reason);
+            int d = cdn_egress_decide_ip(b, lit, port, &reason);
             if (d > 0) {
                 c->allow_reason = reason;
                 connect_up(c, lit, port);
@@ -691,7 +650,7 @@ static void accept_cb(struct evconnlistener *l, evutil_socket_t fd, struct socka
         return;
     }
     const char *reason;
-    int d = decide_ip(b, c->dst_ip, c->dst_port, &reason);
+    int d = cdn_egress_decide_ip(b, c->dst_ip, c->dst_port, &reason);
     if (d < 0) {
         deny(c, reason);
         return;
@@ -795,11 +754,11 @@ static bool still_allowed(const struct pconn *c, const struct cdn_egress_box *b)
 {
     const char *reason;
     if (c->connect_req || c->absolute) {
-        if (c->up_ip && decide_ip(b, c->up_ip, c->up_port, &reason) > 0)
+        if (c->up_ip && cdn_egress_decide_ip(b, c->up_ip, c->up_port, &reason) > 0)
             return true;
         return b->mode == CDN_NET_OPEN || cdn_allowlist_match_name(&b->allow, c->name, c->up_port);
     }
-    int d = decide_ip(b, c->dst_ip, c->dst_port, &reason);
+    int d = cdn_egress_decide_ip(b, c->dst_ip, c->dst_port, &reason);
     if (d != 0)
         return d > 0;
     /* Named connections were checked against the pins when they opened; the

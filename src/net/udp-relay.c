@@ -163,19 +163,8 @@ static const char *refusal(const struct cdn_egress_box *b, uint32_t dst, uint16_
 {
     if (b->mode != CDN_NET_OPEN)
         return "not-open";
-    if ((dst >> (32 - CDN_NET_SUBNET_BITS)) == (CDN_NET_SUBNET >> (32 - CDN_NET_SUBNET_BITS)))
-        return "reserved:sandbox-network";
-    if (cdn_host_addr_is_local(dst))
-        return "reserved:host";
-    if (cdn_allowlist_admits_ip(&b->allow, dst, dport))
-        return NULL;
-    const char *why = cdn_ip_reserved(dst);
-    if (why) {
-        static char buf[64];
-        (void) snprintf(buf, sizeof buf, "reserved:%s", why);
-        return buf;
-    }
-    return NULL;
+    const char *reason;
+    return cdn_egress_decide_ip(b, dst, dport, &reason) > 0 ? NULL : reason;
 }
 
 static struct flow *flow_new(struct cdn_udp_relay *r, struct cdn_egress_box *b, uint32_t src, uint16_t sport,
