@@ -45,7 +45,7 @@ def _spec(kw):
     return spec
 
 
-def _exec_body(cmd, env, cwd, stdin, timeout_s, stream):
+def _exec_body(cmd, env, cwd, stdin, timeout_s, stream, verifier=False):
     if isinstance(cmd, str):
         cmd = ["sh", "-c", cmd]
     body = {"cmd": list(cmd), "encoding": "base64"}
@@ -59,6 +59,8 @@ def _exec_body(cmd, env, cwd, stdin, timeout_s, stream):
         body["timeout_s"] = timeout_s
     if stream:
         body["stream"] = True
+    if verifier:
+        body["verifier"] = True
     return body
 
 
@@ -185,16 +187,18 @@ class Sandbox:
     def labels(self):
         return self._info.get("labels", {})
 
-    def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None):
-        """Run cmd (a list, or a string for sh -c) to completion."""
+    def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False):
+        """Run cmd (a list, or a string for sh -c) to completion. verifier=True: a verifier
+        step, which ends the sandbox's other processes first, runs alone and may read the
+        protected paths (docs/events.md)."""
         return ExecResult(self._ep.json("POST", f"{self._path}/exec",
-                                        _exec_body(cmd, env, cwd, stdin, timeout_s, False)))
+                                        _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier)))
 
-    def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None):
+    def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False):
         """Yield events as they come: {"type": "stdout"|"stderr", "data", "data_bytes"}, then
         {"type": "exit", "exit_code", …} (or {"type": "error", "error": {…}})."""
         _, resp = self._ep.request("POST", f"{self._path}/exec",
-                                   _exec_body(cmd, env, cwd, stdin, timeout_s, True), stream=True)
+                                   _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier), stream=True)
         decoders = {}
         try:
             for line in resp:
@@ -316,15 +320,15 @@ class AsyncSandbox:
         self._info = await self._ep.ajson("GET", self._path)
         return self._info
 
-    async def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None):
+    async def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False):
         return ExecResult(await self._ep.ajson("POST", f"{self._path}/exec",
-                                               _exec_body(cmd, env, cwd, stdin, timeout_s, False)))
+                                               _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier)))
 
-    async def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None):
+    async def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False):
         buf = b""
         decoders = {}
         async for chunk in self._ep.astream("POST", f"{self._path}/exec",
-                                            _exec_body(cmd, env, cwd, stdin, timeout_s, True)):
+                                            _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier)):
             buf += chunk
             *lines, buf = buf.split(b"\n")
             for line in lines:

@@ -33,13 +33,15 @@ enum cdn_frame_type {
     CDN_FRAME_PONG = 6,
     CDN_FRAME_STDOUT = 7, /* init→host: output of a CDN_EXEC_PIPES command; empty = that stream ended */
     CDN_FRAME_STDERR = 8,
-    CDN_FRAME_STDIN = 9,   /* host→init: input for a CDN_EXEC_STDIN command; empty = close its stdin */
-    CDN_FRAME_FILE = 10,   /* host→init: a file operation (payload: struct cdn_file_req) */
-    CDN_FRAME_DATA = 11,   /* either way: file bytes (read: init→host; write: host→init, after FILE) or,
-                            * for LIST, directory entries (struct cdn_file_stat each) */
-    CDN_FRAME_DONE = 12,   /* init→host: a file operation succeeded (payload: struct cdn_file_stat of the
-                            * path, for every op but REMOVE, which sends none); its last frame */
-    CDN_FRAME_RESIZE = 13, /* host→init: PTY window size of a command (payload: u16 rows | u16 cols) */
+    CDN_FRAME_STDIN = 9,    /* host→init: input for a CDN_EXEC_STDIN command; empty = close its stdin */
+    CDN_FRAME_FILE = 10,    /* host→init: a file operation (payload: struct cdn_file_req) */
+    CDN_FRAME_DATA = 11,    /* either way: file bytes (read: init→host; write: host→init, after FILE) or,
+                             * for LIST, directory entries (struct cdn_file_stat each) */
+    CDN_FRAME_DONE = 12,    /* init→host: a file operation succeeded (payload: struct cdn_file_stat of the
+                             * path, for every op but REMOVE, which sends none); its last frame */
+    CDN_FRAME_RESIZE = 13,  /* host→init: PTY window size of a command (payload: u16 rows | u16 cols) */
+    CDN_FRAME_QUIESCE = 14, /* host→init: SIGKILL every process of the sandbox but init (no payload);
+                             * answered by DONE (no payload) on its channel once none is left */
 };
 
 /* Frame header flags. */

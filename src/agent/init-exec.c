@@ -377,18 +377,35 @@ static void report_exit(struct job *j, int status, const struct rusage *ru)
     release(j);
 }
 
+static bool quiesce_pending;
+static uint32_t quiesce_channel;
+
 void exec_reap(void)
 {
     for (;;) {
         int status;
         struct rusage ru;
         pid_t pid = wait4(-1, &status, WNOHANG, &ru);
+        if (pid < 0 && errno == ECHILD && quiesce_pending) { /* every process but us is gone */
+            quiesce_pending = false;
+            agent_send(CDN_FRAME_DONE, quiesce_channel, NULL, 0);
+        }
         if (pid <= 0)
             return;
         for (size_t i = 0; i < MAX_EXECS; i++)
             if (jobs[i].pid == pid)
                 report_exit(&jobs[i], status, &ru);
     }
+}
+
+void exec_quiesce(uint32_t channel)
+{
+    /* From PID 1: every other process of the namespace, orphans and
+     * daemons included; one that was forking dies with its fork. */
+    (void) kill(-1, SIGKILL);
+    quiesce_pending = true;
+    quiesce_channel = channel;
+    exec_reap(); /* nothing there: answered at once */
 }
 
 void exec_forget_channels(void)

@@ -218,6 +218,9 @@ static void dispatch(const struct cdn_frame_header *hp, const uint8_t *payload)
     case CDN_FRAME_DATA:
         files_data(h.channel, h.flags, payload, len);
         break;
+    case CDN_FRAME_QUIESCE:
+        exec_quiesce(h.channel);
+        break;
     case CDN_FRAME_PING:
         agent_send(CDN_FRAME_PONG, h.channel, payload, (uint32_t) len);
         break;
@@ -246,6 +249,10 @@ int main(void)
      * its own copy); a command that inherited it could answer its own
      * notifications, so it is CLOEXEC before anything else runs. */
     (void) fcntl(9, F_SETFD, FD_CLOEXEC);
+    /* fd 10 (sandboxes with protected paths): the host's fanotify group, held
+     * so that its marks outlive a restarting host; a command holding it could
+     * answer for its own opens. */
+    (void) fcntl(10, F_SETFD, FD_CLOEXEC);
     /* Out of the caller's terminal process group: a Ctrl-C reaches the host
      * side once, which forwards it; it must not also arrive here directly. */
     (void) setsid();

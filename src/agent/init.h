@@ -28,6 +28,8 @@ void exec_signal(uint32_t channel, int sig);
 void exec_signal_all(int sig);
 /* Reap every exited child; report the commands among them. */
 void exec_reap(void);
+/* QUIESCE: kill everything but init; DONE on channel once all are reaped. */
+void exec_quiesce(uint32_t channel);
 /* Poll set: add the fds of running commands at pfd[*n…] (up to max; their
  * output only when output is true), and handle their events after poll. */
 void exec_poll_add(struct pollfd *pfd, size_t *n, size_t max, bool output);

@@ -75,24 +75,32 @@ static void write_out(int stream, const uint8_t *p, size_t len, void *arg)
     fflush(f);
 }
 
-/* cordon exec ID [--env K=V]… [--workdir DIR] [--timeout DUR] [--] CMD [ARG…] */
+/* cordon exec ID [--env K=V]… [--workdir DIR] [--timeout DUR] [--verifier] [--] CMD [ARG…] */
 int cdn_cli_exec(int argc, char *const *argv)
 {
     if (argc < 2) {
-        fprintf(stderr,
-                "usage: cordon exec ID [--env K=V] [--workdir DIR] [--timeout DUR] [--] CMD [ARG…]\n");
+        fprintf(
+            stderr,
+            "usage: cordon exec ID [--env K=V] [--workdir DIR] [--timeout DUR] [--verifier] [--] CMD [ARG…]\n"
+            "  --verifier: a verifier step: ends the sandbox's other processes, runs alone and may\n"
+            "              read its protected paths\n");
         return 125;
     }
     const char *id = argv[0];
     const char *env[256] = {0}, *cwd = NULL;
     size_t n_env = 0;
     double timeout_s = 0;
+    bool verifier = false;
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--") == 0) {
             i++;
             break;
+        }
+        if (strcmp(a, "--verifier") == 0) {
+            verifier = true;
+            continue;
         }
         if (i + 1 >= argc) {
             fprintf(stderr, "cordon exec: %s needs a value\n", a);
@@ -118,7 +126,8 @@ int cdn_cli_exec(int argc, char *const *argv)
     cordon_client *c = connect_daemon();
     if (!c)
         return 125;
-    struct cordon_exec_opts opts = {.env = n_env ? env : NULL, .cwd = cwd, .timeout_s = timeout_s};
+    struct cordon_exec_opts opts = {
+        .env = n_env ? env : NULL, .cwd = cwd, .timeout_s = timeout_s, .verifier = verifier};
     struct cordon_exec_result res;
     int r = cordon_exec_stream(c, id, (const char *const *) argv + i, &opts, write_out, NULL, &res);
     int ret = r < 0 ? fail(c, r, "exec") : res.exit_code;

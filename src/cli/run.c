@@ -8,6 +8,9 @@
 #include "core/paths.h"
 #include "tiers/container/seccomp-policy.h"
 #include "tiers/tier.h"
+#if !CDN_LEAN
+#include "monitor/fsguard.h"
+#endif
 
 #include <errno.h>
 #include <poll.h>
@@ -118,15 +121,69 @@ static void supervise_syscalls(struct cdn_sandbox *sb, struct outcome *o, struct
     (void) cdn_seccomp_notify_deny(pfd->fd, &ev);
 }
 
-/* Poll until init has exited and been reaped. */
-static int supervise(struct cdn_sandbox *sb, int sfd, struct outcome *o, const struct timespec *t0)
+#if !CDN_LEAN
+/* Opens of the marked mounts (fsguard.h): a sandbox process is refused and
+ * that is a violation; init and host processes pass. */
+static void supervise_files(struct cdn_sandbox *sb, struct outcome *o, const struct cdn_guard_marks *marks,
+                            struct pollfd *pfd)
 {
-    struct pollfd pfd[5] = {
+    struct cdn_fsguard_event ev[16];
+    int n = cdn_fsguard_read(pfd->fd, ev, ELEMENTSOF(ev));
+    for (int i = 0; i < n; i++) {
+        const struct cdn_guard_mark *m = cdn_guard_marks_find(marks, ev[i].mnt_id);
+        bool allow = !m || ev[i].pid == sb->init_pid || !cdn_pid_in_sandbox(ev[i].pid, sb->init_pid);
+        if (!allow) {
+            if (m->kind == CDN_GUARD_PROTECT)
+                o->violations_protect++;
+            else
+                o->violations_kernel++;
+            if (sb->spec->on_violation == CDN_VIOLATION_KILL && !o->violation_killed) {
+                o->violation_killed = true;
+                (void) sb->tier->kill(sb, SIGKILL);
+            }
+        }
+        (void) cdn_fsguard_answer(pfd->fd, &ev[i], allow);
+    }
+}
+
+/* Once init runs, before the command does: mark what the monitor guards.
+ * Without marks a protected path would be readable, so that failing ends the run. */
+static void guard_files(struct cdn_sandbox *sb, struct outcome *o, int group, struct cdn_guard_marks *marks,
+                        struct pollfd *pfd)
+{
+    struct cdn_error e = {0};
+    if (group >= 0 &&
+        cdn_fsguard_mark_sandbox(group, sb->init_pid, &sb->spec->protect, true, marks, &e) == 0) {
+        pfd->fd = group;
+        return;
+    }
+    if (sb->spec->protect.n == 0)
+        return; /* only the kernel files' records are lost */
+    o->setup_failed = true;
+    o->error = e;
+    if (group < 0)
+        cdn_error_field(&o->error, EPERM, "protect", "protect: no fanotify group (needs root)");
+    (void) sb->tier->kill(sb, SIGKILL);
+}
+#endif
+
+/* Poll until init has exited and been reaped. The command's EXEC frame is
+ * sent here when deferred (exec != NULL): after the monitor's marks. */
+static int supervise(struct cdn_sandbox *sb, int sfd, struct outcome *o, const struct timespec *t0,
+                     const uint8_t *exec, int exec_len, int group)
+{
+#if !CDN_LEAN
+    struct cdn_guard_marks marks = {0};
+#else
+    (void) group;
+#endif
+    struct pollfd pfd[6] = {
         {.fd = sb->init_pidfd, .events = POLLIN},
         {.fd = sb->agent_fd, .events = POLLIN},
         {.fd = sb->setup_fd, .events = POLLIN},
         {.fd = sfd, .events = POLLIN},
         {.fd = -1, .events = POLLIN}, /* the seccomp listener, once init runs */
+        {.fd = -1, .events = POLLIN}, /* the fanotify group, once marked */
     };
     uint64_t timeout = sb->spec->limits.timeout_ms;
     for (;;) {
@@ -135,9 +192,9 @@ static int supervise(struct cdn_sandbox *sb, int sfd, struct outcome *o, const s
             double left = (double) timeout - ms_since(t0);
             wait_ms = left <= 0 ? 0 : (int) left + 1;
         }
-        int r = poll(pfd, 5, wait_ms);
+        int r = poll(pfd, 6, wait_ms);
         if (r < 0 && errno != EINTR)
-            return -errno;
+            break;
         if (r == 0 && timeout && !o->timed_out && ms_since(t0) >= (double) timeout) {
             o->timed_out = true;
             (void) sb->tier->kill(sb, SIGKILL);
@@ -147,13 +204,23 @@ static int supervise(struct cdn_sandbox *sb, int sfd, struct outcome *o, const s
             read_setup(sb, o, &pfd[2]);
             if (!o->setup_failed && sb->tier->monitor_fd && (pfd[4].fd = sb->tier->monitor_fd(sb)) < 0)
                 pfd[4].fd = -1; /* no supervisor: a watched syscall would wait; end rather than hang */
+#if !CDN_LEAN
+            if (!o->setup_failed)
+                guard_files(sb, o, group, &marks, &pfd[5]);
+#endif
+            if (exec && !o->setup_failed)
+                (void) cdn_frame_send(sb->agent_fd, CDN_FRAME_EXEC, EXEC_CHANNEL, exec, (uint32_t) exec_len);
         }
+#if !CDN_LEAN
+        if (pfd[5].revents)
+            supervise_files(sb, o, &marks, &pfd[5]);
+#endif
         if (pfd[4].revents)
             supervise_syscalls(sb, o, &pfd[4]);
         if (pfd[1].revents)
             read_agent(sb, o, &pfd[1]);
         if (o->have_exit && pfd[2].fd < 0)
-            return 0; /* the command's status is in; init is ending the sandbox on its own */
+            break; /* the command's status is in; init is ending the sandbox on its own */
         if (pfd[3].revents & POLLIN) {
             struct signalfd_siginfo si;
             if (read(sfd, &si, sizeof si) == (ssize_t) sizeof si)
@@ -169,9 +236,13 @@ static int supervise(struct cdn_sandbox *sb, int sfd, struct outcome *o, const s
             while (wait4(sb->init_pid, &status, __WALL, &o->ru) < 0 && errno == EINTR)
                 ;
             sb->init_pid = 0;
-            return 0;
+            break;
         }
     }
+#if !CDN_LEAN
+    cdn_guard_marks_free(&marks);
+#endif
+    return 0;
 }
 
 static int exit_status(const struct outcome *o)
@@ -192,7 +263,8 @@ static bool needs_full(const struct cdn_run_opts *o)
 {
     char cache[4096];
     cdn_cache_dir(cache, sizeof cache);
-    return o->json || o->needs_full || o->spec.net_mode != CDN_NET_NONE || !cdn_seccomp_cache_present(cache);
+    return o->json || o->needs_full || o->spec.net_mode != CDN_NET_NONE || o->spec.protect.n > 0 ||
+           !cdn_seccomp_cache_present(cache);
 }
 
 static void report_error(const struct cdn_error *e)
@@ -230,7 +302,14 @@ static void run_sandbox(struct cdn_sandbox *sb, const struct cdn_run_opts *o, st
     if (exec_len >= 0 && cdn_run_egress_prepare(sb, out, &egress, &out->error) < 0)
         exec_len = -1;
 #endif
+    int group = -EBADF; /* the monitor's fanotify group (fsguard.h) */
+#if !CDN_LEAN
+    group = cdn_fsguard_open();
+    if (sb->spec->protect.n > 0)
+        sb->fsguard_fd = group;
+#endif
     if (exec_len < 0 || sb->tier->create(sb, &out->error) < 0) {
+        (void) safe_close(group);
         out->setup_failed = true;
         out->wall_ms = ms_since(&t0);
         (void) safe_close(sfd);
@@ -247,8 +326,12 @@ static void run_sandbox(struct cdn_sandbox *sb, const struct cdn_run_opts *o, st
     }
 #endif
     /* A failed send means init is gone; supervise() learns why from the pidfd and setup pipe. */
-    (void) cdn_frame_send(sb->agent_fd, CDN_FRAME_EXEC, EXEC_CHANNEL, exec_frame, (uint32_t) exec_len);
-    (void) supervise(sb, sfd, out, &t0);
+    /* With protected paths the command waits for the monitor's marks (supervise()). */
+    bool defer = sb->spec->protect.n > 0;
+    if (!defer)
+        (void) cdn_frame_send(sb->agent_fd, CDN_FRAME_EXEC, EXEC_CHANNEL, exec_frame, (uint32_t) exec_len);
+    (void) supervise(sb, sfd, out, &t0, defer ? exec_frame : NULL, exec_len, group);
+    (void) safe_close(group);
 #if !CDN_LEAN
     /* First: its thread may still act on the sandbox (a kill on violation),
      * whose pidfd the teardown below closes. The veth goes now; the

@@ -23,6 +23,8 @@ struct outcome {
     uint64_t violations_egress;  /* denied egress attempts (run-egress.c) */
     bool violation_killed;       /* --on-violation kill acted */
     uint64_t violations_syscall; /* watched syscalls denied (run.c) */
+    uint64_t violations_protect; /* opens of protected paths refused (run.c) */
+    uint64_t violations_kernel;  /* opens of masked kernel files refused (run.c) */
 };
 
 /* Egress of a run with network != none (run-egress.c, full build only):

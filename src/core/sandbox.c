@@ -32,6 +32,7 @@ void cdn_sandbox_init(struct cdn_sandbox *sb, const struct cdn_spec *spec)
         .slot_fd = -EBADF,
         .guard_fd = -EBADF,
         .netns_fd = -EBADF,
+        .fsguard_fd = -EBADF,
     };
     cdn_sandbox_new_id(sb->id);
     sb->cgroup.dirfd = -EBADF;

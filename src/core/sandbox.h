@@ -45,6 +45,10 @@ struct cdn_sandbox {
      * the resolver its /etc/resolv.conf names (host byte order, 0 = none). */
     int netns_fd;
     uint32_t resolver_ip;
+    /* The monitor's fanotify group (src/monitor/fsguard.h), when >= 0: init
+     * keeps a copy (fd 10) so that the marks on a sandbox's protected paths,
+     * and the opens waiting for an answer, outlive a restarting cordond. */
+    int fsguard_fd;
 
     /* host resources held for the sandbox's lifetime */
     int slot;    /* index of the uid range and cgroup name */

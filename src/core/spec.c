@@ -1,5 +1,6 @@
 /* Sandbox spec: defaults, JSON decoding with field-naming errors, validation. */
 #include "spec.h"
+#include "protect.h"
 #include "net/allow.h"
 
 #include <math.h>
@@ -309,11 +310,13 @@ int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
     if (ar < 0)
         return ar;
     cdn_allowlist_free(&allow);
-    if (spec->protect.n > 0)
-        return cdn_error_field(
-            err, EOPNOTSUPP, "protect",
-            "protect: protected paths are not enforced by this build yet; refusing rather than "
-            "pretending");
+    if (spec->protect.n > CDN_PROTECT_MAX)
+        return cdn_error_field(err, E2BIG, "protect", "protect: at most %d patterns", CDN_PROTECT_MAX);
+    for (size_t i = 0; i < spec->protect.n; i++) {
+        int pr = cdn_protect_pattern_check(spec->protect.v[i], i, err);
+        if (pr < 0)
+            return pr;
+    }
 
     if (!cdn_path_is_safe_absolute(spec->workdir) || strcmp(spec->workdir, "/") == 0)
         return cdn_error_field(err, EINVAL, "workdir", "workdir: '%s' must be an absolute path below /",

@@ -39,7 +39,14 @@ struct call {
     json_t *entries;    /* LIST: collected until DONE */
     uint8_t tail[2][4]; /* streamed text: an unfinished UTF-8 character, per stream, for the next chunk */
     uint8_t tail_len[2];
-    char cmd[128];           /* argv[0] of an exec, for the event log */
+    char cmd[128]; /* argv[0] of an exec, for the event log */
+    /* A verifier step: the sandbox is quiesced before it (its args wait in
+     * pending) and after it (its last frame waits in last*). */
+    bool verifier;
+    struct exec_args *pending;
+    uint16_t last_type;
+    uint8_t *last;
+    uint32_t last_len;
     struct event *closed_ev; /* buffered exec: the client hanging up before the answer (EV_CLOSED) */
 };
 
@@ -67,6 +74,11 @@ static void call_done(struct call *c);
 
 static void call_free(struct call *c)
 {
+    if (c->pending) {
+        exec_args_free(c->pending);
+        free(c->pending);
+    }
+    free(c->last);
     call_done(c);
     if (c->closed_ev)
         event_free(c->closed_ev);
@@ -241,8 +253,74 @@ static void record_latency(double ms)
     cordond->exec_sum_ms += ms;
 }
 
+static int send_exec(struct call *c, struct exec_args *a);
+static void exec_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uint32_t len);
+static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_t len);
+
+/* ---- the verifier step ----
+ * Protected paths are readable by a verifier step alone: before it starts,
+ * init kills every other process of the sandbox (QUIESCE), so nothing of the
+ * agent's runs beside it; when it ends, whatever it left goes the same way
+ * before the sandbox is the agent's again. While the box's verifier state is
+ * not NONE, other execs are refused (409). */
+static int quiesce(struct call *c)
+{
+    struct agent_conn *ac = &c->box->agent;
+    uint32_t ch = agent_conn_add(ac, &c->areq);
+    int r = agent_conn_send(ac, CDN_FRAME_QUIESCE, 0, ch, NULL, 0);
+    if (r < 0)
+        agent_conn_remove(ac, &c->areq);
+    return r;
+}
+
+static void quiesce_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uint32_t len)
+{
+    (void) p, (void) len;
+    struct call *c = (struct call *) r;
+    struct box *b = c->box;
+    if (type == CDN_FRAME_DONE && b->verifier == VERIFIER_STARTING) {
+        b->verifier = VERIFIER_RUNNING;
+        c->areq.on_frame = exec_frame;
+        int e = send_exec(c, c->pending);
+        exec_args_free(c->pending);
+        free(c->pending);
+        c->pending = NULL;
+        if (e < 0) {
+            b->verifier = VERIFIER_NONE;
+            exec_finish(c, 0, NULL, 0);
+        }
+        return;
+    }
+    if (type != CDN_FRAME_DONE && type != 0)
+        return; /* not a last frame: nothing else is sent on this channel */
+    /* Ended (DONE), or the sandbox went away (0): the agent has the sandbox again. */
+    b->verifier = VERIFIER_NONE;
+    c->verifier = false;
+    if (c->last_type)
+        exec_finish(c, c->last_type, c->last, c->last_len);
+    else
+        exec_finish(c, 0, NULL, 0);
+}
+
 static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_t len)
 {
+    if (c->verifier && c->box->verifier == VERIFIER_RUNNING && c->box->state == BOX_RUNNING) {
+        /* The step is over: hold its result until what it left is gone. */
+        c->last_type = type ? type : CDN_FRAME_DONE;
+        if (len && !(c->last = malloc(len)))
+            c->last_type = CDN_FRAME_DONE; /* reported as the sandbox gone */
+        else if (len)
+            memcpy(c->last, p, len);
+        c->last_len = c->last ? len : 0;
+        c->box->verifier = VERIFIER_ENDING;
+        c->areq.on_frame = quiesce_frame;
+        if (quiesce(c) == 0)
+            return;
+        c->box->verifier = VERIFIER_NONE;
+        type = c->last_type, p = c->last, len = c->last_len;
+    }
+    if (c->verifier)
+        c->box->verifier = VERIFIER_NONE;
     double ms = ms_since(&c->t0);
     json_t *res = NULL;
     int status = 200;
@@ -388,6 +466,10 @@ void api_exec(struct evhttp_request *req, struct box *b)
 {
     if (!box_usable(req, b))
         return;
+    if (b->verifier != VERIFIER_NONE)
+        return api_reply_error(req, 409, "verifier_running", NULL,
+                               "a verifier step runs in sandbox %s; other commands wait for its end",
+                               b->sb.id);
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     struct exec_args a = {0};
     struct cdn_error e = {0};
@@ -410,7 +492,21 @@ void api_exec(struct evhttp_request *req, struct box *b)
         c->out = evbuffer_new();
         c->err = evbuffer_new();
     }
-    if (!c || !c->out || !c->err || (r = send_exec(c, &a)) < 0) {
+    if (c && c->out && c->err &&
+        a.verifier) { /* the command is sent once the sandbox is quiet (quiesce_frame) */
+        c->verifier = true;
+        c->pending = malloc(sizeof *c->pending);
+        if (c->pending) {
+            *c->pending = a;
+            a = (struct exec_args){0};
+            c->areq.on_frame = quiesce_frame;
+            b->verifier = VERIFIER_STARTING;
+            if ((r = quiesce(c)) < 0)
+                b->verifier = VERIFIER_NONE;
+        } else
+            r = -ENOMEM;
+    }
+    if (!c || !c->out || !c->err || (!c->verifier && (r = send_exec(c, &a)) < 0) || r < 0) {
         exec_args_free(&a);
         if (c)
             call_free(c);

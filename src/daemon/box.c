@@ -81,7 +81,8 @@ void box_event(struct box *b, const char *type, json_t *fields)
 
 static void box_stop(struct box *b, const char *reason);
 
-const char *const violation_names[_VIOLATION_MAX] = {"egress", "syscall", "oom", "pids", "disk"};
+const char *const violation_names[_VIOLATION_MAX] = {"egress", "syscall", "oom",   "pids",
+                                                     "disk",   "protect", "kernel"};
 
 /* ---- the seccomp supervisor: watched denials become violations ---- */
 
@@ -250,6 +251,7 @@ json_t *box_to_json(struct box *b)
 static void box_free(struct box *b)
 {
     api_throttle_end(b);
+    guard_stop(b);
     if (b->setup_ev)
         event_free(b->setup_ev);
     if (b->pidfd_ev)
@@ -293,6 +295,7 @@ static void cleanup(struct box *b)
 {
     b->cleaned = true;
     monitor_stop(b);
+    guard_stop(b);
     if (b->pidfd_ev)
         event_del(b->pidfd_ev);
     /* Reap through the pidfd (init may not be our child after a restart);
@@ -395,6 +398,18 @@ static void on_setup(evutil_socket_t fd, short what, void *arg)
     }
     b->state = BOX_RUNNING; /* EOF: the setup pipe is CLOEXEC, so cordon-init runs */
     monitor_start(b);
+    struct cdn_error gerr = {0};
+    if (guard_start(b, &gerr) < 0) {
+        if (b->spec.protect.n) { /* unguarded, a protected path would be readable */
+            cordond->create_errors++;
+            if (b->create_req)
+                api_reply_cdn_error(b->create_req, 500, "sandbox_failed", &gerr);
+            b->create_req = NULL;
+            box_delete(b, "protected paths could not be guarded");
+            return;
+        }
+        fprintf(stderr, "cordond: sandbox %s: masked kernel files unguarded: %s\n", b->sb.id, gerr.msg);
+    }
     cordond->created_total++;
     box_event(b, "running", NULL);
     if (b->pool)
@@ -525,6 +540,7 @@ struct box *box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_error
     }
     b->spec = *spec;
     *spec = (struct cdn_spec){0};
+    b->guard_fd = -1;
     b->pool = pool;
     LIST_INIT(&b->followers);
     cdn_sandbox_init(&b->sb, &b->spec);
@@ -542,7 +558,7 @@ struct box *box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_error
     } else if (b->sb.listen_fd < 0) {
         cdn_error_set(err, -b->sb.listen_fd, "agent socket in %s: %s", cordond->cfg.sandbox_dir,
                       strerror(-b->sb.listen_fd));
-    } else if (egress_attach(b, err) < 0) {
+    } else if (egress_attach(b, err) < 0 || guard_prepare(b, err) < 0) {
         /* err says why */
     } else if ((b->sb.slot_hint = cordond->n_kept ? cordond->kept_slots[--cordond->n_kept] : -1),
                b->sb.tier->create(&b->sb, err) >= 0) {
@@ -653,6 +669,7 @@ static void adopt_one(const char *id, const char *path)
         return;
     }
     b->spec = rec.spec;
+    b->guard_fd = -1;
     LIST_INIT(&b->followers);
     cdn_sandbox_init(&b->sb, &b->spec);
     (void) snprintf(b->sb.id, sizeof b->sb.id, "%s", rec.id);
@@ -679,6 +696,11 @@ static void adopt_one(const char *id, const char *path)
         cordond->n_boxes++;
         if (watch(b) >= 0) {
             monitor_start(b);
+            if (guard_adopt(b, &err) < 0 && b->spec.protect.n) {
+                fprintf(stderr, "cordond: sandbox %s: %s; ending it\n", id, err.msg);
+                box_delete(b, "protected paths could not be guarded after a restart");
+                return;
+            }
             box_event(b, "adopted", json_pack("{s:i}", "init_pid", (int) rec.init_pid));
             return;
         }

@@ -18,6 +18,7 @@
 
 #include "core/paths.h"
 #include "daemon.h"
+#include "shared/fd-util.h"
 #include "net/audit.h"
 #include "shared/parse-util.h"
 #include "tiers/tier.h"
@@ -260,6 +261,17 @@ static void on_child(evutil_socket_t sig, short what, void *arg)
         ;
 }
 
+/* Each sandbox with protected paths holds a fanotify group of its own
+ * (guard.c); the kernel's default of 128 groups per user would cap them. */
+static void raise_fanotify_groups(void)
+{
+    const char *p = "/proc/sys/fs/fanotify/max_user_groups";
+    char buf[32];
+    if (cdn_read_file_at(AT_FDCWD, p, buf, sizeof buf) > 0 && atol(buf) < 65536 &&
+        cdn_write_file_at(AT_FDCWD, p, "65536") == 0)
+        fprintf(stderr, "cordond: fs.fanotify.max_user_groups raised from %ld to 65536\n", atol(buf));
+}
+
 int main(int argc, char **argv)
 {
     struct daemon *d = cordond = &the_daemon;
@@ -332,6 +344,8 @@ int main(int argc, char **argv)
         }
     }
     (void) egress_start(); /* without it, network modes other than none are refused, with the reason */
+    raise_fanotify_groups();
+    (void) guard_global_start();
     int adopted = box_adopt_all();
     /* What a crashed cordond kept for reuse (empty cgroups of now free slots) goes. */
     cdn_tier_lookup(CDN_TIER_CONTAINER)->sweep_slots();
@@ -345,6 +359,7 @@ int main(int argc, char **argv)
     event_base_dispatch(d->base);
     box_drop_kept_slots();
     egress_stop();
+    guard_global_stop();
     monitor_free();
     (void) unlink(d->cfg.socket_path);
     return 0;

@@ -18,6 +18,7 @@
 
 #include "agent/frame.h"
 #include "core/sandbox.h"
+#include "monitor/fsguard.h"
 #include "core/spec.h"
 #include "net/egress.h"
 #include "net/netns.h"
@@ -83,6 +84,8 @@ enum violation_kind {
     VIOLATION_OOM,
     VIOLATION_PIDS,
     VIOLATION_DISK,
+    VIOLATION_PROTECT, /* an open of a protected path (guard.c) */
+    VIOLATION_KERNEL,  /* an open of a masked kernel file (guard.c) */
     _VIOLATION_MAX
 };
 extern const char *const violation_names[_VIOLATION_MAX];
@@ -121,8 +124,15 @@ struct box {
     struct {
         uint32_t rule; /* hash of the rule id; 0 = free */
         unsigned n;
-    } alert_buckets[16];             /* alerts per rule in the current second (monitor.c) */
-    bool violation_killed;           /* on_violation kill acted: exited, but kept for the client to see why */
+    } alert_buckets[16];   /* alerts per rule in the current second (monitor.c) */
+    bool violation_killed; /* on_violation kill acted: exited, but kept for the client to see why */
+    /* The file-access guard (guard.c) */
+    int guard_fd;                 /* its own fanotify group (protected paths), else -1 */
+    struct event *guard_ev;       /* … and its events */
+    struct cdn_guard_marks marks; /* the mounts marked for it, in its group or the global one */
+    bool guarded;
+    LIST_ENTRY(box) guard_link;
+    enum { VERIFIER_NONE, VERIFIER_STARTING, VERIFIER_RUNNING, VERIFIER_ENDING } verifier; /* api-exec.c */
     bool cleaned;                    /* cleanup() ran: init reaped, tier resources released */
     struct evbuffer *events;         /* NDJSON lines, oldest dropped past a cap */
     LIST_HEAD(, follower) followers; /* GET …/events?follow=true (api.c) */
@@ -217,6 +227,17 @@ int egress_adopt(struct box *b, int lease, struct cdn_error *err);
 /* PATCH …/network: replace mode and list (allow moved in on success). */
 int egress_set(struct box *b, enum cdn_net_mode mode, struct cdn_strv *allow, struct cdn_error *err);
 const char *egress_log_path(void);
+
+/* ---- the file-access guard (guard.c) ---- */
+int guard_global_start(void);
+void guard_global_stop(void);
+/* Before the tier's create: a sandbox with protected paths gets its own group. */
+int guard_prepare(struct box *b, struct cdn_error *err);
+/* Once init runs, before any command: mark its mounts. */
+int guard_start(struct box *b, struct cdn_error *err);
+/* After a restart: take the group back from init (protected paths) and mark again. */
+int guard_adopt(struct box *b, struct cdn_error *err);
+void guard_stop(struct box *b);
 
 /* ---- the monitor's rules (monitor.c) ---- */
 int monitor_load_rules(const char *path, struct cdn_error *err);

@@ -100,6 +100,9 @@ static int parse_object(json_t *o, struct exec_args *a, struct cdn_error *e)
             r = json_is_number(v) && json_number_value(v) > 0 && json_number_value(v) <= 7 * 86400
                     ? (a->timeout_s = json_number_value(v), 0)
                     : bad(e, "timeout_s", "must be a number of seconds, > 0 and at most 604800");
+        else if (strcmp(k, "verifier") == 0)
+            r = json_is_boolean(v) ? (a->verifier = json_is_true(v), 0)
+                                   : bad(e, "verifier", "must be true or false");
         else if (strcmp(k, "stream") == 0)
             r = json_is_boolean(v) ? (a->stream = json_is_true(v), 0)
                                    : bad(e, "stream", "must be true or false");

@@ -20,6 +20,7 @@ struct exec_args {
     uint8_t *stdin_data;
     long stdin_len;
     bool has_stdin, stream, b64, pty;
+    bool verifier; /* a verifier step: runs alone, may read protected paths (api-exec.c) */
     double timeout_s;
     uint16_t rows, cols;
 };

@@ -62,6 +62,10 @@ struct cordon_exec_opts {
     const void *stdin_data; /* or NULL: stdin is /dev/null */
     size_t stdin_len;
     double timeout_s; /* 0: none */
+    /* A verifier step (docs/events.md): cordond first ends every other process
+     * of the sandbox, runs this command alone, with read access to the
+     * protected paths, and ends what it leaves behind. */
+    bool verifier;
 };
 
 struct cordon_exec_result {

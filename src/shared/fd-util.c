@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -98,4 +99,19 @@ int cdn_mkdir_p(const char *path, mode_t mode)
     if (mkdir(tmp, mode) < 0 && errno != EEXIST)
         return -errno;
     return 0;
+}
+
+void cdn_read_cmdline(int pid, char *buf, size_t size)
+{
+    char path[64];
+    buf[0] = 0;
+    (void) snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+    ssize_t n = cdn_read_file_at(AT_FDCWD, path, buf, size);
+    if (n <= 0) {
+        buf[0] = 0;
+        return;
+    }
+    for (ssize_t i = 0; i < n - 1; i++)
+        if (!buf[i])
+            buf[i] = ' ';
 }

@@ -15,3 +15,5 @@ int cdn_write_file_at(int dirfd, const char *path, const char *s);
 ssize_t cdn_read_file_at(int dirfd, const char *path, char *buf, size_t size);
 /* mkdir -p with mode; existing directories are fine. */
 int cdn_mkdir_p(const char *path, mode_t mode);
+/* /proc/PID/cmdline with its NULs as spaces, NUL-terminated ("" if gone). */
+void cdn_read_cmdline(int pid, char *buf, size_t size);

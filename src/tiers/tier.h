@@ -37,6 +37,9 @@ struct cdn_tier_ops {
      * watched denials (cdn_seccomp_notify_eperm), for the caller to
      * supervise; -errno. NULL: the tier has none. */
     int (*monitor_fd)(struct cdn_sandbox *sb);
+    /* A copy of the fanotify group init holds (sandbox.h fsguard_fd), for a
+     * restarted cordond; -errno (EBADF: it holds none). */
+    int (*fsguard_fd)(struct cdn_sandbox *sb);
 };
 
 extern const struct cdn_tier_ops cdn_container_tier;

@@ -38,7 +38,8 @@ def test_ordinary_work_is_not_a_violation(vd):
                      "curl -sS -m 10 http://pypi.test/ >/dev/null && echo ok"], timeout_s=120)
         assert r.stdout.strip() == "ok", r
         v = sb.violations()
-        assert v == {"counts": {"egress": 0, "syscall": 0, "oom": 0, "pids": 0, "disk": 0}, "first": None, "last": None}, v
+        assert v == {"counts": {"egress": 0, "syscall": 0, "oom": 0, "pids": 0, "disk": 0, "protect": 0, "kernel": 0},
+                     "first": None, "last": None}, v
         assert kinds(sb) == []
 
 

@@ -149,6 +149,7 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         .persistent = sb->persistent,
         .listen_fd = sb->persistent ? sb->listen_fd : -EBADF,
         .slot_fd = sb->persistent ? sb->slot_fd : -EBADF,
+        .fsguard_fd = sb->fsguard_fd,
         .cgroup = v2 ? NULL : &sb->cgroup,
         .netns_given = sb->netns_fd >= 0,
         .resolver_ip = sb->resolver_ip,
@@ -372,6 +373,14 @@ static int container_monitor_fd(struct cdn_sandbox *sb)
     return fd < 0 ? -errno : fd;
 }
 
+static int container_fsguard_fd(struct cdn_sandbox *sb)
+{
+    if (sb->init_pidfd < 0)
+        return -ESRCH;
+    int fd = (int) syscall(SYS_pidfd_getfd, sb->init_pidfd, CDN_FD_FSGUARD, 0);
+    return fd < 0 ? -errno : fd;
+}
+
 const struct cdn_tier_ops cdn_container_tier = {
     .name = "container",
     .create = container_create,
@@ -383,4 +392,5 @@ const struct cdn_tier_ops cdn_container_tier = {
     .drop_slot = container_drop_slot,
     .sweep_slots = container_sweep_slots,
     .monitor_fd = container_monitor_fd,
+    .fsguard_fd = container_fsguard_fd,
 };

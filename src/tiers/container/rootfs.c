@@ -11,6 +11,7 @@
  * new root are resolved with RESOLVE_IN_ROOT so an image's symlinks cannot
  * redirect a mount outside it. */
 #include "container-internal.h"
+#include "core/protect.h"
 #include "shared/fd-util.h"
 
 #include <errno.h>
@@ -213,14 +214,33 @@ static int mount_host_usr(const char *root, struct cdn_error *err)
     return 0;
 }
 
-static int mount_proc(int rootfd, const char *root, struct cdn_error *err)
+/* A masked file gets an empty, read-only regular file bound on it, one per
+ * sandbox (in its scratch): not /dev/null, because fanotify reports opens of
+ * regular files only, and the monitor records reads of masked kernel files
+ * (src/monitor/fsguard.h). */
+static int mask_file(const char *mask, const char *p, const char *what, struct cdn_error *err)
 {
-    char p[4200], fdp[64];
+    CHECK(mount(mask, p, NULL, MS_BIND, NULL), "mask %s: %m", what);
+    _cleanup_close_ int fd = open(p, O_PATH | O_CLOEXEC);
+    if (fd < 0)
+        return cdn_error_set(err, errno, "open %s: %m", what);
+    return set_mount_attrs(fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                           what, err);
+}
+
+static int mount_proc(const struct cdn_setup_args *a, int rootfd, const char *root, struct cdn_error *err)
+{
+    char p[4200], fdp[64], mask[4200];
+    int r;
+    (void) snprintf(mask, sizeof mask, "%s/mask", a->scratch);
+    _cleanup_close_ int mfd = open(mask, O_CREAT | O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0444);
+    if (mfd < 0)
+        return cdn_error_set(err, errno, "create the mask file: %m");
     int fd = open_in_root(rootfd, "/proc", true, 0555);
     if (fd < 0)
         return cdn_error_set(err, fd, "create /proc in the image: %s", strerror(-fd));
     (void) fd_path(fdp, fd);
-    int r = mount("proc", fdp, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+    r = mount("proc", fdp, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
     (void) close(fd);
     CHECK(r, "mount /proc: %m");
     for (size_t i = 0; masked_paths[i]; i++) {
@@ -232,8 +252,8 @@ static int mount_proc(int rootfd, const char *root, struct cdn_error *err)
             CHECK(mount("cordon-mask", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                         "size=0,mode=0555"),
                   "mask %s: %m", masked_paths[i]);
-        else
-            CHECK(mount("/dev/null", p, NULL, MS_BIND, NULL), "mask %s: %m", masked_paths[i]);
+        else if ((r = mask_file(mask, p, masked_paths[i], err)) < 0)
+            return r;
     }
     for (size_t i = 0; readonly_paths[i]; i++) {
         (void) snprintf(p, sizeof p, "%s%s", root, readonly_paths[i]);
@@ -387,6 +407,12 @@ static int make_writable_dirs(const struct cdn_setup_args *a, int rootfd, struct
          * always under a read-only root, a directory of the scratch tmpfs is bound over it. */
         if (st.st_uid == 0 && !a->spec->read_only_root)
             continue;
+        /* A bind of the spec's there already (--bind DIR:/workspace): it is what was asked for. */
+        bool bound = false;
+        for (size_t m = 0; m < a->spec->n_mounts && !bound; m++)
+            bound = strcmp(a->spec->mounts[m].target, path) == 0;
+        if (bound)
+            continue;
         char src[4200], fdp[64];
         (void) snprintf(src, sizeof src, "%s/rw%zu", a->scratch, i);
         (void) fd_path(fdp, fd);
@@ -395,6 +421,51 @@ static int make_writable_dirs(const struct cdn_setup_args *a, int rootfd, struct
         int r = bind_mount(src, fdp, 0, err);
         if (r < 0)
             return cdn_error_prefix(err, r, "%s %s", field, path);
+    }
+    return 0;
+}
+
+/* Protected paths: each match bound on itself (with what is mounted beneath
+ * it) and made read-only, so that nothing in the sandbox can write, replace,
+ * rename, unlink or link it (a mount point is busy, a bind is a separate
+ * mount for link()); reads are the host's to refuse (fsguard.h). */
+struct protect_ctx {
+    int rootfd;
+    struct cdn_error *err;
+};
+
+static int protect_one(void *ud, const char *path, int fd)
+{
+    struct protect_ctx *c = ud;
+    char fdp[64];
+    (void) fd_path(fdp, fd);
+    if (mount(fdp, fdp, NULL, MS_BIND | MS_REC, NULL) < 0)
+        return cdn_error_set(c->err, errno, "protect %s: bind: %m", path);
+    struct open_how how = {.flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+    _cleanup_close_ int nfd = (int) syscall(SYS_openat2, c->rootfd, path, &how, sizeof how);
+    if (nfd < 0)
+        return cdn_error_set(c->err, errno, "protect %s: reopen: %m", path);
+    return set_mount_attrs(nfd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, path, c->err);
+}
+
+static int protect_paths(const struct cdn_setup_args *a, int rootfd, struct cdn_error *err)
+{
+    struct protect_ctx c = {rootfd, err};
+    for (size_t i = 0; i < a->spec->protect.n; i++) {
+        const char *pat = a->spec->protect.v[i];
+        int r = cdn_protect_expand(rootfd, pat, protect_one, &c);
+        if (r >= 0)
+            continue;
+        if (err->msg[0])
+            return r; /* protect_one said why */
+        char field[32];
+        (void) snprintf(field, sizeof field, "protect[%zu]", i);
+        if (r == -ENOENT)
+            return cdn_error_field(err, ENOENT, field, "%s: '%s' does not exist in the sandbox", field, pat);
+        if (r == -E2BIG)
+            return cdn_error_field(err, E2BIG, field, "%s: '%s' names more than %d paths", field, pat,
+                                   CDN_PROTECT_MATCH_MAX);
+        return cdn_error_field(err, -r, field, "%s: '%s': %s", field, pat, strerror(-r));
     }
     return 0;
 }
@@ -422,11 +493,13 @@ int cdn_rootfs_prepare(const struct cdn_setup_args *a, struct cdn_error *err)
         return cdn_error_set(err, errno, "open new root: %m");
     if (a->image->host && (r = mount_host_usr(root, err)) < 0)
         return r;
-    if ((r = mount_proc(rootfd, root, err)) < 0 || (r = mount_dev(a, rootfd, root, err)) < 0 ||
+    if ((r = mount_proc(a, rootfd, root, err)) < 0 || (r = mount_dev(a, rootfd, root, err)) < 0 ||
         (r = mount_binds(a, rootfd, err)) < 0)
         return r;
     r = make_writable_dirs(a, rootfd, err);
     if (r < 0 || (a->resolver_ip && (r = mount_resolv_conf(a, rootfd, err)) < 0))
+        return r;
+    if ((r = protect_paths(a, rootfd, err)) < 0)
         return r;
     if (a->spec->read_only_root)
         CHECK(mount(NULL, root, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL),

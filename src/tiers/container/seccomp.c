@@ -148,19 +148,8 @@ int cdn_seccomp_notify_recv(int listener, struct cdn_seccomp_event *ev)
     *ev = (struct cdn_seccomp_event){
         .id = req.n.id, .pid = (int) req.n.pid, .nr = req.n.data.nr, .arch = req.n.data.arch};
     memcpy(ev->args, req.n.data.args, sizeof ev->args);
-    if (ev->pid > 0) { /* read while the caller is stopped in the syscall */
-        char path[64];
-        (void) snprintf(path, sizeof path, "/proc/%d/cmdline", ev->pid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd >= 0) {
-            ssize_t n = read(fd, ev->cmdline, sizeof ev->cmdline - 1);
-            (void) close(fd);
-            for (ssize_t i = 0; i < n - 1; i++)
-                if (!ev->cmdline[i])
-                    ev->cmdline[i] = ' ';
-            ev->cmdline[n > 0 ? n : 0] = 0;
-        }
-    }
+    if (ev->pid > 0) /* read while the caller is stopped in the syscall */
+        cdn_read_cmdline(ev->pid, ev->cmdline, sizeof ev->cmdline);
     return 0;
 }
 

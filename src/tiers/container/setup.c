@@ -168,10 +168,18 @@ static int arrange_fds(const struct cdn_setup_args *a)
     for (int i = 0; a->stdio_fd >= 0 && i < 3; i++)
         if (dup2(a->stdio_fd, i) < 0)
             return -errno;
+    int guard = a->fsguard_fd >= 0 ? fcntl(a->fsguard_fd, F_DUPFD_CLOEXEC, 100) : -1;
+    if (a->fsguard_fd >= 0 && guard < 0)
+        return -errno;
     for (size_t i = 0; i < n; i++) /* what init keeps is not CLOEXEC */
         if (dup3(tmp[i], FD_AGENT + (int) i, i == 0 || i >= 4 ? 0 : O_CLOEXEC) < 0)
             return -errno;
-    return RET_NERRNO((int) syscall(SYS_close_range, FD_AGENT + (int) n, ~0U, 0));
+    if (guard >= 0 && dup3(guard, CDN_FD_FSGUARD, 0) < 0)
+        return -errno;
+    /* fd 9 stays free for the seccomp listener. */
+    if (syscall(SYS_close_range, FD_AGENT + (int) n, CDN_FD_FSGUARD - 1, 0) < 0)
+        return -errno;
+    return RET_NERRNO((int) syscall(SYS_close_range, CDN_FD_FSGUARD + (guard >= 0), ~0U, 0));
 }
 
 static int wait_parent(char expect)

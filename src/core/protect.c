@@ -1,0 +1,150 @@
+/* Expansion of protected-path patterns beneath a root (protect.h). libc
+ * only: it runs in the setup child and in the lean CLI's build too. */
+#include "protect.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <linux/openat2.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define PATTERN_MAX 1024
+
+static bool has_wildcard(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == '*' || s[i] == '?' || s[i] == '[')
+            return true;
+    return false;
+}
+
+int cdn_protect_pattern_check(const char *p, size_t idx, struct cdn_error *err)
+{
+    char field[32];
+    (void) snprintf(field, sizeof field, "protect[%zu]", idx);
+    size_t len = strlen(p);
+    if (p[0] != '/' || len > PATTERN_MAX)
+        return cdn_error_field(err, EINVAL, field, "%s: '%s' must be an absolute path of at most %d bytes",
+                               field, p, PATTERN_MAX);
+    if (strcmp(p, "/") == 0 || strcmp(p, "/**") == 0)
+        return cdn_error_field(err, EINVAL, field, "%s: the whole root cannot be protected", field);
+    if (len >= 3 && strcmp(p + len - 3, "/**") == 0)
+        len -= 3;
+    for (const char *c = p + 1; c < p + len;) {
+        size_t n = strcspn(c, "/");
+        if (c + n > p + len)
+            n = (size_t) (p + len - c);
+        if (n == 0 || (n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
+            return cdn_error_field(err, EINVAL, field, "%s: '%s': empty, '.' or '..' component", field, p);
+        if (memmem(c, n, "**", 2))
+            return cdn_error_field(err, EINVAL, field, "%s: '%s': '**' only as a trailing '/**'", field, p);
+        c += n + 1;
+    }
+    return 0;
+}
+
+static int open_beneath(int rootfd, const char *path, int flags)
+{
+    struct open_how how = {.flags = (uint64_t) (flags | O_CLOEXEC),
+                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+    int fd = (int) syscall(SYS_openat2, rootfd, path, &how, sizeof how);
+    return fd < 0 ? -errno : fd;
+}
+
+struct walk {
+    int rootfd;
+    cdn_protect_fn fn;
+    void *ud;
+    int found;
+};
+
+/* prefix: the path matched so far ("" for the root); rest: what is left of
+ * the pattern, without its leading slash. */
+static int walk(struct walk *w, const char *prefix, const char *rest)
+{
+    char path[PATTERN_MAX + 512];
+    while (*rest) {
+        size_t n = strcspn(rest, "/");
+        if (has_wildcard(rest, n))
+            break;
+        size_t have = strlen(prefix);
+        if (have + 1 + n >= sizeof path)
+            return -ENAMETOOLONG;
+        if (prefix != path)
+            memcpy(path, prefix, have + 1);
+        path[have] = '/';
+        memcpy(path + have + 1, rest, n);
+        path[have + 1 + n] = 0;
+        prefix = path;
+        rest += n + (rest[n] == '/');
+    }
+    if (!*rest) {
+        int fd = open_beneath(w->rootfd, prefix[0] ? prefix : "/", O_PATH);
+        if (fd == -ENOENT || fd == -ENOTDIR)
+            return 0;
+        if (fd < 0)
+            return fd;
+        if (++w->found > CDN_PROTECT_MATCH_MAX) {
+            (void) close(fd);
+            return -E2BIG;
+        }
+        int r = w->fn(w->ud, prefix[0] ? prefix : "/", fd);
+        (void) close(fd);
+        return r < 0 ? r : 0;
+    }
+    size_t n = strcspn(rest, "/");
+    char comp[PATTERN_MAX + 1];
+    memcpy(comp, rest, n);
+    comp[n] = 0;
+    const char *after = rest + n + (rest[n] == '/');
+    int dfd = open_beneath(w->rootfd, prefix[0] ? prefix : "/", O_RDONLY | O_DIRECTORY);
+    if (dfd == -ENOENT || dfd == -ENOTDIR)
+        return 0;
+    if (dfd < 0)
+        return dfd;
+    DIR *d = fdopendir(dfd);
+    if (!d) {
+        int r = -errno;
+        (void) close(dfd);
+        return r;
+    }
+    char base[PATTERN_MAX + 512];
+    (void) snprintf(base, sizeof base, "%s", prefix);
+    int r = 0;
+    for (struct dirent *de; r >= 0 && (de = readdir(d));) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+            fnmatch(comp, de->d_name, FNM_PERIOD) != 0)
+            continue;
+        char next[PATTERN_MAX + 512];
+        if ((size_t) snprintf(next, sizeof next, "%s/%s", base, de->d_name) >= sizeof next)
+            r = -ENAMETOOLONG;
+        else
+            r = walk(w, next, after);
+    }
+    closedir(d);
+    return r;
+}
+
+int cdn_protect_expand(int rootfd, const char *pattern, cdn_protect_fn fn, void *ud)
+{
+    char p[PATTERN_MAX + 1];
+    size_t len = strlen(pattern);
+    if (len > PATTERN_MAX || pattern[0] != '/')
+        return -EINVAL;
+    memcpy(p, pattern, len + 1);
+    if (len >= 3 && strcmp(p + len - 3, "/**") == 0)
+        p[len - 3] = 0;
+    struct walk w = {.rootfd = rootfd, .fn = fn, .ud = ud};
+    int r = walk(&w, "", p + 1);
+    if (r < 0)
+        return r;
+    if (w.found == 0 && !has_wildcard(p, strlen(p)))
+        return -ENOENT;
+    return w.found;
+}

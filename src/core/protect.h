@@ -1,0 +1,26 @@
+/* Protected paths (the spec's "protect"): what a pattern names inside a
+ * sandbox's root. The setup child binds each match on itself read-only; the
+ * host marks the same matches for fanotify (src/monitor/fsguard.h). Both
+ * expand the patterns the same way, before any sandbox process runs. */
+#pragma once
+
+#include <stddef.h>
+
+#include "shared/error.h"
+
+#define CDN_PROTECT_MAX       32  /* patterns in one spec */
+#define CDN_PROTECT_MATCH_MAX 256 /* paths one pattern may name */
+
+/* One pattern: absolute, no "." or ".." components, no empty components, at
+ * most 1024 bytes; "*", "?" and "[…]" match within one component (not a
+ * leading dot); "**" only at the end, after a slash: the directory and
+ * everything beneath it (the same as naming the directory). */
+int cdn_protect_pattern_check(const char *pattern, size_t idx, struct cdn_error *err);
+
+/* fn gets each existing path the pattern names beneath rootfd (symlinks
+ * followed but never out of rootfd, as if it were "/") with an O_PATH fd of
+ * it; a negative return from fn stops the walk and is returned. Returns the
+ * number of matches; -ENOENT when a pattern without wildcards names nothing
+ * there; -E2BIG past CDN_PROTECT_MATCH_MAX. */
+typedef int (*cdn_protect_fn)(void *ud, const char *path, int fd);
+int cdn_protect_expand(int rootfd, const char *pattern, cdn_protect_fn fn, void *ud);

@@ -1,0 +1,245 @@
+"""Protected paths (issue 5): paths the agent may neither read nor write.
+
+The sandbox binds each protected path on itself read-only (writes, renames,
+unlinks, links and new entries fail) and the host answers every open of
+those mounts through fanotify: a sandbox process is refused and that is a
+"protect" violation with the path and the command; init (the files API) and a
+verifier step pass. Masked kernel files (/proc/kallsyms, …) are guarded the
+same way ("kernel").
+
+What these tests catch: with guard_start()'s marking removed from guard.c
+(tried once), test_protected_paths_hold_in_cordond fails at its first attack
+("direct": `cat` exits 0 with the secret); without the read-only bind the
+write attacks would succeed and change the host files ("intact")."""
+
+import json
+import os
+import signal
+
+import pytest
+
+import cordonlib
+from cordonlib import Daemon, wait_for
+from cordon import Sandbox, ServerError
+
+SECRET = "the-answer-is-42"
+HIDDEN = "def test_hidden(): assert solve() == 42\n"
+
+
+@pytest.fixture
+def ws(shared_dir):
+    """A host directory bound as /workspace: an answer key, hidden tests, and work of the agent's."""
+    w = os.path.join(shared_dir, "ws")
+    os.makedirs(os.path.join(w, "tests", "sub"))
+    with open(os.path.join(w, "answer.key"), "w") as f:
+        f.write(SECRET)
+    with open(os.path.join(w, "tests", "test_hidden.py"), "w") as f:
+        f.write(HIDDEN)
+    with open(os.path.join(w, "tests", "sub", "deep.txt"), "w") as f:
+        f.write(SECRET)
+    with open(os.path.join(w, "tests", "run.sh"), "w") as f:
+        f.write("#!/bin/sh\necho ran\n")
+    os.chmod(os.path.join(w, "tests", "run.sh"), 0o755)
+    with open(os.path.join(w, "solution.py"), "w") as f:
+        f.write("def solve(): return 41\n")
+    os.chmod(os.path.join(w, "solution.py"), 0o666)
+    os.chmod(w, 0o777)
+    return w
+
+
+def intact(w):
+    with open(os.path.join(w, "answer.key")) as f:
+        assert f.read() == SECRET
+    with open(os.path.join(w, "tests", "test_hidden.py")) as f:
+        assert f.read() == HIDDEN
+    assert sorted(os.listdir(os.path.join(w, "tests"))) == ["run.sh", "sub", "test_hidden.py"]
+
+
+SPEC = dict(protect=["/workspace/answer.key", "/workspace/tests/**"])
+
+# Each attack must fail (non-zero) and must not print the secret.
+READS = {
+    "direct": "cat /workspace/answer.key",
+    "dir-listing": "ls /workspace/tests",
+    "nested": "cat /workspace/tests/sub/deep.txt",
+    "symlink": "ln -s /workspace/answer.key /tmp/l && cat /tmp/l",
+    "dir-symlink": "ln -s /workspace/tests /tmp/t && cat /tmp/t/test_hidden.py",
+    "proc-self-root": "cat /proc/self/root/workspace/answer.key",
+    "proc-pid-cwd": "cd /workspace/tests && (sleep 5 & p=$!; cat /proc/$p/cwd/test_hidden.py; r=$?; kill $p; exit $r)",
+    "reopen-o-path": "python3 -c \"import os; fd = os.open('/workspace/answer.key', os.O_PATH); "
+                     "print(open('/proc/self/fd/%d' % fd).read())\"",
+    "redirect-in-child": "sh -c 'cat < /workspace/answer.key'",
+    "exec": "/workspace/tests/run.sh",
+    "python-import": "cd /workspace/tests && python3 -c 'import test_hidden'",
+    "init-root": "cat /proc/1/root/workspace/answer.key",
+    "copy": "cp /workspace/answer.key /tmp/k && cat /tmp/k",
+    "tar": "tar cf - /workspace/tests | tar tvf -  >/dev/null && tar cf - /workspace/tests | tar xOf - | grep -q the-answer",
+}
+WRITES = {
+    "overwrite": "echo x > /workspace/answer.key",
+    "append": "echo x >> /workspace/tests/test_hidden.py",
+    "truncate": "truncate -s 0 /workspace/answer.key",
+    "new-file": "echo 'import pytest' > /workspace/tests/conftest.py",
+    "rm": "rm -f /workspace/tests/test_hidden.py",
+    "rm-dir": "rm -rf /workspace/tests",
+    "rename-away": "mv /workspace/tests /workspace/t2",
+    "rename-over": "echo fake > /workspace/fake && mv /workspace/fake /workspace/answer.key",
+    "rename-into": "echo fake > /workspace/fake && mv /workspace/fake /workspace/tests/test_hidden.py",
+    "hardlink": "ln /workspace/answer.key /workspace/h && cat /workspace/h",
+    "chmod": "chmod 000 /workspace/answer.key",
+    "touch": "touch /workspace/tests/test_hidden.py",
+    "symlink-in": "ln -s /tmp/evil.py /workspace/tests/conftest.py",
+    "bind": "mount --bind /workspace/solution.py /workspace/answer.key",
+    "unshare": "unshare -rm sh -c 'umount /workspace/answer.key'",
+}
+
+
+def test_protected_paths_hold_in_cordond(shared_dir, ws):
+    d = Daemon(shared_dir)
+    try:
+        sb = Sandbox.create(endpoint=d.endpoint, mounts=[{"source": ws, "target": "/workspace"}], **SPEC)
+        readers = []
+        for name, cmd in {**READS, **WRITES}.items():
+            r = sb.exec(["sh", "-c", cmd])
+            assert r.exit_code != 0, (name, r)
+            if SECRET in r.stdout or "solve()" in r.stdout:
+                readers.append(name)
+        assert readers == []
+        intact(ws)
+        # ordinary work next to them is not hindered
+        r = sb.exec(["sh", "-c", "cat /workspace/solution.py && echo more >> /workspace/solution.py && ls /workspace"])
+        assert r.exit_code == 0 and "answer.key" in r.stdout and "tests" in r.stdout, r
+        v = sb.violations()
+        # every read attempt is one or more refused opens; the syscall ones come from mount/unshare
+        assert v["counts"]["protect"] >= len(READS) - 1, v  # init-root is refused by /proc's own check
+        assert v["counts"]["syscall"] >= 1, v
+        ev = [e for e in sb.events() if e["type"] == "violation" and e["kind"] == "protect"]
+        assert {"path": "/workspace/answer.key", "op": "open", "cmd": "cat /workspace/answer.key"}.items() \
+            <= ev[0].items(), ev[0]
+        assert any(e["op"] == "exec" and e["path"] == "/workspace/tests/run.sh" for e in ev), ev
+        assert any(e["path"] == "/workspace/tests/sub/deep.txt" for e in ev), ev
+        # the files API is the operator's: it reads them
+        assert sb.files.read("/workspace/answer.key") == SECRET.encode()
+        sb.kill()
+    finally:
+        assert d.stop() == 0, d.output()
+    intact(ws)
+
+
+def test_verifier_step_reads_them_alone(shared_dir, ws):
+    d = Daemon(shared_dir)
+    try:
+        sb = Sandbox.create(endpoint=d.endpoint, mounts=[{"source": ws, "target": "/workspace"}], **SPEC)
+        # an agent process that would snoop while the verifier runs
+        assert sb.exec("nohup sh -c 'while :; do cat /workspace/answer.key >> /tmp/loot 2>/dev/null; "
+                       "sleep 0.01; done' >/dev/null 2>&1 &").exit_code == 0
+        r = sb.exec(["sh", "-c", "cat /workspace/answer.key; cat /workspace/tests/test_hidden.py; "
+                     "/workspace/tests/run.sh; pgrep -c -f '[w]hile :' || true"], verifier=True)
+        assert r.exit_code == 0, r
+        assert r.stdout.startswith(SECRET + HIDDEN + "ran\n"), r
+        assert r.stdout.endswith("0\n"), r  # the snooping loop was ended before the step
+        r = sb.exec(["sh", "-c", "cat /tmp/loot 2>/dev/null; echo; pgrep -f '[w]hile :' || echo none"])
+        assert SECRET not in r.stdout and r.stdout.endswith("none\n"), r
+        # after the step the agent is refused again
+        assert sb.exec("cat /workspace/answer.key").exit_code != 0
+        # a verifier's leftovers are ended with it
+        assert sb.exec("sleep 300 >/dev/null 2>&1 &", verifier=True).exit_code == 0
+        assert sb.exec("pgrep -x sleep || echo none").stdout == "none\n"
+        kinds = [e.get("kind") for e in sb.events() if e["type"] == "violation"]
+        assert kinds.count("protect") >= 1
+        sb.kill()
+    finally:
+        assert d.stop() == 0, d.output()
+    intact(ws)
+
+
+def test_a_verifier_step_runs_alone(shared_dir, ws):
+    d = Daemon(shared_dir)
+    try:
+        sb = Sandbox.create(endpoint=d.endpoint, mounts=[{"source": ws, "target": "/workspace"}], **SPEC)
+        events = sb.exec_stream(["sh", "-c", "echo start; sleep 2; echo end"], verifier=True)
+        first = next(events)
+        assert first["type"] == "stdout" and first["data"] == "start\n"
+        status, body = d.http("POST", f"/v1/sandboxes/{sb.id}/exec", {"cmd": ["true"]})
+        assert status == 409 and body["error"]["code"] == "verifier_running", body
+        rest = list(events)
+        assert rest[-1]["type"] == "exit" and rest[-1]["exit_code"] == 0
+        assert sb.exec(["true"]).exit_code == 0
+        sb.kill()
+    finally:
+        assert d.stop() == 0, d.output()
+
+
+def test_masked_kernel_files_are_violations(daemon):
+    with Sandbox.create(endpoint=daemon.endpoint) as sb:
+        r = sb.exec(["sh", "-c", "cat /proc/kallsyms; cat /proc/keys; cat /proc/version >/dev/null && echo fine"])
+        assert r.stdout == "fine\n", r
+        ev = [e for e in sb.events() if e["type"] == "violation"]
+        assert [e["kind"] for e in ev] == ["kernel", "kernel"], ev
+        assert [e["path"] for e in ev] == ["/proc/kallsyms", "/proc/keys"]
+        assert sb.violations()["counts"]["kernel"] == 2
+
+
+def test_kill_mode_ends_the_sandbox_on_a_protected_read(shared_dir, ws):
+    d = Daemon(shared_dir)
+    try:
+        sb = Sandbox.create(endpoint=d.endpoint, mounts=[{"source": ws, "target": "/workspace"}],
+                            on_violation="kill", **SPEC)
+        with pytest.raises(ServerError):  # the sandbox ended before the command did
+            sb.exec(["sh", "-c", "cat /workspace/tests/test_hidden.py; echo after"])
+        info = sb.info()
+        assert info["state"] == "exited" and info["exit_reason"] == "killed on violation: protect", info
+        sb.kill()
+    finally:
+        assert d.stop() == 0, d.output()
+    intact(ws)
+
+
+@pytest.mark.parametrize("protect,field,needle", [
+    (["relative/path"], "protect[0]", "absolute"),
+    (["/workspace/**/x"], "protect[0]", "trailing"),
+    (["/ok", "/a/../b"], "protect[1]", "'..'"),
+    (["/"], "protect[0]", "whole root"),
+    (["/workspace/nope"], "protect[0]", "does not exist"),
+    ([f"/p{i}" for i in range(40)], "protect", "at most"),
+])
+def test_bad_protect_entries_are_refused(daemon, protect, field, needle):
+    status, body = daemon.http("POST", "/v1/sandboxes", {"protect": protect})
+    assert status == 400, body
+    assert body["error"]["field"] == field and needle in body["error"]["message"], body
+
+
+def test_protection_outlives_a_cordond_crash(shared_dir, ws):
+    d = Daemon(shared_dir, keep=True)
+    sb = Sandbox.create(endpoint=d.endpoint, mounts=[{"source": ws, "target": "/workspace"}], **SPEC)
+    assert sb.exec("cat /workspace/answer.key").exit_code != 0
+    d.kill9()
+    d2 = Daemon(shared_dir)
+    try:
+        assert "adopted 1 sandboxes" in d2.output(), d2.output()
+        again = Sandbox.connect(sb.id, endpoint=d2.endpoint)
+        r = again.exec("cat /workspace/answer.key; cat /workspace/tests/test_hidden.py")
+        assert r.exit_code != 0 and SECRET not in r.stdout, r
+        assert again.violations()["counts"]["protect"] == 2
+        r = again.exec(["cat", "/workspace/answer.key"], verifier=True)
+        assert r.stdout == SECRET, r
+        again.kill()
+    finally:
+        assert d2.stop() == 0, d2.output()
+    intact(ws)
+
+
+def test_cordon_run_protect(ws):
+    r = cordonlib.run(["--json", "--bind", f"{ws}:/workspace", "--protect", "/workspace/answer.key",
+                       "--protect", "/workspace/tests/**", "--",
+                       "sh", "-c", "cat /workspace/answer.key; ls /workspace/tests; echo x > /workspace/answer.key; "
+                       "cat /proc/kallsyms; cat /workspace/solution.py"])
+    assert r.code == 0 and SECRET not in r.stdout and "solve" in r.stdout, r
+    rec = r.record
+    assert rec["violations"]["protect"] == 2 and rec["violations"]["kernel"] == 1, rec
+    intact(ws)
+    r = cordonlib.run(["--bind", f"{ws}:/workspace", "--protect", "/workspace/answer.key",
+                       "--on-violation", "kill", "--", "sh", "-c", "cat /workspace/answer.key; echo after"])
+    assert r.code == 137 and "after" not in r.stdout, r
+    r = cordonlib.run(["--protect", "/nope", "--", "true"])
+    assert r.code == 125 and "protect[0]" in r.stderr, r
