@@ -34,7 +34,8 @@ void cdn_run_print_record(const struct cdn_sandbox *sb, const struct outcome *o,
     double st = o->have_exit ? (double) o->exit.sys_us / 1e3
                              : (double) o->ru.ru_stime.tv_sec * 1e3 + (double) o->ru.ru_stime.tv_usec / 1e3;
     json_t *rec = json_pack(
-        "{s:s, s:s, s:i, s:o, s:o, s:b, s:b, s:f, s:f, s:f, s:I, s:I, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I}}",
+        "{s:s, s:s, s:i, s:o, s:o, s:b, s:b, s:f, s:f, s:f, s:I, s:I, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, "
+        "s:I}}",
         "id", sb->id, "tier", sb->tier->name, "exit_code", status, "signal",
         o->have_exit && o->exit.signal ? json_integer(o->exit.signal) : json_null(), "error",
         o->setup_failed || o->exec_failed ? json_text(o->error.msg) : json_null(), "timed_out", o->timed_out,
@@ -47,7 +48,7 @@ void cdn_run_print_record(const struct cdn_sandbox *sb, const struct outcome *o,
         "violations", "egress", (json_int_t) o->violations_egress, "syscall",
         (json_int_t) o->violations_syscall, "oom", (json_int_t) o->usage.oom_kills, "pids",
         (json_int_t) o->usage.pids_max_hits, "protect", (json_int_t) o->violations_protect, "kernel",
-        (json_int_t) o->violations_kernel);
+        (json_int_t) o->violations_kernel, "system_write", (json_int_t) o->violations_system_write);
     if (!rec)
         return;
     char *s = json_dumps(rec, JSON_COMPACT | JSON_REAL_PRECISION(9));

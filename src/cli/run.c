@@ -10,6 +10,7 @@
 #include "tiers/tier.h"
 #if !CDN_LEAN
 #include "monitor/fsguard.h"
+#include "monitor/writes.h"
 #endif
 
 #include <errno.h>
@@ -113,6 +114,27 @@ static void supervise_syscalls(struct cdn_sandbox *sb, struct outcome *o, struct
     struct cdn_seccomp_event ev;
     if (cdn_seccomp_notify_recv(pfd->fd, &ev) < 0)
         return;
+    if (cdn_seccomp_is_reported(ev.nr)) {
+        bool violation = false;
+#if !CDN_LEAN /* the lean build keeps no record: it lets them run, the kernel refuses them there */
+        struct cdn_write_attempt w;
+        for (int i = 0; cdn_write_attempt_read(&ev, &w) == 0 && i < w.n && !violation; i++) {
+            if (cdn_path_is_protected(w.path[i], &sb->spec->protect))
+                violation = true, o->violations_protect++;
+            else if (cdn_path_is_system(w.path[i]))
+                violation = true, o->violations_system_write++;
+        }
+        if (violation && sb->spec->on_violation == CDN_VIOLATION_KILL && !o->violation_killed) {
+            o->violation_killed = true;
+            (void) sb->tier->kill(sb, SIGKILL);
+        }
+#endif
+        if (violation && sb->spec->on_violation != CDN_VIOLATION_LOG)
+            (void) cdn_seccomp_notify_deny(pfd->fd, &ev);
+        else
+            (void) cdn_seccomp_notify_continue(pfd->fd, &ev);
+        return;
+    }
     o->violations_syscall++;
     if (sb->spec->on_violation == CDN_VIOLATION_KILL && !o->violation_killed) {
         o->violation_killed = true;

@@ -25,6 +25,7 @@ struct outcome {
     uint64_t violations_syscall; /* watched syscalls denied (run.c) */
     uint64_t violations_protect; /* opens of protected paths refused (run.c) */
     uint64_t violations_kernel;  /* opens of masked kernel files refused (run.c) */
+    uint64_t violations_system_write; /* writes aimed at system paths (run.c) */
 };
 
 /* Egress of a run with network != none (run-egress.c, full build only):

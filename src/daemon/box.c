@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "monitor/writes.h"
 #include "tiers/container/seccomp-policy.h"
 #include "record.h"
 #include "shared/fd-util.h"
@@ -81,8 +82,8 @@ void box_event(struct box *b, const char *type, json_t *fields)
 
 static void box_stop(struct box *b, const char *reason);
 
-const char *const violation_names[_VIOLATION_MAX] = {"egress", "syscall", "oom",   "pids",
-                                                     "disk",   "protect", "kernel"};
+const char *const violation_names[_VIOLATION_MAX] = {"egress", "syscall", "oom",    "pids",
+                                                     "disk",   "protect", "kernel", "system_write"};
 
 /* ---- the seccomp supervisor: watched denials become violations ---- */
 
@@ -94,6 +95,36 @@ static void monitor_stop(struct box *b)
     event_free(b->monitor_ev);
     b->monitor_ev = NULL;
     (void) close(fd);
+}
+
+/* A reported path write (seccomp-policy.h): a violation when it aims at a
+ * protected or a system path, else nothing. The kernel refuses those itself
+ * (read-only binds, landlock); deny and kill modes also answer EPERM. */
+static void on_reported(struct box *b, int fd, const struct cdn_seccomp_event *ev)
+{
+    struct cdn_write_attempt w;
+    bool deny = false;
+    if (cdn_write_attempt_read(ev, &w) == 0)
+        for (int i = 0; i < w.n && b->state == BOX_RUNNING; i++) {
+            enum violation_kind k = cdn_path_is_protected(w.path[i], &b->spec.protect) ? VIOLATION_PROTECT
+                                    : cdn_path_is_system(w.path[i]) ? VIOLATION_SYSTEM_WRITE
+                                                                    : _VIOLATION_MAX;
+            if (k == _VIOLATION_MAX)
+                continue;
+            char cmd[256];
+            cdn_read_cmdline(ev->pid, cmd, sizeof cmd);
+            box_violation(b, k,
+                          json_pack("{s:o, s:s, s:i, s:o}", "path",
+                                    json_lossy_string((const uint8_t *) w.path[i], strlen(w.path[i])), "op",
+                                    w.op, "pid", ev->pid, "cmd",
+                                    json_lossy_string((const uint8_t *) cmd, strlen(cmd))));
+            deny = b->spec.on_violation != CDN_VIOLATION_LOG;
+            break; /* one record per call */
+        }
+    if (deny || b->state != BOX_RUNNING)
+        (void) cdn_seccomp_notify_deny(fd, ev);
+    else
+        (void) cdn_seccomp_notify_continue(fd, ev);
 }
 
 static void on_monitor(evutil_socket_t fd, short what, void *arg)
@@ -114,6 +145,10 @@ static void on_monitor(evutil_socket_t fd, short what, void *arg)
             continue;
         if (r < 0)
             return;
+        if (cdn_seccomp_is_reported(ev.nr)) {
+            on_reported(b, fd, &ev);
+            continue;
+        }
         /* The violation first (in kill mode it kills), then the answer: a
          * killed caller never runs on after its attempt. */
         char *name = seccomp_syscall_resolve_num_arch(ev.arch, ev.nr);

@@ -86,6 +86,7 @@ enum violation_kind {
     VIOLATION_DISK,
     VIOLATION_PROTECT, /* an open of a protected path (guard.c) */
     VIOLATION_KERNEL,  /* an open of a masked kernel file (guard.c) */
+    VIOLATION_SYSTEM_WRITE, /* a write, rename, link… of a path beneath /usr, /bin, /etc… (box.c) */
     _VIOLATION_MAX
 };
 extern const char *const violation_names[_VIOLATION_MAX];

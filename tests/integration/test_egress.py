@@ -320,7 +320,8 @@ def test_one_shot_run_with_allowlist(shared_dir, net):
     assert p.returncode == 0, p.stderr
     assert "host=pypi.test" in p.stdout and "denied (not-allowlisted)" in p.stdout, p.stdout
     rec = json.loads(p.stderr.strip().splitlines()[-1])
-    assert rec["violations"] == {"egress": 1, "syscall": 0, "oom": 0, "pids": 0, "protect": 0, "kernel": 0}, rec
+    assert rec["violations"] == {"egress": 1, "syscall": 0, "oom": 0, "pids": 0, "protect": 0, "kernel": 0,
+                                 "system_write": 0}, rec
     with open(os.path.join(state, "egress.log")) as f:
         lines = [json.loads(x) for x in f]
     t = [(x["name"], x["decision"], x["reason"]) for x in lines if x["proto"] == "tcp"]

@@ -236,7 +236,8 @@ def test_cordon_run_protect(ws):
                        "cat /proc/kallsyms; cat /workspace/solution.py"])
     assert r.code == 0 and SECRET not in r.stdout and "solve" in r.stdout, r
     rec = r.record
-    assert rec["violations"]["protect"] == 2 and rec["violations"]["kernel"] == 1, rec
+    # two refused opens (fanotify) and one write attempt (the seccomp report)
+    assert rec["violations"]["protect"] == 3 and rec["violations"]["kernel"] == 1, rec
     intact(ws)
     r = cordonlib.run(["--bind", f"{ws}:/workspace", "--protect", "/workspace/answer.key",
                        "--on-violation", "kill", "--", "sh", "-c", "cat /workspace/answer.key; echo after"])

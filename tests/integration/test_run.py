@@ -169,7 +169,8 @@ def test_json_record_fields_and_types():
     assert rec["cpu_user_ms"] >= 0 and rec["cpu_system_ms"] >= 0
     assert rec["memory_peak_bytes"] > 0
     assert rec["pids_limit_hits"] == 0
-    assert rec["violations"] == {"egress": 0, "syscall": 0, "oom": 0, "pids": 0, "protect": 0, "kernel": 0}
+    assert rec["violations"] == {"egress": 0, "syscall": 0, "oom": 0, "pids": 0, "protect": 0, "kernel": 0,
+                                 "system_write": 0}
     lim = rec["limits"]
     assert lim["memory_mb"] == 256 and lim["pids"] == 64 and lim["disk_mb"] == 100
     assert lim["cpus"] == pytest.approx(0.5)

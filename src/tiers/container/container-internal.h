@@ -25,7 +25,7 @@ struct cdn_setup_args {
     int stdio_fd;        /* becomes fds 0-2 of init when >= 0 (cordond: /dev/null); else they are inherited */
     bool persistent;     /* no parent-death signal; listen_fd and slot_fd go to init (sandbox.h) */
     int listen_fd, slot_fd;
-    int fsguard_fd; /* >= 0: becomes init's fd 10 */
+    int fsguard_fd;                  /* >= 0: becomes init's fd 10 */
     const struct cdn_cgroup *cgroup; /* v1: to join with attach_self(); NULL when born inside it (v2) */
     bool netns_given;                /* born in a prepared network namespace: do not make one */
     uint32_t resolver_ip;            /* for /etc/resolv.conf; 0 = leave the image's */

@@ -5,6 +5,7 @@
 #include "seccomp-policy.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/filter.h>
 #include <linux/netlink.h>
 #include <sched.h>
@@ -34,12 +35,23 @@ static void ctx_releasep(scmp_filter_ctx *ctx)
         seccomp_release(*ctx);
 }
 
+static bool is_reported_name(const char *name)
+{
+    for (size_t i = 0; i < cdn_seccomp_n_reported; i++)
+        if (strcmp(cdn_seccomp_reported[i], name) == 0)
+            return true;
+    return false;
+}
+
 static int add_allowed(scmp_filter_ctx ctx, struct cdn_error *err)
 {
+    bool monitor = cdn_seccomp_monitor_enabled();
     for (size_t i = 0; i < cdn_seccomp_n_allowed; i++) {
         int nr = seccomp_syscall_resolve_name(cdn_seccomp_allowed[i]);
         if (nr == __NR_SCMP_ERROR)
             continue; /* not on this arch */
+        if (monitor && is_reported_name(cdn_seccomp_allowed[i]))
+            continue; /* add_reported(): an unconditional ALLOW would override its rules */
         int r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0);
         if (r < 0)
             return cdn_error_set(err, r, "seccomp: allow %s: %s", cdn_seccomp_allowed[i], strerror(-r));
@@ -102,6 +114,33 @@ static int add_watched(scmp_filter_ctx ctx, struct cdn_error *err)
     return r ? cdn_error_set(err, EINVAL, "seccomp: adding watched rules failed") : 0;
 }
 
+/* The reported path writes (seccomp-policy.h) go to the supervisor, which
+ * records those aimed at system or protected paths and lets every one run
+ * (the kernel refuses them there). open/openat only with a write flag: the
+ * read-only opens, by far the most, stay in the filter. */
+static int add_reported(scmp_filter_ctx ctx, struct cdn_error *err)
+{
+    int r = 0;
+    static const uint64_t wflags[] = {O_WRONLY, O_RDWR, O_CREAT, O_TRUNC};
+    const uint64_t any = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC;
+    for (size_t i = 0; i < cdn_seccomp_n_reported; i++) {
+        const char *name = cdn_seccomp_reported[i];
+        int nr = seccomp_syscall_resolve_name(name);
+        if (nr == __NR_SCMP_ERROR)
+            continue;
+        unsigned arg = strcmp(name, "open") == 0 ? 1 : strcmp(name, "openat") == 0 ? 2 : 0;
+        if (!arg) {
+            r |= seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, nr, 0);
+            continue;
+        }
+        r |= seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1, SCMP_CMP(arg, SCMP_CMP_MASKED_EQ, any, 0));
+        for (size_t f = 0; f < ELEMENTSOF(wflags); f++)
+            r |= seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, nr, 1,
+                                  SCMP_CMP(arg, SCMP_CMP_MASKED_EQ, wflags[f], wflags[f]));
+    }
+    return r ? cdn_error_set(err, EINVAL, "seccomp: adding reported rules failed") : 0;
+}
+
 /* libseccomp lets an unconditional ALLOW of a syscall override any
  * conditional rule for it, so "every ioctl but TIOCSTI" cannot live in the
  * allowlist filter. It is a second filter whose default is ALLOW; the kernel
@@ -155,7 +194,8 @@ int cdn_seccomp_compile(struct cdn_seccomp_prog *ret, struct cdn_error *err)
     if (r < 0)
         return cdn_error_set(err, r, "seccomp: enable binary-tree optimisation: %s", strerror(-r));
     if ((r = add_allowed(main_ctx, err)) < 0 || (r = add_filtered(main_ctx, err)) < 0 ||
-        (cdn_seccomp_monitor_enabled() && (r = add_watched(main_ctx, err)) < 0) ||
+        (cdn_seccomp_monitor_enabled() &&
+         ((r = add_watched(main_ctx, err)) < 0 || (r = add_reported(main_ctx, err)) < 0)) ||
         (r = add_ioctl_denials(ioctl_ctx, err)) < 0)
         return r;
     _cleanup_free_ uint8_t *buf = NULL;

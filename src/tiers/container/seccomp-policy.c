@@ -7,6 +7,8 @@
  * socket, ioctl and personality are filtered in seccomp.c. */
 #include "seccomp-policy.h"
 
+#include <sys/syscall.h>
+
 const char *const cdn_seccomp_allowed[] = {
     "accept",
     "accept4",
@@ -367,3 +369,46 @@ const struct cdn_sc_denial cdn_seccomp_denied[] = {
     {"clone3", CDN_SC_DENY_QUIET}, /* ENOSYS in seccomp.c: its flags live in memory BPF cannot read */
 };
 const size_t cdn_seccomp_n_denied = sizeof cdn_seccomp_denied / sizeof cdn_seccomp_denied[0];
+
+/* Reported (seccomp-policy.h): path writes, for the monitor's records. */
+const char *const cdn_seccomp_reported[] = {
+    "open",     "openat", "openat2", "creat",   "truncate",  "rename", "renameat", "renameat2", "unlink",
+    "unlinkat", "link",   "linkat",  "symlink", "symlinkat", "chmod",  "fchmodat", "fchmodat2",
+};
+const size_t cdn_seccomp_n_reported = sizeof cdn_seccomp_reported / sizeof cdn_seccomp_reported[0];
+
+bool cdn_seccomp_is_reported(int nr)
+{
+    static const int nrs[] = {
+#ifdef __NR_open
+        __NR_open,
+#endif
+#ifdef __NR_creat
+        __NR_creat,
+#endif
+#ifdef __NR_rename
+        __NR_rename,
+#endif
+#ifdef __NR_unlink
+        __NR_unlink,
+#endif
+#ifdef __NR_link
+        __NR_link,
+#endif
+#ifdef __NR_symlink
+        __NR_symlink,
+#endif
+#ifdef __NR_chmod
+        __NR_chmod,
+#endif
+#ifdef __NR_fchmodat2
+        __NR_fchmodat2,
+#endif
+        __NR_openat,    __NR_openat2, __NR_truncate,  __NR_renameat, __NR_renameat2,
+        __NR_unlinkat,  __NR_linkat,  __NR_symlinkat, __NR_fchmodat,
+    };
+    for (size_t i = 0; i < sizeof nrs / sizeof nrs[0]; i++)
+        if (nrs[i] == nr)
+            return true;
+    return false;
+}

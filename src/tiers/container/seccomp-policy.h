@@ -25,6 +25,15 @@ extern const size_t cdn_seccomp_n_allowed;
 extern const struct cdn_sc_denial cdn_seccomp_denied[];
 extern const size_t cdn_seccomp_n_denied;
 
+/* Allowed, but reported to the supervisor (user notification, answered
+ * CONTINUE or, for a violation, EPERM): calls that write or replace a path,
+ * for the monitor's "system-write" and protected-path records (the kernel
+ * itself refuses them there: landlock, read-only binds). open and openat are
+ * reported only with a write flag (O_WRONLY, O_RDWR, O_CREAT, O_TRUNC).
+ * Whether a notification is one of these, not a watched denial: by number. */
+extern const char *const cdn_seccomp_reported[];
+extern const size_t cdn_seccomp_n_reported;
+bool cdn_seccomp_is_reported(int nr);
 /* The compiled policy: two raw BPF programs back to back (the allowlist, then
  * the ioctl denials), ready for seccomp(SECCOMP_SET_MODE_FILTER). The cache
  * file holds the two u16 lengths followed by the instructions. */
@@ -63,6 +72,8 @@ int cdn_seccomp_notify_eperm(int listener, struct cdn_seccomp_event *ev);
  * gets its answer (on_violation kill): the caller never runs on. */
 int cdn_seccomp_notify_recv(int listener, struct cdn_seccomp_event *ev);
 int cdn_seccomp_notify_deny(int listener, const struct cdn_seccomp_event *ev);
+/* Answer a reported call (cdn_seccomp_is_reported): let it run; the kernel decides. */
+int cdn_seccomp_notify_continue(int listener, const struct cdn_seccomp_event *ev);
 void cdn_seccomp_prog_free(struct cdn_seccomp_prog *p);
 /* Whether the watched denials go to the supervisor (the default) or stay a
  * plain EPERM in the filter: CORDON_MONITOR=off, for measuring what the

@@ -21,7 +21,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define POLICY_VERSION 3 /* 3: watched denials are user notifications */
+#define POLICY_VERSION 4 /* 3: watched denials are user notifications; 4: reported path writes */
 
 uint64_t cdn_seccomp_policy_hash(void)
 {
@@ -148,7 +148,9 @@ int cdn_seccomp_notify_recv(int listener, struct cdn_seccomp_event *ev)
     *ev = (struct cdn_seccomp_event){
         .id = req.n.id, .pid = (int) req.n.pid, .nr = req.n.data.nr, .arch = req.n.data.arch};
     memcpy(ev->args, req.n.data.args, sizeof ev->args);
-    if (ev->pid > 0) /* read while the caller is stopped in the syscall */
+    /* Read while the caller is stopped in the syscall; not for the reported
+     * writes (most are no violation: their reader asks when one is). */
+    if (ev->pid > 0 && !cdn_seccomp_is_reported(ev->nr))
         cdn_read_cmdline(ev->pid, ev->cmdline, sizeof ev->cmdline);
     return 0;
 }
@@ -184,4 +186,10 @@ void cdn_seccomp_prog_free(struct cdn_seccomp_prog *p)
     free(p->insns);
     p->insns = NULL;
     p->len[0] = p->len[1] = 0;
+}
+
+int cdn_seccomp_notify_continue(int listener, const struct cdn_seccomp_event *ev)
+{
+    struct seccomp_notif_resp resp = {.id = ev->id, .flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE};
+    return ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &resp) < 0 && errno != ENOENT ? -errno : 0;
 }

@@ -1,0 +1,220 @@
+/* Classify the reported path writes (writes.h). */
+#include "writes.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* The same set as setup.c's read-only system directories, less the kernel's views. */
+static const char *const system_dirs[] = {"usr",   "bin",    "sbin", "lib", "lib32",
+                                          "lib64", "libx32", "boot", "etc"};
+
+bool cdn_path_normalize(const char *base, const char *rel, char *out, size_t size)
+{
+    char tmp[2048];
+    int n =
+        rel[0] == '/' ? snprintf(tmp, sizeof tmp, "%s", rel) : snprintf(tmp, sizeof tmp, "%s/%s", base, rel);
+    if (n < 0 || (size_t) n >= sizeof tmp || size < 2)
+        return false;
+    size_t len = 0;
+    out[0] = 0;
+    for (char *save = NULL, *c = strtok_r(tmp, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+        if (strcmp(c, ".") == 0)
+            continue;
+        if (strcmp(c, "..") == 0) {
+            while (len > 0 && out[len - 1] != '/')
+                len--;
+            if (len > 0)
+                len--;
+            out[len] = 0;
+            continue;
+        }
+        size_t k = strlen(c);
+        if (len + 1 + k + 1 > size)
+            return false;
+        out[len++] = '/';
+        memcpy(out + len, c, k + 1);
+        len += k;
+    }
+    if (len == 0)
+        memcpy(out, "/", 2);
+    return true;
+}
+
+bool cdn_path_is_system(const char *path)
+{
+    /* Python caching bytecode next to a system module is routine, not tampering. */
+    if (strstr(path, "/__pycache__/"))
+        return false;
+    size_t n = strcspn(path + 1, "/");
+    for (size_t i = 0; path[0] == '/' && i < sizeof system_dirs / sizeof system_dirs[0]; i++)
+        if (strlen(system_dirs[i]) == n && strncmp(path + 1, system_dirs[i], n) == 0)
+            return true;
+    return false;
+}
+
+bool cdn_path_is_protected(const char *path, const struct cdn_strv *protect)
+{
+    for (size_t i = 0; i < protect->n; i++) {
+        char pat[1100];
+        (void) snprintf(pat, sizeof pat, "%s", protect->v[i]);
+        size_t pl = strlen(pat);
+        if (pl >= 3 && strcmp(pat + pl - 3, "/**") == 0)
+            pat[pl - 3] = 0;
+        /* the path itself, or any of its ancestors */
+        char p[1024];
+        (void) snprintf(p, sizeof p, "%s", path);
+        for (;;) {
+            if (fnmatch(pat, p, FNM_PATHNAME | FNM_PERIOD) == 0)
+                return true;
+            char *slash = strrchr(p, '/');
+            if (!slash || slash == p)
+                break;
+            *slash = 0;
+        }
+    }
+    return false;
+}
+
+/* A NUL-terminated string at addr in pid's memory, page by page. */
+static int read_string(int pid, uint64_t addr, char *buf, size_t size)
+{
+    size_t got = 0;
+    while (got + 1 < size) {
+        size_t page = 4096 - ((addr + got) & 4095), want = size - 1 - got < page ? size - 1 - got : page;
+        struct iovec l = {buf + got, want}, r = {(void *) (uintptr_t) (addr + got), want};
+        ssize_t n = process_vm_readv(pid, &l, 1, &r, 1, 0);
+        if (n <= 0)
+            return -errno;
+        char *nul = memchr(buf + got, 0, (size_t) n);
+        if (nul)
+            return 0;
+        got += (size_t) n;
+    }
+    buf[size - 1] = 0;
+    return -ENAMETOOLONG;
+}
+
+/* The directory a path argument is relative to: the cwd, or dirfd's. */
+static int base_dir(int pid, int dirfd, char *buf, size_t size)
+{
+    char p[64];
+    if (dirfd == AT_FDCWD)
+        (void) snprintf(p, sizeof p, "/proc/%d/cwd", pid);
+    else
+        (void) snprintf(p, sizeof p, "/proc/%d/fd/%d", pid, dirfd);
+    ssize_t n = readlink(p, buf, size - 1);
+    if (n < 0)
+        return -errno;
+    buf[n] = 0;
+    return 0;
+}
+
+static int add_path(const struct cdn_seccomp_event *ev, struct cdn_write_attempt *out, int dirfd,
+                    uint64_t addr)
+{
+    char rel[1024], base[1024] = "/";
+    int r = read_string(ev->pid, addr, rel, sizeof rel);
+    if (r < 0)
+        return r;
+    if (rel[0] != '/' && (r = base_dir(ev->pid, dirfd, base, sizeof base)) < 0)
+        return r;
+    if (!cdn_path_normalize(base, rel, out->path[out->n], sizeof out->path[0]))
+        return -ENAMETOOLONG;
+    out->n++;
+    return 0;
+}
+
+int cdn_write_attempt_read(const struct cdn_seccomp_event *ev, struct cdn_write_attempt *out)
+{
+    const uint64_t *a = ev->args;
+    out->n = 0;
+    out->op = "?";
+    int r = 0;
+    switch (ev->nr) {
+#ifdef __NR_open
+    case __NR_open:
+        out->op = "open";
+        return add_path(ev, out, AT_FDCWD, a[0]);
+#endif
+#ifdef __NR_creat
+    case __NR_creat:
+        out->op = "creat";
+        return add_path(ev, out, AT_FDCWD, a[0]);
+#endif
+#ifdef __NR_unlink
+    case __NR_unlink:
+        out->op = "unlink";
+        return add_path(ev, out, AT_FDCWD, a[0]);
+#endif
+#ifdef __NR_chmod
+    case __NR_chmod:
+        out->op = "chmod";
+        return add_path(ev, out, AT_FDCWD, a[0]);
+#endif
+#ifdef __NR_rename
+    case __NR_rename:
+        out->op = "rename";
+        if ((r = add_path(ev, out, AT_FDCWD, a[0])) < 0)
+            return r;
+        return add_path(ev, out, AT_FDCWD, a[1]);
+#endif
+#ifdef __NR_link
+    case __NR_link:
+        out->op = "link";
+        return add_path(ev, out, AT_FDCWD, a[1]);
+#endif
+#ifdef __NR_symlink
+    case __NR_symlink:
+        out->op = "symlink";
+        return add_path(ev, out, AT_FDCWD, a[1]);
+#endif
+#ifdef __NR_fchmodat2
+    case __NR_fchmodat2:
+        out->op = "fchmodat2";
+        return add_path(ev, out, (int) a[0], a[1]);
+#endif
+    case __NR_truncate:
+        out->op = "truncate";
+        return add_path(ev, out, AT_FDCWD, a[0]);
+    case __NR_openat:
+        out->op = "openat";
+        return add_path(ev, out, (int) a[0], a[1]);
+    case __NR_openat2: {
+        struct open_how how = {0};
+        struct iovec l = {&how, sizeof how}, rv = {(void *) (uintptr_t) a[2], sizeof how};
+        if (a[3] < sizeof how || process_vm_readv(ev->pid, &l, 1, &rv, 1, 0) != (ssize_t) sizeof how)
+            return -EFAULT;
+        if (!(how.flags & (O_WRONLY | O_RDWR | O_CREAT | O_TRUNC)))
+            return 0; /* a read: nothing written */
+        out->op = "openat2";
+        return add_path(ev, out, (int) a[0], a[1]);
+    }
+    case __NR_unlinkat:
+        out->op = "unlinkat";
+        return add_path(ev, out, (int) a[0], a[1]);
+    case __NR_fchmodat:
+        out->op = "fchmodat";
+        return add_path(ev, out, (int) a[0], a[1]);
+    case __NR_renameat:
+    case __NR_renameat2:
+        out->op = ev->nr == __NR_renameat ? "renameat" : "renameat2";
+        if ((r = add_path(ev, out, (int) a[0], a[1])) < 0)
+            return r;
+        return add_path(ev, out, (int) a[2], a[3]);
+    case __NR_linkat:
+        out->op = "linkat";
+        return add_path(ev, out, (int) a[2], a[3]);
+    case __NR_symlinkat:
+        out->op = "symlinkat";
+        return add_path(ev, out, (int) a[1], a[2]);
+    default:
+        return 0;
+    }
+}
