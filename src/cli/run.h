@@ -20,11 +20,11 @@ struct outcome {
     struct rusage ru;
     struct cdn_usage usage;
     double wall_ms;
-    uint64_t violations_egress;  /* denied egress attempts (run-egress.c) */
-    bool violation_killed;       /* --on-violation kill acted */
-    uint64_t violations_syscall; /* watched syscalls denied (run.c) */
-    uint64_t violations_protect; /* opens of protected paths refused (run.c) */
-    uint64_t violations_kernel;  /* opens of masked kernel files refused (run.c) */
+    uint64_t violations_egress;       /* denied egress attempts (run-egress.c) */
+    bool violation_killed;            /* --on-violation kill acted */
+    uint64_t violations_syscall;      /* watched syscalls denied (run.c) */
+    uint64_t violations_protect;      /* opens of protected paths refused (run.c) */
+    uint64_t violations_kernel;       /* opens of masked kernel files refused (run.c) */
     uint64_t violations_system_write; /* writes aimed at system paths (run.c) */
 };
 

@@ -84,8 +84,8 @@ enum violation_kind {
     VIOLATION_OOM,
     VIOLATION_PIDS,
     VIOLATION_DISK,
-    VIOLATION_PROTECT, /* an open of a protected path (guard.c) */
-    VIOLATION_KERNEL,  /* an open of a masked kernel file (guard.c) */
+    VIOLATION_PROTECT,      /* an open of a protected path (guard.c) */
+    VIOLATION_KERNEL,       /* an open of a masked kernel file (guard.c) */
     VIOLATION_SYSTEM_WRITE, /* a write, rename, link… of a path beneath /usr, /bin, /etc… (box.c) */
     _VIOLATION_MAX
 };
