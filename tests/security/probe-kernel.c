@@ -15,6 +15,7 @@
 #include <sys/klog.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/swap.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -48,8 +49,8 @@ PROBE_FN(uevent_helper_write)
 
 /*
  * The /proc files the OCI defaults mask (kernel memory, keys, timers). Per file: contained iff the open fails
- * with EACCES/EPERM/ENOENT or what opens is not a procfs regular file (the /dev/null bind mask); escaped when
- * the real file opens. Nothing is read.
+ * with EACCES/EPERM/ENOENT (the monitor refuses it) or what opens is not procfs's (a bind mask: /dev/null, an
+ * empty file); escaped when the real file opens. Nothing is read.
  */
 PROBE_FN(proc_masked_read)
 {
@@ -59,11 +60,12 @@ PROBE_FN(proc_masked_read)
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
         _cleanup_close_ int fd = open(paths[i], O_RDONLY | O_CLOEXEC | O_NOCTTY);
         struct stat st;
+        struct statfs fs;
 
         if (fd < 0)
             PROBE_JUDGE(res, paths[i], -1, errno, EACCES, EPERM, ENOENT);
-        else if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode))
-            probe_contained(res, "%s:masked", paths[i]);
+        else if ((fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) || (fstatfs(fd, &fs) == 0 && fs.f_type != 0x9fa0))
+            probe_contained(res, "%s:masked", paths[i]); /* 0x9fa0: PROC_SUPER_MAGIC */
         else
             probe_escaped(res, "%s:readable", paths[i]);
     }
