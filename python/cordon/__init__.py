@@ -22,7 +22,7 @@ __all__ = ["Sandbox", "AsyncSandbox", "ExecResult", "Endpoint", "CordonError", "
            "NotFound", "SandboxNotRunning", "TooManySandboxes", "Unauthorized", "ServerError"]
 
 _LIMITS = ("cpus", "memory_mb", "pids", "disk_mb", "timeout_s", "nofile")
-_TOP = ("tier", "image", "network", "mounts", "protect", "env", "workdir", "labels", "hostname", "read_only",
+_TOP = ("tier", "image", "network", "mounts", "protect", "env", "workdir", "labels", "hostname", "read_only", "watch_writes",
         "on_violation")
 
 

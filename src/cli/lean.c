@@ -5,9 +5,9 @@
 
 #include "tiers/container/seccomp-policy.h"
 
-int cdn_seccomp_compile(struct cdn_seccomp_prog *ret, struct cdn_error *err)
+int cdn_seccomp_compile_variant(struct cdn_seccomp_prog *ret, bool writes, struct cdn_error *err)
 {
-    (void) ret;
+    (void) ret, (void) writes;
     return cdn_error_set(err, ENOPKG,
                          "the seccomp policy cache is missing and this static cordon cannot compile it; "
                          "`cordon image rebuild host` writes it");

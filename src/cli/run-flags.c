@@ -159,6 +159,12 @@ static int f_read_only(struct cdn_run_opts *o, const char *a, struct cdn_error *
     o->spec.read_only_root = true;
     return 0;
 }
+static int f_watch_writes(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    (void) a, (void) e;
+    o->spec.watch_writes = true;
+    return 0;
+}
 static int f_json(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 {
     (void) a, (void) e;
@@ -209,6 +215,8 @@ static const struct flag flags[] = {
      "path the agent may neither read nor write (repeatable; * ? [..] and a trailing /**)"},
     {"--on-violation", true, f_on_violation, "on_violation", "A",
      "log (default) | deny | kill: kill ends the sandbox at the first violation"},
+    {"--watch-writes", false, f_watch_writes, "watch_writes", "",
+     "record writes aimed at system paths (system_write violations); costs every file write a round trip"},
     {"--read-only", false, f_read_only, "read_only", "",
      "root read-only; only workdir and temp dirs writable"},
     {"--json", false, f_json, NULL, "", "print a JSON result record on stderr at the end"},

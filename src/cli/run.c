@@ -286,7 +286,7 @@ static bool needs_full(const struct cdn_run_opts *o)
     char cache[4096];
     cdn_cache_dir(cache, sizeof cache);
     return o->json || o->needs_full || o->spec.net_mode != CDN_NET_NONE || o->spec.protect.n > 0 ||
-           !cdn_seccomp_cache_present(cache);
+           o->spec.watch_writes || !cdn_seccomp_cache_present(cache);
 }
 
 static void report_error(const struct cdn_error *e)

@@ -252,6 +252,12 @@ static int decode_field(struct cdn_spec *spec, const char *key, json_t *v, struc
         spec->read_only_root = json_is_true(v);
         return 0;
     }
+    if (strcmp(key, "watch_writes") == 0) {
+        if (!json_is_boolean(v))
+            return cdn_error_field(err, EINVAL, "watch_writes", "watch_writes: must be a boolean");
+        spec->watch_writes = json_is_true(v);
+        return 0;
+    }
     if (strcmp(key, "limits") == 0)
         return decode_limits(spec, v, err);
     if (strcmp(key, "network") == 0)
@@ -316,13 +322,15 @@ char *cdn_spec_to_json(const struct cdn_spec *spec)
                               json_pack("{s:s, s:s, s:b}", "source", spec->mounts[i].source, "target",
                                         spec->mounts[i].target, "readonly", spec->mounts[i].readonly));
     _cleanup_json_ json_t *root = json_pack(
-        "{s:s, s:s, s:{s:f, s:I, s:I, s:I, s:f, s:I}, s:{s:s, s:o}, s:o, s:o, s:o, s:o, s:s, s:s, s:b, s:s}",
+        "{s:s, s:s, s:{s:f, s:I, s:I, s:I, s:f, s:I}, s:{s:s, s:o}, s:o, s:o, s:o, s:o, s:s, s:s, s:b, s:b, "
+        "s:s}",
         "tier", cdn_tier_to_string(spec->tier), "image", spec->image, "limits", "cpus", l->cpus, "memory_mb",
         (json_int_t) l->memory_mb, "pids", (json_int_t) l->pids, "disk_mb", (json_int_t) l->disk_mb,
         "timeout_s", (double) l->timeout_ms / 1000.0, "nofile", (json_int_t) l->nofile, "network", "mode",
         cdn_net_mode_to_string(spec->net_mode), "allow", strv_to_json_array(&spec->net_allow), "mounts",
         mounts, "protect", strv_to_json_array(&spec->protect), "env", cdn_strv_to_json_map(&spec->env),
         "labels", cdn_strv_to_json_map(&spec->labels), "workdir", spec->workdir, "hostname", spec->hostname,
-        "read_only", spec->read_only_root, "on_violation", cdn_on_violation_to_string(spec->on_violation));
+        "read_only", spec->read_only_root, "watch_writes", spec->watch_writes, "on_violation",
+        cdn_on_violation_to_string(spec->on_violation));
     return root ? json_dumps(root, JSON_COMPACT) : NULL;
 }

@@ -49,6 +49,10 @@ struct cdn_spec {
     char *workdir;
     char *hostname;
     bool read_only_root;
+    /* Record write attempts on system paths (system_write violations): the
+     * policy variant that reports path writes, which costs ordinary writes a
+     * round trip to the supervisor; always on with protect (docs/events.md). */
+    bool watch_writes;
     enum cdn_on_violation on_violation;
 };
 

@@ -29,8 +29,10 @@ def kinds(sb):
     return [e["kind"] for e in sb.events() if e["type"] == "violation"]
 
 
-def test_ordinary_work_is_not_a_violation(vd):
-    with Sandbox.create(endpoint=vd.endpoint, network={"mode": "allowlist", "allow": ["pypi.test:80"]}) as sb:
+@pytest.mark.parametrize("watch_writes", [False, True])
+def test_ordinary_work_is_not_a_violation(vd, watch_writes):
+    with Sandbox.create(endpoint=vd.endpoint, network={"mode": "allowlist", "allow": ["pypi.test:80"]},
+                        watch_writes=watch_writes) as sb:
         r = sb.exec(["sh", "-c", "printf 'int main(void){return 0;}' > /tmp/a.c && "
                      "(cc -o /tmp/a /tmp/a.c && /tmp/a || true) && "
                      "python3 -c \"import os; [open('/tmp/f%d' % i, 'w').write('x') for i in range(500)]; "
@@ -188,11 +190,17 @@ def test_a_full_disk_is_a_violation(vd):
         assert [e["kind"] for e in ev] == ["disk", "disk"] and ev[0]["disk_mb"] == 8, ev
 
 
+def test_system_writes_are_not_watched_by_default(vd):
+    with Sandbox.create(endpoint=vd.endpoint) as sb:
+        assert sb.exec(["sh", "-c", "echo x >> /etc/passwd"]).exit_code != 0  # landlock refuses it all the same
+        assert sb.violations()["counts"]["system_write"] == 0
+
+
 def test_writes_to_system_paths_are_violations(vd):
     """Replacing /bin/sh, editing /etc, renaming into /usr: refused by the kernel (landlock) and
-    recorded as "system_write" with the path, the call and the command. Work in /tmp is not.
+    recorded as "system_write" with the path, the call and the command (watch_writes). Work in /tmp is not.
     Catches: with add_reported() left out of the seccomp policy (tried once), the counts stay 0."""
-    with Sandbox.create(endpoint=vd.endpoint) as sb:
+    with Sandbox.create(endpoint=vd.endpoint, watch_writes=True) as sb:
         r = sb.exec(["sh", "-c", "cp /bin/busybox /tmp/x 2>/dev/null || cp /bin/sh /tmp/x; "
                      "cp /tmp/x /bin/sh; echo 'evil:x:0:0::/:/bin/sh' >> /etc/passwd; mv /tmp/x /usr/bin/x; "
                      "cd /usr/lib && ln -s /tmp/x libevil.so; echo ok > /tmp/fine; mkdir -p /tmp/d && "
@@ -209,7 +217,7 @@ def test_writes_to_system_paths_are_violations(vd):
 
 
 def test_kill_mode_on_a_system_write(vd):
-    sb = Sandbox.create(endpoint=vd.endpoint, on_violation="kill")
+    sb = Sandbox.create(endpoint=vd.endpoint, on_violation="kill", watch_writes=True)
     try:
         with pytest.raises(ServerError):
             sb.exec(["sh", "-c", "echo x > /etc/hostname; sleep 30"], timeout_s=60)

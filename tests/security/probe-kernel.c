@@ -64,7 +64,8 @@ PROBE_FN(proc_masked_read)
 
         if (fd < 0)
             PROBE_JUDGE(res, paths[i], -1, errno, EACCES, EPERM, ENOENT);
-        else if ((fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) || (fstatfs(fd, &fs) == 0 && fs.f_type != 0x9fa0))
+        else if ((fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) ||
+                 (fstatfs(fd, &fs) == 0 && fs.f_type != 0x9fa0))
             probe_contained(res, "%s:masked", paths[i]); /* 0x9fa0: PROC_SUPER_MAGIC */
         else
             probe_escaped(res, "%s:readable", paths[i]);

@@ -34,6 +34,7 @@
 static struct {
     bool ready;
     struct cdn_seccomp_prog seccomp;
+    struct cdn_seccomp_prog seccomp_writes; /* the variant with reported writes, loaded when first needed */
     int init_fd;
     const struct cdn_cgroup_ops *cgroup_ops;
 } prep = {.init_fd = -EBADF};
@@ -126,6 +127,14 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         return cdn_error_set(err, errno, "socketpair/pipe: %m");
     const bool v2 = sb->cgroup.ops->version == CDN_CGROUP_V2;
     int r;
+    /* Protected paths, or asked for: the policy that reports path writes (seccomp-policy.h). */
+    const bool writes = sb->spec->protect.n > 0 || sb->spec->watch_writes;
+    if (writes && !prep.seccomp_writes.insns) {
+        char cache[4096];
+        cdn_cache_dir(cache, sizeof cache);
+        if ((r = cdn_seccomp_load_variant(cache, true, &prep.seccomp_writes, err)) < 0)
+            return r;
+    }
     if (v2 && ((r = start_guard(sb, err)) < 0 || (r = make_cgroup(sb, err)) < 0))
         return r;
     int pidfd = -EBADF;
@@ -139,7 +148,7 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
     struct cdn_setup_args args = {
         .spec = sb->spec,
         .image = image,
-        .seccomp = &prep.seccomp,
+        .seccomp = writes ? &prep.seccomp_writes : &prep.seccomp,
         .scratch = scratch,
         .go_fd = go[0],
         .err_fd = rep[1],

@@ -43,9 +43,9 @@ static bool is_reported_name(const char *name)
     return false;
 }
 
-static int add_allowed(scmp_filter_ctx ctx, struct cdn_error *err)
+static int add_allowed(scmp_filter_ctx ctx, bool writes, struct cdn_error *err)
 {
-    bool monitor = cdn_seccomp_monitor_enabled();
+    bool monitor = writes && cdn_seccomp_monitor_enabled();
     for (size_t i = 0; i < cdn_seccomp_n_allowed; i++) {
         int nr = seccomp_syscall_resolve_name(cdn_seccomp_allowed[i]);
         if (nr == __NR_SCMP_ERROR)
@@ -180,6 +180,11 @@ static int export_append(scmp_filter_ctx ctx, uint8_t **buf, size_t *size, struc
 
 int cdn_seccomp_compile(struct cdn_seccomp_prog *ret, struct cdn_error *err)
 {
+    return cdn_seccomp_compile_variant(ret, false, err);
+}
+
+int cdn_seccomp_compile_variant(struct cdn_seccomp_prog *ret, bool writes, struct cdn_error *err)
+{
     _cleanup_(ctx_releasep) scmp_filter_ctx main_ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
     _cleanup_(ctx_releasep) scmp_filter_ctx ioctl_ctx = seccomp_init(SCMP_ACT_ALLOW);
     if (!main_ctx || !ioctl_ctx)
@@ -193,9 +198,9 @@ int cdn_seccomp_compile(struct cdn_seccomp_prog *ret, struct cdn_error *err)
     r = seccomp_attr_set(main_ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
     if (r < 0)
         return cdn_error_set(err, r, "seccomp: enable binary-tree optimisation: %s", strerror(-r));
-    if ((r = add_allowed(main_ctx, err)) < 0 || (r = add_filtered(main_ctx, err)) < 0 ||
+    if ((r = add_allowed(main_ctx, writes, err)) < 0 || (r = add_filtered(main_ctx, err)) < 0 ||
         (cdn_seccomp_monitor_enabled() &&
-         ((r = add_watched(main_ctx, err)) < 0 || (r = add_reported(main_ctx, err)) < 0)) ||
+         ((r = add_watched(main_ctx, err)) < 0 || (writes && (r = add_reported(main_ctx, err)) < 0))) ||
         (r = add_ioctl_denials(ioctl_ctx, err)) < 0)
         return r;
     _cleanup_free_ uint8_t *buf = NULL;

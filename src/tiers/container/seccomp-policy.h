@@ -25,7 +25,7 @@ extern const size_t cdn_seccomp_n_allowed;
 extern const struct cdn_sc_denial cdn_seccomp_denied[];
 extern const size_t cdn_seccomp_n_denied;
 
-/* Allowed, but reported to the supervisor (user notification, answered
+/* In the writes variant of the policy: allowed, but reported to the supervisor (user notification, answered
  * CONTINUE or, for a violation, EPERM): calls that write or replace a path,
  * for the monitor's "system-write" and protected-path records (the kernel
  * itself refuses them there: landlock, read-only binds). open and openat are
@@ -45,12 +45,17 @@ struct cdn_seccomp_prog {
 /* Load the filter from the cache under cache_dir, compiling and storing it on
  * a miss (atomic rename, so concurrent runs are safe). Host-side, before clone. */
 int cdn_seccomp_load_cached(const char *cache_dir, struct cdn_seccomp_prog *ret, struct cdn_error *err);
+/* The same for a policy variant: with writes, the reported path writes (see
+ * cdn_seccomp_reported) go to the supervisor; spec protect / watch_writes. */
+int cdn_seccomp_load_variant(const char *cache_dir, bool writes, struct cdn_seccomp_prog *ret,
+                             struct cdn_error *err);
 /* Whether the cache under cache_dir holds this policy's BPF (the lean build,
  * which cannot compile, asks before it starts; see src/cli/cli.h). */
 bool cdn_seccomp_cache_present(const char *cache_dir);
 /* Compile with libseccomp into ret (used on a cache miss and by tests).
  * seccomp-compile.c; the lean build has a stub that fails with ENOPKG. */
 int cdn_seccomp_compile(struct cdn_seccomp_prog *ret, struct cdn_error *err);
+int cdn_seccomp_compile_variant(struct cdn_seccomp_prog *ret, bool writes, struct cdn_error *err);
 /* Install in the calling thread; needs no_new_privs. Async-signal-safe
  * (pre-exec child). Returns the listener of the watched denials (a new fd,
  * CLOEXEC) for the supervisor, or -errno. */

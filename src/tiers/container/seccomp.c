@@ -21,7 +21,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define POLICY_VERSION 4 /* 3: watched denials are user notifications; 4: reported path writes */
+#define POLICY_VERSION 5 /* 3: watched denials are user notifications; 5: the variant reporting path writes  \
+                          */
 
 uint64_t cdn_seccomp_policy_hash(void)
 {
@@ -68,28 +69,36 @@ bool cdn_seccomp_monitor_enabled(void)
     return !(v && strcmp(v, "off") == 0);
 }
 
-static void cache_path(const char *cache_dir, char *buf, size_t size)
+static void cache_path(const char *cache_dir, bool writes, char *buf, size_t size)
 {
-    /* The variant without the monitor (CORDON_MONITOR=off) is another program. */
-    uint64_t h = cdn_seccomp_policy_hash() ^ (cdn_seccomp_monitor_enabled() ? 0 : 0x6d6f6e69746f72ULL);
+    /* The variants without the monitor (CORDON_MONITOR=off) or with the
+     * reported writes are other programs. */
+    uint64_t h = cdn_seccomp_policy_hash() ^ (cdn_seccomp_monitor_enabled() ? 0 : 0x6d6f6e69746f72ULL) ^
+                 (writes ? 0x7772697465730000ULL : 0);
     (void) snprintf(buf, size, "%s/seccomp-%016" PRIx64 ".bpf", cache_dir, h);
 }
 
 bool cdn_seccomp_cache_present(const char *cache_dir)
 {
     char path[512];
-    cache_path(cache_dir, path, sizeof path);
+    cache_path(cache_dir, false, path, sizeof path);
     return access(path, R_OK) == 0;
 }
 
 int cdn_seccomp_load_cached(const char *cache_dir, struct cdn_seccomp_prog *ret, struct cdn_error *err)
 {
+    return cdn_seccomp_load_variant(cache_dir, false, ret, err);
+}
+
+int cdn_seccomp_load_variant(const char *cache_dir, bool writes, struct cdn_seccomp_prog *ret,
+                             struct cdn_error *err)
+{
     char path[512], tmp[560];
-    cache_path(cache_dir, path, sizeof path);
+    cache_path(cache_dir, writes, path, sizeof path);
     if (read_cache(path, ret) == 0)
         return 0;
     struct cdn_seccomp_prog p;
-    int r = cdn_seccomp_compile(&p, err);
+    int r = cdn_seccomp_compile_variant(&p, writes, err);
     if (r < 0)
         return r;
     /* Best effort: a read-only state dir costs speed, not correctness. */
