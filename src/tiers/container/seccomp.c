@@ -21,8 +21,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define POLICY_VERSION 5 /* 3: watched denials are user notifications; 5: the variant reporting path writes  \
-                          */
+/* 3: watched denials are user notifications; 5: the variant that reports path writes */
+#define POLICY_VERSION 5
 
 uint64_t cdn_seccomp_policy_hash(void)
 {
