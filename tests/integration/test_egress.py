@@ -454,13 +454,15 @@ def test_fails_closed_while_cordond_is_stopped_or_restarting(shared_dir, net):
         try:
             sb = make(d, allow=["pypi.test:80"])
             sb.files.write("/tmp/probe.py", PROBE.encode())
-            r = sh(sb, "nohup python3 /tmp/probe.py 8 >/dev/null 2>&1 &")
+            r = sh(sb, "nohup python3 /tmp/probe.py 11 >/dev/null 2>&1 &")
             assert r.exit_code == 0, r
             time.sleep(1.5)
         finally:
             d.stop()  # SIGTERM, sandboxes kept
         stopped_at = time.time()
-        time.sleep(2.5)
+        # Longer than one blocked name lookup (resolv.conf: timeout 2 s, 2 attempts), so that
+        # the probe logs at least one round while no cordond runs, however slow the machine.
+        time.sleep(5.5)
         d2 = cordonlib.Daemon(shared_dir, *args)
         try:
             restarted_at = time.time()
