@@ -97,8 +97,8 @@ struct mark_ctx {
 static int mark_protected(void *ud, const char *path, int fd)
 {
     struct mark_ctx *c = ud;
-    int id;
-    bool root;
+    int id = -1;
+    bool root = false;
     int r = mount_of(fd, &id, &root);
     if (r < 0)
         return cdn_error_set(c->err, r, "protect %s: statx: %s", path, strerror(-r));
@@ -215,13 +215,13 @@ int cdn_fsguard_mark_sandbox(int group, pid_t init_pid, const struct cdn_strv *p
             return r;
     }
     int proc_id = -1;
-    bool root;
+    bool root = false;
     _cleanup_close_ int procfd = kernel ? open_beneath(rootfd, "/proc") : -1;
     if (procfd >= 0 && mount_of(procfd, &proc_id, &root) < 0)
         proc_id = -1;
     for (size_t i = 0; kernel && proc_id >= 0 && i < ELEMENTSOF(kernel_files); i++) {
         _cleanup_close_ int fd = open_beneath(rootfd, kernel_files[i]);
-        int id;
+        int id = -1;
         /* Only the mask's own mount: never /proc itself (that would stop every open there). */
         if (fd < 0 || mount_of(fd, &id, &root) < 0 || !root || id == proc_id)
             continue;
