@@ -8,11 +8,18 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 deps=(gcc libc6-dev meson ninja-build pkg-config libseccomp-dev libjansson-dev libevent-dev libcurl4-openssl-dev musl-tools python3
-      libmnl-dev libnftables-dev nftables iproute2 libpcre2-dev)
+      libmnl-dev libnftables-dev nftables iproute2 libpcre2-dev libarchive-dev liblzma-dev busybox-static)
+# The VM tiers: QEMU (no GUI, no firmware packages: the microvm machine boots the kernel directly).
+vmdeps=(qemu-system-x86)
 if ! dpkg -s "${deps[@]}" >/dev/null 2>&1; then
     echo "install.sh: installing build dependencies: ${deps[*]}"
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${deps[@]}" >/dev/null
+fi
+if ! dpkg -s "${vmdeps[@]}" >/dev/null 2>&1; then
+    echo "install.sh: installing ${vmdeps[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${vmdeps[@]}" >/dev/null
 fi
 
 if [ ! -f build/build.ninja ]; then
@@ -22,3 +29,5 @@ ninja -C build
 ninja -C build install >/dev/null
 echo "install.sh: installed $(command -v cordon) ($(cordon --version))"
 cordon image rebuild host
+# The guest kernel (Debian's linux-image package, unpacked into /var/lib/cordon/vm) and initramfs.
+cordon vm prepare

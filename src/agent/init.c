@@ -244,6 +244,12 @@ static int setup_signals(void)
 
 int main(void)
 {
+    const bool vm = vm_guest();
+    if (vm && vm_setup() < 0) {
+        fprintf(stderr, "cordon-init: no agent port (virtio-serial cordon.agent)\n");
+        vm_poweroff();
+        return 1;
+    }
     (void) prctl(PR_SET_DUMPABLE, 0); /* keep sandbox processes out of /proc/1/{mem,environ,fd} */
     /* fd 9: the seccomp listener, held for the host (which supervises through
      * its own copy); a command that inherited it could answer its own
@@ -299,5 +305,7 @@ int main(void)
     /* The last frames (a one-shot command's EXIT) go out before init ends. */
     if (conn >= 0 && fcntl(conn, F_SETFL, fl) == 0)
         flush_out();
+    if (vm) /* PID 1 of a guest must not return: the guest ends here */
+        vm_poweroff();
     return 0; /* the kernel kills what is left in the pid namespace */
 }

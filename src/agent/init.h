@@ -28,6 +28,11 @@ void exec_signal(uint32_t channel, int sig);
 void exec_signal_all(int sig);
 /* Reap every exited child; report the commands among them. */
 void exec_reap(void);
+/* A VM guest's first process (init-vm.c): vm_guest() tells, vm_setup() makes
+ * fd 3 the agent's port (-1 if there is none), vm_poweroff() ends the guest. */
+bool vm_guest(void);
+int vm_setup(void);
+void vm_poweroff(void);
 /* QUIESCE: kill everything but init; DONE on channel once all are reaped. */
 void exec_quiesce(uint32_t channel);
 /* Poll set: add the fds of running commands at pfd[*n…] (up to max; their

@@ -28,6 +28,8 @@ static const struct {
     {"inspect", cdn_cli_inspect, false, "inspect ID                    a sandbox as JSON"},
     {"events", cdn_cli_events, false, "events ID [--follow]          its event log (NDJSON)"},
     {"cp", cdn_cli_cp, false, "cp ID:PATH HOST | HOST ID:PATH copy a file out of or into a sandbox"},
+    {"vm", cdn_cli_vm, false,
+     "vm prepare                    the VM tiers' guest kernel and initramfs (cached)"},
 #else
     /* the lean build hands these to cordon-full (see main) */
     {"create", NULL, false, ""},
@@ -37,6 +39,7 @@ static const struct {
     {"inspect", NULL, false, ""},
     {"events", NULL, false, ""},
     {"cp", NULL, false, ""},
+    {"vm", NULL, false, ""},
 #endif
 };
 

@@ -6,6 +6,9 @@
 #include "core/paths.h"
 #include "image/image.h"
 #include "tiers/container/seccomp-policy.h"
+#if !CDN_LEAN
+#include "tiers/microvm/vmprep.h"
+#endif
 
 int cdn_cli_image(int argc, char *const *argv)
 {
@@ -26,3 +29,21 @@ int cdn_cli_image(int argc, char *const *argv)
     fprintf(stderr, "usage: cordon image rebuild host\n");
     return 125;
 }
+
+#if !CDN_LEAN
+int cdn_cli_vm(int argc, char *const *argv)
+{
+    if (argc == 1 && strcmp(argv[0], "prepare") == 0) {
+        struct cdn_error err = {0};
+        struct cdn_vm_assets vm;
+        if (cdn_vm_prepare(&vm, true, &err) < 0) {
+            fprintf(stderr, "cordon: %s\n", err.msg);
+            return 125;
+        }
+        printf("kernel %s\n%s\n%s\n", vm.release, vm.kernel, vm.initramfs);
+        return 0;
+    }
+    fprintf(stderr, "usage: cordon vm prepare\n");
+    return 125;
+}
+#endif

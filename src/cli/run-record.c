@@ -51,6 +51,8 @@ void cdn_run_print_record(const struct cdn_sandbox *sb, const struct outcome *o,
         (json_int_t) o->violations_kernel, "system_write", (json_int_t) o->violations_system_write);
     if (!rec)
         return;
+    if (sb->accel[0]) /* a VM tier: "kvm" or "tcg" */
+        json_object_set_new(rec, "accel", json_string(sb->accel));
     char *s = json_dumps(rec, JSON_COMPACT | JSON_REAL_PRECISION(9));
     if (s)
         fprintf(stderr, "%s\n", s);

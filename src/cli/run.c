@@ -55,7 +55,11 @@ static int encode_exec(const struct cdn_spec *spec, char *const *argv, uint8_t *
     int n = cdn_exec_encode(
         buf, size,
         &(struct cdn_exec_args){
-            .flags = CDN_EXEC_SHUTDOWN_ON_EXIT, .cwd = spec->workdir, .argv = argv, .envp = env});
+            /* A guest cannot share our stdio: its output comes as frames (read_agent). */
+            .flags = CDN_EXEC_SHUTDOWN_ON_EXIT | (spec->tier == CDN_TIER_MICROVM ? CDN_EXEC_PIPES : 0),
+            .cwd = spec->workdir,
+            .argv = argv,
+            .envp = env});
     if (n == -ENOBUFS)
         return cdn_error_field(err, E2BIG, "cmd",
                                "the command, its arguments and environment exceed %u KiB (or %d entries)",
@@ -71,14 +75,16 @@ static int encode_exec(const struct cdn_spec *spec, char *const *argv, uint8_t *
  * are still decoded as untrusted input. */
 static void read_agent(struct cdn_sandbox *sb, struct outcome *o, struct pollfd *pfd)
 {
-    static uint8_t buf[4096];
+    static uint8_t buf[CDN_FRAME_MAX];
     struct cdn_frame_header h;
     int n = cdn_frame_recv(sb->agent_fd, &h, buf, sizeof buf);
     if (n < 0) {
         pfd->fd = -1; /* init gone (or garbage): the pidfd tells the rest */
         return;
     }
-    if (h.type == CDN_FRAME_EXIT && cdn_exit_decode(buf, (size_t) n, &o->exit) == 0)
+    if ((h.type == CDN_FRAME_STDOUT || h.type == CDN_FRAME_STDERR) && n > 0) /* a guest's output */
+        (void) cdn_write_all(h.type == CDN_FRAME_STDOUT ? 1 : 2, buf, (size_t) n);
+    else if (h.type == CDN_FRAME_EXIT && cdn_exit_decode(buf, (size_t) n, &o->exit) == 0)
         o->have_exit = true;
     else if (h.type == CDN_FRAME_ERROR) {
         int e;
@@ -286,7 +292,7 @@ static bool needs_full(const struct cdn_run_opts *o)
     char cache[4096];
     cdn_cache_dir(cache, sizeof cache);
     return o->json || o->needs_full || o->spec.net_mode != CDN_NET_NONE || o->spec.protect.n > 0 ||
-           o->spec.watch_writes || !cdn_seccomp_cache_present(cache);
+           o->spec.tier != CDN_TIER_CONTAINER || o->spec.watch_writes || !cdn_seccomp_cache_present(cache);
 }
 
 static void report_error(const struct cdn_error *e)

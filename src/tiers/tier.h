@@ -43,5 +43,6 @@ struct cdn_tier_ops {
 };
 
 extern const struct cdn_tier_ops cdn_container_tier;
+extern const struct cdn_tier_ops cdn_microvm_tier; /* full build only (libarchive, liblzma) */
 
 const struct cdn_tier_ops *cdn_tier_lookup(enum cdn_tier tier);

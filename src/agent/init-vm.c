@@ -1,0 +1,100 @@
+/* cordon-init as the first process of a VM guest (the microvm and vm tiers):
+ * no host set up its world, so it does: the kernel's filesystems, the
+ * modules from the initramfs, and the agent's virtio-serial port, which
+ * becomes fd 3 — from there on it is the same agent as in a container. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/reboot.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "init.h"
+
+/* In a container the host hands init fd 3; in a VM guest nothing does. */
+bool vm_guest(void)
+{
+    return getpid() == 1 && fcntl(AGENT_FD, F_GETFD) < 0;
+}
+
+static void load_modules(void)
+{
+    /* 0.ko, 1.ko, …: in the order the initramfs was built with (vmprep.c). */
+    for (int i = 0; i < 64; i++) {
+        char p[64];
+        (void) snprintf(p, sizeof p, "/lib/modules/%d.ko", i);
+        int fd = open(p, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            break;
+        (void) syscall(SYS_finit_module, fd, "", 0);
+        (void) close(fd);
+    }
+}
+
+/* The port the host named cordon.agent; the first port when names are not there (yet). */
+static int open_port(void)
+{
+    for (int tries = 0; tries < 400; tries++) { /* devices appear as their drivers probe: up to 4 s */
+        DIR *d = opendir("/sys/class/virtio-ports");
+        struct dirent *de;
+        char found[300] = "";
+        while (d && (de = readdir(d))) {
+            char p[300], name[64] = "";
+            if (de->d_name[0] == '.')
+                continue;
+            (void) snprintf(p, sizeof p, "/sys/class/virtio-ports/%s/name", de->d_name);
+            int fd = open(p, O_RDONLY | O_CLOEXEC);
+            ssize_t n = fd >= 0 ? read(fd, name, sizeof name - 1) : -1;
+            if (fd >= 0)
+                (void) close(fd);
+            if (n > 0 && strncmp(name, "cordon.agent", 12) == 0)
+                (void) snprintf(found, sizeof found, "/dev/%s", de->d_name);
+        }
+        if (d)
+            closedir(d);
+        if (found[0]) {
+            int fd = open(found, O_RDWR | O_CLOEXEC | O_NOCTTY);
+            if (fd >= 0)
+                return fd;
+        }
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return -1;
+}
+
+int vm_setup(void)
+{
+    (void) mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+    (void) mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+    (void) mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755");
+    (void) mkdir("/dev/pts", 0755);
+    (void) mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666");
+    (void) mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
+    int con = open("/dev/console", O_RDWR | O_NOCTTY);
+    for (int i = 0; con >= 0 && i < 3; i++)
+        if (fcntl(i, F_GETFD) < 0)
+            (void) dup2(con, i);
+    if (con > 2)
+        (void) close(con);
+    load_modules();
+    int port = open_port();
+    if (port < 0)
+        return -1;
+    if (port != AGENT_FD && (dup2(port, AGENT_FD) < 0 || close(port) < 0))
+        return -1;
+    return 0;
+}
+
+void vm_poweroff(void)
+{
+    sync();
+    (void) reboot(RB_POWER_OFF);
+}

@@ -1,0 +1,421 @@
+/* Prepare the VM tiers' kernel and initramfs (vmprep.h). Only here do
+ * libarchive (the .deb: an ar archive holding data.tar.xz; the newc cpio) and
+ * liblzma (the kernel's XZ payload) come in. */
+#include "vmprep.h"
+#include "core/paths.h"
+#include "shared/fd-util.h"
+#include "shared/macro.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <lzma.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* The guest's modules, in load order (each after what it needs): enough for
+ * the agent's virtio-serial port on the microvm machine (virtio-mmio). */
+static const char *const modules[] = {
+    "kernel/drivers/virtio/virtio_ring.ko",
+    "kernel/drivers/virtio/virtio.ko",
+    "kernel/drivers/virtio/virtio_mmio.ko",
+    "kernel/drivers/char/virtio_console.ko",
+};
+
+#define BUSYBOX "/bin/busybox"
+/* What goes into the initramfs; a change here must bump it (the cached one is then rebuilt). */
+#define INITRAMFS_FORMAT "cordon-initramfs 2\n"
+
+static void say(bool progress, const char *what, const char *arg)
+{
+    if (progress)
+        fprintf(stderr, "cordon: vm: %s%s …\n", what, arg);
+}
+
+static int run_sh(const char *script, struct cdn_error *err)
+{
+    char *const argv[] = {"/bin/sh", "-c", (char *) script, NULL};
+    pid_t pid;
+    int r = posix_spawn(&pid, "/bin/sh", NULL, NULL, argv, environ);
+    if (r != 0)
+        return cdn_error_set(err, r, "spawn /bin/sh: %s", strerror(r));
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return cdn_error_set(err, errno, "wait for /bin/sh: %m");
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        return cdn_error_set(err, EIO, "`%s` failed", script);
+    return 0;
+}
+
+/* The kernel package: the environment's, one already here, or downloaded. */
+static int find_deb(const char *dir, char *deb, size_t size, bool progress, struct cdn_error *err)
+{
+    const char *env = getenv("CORDON_VM_KERNEL_DEB");
+    if (env && *env) {
+        (void) snprintf(deb, size, "%s", env);
+        return access(deb, R_OK) == 0 ? 0 : cdn_error_set(err, errno, "CORDON_VM_KERNEL_DEB %s: %m", deb);
+    }
+    char pat[4200];
+    glob_t g;
+    (void) snprintf(pat, sizeof pat, "%s/linux-image-*.deb", dir);
+    for (int round = 0; round < 2; round++) {
+        if (glob(pat, 0, NULL, &g) == 0 && g.gl_pathc > 0) {
+            (void) snprintf(deb, size, "%s",
+                            g.gl_pathv[g.gl_pathc - 1]); /* sorted: the newest version last */
+            globfree(&g);
+            return 0;
+        }
+        globfree(&g);
+        if (round)
+            break;
+        say(progress, "downloading the guest kernel package: ", "linux-image-amd64");
+        char script[4600];
+        (void) snprintf(script, sizeof script,
+                        "cd '%s' && apt-get download -q \"$(apt-cache depends linux-image-amd64 | "
+                        "awk '/Depends: linux-image-/ {print $2; exit}')\" >/dev/null 2>&1",
+                        dir);
+        int r = run_sh(script, err);
+        if (r < 0)
+            return cdn_error_prefix(err, r, "download the guest kernel (apt-get download linux-image-*)");
+    }
+    return cdn_error_set(err, ENOENT, "no linux-image-*.deb in %s", dir);
+}
+
+/* The XZ stream inside a bzImage, decompressed to path. */
+static int write_vmlinux(const uint8_t *bz, size_t n, const char *path, struct cdn_error *err)
+{
+    static const uint8_t magic[6] = {0xfd, '7', 'z', 'X', 'Z', 0};
+    const uint8_t *p = memmem(bz, n, magic, sizeof magic);
+    if (!p)
+        return cdn_error_set(err, EINVAL, "the kernel image has no XZ payload");
+    lzma_stream s = LZMA_STREAM_INIT;
+    if (lzma_stream_decoder(&s, UINT64_MAX, LZMA_CONCATENATED) != LZMA_OK)
+        return cdn_error_set(err, ENOMEM, "lzma decoder");
+    char tmp[4200];
+    (void) snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        lzma_end(&s);
+        return cdn_error_set(err, errno, "create %s: %m", tmp);
+    }
+    static uint8_t out[1 << 20];
+    s.next_in = p;
+    s.avail_in = n - (size_t) (p - bz);
+    lzma_ret ret = LZMA_OK;
+    int r = 0;
+    while (ret == LZMA_OK) {
+        s.next_out = out;
+        s.avail_out = sizeof out;
+        ret = lzma_code(&s, LZMA_FINISH);
+        size_t got = sizeof out - s.avail_out;
+        if (got && cdn_write_all(fd, out, got) < 0) {
+            r = cdn_error_set(err, errno, "write %s: %m", tmp);
+            break;
+        }
+    }
+    lzma_end(&s);
+    /* The payload is followed by padding and the rest of the bzImage: data
+     * after the stream's end is expected. */
+    if (r == 0 && ret != LZMA_STREAM_END && ret != LZMA_DATA_ERROR)
+        r = cdn_error_set(err, EINVAL, "decompress the kernel: lzma error %d", (int) ret);
+    if (r == 0 && rename(tmp, path) < 0)
+        r = cdn_error_set(err, errno, "rename %s: %m", tmp);
+    if (r < 0)
+        (void) unlink(tmp);
+    return r;
+}
+
+static int read_entry(struct archive *a, uint8_t **buf, size_t *n)
+{
+    size_t cap = 1 << 20, len = 0;
+    uint8_t *b = malloc(cap);
+    for (;;) {
+        if (!b)
+            return -ENOMEM;
+        if (len == cap) {
+            uint8_t *nb = realloc(b, cap *= 2);
+            if (!nb) {
+                free(b);
+                return -ENOMEM;
+            }
+            b = nb;
+        }
+        la_ssize_t k = archive_read_data(a, b + len, cap - len);
+        if (k < 0) {
+            free(b);
+            return -EIO;
+        }
+        if (k == 0)
+            break;
+        len += (size_t) k;
+    }
+    *buf = b, *n = len;
+    return 0;
+}
+
+static int write_file(const char *path, const uint8_t *b, size_t n, mode_t mode)
+{
+    _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    if (fd < 0)
+        return -errno;
+    return cdn_write_all(fd, b, n);
+}
+
+/* From data.tar.xz (in memory): vmlinux and the modules, into kdir. */
+static int unpack_data(const uint8_t *tar, size_t n, const char *kdir, char *release, size_t rsize,
+                       struct cdn_error *err)
+{
+    struct archive *a = archive_read_new();
+    if (!a)
+        return cdn_error_set(err, ENOMEM, "libarchive");
+    archive_read_support_filter_all(a);
+    archive_read_support_format_tar(a);
+    int r = 0, found = 0;
+    if (archive_read_open_memory(a, tar, n) != ARCHIVE_OK)
+        r = cdn_error_set(err, EINVAL, "the kernel package's data: %s", archive_error_string(a));
+    struct archive_entry *e;
+    while (r == 0 && archive_read_next_header(a, &e) == ARCHIVE_OK) {
+        const char *name = archive_entry_pathname(e);
+        if (name[0] == '.')
+            name++;
+        char out[4300];
+        if (strncmp(name, "/boot/vmlinuz-", 14) == 0) {
+            (void) snprintf(release, rsize, "%s", name + 14);
+            uint8_t *bz;
+            size_t bn;
+            if (read_entry(a, &bz, &bn) < 0) {
+                r = cdn_error_set(err, EIO, "read %s: %s", name, archive_error_string(a));
+                break;
+            }
+            (void) snprintf(out, sizeof out, "%s/vmlinux", kdir);
+            r = write_vmlinux(bz, bn, out, err);
+            free(bz);
+            found++;
+            continue;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(modules); i++) {
+            const char *m = strstr(name, modules[i]);
+            if (!m || strncmp(name, "/lib/modules/", 13) != 0 || strlen(m) != strlen(modules[i]))
+                continue;
+            uint8_t *b;
+            size_t bn;
+            if (read_entry(a, &b, &bn) < 0) {
+                r = cdn_error_set(err, EIO, "read %s", name);
+                break;
+            }
+            (void) snprintf(out, sizeof out, "%s/%zu.ko", kdir, i);
+            if (write_file(out, b, bn, 0644) < 0)
+                r = cdn_error_set(err, errno, "write %s: %m", out);
+            free(b);
+            found++;
+        }
+    }
+    archive_read_free(a);
+    if (r == 0 && found != (int) ELEMENTSOF(modules) + 1)
+        r = cdn_error_set(err, ENOENT, "the kernel package lacks the kernel or one of the guest's modules");
+    return r;
+}
+
+static int unpack_deb(const char *deb, const char *kdir, char *release, size_t rsize, struct cdn_error *err)
+{
+    struct archive *a = archive_read_new();
+    if (!a)
+        return cdn_error_set(err, ENOMEM, "libarchive");
+    archive_read_support_format_ar(a);
+    int r = -ENOENT;
+    if (archive_read_open_filename(a, deb, 1 << 16) != ARCHIVE_OK)
+        r = cdn_error_set(err, EIO, "open %s: %s", deb, archive_error_string(a));
+    struct archive_entry *e;
+    while (r == -ENOENT && archive_read_next_header(a, &e) == ARCHIVE_OK) {
+        if (strncmp(archive_entry_pathname(e), "data.tar", 8) != 0)
+            continue;
+        uint8_t *tar;
+        size_t n;
+        if (read_entry(a, &tar, &n) < 0) {
+            r = cdn_error_set(err, EIO, "read data.tar of %s", deb);
+            break;
+        }
+        r = unpack_data(tar, n, kdir, release, rsize, err);
+        free(tar);
+    }
+    archive_read_free(a);
+    if (r == -ENOENT)
+        r = cdn_error_set(err, ENOENT, "%s: no data.tar inside", deb);
+    return r;
+}
+
+static int add_file(struct archive *w, const char *name, mode_t mode, const void *data, size_t n,
+                    const char *link)
+{
+    struct archive_entry *e = archive_entry_new();
+    if (!e)
+        return -ENOMEM;
+    archive_entry_set_pathname(e, name);
+    archive_entry_set_mode(e, mode);
+    archive_entry_set_size(e, (la_int64_t) n);
+    if (link)
+        archive_entry_set_symlink(e, link);
+    int r = archive_write_header(w, e) == ARCHIVE_OK ? 0 : -EIO;
+    if (r == 0 && n && archive_write_data(w, data, n) != (la_ssize_t) n)
+        r = -EIO;
+    archive_entry_free(e);
+    return r;
+}
+
+static int add_path(struct archive *w, const char *name, const char *src, mode_t mode)
+{
+    int fd = open(src, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    uint8_t *b = NULL;
+    int r = fstat(fd, &st) < 0 ? -errno : 0;
+    if (r == 0 && !(b = malloc((size_t) st.st_size + 1)))
+        r = -ENOMEM;
+    if (r == 0 && cdn_read_full(fd, b, (size_t) st.st_size) != st.st_size)
+        r = -EIO;
+    (void) close(fd);
+    if (r == 0)
+        r = add_file(w, name, mode, b, (size_t) st.st_size, NULL);
+    free(b);
+    return r;
+}
+
+/* busybox's applets, each a symlink in /bin, so that commands are found on PATH. */
+static int add_applets(struct archive *w)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -errno;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+    char *const argv[] = {BUSYBOX, "--list", NULL};
+    pid_t pid;
+    int r = -posix_spawn(&pid, BUSYBOX, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    (void) close(p[1]);
+    static char list[65536];
+    size_t n = 0;
+    while (r == 0 && n < sizeof list - 1) { /* to EOF */
+        ssize_t k = read(p[0], list + n, sizeof list - 1 - n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        n += (size_t) k;
+    }
+    (void) close(p[0]);
+    if (r == 0)
+        (void) waitpid(pid, NULL, 0);
+    list[n] = 0;
+    for (char *save = NULL, *a = strtok_r(list, "\n", &save); r == 0 && a; a = strtok_r(NULL, "\n", &save)) {
+        char name[300];
+        if (strcmp(a, "busybox") == 0 || strlen(a) > 200)
+            continue;
+        (void) snprintf(name, sizeof name, "bin/%s", a);
+        r = add_file(w, name, AE_IFLNK | 0777, NULL, 0, "busybox");
+    }
+    return r;
+}
+
+static int write_initramfs(const char *kdir, const char *path, const char *init, struct cdn_error *err)
+{
+    char tmp[4300];
+    (void) snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    struct archive *w = archive_write_new();
+    if (!w)
+        return cdn_error_set(err, ENOMEM, "libarchive");
+    int r = archive_write_set_format_cpio_newc(w) == ARCHIVE_OK &&
+                    archive_write_open_filename(w, tmp) == ARCHIVE_OK
+                ? 0
+                : -EIO;
+    static const char *const dirs[] = {"bin",  "dev",       "proc", "sys",        "tmp",
+                                       "root", "workspace", "lib",  "lib/modules"};
+    for (size_t i = 0; r == 0 && i < ELEMENTSOF(dirs); i++)
+        r = add_file(w, dirs[i], AE_IFDIR | (strcmp(dirs[i], "tmp") == 0 ? 01777 : 0755), NULL, 0, NULL);
+    if (r == 0)
+        r = add_path(w, "init", init, AE_IFREG | 0755);
+    if (r == 0)
+        r = add_path(w, "bin/busybox", BUSYBOX, AE_IFREG | 0755);
+    if (r == 0)
+        r = add_applets(w);
+    for (size_t i = 0; r == 0 && i < ELEMENTSOF(modules); i++) {
+        char src[4300], name[64];
+        (void) snprintf(src, sizeof src, "%s/%zu.ko", kdir, i);
+        (void) snprintf(name, sizeof name, "lib/modules/%zu.ko",
+                        i); /* cordon-init loads them in name order */
+        r = add_path(w, name, src, AE_IFREG | 0644);
+    }
+    if (r == 0 && archive_write_close(w) != ARCHIVE_OK)
+        r = -EIO;
+    if (r < 0)
+        (void) cdn_error_set(err, -r, "write the initramfs %s: %s", tmp, archive_error_string(w));
+    archive_write_free(w);
+    if (r == 0 && rename(tmp, path) < 0)
+        r = cdn_error_set(err, errno, "rename %s: %m", tmp);
+    if (r < 0)
+        (void) unlink(tmp);
+    return r;
+}
+
+static bool newer(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 &&
+           (stat(b, &sb) < 0 || sa.st_mtim.tv_sec > sb.st_mtim.tv_sec ||
+            (sa.st_mtim.tv_sec == sb.st_mtim.tv_sec && sa.st_mtim.tv_nsec > sb.st_mtim.tv_nsec));
+}
+
+int cdn_vm_prepare(struct cdn_vm_assets *out, bool progress, struct cdn_error *err)
+{
+    char dir[4096], kdir[4200], stamp[4300], init[4096], deb[4096];
+    (void) snprintf(dir, sizeof dir, "%s/vm", cdn_state_dir());
+    if (cdn_mkdir_p(dir, 0755) < 0)
+        return cdn_error_set(err, errno, "create %s: %m", dir);
+    (void) snprintf(kdir, sizeof kdir, "%s/kernel", dir);
+    (void) snprintf(stamp, sizeof stamp, "%s/release", kdir);
+    /* The kernel: unpacked once (the release file is written last). */
+    if (cdn_read_file_at(AT_FDCWD, stamp, out->release, sizeof out->release) <= 0) {
+        int r = find_deb(dir, deb, sizeof deb, progress, err);
+        if (r < 0)
+            return r;
+        say(progress, "unpacking the guest kernel and its modules from ", deb);
+        if (cdn_mkdir_p(kdir, 0755) < 0)
+            return cdn_error_set(err, errno, "create %s: %m", kdir);
+        if ((r = unpack_deb(deb, kdir, out->release, sizeof out->release, err)) < 0)
+            return r;
+        if (write_file(stamp, (const uint8_t *) out->release, strlen(out->release), 0644) < 0)
+            return cdn_error_set(err, errno, "write %s: %m", stamp);
+        say(progress, "guest kernel ready: ", out->release);
+    }
+    (void) snprintf(out->kernel, sizeof out->kernel, "%s/vmlinux", kdir);
+    (void) snprintf(out->initramfs, sizeof out->initramfs, "%s/initramfs.cpio", dir);
+    if (cdn_init_path(init, sizeof init) < 0)
+        return cdn_error_set(err, ENOENT, "cordon-init not found (set CORDON_INIT or install cordon)");
+    /* The initramfs: again whenever cordon-init is newer than it or its format changed. */
+    char fmt[64] = "", fmtpath[4300];
+    (void) snprintf(fmtpath, sizeof fmtpath, "%s/initramfs.format", dir);
+    (void) cdn_read_file_at(AT_FDCWD, fmtpath, fmt, sizeof fmt);
+    if (newer(init, out->initramfs) || strcmp(fmt, INITRAMFS_FORMAT) != 0) {
+        say(progress, "building the initramfs: cordon-init, busybox, the modules of ", out->release);
+        int r = write_initramfs(kdir, out->initramfs, init, err);
+        if (r < 0)
+            return r;
+        if (write_file(fmtpath, (const uint8_t *) INITRAMFS_FORMAT, strlen(INITRAMFS_FORMAT), 0644) < 0)
+            return cdn_error_set(err, errno, "write %s: %m", fmtpath);
+    }
+    return 0;
+}

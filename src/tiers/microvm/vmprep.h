@@ -1,0 +1,22 @@
+/* What the VM tiers boot (DESIGN §5), prepared once and cached in the state
+ * directory (<state>/vm/): the guest kernel from Debian's linux-image package
+ * — unpacked, never installed into /boot — as an uncompressed vmlinux (booted
+ * through PVH: no decompression in the guest, which under TCG costs seconds),
+ * the modules the guest needs from the same package, and an initramfs holding
+ * cordon-init as /init, busybox and those modules. */
+#pragma once
+
+#include <stdbool.h>
+
+#include "shared/error.h"
+
+struct cdn_vm_assets {
+    char kernel[4096];    /* vmlinux */
+    char initramfs[4096]; /* newc cpio */
+    char release[128];    /* the guest kernel's release, e.g. 6.1.0-57-amd64 */
+};
+
+/* Find or make the assets. progress: say each long step on stderr. The
+ * kernel package comes from $CORDON_VM_KERNEL_DEB, else a linux-image-*.deb in
+ * <state>/vm/, else `apt-get download` of the one linux-image-amd64 depends on. */
+int cdn_vm_prepare(struct cdn_vm_assets *out, bool progress, struct cdn_error *err);

@@ -1,0 +1,76 @@
+"""The microvm tier, first steps (issue 6): `cordon run --tier microvm` boots
+the Debian guest kernel (QEMU -M microvm, PVH, cordon-init as the guest's
+first process, the agent over virtio-serial) and runs the command in it.
+Under TCG here (no hardware virtualisation on this host), KVM where there is.
+The guest kernel and initramfs come from `cordon vm prepare` (install.sh runs
+it; these tests never download anything)."""
+
+import os
+import platform
+import shutil
+
+import pytest
+
+import cordonlib
+from cordonlib import run
+
+STATE = os.environ.get("CORDON_STATE_DIR", "/var/lib/cordon")
+RELEASE = os.path.join(STATE, "vm", "kernel", "release")
+
+pytestmark = pytest.mark.skipif(
+    not shutil.which("qemu-system-x86_64") or not os.path.exists(RELEASE),
+    reason="no QEMU or no prepared guest kernel (cordon vm prepare)")
+
+
+def qemus():
+    return [p for p in cordonlib.all_procs() if p.comm.startswith("qemu-system")]
+
+
+def guest_release():
+    with open(RELEASE) as f:
+        return f.read().strip()
+
+
+def test_uname_is_the_guests():
+    r = run(["--tier", "microvm", "--", "uname", "-r"], timeout=120)
+    assert r.code == 0, r
+    assert r.stdout.strip() == guest_release() != platform.release()
+    assert qemus() == []
+
+
+def test_output_status_and_record():
+    r = run(["--json", "--tier", "microvm", "--", "sh", "-c", "echo out; echo err >&2; exit 3"], timeout=120)
+    assert (r.code, r.stdout, r.stderr.splitlines()[0]) == (3, "out\n", "err"), r
+    rec = r.record
+    assert rec["tier"] == "microvm" and rec["exit_code"] == 3
+    assert rec["accel"] in ("kvm", "tcg")
+    if not os.access("/dev/kvm", os.W_OK) or " vmx" not in open("/proc/cpuinfo").read() and \
+            " svm" not in open("/proc/cpuinfo").read():
+        assert rec["accel"] == "tcg"  # no hardware virtualisation: QEMU's TCG
+
+
+def test_cpus_and_memory_are_the_guests():
+    r = run(["--tier", "microvm", "--cpus", "2", "--memory", "256M", "--", "sh", "-c",
+             "nproc; grep MemTotal /proc/meminfo"], timeout=120)
+    assert r.code == 0, r
+    lines = r.stdout.split("\n")
+    assert lines[0] == "2"
+    kib = int(lines[1].split()[1])
+    assert 150 * 1024 < kib <= 256 * 1024, lines[1]
+
+
+def test_timeout_ends_the_guest():
+    r = run(["--tier", "microvm", "--timeout", "8s", "--", "sleep", "100"], timeout=120)
+    assert r.code == 124, r
+    cordonlib.wait_for(lambda: qemus() == [], timeout=5, what="QEMU's exit")
+
+
+@pytest.mark.parametrize("flags,field", [
+    (["--net", "open"], "network"),
+    (["--protect", "/etc"], "protect"),
+    (["--bind", "/tmp:/x"], "mounts"),
+])
+def test_what_the_tier_does_not_do_yet_is_refused(flags, field):
+    r = run(["--tier", "microvm", *flags, "--", "true"], timeout=60)
+    assert r.code == 125 and f"field: {field}" in r.stderr, r
+    assert qemus() == []
