@@ -664,6 +664,12 @@ void box_create(struct cdn_spec *spec, struct evhttp_request *req)
         api_reply_error(req, 503, "stopping", NULL, "cordond is stopping");
         return;
     }
+    if (spec->tier != CDN_TIER_CONTAINER) { /* the VM tiers have no persistent form yet (issue 6) */
+        api_reply_error(req, 400, "invalid_spec", "tier", "tier: '%s' is available to `cordon run` only, so far",
+                        cdn_tier_to_string(spec->tier));
+        cdn_spec_free(spec);
+        return;
+    }
     if (cordond->n_boxes >= cordond->cfg.max_sandboxes) {
         cdn_spec_free(spec);
         api_reply_error(req, 429, "too_many_sandboxes", NULL, "%u sandboxes exist, the configured maximum",

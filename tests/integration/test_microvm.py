@@ -74,3 +74,8 @@ def test_what_the_tier_does_not_do_yet_is_refused(flags, field):
     r = run(["--tier", "microvm", *flags, "--", "true"], timeout=60)
     assert r.code == 125 and f"field: {field}" in r.stderr, r
     assert qemus() == []
+
+
+def test_cordond_refuses_it_for_now(daemon):
+    status, body = daemon.http("POST", "/v1/sandboxes", {"tier": "microvm"})
+    assert status == 400 and body["error"]["field"] == "tier", body

@@ -335,7 +335,7 @@ BAD = [
     (["--net", "sideways"], ["--net", "network"]),
     (["--protect", "/workspace/answers/**"], ["--protect", "protect"]),
     (["--tier", "vm"], ["--tier", "tier"]),
-    (["--tier", "microvm"], ["--tier", "tier"]),
+    (["--tier", "process"], ["--tier", "tier"]),
     (["--tier", "warp"], ["--tier", "tier"]),
     (["--on-violation", "explode"], ["--on-violation", "on_violation"]),
     (["--spec", "/nonexistent/spec.json"], ["--spec", "/nonexistent/spec.json"]),
