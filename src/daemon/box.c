@@ -665,7 +665,8 @@ void box_create(struct cdn_spec *spec, struct evhttp_request *req)
         return;
     }
     if (spec->tier != CDN_TIER_CONTAINER) { /* the VM tiers have no persistent form yet (issue 6) */
-        api_reply_error(req, 400, "invalid_spec", "tier", "tier: '%s' is available to `cordon run` only, so far",
+        api_reply_error(req, 400, "invalid_spec", "tier",
+                        "tier: '%s' is available to `cordon run` only, so far",
                         cdn_tier_to_string(spec->tier));
         cdn_spec_free(spec);
         return;
