@@ -22,8 +22,20 @@ pytestmark = pytest.mark.skipif(
     reason="no QEMU or no prepared guest kernel (cordon vm prepare)")
 
 
+_before = set()
+
+
+@pytest.fixture(autouse=True)
+def _qemus_before():
+    """QEMU processes that were there before the test (not ours to count)."""
+    _before.clear()
+    _before.update(p.pid for p in cordonlib.all_procs() if p.comm.startswith("qemu-system"))
+
+
 def qemus():
-    return [p for p in cordonlib.all_procs() if p.comm.startswith("qemu-system")]
+    """QEMU processes the test left (zombies of others' aside)."""
+    return [p for p in cordonlib.all_procs()
+            if p.comm.startswith("qemu-system") and p.pid not in _before and p.state != "Z"]
 
 
 def guest_release():
