@@ -301,3 +301,31 @@ int cdn_frame_recv(int fd, struct cdn_frame_header *h, uint8_t *buf, size_t size
     r = read_exact(fd, buf, h->length);
     return r < 0 ? r : (int) h->length;
 }
+
+int cdn_identity_encode(uint8_t *buf, size_t size, const struct cdn_identity *id)
+{
+    size_t hl = strnlen(id->hostname, sizeof id->hostname);
+    size_t n = 8 + CDN_IDENTITY_SEED + 16 + hl + 1;
+    if (hl == 0 || hl >= sizeof id->hostname || n > size)
+        return -ENOBUFS;
+    put64(buf, id->time_ns);
+    memcpy(buf + 8, id->seed, CDN_IDENTITY_SEED);
+    memcpy(buf + 8 + CDN_IDENTITY_SEED, id->machine_id, 16);
+    memcpy(buf + 8 + CDN_IDENTITY_SEED + 16, id->hostname, hl + 1);
+    return (int) n;
+}
+
+int cdn_identity_decode(const uint8_t *p, size_t len, struct cdn_identity *id)
+{
+    const size_t fixed = 8 + CDN_IDENTITY_SEED + 16;
+    if (len < fixed + 2 || len > fixed + sizeof id->hostname || p[len - 1] != 0)
+        return -EBADMSG;
+    size_t hl = len - fixed - 1;
+    if (memchr(p + fixed, 0, hl))
+        return -EBADMSG;
+    id->time_ns = get64(p);
+    memcpy(id->seed, p + 8, CDN_IDENTITY_SEED);
+    memcpy(id->machine_id, p + 8 + CDN_IDENTITY_SEED, 16);
+    memcpy(id->hostname, p + fixed, hl + 1);
+    return 0;
+}

@@ -33,15 +33,17 @@ enum cdn_frame_type {
     CDN_FRAME_PONG = 6,
     CDN_FRAME_STDOUT = 7, /* init→host: output of a CDN_EXEC_PIPES command; empty = that stream ended */
     CDN_FRAME_STDERR = 8,
-    CDN_FRAME_STDIN = 9,    /* host→init: input for a CDN_EXEC_STDIN command; empty = close its stdin */
-    CDN_FRAME_FILE = 10,    /* host→init: a file operation (payload: struct cdn_file_req) */
-    CDN_FRAME_DATA = 11,    /* either way: file bytes (read: init→host; write: host→init, after FILE) or,
-                             * for LIST, directory entries (struct cdn_file_stat each) */
-    CDN_FRAME_DONE = 12,    /* init→host: a file operation succeeded (payload: struct cdn_file_stat of the
-                             * path, for every op but REMOVE, which sends none); its last frame */
-    CDN_FRAME_RESIZE = 13,  /* host→init: PTY window size of a command (payload: u16 rows | u16 cols) */
-    CDN_FRAME_QUIESCE = 14, /* host→init: SIGKILL every process of the sandbox but init (no payload);
-                             * answered by DONE (no payload) on its channel once none is left */
+    CDN_FRAME_STDIN = 9,     /* host→init: input for a CDN_EXEC_STDIN command; empty = close its stdin */
+    CDN_FRAME_FILE = 10,     /* host→init: a file operation (payload: struct cdn_file_req) */
+    CDN_FRAME_DATA = 11,     /* either way: file bytes (read: init→host; write: host→init, after FILE) or,
+                              * for LIST, directory entries (struct cdn_file_stat each) */
+    CDN_FRAME_DONE = 12,     /* init→host: a file operation succeeded (payload: struct cdn_file_stat of the
+                              * path, for every op but REMOVE, which sends none); its last frame */
+    CDN_FRAME_RESIZE = 13,   /* host→init: PTY window size of a command (payload: u16 rows | u16 cols) */
+    CDN_FRAME_QUIESCE = 14,  /* host→init: SIGKILL every process of the sandbox but init (no payload);
+                              * answered by DONE (no payload) on its channel once none is left */
+    CDN_FRAME_IDENTITY = 15, /* host→init, VM guests restored from a snapshot: a fresh identity before
+                              * any command (payload: struct cdn_identity); answered by DONE */
 };
 
 /* Frame header flags. */
@@ -135,6 +137,19 @@ int cdn_file_stat_encode(uint8_t *buf, size_t size, const struct cdn_file_stat *
 int cdn_file_stat_decode(const uint8_t *p, size_t len, struct cdn_file_stat *ret);
 
 int cdn_exit_encode(uint8_t *buf, size_t size, const struct cdn_exit_msg *m);
+
+/* IDENTITY: what a guest cloned from a snapshot must not share with its
+ * siblings. Wire: u64 unix time in ns, 32 seed bytes, 16 machine-id bytes,
+ * hostname NUL-terminated (1-64 bytes). */
+#define CDN_IDENTITY_SEED 32
+struct cdn_identity {
+    uint64_t time_ns;
+    uint8_t seed[CDN_IDENTITY_SEED];
+    uint8_t machine_id[16];
+    char hostname[65];
+};
+int cdn_identity_encode(uint8_t *buf, size_t size, const struct cdn_identity *id);
+int cdn_identity_decode(const uint8_t *p, size_t len, struct cdn_identity *id);
 int cdn_exit_decode(const uint8_t *p, size_t len, struct cdn_exit_msg *ret);
 
 /* ERROR payload: i32 errno | message\0 */

@@ -3,6 +3,7 @@
  * modules from the initramfs, and the agent's virtio-serial port, which
  * becomes fd 3 — from there on it is the same agent as in a container. */
 #include <dirent.h>
+#include <sys/ioctl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -18,10 +19,20 @@
 
 #include "init.h"
 
+/* <linux/random.h>, which the musl build of init has no copy of. */
+#ifndef RNDADDENTROPY
+#define RNDADDENTROPY _IOW('R', 0x03, int[2])
+#endif
+#ifndef RNDRESEEDCRNG
+#define RNDRESEEDCRNG _IO('R', 0x07)
+#endif
+
+static bool vm_guest_mode;
+
 /* In a container the host hands init fd 3; in a VM guest nothing does. */
 bool vm_guest(void)
 {
-    return getpid() == 1 && fcntl(AGENT_FD, F_GETFD) < 0;
+    return vm_guest_mode = getpid() == 1 && fcntl(AGENT_FD, F_GETFD) < 0;
 }
 
 static void load_modules(void)
@@ -97,4 +108,45 @@ void vm_poweroff(void)
 {
     sync();
     (void) reboot(RB_POWER_OFF);
+}
+
+int vm_identity(const struct cdn_identity *id)
+{
+    if (!vm_guest_mode)
+        return -EPERM; /* a container's init has no business with these */
+    struct timespec ts = {.tv_sec = (time_t) (id->time_ns / 1000000000u),
+                          .tv_nsec = (long) (id->time_ns % 1000000000u)};
+    if (clock_settime(CLOCK_REALTIME, &ts) < 0)
+        return -errno;
+    /* Mixed into the pool (credited), then the CRNG reseeded from it at once:
+     * without the reseed, siblings from one snapshot would keep producing the
+     * same bytes until the kernel's next scheduled reseed. */
+    struct {
+        int entropy_count, buf_size; /* struct rand_pool_info */
+        uint8_t bytes[CDN_IDENTITY_SEED];
+    } e = {.entropy_count = CDN_IDENTITY_SEED * 8, .buf_size = CDN_IDENTITY_SEED};
+    memcpy(e.bytes, id->seed, CDN_IDENTITY_SEED);
+    int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || ioctl(fd, RNDADDENTROPY, &e) < 0 || ioctl(fd, RNDRESEEDCRNG) < 0) {
+        int r = -errno;
+        if (fd >= 0)
+            (void) close(fd);
+        return r;
+    }
+    (void) close(fd);
+    char hex[34];
+    for (int i = 0; i < 16; i++)
+        (void) snprintf(hex + 2 * i, 3, "%02x", id->machine_id[i]);
+    hex[32] = '\n';
+    hex[33] = 0;
+    (void) mkdir("/etc", 0755);
+    fd = open("/etc/machine-id", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0444);
+    if (fd < 0 || write(fd, hex, 33) != 33) {
+        int r = -errno;
+        if (fd >= 0)
+            (void) close(fd);
+        return r;
+    }
+    (void) close(fd);
+    return sethostname(id->hostname, strlen(id->hostname)) < 0 ? -errno : 0;
 }

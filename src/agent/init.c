@@ -221,6 +221,17 @@ static void dispatch(const struct cdn_frame_header *hp, const uint8_t *payload)
     case CDN_FRAME_QUIESCE:
         exec_quiesce(h.channel);
         break;
+    case CDN_FRAME_IDENTITY: {
+        struct cdn_identity id;
+        int r = cdn_identity_decode(payload, len, &id);
+        if (r == 0)
+            r = vm_identity(&id);
+        if (r < 0)
+            agent_error(h.channel, -r, "identity");
+        else
+            agent_send(CDN_FRAME_DONE, h.channel, NULL, 0);
+        break;
+    }
     case CDN_FRAME_PING:
         agent_send(CDN_FRAME_PONG, h.channel, payload, (uint32_t) len);
         break;

@@ -33,6 +33,8 @@ void exec_reap(void);
 bool vm_guest(void);
 int vm_setup(void);
 void vm_poweroff(void);
+/* IDENTITY (a guest restored from a snapshot): clock, entropy, machine-id, hostname. */
+int vm_identity(const struct cdn_identity *id);
 /* QUIESCE: kill everything but init; DONE on channel once all are reaped. */
 void exec_quiesce(uint32_t channel);
 /* Poll set: add the fds of running commands at pfd[*n…] (up to max; their

@@ -49,8 +49,10 @@ struct cdn_sandbox {
      * keeps a copy (fd 10) so that the marks on a sandbox's protected paths,
      * and the opens waiting for an answer, outlive a restarting cordond. */
     int fsguard_fd;
-    /* VM tiers: the accelerator QEMU runs the guest with ("kvm" or "tcg"). */
+    /* VM tiers: the accelerator QEMU runs the guest with ("kvm" or "tcg"), and
+     * whether the guest was restored from a snapshot (else booted cold). */
     char accel[8];
+    bool vm_restored;
 
     /* host resources held for the sandbox's lifetime */
     int slot;    /* index of the uid range and cgroup name */

@@ -8,6 +8,8 @@
  * sandbox's network namespace and tap, the image as a block device, snapshot
  * restore, QEMU confined in its own uid, cgroup and chroot, cordond. */
 #include "tiers/tier.h"
+#include "agent/frame.h"
+#include "core/paths.h"
 #include "vmprep.h"
 #include "shared/fd-util.h"
 #include "shared/macro.h"
@@ -15,6 +17,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sched.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -55,6 +63,321 @@ static long tsc_khz(void)
     return colon ? (long) (atof(colon + 1) * 1000.0) : 0;
 }
 
+/* fds of QEMU: 3 our agent socket; 4 the QMP socket (a template) or the state to restore from. */
+#define QEMU_FD4 4
+
+struct qemu_cmd {
+    char *argv[64];
+    int argc;
+    char buf[8][4200];
+    int nbuf;
+};
+
+static void add(struct qemu_cmd *q, const char *a)
+{
+    if (q->argc < 63)
+        q->argv[q->argc++] = (char *) a;
+    q->argv[q->argc] = NULL;
+}
+
+static const char *fmt(struct qemu_cmd *q, const char *f, ...) __attribute__((format(printf, 2, 3)));
+static const char *fmt(struct qemu_cmd *q, const char *f, ...)
+{
+    char *b = q->buf[q->nbuf < 7 ? q->nbuf++ : 7];
+    va_list ap;
+    va_start(ap, f);
+    (void) vsnprintf(b, sizeof q->buf[0], f, ap);
+    va_end(ap);
+    return b;
+}
+
+enum boot { BOOT_COLD, BOOT_TEMPLATE, BOOT_RESTORE };
+
+/* The command line; memdir: where the guest's RAM file lives (template, restore). */
+static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const char *accel, uint64_t mem_mb,
+                      int smp, enum boot boot, const char *memdir)
+{
+    long khz = tsc_khz();
+    add(q, QEMU);
+    add(q, "-M");
+    add(q, fmt(q, "microvm,pit=on,rtc=on,isa-serial=off,accel=%s%s", accel,
+               boot == BOOT_COLD ? "" : ",memory-backend=ram"));
+    if (boot != BOOT_COLD) {
+        /* Restored copy-on-write: the file is the template's RAM, never written again. */
+        add(q, "-object");
+        add(q, fmt(q, "memory-backend-file,id=ram,size=%lluM,mem-path=%s/mem,share=%s",
+                   (unsigned long long) mem_mb, memdir, boot == BOOT_TEMPLATE ? "on" : "off"));
+    }
+    add(q, "-cpu");
+    add(q, strcmp(accel, "kvm") == 0 ? "host" : "max");
+    add(q, "-m");
+    add(q, fmt(q, "%lluM", (unsigned long long) mem_mb));
+    add(q, "-smp");
+    add(q, fmt(q, "%d", smp));
+    static const char *const fixed[] = {
+        "-nodefaults", "-no-user-config",
+        "-nographic",  "-no-reboot",
+        "-serial",     "none",
+        "-sandbox",    "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+        "-kernel"};
+    for (size_t i = 0; i < ELEMENTSOF(fixed); i++)
+        add(q, fixed[i]);
+    add(q, vm->kernel);
+    add(q, "-initrd");
+    add(q, vm->initramfs);
+    add(q, "-append");
+    add(q, khz > 0 ? fmt(q, "quiet panic=-1 reboot=t random.trust_cpu=on tsc_early_khz=%ld", khz)
+                   : "quiet panic=-1 reboot=t random.trust_cpu=on");
+    add(q, "-device");
+    add(q, "virtio-serial-device");
+    add(q, "-chardev");
+    add(q, fmt(q, "socket,id=agent,fd=%d", QEMU_AGENT));
+    add(q, "-device");
+    add(q, "virtserialport,chardev=agent,name=cordon.agent");
+    if (boot != BOOT_COLD) { /* QMP: fd 4 (template) or 5 (restore, whose state is fd 4) */
+        add(q, "-chardev");
+        add(q, fmt(q, "socket,id=qmp,fd=%d", boot == BOOT_TEMPLATE ? QEMU_FD4 : QEMU_FD4 + 1));
+        add(q, "-mon");
+        add(q, "chardev=qmp,mode=control");
+    } else
+        add(q, "-monitor"), add(q, "none");
+    if (boot == BOOT_RESTORE) {
+        add(q, "-incoming"); /* once x-ignore-shared is on (QMP): RAM is the file's, not the stream's */
+        add(q, "defer");
+    }
+}
+
+static pid_t spawn_qemu(const struct qemu_cmd *q, int agent, int fd4, int fd5, int *pidfd,
+                        struct cdn_error *err)
+{
+    struct clone_args ca = {
+        .flags = CLONE_PIDFD, .pidfd = (uint64_t) (uintptr_t) pidfd, .exit_signal = SIGCHLD};
+    pid_t pid = (pid_t) syscall(SYS_clone3, &ca, sizeof ca);
+    if (pid < 0)
+        return cdn_error_set(err, errno, "fork for QEMU: %m");
+    if (pid == 0) {
+        (void) prctl(PR_SET_PDEATHSIG, SIGKILL); /* the guest goes with its caller */
+        int devnull = open("/dev/null", O_RDWR);
+        int a = fcntl(agent, F_DUPFD, 10), b = fd4 >= 0 ? fcntl(fd4, F_DUPFD, 10) : -1;
+        int c = fd5 >= 0 ? fcntl(fd5, F_DUPFD, 10) : -1;
+        if (a < 0 || dup2(a, QEMU_AGENT) < 0 || (b >= 0 && dup2(b, QEMU_FD4) < 0) ||
+            (c >= 0 && dup2(c, QEMU_FD4 + 1) < 0) || devnull < 0 || dup2(devnull, 0) < 0 ||
+            dup2(devnull, 1) < 0)
+            _exit(127);
+        if (!getenv("CORDON_VM_DEBUG"))
+            (void) dup2(devnull, 2);
+        (void) syscall(SYS_close_range,
+                       c >= 0   ? QEMU_FD4 + 2
+                       : b >= 0 ? QEMU_FD4 + 1
+                                : QEMU_AGENT + 1,
+                       ~0U, 0);
+        execvp(QEMU, q->argv);
+        fprintf(stderr, "cordon: exec %s: %m (install qemu-system-x86)\n", QEMU);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* ---- the snapshot: one booted guest per (memory, vCPUs, accelerator) ---- */
+
+/* One QMP command over fd (a blocking socket); the reply's "return" is not looked at beyond success. */
+static int qmp(int fd, const char *json, char *reply, size_t size)
+{
+    if (json && cdn_write_all(fd, json, strlen(json)) < 0)
+        return -errno;
+    size_t n = 0;
+    for (;;) { /* lines until one with "return" or "error" (events come in between) */
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 60000) <= 0)
+            return -ETIMEDOUT;
+        ssize_t k = read(fd, reply + n, size - 1 - n);
+        if (k <= 0)
+            return -EPIPE;
+        n += (size_t) k;
+        reply[n] = 0;
+        char *nl;
+        while ((nl = strchr(reply, '\n'))) {
+            *nl = 0;
+            bool done = strstr(reply, "\"return\"") || strstr(reply, "\"error\"") || strstr(reply, "\"QMP\"");
+            bool bad = strstr(reply, "\"error\"") != NULL;
+            if (done) {
+                memmove(reply, reply, (size_t) (nl - reply) + 1);
+                return bad ? -EIO : 0;
+            }
+            n -= (size_t) (nl + 1 - reply);
+            memmove(reply, nl + 1, n + 1);
+        }
+        if (n >= size - 1)
+            n = 0;
+    }
+}
+
+/* QMP's getfd: the command with fd attached (SCM_RIGHTS), so that `migrate` can name it. */
+static int qmp_getfd(int qmpfd, int fd, const char *name, char *reply, size_t size)
+{
+    char cmd[128];
+    int n = snprintf(cmd, sizeof cmd, "{\"execute\":\"getfd\",\"arguments\":{\"fdname\":\"%s\"}}\n", name);
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(sizeof(int))];
+    } c = {0};
+    struct iovec iov = {cmd, (size_t) n};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.b, .msg_controllen = sizeof c.b};
+    struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+    h->cmsg_level = SOL_SOCKET;
+    h->cmsg_type = SCM_RIGHTS;
+    h->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(h), &fd, sizeof fd);
+    if (sendmsg(qmpfd, &m, MSG_NOSIGNAL) != n)
+        return -errno;
+    return qmp(qmpfd, NULL, reply, size);
+}
+
+/* Wait for init's PONG on the agent socket. */
+static int wait_pong(int agent, int timeout_ms)
+{
+    uint8_t hdr[CDN_FRAME_HEADER + 8];
+    if (cdn_frame_send(agent, CDN_FRAME_PING, 1, "ready", 5) < 0)
+        return -EPIPE;
+    struct pollfd p = {.fd = agent, .events = POLLIN};
+    if (poll(&p, 1, timeout_ms) <= 0)
+        return -ETIMEDOUT;
+    struct cdn_frame_header h;
+    int n = cdn_frame_recv(agent, &h, hdr, sizeof hdr);
+    return n >= 0 && h.type == CDN_FRAME_PONG ? 0 : -EPROTO;
+}
+
+static int make_template(const struct cdn_vm_assets *vm, const char *accel, uint64_t mem_mb, int smp,
+                         const char *dir, struct cdn_error *err)
+{
+    fprintf(stderr, "cordon: vm: booting a guest to snapshot (%llu MiB, %d vCPU, %s) …\n",
+            (unsigned long long) mem_mb, smp, accel);
+    char state[4300];
+    (void) snprintf(state, sizeof state, "%s/state.tmp", dir);
+    _cleanup_close_ int sfd = open(state, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int ag[2] = {-1, -1}, qm[2] = {-1, -1};
+    if (sfd < 0)
+        return cdn_error_set(err, errno, "create %s: %m", state);
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ag) < 0 ||
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, qm) < 0)
+        return cdn_error_set(err, errno, "socketpair: %m");
+    struct qemu_cmd q = {0};
+    build_cmd(&q, vm, accel, mem_mb, smp, BOOT_TEMPLATE, dir);
+    /* QMP on fd 4; the state file goes to QEMU through QMP's getfd, for migrate's "fd:state". */
+    int pidfd = -1;
+    pid_t pid;
+    {
+        struct clone_args ca = {
+            .flags = CLONE_PIDFD, .pidfd = (uint64_t) (uintptr_t) &pidfd, .exit_signal = SIGCHLD};
+        pid = (pid_t) syscall(SYS_clone3, &ca, sizeof ca);
+        if (pid == 0) {
+            (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+            int devnull = open("/dev/null", O_RDWR);
+            int a = fcntl(ag[1], F_DUPFD, 10), b = fcntl(qm[1], F_DUPFD, 10);
+            if (a < 0 || b < 0 || dup2(a, 3) < 0 || dup2(b, 4) < 0 || devnull < 0 || dup2(devnull, 0) < 0 ||
+                dup2(devnull, 1) < 0)
+                _exit(127);
+            if (!getenv("CORDON_VM_DEBUG"))
+                (void) dup2(devnull, 2);
+            (void) syscall(SYS_close_range, 5, ~0U, 0);
+            execvp(QEMU, q.argv);
+            _exit(127);
+        }
+    }
+    (void) close(ag[1]), (void) close(qm[1]);
+    int r = pid < 0 ? cdn_error_set(err, errno, "fork for QEMU: %m") : 0;
+    char reply[8192];
+    if (r == 0 && (r = wait_pong(ag[0], 120000)) < 0)
+        r = cdn_error_set(err, -r, "the template guest did not come up: %s", strerror(-r));
+    if (r == 0 && ((r = qmp(qm[0], NULL, reply, sizeof reply)) < 0 ||
+                   (r = qmp(qm[0], "{\"execute\":\"qmp_capabilities\"}\n", reply, sizeof reply)) < 0 ||
+                   (r = qmp(qm[0],
+                            "{\"execute\":\"migrate-set-capabilities\",\"arguments\":{\"capabilities\":"
+                            "[{\"capability\":\"x-ignore-shared\",\"state\":true}]}}\n",
+                            reply, sizeof reply)) < 0 ||
+                   (r = qmp_getfd(qm[0], sfd, "state", reply, sizeof reply)) < 0 ||
+                   (r = qmp(qm[0], "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"fd:state\"}}\n", reply,
+                            sizeof reply)) < 0))
+        r = cdn_error_set(err, -r, "QMP: %s", reply);
+    for (int i = 0; r == 0; i++) { /* until the state is out */
+        if ((r = qmp(qm[0], "{\"execute\":\"query-migrate\"}\n", reply, sizeof reply)) < 0)
+            r = cdn_error_set(err, -r, "QMP query-migrate: %s", reply);
+        else if (strstr(reply, "\"completed\""))
+            break;
+        else if (strstr(reply, "\"failed\"") || i > 6000)
+            r = cdn_error_set(err, EIO, "saving the template's state failed: %s", reply);
+        else
+            (void) usleep(10000);
+    }
+    if (pid > 0) {
+        if (r == 0)
+            (void) qmp(qm[0], "{\"execute\":\"quit\"}\n", reply, sizeof reply);
+        else
+            (void) kill(pid, SIGKILL);
+        (void) waitpid(pid, NULL, 0);
+    }
+    (void) close(ag[0]), (void) close(qm[0]), (void) safe_close(pidfd);
+    char final[4300];
+    (void) snprintf(final, sizeof final, "%s/state", dir);
+    if (r == 0 && (fsync(sfd) < 0 || rename(state, final) < 0))
+        r = cdn_error_set(err, errno, "keep the template's state: %m");
+    if (r < 0)
+        (void) unlink(state);
+    return r;
+}
+
+/* The snapshot directory for this shape, made (under a lock) when missing or stale. */
+static int snapshot_dir(const struct cdn_vm_assets *vm, const char *accel, uint64_t mem_mb, int smp,
+                        char *dir, size_t size, struct cdn_error *err)
+{
+    struct stat st;
+    if (stat(vm->initramfs, &st) < 0)
+        return cdn_error_set(err, errno, "%s: %m", vm->initramfs);
+    char key[512];
+    (void) snprintf(key, sizeof key, "%s initramfs %lld.%09ld mem %llu smp %d accel %s\n", vm->release,
+                    (long long) st.st_mtim.tv_sec, st.st_mtim.tv_nsec, (unsigned long long) mem_mb, smp,
+                    accel);
+    (void) snprintf(dir, size, "%s/vm/snap-%llum-%d-%s", cdn_state_dir(), (unsigned long long) mem_mb, smp,
+                    accel);
+    if (cdn_mkdir_p(dir, 0700) < 0)
+        return cdn_error_set(err, errno, "create %s: %m", dir);
+    char p[4300], have[512] = "";
+    (void) snprintf(p, sizeof p, "%s/lock", dir);
+    _cleanup_close_ int lock = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock < 0 || flock(lock, LOCK_EX) < 0)
+        return cdn_error_set(err, errno, "lock %s: %m", p);
+    (void) snprintf(p, sizeof p, "%s/key", dir);
+    (void) cdn_read_file_at(AT_FDCWD, p, have, sizeof have);
+    if (strcmp(have, key) == 0)
+        return 0;
+    (void) unlink(p);
+    int r = make_template(vm, accel, mem_mb, smp, dir, err);
+    if (r < 0)
+        return r;
+    _cleanup_close_ int kfd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (kfd < 0 || cdn_write_all(kfd, key, strlen(key)) < 0)
+        return cdn_error_set(err, errno, "write %s: %m", p);
+    return 0;
+}
+
+/* What a clone must not share with its siblings: sent before any command. */
+static int send_identity(struct cdn_sandbox *sb)
+{
+    struct cdn_identity id = {0};
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    id.time_ns = (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
+    if (getrandom(id.seed, sizeof id.seed, 0) != (ssize_t) sizeof id.seed ||
+        getrandom(id.machine_id, sizeof id.machine_id, 0) != (ssize_t) sizeof id.machine_id)
+        return -EIO;
+    (void) snprintf(id.hostname, sizeof id.hostname, "%s", sb->spec->hostname);
+    uint8_t buf[256];
+    int n = cdn_identity_encode(buf, sizeof buf, &id);
+    return n < 0 ? n : cdn_frame_send(sb->agent_fd, CDN_FRAME_IDENTITY, 0, buf, (uint32_t) n);
+}
+
+static int microvm_destroy(struct cdn_sandbox *sb);
+
 static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
 {
     struct cdn_vm_assets vm;
@@ -63,76 +386,61 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
         return r;
     const char *accel = pick_accel();
     (void) snprintf(sb->accel, sizeof sb->accel, "%s", accel);
-    int sp[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
+    const char *how = getenv("CORDON_VM_BOOT");
+    enum boot boot = how && strcmp(how, "cold") == 0 ? BOOT_COLD : BOOT_RESTORE;
+    uint64_t mem = sb->spec->limits.memory_mb;
+    int smp = (int) ceil(sb->spec->limits.cpus);
+    char dir[4096] = "";
+    _cleanup_close_ int state = -1;
+    if (boot == BOOT_RESTORE) {
+        if ((r = snapshot_dir(&vm, accel, mem, smp, dir, sizeof dir, err)) < 0)
+            return cdn_error_prefix(err, r, "the microvm snapshot (CORDON_VM_BOOT=cold boots without one)");
+        char p[4300];
+        (void) snprintf(p, sizeof p, "%s/state", dir);
+        if ((state = open(p, O_RDONLY | O_CLOEXEC)) < 0)
+            return cdn_error_set(err, errno, "open %s: %m", p);
+    }
+    sb->vm_restored = boot == BOOT_RESTORE;
+    int sp[2], qm[2] = {-1, -1};
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0 ||
+        (boot == BOOT_RESTORE && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, qm) < 0))
         return cdn_error_set(err, errno, "socketpair: %m");
-    char machine[128], mem[32], smp[32], append[512], chardev[64];
-    (void) snprintf(machine, sizeof machine, "microvm,pit=on,rtc=on,isa-serial=off,accel=%s", accel);
-    (void) snprintf(mem, sizeof mem, "%lluM", (unsigned long long) sb->spec->limits.memory_mb);
-    (void) snprintf(smp, sizeof smp, "%d", (int) ceil(sb->spec->limits.cpus));
-    long khz = tsc_khz();
-    int an = snprintf(append, sizeof append, "quiet panic=-1 reboot=t random.trust_cpu=on");
-    if (khz > 0)
-        (void) snprintf(append + an, sizeof append - (size_t) an, " tsc_early_khz=%ld", khz);
-    (void) snprintf(chardev, sizeof chardev, "socket,id=agent,fd=%d", QEMU_AGENT);
-    char *const argv[] = {QEMU,
-                          "-M",
-                          machine,
-                          "-cpu",
-                          strcmp(accel, "kvm") == 0 ? "host" : "max",
-                          "-m",
-                          mem,
-                          "-smp",
-                          smp,
-                          "-nodefaults",
-                          "-no-user-config",
-                          "-nographic",
-                          "-no-reboot",
-                          "-serial",
-                          "none",
-                          "-monitor",
-                          "none",
-                          "-sandbox",
-                          "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
-                          "-kernel",
-                          vm.kernel,
-                          "-initrd",
-                          vm.initramfs,
-                          "-append",
-                          append,
-                          "-device",
-                          "virtio-serial-device",
-                          "-chardev",
-                          chardev,
-                          "-device",
-                          "virtserialport,chardev=agent,name=cordon.agent",
-                          NULL};
+    struct qemu_cmd q = {0};
+    build_cmd(&q, &vm, accel, mem, smp, boot, dir);
     int pidfd = -1;
-    struct clone_args ca = {
-        .flags = CLONE_PIDFD, .pidfd = (uint64_t) (uintptr_t) &pidfd, .exit_signal = SIGCHLD};
-    pid_t pid = (pid_t) syscall(SYS_clone3, &ca, sizeof ca);
-    if (pid < 0) {
-        r = cdn_error_set(err, errno, "fork for QEMU: %m");
-        (void) close(sp[0]), (void) close(sp[1]);
-        return r;
-    }
-    if (pid == 0) {
-        (void) prctl(PR_SET_PDEATHSIG, SIGKILL); /* a one-shot run: the guest goes with its caller */
-        int devnull = open("/dev/null", O_RDWR);
-        if (dup2(sp[1], QEMU_AGENT) < 0 || (devnull >= 0 && (dup2(devnull, 0) < 0 || dup2(devnull, 1) < 0)))
-            _exit(127);
-        if (!getenv("CORDON_VM_DEBUG") && devnull >= 0)
-            (void) dup2(devnull, 2);
-        (void) syscall(SYS_close_range, QEMU_AGENT + 1, ~0U, 0);
-        execvp(QEMU, argv);
-        fprintf(stderr, "cordon: exec %s: %m (install qemu-system-x86)\n", QEMU);
-        _exit(127);
-    }
+    pid_t pid = spawn_qemu(&q, sp[1], state, qm[1], &pidfd, err);
     (void) close(sp[1]);
+    (void) safe_close(qm[1]);
+    if (pid < 0) {
+        (void) close(sp[0]);
+        (void) safe_close(qm[0]);
+        return (int) pid;
+    }
     sb->agent_fd = sp[0];
     sb->init_pid = pid;
     sb->init_pidfd = pidfd;
     sb->setup_fd = -1; /* no setup child: the guest's init says nothing until the agent speaks */
+    if (boot == BOOT_RESTORE) {
+        /* Load the state (the guest resumes by itself when it is in), then its new identity: the
+         * frame waits in the socket until the guest's init reads it, before any command. */
+        char reply[4096];
+        if ((r = qmp(qm[0], NULL, reply, sizeof reply)) < 0 ||
+            (r = qmp(qm[0], "{\"execute\":\"qmp_capabilities\"}\n", reply, sizeof reply)) < 0 ||
+            (r = qmp(qm[0],
+                     "{\"execute\":\"migrate-set-capabilities\",\"arguments\":{\"capabilities\":"
+                     "[{\"capability\":\"x-ignore-shared\",\"state\":true}]}}\n",
+                     reply, sizeof reply)) < 0 ||
+            (r = qmp(qm[0], "{\"execute\":\"migrate-incoming\",\"arguments\":{\"uri\":\"fd:4\"}}\n", reply,
+                     sizeof reply)) < 0)
+            r = cdn_error_set(err, -r, "restore the snapshot (QMP): %s", reply);
+        (void) close(qm[0]);
+        if (r == 0 && (r = send_identity(sb)) < 0)
+            r = cdn_error_set(err, -r, "send the guest its identity: %s", strerror(-r));
+        if (r < 0) {
+            (void) microvm_destroy(sb);
+            return r;
+        }
+    }
     return 0;
 }
 
