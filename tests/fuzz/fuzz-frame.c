@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -20,6 +21,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     (void) cdn_errmsg_decode(data, size, &e, &msg);
     struct cdn_file_req f;
     (void) cdn_file_decode(data, size, &f);
+    struct cdn_identity id;
+    if (cdn_identity_decode(data, size, &id) == 0) { /* round trip: what decodes encodes back the same */
+        uint8_t out[256];
+        int n = cdn_identity_encode(out, sizeof out, &id);
+        if (n != (int) size || memcmp(out, data, size) != 0)
+            __builtin_trap();
+    }
     struct cdn_file_stat st;
     for (size_t off = 0; off < size;) { /* a LIST reply: entries back to back */
         int n = cdn_file_stat_decode(data + off, size - off, &st);
