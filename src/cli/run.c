@@ -130,9 +130,11 @@ static void supervise_syscalls(struct cdn_sandbox *sb, struct outcome *o, struct
             else if (cdn_path_is_system(w.path[i]))
                 violation = true, o->violations_system_write++;
         }
-        if (violation && sb->spec->on_violation == CDN_VIOLATION_KILL && !o->violation_killed) {
-            o->violation_killed = true;
-            (void) sb->tier->kill(sb, SIGKILL);
+        if (violation && sb->spec->on_violation == CDN_VIOLATION_KILL) {
+            if (!o->violation_killed && sb->tier->kill(sb, SIGKILL) == 0)
+                o->violation_killed = true;
+            if (o->violation_killed)
+                return; /* no answer: the caller waits until the kill takes it (as below) */
         }
 #endif
         if (violation && sb->spec->on_violation != CDN_VIOLATION_LOG)
@@ -142,9 +144,14 @@ static void supervise_syscalls(struct cdn_sandbox *sb, struct outcome *o, struct
         return;
     }
     o->violations_syscall++;
-    if (sb->spec->on_violation == CDN_VIOLATION_KILL && !o->violation_killed) {
-        o->violation_killed = true;
-        (void) sb->tier->kill(sb, SIGKILL); /* before the answer: the caller never runs on */
+    if (sb->spec->on_violation == CDN_VIOLATION_KILL) {
+        if (!o->violation_killed && sb->tier->kill(sb, SIGKILL) == 0)
+            o->violation_killed = true;
+        /* No answer at all: the caller stays in its wait until the end of
+         * the pid namespace takes it. Answering EPERM after the kill would
+         * let it run on for the moment the kill takes to reach it. */
+        if (o->violation_killed)
+            return;
     }
     (void) cdn_seccomp_notify_deny(pfd->fd, &ev);
 }

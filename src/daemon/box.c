@@ -121,7 +121,9 @@ static void on_reported(struct box *b, int fd, const struct cdn_seccomp_event *e
             deny = b->spec.on_violation != CDN_VIOLATION_LOG;
             break; /* one record per call */
         }
-    if (deny || b->state != BOX_RUNNING)
+    if (b->state != BOX_RUNNING)
+        return; /* killed on it: no answer (see on_monitor) */
+    if (deny)
         (void) cdn_seccomp_notify_deny(fd, ev);
     else
         (void) cdn_seccomp_notify_continue(fd, ev);
@@ -161,9 +163,12 @@ static void on_monitor(evutil_socket_t fd, short what, void *arg)
                                 json_lossy_string((const uint8_t *) ev.cmdline, strlen(ev.cmdline)), "args",
                                 args ? args : json_array()));
         free(name);
-        (void) cdn_seccomp_notify_deny(fd, &ev);
+        /* Killed on it: no answer at all. The caller stays in its wait until
+         * the pid namespace's end takes it; an EPERM now would let it run on
+         * for the moment the kill takes to arrive. */
         if (b->state != BOX_RUNNING)
-            return; /* killed on it */
+            return;
+        (void) cdn_seccomp_notify_deny(fd, &ev);
     }
 }
 
