@@ -150,3 +150,14 @@ int vm_identity(const struct cdn_identity *id)
     (void) close(fd);
     return sethostname(id->hostname, strlen(id->hostname)) < 0 ? -errno : 0;
 }
+
+void vm_mount_image(void)
+{
+    static bool done;
+    if (!vm_guest_mode || done)
+        return;
+    done = true;
+    /* The host image's /usr (9p, read-only); without the share the guest has busybox only. */
+    (void) mount("usr", "/usr", "9p", MS_RDONLY | MS_NOSUID | MS_NODEV,
+                 "trans=virtio,version=9p2000.L,cache=loose,msize=262144");
+}

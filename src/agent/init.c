@@ -200,6 +200,7 @@ static void dispatch(const struct cdn_frame_header *hp, const uint8_t *payload)
     size_t len = h.length;
     switch (h.type) {
     case CDN_FRAME_EXEC:
+        vm_mount_image();
         exec_start(h.channel, payload, len);
         break;
     case CDN_FRAME_STDIN:
@@ -213,6 +214,7 @@ static void dispatch(const struct cdn_frame_header *hp, const uint8_t *payload)
             exec_signal(h.channel, payload[0]);
         break;
     case CDN_FRAME_FILE:
+        vm_mount_image();
         files_request(h.channel, h.flags, payload, len);
         break;
     case CDN_FRAME_DATA:

@@ -35,6 +35,8 @@ int vm_setup(void);
 void vm_poweroff(void);
 /* IDENTITY (a guest restored from a snapshot): clock, entropy, machine-id, hostname. */
 int vm_identity(const struct cdn_identity *id);
+/* Before a guest's first command or file operation: its image (the host's /usr over 9p). */
+void vm_mount_image(void);
 /* QUIESCE: kill everything but init; DONE on channel once all are reaped. */
 void exec_quiesce(uint32_t channel);
 /* Poll set: add the fds of running commands at pfd[*n…] (up to max; their

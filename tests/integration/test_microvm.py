@@ -110,3 +110,12 @@ def test_what_the_tier_does_not_do_yet_is_refused(flags, field):
 def test_cordond_refuses_it_for_now(daemon):
     status, body = daemon.http("POST", "/v1/sandboxes", {"tier": "microvm"})
     assert status == 400 and body["error"]["field"] == "tier", body
+
+
+def test_the_host_image_is_there():
+    """image host: the host's /usr, read-only over 9p (mounted before the first command)."""
+    r = run(["--tier", "microvm", "--", "sh", "-c",
+             "python3 -c 'import sys; print(sys.version_info[0] * 7 * 2)'; touch /usr/x 2>&1 || echo ro"],
+            timeout=120)
+    assert r.code == 0, r
+    assert r.stdout.splitlines()[0] == "42" and r.stdout.rstrip().endswith("ro"), r

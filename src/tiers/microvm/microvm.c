@@ -134,6 +134,12 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
     add(q, fmt(q, "socket,id=agent,fd=%d", QEMU_AGENT));
     add(q, "-device");
     add(q, "virtserialport,chardev=agent,name=cordon.agent");
+    /* The host image: the host's /usr, read-only, over 9p; the guest mounts it before its first
+     * command (not at boot: a mounted 9p share would block the template's migration). */
+    add(q, "-fsdev");
+    add(q, "local,id=usr,path=/usr,security_model=none,readonly=on");
+    add(q, "-device");
+    add(q, "virtio-9p-device,fsdev=usr,mount_tag=usr");
     if (boot != BOOT_COLD) { /* QMP: fd 4 (template) or 5 (restore, whose state is fd 4) */
         add(q, "-chardev");
         add(q, fmt(q, "socket,id=qmp,fd=%d", boot == BOOT_TEMPLATE ? QEMU_FD4 : QEMU_FD4 + 1));
