@@ -3,6 +3,7 @@
  * addresses taken from the same input. */
 #include "net/allow.h"
 #include "net/pins.h"
+#include "lines.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -13,18 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char *lines[MAX_ENTRIES + 1] = {0};
-    struct cdn_strv sv = {lines, 0};
-    for (size_t off = 0; off < size && sv.n < MAX_ENTRIES;) { /* a last "\n" ends the last entry */
-        const uint8_t *nl = memchr(data + off, '\n', size - off);
-        size_t len = nl ? (size_t) (nl - (data + off)) : size - off;
-        char *s = malloc(len + 1);
-        if (!s)
-            break;
-        memcpy(s, data + off, len);
-        s[len] = 0; /* an embedded NUL just cuts the entry short */
-        lines[sv.n++] = s;
-        off += len + 1;
-    }
+    struct cdn_strv sv = {lines, fuzz_split_lines(data, size, lines, MAX_ENTRIES)};
 
     struct cdn_allowlist l = {0};
     struct cdn_error err = {0};

@@ -4,6 +4,7 @@
  * line 1 the base directory, line 2 the path, the rest protect patterns. */
 #include "core/protect.h"
 #include "monitor/writes.h"
+#include "lines.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -14,18 +15,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char *lines[MAX_LINES + 1] = {0};
-    size_t n = 0;
-    for (size_t off = 0; off < size && n < MAX_LINES;) {
-        const uint8_t *nl = memchr(data + off, '\n', size - off);
-        size_t len = nl ? (size_t) (nl - (data + off)) : size - off;
-        char *s = malloc(len + 1);
-        if (!s)
-            break;
-        memcpy(s, data + off, len);
-        s[len] = 0;
-        lines[n++] = s;
-        off += len + 1;
-    }
+    size_t n = fuzz_split_lines(data, size, lines, MAX_LINES);
     if (n >= 2) {
         char out[1024];
         const char *base = lines[0][0] == '/' ? lines[0] : "/";

@@ -271,27 +271,9 @@ static int make_template(const struct cdn_vm_assets *vm, const char *accel, uint
     build_cmd(&q, vm, accel, mem_mb, smp, BOOT_TEMPLATE, dir);
     /* QMP on fd 4; the state file goes to QEMU through QMP's getfd, for migrate's "fd:state". */
     int pidfd = -1;
-    pid_t pid;
-    {
-        struct clone_args ca = {
-            .flags = CLONE_PIDFD, .pidfd = (uint64_t) (uintptr_t) &pidfd, .exit_signal = SIGCHLD};
-        pid = (pid_t) syscall(SYS_clone3, &ca, sizeof ca);
-        if (pid == 0) {
-            (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
-            int devnull = open("/dev/null", O_RDWR);
-            int a = fcntl(ag[1], F_DUPFD, 10), b = fcntl(qm[1], F_DUPFD, 10);
-            if (a < 0 || b < 0 || dup2(a, 3) < 0 || dup2(b, 4) < 0 || devnull < 0 || dup2(devnull, 0) < 0 ||
-                dup2(devnull, 1) < 0)
-                _exit(127);
-            if (!getenv("CORDON_VM_DEBUG"))
-                (void) dup2(devnull, 2);
-            (void) syscall(SYS_close_range, 5, ~0U, 0);
-            execvp(QEMU, q.argv);
-            _exit(127);
-        }
-    }
+    pid_t pid = spawn_qemu(&q, ag[1], qm[1], -1, &pidfd, err);
     (void) close(ag[1]), (void) close(qm[1]);
-    int r = pid < 0 ? cdn_error_set(err, errno, "fork for QEMU: %m") : 0;
+    int r = pid < 0 ? (int) pid : 0;
     char reply[8192];
     if (r == 0 && (r = wait_pong(ag[0], 120000)) < 0)
         r = cdn_error_set(err, -r, "the template guest did not come up: %s", strerror(-r));
