@@ -204,12 +204,11 @@ static int qmp(int fd, const char *json, char *reply, size_t size)
         char *nl;
         while ((nl = strchr(reply, '\n'))) {
             *nl = 0;
-            bool done = strstr(reply, "\"return\"") || strstr(reply, "\"error\"") || strstr(reply, "\"QMP\"");
-            bool bad = strstr(reply, "\"error\"") != NULL;
-            if (done) {
-                memmove(reply, reply, (size_t) (nl - reply) + 1);
-                return bad ? -EIO : 0;
-            }
+            /* reply now holds one line: the answer (or greeting) ends the wait, an event is skipped */
+            if (strstr(reply, "\"error\""))
+                return -EIO;
+            if (strstr(reply, "\"return\"") || strstr(reply, "\"QMP\""))
+                return 0;
             n -= (size_t) (nl + 1 - reply);
             memmove(reply, nl + 1, n + 1);
         }
