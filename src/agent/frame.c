@@ -302,30 +302,50 @@ int cdn_frame_recv(int fd, struct cdn_frame_header *h, uint8_t *buf, size_t size
     return r < 0 ? r : (int) h->length;
 }
 
+#define IDENTITY_FIXED (8 + CDN_IDENTITY_SEED + 16 + 13)
+
 int cdn_identity_encode(uint8_t *buf, size_t size, const struct cdn_identity *id)
 {
-    size_t hl = strnlen(id->hostname, sizeof id->hostname);
-    size_t n = 8 + CDN_IDENTITY_SEED + 16 + hl + 1;
-    if (hl == 0 || hl >= sizeof id->hostname || n > size)
+    size_t hl = strnlen(id->hostname, sizeof id->hostname), wl = strnlen(id->workdir, sizeof id->workdir);
+    size_t n = IDENTITY_FIXED + hl + 1 + wl + 1;
+    if (hl == 0 || hl >= sizeof id->hostname || wl == 0 || wl >= sizeof id->workdir ||
+        id->workdir[0] != '/' || id->prefix > 30 || n > size)
         return -ENOBUFS;
-    put64(buf, id->time_ns);
-    memcpy(buf + 8, id->seed, CDN_IDENTITY_SEED);
-    memcpy(buf + 8 + CDN_IDENTITY_SEED, id->machine_id, 16);
-    memcpy(buf + 8 + CDN_IDENTITY_SEED + 16, id->hostname, hl + 1);
+    uint8_t *p = buf;
+    put64(p, id->time_ns);
+    memcpy(p + 8, id->seed, CDN_IDENTITY_SEED);
+    memcpy(p + 8 + CDN_IDENTITY_SEED, id->machine_id, 16);
+    p += 8 + CDN_IDENTITY_SEED + 16;
+    put32(p, id->ip);
+    put32(p + 4, id->gateway);
+    put32(p + 8, id->resolver);
+    p[12] = id->prefix;
+    memcpy(buf + IDENTITY_FIXED, id->hostname, hl + 1);
+    memcpy(buf + IDENTITY_FIXED + hl + 1, id->workdir, wl + 1);
     return (int) n;
 }
 
 int cdn_identity_decode(const uint8_t *p, size_t len, struct cdn_identity *id)
 {
-    const size_t fixed = 8 + CDN_IDENTITY_SEED + 16;
-    if (len < fixed + 2 || len > fixed + sizeof id->hostname || p[len - 1] != 0)
+    if (len < IDENTITY_FIXED + 4 || p[len - 1] != 0)
         return -EBADMSG;
-    size_t hl = len - fixed - 1;
-    if (memchr(p + fixed, 0, hl))
+    const uint8_t *h = p + IDENTITY_FIXED, *end = p + len;
+    const uint8_t *nul = memchr(h, 0, (size_t) (end - h));
+    size_t hl = (size_t) (nul - h), wl = (size_t) (end - nul) - 2;
+    if (hl == 0 || hl >= sizeof id->hostname || wl == 0 || wl >= sizeof id->workdir || nul[1] != '/' ||
+        memchr(nul + 1, 0, wl))
+        return -EBADMSG;
+    const uint8_t *q = p + 8 + CDN_IDENTITY_SEED + 16;
+    if (q[12] > 30)
         return -EBADMSG;
     id->time_ns = get64(p);
     memcpy(id->seed, p + 8, CDN_IDENTITY_SEED);
     memcpy(id->machine_id, p + 8 + CDN_IDENTITY_SEED, 16);
-    memcpy(id->hostname, p + fixed, hl + 1);
+    id->ip = get32(q);
+    id->gateway = get32(q + 4);
+    id->resolver = get32(q + 8);
+    id->prefix = q[12];
+    memcpy(id->hostname, h, hl + 1);
+    memcpy(id->workdir, nul + 1, wl + 1);
     return 0;
 }

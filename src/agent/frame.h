@@ -138,15 +138,20 @@ int cdn_file_stat_decode(const uint8_t *p, size_t len, struct cdn_file_stat *ret
 
 int cdn_exit_encode(uint8_t *buf, size_t size, const struct cdn_exit_msg *m);
 
-/* IDENTITY: what a guest cloned from a snapshot must not share with its
- * siblings. Wire: u64 unix time in ns, 32 seed bytes, 16 machine-id bytes,
- * hostname NUL-terminated (1-64 bytes). */
+/* IDENTITY: what a VM guest gets from its host before any command — what a
+ * clone of a snapshot must not share with its siblings, and where it works.
+ * Wire: u64 unix time in ns, 32 seed bytes, 16 machine-id bytes, u32 address,
+ * u32 gateway, u32 resolver (IPv4, 0 = no network), u8 prefix length (0-30),
+ * then two NUL-terminated strings: hostname (1-64 bytes), workdir (absolute, < 256). */
 #define CDN_IDENTITY_SEED 32
 struct cdn_identity {
     uint64_t time_ns;
     uint8_t seed[CDN_IDENTITY_SEED];
     uint8_t machine_id[16];
+    uint32_t ip, gateway, resolver; /* host byte order */
+    uint8_t prefix;
     char hostname[65];
+    char workdir[256];
 };
 int cdn_identity_encode(uint8_t *buf, size_t size, const struct cdn_identity *id);
 int cdn_identity_decode(const uint8_t *p, size_t len, struct cdn_identity *id);

@@ -148,7 +148,22 @@ int vm_identity(const struct cdn_identity *id)
         return r;
     }
     (void) close(fd);
-    return sethostname(id->hostname, strlen(id->hostname)) < 0 ? -errno : 0;
+    if (sethostname(id->hostname, strlen(id->hostname)) < 0)
+        return -errno;
+    /* The workdir, as a container's overlay has it: made, with its parents. */
+    char dir[sizeof id->workdir];
+    (void) snprintf(dir, sizeof dir, "%s", id->workdir);
+    for (char *s = dir + 1;; s++) {
+        if (*s == '/' || !*s) {
+            char c = *s;
+            *s = 0;
+            if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+                return -errno;
+            if (!(*s = c))
+                break;
+        }
+    }
+    return 0;
 }
 
 void vm_mount_image(void)

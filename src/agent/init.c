@@ -48,6 +48,7 @@
 
 static int conn = AGENT_FD; /* -1 once closed */
 static int listener = -1;   /* persistent sandboxes: LISTEN_FD */
+static int guest_port = -1; /* a VM guest: the agent port, which stays open while no host is there */
 static uint8_t inbuf[CDN_FRAME_HEADER + CDN_FRAME_MAX];
 static size_t inlen;
 static uint8_t *out;
@@ -58,11 +59,23 @@ static const int forwarded[] = {SIGHUP,  SIGINT,   SIGQUIT, SIGTERM, SIGUSR1,
 
 static void close_conn(void)
 {
-    if (conn >= 0)
+    if (conn >= 0 && guest_port >= 0) {
+        /* A VM guest's port is not closed when the host hangs up: the next host (a restarted
+         * cordond) arrives on it. What runs keeps running, unreported, as with a new connection. */
+        exec_forget_channels();
+    } else if (conn >= 0)
         (void) close(conn);
     conn = -1;
     outlen = inlen = 0;
     files_reset();
+}
+
+/* A VM guest whose host hung up: whether one is there again (the port no longer reports a hang-up). */
+static void check_port(void)
+{
+    struct pollfd p = {.fd = guest_port, .events = POLLIN};
+    if (conn < 0 && poll(&p, 1, 0) >= 0 && !(p.revents & POLLHUP))
+        conn = guest_port;
 }
 
 /* Write what the socket takes now. */
@@ -287,13 +300,16 @@ int main(void)
     if (listener >= 0)
         (void) fcntl(8, F_SETFD, FD_CLOEXEC);
     static struct pollfd pfd[MAX_POLL];
-    while ((conn >= 0 || listener >= 0) && !exec_shutdown_due()) {
+    if (vm)
+        guest_port = conn;
+    while ((conn >= 0 || listener >= 0 || guest_port >= 0) && !exec_shutdown_due()) {
         size_t n = 3;
         pfd[0] = (struct pollfd){.fd = conn, .events = POLLIN | (outlen ? POLLOUT : 0)};
         pfd[1] = (struct pollfd){.fd = sfd, .events = POLLIN};
         pfd[2] = (struct pollfd){.fd = listener, .events = POLLIN}; /* fd -1 is ignored by poll */
         exec_poll_add(pfd, &n, MAX_POLL, outlen <= OUT_LOW);
-        if (poll(pfd, n, -1) < 0) {
+        /* Without a host, a guest's port reports a hang-up until one comes: looked at every 20 ms. */
+        if (poll(pfd, n, conn < 0 && guest_port >= 0 ? 20 : -1) < 0) {
             if (errno == EINTR)
                 continue;
             return 1;
@@ -314,6 +330,8 @@ int main(void)
             read_frames();
         if (listener >= 0 && (pfd[2].revents & POLLIN))
             take_connection();
+        if (guest_port >= 0)
+            check_port();
     }
     /* The last frames (a one-shot command's EXIT) go out before init ends. */
     if (conn >= 0 && fcntl(conn, F_SETFL, fl) == 0)

@@ -294,15 +294,17 @@ static void route_metrics(struct evhttp_request *req)
 {
     static const double bounds_ms[] = {0.25, 0.5, 1, 2, 5, 10, 25, 50, 100, 1000, 10000};
     struct evbuffer *b = evbuffer_new();
-    unsigned by_state[_BOX_STATE_MAX] = {0};
+    static const enum cdn_tier tiers[] = {CDN_TIER_CONTAINER, CDN_TIER_MICROVM};
+    unsigned by_state[ELEMENTSOF(tiers)][_BOX_STATE_MAX] = {{0}};
     struct box *x;
     LIST_FOREACH(x, &cordond->boxes, link)
-    by_state[x->state]++;
+    by_state[x->spec.tier == CDN_TIER_MICROVM][x->state]++;
     evbuffer_add_printf(
         b, "# HELP cordon_sandboxes Sandboxes by state and tier.\n# TYPE cordon_sandboxes gauge\n");
-    for (int s = 0; s < _BOX_STATE_MAX; s++)
-        evbuffer_add_printf(b, "cordon_sandboxes{state=\"%s\",tier=\"container\"} %u\n", box_state_name(s),
-                            by_state[s]);
+    for (size_t t = 0; t < ELEMENTSOF(tiers); t++)
+        for (int s = 0; s < _BOX_STATE_MAX; s++)
+            evbuffer_add_printf(b, "cordon_sandboxes{state=\"%s\",tier=\"%s\"} %u\n", box_state_name(s),
+                                cdn_tier_to_string(tiers[t]), by_state[t][s]);
     evbuffer_add_printf(b,
                         "# HELP cordon_sandboxes_created_total Sandboxes that reached running.\n"
                         "# TYPE cordon_sandboxes_created_total counter\ncordon_sandboxes_created_total %llu\n"

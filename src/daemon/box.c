@@ -272,6 +272,10 @@ json_t *box_to_json(struct box *b)
     free(spec);
     if (o && b->exit_reason[0])
         json_object_set_new(o, "exit_reason", json_string(b->exit_reason));
+    if (o && b->sb.accel[0]) /* VM tiers: what runs the guest, and how it started */
+        json_object_set_new(
+            o, "vm",
+            json_pack("{s:s, s:s}", "accel", b->sb.accel, "boot", b->sb.vm_restored ? "snapshot" : "cold"));
     if (o)
         json_object_set_new(o, "violations", box_violations_json(b));
     if (o && b->egress) {
@@ -669,13 +673,6 @@ void box_create(struct cdn_spec *spec, struct evhttp_request *req)
         api_reply_error(req, 503, "stopping", NULL, "cordond is stopping");
         return;
     }
-    if (spec->tier != CDN_TIER_CONTAINER) { /* the VM tiers have no persistent form yet (issue 6) */
-        api_reply_error(req, 400, "invalid_spec", "tier",
-                        "tier: '%s' is available to `cordon run` only, so far",
-                        cdn_tier_to_string(spec->tier));
-        cdn_spec_free(spec);
-        return;
-    }
     if (cordond->n_boxes >= cordond->cfg.max_sandboxes) {
         cdn_spec_free(spec);
         api_reply_error(req, 429, "too_many_sandboxes", NULL, "%u sandboxes exist, the configured maximum",
@@ -724,6 +721,8 @@ static void adopt_one(const char *id, const char *path)
     b->sb.persistent = true;
     b->sb.slot = rec.slot;
     b->sb.init_pid = rec.init_pid;
+    (void) snprintf(b->sb.accel, sizeof b->sb.accel, "%s", rec.accel);
+    b->sb.vm_restored = rec.vm_restored;
     b->created_unix = rec.created_unix;
     b->init_start = rec.init_start;
     b->state = BOX_RUNNING;
@@ -774,7 +773,8 @@ static void adopt_one(const char *id, const char *path)
         b->sb.slot_fd = safe_close(b->sb.slot_fd);
         /* Its cgroup, under the slot's lock: if another sandbox took the slot
          * while no cordond ran, the cgroup is that one's and stays. */
-        b->sb.tier->drop_slot(rec.slot);
+        if (b->sb.tier->drop_slot && rec.slot >= 0)
+            b->sb.tier->drop_slot(rec.slot);
     }
     record_remove(id);
     box_free(b);

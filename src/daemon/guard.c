@@ -99,6 +99,8 @@ int guard_prepare(struct box *b, struct cdn_error *err)
 
 int guard_start(struct box *b, struct cdn_error *err)
 {
+    if (b->spec.tier != CDN_TIER_CONTAINER)
+        return 0; /* a VM's files are the guest kernel's: nothing of the host to mark */
     int group = b->guard_fd >= 0 ? b->guard_fd : global_fd;
     if (group < 0)
         return b->spec.protect.n ? cdn_error_field(err, EBADF, "protect", "protect: no fanotify group") : 0;

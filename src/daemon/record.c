@@ -65,6 +65,9 @@ int record_write(const struct box *b)
     char path[512], tmp[520];
     record_path(b->sb.id, "json", path, sizeof path);
     (void) snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (o && b->sb.accel[0]) /* a VM's: its QEMU is init_pid, and no slot */
+        json_object_set_new(o, "vm",
+                            json_pack("{s:s, s:b}", "accel", b->sb.accel, "restored", b->sb.vm_restored));
     int r = o ? json_dump_file(o, tmp, JSON_COMPACT) : -1;
     json_decref(o);
     if (r < 0 || rename(tmp, path) < 0) {
@@ -146,11 +149,13 @@ int record_load(const char *path, struct record *ret, struct cdn_error *err)
     json_int_t start = 0;
     double created = 0;
     json_t *spec = NULL;
-    int pooled = 0, lease = -1;
-    int r = json_unpack(o, "{s:s, s:i, s:i, s:I, s:F, s?b, s?i, s:o}", "id", &id, "slot", &slot, "init_pid",
-                        &pid, "init_start", &start, "created_at", &created, "pooled", &pooled, "net_lease",
-                        &lease, "spec", &spec);
-    if (r < 0 || !valid_id(id) || slot < 0 || pid <= 1 || start <= 0) {
+    int pooled = 0, lease = -1, restored = 0;
+    const char *accel = "";
+    int r = json_unpack(o, "{s:s, s:i, s:i, s:I, s:F, s?b, s?i, s:o, s?{s:s, s:b}}", "id", &id, "slot", &slot,
+                        "init_pid", &pid, "init_start", &start, "created_at", &created, "pooled", &pooled,
+                        "net_lease", &lease, "spec", &spec, "vm", "accel", &accel, "restored", &restored);
+    /* slot -1: a VM tier's (checked against the spec's tier below) */
+    if (r < 0 || !valid_id(id) || slot < -1 || pid <= 1 || start <= 0) {
         json_decref(o);
         return cdn_error_set(err, EBADMSG, "%s: not a sandbox record", path);
     }
@@ -159,8 +164,10 @@ int record_load(const char *path, struct record *ret, struct cdn_error *err)
                            .init_start = (uint64_t) start,
                            .created_unix = created,
                            .pooled = pooled,
-                           .net_lease = lease};
+                           .net_lease = lease,
+                           .vm_restored = restored};
     (void) snprintf(ret->id, sizeof ret->id, "%s", id);
+    (void) snprintf(ret->accel, sizeof ret->accel, "%s", accel);
     char *s = json_dumps(spec, JSON_COMPACT);
     json_decref(o);
     if (!s || cdn_spec_init(&ret->spec) < 0) {
@@ -169,6 +176,9 @@ int record_load(const char *path, struct record *ret, struct cdn_error *err)
     }
     r = cdn_spec_from_json(&ret->spec, s, strlen(s), err);
     free(s);
+    if (r == 0 && (ret->spec.tier == CDN_TIER_CONTAINER) != (slot >= 0))
+        r = cdn_error_set(err, EBADMSG, "%s: not a sandbox record (slot %d, tier %s)", path, slot,
+                          cdn_tier_to_string(ret->spec.tier));
     if (r < 0) {
         cdn_spec_free(&ret->spec);
         return r;

@@ -19,6 +19,8 @@ struct record {
     double created_unix;
     bool pooled;          /* it was waiting in a warm pool: not adopted, ended */
     int net_lease;        /* its network namespace's lease (net/netns.h), -1 for none */
+    char accel[8];        /* VM tiers: "kvm" or "tcg" */
+    bool vm_restored;     /* VM tiers: started from the snapshot */
     struct cdn_spec spec; /* owned */
 };
 

@@ -106,6 +106,13 @@ def daemon(shared_dir):
     assert code == 0, f"cordond exited {code}:\n{d.output()}"
 
 
+@pytest.fixture(params=["container", pytest.param("microvm", marks=pytest.mark.skipif(
+    not cordonlib.vm_ready(), reason="no QEMU or no prepared guest kernel (cordon vm prepare)"))])
+def tier(request):
+    """The isolation tier a tier-independent test runs on: each such test runs once per tier."""
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def net():
     """The fake internet (fakenet.py) for a module's egress tests: our own

@@ -341,6 +341,16 @@ def slot_holders(procs):
     return out
 
 
+VM_STATE = os.environ.get("CORDON_STATE_DIR", "/var/lib/cordon")
+
+
+def vm_ready():
+    """Whether the VM tiers can run here: QEMU and a prepared guest kernel (`cordon vm prepare`)."""
+    import shutil
+    return bool(shutil.which("qemu-system-x86_64")) and os.path.exists(
+        os.path.join(VM_STATE, "vm", "kernel", "release"))
+
+
 def is_cordon(p: Proc):
     # cordon-full: the glibc build that the lean static cordon hands --json,
     # --spec and other library work to (src/cli/cli.h)
@@ -357,6 +367,7 @@ class HostState:
     netns: set = field(default_factory=set)
     nft: set = field(default_factory=set)
     live_slots: set = field(default_factory=set)  # slots with a live, non-orphan supervisor
+    qemus: dict = field(default_factory=dict)  # key → Proc: the VM tiers' guests
 
     @classmethod
     def snapshot(cls):
@@ -372,6 +383,7 @@ class HostState:
             netns=named_netns(),
             nft=nft_tables(),
             live_slots=live,
+            qemus={p.key: p for p in procs if p.comm.startswith("qemu-system") and p.state != "Z"},
         )
 
     def leaks_since(self, before: "HostState"):
@@ -399,6 +411,9 @@ class HostState:
             out["named netns"] = sorted(self.netns - before.netns)
         if self.nft - before.nft:
             out["nftables tables"] = sorted(self.nft - before.nft)
+        qemus = [p for k, p in self.qemus.items() if k not in before.qemus]
+        if qemus:
+            out["QEMU processes"] = sorted(str(p) for p in qemus)
         return out
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from cordonlib import sandbox_procs, wait_for
+from cordonlib import all_procs, sandbox_procs, wait_for
 
 import cordon
 from cordon import AsyncSandbox, Sandbox
@@ -23,28 +23,34 @@ def create(daemon, **kw):
     return Sandbox.create(endpoint=daemon.endpoint, **kw)
 
 
+def sleeping(sb):
+    """Whether a `sleep` runs in the sandbox, asked inside it (a VM's processes are not the host's)."""
+    return sb.exec(["pgrep", "-x", "sleep"]).exit_code == 0
+
+
 # ---------------------------------------------------------------- basics
 
 
-def test_health_and_metrics(daemon):
+def test_health_and_metrics(daemon, tier):
     status, body = daemon.http("GET", "/v1/health")
     assert status == 200 and body["status"] == "ok"
-    with create(daemon):
+    with create(daemon, tier=tier):
         status, text = daemon.http("GET", "/metrics")
         assert status == 200
         text = text.decode()
-        assert 'cordon_sandboxes{state="running",tier="container"} 1' in text
+        assert f'cordon_sandboxes{{state="running",tier="{tier}"}} 1' in text
         assert "cordon_sandboxes_created_total 1" in text
         assert "cordon_exec_duration_ms_bucket" in text and "cordon_pool_size" in text
         assert "cordon_execs_total 0" in text
 
 
-def test_create_get_list_delete(daemon):
-    sb = create(daemon, memory_mb=128, labels={"job": "j1", "arm": "a"})
-    other = create(daemon, labels={"job": "j2"})
+def test_create_get_list_delete(daemon, tier):
+    sb = create(daemon, tier=tier, memory_mb=128, labels={"job": "j1", "arm": "a"})
+    other = create(daemon, tier=tier, labels={"job": "j2"})
     try:
         info = sb.info()
-        assert info["state"] == "running" and info["tier"] == "container"
+        assert info["state"] == "running" and info["tier"] == tier
+        assert ("vm" in info) == (tier != "container")
         assert info["spec"]["limits"]["memory_mb"] == 128 and info["labels"] == {"job": "j1", "arm": "a"}
         assert {s.id for s in Sandbox.list(endpoint=daemon.endpoint)} == {sb.id, other.id}
         assert [s.id for s in Sandbox.list(label="job=j1", endpoint=daemon.endpoint)] == [sb.id]
@@ -95,8 +101,8 @@ def test_unknown_routes_ids_and_methods(daemon):
 # ---------------------------------------------------------------- exec
 
 
-def test_exec_buffered(daemon):
-    with create(daemon, env={"FROM_SPEC": "s"}) as sb:
+def test_exec_buffered(daemon, tier):
+    with create(daemon, tier=tier, env={"FROM_SPEC": "s"}) as sb:
         r = sb.exec(["python3", "-c", "print(6*7)"])
         assert (r.exit_code, r.stdout, r.stderr) == (0, "42\n", "")
         assert r.duration_ms > 0
@@ -108,14 +114,14 @@ def test_exec_buffered(daemon):
         assert (r.exit_code, r.signal) == (128 + signal.SIGTERM, signal.SIGTERM)
 
 
-def test_exec_state_persists_between_commands(daemon):
-    with create(daemon) as sb:
+def test_exec_state_persists_between_commands(daemon, tier):
+    with create(daemon, tier=tier) as sb:
         assert sb.exec("echo data > /workspace/f; mkdir -p /tmp/d").exit_code == 0
         assert sb.exec("cat /workspace/f; ls -d /tmp/d").stdout == "data\n/tmp/d\n"
 
 
-def test_exec_errors(daemon):
-    with create(daemon) as sb:
+def test_exec_errors(daemon, tier):
+    with create(daemon, tier=tier) as sb:
         with pytest.raises(cordon.ExecError) as e:
             sb.exec(["/no/such/command"])
         assert e.value.field == "cmd" and "/no/such/command" in e.value.message
@@ -130,8 +136,8 @@ def test_exec_errors(daemon):
         assert sb.exec("true").exit_code == 0  # the sandbox is fine
 
 
-def test_exec_timeout_kills_the_command(daemon):
-    with create(daemon) as sb:
+def test_exec_timeout_kills_the_command(daemon, tier):
+    with create(daemon, tier=tier) as sb:
         t = time.monotonic()
         r = sb.exec(["sleep", "30"], timeout_s=0.5)
         assert time.monotonic() - t < 10
@@ -139,8 +145,8 @@ def test_exec_timeout_kills_the_command(daemon):
         assert sb.exec("echo alive").stdout == "alive\n"
 
 
-def test_exec_stream(daemon):
-    with create(daemon) as sb:
+def test_exec_stream(daemon, tier):
+    with create(daemon, tier=tier) as sb:
         t0 = time.monotonic()
         events = []
         for ev in sb.exec_stream(["sh", "-c", "echo a; sleep 0.4; echo b >&2; exit 5"]):
@@ -151,14 +157,13 @@ def test_exec_stream(daemon):
         assert events[0][0] < events[1][0]  # "a" arrived before the sleep was over
 
 
-def test_stream_client_that_leaves_gets_its_command_killed(daemon):
-    with create(daemon) as sb:
+def test_stream_client_that_leaves_gets_its_command_killed(daemon, tier):
+    with create(daemon, tier=tier) as sb:
         gen = sb.exec_stream(["sh", "-c", "echo started; exec sleep 300"])
         assert next(gen)["data"] == "started\n"
-        wait_for(lambda: any(p.comm == "sleep" for p in sandbox_procs()), what="sleep running")
+        assert sleeping(sb)
         gen.close()  # the client hangs up mid-stream
-        wait_for(lambda: not any(p.comm == "sleep" for p in sandbox_procs()), timeout=10,
-                 what="the abandoned command to be killed")
+        wait_for(lambda: not sleeping(sb), timeout=10, what="the abandoned command to be killed")
         assert sb.exec("echo ok").stdout == "ok\n"
 
 
@@ -177,9 +182,9 @@ def test_output_flood_is_bounded_and_flagged(shared_dir):
         assert d.stop() == 0
 
 
-def test_fifty_concurrent_execs_in_one_sandbox(daemon):
+def test_fifty_concurrent_execs_in_one_sandbox(daemon, tier):
     async def main():
-        async with await AsyncSandbox.create(endpoint=daemon.endpoint) as sb:
+        async with await AsyncSandbox.create(endpoint=daemon.endpoint, tier=tier) as sb:
             rs = await asyncio.gather(*[sb.exec(f"sleep 0.5; echo {i}") for i in range(50)])
             return [r.stdout for r in rs]
     t = time.monotonic()
@@ -191,8 +196,8 @@ def test_fifty_concurrent_execs_in_one_sandbox(daemon):
 # ---------------------------------------------------------------- files
 
 
-def test_files_roundtrip(daemon):
-    with create(daemon) as sb:
+def test_files_roundtrip(daemon, tier):
+    with create(daemon, tier=tier) as sb:
         blob = os.urandom(3 << 20)
         st = sb.files.write("/workspace/d/blob.bin", blob)
         assert (st["size"], st["type"], st["path"]) == (len(blob), "file", "/workspace/d/blob.bin")
@@ -211,8 +216,8 @@ def test_files_roundtrip(daemon):
         assert sb.files.exists("/workspace/new") and not sb.files.exists("/workspace/nope")
 
 
-def test_file_errors(daemon):
-    with create(daemon) as sb:
+def test_file_errors(daemon, tier):
+    with create(daemon, tier=tier) as sb:
         with pytest.raises(cordon.NotFound):
             sb.files.read("/no/such/file")
         with pytest.raises(cordon.InvalidArgument):
@@ -248,16 +253,18 @@ def test_oversize_body_is_refused(shared_dir):
 # ---------------------------------------------------------------- lifetime and faults
 
 
-def test_lifetime_timeout_deletes_the_sandbox(daemon):
-    sb = create(daemon, timeout_s=1)
+def test_lifetime_timeout_deletes_the_sandbox(daemon, tier):
+    sb = create(daemon, tier=tier, timeout_s=1)
     assert sb.exec("true").exit_code == 0
     wait_for(lambda: daemon.http("GET", f"/v1/sandboxes/{sb.id}")[0] == 404, timeout=10,
              what="the sandbox to be deleted at the end of its lifetime")
 
 
-def test_init_that_dies_leaves_a_stopped_sandbox(daemon):
-    with create(daemon) as sb:
-        inits = [p for p in sandbox_procs() if p.comm == "cordon-init" and p.ppid == daemon.proc.pid]
+def test_init_that_dies_leaves_a_stopped_sandbox(daemon, tier):
+    with create(daemon, tier=tier) as sb:
+        # its init: cordon-init, or the QEMU the guest's init runs in
+        inits = [p for p in all_procs() if p.ppid == daemon.proc.pid and p.state != "Z"
+                 and p.comm == ("cordon-init" if tier == "container" else "qemu-system-x86")]
         assert len(inits) == 1
         os.kill(inits[0].pid, signal.SIGKILL)
         wait_for(lambda: sb.info()["state"] == "exited", timeout=10, what="state exited")
@@ -266,8 +273,8 @@ def test_init_that_dies_leaves_a_stopped_sandbox(daemon):
             sb.exec("true")
 
 
-def test_events(daemon):
-    sb = create(daemon)
+def test_events(daemon, tier):
+    sb = create(daemon, tier=tier)
     follow = Sandbox.connect(sb.id, endpoint=daemon.endpoint).events(follow=True)
     assert [next(follow)["type"], next(follow)["type"]] == ["created", "running"]
     sb.exec("true")
@@ -276,29 +283,29 @@ def test_events(daemon):
     assert rest[-2:] == ["exited", "deleted"]
 
 
-def test_events_can_be_read_twice(daemon):
-    with create(daemon) as sb:
+def test_events_can_be_read_twice(daemon, tier):
+    with create(daemon, tier=tier) as sb:
         sb.exec("true")
         first = sb.events()
         assert [e["type"] for e in first][:2] == ["created", "running"]
         assert sb.events() == first  # reading does not consume the log
 
 
-def test_stdin_over_the_cap_is_refused(daemon):
-    with create(daemon) as sb:
+def test_stdin_over_the_cap_is_refused(daemon, tier):
+    with create(daemon, tier=tier) as sb:
         status, r = daemon.http("POST", f"/v1/sandboxes/{sb.id}/exec",
                                 {"cmd": ["wc", "-c"], "stdin": "x" * ((8 << 20) + 1)})
         assert status == 400 and r["error"]["field"] == "stdin", r
         assert sb.exec(["wc", "-c"], stdin=b"x" * (8 << 20)).stdout.strip() == str(8 << 20)
 
 
-def test_streamed_text_never_splits_a_character(daemon):
+def test_streamed_text_never_splits_a_character(daemon, tier):
     # 65535 ASCII bytes, then 2-byte characters: init reads 64 KiB at a time,
     # so the first e-acute is split between two chunks.
     import json as _json
     cmd = ["python3", "-c", "import sys; sys.stdout.write('a' * 65535 + chr(233) * 3)"]
     want = "a" * 65535 + chr(233) * 3
-    with create(daemon) as sb:
+    with create(daemon, tier=tier) as sb:
         # the daemon's text mode (utf8 encoding)
         status, body = daemon.http("POST", f"/v1/sandboxes/{sb.id}/exec", {"cmd": cmd, "stream": True})
         lines = [_json.loads(x) for x in body.decode().splitlines()]
@@ -307,32 +314,31 @@ def test_streamed_text_never_splits_a_character(daemon):
         assert "".join(ev.get("data", "") for ev in sb.exec_stream(cmd) if ev["type"] == "stdout") == want
 
 
-def test_buffered_exec_whose_client_hangs_up_is_killed(daemon):
+def test_buffered_exec_whose_client_hangs_up_is_killed(daemon, tier):
     import json as _json
     import socket as _socket
-    with create(daemon) as sb:
+    with create(daemon, tier=tier) as sb:
         body = _json.dumps({"cmd": ["sleep", "300"]}).encode()
         s = _socket.socket(_socket.AF_UNIX)
         s.connect(daemon.socket)
         s.sendall(b"POST /v1/sandboxes/%s/exec HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
                   % (sb.id.encode(), len(body), body))
-        wait_for(lambda: any(p.comm == "sleep" for p in sandbox_procs()), what="sleep running")
+        wait_for(lambda: sleeping(sb), timeout=10, what="sleep running")
         s.close()
-        wait_for(lambda: not any(p.comm == "sleep" for p in sandbox_procs()), timeout=10,
-                 what="the command of a client that left to be killed")
+        wait_for(lambda: not sleeping(sb), timeout=10, what="the command of a client that left to be killed")
         assert sb.exec("echo ok").stdout == "ok\n"
 
 
-def test_error_bodies_stay_json_whatever_the_input(daemon):
-    with create(daemon) as sb:
+def test_error_bodies_stay_json_whatever_the_input(daemon, tier):
+    with create(daemon, tier=tier) as sb:
         status, r = daemon.http("POST", f"/v1/sandboxes/{sb.id}/exec", {"cmd": ["true"], "\u00e9" * 200: 1})
         assert status == 400 and r["error"]["field"].startswith("\u00e9"), r
         status, r = daemon.http("GET", f"/v1/sandboxes/{sb.id}/files?path=/tmp/%ff")
         assert status == 404 and "error" in r, r
 
 
-def test_ls_is_capped(daemon):
-    with create(daemon) as sb:
+def test_ls_is_capped(daemon, tier):
+    with create(daemon, tier=tier) as sb:
         assert sb.exec("mkdir /tmp/many && cd /tmp/many && seq 10005 | xargs touch").exit_code == 0
         status, r = daemon.http("GET", f"/v1/sandboxes/{sb.id}/ls?path=/tmp/many")
         assert status == 200 and r["truncated"] is True and len(r["entries"]) == 10000

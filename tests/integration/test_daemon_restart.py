@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from cordonlib import Daemon, sandbox_procs, wait_for
+from cordonlib import Daemon, all_procs, sandbox_procs, wait_for
 
 import cordon
 from cordon import Sandbox
@@ -16,8 +16,11 @@ from cordon import Sandbox
 LEAK_TIMEOUT = 5.0
 
 
-def inits():
-    return [p for p in sandbox_procs() if p.comm == "cordon-init"]
+def inits(tier="container"):
+    """The sandboxes' inits: cordon-init, or for a VM the QEMU its guest runs in."""
+    if tier == "container":
+        return [p for p in sandbox_procs() if p.comm == "cordon-init"]
+    return [p for p in all_procs() if p.comm == "qemu-system-x86" and p.state != "Z"]
 
 
 @pytest.fixture
@@ -30,17 +33,17 @@ def workdir(shared_dir):
 
 
 @pytest.mark.parametrize("how", ["stop", "kill -9"])
-def test_sandboxes_survive_a_restart_and_are_adopted(workdir, how):
+def test_sandboxes_survive_a_restart_and_are_adopted(workdir, how, tier):
     d = Daemon(workdir, keep=True)
-    sb = Sandbox.create(endpoint=d.endpoint, labels={"job": "restart"})
+    sb = Sandbox.create(endpoint=d.endpoint, labels={"job": "restart"}, tier=tier)
     sb.files.write("/workspace/state.txt", b"before the restart")
     assert sb.exec("sleep 300 > /dev/null 2>&1 &").exit_code == 0  # a background process of the agent's
-    init_pid = inits()[0].pid
+    init_pid = inits(tier)[0].pid
     if how == "stop":
         assert d.stop() == 0
     else:
         d.kill9()
-    assert [p.pid for p in inits()] == [init_pid]  # still there, nobody connected
+    assert [p.pid for p in inits(tier)] == [init_pid]  # still there, nobody connected
 
     d2 = Daemon(workdir)
     try:
@@ -57,15 +60,15 @@ def test_sandboxes_survive_a_restart_and_are_adopted(workdir, how):
         assert d2.stop() == 0
 
 
-def test_execs_after_a_restart_do_not_clash_with_running_ones(workdir):
+def test_execs_after_a_restart_do_not_clash_with_running_ones(workdir, tier):
     # The killed daemon's exec is still running in the sandbox on its
     # channel; the new daemon numbers channels from 1 again.
     import threading
     d = Daemon(workdir, keep=True)
-    sb = Sandbox.create(endpoint=d.endpoint)
+    sb = Sandbox.create(endpoint=d.endpoint, tier=tier)
     t = threading.Thread(target=lambda: _ignore(lambda: sb.exec(["sleep", "5"])))
     t.start()
-    wait_for(lambda: any(p.comm == "sleep" for p in sandbox_procs()), what="sleep running")
+    wait_for(lambda: sb.exec(["pgrep", "-x", "sleep"]).exit_code == 0, timeout=10, what="sleep running")
     d.kill9()
     t.join()
     d2 = Daemon(workdir)
@@ -84,12 +87,12 @@ def _ignore(fn):
         pass
 
 
-def test_sandbox_that_died_while_no_daemon_ran_is_cleaned_up(workdir):
+def test_sandbox_that_died_while_no_daemon_ran_is_cleaned_up(workdir, tier):
     d = Daemon(workdir, keep=True)
-    sb = Sandbox.create(endpoint=d.endpoint)
+    sb = Sandbox.create(endpoint=d.endpoint, tier=tier)
     d.kill9()
-    os.kill(inits()[0].pid, signal.SIGKILL)
-    wait_for(lambda: not inits(), what="init to die")
+    os.kill(inits(tier)[0].pid, signal.SIGKILL)
+    wait_for(lambda: not inits(tier), what="init to die")
     d2 = Daemon(workdir)
     try:
         assert "could not be adopted" in d2.output()
@@ -114,10 +117,10 @@ def test_damaged_record_is_dropped(workdir):
         assert d.stop() == 0
 
 
-def test_lifetime_counts_across_a_restart(workdir):
+def test_lifetime_counts_across_a_restart(workdir, tier):
     d = Daemon(workdir, keep=True)
     t0 = time.monotonic()
-    sb = Sandbox.create(endpoint=d.endpoint, timeout_s=3)
+    sb = Sandbox.create(endpoint=d.endpoint, timeout_s=3, tier=tier)
     assert d.stop() == 0
     d2 = Daemon(workdir)
     try:

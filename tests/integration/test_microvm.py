@@ -107,9 +107,36 @@ def test_what_the_tier_does_not_do_yet_is_refused(flags, field):
     assert qemus() == []
 
 
-def test_cordond_refuses_it_for_now(daemon):
-    status, body = daemon.http("POST", "/v1/sandboxes", {"tier": "microvm"})
-    assert status == 400 and body["error"]["field"] == "tier", body
+def hw_virt():
+    """Whether KVM can run an unmodified guest here: /dev/kvm and the CPU's own VMX/SVM."""
+    with open("/proc/cpuinfo") as f:
+        cpu = f.read()
+    return os.access("/dev/kvm", os.W_OK) and (" vmx" in cpu or " svm" in cpu)
+
+
+def test_cordond_runs_it_from_the_snapshot(daemon):
+    """Through the API: the guest is restored, says what runs it, and gets the spec's hostname,
+    workdir and a machine-id of its own."""
+    from cordon import Sandbox
+    a = Sandbox.create(endpoint=daemon.endpoint, tier="microvm", hostname="vm-a", workdir="/srv/work")
+    b = Sandbox.create(endpoint=daemon.endpoint, tier="microvm")
+    try:
+        info = a.info()
+        assert info["vm"] == {"accel": "kvm" if hw_virt() else "tcg", "boot": "snapshot"}, info
+        r = a.exec("hostname; pwd; uname -r; cat /etc/machine-id")
+        host, cwd, release, mid_a = r.stdout.split()
+        assert (host, cwd, release) == ("vm-a", "/srv/work", guest_release()), r
+        assert b.exec("cat /etc/machine-id").stdout.strip() != mid_a
+    finally:
+        a.kill()
+        b.kill()
+    cordonlib.wait_for(lambda: qemus() == [], timeout=5, what="the QEMUs' exit")  # DELETE does not wait
+
+
+@pytest.mark.skipif(not hw_virt(), reason="no hardware virtualisation here: KVM cannot run the guest (TCG does)")
+def test_kvm_where_the_hardware_has_it():
+    r = run(["--json", "--tier", "microvm", "--", "true"], timeout=60, env=dict(os.environ, CORDON_VM_ACCEL="kvm"))
+    assert r.code == 0 and r.record["accel"] == "kvm", r
 
 
 def test_the_host_image_is_there():

@@ -134,3 +134,34 @@ TEST(send_recv_over_socketpair)
     CHECK_EQ_INT(cdn_frame_recv(sv[1], &h, buf, sizeof buf), -ECONNRESET);
     close(sv[1]);
 }
+
+TEST(identity_roundtrip_and_rejects)
+{
+    struct cdn_identity id = {.time_ns = 1234567890123456789ull,
+                              .ip = 0x0a000102,
+                              .gateway = 0x0a000101,
+                              .resolver = 0x0a000101,
+                              .prefix = 30,
+                              .hostname = "guest",
+                              .workdir = "/srv/work"},
+                        d;
+    memset(id.seed, 0xab, sizeof id.seed);
+    memset(id.machine_id, 0x5a, sizeof id.machine_id);
+    uint8_t buf[512];
+    int n = cdn_identity_encode(buf, sizeof buf, &id);
+    CHECK(n > 0);
+    CHECK_EQ_INT(cdn_identity_decode(buf, (size_t) n, &d), 0);
+    CHECK(d.time_ns == id.time_ns && d.ip == id.ip && d.gateway == id.gateway && d.resolver == id.resolver);
+    CHECK_EQ_INT(d.prefix, 30);
+    CHECK(memcmp(d.seed, id.seed, sizeof id.seed) == 0 && memcmp(d.machine_id, id.machine_id, 16) == 0);
+    CHECK_STREQ(d.hostname, "guest");
+    CHECK_STREQ(d.workdir, "/srv/work");
+    CHECK(cdn_identity_decode(buf, (size_t) n - 1, &d) < 0); /* no final NUL */
+    buf[n - 1 - strlen("/srv/work")] = 'x';                  /* a relative workdir */
+    CHECK_EQ_INT(cdn_identity_decode(buf, (size_t) n, &d), -EBADMSG);
+    id.prefix = 31;
+    CHECK(cdn_identity_encode(buf, sizeof buf, &id) < 0);
+    id.prefix = 30;
+    id.workdir[0] = 0; /* a workdir is required */
+    CHECK(cdn_identity_encode(buf, sizeof buf, &id) < 0);
+}

@@ -30,6 +30,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -95,7 +96,7 @@ enum boot { BOOT_COLD, BOOT_TEMPLATE, BOOT_RESTORE };
 
 /* The command line; memdir: where the guest's RAM file lives (template, restore). */
 static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const char *accel, uint64_t mem_mb,
-                      int smp, enum boot boot, const char *memdir)
+                      int smp, enum boot boot, const char *memdir, bool listening)
 {
     long khz = tsc_khz();
     add(q, QEMU);
@@ -131,7 +132,9 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
     add(q, "-device");
     add(q, "virtio-serial-device");
     add(q, "-chardev");
-    add(q, fmt(q, "socket,id=agent,fd=%d", QEMU_AGENT));
+    /* listening: fd 3 is a listening socket (a persistent sandbox's): QEMU accepts one host at a
+     * time on it, so a restarted cordond connects again, as to a container's init. */
+    add(q, fmt(q, "socket,id=agent,fd=%d%s", QEMU_AGENT, listening ? ",server=on,wait=off" : ""));
     add(q, "-device");
     add(q, "virtserialport,chardev=agent,name=cordon.agent");
     /* The host image: the host's /usr, read-only, over 9p; the guest mounts it before its first
@@ -153,7 +156,7 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
     }
 }
 
-static pid_t spawn_qemu(const struct qemu_cmd *q, int agent, int fd4, int fd5, int *pidfd,
+static pid_t spawn_qemu(const struct qemu_cmd *q, int agent, int fd4, int fd5, bool persistent, int *pidfd,
                         struct cdn_error *err)
 {
     struct clone_args ca = {
@@ -162,7 +165,10 @@ static pid_t spawn_qemu(const struct qemu_cmd *q, int agent, int fd4, int fd5, i
     if (pid < 0)
         return cdn_error_set(err, errno, "fork for QEMU: %m");
     if (pid == 0) {
-        (void) prctl(PR_SET_PDEATHSIG, SIGKILL); /* the guest goes with its caller */
+        if (persistent) /* it outlives its caller (a restarting cordond), out of its session */
+            (void) setsid();
+        else /* the guest goes with its caller */
+            (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
         int devnull = open("/dev/null", O_RDWR);
         int a = fcntl(agent, F_DUPFD, 10), b = fd4 >= 0 ? fcntl(fd4, F_DUPFD, 10) : -1;
         int c = fd5 >= 0 ? fcntl(fd5, F_DUPFD, 10) : -1;
@@ -267,10 +273,10 @@ static int make_template(const struct cdn_vm_assets *vm, const char *accel, uint
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, qm) < 0)
         return cdn_error_set(err, errno, "socketpair: %m");
     struct qemu_cmd q = {0};
-    build_cmd(&q, vm, accel, mem_mb, smp, BOOT_TEMPLATE, dir);
+    build_cmd(&q, vm, accel, mem_mb, smp, BOOT_TEMPLATE, dir, false);
     /* QMP on fd 4; the state file goes to QEMU through QMP's getfd, for migrate's "fd:state". */
     int pidfd = -1;
-    pid_t pid = spawn_qemu(&q, ag[1], qm[1], -1, &pidfd, err);
+    pid_t pid = spawn_qemu(&q, ag[1], qm[1], -1, false, &pidfd, err);
     (void) close(ag[1]), (void) close(qm[1]);
     int r = pid < 0 ? (int) pid : 0;
     char reply[8192];
@@ -358,12 +364,31 @@ static int send_identity(struct cdn_sandbox *sb)
         getrandom(id.machine_id, sizeof id.machine_id, 0) != (ssize_t) sizeof id.machine_id)
         return -EIO;
     (void) snprintf(id.hostname, sizeof id.hostname, "%s", sb->spec->hostname);
-    uint8_t buf[256];
+    (void) snprintf(id.workdir, sizeof id.workdir, "%s", sb->spec->workdir);
+    uint8_t buf[512];
     int n = cdn_identity_encode(buf, sizeof buf, &id);
     return n < 0 ? n : cdn_frame_send(sb->agent_fd, CDN_FRAME_IDENTITY, 0, buf, (uint32_t) n);
 }
 
 static int microvm_destroy(struct cdn_sandbox *sb);
+
+/* A new connection to the unix socket fd listens on. */
+static int connect_to(int fd)
+{
+    struct sockaddr_un sa;
+    socklen_t len = sizeof sa;
+    if (getsockname(fd, (struct sockaddr *) &sa, &len) < 0)
+        return -errno;
+    int c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (c < 0)
+        return -errno;
+    if (connect(c, (struct sockaddr *) &sa, len) < 0) {
+        int r = -errno;
+        (void) close(c);
+        return r;
+    }
+    return c;
+}
 
 static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
 {
@@ -388,14 +413,27 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
             return cdn_error_set(err, errno, "open %s: %m", p);
     }
     sb->vm_restored = boot == BOOT_RESTORE;
-    int sp[2], qm[2] = {-1, -1};
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0 ||
-        (boot == BOOT_RESTORE && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, qm) < 0))
+    /* The agent's socket: a pair, or (persistent) the caller's listening socket, handed to QEMU,
+     * and our connection to it. */
+    int sp[2] = {-1, -1}, qm[2] = {-1, -1};
+    bool listening = sb->persistent && sb->listen_fd >= 0;
+    if (listening) {
+        if ((sp[1] = fcntl(sb->listen_fd, F_DUPFD_CLOEXEC, 3)) < 0 ||
+            (sp[0] = connect_to(sb->listen_fd)) < 0) {
+            r = sp[0] < 0 && sp[1] >= 0 ? sp[0] : -errno;
+            (void) safe_close(sp[1]);
+            return cdn_error_set(err, -r, "connect to the agent socket: %s", strerror(-r));
+        }
+    } else if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
         return cdn_error_set(err, errno, "socketpair: %m");
+    if (boot == BOOT_RESTORE && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, qm) < 0) {
+        (void) close(sp[0]), (void) close(sp[1]);
+        return cdn_error_set(err, errno, "socketpair: %m");
+    }
     struct qemu_cmd q = {0};
-    build_cmd(&q, &vm, accel, mem, smp, boot, dir);
+    build_cmd(&q, &vm, accel, mem, smp, boot, dir, listening);
     int pidfd = -1;
-    pid_t pid = spawn_qemu(&q, sp[1], state, qm[1], &pidfd, err);
+    pid_t pid = spawn_qemu(&q, sp[1], state, qm[1], sb->persistent, &pidfd, err);
     (void) close(sp[1]);
     (void) safe_close(qm[1]);
     if (pid < 0) {
@@ -406,10 +444,19 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
     sb->agent_fd = sp[0];
     sb->init_pid = pid;
     sb->init_pidfd = pidfd;
-    sb->setup_fd = -1; /* no setup child: the guest's init says nothing until the agent speaks */
+    /* No setup child: a pipe already at EOF says "running" to a caller that waits for setup. */
+    int sfd[2];
+    if (pipe2(sfd, O_CLOEXEC) == 0) {
+        (void) close(sfd[1]);
+        sb->setup_fd = sfd[0];
+    }
+    if (sb->on_spawned && (r = sb->on_spawned(sb, sb->on_spawned_arg)) < 0) {
+        (void) safe_close(qm[0]);
+        (void) microvm_destroy(sb);
+        return cdn_error_set(err, -r, "record the sandbox: %s", strerror(-r));
+    }
     if (boot == BOOT_RESTORE) {
-        /* Load the state (the guest resumes by itself when it is in), then its new identity: the
-         * frame waits in the socket until the guest's init reads it, before any command. */
+        /* Load the state; the guest resumes by itself when it is in. */
         char reply[4096];
         if ((r = qmp(qm[0], NULL, reply, sizeof reply)) < 0 ||
             (r = qmp(qm[0], "{\"execute\":\"qmp_capabilities\"}\n", reply, sizeof reply)) < 0 ||
@@ -421,12 +468,15 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
                      sizeof reply)) < 0)
             r = cdn_error_set(err, -r, "restore the snapshot (QMP): %s", reply);
         (void) close(qm[0]);
-        if (r == 0 && (r = send_identity(sb)) < 0)
-            r = cdn_error_set(err, -r, "send the guest its identity: %s", strerror(-r));
         if (r < 0) {
             (void) microvm_destroy(sb);
             return r;
         }
+    }
+    /* Waits in the socket until the guest's init reads it, before any command. */
+    if ((r = send_identity(sb)) < 0) {
+        (void) microvm_destroy(sb);
+        return cdn_error_set(err, -r, "send the guest its identity: %s", strerror(-r));
     }
     return 0;
 }
@@ -450,14 +500,35 @@ static int microvm_usage(struct cdn_sandbox *sb, struct cdn_usage *ret)
 
 static int microvm_destroy(struct cdn_sandbox *sb)
 {
-    if (sb->init_pid > 0) {
+    if (sb->init_pidfd >= 0) {
         (void) microvm_kill(sb, SIGKILL);
-        while (waitpid(sb->init_pid, NULL, 0) < 0 && errno == EINTR)
+        /* Through the pidfd: an adopted QEMU is not our child, and its pid may be reused once it is
+         * gone; then the pidfd's readiness says it has ended. */
+        siginfo_t si;
+        int w;
+        while ((w = waitid(P_PIDFD, (id_t) sb->init_pidfd, &si, WEXITED | __WALL)) < 0 && errno == EINTR)
             ;
-        sb->init_pid = 0;
+        if (w < 0 && errno == ECHILD) {
+            struct pollfd p = {.fd = sb->init_pidfd, .events = POLLIN};
+            (void) poll(&p, 1, 5000);
+        }
     }
+    sb->init_pid = 0;
     sb->init_pidfd = safe_close(sb->init_pidfd);
     sb->agent_fd = safe_close(sb->agent_fd);
+    sb->setup_fd = safe_close(sb->setup_fd);
+    return 0;
+}
+
+/* A persistent guest of an earlier cordond: its QEMU, by pid (the caller checked its start time). */
+static int microvm_adopt(struct cdn_sandbox *sb, struct cdn_error *err)
+{
+    int fd = (int) syscall(SYS_pidfd_open, sb->init_pid, 0);
+    if (fd < 0)
+        return cdn_error_set(err, errno, "QEMU (pid %d): %m", (int) sb->init_pid);
+    sb->init_pidfd = fd;
+    if (!sb->accel[0]) /* the record says; else as it would be chosen now */
+        (void) snprintf(sb->accel, sizeof sb->accel, "%s", pick_accel());
     return 0;
 }
 
@@ -473,4 +544,5 @@ const struct cdn_tier_ops cdn_microvm_tier = {
     .usage = microvm_usage,
     .destroy = microvm_destroy,
     .detach = microvm_detach,
+    .adopt = microvm_adopt,
 };
