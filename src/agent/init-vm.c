@@ -2,7 +2,12 @@
  * no host set up its world, so it does: the kernel's filesystems, the
  * modules from the initramfs, and the agent's virtio-serial port, which
  * becomes fd 3 — from there on it is the same agent as in a container. */
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <net/if.h>
+#include <net/route.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/ioctl.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -81,6 +86,67 @@ static int open_port(void)
     return -1;
 }
 
+/* ifr.ifr_name's flags |= IFF_UP; s: any AF_INET socket. */
+static int link_up(int s, const char *name)
+{
+    struct ifreq ifr = {0};
+    (void) snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", name);
+    if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+        return -errno;
+    ifr.ifr_flags |= IFF_UP;
+    return ioctl(s, SIOCSIFFLAGS, &ifr) < 0 ? -errno : 0;
+}
+
+static void put_addr(struct sockaddr *sa, uint32_t ip)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(ip)};
+    memcpy(sa, &sin, sizeof sin);
+}
+
+static int write_file(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -errno;
+    ssize_t n = write(fd, text, strlen(text));
+    int r = n == (ssize_t) strlen(text) ? 0 : -EIO;
+    (void) close(fd);
+    return r;
+}
+
+/* eth0 as the container tier's eth0 is: the sandbox's address on its /30, the host end as the
+ * default route and the resolver, no IPv6. */
+static int vm_network(const struct cdn_identity *id)
+{
+    (void) write_file("/proc/sys/net/ipv6/conf/all/disable_ipv6", "1\n");
+    (void) write_file("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1\n");
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return -errno;
+    struct ifreq ifr = {0};
+    (void) snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "eth0");
+    put_addr(&ifr.ifr_addr, id->ip);
+    int r = ioctl(s, SIOCSIFADDR, &ifr) < 0 ? -errno : 0;
+    put_addr(&ifr.ifr_netmask, id->prefix ? ~0u << (32 - id->prefix) : 0);
+    if (r == 0 && ioctl(s, SIOCSIFNETMASK, &ifr) < 0)
+        r = -errno;
+    if (r == 0)
+        r = link_up(s, "eth0");
+    struct rtentry rt = {.rt_flags = RTF_UP | RTF_GATEWAY};
+    put_addr(&rt.rt_dst, 0);
+    put_addr(&rt.rt_genmask, 0);
+    put_addr(&rt.rt_gateway, id->gateway);
+    if (r == 0 && ioctl(s, SIOCADDRT, &rt) < 0)
+        r = -errno;
+    (void) close(s);
+    if (r < 0)
+        return r;
+    char conf[64];
+    (void) snprintf(conf, sizeof conf, "nameserver %u.%u.%u.%u\n", id->resolver >> 24,
+                    (id->resolver >> 16) & 255, (id->resolver >> 8) & 255, id->resolver & 255);
+    return write_file("/etc/resolv.conf", conf);
+}
+
 int vm_setup(void)
 {
     (void) mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
@@ -96,6 +162,11 @@ int vm_setup(void)
     if (con > 2)
         (void) close(con);
     load_modules();
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s >= 0) {
+        (void) link_up(s, "lo");
+        (void) close(s);
+    }
     int port = open_port();
     if (port < 0)
         return -1;
@@ -150,6 +221,11 @@ int vm_identity(const struct cdn_identity *id)
     (void) close(fd);
     if (sethostname(id->hostname, strlen(id->hostname)) < 0)
         return -errno;
+    if (id->ip) {
+        int r = vm_network(id);
+        if (r < 0)
+            return r;
+    }
     /* The workdir, as a container's overlay has it: made, with its parents. */
     char dir[sizeof id->workdir];
     (void) snprintf(dir, sizeof dir, "%s", id->workdir);

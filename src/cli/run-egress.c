@@ -172,6 +172,7 @@ int cdn_run_egress_prepare(struct cdn_sandbox *sb, struct outcome *out, struct r
     e->sb = sb;
     sb->netns_fd = e->netns.fd;
     sb->resolver_ip = e->netns.host_ip;
+    sb->sandbox_ip = e->netns.sandbox_ip;
     *ret = e;
     return 0;
 fail:

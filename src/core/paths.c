@@ -27,6 +27,16 @@ const char *cdn_run_dir(void)
     return env_dir("CORDON_RUN_DIR", "/run/cordon");
 }
 
+const char *cdn_vm_dir(void)
+{
+    static char buf[PATH_MAX];
+    const char *v = getenv("CORDON_VM_DIR");
+    if (v && v[0] == '/')
+        return v;
+    (void) snprintf(buf, sizeof buf, "%s/vm", cdn_state_dir());
+    return buf;
+}
+
 void cdn_cache_dir(char *buf, unsigned size)
 {
     (void) snprintf(buf, size, "%s/cache", cdn_state_dir());

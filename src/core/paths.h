@@ -8,6 +8,8 @@ const char *cdn_state_dir(void);
 const char *cdn_run_dir(void);
 /* Compiled-policy cache: <state dir>/cache. Writes into buf. */
 void cdn_cache_dir(char *buf, unsigned size);
+/* What the VM tiers prepare and keep (kernel, initramfs, snapshots): $CORDON_VM_DIR, else <state>/vm. */
+const char *cdn_vm_dir(void);
 /* A helper binary (cordon-init, cordon-full): next to the running executable
  * (a build tree), else the installed libexec path. Writes into buf; returns 0
  * or -ENOENT. */

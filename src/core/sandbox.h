@@ -45,6 +45,7 @@ struct cdn_sandbox {
      * the resolver its /etc/resolv.conf names (host byte order, 0 = none). */
     int netns_fd;
     uint32_t resolver_ip;
+    uint32_t sandbox_ip; /* VM tiers: the sandbox's address there (the guest takes it), 0 = none */
     /* The monitor's fanotify group (src/monitor/fsguard.h), when >= 0: init
      * keeps a copy (fd 10) so that the marks on a sandbox's protected paths,
      * and the opens waiting for an answer, outlive a restarting cordond. */

@@ -538,19 +538,23 @@ static struct evhttp *new_http(bool tcp)
 
 static int listen_unix(const char *path)
 {
+    /* Bound and listening under a temporary name, then renamed into place: a client that sees the
+     * socket appear can connect at once (bound at its final name, it would exist before listen()). */
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    if (strlen(path) >= sizeof sa.sun_path)
+    if (strlen(path) + 5 >= sizeof sa.sun_path)
         return -ENAMETOOLONG;
-    strcpy(sa.sun_path, path);
+    (void) snprintf(sa.sun_path, sizeof sa.sun_path, "%s.new", path);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return -errno;
-    (void) unlink(path); /* a stale socket of a previous run; cordond.c made sure none is live */
+    (void) unlink(sa.sun_path);
     mode_t old = umask(0177);
     int r = bind(fd, (struct sockaddr *) &sa, sizeof sa);
     umask(old);
-    if (r < 0 || chmod(path, 0600) < 0 || listen(fd, 1024) < 0) {
+    /* rename() replaces a stale socket of a previous run; cordond.c made sure none is live */
+    if (r < 0 || chmod(sa.sun_path, 0600) < 0 || listen(fd, 1024) < 0 || rename(sa.sun_path, path) < 0) {
         r = -errno;
+        (void) unlink(sa.sun_path);
         (void) close(fd);
         return r;
     }

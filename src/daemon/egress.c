@@ -274,6 +274,7 @@ int egress_attach(struct box *b, struct cdn_error *err)
     }
     b->sb.netns_fd = b->netns.fd;
     b->sb.resolver_ip = b->netns.host_ip;
+    b->sb.sandbox_ip = b->netns.sandbox_ip;
     return 0;
 }
 

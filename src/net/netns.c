@@ -9,6 +9,8 @@
 #include <libmnl/libmnl.h>
 #include <net/if.h> /* before the linux/ headers: they step aside for it */
 #include <linux/if_link.h>
+#include <linux/if_tun.h>
+#include <sys/ioctl.h>
 #include <linux/rtnetlink.h>
 #include <linux/veth.h>
 #include <netinet/in.h>
@@ -131,6 +133,74 @@ static int del_link(struct mnl_socket *nl, const char *name)
     ifi->ifi_family = AF_UNSPEC;
     mnl_attr_put_strz(nlh, IFLA_IFNAME, name);
     return nl_talk(nl, nlh);
+}
+
+static int new_bridge(struct mnl_socket *nl, const char *name)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
+    nlh->nlmsg_type = RTM_NEWLINK;
+    nlh->nlmsg_flags = NLM_F_CREATE | NLM_F_EXCL;
+    struct ifinfomsg *ifi = mnl_nlmsg_put_extra_header(nlh, sizeof *ifi);
+    ifi->ifi_family = AF_UNSPEC;
+    mnl_attr_put_strz(nlh, IFLA_IFNAME, name);
+    struct nlattr *info = mnl_attr_nest_start(nlh, IFLA_LINKINFO);
+    mnl_attr_put_strz(nlh, IFLA_INFO_KIND, "bridge");
+    mnl_attr_nest_end(nlh, info);
+    return nl_talk(nl, nlh);
+}
+
+/* Link ifindex into master (a bridge), and up. */
+static int set_master_up(struct mnl_socket *nl, unsigned ifindex, unsigned master)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
+    nlh->nlmsg_type = RTM_NEWLINK;
+    struct ifinfomsg *ifi = mnl_nlmsg_put_extra_header(nlh, sizeof *ifi);
+    ifi->ifi_family = AF_UNSPEC;
+    ifi->ifi_index = (int) ifindex;
+    ifi->ifi_flags = ifi->ifi_change = IFF_UP;
+    mnl_attr_put_u32(nlh, IFLA_MASTER, master);
+    return nl_talk(nl, nlh);
+}
+
+static int del_addr(struct mnl_socket *nl, unsigned ifindex, uint32_t ip, unsigned prefix)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
+    nlh->nlmsg_type = RTM_DELADDR;
+    struct ifaddrmsg *ifa = mnl_nlmsg_put_extra_header(nlh, sizeof *ifa);
+    ifa->ifa_family = AF_INET;
+    ifa->ifa_prefixlen = (unsigned char) prefix;
+    ifa->ifa_index = ifindex;
+    mnl_attr_put_u32(nlh, IFA_LOCAL, htonl(ip));
+    return nl_talk(nl, nlh);
+}
+
+int cdn_netns_tap_bridge(uint32_t sandbox_ip)
+{
+    struct mnl_socket *nl = nl_open();
+    if (!nl)
+        return -errno;
+    int tap = open("/dev/net/tun", O_RDWR | O_CLOEXEC);
+    struct ifreq ifr = {.ifr_flags = IFF_TAP | IFF_NO_PI};
+    (void) snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "tap0");
+    int r = tap < 0 || ioctl(tap, TUNSETIFF, &ifr) < 0 ? -errno : 0;
+    unsigned eth = if_nametoindex("eth0"), tapi = if_nametoindex("tap0"), br = 0;
+    if (r == 0 && (!eth || !tapi))
+        r = -ENODEV;
+    if (r == 0 && (r = new_bridge(nl, "br0")) == 0 && !(br = if_nametoindex("br0")))
+        r = -ENODEV;
+    /* The address goes first (and the default route with it): the guest answers for it now. */
+    if (r == 0 && (r = del_addr(nl, eth, sandbox_ip, 30)) == 0 && (r = set_master_up(nl, eth, br)) == 0 &&
+        (r = set_master_up(nl, tapi, br)) == 0)
+        r = link_up(nl, br);
+    mnl_socket_close(nl);
+    if (r < 0) {
+        (void) safe_close(tap);
+        return r;
+    }
+    return tap;
 }
 
 /* IPv6 off (no link-local address, no router solicitations); a kernel

@@ -51,5 +51,11 @@ int cdn_netns_adopt(struct cdn_netns *ns, int lease, pid_t pid, struct cdn_error
 void cdn_netns_destroy(struct cdn_netns *ns);
 /* Run fn in ns's namespace (setns there and back); returns fn's value, or -errno of setns. */
 int cdn_netns_run(const struct cdn_netns *ns, int (*fn)(void *arg), void *arg);
+/* For a VM guest, inside a namespace made with veth (call it through
+ * cdn_netns_run): eth0 loses its address (sandbox_ip, which the guest takes)
+ * and joins a new bridge br0 with a new tap device, tap0, whose fd is
+ * returned (-errno on failure). The guest's frames then leave through eth0
+ * as a container's packets would, to the same host end and its rules. */
+int cdn_netns_tap_bridge(uint32_t sandbox_ip);
 /* Is addr (host byte order) one of this host's own addresses (any interface)? */
 bool cdn_host_addr_is_local(uint32_t addr);

@@ -341,14 +341,16 @@ def slot_holders(procs):
     return out
 
 
-VM_STATE = os.environ.get("CORDON_STATE_DIR", "/var/lib/cordon")
+# What `cordon vm prepare` made (install.sh runs it): every cordon and cordond of the tests uses it,
+# whatever state directory a test gives them, so that no test ever prepares (downloads) anything.
+VM_DIR = os.environ.setdefault(
+    "CORDON_VM_DIR", os.path.join(os.environ.get("CORDON_STATE_DIR", "/var/lib/cordon"), "vm"))
 
 
 def vm_ready():
     """Whether the VM tiers can run here: QEMU and a prepared guest kernel (`cordon vm prepare`)."""
     import shutil
-    return bool(shutil.which("qemu-system-x86_64")) and os.path.exists(
-        os.path.join(VM_STATE, "vm", "kernel", "release"))
+    return bool(shutil.which("qemu-system-x86_64")) and os.path.exists(os.path.join(VM_DIR, "kernel", "release"))
 
 
 def is_cordon(p: Proc):

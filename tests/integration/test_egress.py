@@ -61,8 +61,8 @@ def audit_lines(d):
         return [json.loads(x) for x in f]
 
 
-def test_allowed_http_and_https(egd, net):
-    with make(egd, labels={"job": "j1"}) as sb:
+def test_allowed_http_and_https(egd, net, tier):
+    with make(egd, tier=tier, labels={"job": "j1"}) as sb:
         r = sh(sb, "curl -sS -m 10 http://pypi.test/")
         assert r.exit_code == 0 and "host=pypi.test" in r.stdout, r
         r = sh(sb, "curl -sSk -m 10 https://secure.test/")
@@ -83,8 +83,8 @@ def test_allowed_http_and_https(egd, net):
     assert any("Connection: close" in h["head"] for h in net.hits(kind="http", host="pypi.test"))
 
 
-def test_name_off_the_list(egd, net):
-    with make(egd) as sb:
+def test_name_off_the_list(egd, net, tier):
+    with make(egd, tier=tier) as sb:
         r = sh(sb, "curl -sS -m 10 http://evil.test/")
         assert r.exit_code == 6, r  # could not resolve
         ev = egress(sb)
@@ -94,10 +94,10 @@ def test_name_off_the_list(egd, net):
     assert not net.hits(kind="dns", name="evil.test"), "a refused name was resolved upstream"
 
 
-def test_direct_ip_and_metadata(egd, net):
+def test_direct_ip_and_metadata(egd, net, tier):
     before = len(net.hits(ip="203.0.113.66"))
     before_evil = len(net.hits(host="evil.test"))
-    with make(egd) as sb:
+    with make(egd, tier=tier) as sb:
         r = sh(sb, "curl -sS -m 10 http://203.0.113.66/")
         assert "denied (not-allowlisted)" in r.stdout, r
         r = sh(sb, "curl -sS -m 10 http://169.254.169.254/latest/meta-data/")
@@ -124,8 +124,8 @@ def test_direct_ip_and_metadata(egd, net):
     assert len(net.hits(host="evil.test")) == before_evil, "a request for a forbidden host reached a server"
 
 
-def test_explicit_proxy_requests(egd, net):
-    with make(egd) as sb:
+def test_explicit_proxy_requests(egd, net, tier):
+    with make(egd, tier=tier) as sb:
         # absolute URI and CONNECT to a forbidden host, through "a proxy" at some address
         r = sh(sb, "curl -sS -m 10 -x http://203.0.113.10:3128 http://evil.test/")
         assert "denied (not-allowlisted)" in r.stdout, r
@@ -173,8 +173,8 @@ print(" ".join(out))
 """
 
 
-def test_udp_quic_icmp_ipv6_dropped(egd, net):
-    with make(egd, allow=["203.0.113.10/32:1-65535"]) as sb:
+def test_udp_quic_icmp_ipv6_dropped(egd, net, tier):
+    with make(egd, tier=tier, allow=["203.0.113.10/32:1-65535"]) as sb:
         r = sb.exec(["python3", "-c", UDP_ICMP_V6], timeout_s=30)
         assert r.exit_code == 0, r
         words = r.stdout.split()
@@ -199,8 +199,8 @@ for server, name in [(sys.argv[1], "evil.test"), (sys.argv[1], "pypi.test"), ("8
 """
 
 
-def test_dns_rebinding_and_other_resolvers(egd, net):
-    with make(egd) as sb:
+def test_dns_rebinding_and_other_resolvers(egd, net, tier):
+    with make(egd, tier=tier) as sb:
         r = sh(sb, "getent ahostsv4 rebind.test; echo rc=$?; getent ahostsv4 mixed.test | awk '{print $1}' | sort -u")
         assert "rc=2" in r.stdout and "169.254" not in r.stdout, r
         assert "203.0.113.10" in r.stdout and "10.0.0.7" not in r.stdout, r
@@ -218,8 +218,8 @@ def test_dns_rebinding_and_other_resolvers(egd, net):
     assert all(h["peer"] == fakenet.HOST_IP for h in net.hits(kind="dns")), net.hits(kind="dns")
 
 
-def test_runtime_patch_cuts_open_connection(egd, net):
-    with make(egd) as sb:
+def test_runtime_patch_cuts_open_connection(egd, net, tier):
+    with make(egd, tier=tier) as sb:
         got = []
 
         def stream():
@@ -255,11 +255,11 @@ print(" ".join(out))
 """
 
 
-def test_open_mode_relays_udp_and_audits_it(egd, net):
+def test_open_mode_relays_udp_and_audits_it(egd, net, tier):
     """open: UDP goes out through the relay (the host never forwards a sandbox's
     packets), answers come back from the address asked; reserved ones stay shut."""
     before = len(net.hits(kind="udp"))
-    with make(egd, allow=[], mode="open") as sb:
+    with make(egd, tier=tier, allow=[], mode="open") as sb:
         r = sb.exec(["python3", "-c", UDP_OPEN], timeout_s=30)
         assert r.stdout.split() == ["203.0.113.10:pong", "10.99.0.10:TimeoutError"], r
         sid = sb.id
@@ -274,8 +274,8 @@ def test_open_mode_relays_udp_and_audits_it(egd, net):
     assert ("10.99.0.10", 9999, "deny", "reserved:private") in udp, udp
 
 
-def test_open_mode_still_audited_and_reserved_refused(egd, net):
-    with make(egd, allow=[], mode="open") as sb:
+def test_open_mode_still_audited_and_reserved_refused(egd, net, tier):
+    with make(egd, tier=tier, allow=[], mode="open") as sb:
         r = sh(sb, "curl -sS -m 10 http://evil.test/")
         assert "203.0.113.66:80" in r.stdout, r
         r = sh(sb, "curl -sS -m 10 http://169.254.169.254/")
@@ -309,12 +309,12 @@ def test_bad_network_input(egd):
         assert r.exit_code == 0, r
 
 
-def test_one_shot_run_with_allowlist(shared_dir, net):
+def test_one_shot_run_with_allowlist(shared_dir, net, tier):
     """`cordon run --net allow=…`: the same egress layer, owned by the CLI for the run."""
     import subprocess
     state = os.path.join(shared_dir, "state")
     env = dict(os.environ, CORDON_DNS_UPSTREAM=fakenet.DNS_IP, CORDON_STATE_DIR=state)
-    p = subprocess.run([cordonlib.CORDON_BIN, "run", "--json", "--net", "allow=pypi.test:80", "--",
+    p = subprocess.run([cordonlib.CORDON_BIN, "run", "--json", "--tier", tier, "--net", "allow=pypi.test:80", "--",
                         "sh", "-c", "curl -sS -m 10 http://pypi.test/ && curl -sS -m 10 http://203.0.113.66/"],
                        capture_output=True, text=True, env=env, timeout=60)
     assert p.returncode == 0, p.stderr
@@ -333,7 +333,7 @@ def test_one_shot_run_with_allowlist(shared_dir, net):
     assert p.returncode == 125 and "network.allow[0]" in p.stderr, p.stderr
 
 
-def test_kill9_and_restart_keeps_the_network(shared_dir, net):
+def test_kill9_and_restart_keeps_the_network(shared_dir, net, tier):
     """cordond crashes: the sandbox keeps its namespace; the next cordond takes
     it back (lease, veth, allowlist from the record, its own proxy and stub),
     and the policy set at run time is the one restored."""
@@ -341,7 +341,7 @@ def test_kill9_and_restart_keeps_the_network(shared_dir, net):
     args = ("--state-dir", state, "--dns-upstream", fakenet.DNS_IP)
     d = cordonlib.Daemon(shared_dir, *args, keep=True)
     try:
-        sb = make(d, allow=["secure.test:443"])
+        sb = make(d, allow=["secure.test:443"], tier=tier)
         sb.set_network(mode="allowlist", allow=["pypi.test:80"])
         assert "host=pypi.test" in sh(sb, "curl -sS -m 10 http://pypi.test/").stdout
     finally:

@@ -1,25 +1,25 @@
-"""The microvm tier, first steps (issue 6): `cordon run --tier microvm` boots
-the Debian guest kernel (QEMU -M microvm, PVH, cordon-init as the guest's
-first process, the agent over virtio-serial) and runs the command in it.
-Under TCG here (no hardware virtualisation on this host), KVM where there is.
+"""What is particular to the microvm tier (issue 6): `cordon run --tier microvm`
+boots the Debian guest kernel (QEMU -M microvm, PVH, cordon-init as the
+guest's first process, the agent over virtio-serial) or restores it from a
+snapshot, and runs the command in it. Under TCG here (no hardware
+virtualisation on this host), KVM where there is. What every tier does
+(exec, streaming, files, lifetimes, restarts, egress) is tested over the
+`tier` fixture in test_daemon.py, test_daemon_restart.py and test_egress.py.
 The guest kernel and initramfs come from `cordon vm prepare` (install.sh runs
-it; these tests never download anything)."""
+it; these tests never download anything: cordonlib sets CORDON_VM_DIR)."""
 
 import os
 import platform
-import shutil
 
 import pytest
 
 import cordonlib
 from cordonlib import run
 
-STATE = os.environ.get("CORDON_STATE_DIR", "/var/lib/cordon")
-RELEASE = os.path.join(STATE, "vm", "kernel", "release")
+RELEASE = os.path.join(cordonlib.VM_DIR, "kernel", "release")
 
-pytestmark = pytest.mark.skipif(
-    not shutil.which("qemu-system-x86_64") or not os.path.exists(RELEASE),
-    reason="no QEMU or no prepared guest kernel (cordon vm prepare)")
+pytestmark = pytest.mark.skipif(not cordonlib.vm_ready(),
+                                reason="no QEMU or no prepared guest kernel (cordon vm prepare)")
 
 
 _before = set()
@@ -97,7 +97,6 @@ def test_timeout_ends_the_guest():
 
 
 @pytest.mark.parametrize("flags,field", [
-    (["--net", "open"], "network"),
     (["--protect", "/etc"], "protect"),
     (["--bind", "/tmp:/x"], "mounts"),
 ])

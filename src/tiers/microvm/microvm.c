@@ -11,6 +11,7 @@
 #include "agent/frame.h"
 #include "core/paths.h"
 #include "vmprep.h"
+#include "net/netns.h"
 #include "shared/fd-util.h"
 #include "shared/macro.h"
 
@@ -18,6 +19,7 @@
 #include <fcntl.h>
 #include <linux/sched.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <sys/file.h>
 #include <sys/random.h>
@@ -64,8 +66,10 @@ static long tsc_khz(void)
     return colon ? (long) (atof(colon + 1) * 1000.0) : 0;
 }
 
-/* fds of QEMU: 3 our agent socket; 4 the QMP socket (a template) or the state to restore from. */
+/* fds of QEMU: 3 our agent socket; 4 the QMP socket (a template) or the state to restore from;
+ * 5 the QMP socket (a restore); 6 the tap. */
 #define QEMU_FD4 4
+#define QEMU_TAP 6
 
 struct qemu_cmd {
     char *argv[64];
@@ -96,7 +100,7 @@ enum boot { BOOT_COLD, BOOT_TEMPLATE, BOOT_RESTORE };
 
 /* The command line; memdir: where the guest's RAM file lives (template, restore). */
 static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const char *accel, uint64_t mem_mb,
-                      int smp, enum boot boot, const char *memdir, bool listening)
+                      int smp, enum boot boot, const char *memdir, bool listening, bool tap)
 {
     long khz = tsc_khz();
     add(q, QEMU);
@@ -137,6 +141,12 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
     add(q, fmt(q, "socket,id=agent,fd=%d%s", QEMU_AGENT, listening ? ",server=on,wait=off" : ""));
     add(q, "-device");
     add(q, "virtserialport,chardev=agent,name=cordon.agent");
+    /* The network: virtio-net on the sandbox's tap (fd 6), or on a hub with nothing else on it
+     * (no network; a template always has the device, so that every restore can have one). */
+    add(q, "-netdev");
+    add(q, tap ? fmt(q, "tap,id=net0,fd=%d,vhost=off", QEMU_TAP) : "hubport,id=net0,hubid=0");
+    add(q, "-device");
+    add(q, "virtio-net-device,netdev=net0,mac=52:54:00:c0:00:02");
     /* The host image: the host's /usr, read-only, over 9p; the guest mounts it before its first
      * command (not at boot: a mounted 9p share would block the template's migration). */
     add(q, "-fsdev");
@@ -156,8 +166,14 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
     }
 }
 
-static pid_t spawn_qemu(const struct qemu_cmd *q, int agent, int fd4, int fd5, bool persistent, int *pidfd,
-                        struct cdn_error *err)
+/* What a QEMU child gets: its fds 3-6 (-1: none) and its network namespace. */
+struct qemu_fds {
+    int agent, fd4, fd5, tap;
+    int netns;       /* the sandbox's (the tap's); -1: an empty one of its own */
+    bool persistent; /* outlives its caller */
+};
+
+static pid_t spawn_qemu(const struct qemu_cmd *q, const struct qemu_fds *f, int *pidfd, struct cdn_error *err)
 {
     struct clone_args ca = {
         .flags = CLONE_PIDFD, .pidfd = (uint64_t) (uintptr_t) pidfd, .exit_signal = SIGCHLD};
@@ -165,24 +181,31 @@ static pid_t spawn_qemu(const struct qemu_cmd *q, int agent, int fd4, int fd5, b
     if (pid < 0)
         return cdn_error_set(err, errno, "fork for QEMU: %m");
     if (pid == 0) {
-        if (persistent) /* it outlives its caller (a restarting cordond), out of its session */
+        if (f->persistent) /* it outlives its caller (a restarting cordond), out of its session */
             (void) setsid();
         else /* the guest goes with its caller */
             (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+        /* QEMU's own sockets see only the sandbox's network (or none): the tap's namespace. */
+        if (f->netns >= 0 ? setns(f->netns, CLONE_NEWNET) < 0 : unshare(CLONE_NEWNET) < 0)
+            _exit(127);
         int devnull = open("/dev/null", O_RDWR);
-        int a = fcntl(agent, F_DUPFD, 10), b = fd4 >= 0 ? fcntl(fd4, F_DUPFD, 10) : -1;
-        int c = fd5 >= 0 ? fcntl(fd5, F_DUPFD, 10) : -1;
-        if (a < 0 || dup2(a, QEMU_AGENT) < 0 || (b >= 0 && dup2(b, QEMU_FD4) < 0) ||
-            (c >= 0 && dup2(c, QEMU_FD4 + 1) < 0) || devnull < 0 || dup2(devnull, 0) < 0 ||
-            dup2(devnull, 1) < 0)
+        const int src[4] = {f->agent, f->fd4, f->fd5, f->tap};
+        int tmp[4], top = QEMU_AGENT;
+        for (int i = 0; i < 4; i++) /* above 3-6 first, so that no dup2 overwrites a source */
+            if ((tmp[i] = src[i] >= 0 ? fcntl(src[i], F_DUPFD, 10) : -1) < 0 && src[i] >= 0)
+                _exit(127);
+        for (int i = 0; i < 4; i++)
+            if (tmp[i] < 0)
+                (void) close(QEMU_AGENT + i); /* whatever the caller had there */
+            else if (dup2(tmp[i], QEMU_AGENT + i) < 0)
+                _exit(127);
+            else
+                top = QEMU_AGENT + i;
+        if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(devnull, 1) < 0)
             _exit(127);
         if (!getenv("CORDON_VM_DEBUG"))
             (void) dup2(devnull, 2);
-        (void) syscall(SYS_close_range,
-                       c >= 0   ? QEMU_FD4 + 2
-                       : b >= 0 ? QEMU_FD4 + 1
-                                : QEMU_AGENT + 1,
-                       ~0U, 0);
+        (void) syscall(SYS_close_range, top + 1, ~0U, 0);
         execvp(QEMU, q->argv);
         fprintf(stderr, "cordon: exec %s: %m (install qemu-system-x86)\n", QEMU);
         _exit(127);
@@ -273,10 +296,11 @@ static int make_template(const struct cdn_vm_assets *vm, const char *accel, uint
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, qm) < 0)
         return cdn_error_set(err, errno, "socketpair: %m");
     struct qemu_cmd q = {0};
-    build_cmd(&q, vm, accel, mem_mb, smp, BOOT_TEMPLATE, dir, false);
+    build_cmd(&q, vm, accel, mem_mb, smp, BOOT_TEMPLATE, dir, false, false);
     /* QMP on fd 4; the state file goes to QEMU through QMP's getfd, for migrate's "fd:state". */
     int pidfd = -1;
-    pid_t pid = spawn_qemu(&q, ag[1], qm[1], -1, false, &pidfd, err);
+    pid_t pid = spawn_qemu(
+        &q, &(struct qemu_fds){.agent = ag[1], .fd4 = qm[1], .fd5 = -1, .tap = -1, .netns = -1}, &pidfd, err);
     (void) close(ag[1]), (void) close(qm[1]);
     int r = pid < 0 ? (int) pid : 0;
     char reply[8192];
@@ -330,8 +354,7 @@ static int snapshot_dir(const struct cdn_vm_assets *vm, const char *accel, uint6
     (void) snprintf(key, sizeof key, "%s initramfs %lld.%09ld mem %llu smp %d accel %s\n", vm->release,
                     (long long) st.st_mtim.tv_sec, st.st_mtim.tv_nsec, (unsigned long long) mem_mb, smp,
                     accel);
-    (void) snprintf(dir, size, "%s/vm/snap-%llum-%d-%s", cdn_state_dir(), (unsigned long long) mem_mb, smp,
-                    accel);
+    (void) snprintf(dir, size, "%s/snap-%llum-%d-%s", cdn_vm_dir(), (unsigned long long) mem_mb, smp, accel);
     if (cdn_mkdir_p(dir, 0700) < 0)
         return cdn_error_set(err, errno, "create %s: %m", dir);
     char p[4300], have[512] = "";
@@ -365,12 +388,23 @@ static int send_identity(struct cdn_sandbox *sb)
         return -EIO;
     (void) snprintf(id.hostname, sizeof id.hostname, "%s", sb->spec->hostname);
     (void) snprintf(id.workdir, sizeof id.workdir, "%s", sb->spec->workdir);
+    if (sb->netns_fd >= 0 &&
+        sb->sandbox_ip) { /* the /30 of the sandbox's veth; the host end routes and resolves */
+        id.ip = sb->sandbox_ip;
+        id.gateway = id.resolver = sb->resolver_ip;
+        id.prefix = 30;
+    }
     uint8_t buf[512];
     int n = cdn_identity_encode(buf, sizeof buf, &id);
     return n < 0 ? n : cdn_frame_send(sb->agent_fd, CDN_FRAME_IDENTITY, 0, buf, (uint32_t) n);
 }
 
 static int microvm_destroy(struct cdn_sandbox *sb);
+
+static int tap_bridge(void *arg)
+{
+    return cdn_netns_tap_bridge(*(const uint32_t *) arg);
+}
 
 /* A new connection to the unix socket fd listens on. */
 static int connect_to(int fd)
@@ -430,12 +464,30 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
         (void) close(sp[0]), (void) close(sp[1]);
         return cdn_error_set(err, errno, "socketpair: %m");
     }
+    /* The sandbox's network: a tap bridged to its veth, in its namespace. */
+    int tap = -1;
+    if (sb->netns_fd >= 0 && sb->sandbox_ip) {
+        struct cdn_netns ns = {.fd = sb->netns_fd};
+        if ((tap = cdn_netns_run(&ns, tap_bridge, &sb->sandbox_ip)) < 0) {
+            (void) close(sp[0]), (void) close(sp[1]), (void) safe_close(qm[0]), (void) safe_close(qm[1]);
+            return cdn_error_set(err, -tap, "the guest's tap in the sandbox's network namespace: %s",
+                                 strerror(-tap));
+        }
+    }
     struct qemu_cmd q = {0};
-    build_cmd(&q, &vm, accel, mem, smp, boot, dir, listening);
+    build_cmd(&q, &vm, accel, mem, smp, boot, dir, listening, tap >= 0);
     int pidfd = -1;
-    pid_t pid = spawn_qemu(&q, sp[1], state, qm[1], sb->persistent, &pidfd, err);
+    pid_t pid = spawn_qemu(&q,
+                           &(struct qemu_fds){.agent = sp[1],
+                                              .fd4 = state,
+                                              .fd5 = qm[1],
+                                              .tap = tap,
+                                              .netns = sb->netns_fd,
+                                              .persistent = sb->persistent},
+                           &pidfd, err);
     (void) close(sp[1]);
     (void) safe_close(qm[1]);
+    (void) safe_close(tap);
     if (pid < 0) {
         (void) close(sp[0]);
         (void) safe_close(qm[0]);

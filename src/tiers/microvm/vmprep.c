@@ -25,8 +25,8 @@
 extern char **environ;
 
 /* The guest's modules, in load order (each after what it needs): the
- * agent's virtio-serial port on the microvm machine (virtio-mmio), and 9p
- * over virtio for the host image's /usr. */
+ * agent's virtio-serial port on the microvm machine (virtio-mmio), 9p over
+ * virtio for the host image's /usr, and virtio-net for the sandbox's network. */
 static const char *const modules[] = {
     "kernel/drivers/virtio/virtio_ring.ko",
     "kernel/drivers/virtio/virtio.ko",
@@ -37,9 +37,12 @@ static const char *const modules[] = {
     "kernel/net/9p/9pnet.ko",
     "kernel/net/9p/9pnet_virtio.ko",
     "kernel/fs/9p/9p.ko",
+    "kernel/net/core/failover.ko",
+    "kernel/drivers/net/net_failover.ko",
+    "kernel/drivers/net/virtio_net.ko",
 };
 /* What is unpacked from the kernel package; a change here must bump it. */
-#define KERNEL_FORMAT "3"
+#define KERNEL_FORMAT "4"
 
 #define BUSYBOX "/bin/busybox"
 /* What goes into the initramfs; a change here must bump it (the cached one is then rebuilt). */
@@ -411,7 +414,7 @@ static bool newer(const char *a, const char *b)
 int cdn_vm_prepare(struct cdn_vm_assets *out, bool progress, struct cdn_error *err)
 {
     char dir[4096], kdir[4200], stamp[4300], init[4096], deb[4096];
-    (void) snprintf(dir, sizeof dir, "%s/vm", cdn_state_dir());
+    (void) snprintf(dir, sizeof dir, "%s", cdn_vm_dir());
     if (cdn_mkdir_p(dir, 0755) < 0)
         return cdn_error_set(err, errno, "create %s: %m", dir);
     (void) snprintf(kdir, sizeof kdir, "%s/kernel", dir);
