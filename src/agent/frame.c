@@ -322,21 +322,52 @@ int cdn_identity_encode(uint8_t *buf, size_t size, const struct cdn_identity *id
     p[12] = id->prefix;
     memcpy(buf + IDENTITY_FIXED, id->hostname, hl + 1);
     memcpy(buf + IDENTITY_FIXED + hl + 1, id->workdir, wl + 1);
+    if (id->n_paths > CDN_IDENTITY_PATHS || n + 1 > size)
+        return -ENOBUFS;
+    buf[n++] = (uint8_t) id->n_paths;
+    for (unsigned i = 0; i < id->n_paths; i++) {
+        size_t pl = strnlen(id->paths[i].path, sizeof id->paths[i].path);
+        uint8_t k = id->paths[i].kind;
+        if (k < CDN_PATH_BIND_RW || k > CDN_PATH_PROTECT || id->paths[i].path[0] != '/' ||
+            pl >= sizeof id->paths[i].path || n + 2 + pl > size)
+            return -ENOBUFS;
+        buf[n++] = k;
+        memcpy(buf + n, id->paths[i].path, pl + 1);
+        n += pl + 1;
+    }
     return (int) n;
 }
 
 int cdn_identity_decode(const uint8_t *p, size_t len, struct cdn_identity *id)
 {
-    if (len < IDENTITY_FIXED + 4 || p[len - 1] != 0)
+    if (len < IDENTITY_FIXED + 5)
         return -EBADMSG;
     const uint8_t *h = p + IDENTITY_FIXED, *end = p + len;
     const uint8_t *nul = memchr(h, 0, (size_t) (end - h));
-    size_t hl = (size_t) (nul - h), wl = (size_t) (end - nul) - 2;
-    if (hl == 0 || hl >= sizeof id->hostname || wl == 0 || wl >= sizeof id->workdir || nul[1] != '/' ||
-        memchr(nul + 1, 0, wl))
+    const uint8_t *w = nul ? nul + 1 : NULL;
+    const uint8_t *wnul = w && w < end ? memchr(w, 0, (size_t) (end - w)) : NULL;
+    if (!wnul)
+        return -EBADMSG;
+    size_t hl = (size_t) (nul - h), wl = (size_t) (wnul - w);
+    if (hl == 0 || hl >= sizeof id->hostname || wl == 0 || wl >= sizeof id->workdir || w[0] != '/')
         return -EBADMSG;
     const uint8_t *q = p + 8 + CDN_IDENTITY_SEED + 16;
     if (q[12] > 30)
+        return -EBADMSG;
+    const uint8_t *c = wnul + 1;
+    if (c >= end || *c > CDN_IDENTITY_PATHS)
+        return -EBADMSG;
+    id->n_paths = *c++;
+    for (unsigned i = 0; i < id->n_paths; i++) {
+        const uint8_t *pn = c + 1 < end ? memchr(c + 1, 0, (size_t) (end - c - 1)) : NULL;
+        if (!pn || *c < CDN_PATH_BIND_RW || *c > CDN_PATH_PROTECT || c[1] != '/' ||
+            (size_t) (pn - c - 1) >= sizeof id->paths[i].path)
+            return -EBADMSG;
+        id->paths[i].kind = *c;
+        memcpy(id->paths[i].path, c + 1, (size_t) (pn - c));
+        c = pn + 1;
+    }
+    if (c != end)
         return -EBADMSG;
     id->time_ns = get64(p);
     memcpy(id->seed, p + 8, CDN_IDENTITY_SEED);
@@ -346,6 +377,6 @@ int cdn_identity_decode(const uint8_t *p, size_t len, struct cdn_identity *id)
     id->resolver = get32(q + 8);
     id->prefix = q[12];
     memcpy(id->hostname, h, hl + 1);
-    memcpy(id->workdir, nul + 1, wl + 1);
+    memcpy(id->workdir, w, wl + 1);
     return 0;
 }

@@ -142,8 +142,15 @@ int cdn_exit_encode(uint8_t *buf, size_t size, const struct cdn_exit_msg *m);
  * clone of a snapshot must not share with its siblings, and where it works.
  * Wire: u64 unix time in ns, 32 seed bytes, 16 machine-id bytes, u32 address,
  * u32 gateway, u32 resolver (IPv4, 0 = no network), u8 prefix length (0-30),
- * then two NUL-terminated strings: hostname (1-64 bytes), workdir (absolute, < 256). */
-#define CDN_IDENTITY_SEED 32
+ * then two NUL-terminated strings: hostname (1-64 bytes), workdir (absolute, < 256),
+ * then u8 n (<= CDN_IDENTITY_PATHS) and n times: u8 kind, absolute path NUL-terminated (< 256). */
+#define CDN_IDENTITY_SEED  32
+#define CDN_IDENTITY_PATHS 32
+enum cdn_identity_path_kind {
+    CDN_PATH_BIND_RW = 1, /* the i-th bind (the i-th entry of the host's share): mounted at path */
+    CDN_PATH_BIND_RO = 2,
+    CDN_PATH_PROTECT = 3, /* a protected path (spec "protect"): the guest's agent guards it */
+};
 struct cdn_identity {
     uint64_t time_ns;
     uint8_t seed[CDN_IDENTITY_SEED];
@@ -152,6 +159,11 @@ struct cdn_identity {
     uint8_t prefix;
     char hostname[65];
     char workdir[256];
+    unsigned n_paths;
+    struct {
+        uint8_t kind;
+        char path[256];
+    } paths[CDN_IDENTITY_PATHS];
 };
 int cdn_identity_encode(uint8_t *buf, size_t size, const struct cdn_identity *id);
 int cdn_identity_decode(const uint8_t *p, size_t len, struct cdn_identity *id);

@@ -181,6 +181,61 @@ void vm_poweroff(void)
     (void) reboot(RB_POWER_OFF);
 }
 
+/* mkdir -p of path's parents, and path itself as a directory (dir) or an empty file. */
+static int make_path(const char *path, bool dir)
+{
+    char p[256];
+    (void) snprintf(p, sizeof p, "%s", path);
+    for (char *s = p + 1;; s++) {
+        if (*s == '/' || !*s) {
+            char c = *s;
+            *s = 0;
+            bool last = !c;
+            if (last && !dir) {
+                int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+                if (fd < 0)
+                    return -errno;
+                (void) close(fd);
+            } else if (mkdir(p, 0755) < 0 && errno != EEXIST)
+                return -errno;
+            if (last)
+                break;
+            *s = c;
+        }
+    }
+    return 0;
+}
+
+/* The spec's mounts: the host's binds share, entry i bound at the i-th bind path. */
+static int vm_binds(const struct cdn_identity *id)
+{
+    static const char share[] = "/run/cordon-binds";
+    unsigned n = 0;
+    int r = 0;
+    for (unsigned i = 0; i < id->n_paths; i++)
+        n += id->paths[i].kind != CDN_PATH_PROTECT;
+    if (!n)
+        return 0;
+    if (make_path(share, true) < 0 ||
+        mount("binds", share, "9p", MS_NOSUID | MS_NODEV, "trans=virtio,version=9p2000.L,msize=262144") < 0)
+        return -errno;
+    for (unsigned i = 0, b = 0; i < id->n_paths && r == 0; i++) {
+        if (id->paths[i].kind == CDN_PATH_PROTECT)
+            continue;
+        char src[64];
+        struct stat st;
+        (void) snprintf(src, sizeof src, "%s/%u", share, b++);
+        if (stat(src, &st) < 0 || make_path(id->paths[i].path, S_ISDIR(st.st_mode)) < 0 ||
+            mount(src, id->paths[i].path, NULL, MS_BIND, NULL) < 0 ||
+            (id->paths[i].kind == CDN_PATH_BIND_RO &&
+             mount(NULL, id->paths[i].path, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID, NULL) < 0))
+            r = -errno;
+    }
+    (void) umount2(share, MNT_DETACH); /* the binds stay; the share itself is out of sight */
+    (void) rmdir(share);
+    return r;
+}
+
 int vm_identity(const struct cdn_identity *id)
 {
     if (!vm_guest_mode)
@@ -226,6 +281,10 @@ int vm_identity(const struct cdn_identity *id)
         if (r < 0)
             return r;
     }
+    vm_mount_image(); /* before the binds, which may lie beneath /usr */
+    int r = vm_binds(id);
+    if (r < 0)
+        return r;
     /* The workdir, as a container's overlay has it: made, with its parents. */
     char dir[sizeof id->workdir];
     (void) snprintf(dir, sizeof dir, "%s", id->workdir);

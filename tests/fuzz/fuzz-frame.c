@@ -23,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     (void) cdn_file_decode(data, size, &f);
     struct cdn_identity id;
     if (cdn_identity_decode(data, size, &id) == 0) { /* round trip: what decodes encodes back the same */
-        uint8_t out[512];
+        static uint8_t out[16384];
         int n = cdn_identity_encode(out, sizeof out, &id);
         if (n != (int) size || memcmp(out, data, size) != 0)
             __builtin_trap();

@@ -143,11 +143,13 @@ TEST(identity_roundtrip_and_rejects)
                               .resolver = 0x0a000101,
                               .prefix = 30,
                               .hostname = "guest",
-                              .workdir = "/srv/work"},
+                              .workdir = "/srv/work",
+                              .n_paths = 2,
+                              .paths = {{CDN_PATH_BIND_RO, "/probe"}, {CDN_PATH_PROTECT, "/srv/tests"}}},
                         d;
     memset(id.seed, 0xab, sizeof id.seed);
     memset(id.machine_id, 0x5a, sizeof id.machine_id);
-    uint8_t buf[512];
+    static uint8_t buf[16384];
     int n = cdn_identity_encode(buf, sizeof buf, &id);
     CHECK(n > 0);
     CHECK_EQ_INT(cdn_identity_decode(buf, (size_t) n, &d), 0);
@@ -156,8 +158,16 @@ TEST(identity_roundtrip_and_rejects)
     CHECK(memcmp(d.seed, id.seed, sizeof id.seed) == 0 && memcmp(d.machine_id, id.machine_id, 16) == 0);
     CHECK_STREQ(d.hostname, "guest");
     CHECK_STREQ(d.workdir, "/srv/work");
+    CHECK_EQ_INT(d.n_paths, 2);
+    CHECK(d.paths[0].kind == CDN_PATH_BIND_RO && d.paths[1].kind == CDN_PATH_PROTECT);
+    CHECK_STREQ(d.paths[0].path, "/probe");
+    CHECK_STREQ(d.paths[1].path, "/srv/tests");
     CHECK(cdn_identity_decode(buf, (size_t) n - 1, &d) < 0); /* no final NUL */
-    buf[n - 1 - strlen("/srv/work")] = 'x';                  /* a relative workdir */
+    CHECK(cdn_identity_decode(buf, (size_t) n + 1, &d) < 0); /* a byte after the last path */
+    buf[n - 1 - strlen("/srv/tests")] = 'x';                 /* a relative path */
+    CHECK_EQ_INT(cdn_identity_decode(buf, (size_t) n, &d), -EBADMSG);
+    buf[n - 1 - strlen("/srv/tests")] = '/';
+    buf[n - 2 - strlen("/srv/tests")] = 9; /* an unknown kind */
     CHECK_EQ_INT(cdn_identity_decode(buf, (size_t) n, &d), -EBADMSG);
     id.prefix = 31;
     CHECK(cdn_identity_encode(buf, sizeof buf, &id) < 0);

@@ -22,6 +22,7 @@
 #include <sched.h>
 #include <stdarg.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -66,6 +67,9 @@ static long tsc_khz(void)
     return colon ? (long) (atof(colon + 1) * 1000.0) : 0;
 }
 
+/* The guest's devices; a change here must change it (the snapshots are then made again). */
+#define DEVICES "serial,net,9p-usr,9p-binds"
+
 /* fds of QEMU: 3 our agent socket; 4 the QMP socket (a template) or the state to restore from;
  * 5 the QMP socket (a restore); 6 the tap. */
 #define QEMU_FD4 4
@@ -100,7 +104,7 @@ enum boot { BOOT_COLD, BOOT_TEMPLATE, BOOT_RESTORE };
 
 /* The command line; memdir: where the guest's RAM file lives (template, restore). */
 static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const char *accel, uint64_t mem_mb,
-                      int smp, enum boot boot, const char *memdir, bool listening, bool tap)
+                      int smp, enum boot boot, const char *memdir, bool listening, bool tap, bool binds)
 {
     long khz = tsc_khz();
     add(q, QEMU);
@@ -153,6 +157,15 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
     add(q, "local,id=usr,path=/usr,security_model=none,readonly=on");
     add(q, "-device");
     add(q, "virtio-9p-device,fsdev=usr,mount_tag=usr");
+    /* The sandbox's binds (spec mounts): one share whose i-th entry is the i-th source, bound there
+     * in QEMU's own mount namespace (spawn_qemu); an empty directory when there are none. */
+    add(q, "-fsdev");
+    /* mapped-xattr: what the guest sets (owners, modes: setuid root) stays in xattrs, never on the
+     * host's files, which QEMU (root) creates. */
+    add(q, fmt(q, "local,id=binds,path=%s/%s,security_model=mapped-xattr", cdn_vm_dir(),
+               binds ? "share" : "empty"));
+    add(q, "-device");
+    add(q, "virtio-9p-device,fsdev=binds,mount_tag=binds");
     if (boot != BOOT_COLD) { /* QMP: fd 4 (template) or 5 (restore, whose state is fd 4) */
         add(q, "-chardev");
         add(q, fmt(q, "socket,id=qmp,fd=%d", boot == BOOT_TEMPLATE ? QEMU_FD4 : QEMU_FD4 + 1));
@@ -169,9 +182,37 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
 /* What a QEMU child gets: its fds 3-6 (-1: none) and its network namespace. */
 struct qemu_fds {
     int agent, fd4, fd5, tap;
-    int netns;       /* the sandbox's (the tap's); -1: an empty one of its own */
-    bool persistent; /* outlives its caller */
+    int netns;                      /* the sandbox's (the tap's); -1: an empty one of its own */
+    bool persistent;                /* outlives its caller */
+    const struct cdn_mount *mounts; /* bound into the binds share */
+    size_t n_mounts;
 };
+
+/* In QEMU's own mount namespace (the child, before exec): a tmpfs on the share directory whose
+ * entry i is mount i's source, bound there (read-only ones made so). 0 or -errno. */
+static int bind_share(const struct cdn_mount *m, size_t n)
+{
+    char share[4200], p[4300];
+    (void) snprintf(share, sizeof share, "%s/share", cdn_vm_dir());
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+        mount("tmpfs", share, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k") < 0)
+        return -errno;
+    for (size_t i = 0; i < n; i++) {
+        struct stat st;
+        (void) snprintf(p, sizeof p, "%s/%zu", share, i);
+        if (stat(m[i].source, &st) < 0)
+            return -errno;
+        int fd = S_ISDIR(st.st_mode) ? mkdir(p, 0755) : open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0)
+            return -errno;
+        if (!S_ISDIR(st.st_mode))
+            (void) close(fd);
+        if (mount(m[i].source, p, NULL, MS_BIND | MS_REC, NULL) < 0 ||
+            (m[i].readonly && mount(NULL, p, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID, NULL) < 0))
+            return -errno;
+    }
+    return 0;
+}
 
 static pid_t spawn_qemu(const struct qemu_cmd *q, const struct qemu_fds *f, int *pidfd, struct cdn_error *err)
 {
@@ -185,8 +226,11 @@ static pid_t spawn_qemu(const struct qemu_cmd *q, const struct qemu_fds *f, int 
             (void) setsid();
         else /* the guest goes with its caller */
             (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
-        /* QEMU's own sockets see only the sandbox's network (or none): the tap's namespace. */
+        /* QEMU's own sockets see only the sandbox's network (or none): the tap's namespace. Its
+         * mounts are its own: the binds it shares with the guest are made there. */
         if (f->netns >= 0 ? setns(f->netns, CLONE_NEWNET) < 0 : unshare(CLONE_NEWNET) < 0)
+            _exit(127);
+        if (unshare(CLONE_NEWNS) < 0 || (f->n_mounts && bind_share(f->mounts, f->n_mounts) < 0))
             _exit(127);
         int devnull = open("/dev/null", O_RDWR);
         const int src[4] = {f->agent, f->fd4, f->fd5, f->tap};
@@ -296,7 +340,7 @@ static int make_template(const struct cdn_vm_assets *vm, const char *accel, uint
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, qm) < 0)
         return cdn_error_set(err, errno, "socketpair: %m");
     struct qemu_cmd q = {0};
-    build_cmd(&q, vm, accel, mem_mb, smp, BOOT_TEMPLATE, dir, false, false);
+    build_cmd(&q, vm, accel, mem_mb, smp, BOOT_TEMPLATE, dir, false, false, false);
     /* QMP on fd 4; the state file goes to QEMU through QMP's getfd, for migrate's "fd:state". */
     int pidfd = -1;
     pid_t pid = spawn_qemu(
@@ -351,9 +395,9 @@ static int snapshot_dir(const struct cdn_vm_assets *vm, const char *accel, uint6
     if (stat(vm->initramfs, &st) < 0)
         return cdn_error_set(err, errno, "%s: %m", vm->initramfs);
     char key[512];
-    (void) snprintf(key, sizeof key, "%s initramfs %lld.%09ld mem %llu smp %d accel %s\n", vm->release,
-                    (long long) st.st_mtim.tv_sec, st.st_mtim.tv_nsec, (unsigned long long) mem_mb, smp,
-                    accel);
+    (void) snprintf(key, sizeof key, "%s initramfs %lld.%09ld mem %llu smp %d accel %s devices " DEVICES "\n",
+                    vm->release, (long long) st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
+                    (unsigned long long) mem_mb, smp, accel);
     (void) snprintf(dir, size, "%s/snap-%llum-%d-%s", cdn_vm_dir(), (unsigned long long) mem_mb, smp, accel);
     if (cdn_mkdir_p(dir, 0700) < 0)
         return cdn_error_set(err, errno, "create %s: %m", dir);
@@ -379,7 +423,8 @@ static int snapshot_dir(const struct cdn_vm_assets *vm, const char *accel, uint6
 /* What a clone must not share with its siblings: sent before any command. */
 static int send_identity(struct cdn_sandbox *sb)
 {
-    struct cdn_identity id = {0};
+    static struct cdn_identity id;
+    id = (struct cdn_identity){0};
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     id.time_ns = (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
@@ -388,13 +433,18 @@ static int send_identity(struct cdn_sandbox *sb)
         return -EIO;
     (void) snprintf(id.hostname, sizeof id.hostname, "%s", sb->spec->hostname);
     (void) snprintf(id.workdir, sizeof id.workdir, "%s", sb->spec->workdir);
-    if (sb->netns_fd >= 0 &&
-        sb->sandbox_ip) { /* the /30 of the sandbox's veth; the host end routes and resolves */
+    for (size_t i = 0; i < sb->spec->n_mounts && i < CDN_IDENTITY_PATHS; i++) {
+        id.paths[id.n_paths].kind = sb->spec->mounts[i].readonly ? CDN_PATH_BIND_RO : CDN_PATH_BIND_RW;
+        (void) snprintf(id.paths[id.n_paths++].path, sizeof id.paths[0].path, "%s",
+                        sb->spec->mounts[i].target);
+    }
+    /* the /30 of the sandbox's veth; the host end routes and resolves */
+    if (sb->netns_fd >= 0 && sb->sandbox_ip) {
         id.ip = sb->sandbox_ip;
         id.gateway = id.resolver = sb->resolver_ip;
         id.prefix = 30;
     }
-    uint8_t buf[512];
+    static uint8_t buf[16384];
     int n = cdn_identity_encode(buf, sizeof buf, &id);
     return n < 0 ? n : cdn_frame_send(sb->agent_fd, CDN_FRAME_IDENTITY, 0, buf, (uint32_t) n);
 }
@@ -430,6 +480,25 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
     int r = cdn_vm_prepare(&vm, true, err);
     if (r < 0)
         return r;
+    /* What QEMU's child will need: the share's mount point, and every source there (its errors are
+     * the create's, with the field, not a QEMU that never starts). */
+    char p[4300];
+    for (int i = 0; i < 2; i++) {
+        (void) snprintf(p, sizeof p, "%s/%s", cdn_vm_dir(), i ? "share" : "empty");
+        if (mkdir(p, 0755) < 0 && errno != EEXIST)
+            return cdn_error_set(err, errno, "create %s: %m", p);
+    }
+    if (sb->spec->n_mounts > CDN_IDENTITY_PATHS)
+        return cdn_error_field(err, E2BIG, "mounts", "mounts: at most %d for tier microvm",
+                               CDN_IDENTITY_PATHS);
+    for (size_t i = 0; i < sb->spec->n_mounts; i++) {
+        struct stat st;
+        if (stat(sb->spec->mounts[i].source, &st) < 0) {
+            char field[32];
+            (void) snprintf(field, sizeof field, "mounts[%zu].source", i);
+            return cdn_error_field(err, errno, field, "%s: %s: %m", field, sb->spec->mounts[i].source);
+        }
+    }
     const char *accel = pick_accel();
     (void) snprintf(sb->accel, sizeof sb->accel, "%s", accel);
     const char *how = getenv("CORDON_VM_BOOT");
@@ -441,7 +510,6 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
     if (boot == BOOT_RESTORE) {
         if ((r = snapshot_dir(&vm, accel, mem, smp, dir, sizeof dir, err)) < 0)
             return cdn_error_prefix(err, r, "the microvm snapshot (CORDON_VM_BOOT=cold boots without one)");
-        char p[4300];
         (void) snprintf(p, sizeof p, "%s/state", dir);
         if ((state = open(p, O_RDONLY | O_CLOEXEC)) < 0)
             return cdn_error_set(err, errno, "open %s: %m", p);
@@ -475,7 +543,7 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
         }
     }
     struct qemu_cmd q = {0};
-    build_cmd(&q, &vm, accel, mem, smp, boot, dir, listening, tap >= 0);
+    build_cmd(&q, &vm, accel, mem, smp, boot, dir, listening, tap >= 0, sb->spec->n_mounts > 0);
     int pidfd = -1;
     pid_t pid = spawn_qemu(&q,
                            &(struct qemu_fds){.agent = sp[1],
@@ -483,7 +551,9 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
                                               .fd5 = qm[1],
                                               .tap = tap,
                                               .netns = sb->netns_fd,
-                                              .persistent = sb->persistent},
+                                              .persistent = sb->persistent,
+                                              .mounts = sb->spec->mounts,
+                                              .n_mounts = sb->spec->n_mounts},
                            &pidfd, err);
     (void) close(sp[1]);
     (void) safe_close(qm[1]);
