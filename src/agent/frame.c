@@ -380,3 +380,44 @@ int cdn_identity_decode(const uint8_t *p, size_t len, struct cdn_identity *id)
     memcpy(id->workdir, w, wl + 1);
     return 0;
 }
+
+int cdn_policy_decode(const uint8_t *p, size_t len, struct cdn_policy *ret)
+{
+    if (len < 6 || p[0] & ~CDN_POLICY_KILL || p[1])
+        return -EBADMSG;
+    uint16_t a = get16(p + 2), b = get16(p + 4);
+    if (a == 0 || b == 0 || a > 4096 || b > 4096 || len != 6 + ((size_t) a + b) * 8)
+        return -EBADMSG;
+    *ret = (struct cdn_policy){.flags = p[0], .len = {a, b}, .insns = p + 6};
+    return 0;
+}
+
+#define VIOLATION_FIXED (12 + 6 * 8)
+
+int cdn_violation_encode(uint8_t *buf, size_t size, const struct cdn_violation_msg *m)
+{
+    size_t cl = strnlen(m->cmd, sizeof m->cmd);
+    if (cl >= sizeof m->cmd || VIOLATION_FIXED + cl + 1 > size)
+        return -ENOBUFS;
+    put32(buf, m->nr);
+    put32(buf + 4, m->arch);
+    put32(buf + 8, m->pid);
+    for (int i = 0; i < 6; i++)
+        put64(buf + 12 + 8 * i, m->args[i]);
+    memcpy(buf + VIOLATION_FIXED, m->cmd, cl + 1);
+    return (int) (VIOLATION_FIXED + cl + 1);
+}
+
+int cdn_violation_decode(const uint8_t *p, size_t len, struct cdn_violation_msg *ret)
+{
+    if (len < VIOLATION_FIXED + 1 || len > VIOLATION_FIXED + sizeof ret->cmd || p[len - 1] != 0 ||
+        memchr(p + VIOLATION_FIXED, 0, len - VIOLATION_FIXED - 1))
+        return -EBADMSG;
+    ret->nr = get32(p);
+    ret->arch = get32(p + 4);
+    ret->pid = get32(p + 8);
+    for (int i = 0; i < 6; i++)
+        ret->args[i] = get64(p + 12 + 8 * i);
+    memcpy(ret->cmd, p + VIOLATION_FIXED, len - VIOLATION_FIXED);
+    return 0;
+}

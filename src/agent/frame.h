@@ -44,6 +44,10 @@ enum cdn_frame_type {
                               * answered by DONE (no payload) on its channel once none is left */
     CDN_FRAME_IDENTITY = 15, /* host→init, VM guests restored from a snapshot: a fresh identity before
                               * any command (payload: struct cdn_identity); answered by DONE */
+    CDN_FRAME_POLICY = 16,   /* host→init, VM guests: how commands are confined (payload: struct
+                              * cdn_policy); answered by DONE */
+    CDN_FRAME_VIOLATION = 17, /* init→host on channel 0, VM guests: a command's watched denial (payload:
+                               * struct cdn_violation_msg) */
 };
 
 /* Frame header flags. */
@@ -168,6 +172,30 @@ struct cdn_identity {
 int cdn_identity_encode(uint8_t *buf, size_t size, const struct cdn_identity *id);
 int cdn_identity_decode(const uint8_t *p, size_t len, struct cdn_identity *id);
 int cdn_exit_decode(const uint8_t *p, size_t len, struct cdn_exit_msg *ret);
+
+/* POLICY: a VM guest's init confines each command as the container tier
+ * confines its init: no capabilities (bounding set empty, securebits locked),
+ * no_new_privs, and these seccomp programs, the second installed first.
+ * Watched denials become VIOLATION frames; with CDN_POLICY_KILL they are left
+ * unanswered (the host ends the guest), else answered EPERM.
+ * Wire: u8 flags, u8 0, u16 len0, u16 len1, then (len0 + len1) struct sock_filter (8 bytes each). */
+#define CDN_POLICY_KILL 1u
+struct cdn_policy {
+    uint8_t flags;
+    uint16_t len[2];
+    const uint8_t *insns; /* into the decoded payload */
+};
+int cdn_policy_decode(const uint8_t *p, size_t len, struct cdn_policy *ret);
+
+/* VIOLATION: u32 nr, u32 arch, u32 pid (the guest's), 6 x u64 args, the command line NUL-terminated (< 256).
+ */
+struct cdn_violation_msg {
+    uint32_t nr, arch, pid;
+    uint64_t args[6];
+    char cmd[256];
+};
+int cdn_violation_encode(uint8_t *buf, size_t size, const struct cdn_violation_msg *m);
+int cdn_violation_decode(const uint8_t *p, size_t len, struct cdn_violation_msg *ret);
 
 /* ERROR payload: i32 errno | message\0 */
 int cdn_errmsg_encode(uint8_t *buf, size_t size, int errnum, const char *msg);

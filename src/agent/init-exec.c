@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -89,6 +90,8 @@ static void exec_child(const struct cdn_exec_req *r, int errfd, const int stdio[
     }
     if (!stage && r->cwd[0] && chdir(r->cwd) < 0) {
         stage = 1;
+    } else if (!stage && vm_confines() && vm_confine_child(errfd) < 0) {
+        stage = 4; /* a VM guest's command: confined as a container's init is, or not run */
     } else if (!stage) {
         extern char **environ;
         environ = (char **) r->envp; /* execvp searches PATH in the command's own environment */
@@ -176,7 +179,9 @@ static int spawn(struct job *j, const struct cdn_exec_req *r, int *ret_stage)
         e = make_pipes(j, stdio);
     if (e < 0)
         return e;
-    if (pipe2(errpipe, O_CLOEXEC) < 0) {
+    /* A socket rather than a pipe when the command is confined: its seccomp listener comes over it. */
+    if ((vm_confines() ? socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, errpipe)
+                       : pipe2(errpipe, O_CLOEXEC)) < 0) {
         e = -errno;
         for (int i = 0; i < 3; i++)
             close_fd(&stdio[i]);
@@ -199,15 +204,33 @@ static int spawn(struct job *j, const struct cdn_exec_req *r, int *ret_stage)
      * (SIGSTOP): init waits 2 s at most and then takes it as started. */
     int msg[2];
     ssize_t n = -1;
-    struct pollfd p = {.fd = errpipe[0], .events = POLLIN};
-    int pr;
-    do
-        pr = poll(&p, 1, 2000);
-    while (pr < 0 && errno == EINTR);
-    if (pr > 0)
+    for (;;) {
+        struct pollfd p = {.fd = errpipe[0], .events = POLLIN};
+        int pr;
         do
-            n = read(errpipe[0], msg, sizeof msg);
+            pr = poll(&p, 1, 2000);
+        while (pr < 0 && errno == EINTR);
+        if (pr <= 0)
+            break;
+        union {
+            struct cmsghdr h;
+            char b[CMSG_SPACE(sizeof(int))];
+        } c;
+        struct iovec iov = {msg, sizeof msg};
+        struct msghdr m = {
+            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.b, .msg_controllen = sizeof c.b};
+        do
+            n = recvmsg(errpipe[0], &m, MSG_CMSG_CLOEXEC);
         while (n < 0 && errno == EINTR);
+        struct cmsghdr *h = n > 0 ? CMSG_FIRSTHDR(&m) : NULL;
+        if (h && h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(h), sizeof fd);
+            vm_add_listener(fd); /* a confined command's seccomp listener; its exec (or failure) follows */
+            continue;
+        }
+        break;
+    }
     (void) close(errpipe[0]);
     if (n == (ssize_t) sizeof msg) {
         *ret_stage = msg[0];
@@ -249,6 +272,7 @@ void exec_start(uint32_t channel, const uint8_t *p, size_t len)
         (void) snprintf(what, sizeof what,
                         stage == 1   ? "working directory '%.200s'"
                         : stage == 3 ? "stdio for '%.200s'"
+                        : stage == 4 ? "confining '%.200s'"
                                      : "'%.200s'",
                         stage == 1 ? req.cwd : req.argv[0]);
         bool shutdown = j->flags & CDN_EXEC_SHUTDOWN_ON_EXIT;

@@ -15,9 +15,15 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <linux/securebits.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/reboot.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -236,6 +242,79 @@ static int vm_binds(const struct cdn_identity *id)
     return r;
 }
 
+/* The guest's kernel interfaces as a container sees the host's (OCI defaults, rootfs.c): masked
+ * /proc files, /proc/sys and friends read-only, /sys read-only, and a /dev of the usual nodes only
+ * (no devtmpfs: /dev/userfaultfd, /dev/mem and the disks are not there). Init has set up what it
+ * needed of them; its commands have no capability to undo any of it. */
+static int vm_harden(void)
+{
+    static const char *const masked[] = {"/proc/acpi",        "/proc/asound",        "/proc/kcore",
+                                         "/proc/keys",        "/proc/latency_stats", "/proc/timer_list",
+                                         "/proc/timer_stats", "/proc/sched_debug",   "/proc/scsi",
+                                         "/proc/kallsyms",    "/proc/sysrq-trigger"};
+    static const char *const readonly[] = {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys"};
+    static const struct {
+        const char *name;
+        unsigned major, minor;
+    } nodes[] = {{"null", 1, 3},   {"zero", 1, 5},    {"full", 1, 7},
+                 {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}};
+    static const char mask[] = "/run/cordon-mask", dev[] = "/run/cordon-dev";
+    (void) mkdir("/run", 0755);
+    int fd = open(mask, O_WRONLY | O_CREAT | O_CLOEXEC, 0444);
+    if (fd < 0)
+        return -errno;
+    (void) close(fd);
+    for (size_t i = 0; i < sizeof masked / sizeof masked[0]; i++) {
+        struct stat st;
+        if (stat(masked[i], &st) < 0)
+            continue;
+        int r = S_ISDIR(st.st_mode) ? mount("tmpfs", masked[i], "tmpfs",
+                                            MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=0555")
+                                    : mount(mask, masked[i], NULL, MS_BIND, NULL);
+        if (r < 0 || (!S_ISDIR(st.st_mode) &&
+                      mount(NULL, masked[i], NULL,
+                            MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0))
+            return -errno;
+    }
+    for (size_t i = 0; i < sizeof readonly / sizeof readonly[0]; i++)
+        if (mount(readonly[i], readonly[i], NULL, MS_BIND | MS_REC, NULL) < 0 ||
+            mount(NULL, readonly[i], NULL,
+                  MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+            return -errno;
+    if (mount(NULL, "/sys", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+        return -errno;
+    /* The new /dev, made aside and moved over devtmpfs. */
+    char p[64];
+    if (make_path(dev, true) < 0 ||
+        mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k") < 0)
+        return -errno;
+    for (size_t i = 0; i < sizeof nodes / sizeof nodes[0]; i++) {
+        (void) snprintf(p, sizeof p, "%s/%s", dev, nodes[i].name);
+        if (mknod(p, S_IFCHR | 0666, makedev(nodes[i].major, nodes[i].minor)) < 0)
+            return -errno;
+    }
+    static const char *const links[][2] = {{"ptmx", "pts/ptmx"},
+                                           {"fd", "/proc/self/fd"},
+                                           {"stdin", "/proc/self/fd/0"},
+                                           {"stdout", "/proc/self/fd/1"},
+                                           {"stderr", "/proc/self/fd/2"}};
+    for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
+        (void) snprintf(p, sizeof p, "%s/%s", dev, links[i][0]);
+        if (symlink(links[i][1], p) < 0)
+            return -errno;
+    }
+    (void) snprintf(p, sizeof p, "%s/pts", dev);
+    if (mkdir(p, 0755) < 0 ||
+        mount("devpts", p, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620") < 0)
+        return -errno;
+    (void) snprintf(p, sizeof p, "%s/shm", dev);
+    if (mkdir(p, 01777) < 0 || mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") < 0)
+        return -errno;
+    if (umount2("/dev/pts", MNT_DETACH) < 0 || mount(dev, "/dev", NULL, MS_MOVE, NULL) < 0)
+        return -errno;
+    return 0;
+}
+
 int vm_identity(const struct cdn_identity *id)
 {
     if (!vm_guest_mode)
@@ -283,7 +362,7 @@ int vm_identity(const struct cdn_identity *id)
     }
     vm_mount_image(); /* before the binds, which may lie beneath /usr */
     int r = vm_binds(id);
-    if (r < 0)
+    if (r < 0 || (r = vm_harden()) < 0)
         return r;
     /* The workdir, as a container's overlay has it: made, with its parents. */
     char dir[sizeof id->workdir];
@@ -310,4 +389,154 @@ void vm_mount_image(void)
     /* The host image's /usr (9p, read-only); without the share the guest has busybox only. */
     (void) mount("usr", "/usr", "9p", MS_RDONLY | MS_NOSUID | MS_NODEV,
                  "trans=virtio,version=9p2000.L,cache=loose,msize=262144");
+}
+
+/* ---- confinement of a guest's commands (POLICY) and their watched denials ---- */
+
+#define MAX_LISTENERS 256
+
+static struct sock_filter filters[2 * 4096];
+static uint16_t filter_len[2];
+static uint8_t policy_flags;
+static int listeners[MAX_LISTENERS];
+static size_t n_listeners;
+static size_t polled_base, polled_n;
+
+int vm_policy(const uint8_t *p, size_t len)
+{
+    struct cdn_policy pol;
+    if (!vm_guest_mode)
+        return -EPERM;
+    if (cdn_policy_decode(p, len, &pol) < 0)
+        return -EBADMSG;
+    memcpy(filters, pol.insns, ((size_t) pol.len[0] + pol.len[1]) * sizeof filters[0]); /* aligned here */
+    filter_len[0] = pol.len[0];
+    filter_len[1] = pol.len[1];
+    policy_flags = pol.flags;
+    return 0;
+}
+
+bool vm_confines(void)
+{
+    return filter_len[0] > 0;
+}
+
+int vm_confine_child(int sock)
+{
+    /* As the container tier's setup does for its init (setup.c): root keeps no capability across
+     * exec, none is left to raise, and no exec can gain privileges. */
+    if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                                     SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
+                                     SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) < 0)
+        return -errno;
+    for (int cap = 0; cap <= 63; cap++)
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno == EINVAL)
+            break;
+    (void) prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+    struct __user_cap_data_struct data[2] = {{0}};
+    if (syscall(SYS_capset, &h, data) < 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return -errno;
+    struct sock_fprog second = {.len = filter_len[1], .filter = filters + filter_len[0]};
+    struct sock_fprog first = {.len = filter_len[0], .filter = filters};
+    if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &second) < 0)
+        return -errno;
+    int lfd = (int) syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &first);
+    if (lfd < 0)
+        return -errno;
+    /* The listener goes to init (the command must never hold it: it could answer for itself). */
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(sizeof(int))];
+    } c = {0};
+    char tag = 'L';
+    struct iovec iov = {&tag, 1};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.b, .msg_controllen = sizeof c.b};
+    struct cmsghdr *ch = CMSG_FIRSTHDR(&m);
+    ch->cmsg_level = SOL_SOCKET;
+    ch->cmsg_type = SCM_RIGHTS;
+    ch->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(ch), &lfd, sizeof lfd);
+    int r = sendmsg(sock, &m, MSG_NOSIGNAL) == 1 ? 0 : -errno;
+    (void) close(lfd);
+    return r;
+}
+
+void vm_add_listener(int fd)
+{
+    if (n_listeners < MAX_LISTENERS && fcntl(fd, F_SETFD, FD_CLOEXEC) == 0)
+        listeners[n_listeners++] = fd;
+    else
+        (void) close(fd); /* its callers' watched calls then fail (ENOSYS): denied, not recorded */
+}
+
+void vm_poll_add(struct pollfd *pfd, size_t *n, size_t max)
+{
+    polled_base = *n;
+    polled_n = 0;
+    for (size_t i = 0; i < n_listeners && *n < max; i++, polled_n++)
+        pfd[(*n)++] = (struct pollfd){.fd = listeners[i], .events = POLLIN};
+}
+
+/* One watched denial: to the host as a VIOLATION, then EPERM (or, to be killed, no answer). */
+static void notification(int fd)
+{
+    static struct seccomp_notif_sizes sz;
+    union {
+        struct seccomp_notif n;
+        uint8_t raw[512];
+    } req;
+    union {
+        struct seccomp_notif_resp r;
+        uint8_t raw[128];
+    } resp;
+    if (!sz.seccomp_notif && syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &sz) < 0)
+        return;
+    if (sz.seccomp_notif > sizeof req || sz.seccomp_notif_resp > sizeof resp)
+        return;
+    memset(&req, 0, sz.seccomp_notif);
+    if (ioctl(fd, SECCOMP_IOCTL_NOTIF_RECV, &req) < 0)
+        return;
+    static struct cdn_violation_msg v;
+    v = (struct cdn_violation_msg){.nr = (uint32_t) req.n.data.nr, .arch = req.n.data.arch, .pid = req.n.pid};
+    memcpy(v.args, req.n.data.args, sizeof v.args);
+    char p[64];
+    (void) snprintf(p, sizeof p, "/proc/%u/cmdline", req.n.pid);
+    int cf = open(p, O_RDONLY | O_CLOEXEC);
+    ssize_t k = cf >= 0 ? read(cf, v.cmd, sizeof v.cmd - 1) : -1;
+    if (cf >= 0)
+        (void) close(cf);
+    for (ssize_t i = 0; i < k; i++)
+        if (!v.cmd[i] || (unsigned char) v.cmd[i] < 32)
+            v.cmd[i] = ' ';
+    while (k > 0 && v.cmd[k - 1] == ' ')
+        k--;
+    v.cmd[k > 0 ? k : 0] = 0;
+    static uint8_t buf[512];
+    int n = cdn_violation_encode(buf, sizeof buf, &v);
+    if (n > 0)
+        agent_send(CDN_FRAME_VIOLATION, 0, buf, (uint32_t) n);
+    if (policy_flags & CDN_POLICY_KILL)
+        return; /* the host ends the guest; the caller never runs on */
+    memset(&resp, 0, sz.seccomp_notif_resp);
+    resp.r.id = req.n.id;
+    resp.r.error = -EPERM;
+    (void) ioctl(fd, SECCOMP_IOCTL_NOTIF_SEND, &resp);
+}
+
+void vm_poll_handle(const struct pollfd *pfd, size_t n)
+{
+    for (size_t i = polled_n; i-- > 0;) { /* backwards: a closed listener is swapped with the last */
+        if (polled_base + i >= n)
+            continue;
+        const struct pollfd *p = &pfd[polled_base + i];
+        if (p->fd != listeners[i])
+            continue;
+        if (p->revents & POLLIN)
+            notification(p->fd);
+        else if (p->revents & (POLLHUP | POLLERR | POLLNVAL)) { /* no process is left under it */
+            (void) close(listeners[i]);
+            listeners[i] = listeners[--n_listeners];
+        }
+    }
 }

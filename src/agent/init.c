@@ -34,7 +34,8 @@
 
 #include "init.h"
 
-#define MAX_POLL (3 + 3 * 256) /* connection, signals, listener, 3 per command */
+#define MAX_POLL                                                                                             \
+    (3 + 3 * 256 + 256) /* connection, signals, listener, 3 per command, a guest's seccomp listeners */
 
 /* The connection. Non-blocking both ways: frames from the host are assembled
  * in inbuf, frames to it queue in out and go as the socket takes them. While
@@ -247,6 +248,14 @@ static void dispatch(const struct cdn_frame_header *hp, const uint8_t *payload)
             agent_send(CDN_FRAME_DONE, h.channel, NULL, 0);
         break;
     }
+    case CDN_FRAME_POLICY: {
+        int r = vm_policy(payload, len);
+        if (r < 0)
+            agent_error(h.channel, -r, "policy");
+        else
+            agent_send(CDN_FRAME_DONE, h.channel, NULL, 0);
+        break;
+    }
     case CDN_FRAME_PING:
         agent_send(CDN_FRAME_PONG, h.channel, payload, (uint32_t) len);
         break;
@@ -308,6 +317,7 @@ int main(void)
         pfd[1] = (struct pollfd){.fd = sfd, .events = POLLIN};
         pfd[2] = (struct pollfd){.fd = listener, .events = POLLIN}; /* fd -1 is ignored by poll */
         exec_poll_add(pfd, &n, MAX_POLL, outlen <= OUT_LOW);
+        vm_poll_add(pfd, &n, MAX_POLL);
         /* Without a host, a guest's port reports a hang-up until one comes: looked at every 20 ms. */
         if (poll(pfd, n, conn < 0 && guest_port >= 0 ? 20 : -1) < 0) {
             if (errno == EINTR)
@@ -321,6 +331,7 @@ int main(void)
                     exec_signal_all((int) si.ssi_signo);
         }
         exec_poll_handle(pfd, n);
+        vm_poll_handle(pfd, n);
         /* Reap after output: a command's last bytes go out before its EXIT. */
         if (pfd[1].revents & POLLIN)
             exec_reap();

@@ -37,6 +37,15 @@ void vm_poweroff(void);
 int vm_identity(const struct cdn_identity *id);
 /* Before a guest's first command or file operation: its image (the host's /usr over 9p). */
 void vm_mount_image(void);
+/* POLICY (a guest): how its commands are confined; vm_confines() once one came. In a command's
+ * child, vm_confine_child() confines it and sends init the seccomp listener over sock. Init polls
+ * the listeners (vm_poll_add/handle): each watched denial is a VIOLATION frame. */
+int vm_policy(const uint8_t *p, size_t len);
+bool vm_confines(void);
+int vm_confine_child(int sock);
+void vm_add_listener(int fd);
+void vm_poll_add(struct pollfd *pfd, size_t *n, size_t max);
+void vm_poll_handle(const struct pollfd *pfd, size_t n);
 /* QUIESCE: kill everything but init; DONE on channel once all are reaped. */
 void exec_quiesce(uint32_t channel);
 /* Poll set: add the fds of running commands at pfd[*n…] (up to max; their

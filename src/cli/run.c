@@ -86,7 +86,15 @@ static void read_agent(struct cdn_sandbox *sb, struct outcome *o, struct pollfd 
         (void) cdn_write_all(h.type == CDN_FRAME_STDOUT ? 1 : 2, buf, (size_t) n);
     else if (h.type == CDN_FRAME_EXIT && cdn_exit_decode(buf, (size_t) n, &o->exit) == 0)
         o->have_exit = true;
-    else if (h.type == CDN_FRAME_ERROR) {
+    else if (h.type == CDN_FRAME_VIOLATION && h.channel == 0) { /* a guest's watched denial */
+        struct cdn_violation_msg v;
+        if (cdn_violation_decode(buf, (size_t) n, &v) < 0)
+            return;
+        o->violations_syscall++;
+        if (sb->spec->on_violation == CDN_VIOLATION_KILL && !o->violation_killed &&
+            sb->tier->kill(sb, SIGKILL) == 0)
+            o->violation_killed = true; /* the guest left the call unanswered: it never runs on */
+    } else if (h.type == CDN_FRAME_ERROR) {
         int e;
         const char *msg;
         if (cdn_errmsg_decode(buf, (size_t) n, &e, &msg) == 0) {

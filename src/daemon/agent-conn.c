@@ -65,6 +65,12 @@ static void on_read(struct bufferevent *bev, void *arg)
         if (h.length)
             (void) evbuffer_remove(in, payload, h.length);
         struct agent_req *r = find(c, h.channel);
+        if (!r && h.channel == 0 && c->on_event) {
+            c->on_event(c, h.type, payload, h.length, c->arg); /* may close c */
+            if (!c->bev)
+                return;
+            continue;
+        }
         if (!r)
             continue; /* a request we gave up on (its client left), or channel 0 */
         if (is_last(h.type))
@@ -84,7 +90,8 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 
 int agent_conn_open(struct agent_conn *c, struct event_base *base, int fd)
 {
-    *c = (struct agent_conn){.next_channel = 1, .on_close = c->on_close, .arg = c->arg};
+    *c = (struct agent_conn){
+        .next_channel = 1, .on_close = c->on_close, .on_event = c->on_event, .arg = c->arg};
     LIST_INIT(&c->reqs);
     if (evutil_make_socket_nonblocking(fd) < 0)
         return -errno;

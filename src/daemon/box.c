@@ -524,6 +524,29 @@ static void on_agent_close(struct agent_conn *c, void *arg)
         b->sb.tier->kill(&b->sb, SIGKILL);
 }
 
+/* A VM guest's watched denial (its init supervises the seccomp listeners of its commands): a
+ * syscall violation, as the container tier's listener reports one (on_monitor). In kill mode the
+ * guest left the call unanswered, and box_violation ends the guest. */
+static void on_agent_event(struct agent_conn *c, uint16_t type, const uint8_t *p, uint32_t len, void *arg)
+{
+    (void) c;
+    struct box *b = arg;
+    struct cdn_violation_msg v;
+    if (type != CDN_FRAME_VIOLATION || b->spec.tier == CDN_TIER_CONTAINER ||
+        cdn_violation_decode(p, len, &v) < 0)
+        return; /* a container's init sends none; a DONE or ERROR of IDENTITY/POLICY needs nothing */
+    char *name = seccomp_syscall_resolve_num_arch(v.arch, (int) v.nr);
+    json_t *args = json_array();
+    for (int k = 0; args && k < 6; k++)
+        json_array_append_new(args, json_integer((json_int_t) v.args[k]));
+    box_violation(b, VIOLATION_SYSCALL,
+                  json_pack("{s:s, s:i, s:i, s:o, s:o, s:s}", "syscall", name ? name : "?", "nr", (int) v.nr,
+                            "pid", (int) v.pid, "cmd",
+                            json_lossy_string((const uint8_t *) v.cmd, strlen(v.cmd)), "args",
+                            args ? args : json_array(), "where", "guest"));
+    free(name);
+}
+
 static void on_lifetime(evutil_socket_t fd, short what, void *arg)
 {
     (void) fd, (void) what;
@@ -546,6 +569,7 @@ static int watch(struct box *b)
     if (!b->pidfd_ev || event_add(b->pidfd_ev, NULL) < 0)
         return -ENOMEM;
     b->agent.on_close = on_agent_close;
+    b->agent.on_event = on_agent_event;
     b->agent.arg = b;
     int r = agent_conn_open(&b->agent, base, b->sb.agent_fd);
     if (r < 0)

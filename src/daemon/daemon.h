@@ -63,6 +63,8 @@ struct agent_conn {
     uint32_t next_channel;
     LIST_HEAD(, agent_req) reqs;
     void (*on_close)(struct agent_conn *c, void *arg); /* init hung up or spoke garbage */
+    /* A frame on channel 0 from init (a VM guest's VIOLATION); p is valid during the call. */
+    void (*on_event)(struct agent_conn *c, uint16_t type, const uint8_t *p, uint32_t len, void *arg);
     void *arg;
 };
 

@@ -28,6 +28,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (n != (int) size || memcmp(out, data, size) != 0)
             __builtin_trap();
     }
+    struct cdn_policy pol;
+    (void) cdn_policy_decode(data, size, &pol);
+    static struct cdn_violation_msg v;
+    if (cdn_violation_decode(data, size, &v) == 0) { /* round trip */
+        static uint8_t out[512];
+        int n = cdn_violation_encode(out, sizeof out, &v);
+        if (n != (int) size || memcmp(out, data, size) != 0)
+            __builtin_trap();
+    }
     struct cdn_file_stat st;
     for (size_t off = 0; off < size;) { /* a LIST reply: entries back to back */
         int n = cdn_file_stat_decode(data + off, size - off, &st);

@@ -180,15 +180,35 @@ def test_probe_catalogue():
     assert required <= {category for category, _ in entries}
 
 
+def _vm_ready():
+    state = os.environ.get("CORDON_VM_DIR") or os.path.join(os.environ.get("CORDON_STATE_DIR", "/var/lib/cordon"), "vm")
+    return bool(shutil.which("qemu-system-x86_64")) and os.path.exists(os.path.join(state, "kernel", "release"))
+
+
+# In a VM guest, uid 0 is the guest kernel's root: /proc/self/uid_map there reads "0 0 4294967295" as
+# on a host, and the probe cannot tell the two apart. What the guest's root could reach of the host is
+# probed on its own (the canary files, the host's loopback port, abstract socket and pids): those
+# must be contained like everything else.
+VM_GUEST_ROOT = {"uid_map_root", "gid_map_root"}
+
+
+@pytest.mark.parametrize("tier", ["container", pytest.param("microvm", marks=pytest.mark.skipif(
+    not _vm_ready(), reason="no QEMU or no prepared guest kernel (cordon vm prepare)"))])
 @pytest.mark.parametrize("on_violation", [None, "kill"])
-def test_all_contained(host_env, on_violation):
+def test_all_contained(host_env, on_violation, tier):
     """Every escape attempt made from inside `cordon run` is contained. In kill
     mode the first watched attempt (a mount, a namespace, ptrace…) ends the
     whole sandbox before the attempt returns: the probe dies part-way, and
-    whatever it got to try was contained too."""
+    whatever it got to try was contained too. In a microvm the guest's init
+    confines the probe as a container's is confined (no capabilities, the
+    same seccomp filter, masked /proc, a minimal /dev), inside the VM. Seen
+    failing once: before the guest masked /proc and replaced its devtmpfs,
+    sysctl_core_pattern_write, sysrq_trigger_write, proc_masked_read and
+    userfaultfd_create escaped in the microvm (the guest's root could write
+    /proc/sys and open /dev/userfaultfd)."""
     _require_probe()
     _require_cordon()
-    cmd = [CORDON_BIN, "run", *SANDBOX_LIMITS, "--bind", f"{CORDON_PROBE}:/probe:ro"]
+    cmd = [CORDON_BIN, "run", "--tier", tier, *SANDBOX_LIMITS, "--bind", f"{CORDON_PROBE}:/probe:ro"]
     if on_violation:
         cmd += ["--on-violation", on_violation]
     for key, value in host_env.items():
@@ -197,16 +217,17 @@ def test_all_contained(host_env, on_violation):
     cmd += ["--", "/probe"]
 
     run = run_probe(cmd, dict(os.environ), partial=on_violation == "kill")
+    escaped = [p for p in run.escaped() if not (tier != "container" and p.name in VM_GUEST_ROOT)]
 
     if on_violation == "kill":
         assert run.returncode == 137, run.report()
         assert "killed on a violation" in run.stderr, run.stderr
         assert len(run.probes) < MIN_PROBES, "the sandbox was not stopped at its first watched attempt"
-        assert not run.escaped(), f"{len(run.escaped())} probe(s) escaped the sandbox:\n{run.report()}"
+        assert not escaped, f"{len(escaped)} probe(s) escaped the sandbox:\n{run.report()}"
         return
     assert len(run.probes) >= MIN_PROBES, f"only {len(run.probes)} probes ran\n{run.stdout}\n{run.stderr}"
-    assert not run.escaped(), f"{len(run.escaped())} probe(s) escaped the sandbox:\n{run.report()}"
-    assert run.returncode == 0, run.report()
+    assert not escaped, f"{len(escaped)} probe(s) escaped the sandbox:\n{run.report()}"
+    assert run.returncode == (0 if tier == "container" else 1), run.report()  # a VM's: the guest-root probes
 
 
 def _weakened_command():

@@ -2,6 +2,7 @@
 #include "tap.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -174,4 +175,29 @@ TEST(identity_roundtrip_and_rejects)
     id.prefix = 30;
     id.workdir[0] = 0; /* a workdir is required */
     CHECK(cdn_identity_encode(buf, sizeof buf, &id) < 0);
+}
+
+TEST(policy_and_violation_payloads)
+{
+    uint8_t p[6 + 3 * 8] = {1, 0, 2, 0, 1, 0};
+    struct cdn_policy pol;
+    CHECK_EQ_INT(cdn_policy_decode(p, sizeof p, &pol), 0);
+    CHECK(pol.flags == CDN_POLICY_KILL && pol.len[0] == 2 && pol.len[1] == 1 && pol.insns == p + 6);
+    CHECK(cdn_policy_decode(p, sizeof p - 8, &pol) < 0); /* fewer instructions than announced */
+    p[0] = 4;                                            /* an unknown flag */
+    CHECK(cdn_policy_decode(p, sizeof p, &pol) < 0);
+    p[0] = 0, p[2] = 0; /* an empty program */
+    CHECK(cdn_policy_decode(p, sizeof p - 16, &pol) < 0);
+
+    struct cdn_violation_msg v = {.nr = 272, .arch = 0xc000003e, .pid = 42, .args = {1, 2, 3, 4, 5, 6}}, d;
+    (void) snprintf(v.cmd, sizeof v.cmd, "unshare -U true");
+    uint8_t buf[512];
+    int n = cdn_violation_encode(buf, sizeof buf, &v);
+    CHECK(n > 0);
+    CHECK_EQ_INT(cdn_violation_decode(buf, (size_t) n, &d), 0);
+    CHECK(d.nr == 272 && d.arch == 0xc000003e && d.pid == 42 && d.args[5] == 6);
+    CHECK_STREQ(d.cmd, "unshare -U true");
+    CHECK(cdn_violation_decode(buf, (size_t) n - 1, &d) < 0); /* no NUL */
+    buf[n - 3] = 0;                                           /* a NUL inside the command */
+    CHECK(cdn_violation_decode(buf, (size_t) n, &d) < 0);
 }

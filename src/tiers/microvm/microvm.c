@@ -12,6 +12,7 @@
 #include "core/paths.h"
 #include "vmprep.h"
 #include "net/netns.h"
+#include "tiers/container/seccomp-policy.h"
 #include "shared/fd-util.h"
 #include "shared/macro.h"
 
@@ -78,7 +79,7 @@ static long tsc_khz(void)
 struct qemu_cmd {
     char *argv[64];
     int argc;
-    char buf[8][4200];
+    char buf[16][4200];
     int nbuf;
 };
 
@@ -92,7 +93,9 @@ static void add(struct qemu_cmd *q, const char *a)
 static const char *fmt(struct qemu_cmd *q, const char *f, ...) __attribute__((format(printf, 2, 3)));
 static const char *fmt(struct qemu_cmd *q, const char *f, ...)
 {
-    char *b = q->buf[q->nbuf < 7 ? q->nbuf++ : 7];
+    if (q->nbuf >= 15) /* one buffer per argument: sized for every fmt() of build_cmd */
+        abort();
+    char *b = q->buf[q->nbuf < 15 ? q->nbuf++ : 15];
     va_list ap;
     va_start(ap, f);
     (void) vsnprintf(b, sizeof q->buf[0], f, ap);
@@ -449,6 +452,33 @@ static int send_identity(struct cdn_sandbox *sb)
     return n < 0 ? n : cdn_frame_send(sb->agent_fd, CDN_FRAME_IDENTITY, 0, buf, (uint32_t) n);
 }
 
+/* How the guest's init confines each command: the container tier's seccomp programs (the same
+ * cache), and what to do on a watched denial. */
+static int send_policy(struct cdn_sandbox *sb, struct cdn_error *err)
+{
+    char cache[4096];
+    cdn_cache_dir(cache, sizeof cache);
+    struct cdn_seccomp_prog prog;
+    int r = cdn_seccomp_load_cached(cache, &prog, err);
+    if (r < 0)
+        return r;
+    size_t insns = ((size_t) prog.len[0] + prog.len[1]) * 8;
+    uint8_t *buf = malloc(6 + insns);
+    if (!buf) {
+        cdn_seccomp_prog_free(&prog);
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    }
+    buf[0] = sb->spec->on_violation == CDN_VIOLATION_KILL ? CDN_POLICY_KILL : 0;
+    buf[1] = 0;
+    memcpy(buf + 2, &prog.len[0], 2); /* little-endian, as the frames are (x86-64 only) */
+    memcpy(buf + 4, &prog.len[1], 2);
+    memcpy(buf + 6, prog.insns, insns);
+    r = cdn_frame_send(sb->agent_fd, CDN_FRAME_POLICY, 0, buf, (uint32_t) (6 + insns));
+    free(buf);
+    cdn_seccomp_prog_free(&prog);
+    return r < 0 ? cdn_error_set(err, -r, "send the guest its policy: %s", strerror(-r)) : 0;
+}
+
 static int microvm_destroy(struct cdn_sandbox *sb);
 
 static int tap_bridge(void *arg)
@@ -599,6 +629,10 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
     if ((r = send_identity(sb)) < 0) {
         (void) microvm_destroy(sb);
         return cdn_error_set(err, -r, "send the guest its identity: %s", strerror(-r));
+    }
+    if ((r = send_policy(sb, err)) < 0) {
+        (void) microvm_destroy(sb);
+        return r;
     }
     return 0;
 }
