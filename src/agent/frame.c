@@ -302,7 +302,7 @@ int cdn_frame_recv(int fd, struct cdn_frame_header *h, uint8_t *buf, size_t size
     return r < 0 ? r : (int) h->length;
 }
 
-#define IDENTITY_FIXED (8 + CDN_IDENTITY_SEED + 16 + 13)
+#define IDENTITY_FIXED (8 + CDN_IDENTITY_SEED + 16 + 13 + 16)
 
 int cdn_identity_encode(uint8_t *buf, size_t size, const struct cdn_identity *id)
 {
@@ -320,6 +320,10 @@ int cdn_identity_encode(uint8_t *buf, size_t size, const struct cdn_identity *id
     put32(p + 4, id->gateway);
     put32(p + 8, id->resolver);
     p[12] = id->prefix;
+    put32(p + 13, id->pids);
+    put32(p + 17, id->nofile);
+    put32(p + 21, id->disk_mb);
+    put32(p + 25, id->memory_mb);
     memcpy(buf + IDENTITY_FIXED, id->hostname, hl + 1);
     memcpy(buf + IDENTITY_FIXED + hl + 1, id->workdir, wl + 1);
     if (id->n_paths > CDN_IDENTITY_PATHS || n + 1 > size)
@@ -376,6 +380,10 @@ int cdn_identity_decode(const uint8_t *p, size_t len, struct cdn_identity *id)
     id->gateway = get32(q + 4);
     id->resolver = get32(q + 8);
     id->prefix = q[12];
+    id->pids = get32(q + 13);
+    id->nofile = get32(q + 17);
+    id->disk_mb = get32(q + 21);
+    id->memory_mb = get32(q + 25);
     memcpy(id->hostname, h, hl + 1);
     memcpy(id->workdir, w, wl + 1);
     return 0;
@@ -419,5 +427,27 @@ int cdn_violation_decode(const uint8_t *p, size_t len, struct cdn_violation_msg 
     for (int i = 0; i < 6; i++)
         ret->args[i] = get64(p + 12 + 8 * i);
     memcpy(ret->cmd, p + VIOLATION_FIXED, len - VIOLATION_FIXED);
+    return 0;
+}
+
+int cdn_usage_encode(uint8_t *buf, size_t size, const struct cdn_usage_msg *u)
+{
+    if (size < 25)
+        return -ENOBUFS;
+    put64(buf, u->memory_peak_bytes);
+    put64(buf + 8, u->oom_kills);
+    put64(buf + 16, u->pids_max_hits);
+    buf[24] = u->disk_full ? 1 : 0;
+    return 25;
+}
+
+int cdn_usage_decode(const uint8_t *p, size_t len, struct cdn_usage_msg *ret)
+{
+    if (len != 25 || p[24] > 1)
+        return -EBADMSG;
+    *ret = (struct cdn_usage_msg){.memory_peak_bytes = get64(p),
+                                  .oom_kills = get64(p + 8),
+                                  .pids_max_hits = get64(p + 16),
+                                  .disk_full = p[24]};
     return 0;
 }

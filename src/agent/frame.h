@@ -48,6 +48,8 @@ enum cdn_frame_type {
                               * cdn_policy); answered by DONE */
     CDN_FRAME_VIOLATION = 17, /* init→host on channel 0, VM guests: a command's watched denial (payload:
                                * struct cdn_violation_msg) */
+    CDN_FRAME_USAGE = 18,     /* init→host on channel 0, VM guests: the commands' accounting, whenever it
+                               * changes and before each EXIT (payload: struct cdn_usage_msg) */
 };
 
 /* Frame header flags. */
@@ -146,7 +148,8 @@ int cdn_exit_encode(uint8_t *buf, size_t size, const struct cdn_exit_msg *m);
  * clone of a snapshot must not share with its siblings, and where it works.
  * Wire: u64 unix time in ns, 32 seed bytes, 16 machine-id bytes, u32 address,
  * u32 gateway, u32 resolver (IPv4, 0 = no network), u8 prefix length (0-30),
- * then two NUL-terminated strings: hostname (1-64 bytes), workdir (absolute, < 256),
+ * u32 pids, u32 nofile, u32 disk_mb, u32 memory_mb (the spec's limits, which the guest applies to
+ * its commands), then two NUL-terminated strings: hostname (1-64 bytes), workdir (absolute, < 256),
  * then u8 n (<= CDN_IDENTITY_PATHS) and n times: u8 kind, absolute path NUL-terminated (< 256). */
 #define CDN_IDENTITY_SEED  32
 #define CDN_IDENTITY_PATHS 32
@@ -161,6 +164,7 @@ struct cdn_identity {
     uint8_t machine_id[16];
     uint32_t ip, gateway, resolver; /* host byte order */
     uint8_t prefix;
+    uint32_t pids, nofile, disk_mb, memory_mb;
     char hostname[65];
     char workdir[256];
     unsigned n_paths;
@@ -194,6 +198,15 @@ struct cdn_violation_msg {
     uint64_t args[6];
     char cmd[256];
 };
+/* USAGE: u64 memory_peak_bytes, u64 oom_kills, u64 pids_max_hits (the guest's cgroup of commands),
+ * u8 disk_full (its writable disk has no space left). */
+struct cdn_usage_msg {
+    uint64_t memory_peak_bytes, oom_kills, pids_max_hits;
+    bool disk_full;
+};
+int cdn_usage_encode(uint8_t *buf, size_t size, const struct cdn_usage_msg *u);
+int cdn_usage_decode(const uint8_t *p, size_t len, struct cdn_usage_msg *ret);
+
 int cdn_violation_encode(uint8_t *buf, size_t size, const struct cdn_violation_msg *m);
 int cdn_violation_decode(const uint8_t *p, size_t len, struct cdn_violation_msg *ret);
 

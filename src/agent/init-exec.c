@@ -90,7 +90,7 @@ static void exec_child(const struct cdn_exec_req *r, int errfd, const int stdio[
     }
     if (!stage && r->cwd[0] && chdir(r->cwd) < 0) {
         stage = 1;
-    } else if (!stage && vm_confines() && vm_confine_child(errfd) < 0) {
+    } else if (!stage && vm_confines() && (vm_join_limits() < 0 || vm_confine_child(errfd) < 0)) {
         stage = 4; /* a VM guest's command: confined as a container's init is, or not run */
     } else if (!stage) {
         extern char **environ;
@@ -393,6 +393,7 @@ static void report_exit(struct job *j, int status, const struct rusage *ru)
         .sys_us = (uint64_t) ru->ru_stime.tv_sec * 1000000 + (uint64_t) ru->ru_stime.tv_usec,
         .maxrss_kb = (uint64_t) ru->ru_maxrss,
     };
+    vm_usage_report(true); /* a guest's: the host sees the command's OOM or pids hits with its exit */
     uint8_t buf[64];
     int n = cdn_exit_encode(buf, sizeof buf, &m);
     agent_send(CDN_FRAME_EXIT, j->channel, buf, (uint32_t) n);

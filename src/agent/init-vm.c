@@ -22,7 +22,10 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/reboot.h>
+#include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -242,6 +245,157 @@ static int vm_binds(const struct cdn_identity *id)
     return r;
 }
 
+/* ---- limits: a cgroup of the guest's commands, a disk of disk_mb for what they write ---- */
+
+static int cg_fd = -1;              /* the commands' cgroup (its mount detached: no path leads there) */
+static int cg_events[2] = {-1, -1}; /* its memory.events and pids.events, polled for changes */
+static uint32_t limit_nofile, limit_disk_mb;
+static struct cdn_usage_msg last_usage;
+static bool usage_sent;
+
+static int write_at(int dirfd, const char *name, const char *text)
+{
+    int fd = openat(dirfd, name, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t n = write(fd, text, strlen(text));
+    int r = n == (ssize_t) strlen(text) ? 0 : -errno;
+    (void) close(fd);
+    return r;
+}
+
+static uint64_t meminfo_total(void)
+{
+    char buf[256] = "";
+    int fd = open("/proc/meminfo", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+        (void) close(fd);
+    unsigned long long kb = 0;
+    return n > 0 && sscanf(buf, "MemTotal: %llu kB", &kb) == 1 ? (uint64_t) kb << 10 : 0;
+}
+
+/* cgroup v2 of the commands: pids.max = the spec's pids, memory.max = the spec's memory (the
+ * guest has more: microvm.c), at most the guest's memory less what its kernel and init keep. Mounted aside,
+ * opened, detached: commands (uid 0, no capabilities) find no path to raise their own limits. */
+static int vm_cgroup(uint32_t pids, uint32_t memory_mb)
+{
+    static const char mnt[] = "/run/cordon-cg";
+    /* Allocations are not refused for the size of the guest (a host has more than the limit): the
+     * cgroup's limit decides, by its OOM killer, as in a container. */
+    (void) write_file("/proc/sys/vm/overcommit_memory", "1\n");
+    if (make_path(mnt, true) < 0 ||
+        mount("cgroup2", mnt, "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+        return -errno;
+    int root = open(mnt, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = root < 0 ? -errno : 0;
+    if (r == 0)
+        r = write_at(root, "cgroup.subtree_control", "+pids +memory");
+    if (r == 0 && mkdirat(root, "cmds", 0755) < 0 && errno != EEXIST)
+        r = -errno;
+    if (r == 0 && (cg_fd = openat(root, "cmds", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        r = -errno;
+    char v[32];
+    uint64_t total = meminfo_total(), keep = 24u << 20;
+    (void) snprintf(v, sizeof v, "%u", pids ? pids : 256);
+    if (r == 0)
+        r = write_at(cg_fd, "pids.max", v);
+    uint64_t max = (uint64_t) memory_mb << 20;
+    if (!max || (total && max > total - keep)) /* never more than the guest can give */
+        max = total > 2 * keep ? total - keep : total / 2;
+    (void) snprintf(v, sizeof v, "%llu", (unsigned long long) max);
+    if (r == 0 && max)
+        r = write_at(cg_fd, "memory.max", v);
+    (void) write_at(cg_fd, "memory.oom.group", "0");
+    if (r == 0) {
+        cg_events[0] = openat(cg_fd, "memory.events", O_RDONLY | O_CLOEXEC);
+        cg_events[1] = openat(cg_fd, "pids.events", O_RDONLY | O_CLOEXEC);
+    }
+    if (root >= 0)
+        (void) close(root);
+    (void) umount2(mnt, MNT_DETACH);
+    (void) rmdir(mnt);
+    return r;
+}
+
+/* The directories a command may write, as a container's (src/tiers/container/rootfs.c): each a
+ * directory of one tmpfs of disk_mb, bound in place; everything else of the root read-only. */
+static int vm_disk(const char *workdir, uint32_t disk_mb)
+{
+    static const char disk[] = "/.cordon-disk"; /* not under one of dirs: /run is covered on the way */
+    const char *dirs[] = {"/tmp", "/var/tmp", "/root", "/home", "/run", workdir};
+    char opt[64], src[300];
+    (void) snprintf(opt, sizeof opt, "size=%um,mode=0755", disk_mb ? disk_mb : 1024);
+    if (make_path(disk, true) < 0 || mount("tmpfs", disk, "tmpfs", MS_NOSUID | MS_NODEV, opt) < 0)
+        return -errno;
+    int r = 0;
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0] && r == 0; i++) {
+        if (i == 5 && (!strcmp(workdir, "/tmp") || !strcmp(workdir, "/run")))
+            break;
+        (void) snprintf(src, sizeof src, "%s/%zu", disk, i);
+        if (mkdir(src, i < 2 ? 01777 : 0755) < 0 || (i < 2 && chmod(src, 01777) < 0) ||
+            make_path(dirs[i], true) < 0 || mount(src, dirs[i], NULL, MS_BIND, NULL) < 0)
+            r = -errno;
+    }
+    (void) umount2(disk, MNT_DETACH); /* the binds keep the tmpfs; its own path goes */
+    (void) rmdir(disk);
+    return r;
+}
+
+int vm_join_limits(void)
+{
+    if (limit_nofile) {
+        struct rlimit l = {limit_nofile, limit_nofile};
+        if (setrlimit(RLIMIT_NOFILE, &l) < 0)
+            return -errno;
+    }
+    struct rlimit core = {0, 0};
+    (void) setrlimit(RLIMIT_CORE, &core);
+    if (limit_disk_mb) {
+        struct rlimit fsize = {(rlim_t) (limit_disk_mb + 1) << 20, (rlim_t) (limit_disk_mb + 1) << 20};
+        (void) setrlimit(RLIMIT_FSIZE, &fsize);
+    }
+    return cg_fd < 0 ? 0 : write_at(cg_fd, "cgroup.procs", "0");
+}
+
+static uint64_t event_count(int fd, const char *key)
+{
+    char buf[512] = "";
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    if (n <= 0)
+        return 0;
+    size_t kl = strlen(key);
+    for (char *l = buf; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+        if (strncmp(l, key, kl) == 0 && l[kl] == ' ')
+            return strtoull(l + kl + 1, NULL, 10);
+    return 0;
+}
+
+void vm_usage_report(bool force)
+{
+    if (cg_fd < 0)
+        return;
+    struct cdn_usage_msg u = {.oom_kills = event_count(cg_events[0], "oom_kill"),
+                              .pids_max_hits = event_count(cg_events[1], "max")};
+    char buf[32] = "";
+    int fd = openat(cg_fd, "memory.peak", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+        (void) close(fd);
+    if (n > 0)
+        u.memory_peak_bytes = strtoull(buf, NULL, 10);
+    struct statfs fs;
+    u.disk_full = statfs("/tmp", &fs) == 0 && fs.f_bavail == 0;
+    if (!force && usage_sent && u.oom_kills == last_usage.oom_kills &&
+        u.pids_max_hits == last_usage.pids_max_hits && u.disk_full == last_usage.disk_full)
+        return;
+    last_usage = u;
+    usage_sent = true;
+    uint8_t b[32];
+    int len = cdn_usage_encode(b, sizeof b, &u);
+    if (len > 0)
+        agent_send(CDN_FRAME_USAGE, 0, b, (uint32_t) len);
+}
+
 /* The guest's kernel interfaces as a container sees the host's (OCI defaults, rootfs.c): masked
  * /proc files, /proc/sys and friends read-only, /sys read-only, and a /dev of the usual nodes only
  * (no devtmpfs: /dev/userfaultfd, /dev/mem and the disks are not there). Init has set up what it
@@ -312,7 +466,17 @@ static int vm_harden(void)
         return -errno;
     if (umount2("/dev/pts", MNT_DETACH) < 0 || mount(dev, "/dev", NULL, MS_MOVE, NULL) < 0)
         return -errno;
+    /* No path to either is left (/run is the commands'): the masks keep their file. */
+    (void) unlink(mask);
+    (void) rmdir(dev);
     return 0;
+}
+
+static const char *step = "identity";
+
+const char *vm_failed_step(void)
+{
+    return step;
 }
 
 int vm_identity(const struct cdn_identity *id)
@@ -355,29 +519,25 @@ int vm_identity(const struct cdn_identity *id)
     (void) close(fd);
     if (sethostname(id->hostname, strlen(id->hostname)) < 0)
         return -errno;
+    step = "identity: the network";
     if (id->ip) {
         int r = vm_network(id);
         if (r < 0)
             return r;
     }
     vm_mount_image(); /* before the binds, which may lie beneath /usr */
-    int r = vm_binds(id);
-    if (r < 0 || (r = vm_harden()) < 0)
+    limit_nofile = id->nofile;
+    limit_disk_mb = id->disk_mb;
+    /* The disk first: a bind may lie beneath one of its directories (a bind onto the workdir). */
+    step = "identity: the cgroup of commands";
+    int r = vm_cgroup(id->pids, id->memory_mb);
+    if (r < 0 || (step = "identity: the disk", r = vm_disk(id->workdir, id->disk_mb)) < 0 ||
+        (step = "identity: the binds", r = vm_binds(id)) < 0 ||
+        (step = "identity: /proc, /sys, /dev", r = vm_harden()) < 0)
         return r;
-    /* The workdir, as a container's overlay has it: made, with its parents. */
-    char dir[sizeof id->workdir];
-    (void) snprintf(dir, sizeof dir, "%s", id->workdir);
-    for (char *s = dir + 1;; s++) {
-        if (*s == '/' || !*s) {
-            char c = *s;
-            *s = 0;
-            if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-                return -errno;
-            if (!(*s = c))
-                break;
-        }
-    }
-    return 0;
+    step = "identity: the read-only root";
+    /* The rest of the root (the initramfs) read-only, as a container's image is to its commands. */
+    return mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0 ? -errno : 0;
 }
 
 void vm_mount_image(void)
@@ -472,6 +632,8 @@ void vm_add_listener(int fd)
 
 void vm_poll_add(struct pollfd *pfd, size_t *n, size_t max)
 {
+    for (int i = 0; i < 2 && *n + 2 < max; i++) /* a change of a cgroup events file: POLLPRI */
+        pfd[(*n)++] = (struct pollfd){.fd = cg_events[i], .events = POLLPRI};
     polled_base = *n;
     polled_n = 0;
     for (size_t i = 0; i < n_listeners && *n < max; i++, polled_n++)
@@ -526,6 +688,10 @@ static void notification(int fd)
 
 void vm_poll_handle(const struct pollfd *pfd, size_t n)
 {
+    for (size_t i = 0; i < n && i < polled_base; i++)
+        if ((pfd[i].fd == cg_events[0] || pfd[i].fd == cg_events[1]) && pfd[i].fd >= 0 &&
+            (pfd[i].revents & (POLLPRI | POLLERR)))
+            vm_usage_report(false);
     for (size_t i = polled_n; i-- > 0;) { /* backwards: a closed listener is swapped with the last */
         if (polled_base + i >= n)
             continue;

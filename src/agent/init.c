@@ -243,7 +243,7 @@ static void dispatch(const struct cdn_frame_header *hp, const uint8_t *payload)
         if (r == 0)
             r = vm_identity(&id);
         if (r < 0)
-            agent_error(h.channel, -r, "identity");
+            agent_error(h.channel, -r, vm_failed_step());
         else
             agent_send(CDN_FRAME_DONE, h.channel, NULL, 0);
         break;

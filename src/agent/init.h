@@ -35,6 +35,8 @@ int vm_setup(void);
 void vm_poweroff(void);
 /* IDENTITY (a guest restored from a snapshot): clock, entropy, machine-id, hostname. */
 int vm_identity(const struct cdn_identity *id);
+/* What vm_identity() was doing when it failed ("identity: the disk", …). */
+const char *vm_failed_step(void);
 /* Before a guest's first command or file operation: its image (the host's /usr over 9p). */
 void vm_mount_image(void);
 /* POLICY (a guest): how its commands are confined; vm_confines() once one came. In a command's
@@ -43,6 +45,10 @@ void vm_mount_image(void);
 int vm_policy(const uint8_t *p, size_t len);
 bool vm_confines(void);
 int vm_confine_child(int sock);
+/* In a command's child: its rlimits and the guest's cgroup of commands (before vm_confine_child). */
+int vm_join_limits(void);
+/* USAGE to the host: when the counters changed, or always (force: before a command's EXIT). */
+void vm_usage_report(bool force);
 void vm_add_listener(int fd);
 void vm_poll_add(struct pollfd *pfd, size_t *n, size_t max);
 void vm_poll_handle(const struct pollfd *pfd, size_t n);

@@ -86,6 +86,10 @@ static void read_agent(struct cdn_sandbox *sb, struct outcome *o, struct pollfd 
         (void) cdn_write_all(h.type == CDN_FRAME_STDOUT ? 1 : 2, buf, (size_t) n);
     else if (h.type == CDN_FRAME_EXIT && cdn_exit_decode(buf, (size_t) n, &o->exit) == 0)
         o->have_exit = true;
+#if !CDN_LEAN /* the lean build runs containers only */
+    else if (h.type == CDN_FRAME_USAGE && h.channel == 0 && sb->spec->tier != CDN_TIER_CONTAINER)
+        (void) cdn_microvm_usage_frame(sb, buf, (size_t) n);
+#endif
     else if (h.type == CDN_FRAME_VIOLATION && h.channel == 0) { /* a guest's watched denial */
         struct cdn_violation_msg v;
         if (cdn_violation_decode(buf, (size_t) n, &v) < 0)

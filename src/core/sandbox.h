@@ -54,6 +54,9 @@ struct cdn_sandbox {
      * whether the guest was restored from a snapshot (else booted cold). */
     char accel[8];
     bool vm_restored;
+    /* VM tiers: the guest's last USAGE report (its cgroup of commands, its disk). */
+    uint64_t vm_memory_peak, vm_oom_kills, vm_pids_max_hits;
+    bool vm_disk_full;
 
     /* host resources held for the sandbox's lifetime */
     int slot;    /* index of the uid range and cgroup name */

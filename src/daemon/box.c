@@ -237,12 +237,14 @@ void box_check_limits(struct box *b)
     }
     if (b->state != BOX_RUNNING)
         return; /* killed on it */
-    /* The writable layer (its tmpfs, of limits.disk_mb): full now, and not at the last look. */
+    /* The writable layer (its tmpfs, of limits.disk_mb): full now, and not at the last look. A VM
+     * guest's disk is the guest's: as it last reported. */
     char root[64];
     struct statfs fs;
     (void) snprintf(root, sizeof root, "/proc/%d/root/", (int) b->sb.init_pid);
-    if (b->sb.init_pid > 0 && statfs(root, &fs) == 0) {
-        bool full = fs.f_bavail == 0;
+    bool vm = b->spec.tier != CDN_TIER_CONTAINER;
+    if (vm || (b->sb.init_pid > 0 && statfs(root, &fs) == 0)) {
+        bool full = vm ? b->sb.vm_disk_full : fs.f_bavail == 0;
         if (full && !b->viol.disk_full)
             box_violation(b, VIOLATION_DISK,
                           json_pack("{s:I}", "disk_mb", (json_int_t) b->spec.limits.disk_mb));
@@ -532,9 +534,15 @@ static void on_agent_event(struct agent_conn *c, uint16_t type, const uint8_t *p
     (void) c;
     struct box *b = arg;
     struct cdn_violation_msg v;
-    if (type != CDN_FRAME_VIOLATION || b->spec.tier == CDN_TIER_CONTAINER ||
-        cdn_violation_decode(p, len, &v) < 0)
-        return; /* a container's init sends none; a DONE or ERROR of IDENTITY/POLICY needs nothing */
+    if (b->spec.tier == CDN_TIER_CONTAINER)
+        return;                    /* a container's init sends none */
+    if (type == CDN_FRAME_USAGE) { /* the guest's accounting changed: an OOM, a pids hit, a full disk */
+        if (cdn_microvm_usage_frame(&b->sb, p, len) == 0)
+            box_check_limits(b);
+        return;
+    }
+    if (type != CDN_FRAME_VIOLATION || cdn_violation_decode(p, len, &v) < 0)
+        return; /* a DONE or ERROR of IDENTITY/POLICY needs nothing */
     char *name = seccomp_syscall_resolve_num_arch(v.arch, (int) v.nr);
     json_t *args = json_array();
     for (int k = 0; args && k < 6; k++)

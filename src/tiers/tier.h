@@ -46,3 +46,5 @@ extern const struct cdn_tier_ops cdn_container_tier;
 extern const struct cdn_tier_ops cdn_microvm_tier; /* full build only (libarchive, liblzma) */
 
 const struct cdn_tier_ops *cdn_tier_lookup(enum cdn_tier tier);
+/* A VM guest's USAGE frame (agent/frame.h): kept in sb for the microvm tier's usage(). */
+int cdn_microvm_usage_frame(struct cdn_sandbox *sb, const uint8_t *p, size_t len);

@@ -1,5 +1,9 @@
 """Resource limits (DESIGN §2 "limits"): timeout, memory, pids, disk, CPU,
-rlimits, and the cgroup knobs cordon writes on the host."""
+rlimits, and the cgroup knobs cordon writes on the host. The tests taking
+`tier` run once per tier: in a microvm the guest's init applies the same
+limits to its commands (a cgroup of its own for pids and memory, one tmpfs of
+--disk for the writable directories, the rlimits), and reports OOM kills and
+pids hits to the host."""
 
 import os
 import re
@@ -30,8 +34,8 @@ def test_timeout_exits_124_and_kills_the_whole_sandbox():
              timeout=3, what="the sandbox's sleep 1000 to be gone")
 
 
-def test_timeout_not_reached():
-    r = run(["--timeout", "30s", "--json", "--", "sh", "-c", "exit 7"])
+def test_timeout_not_reached(tier):
+    r = run(["--tier", tier, "--timeout", "30s", "--json", "--", "sh", "-c", "exit 7"])
     assert r.code == 7 and r.record["timed_out"] is False
 
 
@@ -51,9 +55,9 @@ def test_timeout_while_output_is_streaming():
 # ---------------------------------------------------------------- memory
 
 
-def test_oom_kill_of_the_command_is_137_and_recorded():
-    r = run(["--memory", "64M", "--json", "--", "python3", "-c",
-             "x = bytearray(300 << 20); x[::4096] = b'x' * len(x[::4096]); print('survived')"], timeout=60)
+def test_oom_kill_of_the_command_is_137_and_recorded(tier):
+    r = run(["--tier", tier, "--memory", "64M", "--json", "--", "python3", "-c",
+             "x = bytearray(300 << 20); x[::4096] = b'x' * len(x[::4096]); print('survived')"], timeout=120)
     assert r.code == 137, r.stderr
     assert "survived" not in r.stdout
     rec = r.record
@@ -64,18 +68,18 @@ def test_oom_kill_of_the_command_is_137_and_recorded():
     assert rec["memory_peak_bytes"] > 32 << 20
 
 
-def test_oom_kill_of_a_child_keeps_the_commands_status():
+def test_oom_kill_of_a_child_keeps_the_commands_status(tier):
     # `tail` buffers everything and is killed; the pipeline's status is wc's.
-    r = run(["--memory", "64M", "--json", "--", "sh", "-c",
-             "head -c 300M /dev/zero | tail | wc -c; echo after"], timeout=60)
+    r = run(["--tier", tier, "--memory", "64M", "--json", "--", "sh", "-c",
+             "head -c 300M /dev/zero | tail | wc -c; echo after"], timeout=120)
     assert r.code == 0, r.stderr
     assert r.stdout.split() == ["0", "after"]
     assert r.record["oom_killed"] is True
 
 
-def test_memory_under_limit_is_fine():
-    r = run(["--memory", "128M", "--json", "--", "python3", "-c",
-             "x = bytearray(40 << 20); x[::4096] = b'x' * len(x[::4096]); print('ok')"], timeout=60)
+def test_memory_under_limit_is_fine(tier):
+    r = run(["--tier", tier, "--memory", "128M", "--json", "--", "python3", "-c",
+             "x = bytearray(40 << 20); x[::4096] = b'x' * len(x[::4096]); print('ok')"], timeout=120)
     assert (r.code, r.stdout) == (0, "ok\n"), r.stderr
     assert r.record["oom_killed"] is False
     assert r.record["memory_peak_bytes"] >= 40 << 20
@@ -84,8 +88,8 @@ def test_memory_under_limit_is_fine():
 # ---------------------------------------------------------------- pids
 
 
-def test_pids_limit_makes_fork_fail():
-    r = run(["--pids", "16", "--json", "--", "python3", "-c", """
+def test_pids_limit_makes_fork_fail(tier):
+    r = run(["--tier", tier, "--pids", "16", "--json", "--", "python3", "-c", """
 import os, errno, time
 kids, err = [], None
 for i in range(64):
@@ -99,7 +103,7 @@ for i in range(64):
 print(len(kids), err)
 for k in kids:
     os.kill(k, 9)
-"""], timeout=60)
+"""], timeout=120)
     assert r.code == 0, r.stderr
     n, err = r.stdout.split()
     assert err == "EAGAIN"
@@ -107,14 +111,14 @@ for k in kids:
     assert r.record["pids_limit_hits"] >= 1
 
 
-def test_pids_limit_shell_fork_loop():
-    r = run(["--pids", "16", "--", "sh", "-c", "for i in $(seq 40); do sleep 30 & done; wait"], timeout=60)
+def test_pids_limit_shell_fork_loop(tier):
+    r = run(["--tier", tier, "--pids", "16", "--", "sh", "-c", "for i in $(seq 40); do sleep 30 & done; wait"], timeout=120)
     assert r.code != 0
     assert "fork" in r.stderr.lower() or "resource temporarily unavailable" in r.stderr.lower(), r.stderr
 
 
-def test_thread_count_is_bounded_by_pids():
-    r = run(["--pids", "32", "--", "python3", "-c", """
+def test_thread_count_is_bounded_by_pids(tier):
+    r = run(["--tier", tier, "--pids", "32", "--", "python3", "-c", """
 import threading, time
 ev = threading.Event(); n = 0
 try:
@@ -123,7 +127,7 @@ try:
 except RuntimeError:
     pass
 print(n); ev.set()
-"""], timeout=60)
+"""], timeout=120)
     assert r.code == 0, r.stderr
     assert 10 <= int(r.stdout) < 32
 
@@ -131,31 +135,31 @@ print(n); ev.set()
 # ---------------------------------------------------------------- disk
 
 
-def test_disk_limit_write_fails_with_no_space():
-    r = run(["--disk", "8M", "--", "sh", "-c", "dd if=/dev/zero of=/workspace/big bs=1M count=20; echo rc=$?"],
-            timeout=60)
+def test_disk_limit_write_fails_with_no_space(tier):
+    r = run(["--tier", tier, "--disk", "8M", "--", "sh", "-c", "dd if=/dev/zero of=/workspace/big bs=1M count=20; echo rc=$?"],
+            timeout=120)
     assert "No space left on device" in r.stderr, (r.code, r.stdout, r.stderr)
     assert r.stdout.strip().endswith("rc=1"), (r.code, r.stdout)
     assert r.code == 0
 
 
-def test_disk_limit_shared_by_all_writable_dirs():
-    r = run(["--disk", "8M", "--", "sh", "-c",
+def test_disk_limit_shared_by_all_writable_dirs(tier):
+    r = run(["--tier", tier, "--disk", "8M", "--", "sh", "-c",
              "dd if=/dev/zero of=/tmp/a bs=1M count=5 2>/dev/null && "
-             "dd if=/dev/zero of=/workspace/b bs=1M count=5; echo rc=$?"], timeout=60)
+             "dd if=/dev/zero of=/workspace/b bs=1M count=5; echo rc=$?"], timeout=120)
     assert "No space left on device" in r.stderr, r.stderr
     assert r.stdout.strip() == "rc=1"
 
 
-def test_disk_limit_does_not_leak_to_next_run():
-    r = run(["--disk", "8M", "--", "sh", "-c", "dd if=/dev/zero of=/tmp/a bs=1M count=6 2>/dev/null; echo $?"])
+def test_disk_limit_does_not_leak_to_next_run(tier):
+    r = run(["--tier", tier, "--disk", "8M", "--", "sh", "-c", "dd if=/dev/zero of=/tmp/a bs=1M count=6 2>/dev/null; echo $?"])
     assert r.stdout == "0\n", r.stderr
-    r = run(["--disk", "8M", "--", "sh", "-c", "dd if=/dev/zero of=/tmp/a bs=1M count=6 2>/dev/null; echo $?"])
+    r = run(["--tier", tier, "--disk", "8M", "--", "sh", "-c", "dd if=/dev/zero of=/tmp/a bs=1M count=6 2>/dev/null; echo $?"])
     assert r.stdout == "0\n", r.stderr
 
 
-def test_workspace_reports_disk_size():
-    r = run(["--disk", "64M", "--", "df", "-k", "/workspace"])
+def test_workspace_reports_disk_size(tier):
+    r = run(["--tier", tier, "--disk", "64M", "--", "df", "-k", "/workspace"])
     assert r.code == 0, r.stderr
     total_kb = int(r.stdout.splitlines()[-1].split()[1])
     assert 60 * 1024 <= total_kb <= 68 * 1024, r.stdout
@@ -164,8 +168,8 @@ def test_workspace_reports_disk_size():
 # ---------------------------------------------------------------- rlimits
 
 
-def test_rlimits():
-    r = run(["--disk", "64M", "--", "python3", "-c", """
+def test_rlimits(tier):
+    r = run(["--tier", tier, "--disk", "64M", "--", "python3", "-c", """
 import resource as r
 for n in ("RLIMIT_NOFILE", "RLIMIT_CORE", "RLIMIT_FSIZE"):
     print(n, *r.getrlimit(getattr(r, n)))
@@ -177,8 +181,8 @@ for n in ("RLIMIT_NOFILE", "RLIMIT_CORE", "RLIMIT_FSIZE"):
     assert lim["RLIMIT_FSIZE"][1] <= (64 << 20) * 2  # bounded, in the order of the disk limit
 
 
-def test_nofile_flag_bounds_open_files():
-    r = run(["--nofile", "40", "--", "python3", "-c", """
+def test_nofile_flag_bounds_open_files(tier):
+    r = run(["--tier", tier, "--nofile", "40", "--", "python3", "-c", """
 import os, errno
 fds = []
 try:

@@ -46,8 +46,8 @@ def test_ordinary_work_is_not_a_violation(vd, watch_writes, tier):
         assert kinds(sb) == []
 
 
-def test_egress_oom_and_pids_are_counted(vd):
-    with Sandbox.create(endpoint=vd.endpoint, network={"mode": "allowlist", "allow": []}, memory_mb=64,
+def test_egress_oom_and_pids_are_counted(vd, tier):
+    with Sandbox.create(endpoint=vd.endpoint, network={"mode": "allowlist", "allow": []}, memory_mb=64, tier=tier,
                         pids=16) as sb:
         assert sb.exec(["sh", "-c", "curl -fsS -m 5 http://203.0.113.66/ >/dev/null"]).exit_code != 0
         r = sb.exec(["python3", "-c", "b = bytearray(512 << 20)"], timeout_s=60)
@@ -181,8 +181,8 @@ def test_a_bad_rule_file_is_refused(shared_dir):
     assert p.returncode == 2 and "rules[0].pattern" in p.stderr, (p.returncode, p.stderr)
 
 
-def test_a_full_disk_is_a_violation(vd):
-    with Sandbox.create(endpoint=vd.endpoint, disk_mb=8) as sb:
+def test_a_full_disk_is_a_violation(vd, tier):
+    with Sandbox.create(endpoint=vd.endpoint, disk_mb=8, tier=tier) as sb:
         r = sb.exec(["sh", "-c", "dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1; echo rc=$?"], timeout_s=60)
         assert "No space left" in r.stdout, r
         sb.exec(["true"])  # still full: counted once

@@ -68,6 +68,8 @@ static long tsc_khz(void)
     return colon ? (long) (atof(colon + 1) * 1000.0) : 0;
 }
 
+#define VM_MEM_OVERHEAD_MB 64
+
 /* The guest's devices; a change here must change it (the snapshots are then made again). */
 #define DEVICES "serial,net,9p-usr,9p-binds"
 
@@ -436,6 +438,10 @@ static int send_identity(struct cdn_sandbox *sb)
         return -EIO;
     (void) snprintf(id.hostname, sizeof id.hostname, "%s", sb->spec->hostname);
     (void) snprintf(id.workdir, sizeof id.workdir, "%s", sb->spec->workdir);
+    id.pids = sb->spec->limits.pids;
+    id.nofile = sb->spec->limits.nofile;
+    id.disk_mb = (uint32_t) sb->spec->limits.disk_mb;
+    id.memory_mb = (uint32_t) sb->spec->limits.memory_mb;
     for (size_t i = 0; i < sb->spec->n_mounts && i < CDN_IDENTITY_PATHS; i++) {
         id.paths[id.n_paths].kind = sb->spec->mounts[i].readonly ? CDN_PATH_BIND_RO : CDN_PATH_BIND_RW;
         (void) snprintf(id.paths[id.n_paths++].path, sizeof id.paths[0].path, "%s",
@@ -533,7 +539,9 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
     (void) snprintf(sb->accel, sizeof sb->accel, "%s", accel);
     const char *how = getenv("CORDON_VM_BOOT");
     enum boot boot = how && strcmp(how, "cold") == 0 ? BOOT_COLD : BOOT_RESTORE;
-    uint64_t mem = sb->spec->limits.memory_mb;
+    /* The guest gets the limit and what its kernel, init and page cache need besides; its commands'
+     * cgroup gets the limit, as a container's cgroup does (identity memory_mb). */
+    uint64_t mem = sb->spec->limits.memory_mb + VM_MEM_OVERHEAD_MB;
     int smp = (int) ceil(sb->spec->limits.cpus);
     char dir[4096] = "";
     _cleanup_close_ int state = -1;
@@ -647,10 +655,29 @@ static int microvm_kill(struct cdn_sandbox *sb, int sig)
         (int) syscall(SYS_pidfd_send_signal, sb->init_pidfd, sig == SIGKILL ? SIGKILL : SIGTERM, NULL, 0));
 }
 
+/* What the guest last reported (USAGE frames, cdn_microvm_usage_frame): its commands' cgroup. */
 static int microvm_usage(struct cdn_sandbox *sb, struct cdn_usage *ret)
 {
-    (void) sb;
-    *ret = (struct cdn_usage){0};
+    *ret = (struct cdn_usage){.memory_peak_bytes = sb->vm_memory_peak,
+                              .oom_kills = sb->vm_oom_kills,
+                              .pids_max_hits = sb->vm_pids_max_hits};
+    return 0;
+}
+
+int cdn_microvm_usage_frame(struct cdn_sandbox *sb, const uint8_t *p, size_t len)
+{
+    struct cdn_usage_msg u;
+    int r = cdn_usage_decode(p, len, &u);
+    if (r < 0)
+        return r;
+    /* Counters only grow (a guest could claim less to hide an OOM it had; never more than it had). */
+    if (u.oom_kills > sb->vm_oom_kills)
+        sb->vm_oom_kills = u.oom_kills;
+    if (u.pids_max_hits > sb->vm_pids_max_hits)
+        sb->vm_pids_max_hits = u.pids_max_hits;
+    if (u.memory_peak_bytes > sb->vm_memory_peak)
+        sb->vm_memory_peak = u.memory_peak_bytes;
+    sb->vm_disk_full = u.disk_full;
     return 0;
 }
 
