@@ -180,8 +180,9 @@ static int spawn(struct job *j, const struct cdn_exec_req *r, int *ret_stage)
     if (e < 0)
         return e;
     /* A socket rather than a pipe when the command is confined: its seccomp listener comes over it. */
-    if ((vm_confines() ? socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, errpipe)
-                       : pipe2(errpipe, O_CLOEXEC)) < 0) {
+    bool confined = vm_confines();
+    if ((confined ? socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, errpipe)
+                  : pipe2(errpipe, O_CLOEXEC)) < 0) {
         e = -errno;
         for (int i = 0; i < 3; i++)
             close_fd(&stdio[i]);
@@ -219,9 +220,11 @@ static int spawn(struct job *j, const struct cdn_exec_req *r, int *ret_stage)
         struct iovec iov = {msg, sizeof msg};
         struct msghdr m = {
             .msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.b, .msg_controllen = sizeof c.b};
-        do
-            n = recvmsg(errpipe[0], &m, MSG_CMSG_CLOEXEC);
+        do /* a pipe (not confined: no listener comes) or the socket */
+            n = confined ? recvmsg(errpipe[0], &m, MSG_CMSG_CLOEXEC) : read(errpipe[0], msg, sizeof msg);
         while (n < 0 && errno == EINTR);
+        if (!confined)
+            break;
         struct cmsghdr *h = n > 0 ? CMSG_FIRSTHDR(&m) : NULL;
         if (h && h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS) {
             int fd;
