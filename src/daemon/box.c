@@ -807,6 +807,8 @@ static void adopt_one(const char *id, const char *path)
          * while no cordond ran, the cgroup is that one's and stays. */
         if (b->sb.tier->drop_slot && rec.slot >= 0)
             b->sb.tier->drop_slot(rec.slot);
+        if (b->sb.tier->forget)
+            b->sb.tier->forget(&b->sb);
     }
     record_remove(id);
     box_free(b);

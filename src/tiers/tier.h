@@ -33,6 +33,9 @@ struct cdn_tier_ops {
     /* drop_slot() for every slot that has cgroup directories (a crashed
      * cordond's kept ones); slots in use are left alone. */
     void (*sweep_slots)(void);
+    /* What is left of a sandbox of an earlier process whose init is gone or
+     * not its own (sb->id from its record), for tiers without slots. */
+    void (*forget)(struct cdn_sandbox *sb);
     /* Once init runs: a new fd of the seccomp listener of the sandbox's
      * watched denials (cdn_seccomp_notify_eperm), for the caller to
      * supervise; -errno. NULL: the tier has none. */

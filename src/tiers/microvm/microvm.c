@@ -191,6 +191,7 @@ struct qemu_fds {
     bool persistent;                /* outlives its caller */
     const struct cdn_mount *mounts; /* bound into the binds share */
     size_t n_mounts;
+    struct cdn_cgroup *cgroup; /* QEMU's own: joined before exec */
 };
 
 /* In QEMU's own mount namespace (the child, before exec): a tmpfs on the share directory whose
@@ -227,6 +228,9 @@ static pid_t spawn_qemu(const struct qemu_cmd *q, const struct qemu_fds *f, int 
     if (pid < 0)
         return cdn_error_set(err, errno, "fork for QEMU: %m");
     if (pid == 0) {
+        /* Into its cgroup before anything runs (attach: one write of our pid per hierarchy). */
+        if (f->cgroup && f->cgroup->ops->attach(f->cgroup, getpid()) < 0)
+            _exit(127);
         if (f->persistent) /* it outlives its caller (a restarting cordond), out of its session */
             (void) setsid();
         else /* the guest goes with its caller */
@@ -487,6 +491,31 @@ static int send_policy(struct cdn_sandbox *sb, struct cdn_error *err)
 
 static int microvm_destroy(struct cdn_sandbox *sb);
 
+#define QEMU_MEM_OVERHEAD_MB 512
+#define QEMU_PIDS            256
+
+static void cgroup_name(const struct cdn_sandbox *sb, char *buf, size_t size)
+{
+    (void) snprintf(buf, size, "vm-%s", sb->id);
+}
+
+static int qemu_cgroup(struct cdn_sandbox *sb, uint64_t guest_mb, struct cdn_error *err)
+{
+    char name[CDN_CGROUP_NAME_MAX];
+    cgroup_name(sb, name, sizeof name);
+    cdn_cgroup_init(&sb->cgroup, cdn_cgroup_detect(), name);
+    struct cdn_cgroup_limits l = {.cpus = sb->spec->limits.cpus,
+                                  .memory_bytes = (guest_mb + QEMU_MEM_OVERHEAD_MB) << 20,
+                                  .pids = QEMU_PIDS};
+    int r = sb->cgroup.ops->create(&sb->cgroup, &l, err);
+    if (r < 0) {
+        (void) sb->cgroup.ops->destroy(&sb->cgroup);
+        sb->cgroup.ops = NULL;
+        return cdn_error_prefix(err, r, "QEMU's cgroup");
+    }
+    return 0;
+}
+
 static int tap_bridge(void *arg)
 {
     return cdn_netns_tap_bridge(*(const uint32_t *) arg);
@@ -580,6 +609,13 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
                                  strerror(-tap));
         }
     }
+    /* QEMU's cgroup: its vCPUs' share of the CPU, the guest's memory and QEMU's own (TCG's code
+     * cache, device state), a bound on its threads. */
+    if ((r = qemu_cgroup(sb, mem, err)) < 0) {
+        (void) close(sp[0]), (void) close(sp[1]), (void) safe_close(qm[0]), (void) safe_close(qm[1]);
+        (void) safe_close(tap);
+        return r;
+    }
     struct qemu_cmd q = {0};
     build_cmd(&q, &vm, accel, mem, smp, boot, dir, listening, tap >= 0, sb->spec->n_mounts > 0);
     int pidfd = -1;
@@ -591,7 +627,8 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
                                               .netns = sb->netns_fd,
                                               .persistent = sb->persistent,
                                               .mounts = sb->spec->mounts,
-                                              .n_mounts = sb->spec->n_mounts},
+                                              .n_mounts = sb->spec->n_mounts,
+                                              .cgroup = &sb->cgroup},
                            &pidfd, err);
     (void) close(sp[1]);
     (void) safe_close(qm[1]);
@@ -700,6 +737,12 @@ static int microvm_destroy(struct cdn_sandbox *sb)
     sb->init_pidfd = safe_close(sb->init_pidfd);
     sb->agent_fd = safe_close(sb->agent_fd);
     sb->setup_fd = safe_close(sb->setup_fd);
+    if (sb->cgroup.ops) { /* whatever QEMU left in it (nothing, normally), then the cgroup */
+        (void) sb->cgroup.ops->kill_all(&sb->cgroup);
+        (void) sb->cgroup.ops->destroy(&sb->cgroup);
+        sb->cgroup.ops = NULL;
+        sb->cgroup.dirfd = safe_close(sb->cgroup.dirfd);
+    }
     return 0;
 }
 
@@ -710,6 +753,9 @@ static int microvm_adopt(struct cdn_sandbox *sb, struct cdn_error *err)
     if (fd < 0)
         return cdn_error_set(err, errno, "QEMU (pid %d): %m", (int) sb->init_pid);
     sb->init_pidfd = fd;
+    char name[CDN_CGROUP_NAME_MAX];
+    cgroup_name(sb, name, sizeof name);
+    cdn_cgroup_init(&sb->cgroup, cdn_cgroup_detect(), name); /* destroy() removes it */
     if (!sb->accel[0]) /* the record says; else as it would be chosen now */
         (void) snprintf(sb->accel, sizeof sb->accel, "%s", pick_accel());
     return 0;
@@ -720,6 +766,17 @@ static void microvm_detach(struct cdn_sandbox *sb)
     (void) microvm_destroy(sb); /* QEMU is gone or goes at once: nothing to leave to the background */
 }
 
+/* A QEMU of an earlier cordond that is gone (or not ours): its cgroup, and anything still in it. */
+static void microvm_forget(struct cdn_sandbox *sb)
+{
+    char name[CDN_CGROUP_NAME_MAX];
+    cgroup_name(sb, name, sizeof name);
+    cdn_cgroup_init(&sb->cgroup, cdn_cgroup_detect(), name);
+    sb->init_pidfd = safe_close(sb->init_pidfd);
+    sb->init_pid = 0;
+    (void) microvm_destroy(sb);
+}
+
 const struct cdn_tier_ops cdn_microvm_tier = {
     .name = "microvm",
     .create = microvm_create,
@@ -728,4 +785,5 @@ const struct cdn_tier_ops cdn_microvm_tier = {
     .destroy = microvm_destroy,
     .detach = microvm_detach,
     .adopt = microvm_adopt,
+    .forget = microvm_forget,
 };
