@@ -400,33 +400,55 @@ int cdn_policy_decode(const uint8_t *p, size_t len, struct cdn_policy *ret)
     return 0;
 }
 
-#define VIOLATION_FIXED (12 + 6 * 8)
+#define VIOLATION_FIXED (13 + 6 * 8)
 
 int cdn_violation_encode(uint8_t *buf, size_t size, const struct cdn_violation_msg *m)
 {
-    size_t cl = strnlen(m->cmd, sizeof m->cmd);
-    if (cl >= sizeof m->cmd || VIOLATION_FIXED + cl + 1 > size)
+    size_t cl = strnlen(m->cmd, sizeof m->cmd), pl = strnlen(m->path, sizeof m->path),
+           ol = strnlen(m->op, sizeof m->op);
+    size_t n = VIOLATION_FIXED + cl + 1 + pl + 1 + ol + 1;
+    if (m->kind < CDN_VIOLATION_MSG_SYSCALL || m->kind > CDN_VIOLATION_MSG_PROTECT || cl >= sizeof m->cmd ||
+        pl >= sizeof m->path || ol >= sizeof m->op || n > size)
         return -ENOBUFS;
-    put32(buf, m->nr);
-    put32(buf + 4, m->arch);
-    put32(buf + 8, m->pid);
+    buf[0] = m->kind;
+    put32(buf + 1, m->nr);
+    put32(buf + 5, m->arch);
+    put32(buf + 9, m->pid);
     for (int i = 0; i < 6; i++)
-        put64(buf + 12 + 8 * i, m->args[i]);
-    memcpy(buf + VIOLATION_FIXED, m->cmd, cl + 1);
-    return (int) (VIOLATION_FIXED + cl + 1);
+        put64(buf + 13 + 8 * i, m->args[i]);
+    uint8_t *p = buf + VIOLATION_FIXED;
+    memcpy(p, m->cmd, cl + 1);
+    memcpy(p + cl + 1, m->path, pl + 1);
+    memcpy(p + cl + 1 + pl + 1, m->op, ol + 1);
+    return (int) n;
+}
+
+/* One NUL-terminated string of at most size - 1 bytes at *p (before end) into dst; advances *p. */
+static int take_string(const uint8_t **p, const uint8_t *end, char *dst, size_t size)
+{
+    const uint8_t *nul = *p < end ? memchr(*p, 0, (size_t) (end - *p)) : NULL;
+    if (!nul || (size_t) (nul - *p) >= size)
+        return -EBADMSG;
+    memcpy(dst, *p, (size_t) (nul - *p) + 1);
+    *p = nul + 1;
+    return 0;
 }
 
 int cdn_violation_decode(const uint8_t *p, size_t len, struct cdn_violation_msg *ret)
 {
-    if (len < VIOLATION_FIXED + 1 || len > VIOLATION_FIXED + sizeof ret->cmd || p[len - 1] != 0 ||
-        memchr(p + VIOLATION_FIXED, 0, len - VIOLATION_FIXED - 1))
+    if (len < VIOLATION_FIXED + 3 || p[0] < CDN_VIOLATION_MSG_SYSCALL || p[0] > CDN_VIOLATION_MSG_PROTECT)
         return -EBADMSG;
-    ret->nr = get32(p);
-    ret->arch = get32(p + 4);
-    ret->pid = get32(p + 8);
+    const uint8_t *s = p + VIOLATION_FIXED, *end = p + len;
+    if (take_string(&s, end, ret->cmd, sizeof ret->cmd) < 0 ||
+        take_string(&s, end, ret->path, sizeof ret->path) < 0 ||
+        take_string(&s, end, ret->op, sizeof ret->op) < 0 || s != end)
+        return -EBADMSG;
+    ret->kind = p[0];
+    ret->nr = get32(p + 1);
+    ret->arch = get32(p + 5);
+    ret->pid = get32(p + 9);
     for (int i = 0; i < 6; i++)
-        ret->args[i] = get64(p + 12 + 8 * i);
-    memcpy(ret->cmd, p + VIOLATION_FIXED, len - VIOLATION_FIXED);
+        ret->args[i] = get64(p + 13 + 8 * i);
     return 0;
 }
 

@@ -59,11 +59,13 @@ enum cdn_frame_flags {
 
 enum cdn_exec_flags {
     CDN_EXEC_SHUTDOWN_ON_EXIT =
-        1u << 0,              /* one-shot: init exits (ending the sandbox) when this command ends */
-    CDN_EXEC_PIPES = 1u << 1, /* stdout/stderr come back as STDOUT/STDERR frames (else init's own) */
-    CDN_EXEC_STDIN = 1u << 2, /* with PIPES: stdin from STDIN frames (else /dev/null) */
-    CDN_EXEC_PTY = 1u << 3,   /* with PIPES: a pseudo-terminal of rows×cols is stdin/out/err; its
-                               * output comes as STDOUT, input as STDIN; RESIZE changes its size */
+        1u << 0,                 /* one-shot: init exits (ending the sandbox) when this command ends */
+    CDN_EXEC_PIPES = 1u << 1,    /* stdout/stderr come back as STDOUT/STDERR frames (else init's own) */
+    CDN_EXEC_STDIN = 1u << 2,    /* with PIPES: stdin from STDIN frames (else /dev/null) */
+    CDN_EXEC_PTY = 1u << 3,      /* with PIPES: a pseudo-terminal of rows×cols is stdin/out/err; its
+                                  * output comes as STDOUT, input as STDIN; RESIZE changes its size */
+    CDN_EXEC_VERIFIER = 1u << 4, /* a verifier step (after QUIESCE): a VM guest's init lets it, alone,
+                                  * read the protected paths while it runs */
 };
 
 struct cdn_frame_header {
@@ -191,12 +193,19 @@ struct cdn_policy {
 };
 int cdn_policy_decode(const uint8_t *p, size_t len, struct cdn_policy *ret);
 
-/* VIOLATION: u32 nr, u32 arch, u32 pid (the guest's), 6 x u64 args, the command line NUL-terminated (< 256).
- */
+/* VIOLATION: u8 kind, u32 nr, u32 arch, u32 pid (the guest's), 6 x u64 args, then three
+ * NUL-terminated strings: the command line (< 256), path and op (a protect's; empty otherwise). */
+enum cdn_violation_kind {
+    CDN_VIOLATION_MSG_SYSCALL = 1, /* a watched denial: nr, arch, args */
+    CDN_VIOLATION_MSG_PROTECT = 2, /* an open of a protected path, refused: path, op ("open", "exec") */
+};
 struct cdn_violation_msg {
+    uint8_t kind;
     uint32_t nr, arch, pid;
     uint64_t args[6];
     char cmd[256];
+    char path[256];
+    char op[16];
 };
 /* USAGE: u64 memory_peak_bytes, u64 oom_kills, u64 pids_max_hits (the guest's cgroup of commands),
  * u8 disk_full (its writable disk has no space left). */

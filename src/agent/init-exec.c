@@ -152,6 +152,8 @@ static int make_pty(struct job *j, const struct cdn_exec_req *r, char *pts, size
 
 static void release(struct job *j)
 {
+    if (j->flags & CDN_EXEC_VERIFIER)
+        vm_verifier(false);
     close_fd(&j->out);
     close_fd(&j->err);
     close_fd(&j->in);
@@ -188,6 +190,8 @@ static int spawn(struct job *j, const struct cdn_exec_req *r, int *ret_stage)
             close_fd(&stdio[i]);
         return e;
     }
+    if (r->flags & CDN_EXEC_VERIFIER)
+        vm_verifier(true); /* a guest's: its opens of protected paths go through while it runs */
     pid_t pid = fork();
     if (pid == 0)
         exec_child(r, errpipe[1], stdio, pty ? pts : NULL);
@@ -414,7 +418,8 @@ void exec_reap(void)
         int status;
         struct rusage ru;
         pid_t pid = wait4(-1, &status, WNOHANG, &ru);
-        if (pid < 0 && errno == ECHILD && quiesce_pending) { /* every process but us is gone */
+        /* Every process but us is gone (in a guest: every command; its guard stays). */
+        if (quiesce_pending && ((pid < 0 && errno == ECHILD) || (pid == 0 && vm_commands_gone()))) {
             quiesce_pending = false;
             agent_send(CDN_FRAME_DONE, quiesce_channel, NULL, 0);
         }
@@ -429,8 +434,11 @@ void exec_reap(void)
 void exec_quiesce(uint32_t channel)
 {
     /* From PID 1: every other process of the namespace, orphans and
-     * daemons included; one that was forking dies with its fork. */
-    (void) kill(-1, SIGKILL);
+     * daemons included; one that was forking dies with its fork. A guest
+     * kills its cgroup of commands instead (its guard of protected paths
+     * lives outside it). */
+    if (!vm_kill_commands())
+        (void) kill(-1, SIGKILL);
     quiesce_pending = true;
     quiesce_channel = channel;
     exec_reap(); /* nothing there: answered at once */

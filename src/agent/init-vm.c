@@ -15,7 +15,11 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <glob.h>
+#include <signal.h>
+#include <grp.h>
 #include <linux/capability.h>
+#include <sys/fanotify.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <linux/securebits.h>
@@ -357,6 +361,21 @@ int vm_join_limits(void)
     return cg_fd < 0 ? 0 : write_at(cg_fd, "cgroup.procs", "0");
 }
 
+bool vm_kill_commands(void)
+{
+    return cg_fd >= 0 && write_at(cg_fd, "cgroup.kill", "1") == 0;
+}
+
+bool vm_commands_gone(void)
+{
+    char buf[256] = "";
+    int fd = cg_fd >= 0 ? openat(cg_fd, "cgroup.events", O_RDONLY | O_CLOEXEC) : -1;
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+        (void) close(fd);
+    return n > 0 && strstr(buf, "populated 0") != NULL;
+}
+
 static uint64_t event_count(int fd, const char *key)
 {
     char buf[512] = "";
@@ -533,6 +552,7 @@ int vm_identity(const struct cdn_identity *id)
     int r = vm_cgroup(id->pids, id->memory_mb);
     if (r < 0 || (step = "identity: the disk", r = vm_disk(id->workdir, id->disk_mb)) < 0 ||
         (step = "identity: the binds", r = vm_binds(id)) < 0 ||
+        (step = "identity: the protected paths", r = vm_protect(id)) < 0 ||
         (step = "identity: /proc, /sys, /dev", r = vm_harden()) < 0)
         return r;
     step = "identity: the read-only root";
@@ -630,8 +650,12 @@ void vm_add_listener(int fd)
         (void) close(fd); /* its callers' watched calls then fail (ENOSYS): denied, not recorded */
 }
 
+static int guard_sock;
+
 void vm_poll_add(struct pollfd *pfd, size_t *n, size_t max)
 {
+    if (guard_sock > 0 && *n + 3 < max) /* the guard's records of refused opens */
+        pfd[(*n)++] = (struct pollfd){.fd = guard_sock, .events = POLLIN};
     for (int i = 0; i < 2 && *n + 2 < max; i++) /* a change of a cgroup events file: POLLPRI */
         pfd[(*n)++] = (struct pollfd){.fd = cg_events[i], .events = POLLPRI};
     polled_base = *n;
@@ -660,7 +684,10 @@ static void notification(int fd)
     if (ioctl(fd, SECCOMP_IOCTL_NOTIF_RECV, &req) < 0)
         return;
     static struct cdn_violation_msg v;
-    v = (struct cdn_violation_msg){.nr = (uint32_t) req.n.data.nr, .arch = req.n.data.arch, .pid = req.n.pid};
+    v = (struct cdn_violation_msg){.kind = CDN_VIOLATION_MSG_SYSCALL,
+                                   .nr = (uint32_t) req.n.data.nr,
+                                   .arch = req.n.data.arch,
+                                   .pid = req.n.pid};
     memcpy(v.args, req.n.data.args, sizeof v.args);
     char p[64];
     (void) snprintf(p, sizeof p, "/proc/%u/cmdline", req.n.pid);
@@ -674,7 +701,7 @@ static void notification(int fd)
     while (k > 0 && v.cmd[k - 1] == ' ')
         k--;
     v.cmd[k > 0 ? k : 0] = 0;
-    static uint8_t buf[512];
+    static uint8_t buf[1024];
     int n = cdn_violation_encode(buf, sizeof buf, &v);
     if (n > 0)
         agent_send(CDN_FRAME_VIOLATION, 0, buf, (uint32_t) n);
@@ -686,8 +713,30 @@ static void notification(int fd)
     (void) ioctl(fd, SECCOMP_IOCTL_NOTIF_SEND, &resp);
 }
 
+static void guard_records(short revents)
+{
+    if (revents & POLLIN) {
+        static uint8_t buf[1024];
+        static struct cdn_violation_msg v;
+        ssize_t k = recv(guard_sock, buf, sizeof buf, MSG_DONTWAIT);
+        if (k > 0 && cdn_violation_decode(buf, (size_t) k, &v) == 0 && v.kind == CDN_VIOLATION_MSG_PROTECT)
+            agent_send(CDN_FRAME_VIOLATION, 0, buf, (uint32_t) k);
+        if (k != 0)
+            return;
+    }
+    if (revents & (POLLHUP | POLLERR | POLLIN)) {
+        /* The guard is gone: the marks went with it, and unanswered opens are let through. Fail
+         * closed: the guest ends (its host sees init's end). */
+        (void) kill(-1, SIGKILL);
+        vm_poweroff();
+    }
+}
+
 void vm_poll_handle(const struct pollfd *pfd, size_t n)
 {
+    for (size_t i = 0; i < n && i < polled_base; i++)
+        if (guard_sock > 0 && pfd[i].fd == guard_sock && pfd[i].revents)
+            guard_records(pfd[i].revents);
     for (size_t i = 0; i < n && i < polled_base; i++)
         if ((pfd[i].fd == cg_events[0] || pfd[i].fd == cg_events[1]) && pfd[i].fd >= 0 &&
             (pfd[i].revents & (POLLPRI | POLLERR)))
@@ -705,4 +754,169 @@ void vm_poll_handle(const struct pollfd *pfd, size_t n)
             listeners[i] = listeners[--n_listeners];
         }
     }
+}
+
+/* ---- protected paths in a guest (spec "protect") ----
+ * Each match of a pattern is bound read-only onto itself (writes, renames,
+ * links, new entries: refused by the kernel), and its mount carries a
+ * fanotify permission mark. The answers come from a guard: a child of init
+ * running as a uid of its own, which the commands (uid 0 without capabilities)
+ * can neither signal nor trace. It lets init (the files API) and a verifier
+ * step through and refuses every other open, reporting it to init, which
+ * passes it to the host as a VIOLATION. Init itself cannot answer: its own
+ * opens of a protected file would wait for it. */
+
+#define GUARD_UID  65533
+#define MAX_GUARDS 256
+
+static int guard_sock = -1;
+
+static void guard_loop(int fan, int sock) __attribute__((noreturn));
+static void guard_loop(int fan, int sock)
+{
+    bool verifier = false;
+    static uint8_t events[8192];
+    for (;;) {
+        struct pollfd p[2] = {{.fd = fan, .events = POLLIN}, {.fd = sock, .events = POLLIN}};
+        if (poll(p, 2, -1) < 0 && errno != EINTR)
+            _exit(1);
+        if (p[1].revents) {
+            char c;
+            ssize_t k = read(sock, &c, 1);
+            if (k == 0 || (k < 0 && errno != EINTR && errno != EAGAIN))
+                _exit(0); /* init is gone: so is the guest */
+            if (k == 1)
+                verifier = c == 'V';
+        }
+        if (!(p[0].revents & POLLIN))
+            continue;
+        ssize_t len = read(fan, events, sizeof events);
+        if (len <= 0)
+            continue;
+        for (struct fanotify_event_metadata *m = (void *) events; FAN_EVENT_OK(m, len);
+             m = FAN_EVENT_NEXT(m, len)) {
+            if (m->vers != FANOTIFY_METADATA_VERSION)
+                _exit(1);
+            bool allow = m->pid == 1 || m->pid == getpid() || verifier;
+            if (!allow) {
+                static struct cdn_violation_msg v;
+                v = (struct cdn_violation_msg){.kind = CDN_VIOLATION_MSG_PROTECT, .pid = (uint32_t) m->pid};
+                char link[64];
+                (void) snprintf(link, sizeof link, "/proc/self/fd/%d", m->fd);
+                ssize_t pl = readlink(link, v.path, sizeof v.path - 1);
+                v.path[pl > 0 ? pl : 0] = 0;
+                (void) snprintf(v.op, sizeof v.op, "%s", m->mask & FAN_OPEN_EXEC_PERM ? "exec" : "open");
+                (void) snprintf(link, sizeof link, "/proc/%d/cmdline", m->pid);
+                int cf = open(link, O_RDONLY | O_CLOEXEC);
+                ssize_t k = cf >= 0 ? read(cf, v.cmd, sizeof v.cmd - 1) : -1;
+                if (cf >= 0)
+                    (void) close(cf);
+                for (ssize_t i = 0; i < k; i++)
+                    if ((unsigned char) v.cmd[i] < 32)
+                        v.cmd[i] = ' ';
+                while (k > 0 && v.cmd[k - 1] == ' ')
+                    k--;
+                v.cmd[k > 0 ? k : 0] = 0;
+                static uint8_t buf[1024];
+                int n = cdn_violation_encode(buf, sizeof buf, &v);
+                if (n > 0)
+                    (void) send(sock, buf, (size_t) n, MSG_NOSIGNAL);
+            }
+            struct fanotify_response r = {.fd = m->fd, .response = allow ? FAN_ALLOW : FAN_DENY};
+            (void) !write(fan, &r, sizeof r);
+            if (m->fd >= 0)
+                (void) close(m->fd);
+        }
+    }
+}
+
+/* The matches of one pattern into out (paths), at most max: `*?[…]` within a component, a
+ * trailing "/" "**" for the directory itself (its bind covers what is under it). */
+static int expand(const char *pattern, char (*out)[256], size_t *n, size_t max)
+{
+    char pat[256];
+    (void) snprintf(pat, sizeof pat, "%s", pattern);
+    size_t l = strlen(pat);
+    if (l > 3 && strcmp(pat + l - 3, "/**") == 0)
+        pat[l - 3] = 0;
+    if (!strpbrk(pat, "*?[")) {
+        struct stat st;
+        if (lstat(pat, &st) < 0)
+            return -errno; /* a literal must exist, as in a container */
+        if (*n >= max)
+            return -E2BIG;
+        (void) snprintf(out[(*n)++], 256, "%s", pat);
+        return 0;
+    }
+    glob_t g;
+    int r = glob(pat, GLOB_NOSORT, NULL, &g);
+    if (r == GLOB_NOMATCH)
+        return 0;
+    if (r != 0)
+        return -EINVAL;
+    for (size_t i = 0; i < g.gl_pathc && r == 0; i++) {
+        if (*n >= max)
+            r = -E2BIG;
+        else
+            (void) snprintf(out[(*n)++], 256, "%s", g.gl_pathv[i]);
+    }
+    globfree(&g);
+    return r;
+}
+
+int vm_protect(const struct cdn_identity *id)
+{
+    static char paths[MAX_GUARDS][256];
+    size_t n = 0;
+    int r = 0;
+    for (unsigned i = 0; i < id->n_paths && r == 0; i++)
+        if (id->paths[i].kind == CDN_PATH_PROTECT)
+            r = expand(id->paths[i].path, paths, &n, MAX_GUARDS);
+    if (r < 0 || n == 0)
+        return r;
+    int fan = fanotify_init(FAN_CLASS_CONTENT | FAN_CLOEXEC, O_RDONLY | O_LARGEFILE | O_CLOEXEC);
+    if (fan < 0)
+        return -errno;
+    for (size_t i = 0; i < n && r == 0; i++) {
+        struct stat st;
+        /* A symlink is not followed: the bind goes onto the link's own path only if it is not one. */
+        if (lstat(paths[i], &st) < 0 || S_ISLNK(st.st_mode))
+            continue;
+        if (mount(paths[i], paths[i], NULL, MS_BIND | MS_REC, NULL) < 0 ||
+            mount(NULL, paths[i], NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0 ||
+            fanotify_mark(fan, FAN_MARK_ADD | FAN_MARK_MOUNT, FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM | FAN_ONDIR,
+                          AT_FDCWD, paths[i]) < 0)
+            r = -errno;
+    }
+    int sv[2];
+    if (r == 0 && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+        r = -errno;
+    if (r < 0) {
+        (void) close(fan);
+        return r;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        (void) close(sv[0]);
+        (void) close(AGENT_FD);
+        if (setgroups(0, NULL) < 0 || setresgid(GUARD_UID, GUARD_UID, GUARD_UID) < 0 ||
+            setresuid(GUARD_UID, GUARD_UID, GUARD_UID) < 0)
+            _exit(1);
+        (void) prctl(PR_SET_DUMPABLE, 0);
+        guard_loop(fan, sv[1]);
+    }
+    (void) close(fan);
+    (void) close(sv[1]);
+    if (pid < 0) {
+        (void) close(sv[0]);
+        return -errno;
+    }
+    guard_sock = sv[0];
+    return 0;
+}
+
+void vm_verifier(bool on)
+{
+    if (guard_sock >= 0)
+        (void) !write(guard_sock, on ? "V" : "v", 1);
 }

@@ -242,6 +242,13 @@ static void dispatch(const struct cdn_frame_header *hp, const uint8_t *payload)
         int r = cdn_identity_decode(payload, len, &id);
         if (r == 0)
             r = vm_identity(&id);
+        if (r < 0 && r != -EPERM) {
+            /* Half set up (its limits, protected paths): the guest must not run commands. It says
+             * why, and ends. */
+            agent_error(h.channel, -r, vm_failed_step());
+            flush_out();
+            vm_poweroff();
+        }
         if (r < 0)
             agent_error(h.channel, -r, vm_failed_step());
         else

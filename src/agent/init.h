@@ -35,6 +35,10 @@ int vm_setup(void);
 void vm_poweroff(void);
 /* IDENTITY (a guest restored from a snapshot): clock, entropy, machine-id, hostname. */
 int vm_identity(const struct cdn_identity *id);
+/* The protected paths of IDENTITY (init-vm.c): read-only binds, guarded opens. vm_verifier()
+ * lets every open through while a verifier step runs (on) and guards again after it (off). */
+int vm_protect(const struct cdn_identity *id);
+void vm_verifier(bool on);
 /* What vm_identity() was doing when it failed ("identity: the disk", …). */
 const char *vm_failed_step(void);
 /* Before a guest's first command or file operation: its image (the host's /usr over 9p). */
@@ -47,6 +51,9 @@ bool vm_confines(void);
 int vm_confine_child(int sock);
 /* In a command's child: its rlimits and the guest's cgroup of commands (before vm_confine_child). */
 int vm_join_limits(void);
+/* QUIESCE in a guest: SIGKILL the cgroup of commands (false: there is none); whether it is empty. */
+bool vm_kill_commands(void);
+bool vm_commands_gone(void);
 /* USAGE to the host: when the counters changed, or always (force: before a command's EXIT). */
 void vm_usage_report(bool force);
 void vm_add_listener(int fd);

@@ -94,7 +94,10 @@ static void read_agent(struct cdn_sandbox *sb, struct outcome *o, struct pollfd 
         struct cdn_violation_msg v;
         if (cdn_violation_decode(buf, (size_t) n, &v) < 0)
             return;
-        o->violations_syscall++;
+        if (v.kind == CDN_VIOLATION_MSG_PROTECT)
+            o->violations_protect++;
+        else
+            o->violations_syscall++;
         if (sb->spec->on_violation == CDN_VIOLATION_KILL && !o->violation_killed &&
             sb->tier->kill(sb, SIGKILL) == 0)
             o->violation_killed = true; /* the guest left the call unanswered: it never runs on */
@@ -252,7 +255,7 @@ static int supervise(struct cdn_sandbox *sb, int sfd, struct outcome *o, const s
             if (!o->setup_failed && sb->tier->monitor_fd && (pfd[4].fd = sb->tier->monitor_fd(sb)) < 0)
                 pfd[4].fd = -1; /* no supervisor: a watched syscall would wait; end rather than hang */
 #if !CDN_LEAN
-            if (!o->setup_failed)
+            if (!o->setup_failed && sb->spec->tier == CDN_TIER_CONTAINER) /* a VM guest guards its own */
                 guard_files(sb, o, group, &marks, &pfd[5]);
 #endif
             if (exec && !o->setup_failed)
@@ -351,7 +354,8 @@ static void run_sandbox(struct cdn_sandbox *sb, const struct cdn_run_opts *o, st
 #endif
     int group = -EBADF; /* the monitor's fanotify group (fsguard.h) */
 #if !CDN_LEAN
-    group = cdn_fsguard_open();
+    if (sb->spec->tier == CDN_TIER_CONTAINER) /* a VM guest's files are the guest kernel's */
+        group = cdn_fsguard_open();
     if (sb->spec->protect.n > 0)
         sb->fsguard_fd = group;
 #endif

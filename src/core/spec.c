@@ -286,7 +286,7 @@ int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
                                "tier: '%s' is not available in this build yet ('container' or 'microvm')",
                                cdn_tier_to_string(spec->tier));
     if (spec->tier == CDN_TIER_MICROVM) { /* what the microvm tier does not do yet: refused, not ignored */
-        const char *field = spec->protect.n ? "protect" : strcmp(spec->image, "host") ? "image" : NULL;
+        const char *field = strcmp(spec->image, "host") ? "image" : NULL;
         if (field)
             return cdn_error_field(err, EOPNOTSUPP, field, "%s: not available for tier microvm yet", field);
     }

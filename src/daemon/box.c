@@ -433,6 +433,8 @@ static bool read_setup_failure(struct box *b, int fd)
     return true;
 }
 
+static void box_started(struct box *b);
+
 static void on_setup(evutil_socket_t fd, short what, void *arg)
 {
     (void) what;
@@ -442,7 +444,35 @@ static void on_setup(evutil_socket_t fd, short what, void *arg)
         box_delete(b, "setup failed");
         return;
     }
-    b->state = BOX_RUNNING; /* EOF: the setup pipe is CLOEXEC, so cordon-init runs */
+    box_started(b); /* EOF: the setup pipe is CLOEXEC, so cordon-init runs */
+}
+
+/* A VM guest's answers to IDENTITY and POLICY (channel 0): running after both; an ERROR (its
+ * init could not set itself up: a protected path missing, …) fails the create, and the guest
+ * ends by itself. */
+static void vm_setup_answer(struct box *b, uint16_t type, const uint8_t *p, uint32_t len)
+{
+    int e;
+    const char *msg;
+    if (type == CDN_FRAME_DONE) {
+        if (++b->vm_answers == 2)
+            box_started(b);
+        return;
+    }
+    if (type != CDN_FRAME_ERROR || cdn_errmsg_decode(p, len, &e, &msg) < 0)
+        return;
+    cordond->create_errors++;
+    bool spec = strstr(msg, "protected paths") != NULL;
+    if (b->create_req)
+        api_reply_error(b->create_req, spec ? 400 : 500, spec ? "invalid_spec" : "sandbox_failed",
+                        spec ? "protect" : NULL, "%s%s", spec ? "protect: " : "the guest: ", msg);
+    b->create_req = NULL;
+    box_delete(b, "the guest could not set itself up");
+}
+
+static void box_started(struct box *b)
+{
+    b->state = BOX_RUNNING;
     monitor_start(b);
     struct cdn_error gerr = {0};
     if (guard_start(b, &gerr) < 0) {
@@ -535,14 +565,25 @@ static void on_agent_event(struct agent_conn *c, uint16_t type, const uint8_t *p
     struct box *b = arg;
     struct cdn_violation_msg v;
     if (b->spec.tier == CDN_TIER_CONTAINER)
-        return;                    /* a container's init sends none */
+        return; /* a container's init sends none */
+    if (b->state == BOX_STARTING && (type == CDN_FRAME_DONE || type == CDN_FRAME_ERROR)) {
+        vm_setup_answer(b, type, p, len);
+        return;
+    }
     if (type == CDN_FRAME_USAGE) { /* the guest's accounting changed: an OOM, a pids hit, a full disk */
         if (cdn_microvm_usage_frame(&b->sb, p, len) == 0)
             box_check_limits(b);
         return;
     }
     if (type != CDN_FRAME_VIOLATION || cdn_violation_decode(p, len, &v) < 0)
-        return; /* a DONE or ERROR of IDENTITY/POLICY needs nothing */
+        return;                                /* a DONE or ERROR of IDENTITY/POLICY needs nothing */
+    if (v.kind == CDN_VIOLATION_MSG_PROTECT) { /* the guest's guard refused an open */
+        box_violation(b, VIOLATION_PROTECT,
+                      json_pack("{s:s, s:s, s:i, s:o, s:s}", "path", v.path, "op", v.op, "pid", (int) v.pid,
+                                "cmd", json_lossy_string((const uint8_t *) v.cmd, strlen(v.cmd)), "where",
+                                "guest"));
+        return;
+    }
     char *name = seccomp_syscall_resolve_num_arch(v.arch, (int) v.nr);
     json_t *args = json_array();
     for (int k = 0; args && k < 6; k++)

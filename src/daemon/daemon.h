@@ -107,6 +107,7 @@ struct box {
     struct cdn_sandbox sb;
     struct cdn_spec spec;
     enum box_state state;
+    int vm_answers;       /* a VM guest's DONEs of IDENTITY and POLICY while starting */
     char exit_reason[64]; /* why it is not running any more */
     struct agent_conn agent;
     struct event *setup_ev, *pidfd_ev, *lifetime_ev;

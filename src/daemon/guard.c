@@ -87,8 +87,8 @@ void guard_global_stop(void)
 int guard_prepare(struct box *b, struct cdn_error *err)
 {
     b->guard_fd = -1;
-    if (b->spec.protect.n == 0)
-        return 0;
+    if (b->spec.protect.n == 0 || b->spec.tier != CDN_TIER_CONTAINER)
+        return 0; /* a VM guest guards its own (its init's guard, src/agent/init-vm.c) */
     int fd = cdn_fsguard_open();
     if (fd < 0)
         return cdn_error_field(err, -fd, "protect", "protect: no fanotify group for it: %s%s", strerror(-fd),
@@ -121,6 +121,8 @@ int guard_start(struct box *b, struct cdn_error *err)
 int guard_adopt(struct box *b, struct cdn_error *err)
 {
     b->guard_fd = -1;
+    if (b->spec.tier != CDN_TIER_CONTAINER)
+        return 0; /* a VM guest's guard is its own, and lives on in it */
     if (b->spec.protect.n) {
         int fd = b->sb.tier->fsguard_fd ? b->sb.tier->fsguard_fd(&b->sb) : -EOPNOTSUPP;
         if (fd < 0)

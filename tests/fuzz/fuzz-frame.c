@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     (void) cdn_policy_decode(data, size, &pol);
     static struct cdn_violation_msg v;
     if (cdn_violation_decode(data, size, &v) == 0) { /* round trip */
-        static uint8_t out[512];
+        static uint8_t out[1024];
         int n = cdn_violation_encode(out, sizeof out, &v);
         if (n != (int) size || memcmp(out, data, size) != 0)
             __builtin_trap();

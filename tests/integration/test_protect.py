@@ -7,6 +7,10 @@ those mounts through fanotify: a sandbox process is refused and that is a
 verifier step pass. Masked kernel files (/proc/kallsyms, …) are guarded the
 same way ("kernel").
 
+The tests taking `tier` run in a microvm too: there the guest's init does
+the same inside the guest (read-only binds; a guard process of its own uid
+answers the fanotify permission events and reports refusals to the host).
+
 What these tests catch: with guard_start()'s marking removed from guard.c
 (tried once), test_protected_paths_hold_in_cordond fails at its first attack
 ("direct": `cat` exits 0 with the secret); without the read-only bind the
@@ -94,10 +98,10 @@ WRITES = {
 }
 
 
-def test_protected_paths_hold_in_cordond(shared_dir, ws):
+def test_protected_paths_hold_in_cordond(shared_dir, ws, tier):
     d = Daemon(shared_dir)
     try:
-        sb = Sandbox.create(endpoint=d.endpoint, mounts=[{"source": ws, "target": "/workspace"}], **SPEC)
+        sb = Sandbox.create(endpoint=d.endpoint, mounts=[{"source": ws, "target": "/workspace"}], tier=tier, **SPEC)
         readers = []
         for name, cmd in {**READS, **WRITES}.items():
             r = sb.exec(["sh", "-c", cmd])
@@ -126,10 +130,10 @@ def test_protected_paths_hold_in_cordond(shared_dir, ws):
     intact(ws)
 
 
-def test_verifier_step_reads_them_alone(shared_dir, ws):
+def test_verifier_step_reads_them_alone(shared_dir, ws, tier):
     d = Daemon(shared_dir)
     try:
-        sb = Sandbox.create(endpoint=d.endpoint, mounts=[{"source": ws, "target": "/workspace"}], **SPEC)
+        sb = Sandbox.create(endpoint=d.endpoint, mounts=[{"source": ws, "target": "/workspace"}], tier=tier, **SPEC)
         # an agent process that would snoop while the verifier runs
         assert sb.exec("nohup sh -c 'while :; do cat /workspace/answer.key >> /tmp/loot 2>/dev/null; "
                        "sleep 0.01; done' >/dev/null 2>&1 &").exit_code == 0
@@ -153,10 +157,10 @@ def test_verifier_step_reads_them_alone(shared_dir, ws):
     intact(ws)
 
 
-def test_a_verifier_step_runs_alone(shared_dir, ws):
+def test_a_verifier_step_runs_alone(shared_dir, ws, tier):
     d = Daemon(shared_dir)
     try:
-        sb = Sandbox.create(endpoint=d.endpoint, mounts=[{"source": ws, "target": "/workspace"}], **SPEC)
+        sb = Sandbox.create(endpoint=d.endpoint, mounts=[{"source": ws, "target": "/workspace"}], tier=tier, **SPEC)
         events = sb.exec_stream(["sh", "-c", "echo start; sleep 2; echo end"], verifier=True)
         first = next(events)
         assert first["type"] == "stdout" and first["data"] == "start\n"
@@ -180,10 +184,10 @@ def test_masked_kernel_files_are_violations(daemon):
         assert sb.violations()["counts"]["kernel"] == 2
 
 
-def test_kill_mode_ends_the_sandbox_on_a_protected_read(shared_dir, ws):
+def test_kill_mode_ends_the_sandbox_on_a_protected_read(shared_dir, ws, tier):
     d = Daemon(shared_dir)
     try:
-        sb = Sandbox.create(endpoint=d.endpoint, mounts=[{"source": ws, "target": "/workspace"}],
+        sb = Sandbox.create(endpoint=d.endpoint, mounts=[{"source": ws, "target": "/workspace"}], tier=tier,
                             on_violation="kill", **SPEC)
         with pytest.raises(ServerError):  # the sandbox ended before the command did
             sb.exec(["sh", "-c", "cat /workspace/tests/test_hidden.py; echo after"])
@@ -209,9 +213,9 @@ def test_bad_protect_entries_are_refused(daemon, protect, field, needle):
     assert body["error"]["field"] == field and needle in body["error"]["message"], body
 
 
-def test_protection_outlives_a_cordond_crash(shared_dir, ws):
+def test_protection_outlives_a_cordond_crash(shared_dir, ws, tier):
     d = Daemon(shared_dir, keep=True)
-    sb = Sandbox.create(endpoint=d.endpoint, mounts=[{"source": ws, "target": "/workspace"}], **SPEC)
+    sb = Sandbox.create(endpoint=d.endpoint, mounts=[{"source": ws, "target": "/workspace"}], tier=tier, **SPEC)
     assert sb.exec("cat /workspace/answer.key").exit_code != 0
     d.kill9()
     d2 = Daemon(shared_dir)
@@ -229,18 +233,24 @@ def test_protection_outlives_a_cordond_crash(shared_dir, ws):
     intact(ws)
 
 
-def test_cordon_run_protect(ws):
-    r = cordonlib.run(["--json", "--bind", f"{ws}:/workspace", "--protect", "/workspace/answer.key",
+def test_cordon_run_protect(ws, tier):
+    t = ["--tier", tier]
+    r = cordonlib.run(["--json", *t, "--bind", f"{ws}:/workspace", "--protect", "/workspace/answer.key",
                        "--protect", "/workspace/tests/**", "--",
                        "sh", "-c", "cat /workspace/answer.key; ls /workspace/tests; echo x > /workspace/answer.key; "
-                       "cat /proc/kallsyms; cat /workspace/solution.py"])
+                       "cat /proc/kallsyms; cat /workspace/solution.py"], timeout=120)
     assert r.code == 0 and SECRET not in r.stdout and "solve" in r.stdout, r
     rec = r.record
-    # two refused opens (fanotify) and one write attempt (the seccomp report)
-    assert rec["violations"]["protect"] == 3 and rec["violations"]["kernel"] == 1, rec
+    if tier == "container":
+        # two refused opens (fanotify) and one write attempt (the seccomp report)
+        assert rec["violations"]["protect"] == 3 and rec["violations"]["kernel"] == 1, rec
+    else:
+        # a guest: the two refused opens (its guard); its writes are refused by the read-only bind
+        # without a report, and its /proc/kallsyms is an empty mask of the guest's own
+        assert rec["violations"]["protect"] == 2, rec
     intact(ws)
-    r = cordonlib.run(["--bind", f"{ws}:/workspace", "--protect", "/workspace/answer.key",
-                       "--on-violation", "kill", "--", "sh", "-c", "cat /workspace/answer.key; echo after"])
+    r = cordonlib.run([*t, "--bind", f"{ws}:/workspace", "--protect", "/workspace/answer.key",
+                       "--on-violation", "kill", "--", "sh", "-c", "cat /workspace/answer.key; echo after"], timeout=120)
     assert r.code == 137 and "after" not in r.stdout, r
-    r = cordonlib.run(["--protect", "/nope", "--", "true"])
-    assert r.code == 125 and "protect[0]" in r.stderr, r
+    r = cordonlib.run([*t, "--protect", "/nope", "--", "true"], timeout=120)
+    assert r.code == 125 and "protect" in r.stderr, r

@@ -189,15 +189,30 @@ TEST(policy_and_violation_payloads)
     p[0] = 0, p[2] = 0; /* an empty program */
     CHECK(cdn_policy_decode(p, sizeof p - 16, &pol) < 0);
 
-    struct cdn_violation_msg v = {.nr = 272, .arch = 0xc000003e, .pid = 42, .args = {1, 2, 3, 4, 5, 6}}, d;
+    struct cdn_violation_msg v = {.kind = CDN_VIOLATION_MSG_SYSCALL,
+                                  .nr = 272,
+                                  .arch = 0xc000003e,
+                                  .pid = 42,
+                                  .args = {1, 2, 3, 4, 5, 6}},
+                             d;
     (void) snprintf(v.cmd, sizeof v.cmd, "unshare -U true");
-    uint8_t buf[512];
+    uint8_t buf[1024];
     int n = cdn_violation_encode(buf, sizeof buf, &v);
     CHECK(n > 0);
     CHECK_EQ_INT(cdn_violation_decode(buf, (size_t) n, &d), 0);
-    CHECK(d.nr == 272 && d.arch == 0xc000003e && d.pid == 42 && d.args[5] == 6);
+    CHECK(d.kind == CDN_VIOLATION_MSG_SYSCALL && d.nr == 272 && d.arch == 0xc000003e && d.pid == 42 &&
+          d.args[5] == 6);
     CHECK_STREQ(d.cmd, "unshare -U true");
-    CHECK(cdn_violation_decode(buf, (size_t) n - 1, &d) < 0); /* no NUL */
-    buf[n - 3] = 0;                                           /* a NUL inside the command */
+    CHECK(d.path[0] == 0 && d.op[0] == 0);
+    CHECK(cdn_violation_decode(buf, (size_t) n - 1, &d) < 0); /* no final NUL */
+    CHECK(cdn_violation_decode(buf, (size_t) n + 1, &d) < 0); /* a byte after it */
+    v.kind = CDN_VIOLATION_MSG_PROTECT;
+    (void) snprintf(v.path, sizeof v.path, "/workspace/tests/secret");
+    (void) snprintf(v.op, sizeof v.op, "open");
+    n = cdn_violation_encode(buf, sizeof buf, &v);
+    CHECK_EQ_INT(cdn_violation_decode(buf, (size_t) n, &d), 0);
+    CHECK_STREQ(d.path, "/workspace/tests/secret");
+    CHECK_STREQ(d.op, "open");
+    buf[0] = 9; /* an unknown kind */
     CHECK(cdn_violation_decode(buf, (size_t) n, &d) < 0);
 }

@@ -241,7 +241,9 @@ static pid_t spawn_qemu(const struct qemu_cmd *q, const struct qemu_fds *f, int 
             _exit(127);
         if (unshare(CLONE_NEWNS) < 0 || (f->n_mounts && bind_share(f->mounts, f->n_mounts) < 0))
             _exit(127);
-        int devnull = open("/dev/null", O_RDWR);
+        int devnull = open("/dev/null", O_RDWR); /* above 3-6, which are set below */
+        if (devnull >= 0 && devnull < 10)
+            devnull = fcntl(devnull, F_DUPFD, 10);
         const int src[4] = {f->agent, f->fd4, f->fd5, f->tap};
         int tmp[4], top = QEMU_AGENT;
         for (int i = 0; i < 4; i++) /* above 3-6 first, so that no dup2 overwrites a source */
@@ -451,6 +453,10 @@ static int send_identity(struct cdn_sandbox *sb)
         (void) snprintf(id.paths[id.n_paths++].path, sizeof id.paths[0].path, "%s",
                         sb->spec->mounts[i].target);
     }
+    for (size_t i = 0; i < sb->spec->protect.n && id.n_paths < CDN_IDENTITY_PATHS; i++) {
+        id.paths[id.n_paths].kind = CDN_PATH_PROTECT; /* patterns: the guest expands them */
+        (void) snprintf(id.paths[id.n_paths++].path, sizeof id.paths[0].path, "%s", sb->spec->protect.v[i]);
+    }
     /* the /30 of the sandbox's veth; the host end routes and resolves */
     if (sb->netns_fd >= 0 && sb->sandbox_ip) {
         id.ip = sb->sandbox_ip;
@@ -553,8 +559,9 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
         if (mkdir(p, 0755) < 0 && errno != EEXIST)
             return cdn_error_set(err, errno, "create %s: %m", p);
     }
-    if (sb->spec->n_mounts > CDN_IDENTITY_PATHS)
-        return cdn_error_field(err, E2BIG, "mounts", "mounts: at most %d for tier microvm",
+    if (sb->spec->n_mounts + sb->spec->protect.n > CDN_IDENTITY_PATHS)
+        return cdn_error_field(err, E2BIG, sb->spec->protect.n ? "protect" : "mounts",
+                               "mounts and protect: at most %d together for tier microvm",
                                CDN_IDENTITY_PATHS);
     for (size_t i = 0; i < sb->spec->n_mounts; i++) {
         struct stat st;
@@ -641,9 +648,10 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
     sb->agent_fd = sp[0];
     sb->init_pid = pid;
     sb->init_pidfd = pidfd;
-    /* No setup child: a pipe already at EOF says "running" to a caller that waits for setup. */
+    /* No setup child. A persistent guest's caller (cordond) waits for its answers to IDENTITY
+     * and POLICY; for another, a pipe already at EOF says "running". */
     int sfd[2];
-    if (pipe2(sfd, O_CLOEXEC) == 0) {
+    if (!sb->persistent && pipe2(sfd, O_CLOEXEC) == 0) {
         (void) close(sfd[1]);
         sb->setup_fd = sfd[0];
     }
