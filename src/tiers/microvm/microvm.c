@@ -322,18 +322,24 @@ static int qmp_getfd(int qmpfd, int fd, const char *name, char *reply, size_t si
     return qmp(qmpfd, NULL, reply, size);
 }
 
-/* Wait for init's PONG on the agent socket. */
+/* Wait for init's PONG on the agent socket (what init says first, its USAGE, goes by). */
 static int wait_pong(int agent, int timeout_ms)
 {
-    uint8_t hdr[CDN_FRAME_HEADER + 8];
+    static uint8_t buf[CDN_FRAME_MAX];
     if (cdn_frame_send(agent, CDN_FRAME_PING, 1, "ready", 5) < 0)
         return -EPIPE;
-    struct pollfd p = {.fd = agent, .events = POLLIN};
-    if (poll(&p, 1, timeout_ms) <= 0)
-        return -ETIMEDOUT;
-    struct cdn_frame_header h;
-    int n = cdn_frame_recv(agent, &h, hdr, sizeof hdr);
-    return n >= 0 && h.type == CDN_FRAME_PONG ? 0 : -EPROTO;
+    for (int frames = 0; frames < 16; frames++) {
+        struct pollfd p = {.fd = agent, .events = POLLIN};
+        if (poll(&p, 1, timeout_ms) <= 0)
+            return -ETIMEDOUT;
+        struct cdn_frame_header h;
+        int n = cdn_frame_recv(agent, &h, buf, sizeof buf);
+        if (n < 0)
+            return n;
+        if (h.type == CDN_FRAME_PONG)
+            return 0;
+    }
+    return -EPROTO;
 }
 
 static int make_template(const struct cdn_vm_assets *vm, const char *accel, uint64_t mem_mb, int smp,
