@@ -373,7 +373,12 @@ int vm_join_limits(void)
         struct rlimit fsize = {(rlim_t) (limit_disk_mb + 1) << 20, (rlim_t) (limit_disk_mb + 1) << 20};
         (void) setrlimit(RLIMIT_FSIZE, &fsize);
     }
-    return cg_fd < 0 ? 0 : write_at(cg_fd, "cgroup.procs", "0");
+    return 0;
+}
+
+int vm_commands_cgroup(void)
+{
+    return cg_fd;
 }
 
 bool vm_kill_commands(void)

@@ -51,6 +51,8 @@ bool vm_confines(void);
 int vm_confine_child(int sock);
 /* In a command's child: its rlimits and the guest's cgroup of commands (before vm_confine_child). */
 int vm_join_limits(void);
+/* The cgroup (a directory fd) a guest's commands are cloned into; -1 elsewhere. */
+int vm_commands_cgroup(void);
 /* QUIESCE in a guest: SIGKILL the cgroup of commands (false: there is none); whether it is empty. */
 bool vm_kill_commands(void);
 bool vm_commands_gone(void);
