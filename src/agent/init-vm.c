@@ -683,6 +683,23 @@ void vm_poll_add(struct pollfd *pfd, size_t *n, size_t max)
         pfd[(*n)++] = (struct pollfd){.fd = listeners[i], .events = POLLIN};
 }
 
+/* The command line of pid, its NULs as spaces, for a violation's record ("" if it is gone). */
+static void read_cmdline(int pid, char *buf, size_t size)
+{
+    char p[64];
+    (void) snprintf(p, sizeof p, "/proc/%d/cmdline", pid);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    ssize_t k = fd >= 0 ? read(fd, buf, size - 1) : -1;
+    if (fd >= 0)
+        (void) close(fd);
+    for (ssize_t i = 0; i < k; i++)
+        if ((unsigned char) buf[i] < 32)
+            buf[i] = ' ';
+    while (k > 0 && buf[k - 1] == ' ')
+        k--;
+    buf[k > 0 ? k : 0] = 0;
+}
+
 /* One watched denial: to the host as a VIOLATION, then EPERM (or, to be killed, no answer). */
 static void notification(int fd)
 {
@@ -708,18 +725,7 @@ static void notification(int fd)
                                    .arch = req.n.data.arch,
                                    .pid = req.n.pid};
     memcpy(v.args, req.n.data.args, sizeof v.args);
-    char p[64];
-    (void) snprintf(p, sizeof p, "/proc/%u/cmdline", req.n.pid);
-    int cf = open(p, O_RDONLY | O_CLOEXEC);
-    ssize_t k = cf >= 0 ? read(cf, v.cmd, sizeof v.cmd - 1) : -1;
-    if (cf >= 0)
-        (void) close(cf);
-    for (ssize_t i = 0; i < k; i++)
-        if (!v.cmd[i] || (unsigned char) v.cmd[i] < 32)
-            v.cmd[i] = ' ';
-    while (k > 0 && v.cmd[k - 1] == ' ')
-        k--;
-    v.cmd[k > 0 ? k : 0] = 0;
+    read_cmdline((int) req.n.pid, v.cmd, sizeof v.cmd);
     static uint8_t buf[1024];
     int n = cdn_violation_encode(buf, sizeof buf, &v);
     if (n > 0)
@@ -825,17 +831,7 @@ static void guard_loop(int fan, int sock)
                 ssize_t pl = readlink(link, v.path, sizeof v.path - 1);
                 v.path[pl > 0 ? pl : 0] = 0;
                 (void) snprintf(v.op, sizeof v.op, "%s", m->mask & FAN_OPEN_EXEC_PERM ? "exec" : "open");
-                (void) snprintf(link, sizeof link, "/proc/%d/cmdline", m->pid);
-                int cf = open(link, O_RDONLY | O_CLOEXEC);
-                ssize_t k = cf >= 0 ? read(cf, v.cmd, sizeof v.cmd - 1) : -1;
-                if (cf >= 0)
-                    (void) close(cf);
-                for (ssize_t i = 0; i < k; i++)
-                    if ((unsigned char) v.cmd[i] < 32)
-                        v.cmd[i] = ' ';
-                while (k > 0 && v.cmd[k - 1] == ' ')
-                    k--;
-                v.cmd[k > 0 ? k : 0] = 0;
+                read_cmdline(m->pid, v.cmd, sizeof v.cmd);
                 static uint8_t buf[1024];
                 int n = cdn_violation_encode(buf, sizeof buf, &v);
                 if (n > 0)

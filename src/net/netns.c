@@ -51,7 +51,8 @@ static struct mnl_socket *nl_open(void)
     return nl;
 }
 
-static int link_up(struct mnl_socket *nl, unsigned ifindex)
+/* Link ifindex up, into master (a bridge) when master is not 0. */
+static int set_master_up(struct mnl_socket *nl, unsigned ifindex, unsigned master)
 {
     char buf[MNL_SOCKET_BUFFER_SIZE];
     struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
@@ -60,7 +61,14 @@ static int link_up(struct mnl_socket *nl, unsigned ifindex)
     ifi->ifi_family = AF_UNSPEC;
     ifi->ifi_index = (int) ifindex;
     ifi->ifi_flags = ifi->ifi_change = IFF_UP;
+    if (master)
+        mnl_attr_put_u32(nlh, IFLA_MASTER, master);
     return nl_talk(nl, nlh);
+}
+
+static int link_up(struct mnl_socket *nl, unsigned ifindex)
+{
+    return set_master_up(nl, ifindex, 0);
 }
 
 static int add_addr(struct mnl_socket *nl, unsigned ifindex, uint32_t ip, unsigned prefix)
@@ -98,15 +106,22 @@ static int add_default_route(struct mnl_socket *nl, unsigned ifindex, uint32_t g
 }
 
 /* eth0 here, its peer `peer` in the namespace peer_ns_fd. */
-static int add_veth(struct mnl_socket *nl, const char *name, const char *peer, int peer_ns_fd)
+/* An RTM_NEWLINK request that creates the link `name` (its IFLA_LINKINFO follows). */
+static struct nlmsghdr *new_link_msg(char *buf, const char *name)
 {
-    char buf[MNL_SOCKET_BUFFER_SIZE];
     struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
     nlh->nlmsg_type = RTM_NEWLINK;
     nlh->nlmsg_flags = NLM_F_CREATE | NLM_F_EXCL;
     struct ifinfomsg *ifi = mnl_nlmsg_put_extra_header(nlh, sizeof *ifi);
     ifi->ifi_family = AF_UNSPEC;
     mnl_attr_put_strz(nlh, IFLA_IFNAME, name);
+    return nlh;
+}
+
+static int add_veth(struct mnl_socket *nl, const char *name, const char *peer, int peer_ns_fd)
+{
+    char buf[MNL_SOCKET_BUFFER_SIZE];
+    struct nlmsghdr *nlh = new_link_msg(buf, name);
     struct nlattr *info = mnl_attr_nest_start(nlh, IFLA_LINKINFO);
     mnl_attr_put_strz(nlh, IFLA_INFO_KIND, "veth");
     struct nlattr *data = mnl_attr_nest_start(nlh, IFLA_INFO_DATA);
@@ -138,29 +153,10 @@ static int del_link(struct mnl_socket *nl, const char *name)
 static int new_bridge(struct mnl_socket *nl, const char *name)
 {
     char buf[MNL_SOCKET_BUFFER_SIZE];
-    struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
-    nlh->nlmsg_type = RTM_NEWLINK;
-    nlh->nlmsg_flags = NLM_F_CREATE | NLM_F_EXCL;
-    struct ifinfomsg *ifi = mnl_nlmsg_put_extra_header(nlh, sizeof *ifi);
-    ifi->ifi_family = AF_UNSPEC;
-    mnl_attr_put_strz(nlh, IFLA_IFNAME, name);
+    struct nlmsghdr *nlh = new_link_msg(buf, name);
     struct nlattr *info = mnl_attr_nest_start(nlh, IFLA_LINKINFO);
     mnl_attr_put_strz(nlh, IFLA_INFO_KIND, "bridge");
     mnl_attr_nest_end(nlh, info);
-    return nl_talk(nl, nlh);
-}
-
-/* Link ifindex into master (a bridge), and up. */
-static int set_master_up(struct mnl_socket *nl, unsigned ifindex, unsigned master)
-{
-    char buf[MNL_SOCKET_BUFFER_SIZE];
-    struct nlmsghdr *nlh = mnl_nlmsg_put_header(buf);
-    nlh->nlmsg_type = RTM_NEWLINK;
-    struct ifinfomsg *ifi = mnl_nlmsg_put_extra_header(nlh, sizeof *ifi);
-    ifi->ifi_family = AF_UNSPEC;
-    ifi->ifi_index = (int) ifindex;
-    ifi->ifi_flags = ifi->ifi_change = IFF_UP;
-    mnl_attr_put_u32(nlh, IFLA_MASTER, master);
     return nl_talk(nl, nlh);
 }
 
