@@ -649,6 +649,7 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
     if (pid < 0) {
         (void) close(sp[0]);
         (void) safe_close(qm[0]);
+        (void) microvm_destroy(sb); /* its cgroup: nothing is left behind */
         return (int) pid;
     }
     sb->agent_fd = sp[0];
