@@ -360,7 +360,7 @@ static int vm_disk(const char *workdir, uint32_t disk_mb)
     return r;
 }
 
-int vm_join_limits(void)
+int vm_set_rlimits(void)
 {
     if (limit_nofile) {
         struct rlimit l = {limit_nofile, limit_nofile};
@@ -669,11 +669,11 @@ void vm_add_listener(int fd)
         (void) close(fd); /* its callers' watched calls then fail (ENOSYS): denied, not recorded */
 }
 
-static int guard_sock;
+static int guard_sock = -1; /* init's end of the socket to the protected paths' guard (vm_protect) */
 
 void vm_poll_add(struct pollfd *pfd, size_t *n, size_t max)
 {
-    if (guard_sock > 0 && *n + 3 < max) /* the guard's records of refused opens */
+    if (guard_sock >= 0 && *n + 3 < max) /* the guard's records of refused opens */
         pfd[(*n)++] = (struct pollfd){.fd = guard_sock, .events = POLLIN};
     for (int i = 0; i < 2 && *n + 2 < max; i++) /* a change of a cgroup events file: POLLPRI */
         pfd[(*n)++] = (struct pollfd){.fd = cg_events[i], .events = POLLPRI};
@@ -760,7 +760,7 @@ static void guard_records(short revents)
 void vm_poll_handle(const struct pollfd *pfd, size_t n)
 {
     for (size_t i = 0; i < n && i < polled_base; i++)
-        if (guard_sock > 0 && pfd[i].fd == guard_sock && pfd[i].revents)
+        if (guard_sock >= 0 && pfd[i].fd == guard_sock && pfd[i].revents)
             guard_records(pfd[i].revents);
     for (size_t i = 0; i < n && i < polled_base; i++)
         if ((pfd[i].fd == cg_events[0] || pfd[i].fd == cg_events[1]) && pfd[i].fd >= 0 &&
@@ -793,8 +793,6 @@ void vm_poll_handle(const struct pollfd *pfd, size_t n)
 
 #define GUARD_UID  65533
 #define MAX_GUARDS 256
-
-static int guard_sock = -1;
 
 static void guard_loop(int fan, int sock) __attribute__((noreturn));
 static void guard_loop(int fan, int sock)

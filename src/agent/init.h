@@ -49,8 +49,8 @@ void vm_mount_image(void);
 int vm_policy(const uint8_t *p, size_t len);
 bool vm_confines(void);
 int vm_confine_child(int sock);
-/* In a command's child: its rlimits and the guest's cgroup of commands (before vm_confine_child). */
-int vm_join_limits(void);
+/* In a command's child (born in the guest's cgroup of commands): its rlimits, before vm_confine_child. */
+int vm_set_rlimits(void);
 /* The cgroup (a directory fd) a guest's commands are cloned into; -1 elsewhere. */
 int vm_commands_cgroup(void);
 /* QUIESCE in a guest: SIGKILL the cgroup of commands (false: there is none); whether it is empty. */
