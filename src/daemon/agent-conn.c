@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "daemon.h"
 
@@ -90,8 +91,14 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 
 int agent_conn_open(struct agent_conn *c, struct event_base *base, int fd)
 {
+    /* Channels are numbered from a random start. A VM guest's port is one stream across hosts: a
+     * guest that did not see the last host hang up (the reconnection came first) still runs that
+     * host's commands on their channels, and their frames arrive here. Numbered from 1 again, the
+     * first exec would clash with them (EEXIST) and could be sent their output. */
+    uint32_t start = 1;
+    (void) getrandom(&start, sizeof start, GRND_NONBLOCK);
     *c = (struct agent_conn){
-        .next_channel = 1, .on_close = c->on_close, .on_event = c->on_event, .arg = c->arg};
+        .next_channel = start, .on_close = c->on_close, .on_event = c->on_event, .arg = c->arg};
     LIST_INIT(&c->reqs);
     if (evutil_make_socket_nonblocking(fd) < 0)
         return -errno;
