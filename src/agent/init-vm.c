@@ -161,6 +161,45 @@ static int vm_network(const struct cdn_identity *id)
 static int vm_cgroup_base(void);
 static int vm_harden(void);
 
+static bool image_root; /* an image's root disk is the root (else the host's /usr comes over 9p) */
+
+/* An image's guest (cordon.root=erofs on the kernel's command line): the disk (/dev/vda, erofs)
+ * becomes the root, under an overlay whose upper layer is a small tmpfs for what init itself
+ * writes there (mount points, /etc/machine-id, /etc/resolv.conf), read-only to commands once the
+ * identity is set. The kernel's filesystems move along; the initramfs is left behind, out of reach
+ * (switch_root: rootfs cannot be pivoted away). */
+static int vm_image_root(void)
+{
+    char cmdline[1024] = "";
+    int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, cmdline, sizeof cmdline - 1);
+        cmdline[n > 0 ? n : 0] = 0;
+        (void) close(fd);
+    }
+    if (!strstr(cmdline, " cordon.root=erofs"))
+        return 0;
+    image_root = true;
+    static const char *const moved[] = {"/proc", "/sys", "/dev", "/tmp"};
+    const unsigned long fl = MS_NOSUID | MS_NODEV;
+    if (mkdir("/.lower", 0755) < 0 || mkdir("/.upper", 0755) < 0 || mkdir("/.root", 0755) < 0 ||
+        mount("/dev/vda", "/.lower", "erofs", MS_RDONLY | fl, NULL) < 0 ||
+        mount("tmpfs", "/.upper", "tmpfs", fl, "size=16m,mode=0755") < 0 || mkdir("/.upper/u", 0755) < 0 ||
+        mkdir("/.upper/w", 0755) < 0 ||
+        mount("overlay", "/.root", "overlay", fl, "lowerdir=/.lower,upperdir=/.upper/u,workdir=/.upper/w") <
+            0)
+        return -errno;
+    for (size_t i = 0; i < sizeof moved / sizeof moved[0]; i++) {
+        char p[64];
+        (void) snprintf(p, sizeof p, "/.root%s", moved[i]);
+        if ((mkdir(p, 0755) < 0 && errno != EEXIST) || mount(moved[i], p, NULL, MS_MOVE, NULL) < 0)
+            return -errno;
+    }
+    if (chdir("/.root") < 0 || mount(".", "/", NULL, MS_MOVE, NULL) < 0 || chroot(".") < 0 || chdir("/") < 0)
+        return -errno;
+    return 0;
+}
+
 int vm_setup(void)
 {
     (void) mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
@@ -176,6 +215,8 @@ int vm_setup(void)
     if (con > 2)
         (void) close(con);
     load_modules();
+    if (vm_image_root() < 0)
+        return -1;
     int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (s >= 0) {
         (void) link_up(s, "lo");
@@ -585,6 +626,8 @@ void vm_mount_image(void)
     if (!vm_guest_mode || done)
         return;
     done = true;
+    if (image_root)
+        return; /* the image's own /usr */
     /* The host image's /usr (9p, read-only); without the share the guest has busybox only. */
     (void) mount("usr", "/usr", "9p", MS_RDONLY | MS_NOSUID | MS_NODEV,
                  "trans=virtio,version=9p2000.L,cache=loose,msize=262144");

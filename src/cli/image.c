@@ -33,17 +33,23 @@ int cdn_cli_image(int argc, char *const *argv)
 #if !CDN_LEAN
 int cdn_cli_vm(int argc, char *const *argv)
 {
-    if (argc == 1 && strcmp(argv[0], "prepare") == 0) {
+    bool image = argc == 3 && strcmp(argv[1], "--image") == 0;
+    if ((argc == 1 || image) && strcmp(argv[0], "prepare") == 0) {
         struct cdn_error err = {0};
         struct cdn_vm_assets vm;
-        if (cdn_vm_prepare(&vm, true, &err) < 0) {
+        struct cdn_image img;
+        char disk[4400] = "";
+        if (cdn_vm_prepare(&vm, true, &err) < 0 ||
+            (image && strcmp(argv[2], "host") != 0 &&
+             (cdn_image_resolve(argv[2], &img, &err) < 0 ||
+              cdn_vm_image_disk(img.lower, true, disk, sizeof disk, &err) < 0))) {
             fprintf(stderr, "cordon: %s\n", err.msg);
             return 125;
         }
-        printf("kernel %s\n%s\n%s\n", vm.release, vm.kernel, vm.initramfs);
+        printf("kernel %s\n%s\n%s\n%s%s", vm.release, vm.kernel, vm.initramfs, disk, *disk ? "\n" : "");
         return 0;
     }
-    fprintf(stderr, "usage: cordon vm prepare\n");
+    fprintf(stderr, "usage: cordon vm prepare [--image host|DIR]\n");
     return 125;
 }
 #endif

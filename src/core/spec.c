@@ -285,11 +285,6 @@ int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
         return cdn_error_field(err, EOPNOTSUPP, "tier",
                                "tier: '%s' is not available in this build yet ('container' or 'microvm')",
                                cdn_tier_to_string(spec->tier));
-    if (spec->tier == CDN_TIER_MICROVM) { /* what the microvm tier does not do yet: refused, not ignored */
-        const char *field = strcmp(spec->image, "host") ? "image" : NULL;
-        if (field)
-            return cdn_error_field(err, EOPNOTSUPP, field, "%s: not available for tier microvm yet", field);
-    }
     if (!(l->cpus > 0 && l->cpus <= 1024))
         return cdn_error_field(err, ERANGE, "limits.cpus", "limits.cpus: must be in (0, 1024]");
     if (l->memory_mb < CDN_MEMORY_MB_MIN || l->memory_mb > CDN_MEMORY_MB_MAX)

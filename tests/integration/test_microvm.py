@@ -10,6 +10,7 @@ it; these tests never download anything: cordonlib sets CORDON_VM_DIR)."""
 
 import os
 import platform
+import shutil
 
 import pytest
 
@@ -98,9 +99,44 @@ def test_timeout_ends_the_guest():
     cordonlib.wait_for(lambda: qemus() == [], timeout=5, what="QEMU's exit")
 
 
-def test_what_the_tier_does_not_do_yet_is_refused(busybox_image):
-    """Images other than the host's need a root disk (not built yet): refused, never ignored."""
-    r = run(["--tier", "microvm", "--image", busybox_image, "--", "true"], timeout=60)
+def test_an_image_directory_is_the_guests_root(busybox_image, daemon):
+    """--image DIR: an erofs disk made once from the directory, the root of the guest (under an
+    overlay), read-only but for the disk's directories; the directory itself never changes. Through
+    `cordon run` and through cordond (from the image's own snapshot); a second image directory gets
+    its own disk."""
+    from cordon import Sandbox
+    before = sorted(os.listdir(busybox_image))
+    script = ("cat /etc/image-marker; test -e /usr/bin/python3 && echo has-python; uname -r; "
+              "echo hi > /tmp/x && cat /tmp/x; touch /new-file 2>/dev/null || echo ro; rm -f /bin/ls || echo ro")
+    r = run(["--tier", "microvm", "--image", busybox_image, "--", "sh", "-c", script], timeout=180)
+    assert r.code == 0, r
+    assert r.stdout.splitlines() == ["busybox-image", guest_release(), "hi", "ro", "ro"], r
+    sb = Sandbox.create(endpoint=daemon.endpoint, tier="microvm", image=busybox_image)
+    try:
+        assert sb.info()["vm"]["boot"] == "snapshot"
+        assert sb.exec("cat /etc/image-marker; ls /usr/bin/python3 || echo none").stdout.split() == [
+            "busybox-image", "none"]
+        sb.files.write("/tmp/f", b"in the guest")
+        assert sb.files.read("/tmp/f") == b"in the guest"
+    finally:
+        sb.kill()
+    assert sorted(os.listdir(busybox_image)) == before
+    with open(os.path.join(busybox_image, "etc", "image-marker")) as f:
+        assert f.read() == "busybox-image\n"
+    other = busybox_image + "-other"
+    shutil.copytree(busybox_image, other, symlinks=True)
+    try:
+        with open(os.path.join(other, "etc", "image-marker"), "w") as f:
+            f.write("other-image\n")
+        r = run(["--tier", "microvm", "--image", other, "--", "cat", "/etc/image-marker"], timeout=180)
+        assert r.code == 0 and r.stdout == "other-image\n", r
+    finally:
+        shutil.rmtree(other)
+    cordonlib.wait_for(lambda: qemus() == [], timeout=10, what="the QEMUs' exit")
+
+
+def test_a_bad_image_is_refused_naming_it(shared_dir):
+    r = run(["--tier", "microvm", "--image", os.path.join(shared_dir, "nope"), "--", "true"], timeout=60)
     assert r.code == 125 and "field: image" in r.stderr, r
     assert qemus() == []
 

@@ -10,6 +10,7 @@
 #include "tiers/tier.h"
 #include "agent/frame.h"
 #include "core/paths.h"
+#include "image/image.h"
 #include "vmprep.h"
 #include "net/netns.h"
 #include "tiers/container/seccomp-policy.h"
@@ -108,8 +109,10 @@ static const char *fmt(struct qemu_cmd *q, const char *f, ...)
 enum boot { BOOT_COLD, BOOT_TEMPLATE, BOOT_RESTORE };
 
 /* The command line; memdir: where the guest's RAM file lives (template, restore). */
+/* disk: an image's root disk (erofs), NULL for the host image. */
 static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const char *accel, uint64_t mem_mb,
-                      int smp, enum boot boot, const char *memdir, bool listening, bool tap, bool binds)
+                      int smp, enum boot boot, const char *memdir, bool listening, bool tap, bool binds,
+                      const char *disk)
 {
     long khz = tsc_khz();
     add(q, QEMU);
@@ -140,8 +143,11 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
     add(q, "-initrd");
     add(q, vm->initramfs);
     add(q, "-append");
-    add(q, khz > 0 ? fmt(q, "quiet panic=-1 reboot=t random.trust_cpu=on tsc_early_khz=%ld", khz)
-                   : "quiet panic=-1 reboot=t random.trust_cpu=on");
+    char tsc[48] = "";
+    if (khz > 0)
+        (void) snprintf(tsc, sizeof tsc, " tsc_early_khz=%ld", khz);
+    /* cordon.root=erofs: the guest's init makes the disk its root at boot (in the snapshot). */
+    add(q, fmt(q, "quiet panic=-1 reboot=t random.trust_cpu=on%s%s", tsc, disk ? " cordon.root=erofs" : ""));
     add(q, "-device");
     add(q, "virtio-serial-device");
     add(q, "-chardev");
@@ -171,6 +177,12 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
                binds ? "share" : "empty"));
     add(q, "-device");
     add(q, "virtio-9p-device,fsdev=binds,mount_tag=binds");
+    if (disk) { /* read-only: many guests share it, as containers share an image's lower layer */
+        add(q, "-drive");
+        add(q, fmt(q, "file=%s,if=none,id=root,format=raw,readonly=on", disk));
+        add(q, "-device");
+        add(q, "virtio-blk-device,drive=root");
+    }
     if (boot != BOOT_COLD) { /* QMP: fd 4 (template) or 5 (restore, whose state is fd 4) */
         add(q, "-chardev");
         add(q, fmt(q, "socket,id=qmp,fd=%d", boot == BOOT_TEMPLATE ? QEMU_FD4 : QEMU_FD4 + 1));
@@ -343,7 +355,7 @@ static int wait_pong(int agent, int timeout_ms)
 }
 
 static int make_template(const struct cdn_vm_assets *vm, const char *accel, uint64_t mem_mb, int smp,
-                         const char *dir, struct cdn_error *err)
+                         const char *disk, const char *dir, struct cdn_error *err)
 {
     fprintf(stderr, "cordon: vm: booting a guest to snapshot (%llu MiB, %d vCPU, %s) …\n",
             (unsigned long long) mem_mb, smp, accel);
@@ -357,7 +369,7 @@ static int make_template(const struct cdn_vm_assets *vm, const char *accel, uint
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, qm) < 0)
         return cdn_error_set(err, errno, "socketpair: %m");
     struct qemu_cmd q = {0};
-    build_cmd(&q, vm, accel, mem_mb, smp, BOOT_TEMPLATE, dir, false, false, false);
+    build_cmd(&q, vm, accel, mem_mb, smp, BOOT_TEMPLATE, dir, false, false, false, disk);
     /* QMP on fd 4; the state file goes to QEMU through QMP's getfd, for migrate's "fd:state". */
     int pidfd = -1;
     pid_t pid = spawn_qemu(
@@ -406,19 +418,23 @@ static int make_template(const struct cdn_vm_assets *vm, const char *accel, uint
 
 /* The snapshot directory for this shape, made (under a lock) when missing or stale. */
 static int snapshot_dir(const struct cdn_vm_assets *vm, const char *accel, uint64_t mem_mb, int smp,
-                        char *dir, size_t size, struct cdn_error *err)
+                        const char *disk, char *dir, size_t size, struct cdn_error *err)
 {
     struct stat st;
     if (stat(vm->initramfs, &st) < 0)
         return cdn_error_set(err, errno, "%s: %m", vm->initramfs);
-    char key[512];
-    (void) snprintf(key, sizeof key, "%s initramfs %lld.%09ld mem %llu smp %d accel %s devices " DEVICES "\n",
+    /* One template per image too: an image's guest has its disk, mounted as its root at boot. */
+    const char *img = disk ? strrchr(disk, '/') + 1 : NULL;
+    char key[4800];
+    (void) snprintf(key, sizeof key,
+                    "%s initramfs %lld.%09ld mem %llu smp %d accel %s devices " DEVICES " disk %s\n",
                     vm->release, (long long) st.st_mtim.tv_sec, st.st_mtim.tv_nsec,
-                    (unsigned long long) mem_mb, smp, accel);
-    (void) snprintf(dir, size, "%s/snap-%llum-%d-%s", cdn_vm_dir(), (unsigned long long) mem_mb, smp, accel);
+                    (unsigned long long) mem_mb, smp, accel, disk ? disk : "none");
+    (void) snprintf(dir, size, "%s/snap-%llum-%d-%s%s%.*s", cdn_vm_dir(), (unsigned long long) mem_mb, smp,
+                    accel, img ? "-" : "", img ? (int) strcspn(img, ".") : 0, img ? img : "");
     if (cdn_mkdir_p(dir, 0700) < 0)
         return cdn_error_set(err, errno, "create %s: %m", dir);
-    char p[4300], have[512] = "";
+    char p[4300], have[4800] = "";
     (void) snprintf(p, sizeof p, "%s/lock", dir);
     _cleanup_close_ int lock = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (lock < 0 || flock(lock, LOCK_EX) < 0)
@@ -428,7 +444,7 @@ static int snapshot_dir(const struct cdn_vm_assets *vm, const char *accel, uint6
     if (strcmp(have, key) == 0)
         return 0;
     (void) unlink(p);
-    int r = make_template(vm, accel, mem_mb, smp, dir, err);
+    int r = make_template(vm, accel, mem_mb, smp, disk, dir, err);
     if (r < 0)
         return r;
     _cleanup_close_ int kfd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -577,6 +593,14 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
             return cdn_error_field(err, errno, field, "%s: %s: %m", field, sb->spec->mounts[i].source);
         }
     }
+    /* An image other than the host's: its root disk. */
+    char disk[4400] = "";
+    if (strcmp(sb->spec->image, "host") != 0) {
+        struct cdn_image img;
+        if ((r = cdn_image_resolve(sb->spec->image, &img, err)) < 0 ||
+            (r = cdn_vm_image_disk(img.lower, true, disk, sizeof disk, err)) < 0)
+            return r;
+    }
     const char *accel = pick_accel();
     (void) snprintf(sb->accel, sizeof sb->accel, "%s", accel);
     const char *how = getenv("CORDON_VM_BOOT");
@@ -588,7 +612,7 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
     char dir[4096] = "";
     _cleanup_close_ int state = -1;
     if (boot == BOOT_RESTORE) {
-        if ((r = snapshot_dir(&vm, accel, mem, smp, dir, sizeof dir, err)) < 0)
+        if ((r = snapshot_dir(&vm, accel, mem, smp, *disk ? disk : NULL, dir, sizeof dir, err)) < 0)
             return cdn_error_prefix(err, r, "the microvm snapshot (CORDON_VM_BOOT=cold boots without one)");
         (void) snprintf(p, sizeof p, "%s/state", dir);
         if ((state = open(p, O_RDONLY | O_CLOEXEC)) < 0)
@@ -630,7 +654,8 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
         return r;
     }
     struct qemu_cmd q = {0};
-    build_cmd(&q, &vm, accel, mem, smp, boot, dir, listening, tap >= 0, sb->spec->n_mounts > 0);
+    build_cmd(&q, &vm, accel, mem, smp, boot, dir, listening, tap >= 0, sb->spec->n_mounts > 0,
+              *disk ? disk : NULL);
     int pidfd = -1;
     pid_t pid = spawn_qemu(&q,
                            &(struct qemu_fds){.agent = sp[1],

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -26,7 +27,8 @@ extern char **environ;
 
 /* The guest's modules, in load order (each after what it needs): the
  * agent's virtio-serial port on the microvm machine (virtio-mmio), 9p over
- * virtio for the host image's /usr, and virtio-net for the sandbox's network. */
+ * virtio for the host image's /usr, virtio-net for the sandbox's network, and
+ * virtio-blk, erofs and overlay for any other image's root disk. */
 static const char *const modules[] = {
     "kernel/drivers/virtio/virtio_ring.ko",
     "kernel/drivers/virtio/virtio.ko",
@@ -40,9 +42,14 @@ static const char *const modules[] = {
     "kernel/net/core/failover.ko",
     "kernel/drivers/net/net_failover.ko",
     "kernel/drivers/net/virtio_net.ko",
+    "kernel/drivers/block/virtio_blk.ko",
+    "kernel/crypto/crc32c_generic.ko", /* what libcrc32c asks the crypto API for */
+    "kernel/lib/libcrc32c.ko",
+    "kernel/fs/erofs/erofs.ko",
+    "kernel/fs/overlayfs/overlay.ko",
 };
 /* What is unpacked from the kernel package; a change here must bump it. */
-#define KERNEL_FORMAT "4"
+#define KERNEL_FORMAT "5"
 
 #define BUSYBOX "/bin/busybox"
 /* What goes into the initramfs; a change here must bump it (the cached one is then rebuilt). */
@@ -450,5 +457,114 @@ int cdn_vm_prepare(struct cdn_vm_assets *out, bool progress, struct cdn_error *e
         if (write_file(fmtpath, (const uint8_t *) want, strlen(want), 0644) < 0)
             return cdn_error_set(err, errno, "write %s: %m", fmtpath);
     }
+    return 0;
+}
+
+/* What identifies an image directory's content: it is taken as immutable (a changed image is a new
+ * directory), so its path and its root directory's inode and times stand for it. */
+static uint64_t image_key(const char *root, const struct stat *st)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    char buf[4400];
+    int n =
+        snprintf(buf, sizeof buf, "%s %llu %llu %lld.%09ld %lld.%09ld", root, (unsigned long long) st->st_dev,
+                 (unsigned long long) st->st_ino, (long long) st->st_mtim.tv_sec, st->st_mtim.tv_nsec,
+                 (long long) st->st_ctim.tv_sec, st->st_ctim.tv_nsec);
+    for (int i = 0; i < n && i < (int) sizeof buf; i++)
+        h = (h ^ (uint8_t) buf[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The disks of image directories gone or changed since, and their guests' templates: removed
+ * whenever a new disk is made (under the images' lock), so that they do not pile up. */
+static void prune_images(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n != 16 + 7 || strcmp(e->d_name + 16, ".source") != 0)
+            continue;
+        char p[4400], src[4096] = "", hash[17];
+        struct stat st;
+        (void) snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        (void) snprintf(hash, sizeof hash, "%.16s", e->d_name);
+        if (cdn_read_file_at(AT_FDCWD, p, src, sizeof src) > 0 && stat(src, &st) == 0) {
+            char now[17];
+            (void) snprintf(now, sizeof now, "%016llx", (unsigned long long) image_key(src, &st));
+            if (strcmp(now, hash) == 0)
+                continue;
+        }
+        (void) unlink(p);
+        (void) snprintf(p, sizeof p, "%s/%s.erofs", dir, hash);
+        (void) unlink(p);
+        glob_t g;
+        (void) snprintf(p, sizeof p, "%s/snap-*-%s", cdn_vm_dir(), hash);
+        if (glob(p, GLOB_NOSORT, NULL, &g) == 0)
+            for (size_t i = 0; i < g.gl_pathc; i++) {
+                static const char *const files[] = {"state", "state.tmp", "mem", "key", "lock"};
+                for (size_t f = 0; f < ELEMENTSOF(files); f++) {
+                    (void) snprintf(p, sizeof p, "%s/%s", g.gl_pathv[i], files[f]);
+                    (void) unlink(p);
+                }
+                (void) rmdir(g.gl_pathv[i]);
+            }
+        globfree(&g);
+    }
+    if (d)
+        closedir(d);
+}
+
+int cdn_vm_image_disk(const char *root, bool progress, char *out, size_t size, struct cdn_error *err)
+{
+    struct stat st;
+    if (stat(root, &st) < 0)
+        return cdn_error_field(err, errno, "image", "image: %s: %m", root);
+    if (!S_ISDIR(st.st_mode))
+        return cdn_error_field(err, ENOTDIR, "image", "image: %s: not a directory", root);
+    char dir[4200];
+    (void) snprintf(dir, sizeof dir, "%s/images", cdn_vm_dir());
+    if (cdn_mkdir_p(dir, 0700) < 0)
+        return cdn_error_set(err, errno, "create %s: %m", dir);
+    (void) snprintf(out, size, "%s/%016llx.erofs", dir, (unsigned long long) image_key(root, &st));
+    if (access(out, R_OK) == 0)
+        return 0;
+    char lock[4400], tmp[4400];
+    (void) snprintf(lock, sizeof lock, "%s/lock", dir);
+    _cleanup_close_ int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lfd < 0 || flock(lfd, LOCK_EX) < 0)
+        return cdn_error_set(err, errno, "lock %s: %m", lock);
+    if (access(out, R_OK) == 0) /* made while we waited */
+        return 0;
+    prune_images(dir);
+    say(progress, "building the image's root disk (erofs) from ", root);
+    (void) snprintf(tmp, sizeof tmp, "%s.tmp", out);
+    /* Uncompressed: nothing to decompress in the guest, which under TCG is slow. Owners, modes
+     * and xattrs as in the directory. */
+    char *const argv[] = {"mkfs.erofs", "--quiet", tmp, (char *) root, NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, 2, 1); /* what it prints is not the caller's output */
+    pid_t pid;
+    int r = posix_spawnp(&pid, "mkfs.erofs", &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (r != 0)
+        return cdn_error_set(err, r, "run mkfs.erofs (Debian's erofs-utils): %s", strerror(r));
+    int ws;
+    while (waitpid(pid, &ws, 0) < 0)
+        if (errno != EINTR)
+            return cdn_error_set(err, errno, "wait for mkfs.erofs: %m");
+    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+        (void) unlink(tmp);
+        return cdn_error_field(err, EIO, "image", "image: mkfs.erofs of %s failed", root);
+    }
+    char source[4400];
+    (void) snprintf(source, sizeof source, "%.*s.source", (int) (strlen(out) - 6), out);
+    if (write_file(source, (const uint8_t *) root, strlen(root), 0600) < 0 || rename(tmp, out) < 0) {
+        r = cdn_error_set(err, errno, "keep %s: %m", out);
+        (void) unlink(tmp);
+        return r;
+    }
+    say(progress, "image root disk ready: ", out);
     return 0;
 }

@@ -20,3 +20,7 @@ struct cdn_vm_assets {
  * kernel package comes from $CORDON_VM_KERNEL_DEB, else a linux-image-*.deb in
  * <state>/vm/, else `apt-get download` of the one linux-image-amd64 depends on. */
 int cdn_vm_prepare(struct cdn_vm_assets *out, bool progress, struct cdn_error *err);
+
+/* The root disk of an image other than "host": a read-only erofs made from the image directory
+ * root once, cached in <state>/vm/images/ (path into out). Errors name "image". */
+int cdn_vm_image_disk(const char *root, bool progress, char *out, size_t size, struct cdn_error *err);
