@@ -53,39 +53,50 @@ bool vm_guest(void)
     return vm_guest_mode = getpid() == 1 && fcntl(AGENT_FD, F_GETFD) < 0;
 }
 
-static void load_modules(void)
+/* dir: /.modules (every guest's) or /.modules/disk (a root disk's: vm_image_root). Each file is
+ * removed once loaded (out of the commands' root, and of memory); how many there were. */
+static int load_modules(const char *dir)
 {
     /* 0.ko, 1.ko, …: in the order the initramfs was built with (vmprep.c). */
-    for (int i = 0; i < 64; i++) {
+    int i;
+    for (i = 0; i < 64; i++) {
         char p[64];
-        (void) snprintf(p, sizeof p, "/lib/modules/%d.ko", i);
+        (void) snprintf(p, sizeof p, "%s/%d.ko", dir, i);
         int fd = open(p, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
             break;
         (void) syscall(SYS_finit_module, fd, "", 0);
         (void) close(fd);
+        (void) unlink(p);
     }
+    return i;
 }
 
-/* The port the host named cordon.agent; the first port when names are not there (yet). */
+/* Whether the port p (vport0p1, …) is the one the host named cordon.agent. */
+static bool agent_port(const char *p)
+{
+    char path[300], name[64] = "";
+    (void) snprintf(path, sizeof path, "/sys/class/virtio-ports/%s/name", p);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, name, sizeof name - 1) : -1;
+    if (fd >= 0)
+        (void) close(fd);
+    return n > 0 && strncmp(name, "cordon.agent", 12) == 0;
+}
+
+/* The port the host named cordon.agent: vport0p1 (the only port of the one device, numbered from
+ * 1), else whichever has the name. */
 static int open_port(void)
 {
-    for (int tries = 0; tries < 400; tries++) { /* devices appear as their drivers probe: up to 4 s */
-        DIR *d = opendir("/sys/class/virtio-ports");
-        struct dirent *de;
+    for (int tries = 0; tries < 800; tries++) { /* devices appear as their drivers probe: up to 4 s */
         char found[300] = "";
-        while (d && (de = readdir(d))) {
-            char p[300], name[64] = "";
-            if (de->d_name[0] == '.')
-                continue;
-            (void) snprintf(p, sizeof p, "/sys/class/virtio-ports/%s/name", de->d_name);
-            int fd = open(p, O_RDONLY | O_CLOEXEC);
-            ssize_t n = fd >= 0 ? read(fd, name, sizeof name - 1) : -1;
-            if (fd >= 0)
-                (void) close(fd);
-            if (n > 0 && strncmp(name, "cordon.agent", 12) == 0)
+        if (agent_port("vport0p1"))
+            (void) snprintf(found, sizeof found, "/dev/vport0p1");
+        DIR *d = found[0] ? NULL : opendir("/sys/class/virtio-ports");
+        struct dirent *de;
+        while (d && (de = readdir(d)))
+            if (de->d_name[0] != '.' && agent_port(de->d_name))
                 (void) snprintf(found, sizeof found, "/dev/%s", de->d_name);
-        }
         if (d)
             closedir(d);
         if (found[0]) {
@@ -93,7 +104,7 @@ static int open_port(void)
             if (fd >= 0)
                 return fd;
         }
-        struct timespec ts = {0, 10 * 1000 * 1000};
+        struct timespec ts = {0, 5 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
     return -1;
@@ -180,6 +191,7 @@ static int vm_image_root(void)
     if (!strstr(cmdline, " cordon.root=erofs"))
         return 0;
     image_root = true;
+    load_modules("/.modules/disk");
     static const char *const moved[] = {"/proc", "/sys", "/dev", "/tmp"};
     const unsigned long fl = MS_NOSUID | MS_NODEV;
     if (mkdir("/.lower", 0755) < 0 || mkdir("/.upper", 0755) < 0 || mkdir("/.root", 0755) < 0 ||
@@ -214,9 +226,21 @@ int vm_setup(void)
             (void) dup2(con, i);
     if (con > 2)
         (void) close(con);
-    load_modules();
+    load_modules("/.modules");
     if (vm_image_root() < 0)
         return -1;
+    if (!image_root) { /* what else only boot needed, out of the commands' root */
+        (void) rmdir("/.modules");
+        (void) unlink("/init");
+    }
+    /* What every guest has alike is done here, before the snapshot (each costs tens of ms under
+     * TCG): no IPv6 (as a container's namespace; before lo is up, which then gets no ::1); allocations
+     * not refused for the guest's size (a host has more than the limit: the cgroup's limit decides,
+     * by its OOM killer, as in a container); the commands' cgroup; /proc, /sys and /dev as a
+     * container sees them. */
+    (void) write_file("/proc/sys/net/ipv6/conf/all/disable_ipv6", "1\n");
+    (void) write_file("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1\n");
+    (void) write_file("/proc/sys/vm/overcommit_memory", "1\n");
     int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (s >= 0) {
         (void) link_up(s, "lo");
@@ -227,13 +251,6 @@ int vm_setup(void)
         return -1;
     if (port != AGENT_FD && (dup2(port, AGENT_FD) < 0 || close(port) < 0))
         return -1;
-    /* What every guest has alike is done here, before the snapshot (each costs tens of ms under
-     * TCG): no IPv6 (as a container's namespace); allocations not refused for the guest's size (a
-     * host has more than the limit: the cgroup's limit decides, by its OOM killer, as in a
-     * container); the commands' cgroup; /proc, /sys and /dev as a container sees them. */
-    (void) write_file("/proc/sys/net/ipv6/conf/all/disable_ipv6", "1\n");
-    (void) write_file("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1\n");
-    (void) write_file("/proc/sys/vm/overcommit_memory", "1\n");
     if (vm_cgroup_base() < 0 || vm_harden() < 0)
         return -1;
     return 0;
@@ -628,7 +645,7 @@ void vm_mount_image(void)
     done = true;
     if (image_root)
         return; /* the image's own /usr */
-    /* The host image's /usr (9p, read-only); without the share the guest has busybox only. */
+    /* The host image's /usr (9p, read-only), under the host image's skeleton (the initramfs). */
     (void) mount("usr", "/usr", "9p", MS_RDONLY | MS_NOSUID | MS_NODEV,
                  "trans=virtio,version=9p2000.L,cache=loose,msize=262144");
 }

@@ -72,7 +72,7 @@ static long tsc_khz(void)
 #define VM_MEM_OVERHEAD_MB 64
 
 /* The guest's devices; a change here must change it (the snapshots are then made again). */
-#define DEVICES "serial,net,9p-usr,9p-binds"
+#define DEVICES "serial(2 ports),net,9p-usr,9p-binds"
 
 /* fds of QEMU: 3 our agent socket; 4 the QMP socket (a template) or the state to restore from;
  * 5 the QMP socket (a restore); 6 the tap. */
@@ -141,15 +141,17 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
         add(q, fixed[i]);
     add(q, vm->kernel);
     add(q, "-initrd");
-    add(q, vm->initramfs);
+    add(q, disk ? vm->initramfs_disk : vm->initramfs);
     add(q, "-append");
     char tsc[48] = "";
     if (khz > 0)
         (void) snprintf(tsc, sizeof tsc, " tsc_early_khz=%ld", khz);
     /* cordon.root=erofs: the guest's init makes the disk its root at boot (in the snapshot). */
     add(q, fmt(q, "quiet panic=-1 reboot=t random.trust_cpu=on%s%s", tsc, disk ? " cordon.root=erofs" : ""));
+    /* Two ports (the agent's is 1; 0 is kept for a console): the guest's driver then sets up 4
+     * virtqueues, not the 64 of the default 31 ports. */
     add(q, "-device");
-    add(q, "virtio-serial-device");
+    add(q, "virtio-serial-device,max_ports=2");
     add(q, "-chardev");
     /* listening: fd 3 is a listening socket (a persistent sandbox's): QEMU accepts one host at a
      * time on it, so a restarted cordond connects again, as to a container's init. */
@@ -421,8 +423,9 @@ static int snapshot_dir(const struct cdn_vm_assets *vm, const char *accel, uint6
                         const char *disk, char *dir, size_t size, struct cdn_error *err)
 {
     struct stat st;
-    if (stat(vm->initramfs, &st) < 0)
-        return cdn_error_set(err, errno, "%s: %m", vm->initramfs);
+    const char *initramfs = disk ? vm->initramfs_disk : vm->initramfs;
+    if (stat(initramfs, &st) < 0)
+        return cdn_error_set(err, errno, "%s: %m", initramfs);
     /* One template per image too: an image's guest has its disk, mounted as its root at boot. */
     const char *img = disk ? strrchr(disk, '/') + 1 : NULL;
     char key[4800];

@@ -3,6 +3,7 @@
  * liblzma (the kernel's XZ payload) come in. */
 #include "vmprep.h"
 #include "core/paths.h"
+#include "image/image.h"
 #include "shared/fd-util.h"
 #include "shared/macro.h"
 
@@ -11,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <glob.h>
 #include <lzma.h>
 #include <spawn.h>
@@ -42,18 +44,19 @@ static const char *const modules[] = {
     "kernel/net/core/failover.ko",
     "kernel/drivers/net/net_failover.ko",
     "kernel/drivers/net/virtio_net.ko",
+    /* From here: an image's root disk, loaded only by guests that have one (lib/modules/disk/). */
     "kernel/drivers/block/virtio_blk.ko",
     "kernel/crypto/crc32c_generic.ko", /* what libcrc32c asks the crypto API for */
     "kernel/lib/libcrc32c.ko",
     "kernel/fs/erofs/erofs.ko",
     "kernel/fs/overlayfs/overlay.ko",
 };
+#define FIRST_DISK_MODULE 12
 /* What is unpacked from the kernel package; a change here must bump it. */
 #define KERNEL_FORMAT "5"
 
-#define BUSYBOX "/bin/busybox"
 /* What goes into the initramfs; a change here must bump it (the cached one is then rebuilt). */
-#define INITRAMFS_FORMAT "cordon-initramfs 3"
+#define INITRAMFS_FORMAT "cordon-initramfs 5"
 
 static void say(bool progress, const char *what, const char *arg)
 {
@@ -308,105 +311,146 @@ static int add_file(struct archive *w, const char *name, mode_t mode, const void
     return r;
 }
 
+/* The whole of a file, in a buffer of its own (*ret, freed by the caller). 0 or -errno. */
+static int read_file(const char *path, uint8_t **ret, size_t *n)
+{
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0)
+        return -errno;
+    uint8_t *b = malloc((size_t) st.st_size + 1);
+    if (!b)
+        return -ENOMEM;
+    if (cdn_read_full(fd, b, (size_t) st.st_size) != st.st_size) {
+        free(b);
+        return -EIO;
+    }
+    *ret = b;
+    *n = (size_t) st.st_size;
+    return 0;
+}
+
 static int add_path(struct archive *w, const char *name, const char *src, mode_t mode)
 {
-    int fd = open(src, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    struct stat st;
     uint8_t *b = NULL;
-    int r = fstat(fd, &st) < 0 ? -errno : 0;
-    if (r == 0 && !(b = malloc((size_t) st.st_size + 1)))
-        r = -ENOMEM;
-    if (r == 0 && cdn_read_full(fd, b, (size_t) st.st_size) != st.st_size)
-        r = -EIO;
-    (void) close(fd);
+    size_t n = 0;
+    int r = read_file(src, &b, &n);
     if (r == 0)
-        r = add_file(w, name, mode, b, (size_t) st.st_size, NULL);
+        r = add_file(w, name, mode, b, n, NULL);
     free(b);
     return r;
 }
 
-/* busybox's applets, each a symlink in /bin, so that commands are found on PATH. */
-static int add_applets(struct archive *w)
+/* The host image's skeleton (its /etc, the merged-/usr symlinks, mount points) into the
+ * initramfs, so that a guest of the host image sees the root a container of it sees. */
+static struct archive *tree_w;
+static size_t tree_skip;
+static int add_tree_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
 {
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) < 0)
-        return -errno;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, p[1], 1);
-    char *const argv[] = {BUSYBOX, "--list", NULL};
-    pid_t pid;
-    int r = -posix_spawn(&pid, BUSYBOX, &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    (void) close(p[1]);
-    static char list[65536];
-    size_t n = 0;
-    while (r == 0 && n < sizeof list - 1) { /* to EOF */
-        ssize_t k = read(p[0], list + n, sizeof list - 1 - n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            break;
-        n += (size_t) k;
+    (void) ftw;
+    const char *name = path + tree_skip;
+    if (!*name)
+        return 0; /* the root itself */
+    name++;
+    if (type == FTW_D || type == FTW_DP)
+        return add_file(tree_w, name, AE_IFDIR | (st->st_mode & 07777), NULL, 0, NULL);
+    if (type == FTW_SL) {
+        char link[4096];
+        ssize_t n = readlink(path, link, sizeof link - 1);
+        if (n < 0)
+            return -errno;
+        link[n] = 0;
+        return add_file(tree_w, name, AE_IFLNK | 0777, NULL, 0, link);
     }
-    (void) close(p[0]);
-    if (r == 0)
-        (void) waitpid(pid, NULL, 0);
-    list[n] = 0;
-    for (char *save = NULL, *a = strtok_r(list, "\n", &save); r == 0 && a; a = strtok_r(NULL, "\n", &save)) {
-        char name[300];
-        if (strcmp(a, "busybox") == 0 || strlen(a) > 200)
-            continue;
-        (void) snprintf(name, sizeof name, "bin/%s", a);
-        r = add_file(w, name, AE_IFLNK | 0777, NULL, 0, "busybox");
+    if (type == FTW_F && S_ISREG(st->st_mode))
+        return add_path(tree_w, name, path, AE_IFREG | (st->st_mode & 07777));
+    return 0; /* nothing else belongs in a skeleton */
+}
+
+static int add_tree(struct archive *w, const char *root)
+{
+    tree_w = w;
+    tree_skip = strlen(root);
+    int r = nftw(root, add_tree_entry, 16, FTW_PHYS);
+    return r < 0 ? -errno : r;
+}
+
+/* Modules [from, to) of kdir into w, under dir. */
+static int add_modules(struct archive *w, const char *kdir, size_t from, size_t to, const char *dir)
+{
+    int r = 0;
+    for (size_t i = from; r == 0 && i < to; i++) {
+        char src[4300], name[64];
+        (void) snprintf(src, sizeof src, "%s/%zu.ko", kdir, i);
+        /* cordon-init loads a directory's in number order */
+        (void) snprintf(name, sizeof name, "%s/%zu.ko", dir, i - from);
+        r = add_path(w, name, src, AE_IFREG | 0644);
     }
     return r;
 }
 
-static int write_initramfs(const char *kdir, const char *path, const char *init, struct cdn_error *err)
+/* Two initramfs files: path (every guest's: the skeleton, init, the modules) and path_disk, the same
+ * followed by a second archive with the root disk's modules (the kernel unpacks concatenated
+ * archives in turn). A host image's guest does not unpack what only an image's needs: each MiB
+ * of initramfs costs tens of ms of a cold boot under TCG. */
+static int write_initramfs(const char *kdir, const char *path, const char *path_disk, const char *init,
+                           const char *skeleton, struct cdn_error *err)
 {
-    char tmp[4300];
+    char tmp[4300], tmp_disk[4300];
     (void) snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    struct archive *w = archive_write_new();
-    if (!w)
-        return cdn_error_set(err, ENOMEM, "libarchive");
-    int r = archive_write_set_format_cpio_newc(w) == ARCHIVE_OK &&
-                    archive_write_open_filename(w, tmp) == ARCHIVE_OK
+    (void) snprintf(tmp_disk, sizeof tmp_disk, "%s.tmp", path_disk);
+    int r = 0;
+    for (int part = 0; part < 2 && r == 0; part++) {
+        struct archive *w = archive_write_new();
+        if (!w)
+            return cdn_error_set(err, ENOMEM, "libarchive");
+        r = archive_write_set_format_cpio_newc(w) == ARCHIVE_OK &&
+                    archive_write_open_filename(w, part ? tmp_disk : tmp) == ARCHIVE_OK
                 ? 0
                 : -EIO;
-    static const char *const dirs[] = {"bin",       "dev", "proc",        "sys", "tmp", "root",
-                                       "workspace", "lib", "lib/modules", "usr", "etc"};
-    for (size_t i = 0; r == 0 && i < ELEMENTSOF(dirs); i++)
-        r = add_file(w, dirs[i], AE_IFDIR | (strcmp(dirs[i], "tmp") == 0 ? 01777 : 0755), NULL, 0, NULL);
-    /* The host image's programs, once its /usr is mounted (9p), find their loader and libraries. */
-    static const char *const links[][2] = {{"lib64", "usr/lib64"},
-                                           {"lib/x86_64-linux-gnu", "../usr/lib/x86_64-linux-gnu"}};
-    for (size_t i = 0; r == 0 && i < ELEMENTSOF(links); i++)
-        r = add_file(w, links[i][0], AE_IFLNK | 0777, NULL, 0, links[i][1]);
-    if (r == 0)
-        r = add_path(w, "init", init, AE_IFREG | 0755);
-    if (r == 0)
-        r = add_path(w, "bin/busybox", BUSYBOX, AE_IFREG | 0755);
-    if (r == 0)
-        r = add_applets(w);
-    for (size_t i = 0; r == 0 && i < ELEMENTSOF(modules); i++) {
-        char src[4300], name[64];
-        (void) snprintf(src, sizeof src, "%s/%zu.ko", kdir, i);
-        (void) snprintf(name, sizeof name, "lib/modules/%zu.ko",
-                        i); /* cordon-init loads them in name order */
-        r = add_path(w, name, src, AE_IFREG | 0644);
+        if (part == 0) {
+            if (r == 0)
+                r = add_tree(w, skeleton);
+            static const char *const dirs[] = {"dev", "proc", "sys", "tmp", "usr", "etc", ".modules"};
+            for (size_t i = 0; r == 0 && i < ELEMENTSOF(dirs); i++)
+                r = add_file(w, dirs[i], AE_IFDIR | (strcmp(dirs[i], "tmp") == 0 ? 01777 : 0755), NULL, 0,
+                             NULL);
+            if (r == 0)
+                r = add_path(w, "init", init, AE_IFREG | 0755);
+            if (r == 0)
+                r = add_modules(w, kdir, 0, FIRST_DISK_MODULE, ".modules");
+        } else {
+            if (r == 0)
+                r = add_file(w, ".modules/disk", AE_IFDIR | 0755, NULL, 0, NULL);
+            if (r == 0)
+                r = add_modules(w, kdir, FIRST_DISK_MODULE, ELEMENTSOF(modules), ".modules/disk");
+        }
+        if (r == 0 && archive_write_close(w) != ARCHIVE_OK)
+            r = -EIO;
+        if (r < 0)
+            (void) cdn_error_set(err, -r, "write the initramfs %s: %s", part ? tmp_disk : tmp,
+                                 archive_error_string(w));
+        archive_write_free(w);
     }
-    if (r == 0 && archive_write_close(w) != ARCHIVE_OK)
-        r = -EIO;
-    if (r < 0)
-        (void) cdn_error_set(err, -r, "write the initramfs %s: %s", tmp, archive_error_string(w));
-    archive_write_free(w);
-    if (r == 0 && rename(tmp, path) < 0)
+    /* path_disk: the first archive, then the disk's. */
+    uint8_t *b = NULL;
+    size_t n = 0;
+    if (r == 0 && (r = read_file(tmp, &b, &n)) < 0)
+        (void) cdn_error_set(err, -r, "read %s: %s", tmp, strerror(-r));
+    if (r == 0) {
+        _cleanup_close_ int fd = open(tmp_disk, O_RDWR | O_CLOEXEC);
+        uint8_t *d = NULL;
+        size_t dn = 0;
+        if (fd < 0 || (r = read_file(tmp_disk, &d, &dn)) < 0 || lseek(fd, 0, SEEK_SET) < 0 ||
+            cdn_write_all(fd, b, n) < 0 || cdn_write_all(fd, d, dn) < 0)
+            r = cdn_error_set(err, r < 0 ? -r : errno, "write %s: %m", tmp_disk);
+        free(d);
+    }
+    free(b);
+    if (r == 0 && (rename(tmp, path) < 0 || rename(tmp_disk, path_disk) < 0))
         r = cdn_error_set(err, errno, "rename %s: %m", tmp);
     if (r < 0)
-        (void) unlink(tmp);
+        (void) unlink(tmp), (void) unlink(tmp_disk);
     return r;
 }
 
@@ -442,16 +486,28 @@ int cdn_vm_prepare(struct cdn_vm_assets *out, bool progress, struct cdn_error *e
     }
     (void) snprintf(out->kernel, sizeof out->kernel, "%s/vmlinux", kdir);
     (void) snprintf(out->initramfs, sizeof out->initramfs, "%s/initramfs.cpio", dir);
+    (void) snprintf(out->initramfs_disk, sizeof out->initramfs_disk, "%s/initramfs-disk.cpio", dir);
     if (cdn_init_path(init, sizeof init) < 0)
         return cdn_error_set(err, ENOENT, "cordon-init not found (set CORDON_INIT or install cordon)");
-    /* The initramfs: again whenever cordon-init is newer than it or its format changed. */
+    /* The initramfs: again whenever cordon-init is newer than it, or its format or the host image's
+     * skeleton changed (which `cordon image rebuild host` makes anew: another inode). */
+    struct cdn_image host;
+    struct stat sk;
+    int ir = cdn_image_resolve("host", &host, err);
+    if (ir < 0)
+        return ir;
+    if (stat(host.lower, &sk) < 0)
+        return cdn_error_set(err, errno, "%s: %m", host.lower);
     char fmt[256] = "", want[256], fmtpath[4300];
-    (void) snprintf(want, sizeof want, "%s kernel %s %s\n", INITRAMFS_FORMAT, KERNEL_FORMAT, out->release);
+    (void) snprintf(want, sizeof want, "%s kernel %s %s skeleton %llu %lld\n", INITRAMFS_FORMAT,
+                    KERNEL_FORMAT, out->release, (unsigned long long) sk.st_ino,
+                    (long long) sk.st_mtim.tv_sec);
     (void) snprintf(fmtpath, sizeof fmtpath, "%s/initramfs.format", dir);
     (void) cdn_read_file_at(AT_FDCWD, fmtpath, fmt, sizeof fmt);
-    if (newer(init, out->initramfs) || strcmp(fmt, want) != 0) {
-        say(progress, "building the initramfs: cordon-init, busybox, the modules of ", out->release);
-        int r = write_initramfs(kdir, out->initramfs, init, err);
+    if (newer(init, out->initramfs) || access(out->initramfs_disk, R_OK) < 0 || strcmp(fmt, want) != 0) {
+        say(progress, "building the initramfs: cordon-init, the host image's skeleton, the modules of ",
+            out->release);
+        int r = write_initramfs(kdir, out->initramfs, out->initramfs_disk, init, host.lower, err);
         if (r < 0)
             return r;
         if (write_file(fmtpath, (const uint8_t *) want, strlen(want), 0644) < 0)

@@ -11,9 +11,10 @@
 #include "shared/error.h"
 
 struct cdn_vm_assets {
-    char kernel[4096];    /* vmlinux */
-    char initramfs[4096]; /* newc cpio */
-    char release[128];    /* the guest kernel's release, e.g. 6.1.0-57-amd64 */
+    char kernel[4096];         /* vmlinux */
+    char initramfs[4096];      /* newc cpio */
+    char initramfs_disk[4096]; /* the same and the root disk's modules: an image's guest boots it */
+    char release[128];         /* the guest kernel's release, e.g. 6.1.0-57-amd64 */
 };
 
 /* Find or make the assets. progress: say each long step on stderr. The
