@@ -53,23 +53,54 @@ bool vm_guest(void)
     return vm_guest_mode = getpid() == 1 && fcntl(AGENT_FD, F_GETFD) < 0;
 }
 
-/* dir: /.modules (every guest's) or /.modules/disk (a root disk's: vm_image_root). Each file is
- * removed once loaded (out of the commands' root, and of memory); how many there were. */
-static int load_modules(const char *dir)
+/* The modules of a directory of the initramfs (vmprep.c): /.modules (every guest's, at boot),
+ * /.modules/net (the network's: at boot for a template, else when the identity has a network) or
+ * /.modules/disk (a root disk's: vm_image_root). Each file is removed once loaded (out of the
+ * commands' root, and of memory). */
+static void load_modules(int dirfd)
 {
-    /* 0.ko, 1.ko, …: in the order the initramfs was built with (vmprep.c). */
-    int i;
-    for (i = 0; i < 64; i++) {
-        char p[64];
-        (void) snprintf(p, sizeof p, "%s/%d.ko", dir, i);
-        int fd = open(p, O_RDONLY | O_CLOEXEC);
+    /* 0.ko, 1.ko, …: in the order the initramfs was built with. */
+    for (int i = 0; i < 64; i++) {
+        char p[16];
+        (void) snprintf(p, sizeof p, "%d.ko", i);
+        int fd = openat(dirfd, p, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
             break;
         (void) syscall(SYS_finit_module, fd, "", 0);
         (void) close(fd);
-        (void) unlink(p);
+        (void) unlinkat(dirfd, p, 0);
     }
-    return i;
+}
+
+static void load_modules_at(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        load_modules(fd);
+        (void) close(fd);
+    }
+}
+
+/* The network's modules while not loaded (a cold boot's, until its identity says whether it has a
+ * network: 20 ms of a boot under TCG); -1 once loaded or dropped. */
+static int net_modules = -1;
+
+static void vm_net_modules(bool load)
+{
+    if (net_modules < 0)
+        return;
+    if (load)
+        load_modules(net_modules);
+    for (int i = 0; i < 64; i++) { /* not loaded: out of sight all the same */
+        char p[16];
+        (void) snprintf(p, sizeof p, "%d.ko", i);
+        if (unlinkat(net_modules, p, 0) < 0)
+            break;
+    }
+    (void) close(net_modules);
+    net_modules = -1;
+    (void) rmdir("/.modules/net"); /* a host image's; an image's root has no such path */
+    (void) rmdir("/.modules");
 }
 
 /* Whether the port p (vport0p1, …) is the one the host named cordon.agent. */
@@ -142,6 +173,7 @@ static int write_file(const char *path, const char *text)
  * default route and the resolver, no IPv6. */
 static int vm_network(const struct cdn_identity *id)
 {
+    vm_net_modules(true);
     int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (s < 0)
         return -errno;
@@ -171,6 +203,21 @@ static int vm_network(const struct cdn_identity *id)
 
 static int vm_cgroup_base(void);
 static int vm_harden(void);
+static int vm_disk_base(void);
+
+/* Whether the kernel's command line has word (with its leading space). */
+static bool cmdline_has(const char *word)
+{
+    static char cmdline[1024];
+    if (!cmdline[0]) {
+        int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, cmdline, sizeof cmdline - 1) : -1;
+        cmdline[n > 0 ? n : 0] = 0;
+        if (fd >= 0)
+            (void) close(fd);
+    }
+    return strstr(cmdline, word) != NULL;
+}
 
 static bool image_root; /* an image's root disk is the root (else the host's /usr comes over 9p) */
 
@@ -181,17 +228,10 @@ static bool image_root; /* an image's root disk is the root (else the host's /us
  * (switch_root: rootfs cannot be pivoted away). */
 static int vm_image_root(void)
 {
-    char cmdline[1024] = "";
-    int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        ssize_t n = read(fd, cmdline, sizeof cmdline - 1);
-        cmdline[n > 0 ? n : 0] = 0;
-        (void) close(fd);
-    }
-    if (!strstr(cmdline, " cordon.root=erofs"))
+    if (!cmdline_has(" cordon.root=erofs"))
         return 0;
     image_root = true;
-    load_modules("/.modules/disk");
+    load_modules_at("/.modules/disk");
     static const char *const moved[] = {"/proc", "/sys", "/dev", "/tmp"};
     const unsigned long fl = MS_NOSUID | MS_NODEV;
     if (mkdir("/.lower", 0755) < 0 || mkdir("/.upper", 0755) < 0 || mkdir("/.root", 0755) < 0 ||
@@ -226,11 +266,18 @@ int vm_setup(void)
             (void) dup2(con, i);
     if (con > 2)
         (void) close(con);
-    load_modules("/.modules");
+    load_modules_at("/.modules");
+    /* Above the fds init's protocol fixes (3, the agent's port, is still free here). */
+    int nm = open("/.modules/net", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (nm >= 0) {
+        net_modules = fcntl(nm, F_DUPFD_CLOEXEC, 20);
+        (void) close(nm);
+    }
+    if (cmdline_has(" cordon.boot=template"))
+        vm_net_modules(true); /* every restore may have a network */
     if (vm_image_root() < 0)
         return -1;
     if (!image_root) { /* what else only boot needed, out of the commands' root */
-        (void) rmdir("/.modules");
         (void) unlink("/init");
     }
     /* What every guest has alike is done here, before the snapshot (each costs tens of ms under
@@ -251,7 +298,7 @@ int vm_setup(void)
         return -1;
     if (port != AGENT_FD && (dup2(port, AGENT_FD) < 0 || close(port) < 0))
         return -1;
-    if (vm_cgroup_base() < 0 || vm_harden() < 0)
+    if (vm_cgroup_base() < 0 || vm_harden() < 0 || vm_disk_base() < 0)
         return -1;
     return 0;
 }
@@ -395,22 +442,39 @@ static int vm_cgroup(uint32_t pids, uint32_t memory_mb)
 }
 
 /* The directories a command may write, as a container's (src/tiers/container/rootfs.c): each a
- * directory of one tmpfs of disk_mb, bound in place; everything else of the root read-only. */
-static int vm_disk(const char *workdir, uint32_t disk_mb)
+ * directory of one tmpfs of disk_mb, bound in place; everything else of the root read-only. The
+ * tmpfs and the binds of the fixed directories are made at boot (in the snapshot: a dozen calls,
+ * each costing a restore a millisecond or two under TCG); the identity sizes it and adds the
+ * workdir's. */
+static const char disk[] = "/.cordon-disk"; /* not under one of the directories: /run is covered */
+static const char *const disk_dirs[] = {"/tmp", "/var/tmp", "/root", "/home", "/run"};
+
+static int vm_disk_base(void)
 {
-    static const char disk[] = "/.cordon-disk"; /* not under one of dirs: /run is covered on the way */
-    const char *dirs[] = {"/tmp", "/var/tmp", "/root", "/home", "/run", workdir};
-    char opt[64], src[300];
-    (void) snprintf(opt, sizeof opt, "size=%um,mode=0755", disk_mb ? disk_mb : 1024);
-    if (make_path(disk, true) < 0 || mount("tmpfs", disk, "tmpfs", MS_NOSUID | MS_NODEV, opt) < 0)
+    char src[64];
+    if (make_path(disk, true) < 0 ||
+        mount("tmpfs", disk, "tmpfs", MS_NOSUID | MS_NODEV, "size=1024m,mode=0755") < 0)
         return -errno;
-    int r = 0;
-    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0] && r == 0; i++) {
-        if (i == 5 && (!strcmp(workdir, "/tmp") || !strcmp(workdir, "/run")))
-            break;
+    for (size_t i = 0; i < sizeof disk_dirs / sizeof disk_dirs[0]; i++) {
         (void) snprintf(src, sizeof src, "%s/%zu", disk, i);
         if (mkdir(src, i < 2 ? 01777 : 0755) < 0 || (i < 2 && chmod(src, 01777) < 0) ||
-            make_path(dirs[i], true) < 0 || mount(src, dirs[i], NULL, MS_BIND, NULL) < 0)
+            make_path(disk_dirs[i], true) < 0 || mount(src, disk_dirs[i], NULL, MS_BIND, NULL) < 0)
+            return -errno;
+    }
+    return 0;
+}
+
+static int vm_disk(const char *workdir, uint32_t disk_mb)
+{
+    char opt[64], src[64];
+    (void) snprintf(opt, sizeof opt, "size=%um", disk_mb ? disk_mb : 1024);
+    if (mount(NULL, disk, NULL, MS_REMOUNT | MS_NOSUID | MS_NODEV, opt) < 0)
+        return -errno;
+    int r = 0;
+    if (strcmp(workdir, "/tmp") != 0 && strcmp(workdir, "/run") != 0) {
+        (void) snprintf(src, sizeof src, "%s/w", disk);
+        if (mkdir(src, 0755) < 0 || make_path(workdir, true) < 0 ||
+            mount(src, workdir, NULL, MS_BIND, NULL) < 0)
             r = -errno;
     }
     (void) umount2(disk, MNT_DETACH); /* the binds keep the tmpfs; its own path goes */
@@ -617,6 +681,8 @@ int vm_identity(const struct cdn_identity *id)
     if (sethostname(id->hostname, strlen(id->hostname)) < 0)
         return -errno;
     step = "identity: the network";
+    if (!id->ip)
+        vm_net_modules(false);
     if (id->ip) {
         int r = vm_network(id);
         if (r < 0)

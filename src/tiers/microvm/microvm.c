@@ -115,9 +115,11 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
                       const char *disk)
 {
     long khz = tsc_khz();
+    /* CORDON_VM_DEBUG=1 with a cold boot: the guest kernel's console on QEMU's stderr (kept then). */
+    bool console = boot == BOOT_COLD && getenv("CORDON_VM_DEBUG");
     add(q, QEMU);
     add(q, "-M");
-    add(q, fmt(q, "microvm,pit=on,rtc=on,isa-serial=off,accel=%s%s", accel,
+    add(q, fmt(q, "microvm,pit=on,rtc=on,isa-serial=%s,accel=%s%s", console ? "on" : "off", accel,
                boot == BOOT_COLD ? "" : ",memory-backend=ram"));
     if (boot != BOOT_COLD) {
         /* Restored copy-on-write: the file is the template's RAM, never written again. */
@@ -134,9 +136,10 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
     static const char *const fixed[] = {
         "-nodefaults", "-no-user-config",
         "-nographic",  "-no-reboot",
-        "-serial",     "none",
         "-sandbox",    "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
         "-kernel"};
+    add(q, "-serial");
+    add(q, console ? "file:/dev/stderr" : "none");
     for (size_t i = 0; i < ELEMENTSOF(fixed); i++)
         add(q, fixed[i]);
     add(q, vm->kernel);
@@ -146,8 +149,11 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
     char tsc[48] = "";
     if (khz > 0)
         (void) snprintf(tsc, sizeof tsc, " tsc_early_khz=%ld", khz);
-    /* cordon.root=erofs: the guest's init makes the disk its root at boot (in the snapshot). */
-    add(q, fmt(q, "quiet panic=-1 reboot=t random.trust_cpu=on%s%s", tsc, disk ? " cordon.root=erofs" : ""));
+    /* cordon.root=erofs: the guest's init makes the disk its root at boot (in the snapshot).
+     * cordon.boot=template: every module at boot (a cold boot loads the network's only for a
+     * network). */
+    add(q, fmt(q, "%s panic=-1 reboot=t random.trust_cpu=on%s%s%s", console ? "console=ttyS0" : "quiet", tsc,
+               disk ? " cordon.root=erofs" : "", boot == BOOT_TEMPLATE ? " cordon.boot=template" : ""));
     /* Two ports (the agent's is 1; 0 is kept for a console): the guest's driver then sets up 4
      * virtqueues, not the 64 of the default 31 ports. */
     add(q, "-device");

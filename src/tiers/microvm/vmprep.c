@@ -41,22 +41,24 @@ static const char *const modules[] = {
     "kernel/net/9p/9pnet.ko",
     "kernel/net/9p/9pnet_virtio.ko",
     "kernel/fs/9p/9p.ko",
+    /* From here: the network's (.modules/net/), loaded by a cold boot only when it has one. */
     "kernel/net/core/failover.ko",
     "kernel/drivers/net/net_failover.ko",
     "kernel/drivers/net/virtio_net.ko",
-    /* From here: an image's root disk, loaded only by guests that have one (lib/modules/disk/). */
+    /* From here: an image's root disk, loaded only by guests that have one (.modules/disk/). */
     "kernel/drivers/block/virtio_blk.ko",
     "kernel/crypto/crc32c_generic.ko", /* what libcrc32c asks the crypto API for */
     "kernel/lib/libcrc32c.ko",
     "kernel/fs/erofs/erofs.ko",
     "kernel/fs/overlayfs/overlay.ko",
 };
+#define FIRST_NET_MODULE  9
 #define FIRST_DISK_MODULE 12
 /* What is unpacked from the kernel package; a change here must bump it. */
 #define KERNEL_FORMAT "5"
 
 /* What goes into the initramfs; a change here must bump it (the cached one is then rebuilt). */
-#define INITRAMFS_FORMAT "cordon-initramfs 5"
+#define INITRAMFS_FORMAT "cordon-initramfs 6"
 
 static void say(bool progress, const char *what, const char *arg)
 {
@@ -411,14 +413,17 @@ static int write_initramfs(const char *kdir, const char *path, const char *path_
         if (part == 0) {
             if (r == 0)
                 r = add_tree(w, skeleton);
-            static const char *const dirs[] = {"dev", "proc", "sys", "tmp", "usr", "etc", ".modules"};
+            static const char *const dirs[] = {"dev", "proc", "sys",      "tmp",
+                                               "usr", "etc",  ".modules", ".modules/net"};
             for (size_t i = 0; r == 0 && i < ELEMENTSOF(dirs); i++)
                 r = add_file(w, dirs[i], AE_IFDIR | (strcmp(dirs[i], "tmp") == 0 ? 01777 : 0755), NULL, 0,
                              NULL);
             if (r == 0)
                 r = add_path(w, "init", init, AE_IFREG | 0755);
             if (r == 0)
-                r = add_modules(w, kdir, 0, FIRST_DISK_MODULE, ".modules");
+                r = add_modules(w, kdir, 0, FIRST_NET_MODULE, ".modules");
+            if (r == 0)
+                r = add_modules(w, kdir, FIRST_NET_MODULE, FIRST_DISK_MODULE, ".modules/net");
         } else {
             if (r == 0)
                 r = add_file(w, ".modules/disk", AE_IFDIR | 0755, NULL, 0, NULL);
