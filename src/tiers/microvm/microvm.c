@@ -43,18 +43,48 @@
 #define QEMU       "qemu-system-x86_64"
 #define QEMU_AGENT 3 /* the fd QEMU gets our socket on */
 
-/* KVM only where it can work: /dev/kvm there and the CPU doing VMX/SVM itself
- * (a nested host without them, like PVM, has /dev/kvm whose guests die). */
-static const char *pick_accel(void)
+/* Whether the CPU does VMX/SVM itself (a nested host without them, like PVM, has a /dev/kvm whose
+ * guests die: tried here once, QEMU hung in the host's kernel for minutes, beyond SIGKILL). */
+static bool cpu_virt(void)
+{
+    static char buf[1 << 16];
+    ssize_t n = cdn_read_file_at(AT_FDCWD, "/proc/cpuinfo", buf, sizeof buf);
+    return n > 0 && (strstr(buf, " vmx") || strstr(buf, " svm"));
+}
+
+static int probe_kvm(const struct cdn_vm_assets *vm);
+
+/* KVM where a guest runs under it, else TCG. $CORDON_VM_ACCEL=kvm|tcg decides; else KVM is tried
+ * where /dev/kvm is there and the CPU does VMX/SVM ($CORDON_VM_ACCEL=probe: tried whatever the
+ * CPU says): a cold boot under KVM must answer a PING. The answer is kept for this host boot in
+ * <vm dir>/accel. */
+static const char *pick_accel(const struct cdn_vm_assets *vm)
 {
     const char *env = getenv("CORDON_VM_ACCEL");
     if (env && (strcmp(env, "kvm") == 0 || strcmp(env, "tcg") == 0))
         return env;
-    if (access("/dev/kvm", R_OK | W_OK) < 0)
+    bool force = env && strcmp(env, "probe") == 0;
+    if (access("/dev/kvm", R_OK | W_OK) < 0 || (!force && !cpu_virt()))
         return "tcg";
-    static char buf[1 << 16];
-    ssize_t n = cdn_read_file_at(AT_FDCWD, "/proc/cpuinfo", buf, sizeof buf);
-    return n > 0 && (strstr(buf, " vmx") || strstr(buf, " svm")) ? "kvm" : "tcg";
+    char boot[64] = "", path[4200], have[128] = "", want[128];
+    (void) cdn_read_file_at(AT_FDCWD, "/proc/sys/kernel/random/boot_id", boot, sizeof boot);
+    boot[strcspn(boot, "\n")] = 0;
+    (void) snprintf(path, sizeof path, "%s/accel", cdn_vm_dir());
+    (void) cdn_read_file_at(AT_FDCWD, path, have, sizeof have);
+    for (int i = 0; i < 2; i++) {
+        (void) snprintf(want, sizeof want, "%s %s\n", boot, i ? "tcg" : "kvm");
+        if (!force && strcmp(have, want) == 0)
+            return i ? "tcg" : "kvm";
+    }
+    int r = probe_kvm(vm);
+    if (r < 0)
+        fprintf(stderr, "cordon: vm: a guest did not come up under KVM (%s): using TCG on this host\n",
+                strerror(-r));
+    (void) snprintf(want, sizeof want, "%s %s\n", boot, r < 0 ? "tcg" : "kvm");
+    _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0)
+        (void) cdn_write_all(fd, want, strlen(want));
+    return r < 0 ? "tcg" : "kvm";
 }
 
 /* The guest must not calibrate its TSC under TCG (1 boot in 8 hangs doing
@@ -362,6 +392,28 @@ static int wait_pong(int agent, int timeout_ms)
     return -EPROTO;
 }
 
+/* A cold boot under KVM, which must answer a PING within 20 s. 0 or -errno. */
+static int probe_kvm(const struct cdn_vm_assets *vm)
+{
+    int ag[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ag) < 0)
+        return -errno;
+    struct qemu_cmd q = {0};
+    build_cmd(&q, vm, "kvm", 128, 1, BOOT_COLD, NULL, false, false, false, NULL);
+    int pidfd = -1;
+    pid_t pid = spawn_qemu(
+        &q, &(struct qemu_fds){.agent = ag[1], .fd4 = -1, .fd5 = -1, .tap = -1, .netns = -1}, &pidfd, NULL);
+    (void) close(ag[1]);
+    int r = pid < 0 ? (int) pid : wait_pong(ag[0], 20000);
+    if (pid > 0) {
+        (void) kill(pid, SIGKILL);
+        (void) waitpid(pid, NULL, 0);
+    }
+    (void) close(ag[0]);
+    (void) safe_close(pidfd);
+    return r;
+}
+
 static int make_template(const struct cdn_vm_assets *vm, const char *accel, uint64_t mem_mb, int smp,
                          const char *disk, const char *dir, struct cdn_error *err)
 {
@@ -610,7 +662,7 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
             (r = cdn_vm_image_disk(img.lower, true, disk, sizeof disk, err)) < 0)
             return r;
     }
-    const char *accel = pick_accel();
+    const char *accel = pick_accel(&vm);
     (void) snprintf(sb->accel, sizeof sb->accel, "%s", accel);
     const char *how = getenv("CORDON_VM_BOOT");
     enum boot boot = how && strcmp(how, "cold") == 0 ? BOOT_COLD : BOOT_RESTORE;
@@ -805,8 +857,9 @@ static int microvm_adopt(struct cdn_sandbox *sb, struct cdn_error *err)
     char name[CDN_CGROUP_NAME_MAX];
     cgroup_name(sb, name, sizeof name);
     cdn_cgroup_init(&sb->cgroup, cdn_cgroup_detect(), name); /* destroy() removes it */
-    if (!sb->accel[0]) /* the record says; else as it would be chosen now */
-        (void) snprintf(sb->accel, sizeof sb->accel, "%s", pick_accel());
+    struct cdn_vm_assets vm;
+    if (!sb->accel[0] && cdn_vm_prepare(&vm, false, NULL) == 0) /* the record says; else as chosen now */
+        (void) snprintf(sb->accel, sizeof sb->accel, "%s", pick_accel(&vm));
     return 0;
 }
 
