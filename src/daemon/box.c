@@ -304,6 +304,8 @@ static void box_free(struct box *b)
         event_free(b->pidfd_ev);
     if (b->lifetime_ev)
         event_free(b->lifetime_ev);
+    if (b->start_ev)
+        event_free(b->start_ev);
     if (b->events)
         evbuffer_free(b->events);
     cdn_spec_free(&b->spec);
@@ -473,6 +475,8 @@ static void vm_setup_answer(struct box *b, uint16_t type, const uint8_t *p, uint
 static void box_started(struct box *b)
 {
     b->state = BOX_RUNNING;
+    if (b->start_ev)
+        event_del(b->start_ev);
     monitor_start(b);
     struct cdn_error gerr = {0};
     if (guard_start(b, &gerr) < 0) {
@@ -604,8 +608,20 @@ static void on_lifetime(evutil_socket_t fd, short what, void *arg)
     box_delete(b, "lifetime (limits.timeout_s) reached");
 }
 
+/* A VM guest that has not answered its IDENTITY and POLICY in time (a guest that hangs booting or
+ * restoring) fails the create rather than hold it until its lifetime ends. */
+static void on_start_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    struct box *b = arg;
+    if (b->state != BOX_STARTING)
+        return;
+    cordond->create_errors++;
+    box_delete(b, "the guest did not answer within its start timeout ($CORDON_VM_START_TIMEOUT_S)");
+}
+
 /* Events of a box: setup report (new boxes only), init's exit, the agent
- * connection, the lifetime timer (what is left of it for an adopted box). */
+ * connection, the lifetime timer (what is left of it for an adopted box), a VM guest's start timer. */
 static int watch(struct box *b)
 {
     struct event_base *base = cordond->base;
@@ -623,6 +639,13 @@ static int watch(struct box *b)
     int r = agent_conn_open(&b->agent, base, b->sb.agent_fd);
     if (r < 0)
         return r;
+    if (b->state == BOX_STARTING && b->spec.tier != CDN_TIER_CONTAINER) {
+        const char *env = getenv("CORDON_VM_START_TIMEOUT_S");
+        struct timeval tv = {.tv_sec = env && atoi(env) > 0 ? atoi(env) : 60};
+        b->start_ev = evtimer_new(base, on_start_timeout, b);
+        if (!b->start_ev || evtimer_add(b->start_ev, &tv) < 0)
+            return -ENOMEM;
+    }
     if (b->spec.limits.timeout_ms && !b->pool) {
         double left_ms = (double) b->spec.limits.timeout_ms - (now_unix() - b->created_unix) * 1e3;
         if (left_ms < 0)

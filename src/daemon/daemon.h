@@ -110,12 +110,12 @@ struct box {
     int vm_answers;       /* a VM guest's DONEs of IDENTITY and POLICY while starting */
     char exit_reason[64]; /* why it is not running any more */
     struct agent_conn agent;
-    struct event *setup_ev, *pidfd_ev, *lifetime_ev;
-    struct evhttp_request *create_req; /* answered once init runs (or setup fails) */
-    uint64_t init_start;               /* start time of init (record.c) */
-    bool dying;                        /* deleted: init killed, cleanup waits for its exit */
-    struct pool *pool;                 /* while it waits in a warm pool (pool.c): not in the API's list */
-    void *throttle; /* the streaming call whose slow client paused our reading of init (api-exec.c) */
+    struct event *setup_ev, *pidfd_ev, *lifetime_ev, *start_ev; /* start_ev: a VM guest's answers due */
+    struct evhttp_request *create_req;                          /* answered once init runs (or setup fails) */
+    uint64_t init_start;                                        /* start time of init (record.c) */
+    bool dying;        /* deleted: init killed, cleanup waits for its exit */
+    struct pool *pool; /* while it waits in a warm pool (pool.c): not in the API's list */
+    void *throttle;    /* the streaming call whose slow client paused our reading of init (api-exec.c) */
     struct event *throttle_ev;
     bool pool_ready; /* … and is running (else still starting) */
     double created_unix;

@@ -11,6 +11,7 @@ it; these tests never download anything: cordonlib sets CORDON_VM_DIR)."""
 import os
 import platform
 import shutil
+import time
 
 import pytest
 
@@ -211,6 +212,30 @@ def test_each_accelerator_gets_its_configuration_and_a_failed_kvm_falls_back(tmp
     assert "accel=kvm" in tried and "accel=tcg" in used and "-cpu max" in used and "tsc_early_khz=" in used
     with open("/proc/sys/kernel/random/boot_id") as f:
         assert (vmdir / "accel").read_text() == f.read().strip() + " tcg\n"
+
+
+def test_a_guest_that_never_answers_fails_the_create_in_time(shared_dir, tmp_path, monkeypatch):
+    """A guest that hangs (here a stand-in QEMU that only sleeps) fails the create with a 500 once
+    $CORDON_VM_START_TIMEOUT_S has passed, rather than hold it until the sandbox's lifetime ends;
+    nothing of it stays (the leak check)."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "qemu-system-x86_64").write_text("#!/bin/sh\nexec sleep 600\n")
+    (fake / "qemu-system-x86_64").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    monkeypatch.setenv("CORDON_VM_BOOT", "cold")
+    monkeypatch.setenv("CORDON_VM_START_TIMEOUT_S", "3")
+    d = cordonlib.Daemon(shared_dir)
+    try:
+        t0 = time.monotonic()
+        status, body = d.http("POST", "/v1/sandboxes", {"tier": "microvm"})
+        took = time.monotonic() - t0
+        assert status == 500 and "start timeout" in body["error"]["message"], body
+        assert 2.5 < took < 30, took
+        status, body = d.http("GET", "/v1/sandboxes")
+        assert status == 200 and body["sandboxes"] == [], body
+    finally:
+        assert d.stop() == 0
 
 
 @pytest.mark.skipif(not hw_virt(), reason="no hardware virtualisation here: KVM cannot run the guest (TCG does)")
