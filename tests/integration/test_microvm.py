@@ -8,6 +8,7 @@ virtualisation on this host), KVM where there is. What every tier does
 The guest kernel and initramfs come from `cordon vm prepare` (install.sh runs
 it; these tests never download anything: cordonlib sets CORDON_VM_DIR)."""
 
+import json
 import os
 import platform
 import shutil
@@ -212,6 +213,45 @@ def test_each_accelerator_gets_its_configuration_and_a_failed_kvm_falls_back(tmp
     assert "accel=kvm" in tried and "accel=tcg" in used and "-cpu max" in used and "tsc_early_khz=" in used
     with open("/proc/sys/kernel/random/boot_id") as f:
         assert (vmdir / "accel").read_text() == f.read().strip() + " tcg\n"
+
+
+def test_creates_right_after_deletes(daemon):
+    """Each create restores its guest while the guest deleted just before is still ending: cordond's
+    SIGCHLD for that QEMU once interrupted the new one's QMP exchange, and every second create failed
+    ("restore the snapshot (QMP)")."""
+    from cordon import Sandbox
+    for i in range(4):
+        sb = Sandbox.create(endpoint=daemon.endpoint, tier="microvm")
+        assert sb.exec("echo %d" % i).stdout == "%d\n" % i
+        sb.kill()
+    cordonlib.wait_for(lambda: qemus() == [], timeout=10, what="the QEMUs' exit")
+
+
+def test_a_warm_pool_of_guests_hands_them_over(shared_dir):
+    """cordond's warm pool works for the microvm tier as for containers: guests restored and given
+    their identity ahead of time; a create of the same shape is a hand-over (no QEMU started on the
+    request's path); each pooled guest has an identity of its own."""
+    from cordon import Sandbox
+    spec = os.path.join(shared_dir, "vm-pool.json")
+    with open(spec, "w") as f:
+        json.dump({"tier": "microvm"}, f)
+    d = cordonlib.Daemon(shared_dir, "--pool", f"2:{spec}")
+    try:
+        cordonlib.wait_for(lambda: len(qemus()) == 2, timeout=60, what="the pool's guests")
+        t = time.monotonic()
+        a = Sandbox.create(endpoint=d.endpoint, tier="microvm", labels={"job": "vm"})
+        handover_s = time.monotonic() - t
+        b = Sandbox.create(endpoint=d.endpoint, tier="microvm")
+        assert "handed_over" in [e["type"] for e in a.events()]
+        assert a.info()["vm"]["boot"] == "snapshot" and a.info()["labels"] == {"job": "vm"}
+        ids = {sb.exec("cat /etc/machine-id").stdout for sb in (a, b)}
+        assert len(ids) == 2 and a.exec("uname -r").stdout.strip() == guest_release()
+        a.kill()
+        b.kill()
+        assert handover_s < 2, handover_s
+    finally:
+        assert d.stop() == 0
+    cordonlib.wait_for(lambda: qemus() == [], timeout=10, what="the QEMUs' exit")
 
 
 def test_a_guest_that_never_answers_fails_the_create_in_time(shared_dir, tmp_path, monkeypatch):

@@ -321,14 +321,29 @@ static pid_t spawn_qemu(const struct qemu_cmd *q, const struct qemu_fds *f, int 
 /* ---- the snapshot: one booted guest per (memory, vCPUs, accelerator) ---- */
 
 /* One QMP command over fd (a blocking socket); the reply's "return" is not looked at beyond success. */
+/* poll() of one fd for POLLIN, resumed after signals (cordond's SIGCHLD when another sandbox's QEMU
+ * ends interrupted a restore's QMP exchange, which then failed) until timeout_ms in all. */
+static int poll_in(int fd, int timeout_ms)
+{
+    struct timespec t0, t;
+    (void) clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        (void) clock_gettime(CLOCK_MONOTONIC, &t);
+        long left = timeout_ms - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int r = poll(&p, 1, left > 0 ? (int) left : 0);
+        if (r >= 0 || errno != EINTR)
+            return r;
+    }
+}
+
 static int qmp(int fd, const char *json, char *reply, size_t size)
 {
     if (json && cdn_write_all(fd, json, strlen(json)) < 0)
         return -errno;
     size_t n = 0;
     for (;;) { /* lines until one with "return" or "error" (events come in between) */
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, 60000) <= 0)
+        if (poll_in(fd, 60000) <= 0)
             return -ETIMEDOUT;
         ssize_t k = read(fd, reply + n, size - 1 - n);
         if (k <= 0)
@@ -379,8 +394,7 @@ static int wait_pong(int agent, int timeout_ms)
     if (cdn_frame_send(agent, CDN_FRAME_PING, 1, "ready", 5) < 0)
         return -EPIPE;
     for (int frames = 0; frames < 16; frames++) {
-        struct pollfd p = {.fd = agent, .events = POLLIN};
-        if (poll(&p, 1, timeout_ms) <= 0)
+        if (poll_in(agent, timeout_ms) <= 0)
             return -ETIMEDOUT;
         struct cdn_frame_header h;
         int n = cdn_frame_recv(agent, &h, buf, sizeof buf);
@@ -580,6 +594,19 @@ static int send_policy(struct cdn_sandbox *sb, struct cdn_error *err)
 
 static int microvm_destroy(struct cdn_sandbox *sb);
 
+/* How a QEMU that stopped answering ended, for an error message ("" while it runs on). */
+static const char *qemu_end(int pidfd)
+{
+    static char buf[64];
+    siginfo_t si = {0};
+    buf[0] = 0;
+    if (poll_in(pidfd, 1000) == 1 && waitid(P_PIDFD, (id_t) pidfd, &si, WEXITED | WNOWAIT) == 0 && si.si_pid)
+        (void) snprintf(buf, sizeof buf,
+                        si.si_code == CLD_EXITED ? "; QEMU exited %d" : "; QEMU killed by signal %d",
+                        si.si_status);
+    return buf;
+}
+
 #define QEMU_MEM_OVERHEAD_MB 512
 #define QEMU_PIDS            256
 
@@ -764,7 +791,8 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
                      reply, sizeof reply)) < 0 ||
             (r = qmp(qm[0], "{\"execute\":\"migrate-incoming\",\"arguments\":{\"uri\":\"fd:4\"}}\n", reply,
                      sizeof reply)) < 0)
-            r = cdn_error_set(err, -r, "restore the snapshot (QMP): %s", reply);
+            r = cdn_error_set(err, -r, "restore the snapshot (QMP: %s): %s%s", strerror(-r), reply,
+                              qemu_end(pidfd));
         (void) close(qm[0]);
         if (r < 0) {
             (void) microvm_destroy(sb);
@@ -830,8 +858,7 @@ static int microvm_destroy(struct cdn_sandbox *sb)
         while ((w = waitid(P_PIDFD, (id_t) sb->init_pidfd, &si, WEXITED | __WALL)) < 0 && errno == EINTR)
             ;
         if (w < 0 && errno == ECHILD) {
-            struct pollfd p = {.fd = sb->init_pidfd, .events = POLLIN};
-            (void) poll(&p, 1, 5000);
+            (void) poll_in(sb->init_pidfd, 5000);
         }
     }
     sb->init_pid = 0;
