@@ -110,6 +110,7 @@ struct box {
     int vm_answers;       /* a VM guest's DONEs of IDENTITY and POLICY while starting */
     char exit_reason[64]; /* why it is not running any more */
     struct agent_conn agent;
+    struct agent_req warm; /* a pooled VM guest's first command (box.c: warm_start) */
     struct event *setup_ev, *pidfd_ev, *lifetime_ev, *start_ev; /* start_ev: a VM guest's answers due */
     struct evhttp_request *create_req;                          /* answered once init runs (or setup fails) */
     uint64_t init_start;                                        /* start time of init (record.c) */

@@ -143,7 +143,7 @@ struct box *pool_take(const struct cdn_spec *spec)
             continue;
         struct box *b;
         LIST_FOREACH(b, &p->boxes, link)
-        if (b->state == BOX_RUNNING) {
+        if (b->pool_ready) { /* running, and (a VM guest) warmed */
             found = b;
             break;
         }
