@@ -277,9 +277,8 @@ int vm_setup(void)
         vm_net_modules(true); /* every restore may have a network */
     if (vm_image_root() < 0)
         return -1;
-    if (!image_root) { /* what else only boot needed, out of the commands' root */
-        (void) unlink("/init");
-    }
+    if (!image_root)
+        (void) unlink("/init"); /* only boot needed it: out of the commands' root */
     /* What every guest has alike is done here, before the snapshot (each costs tens of ms under
      * TCG): no IPv6 (as a container's namespace; before lo is up, which then gets no ::1); allocations
      * not refused for the guest's size (a host has more than the limit: the cgroup's limit decides,
