@@ -57,7 +57,7 @@ static int probe_kvm(const struct cdn_vm_assets *vm);
 /* KVM where a guest runs under it, else TCG. $CORDON_VM_ACCEL=kvm|tcg decides; else KVM is tried
  * where /dev/kvm is there and the CPU does VMX/SVM ($CORDON_VM_ACCEL=probe: tried whatever the
  * CPU says): a cold boot under KVM must answer a PING. The answer is kept for this host boot in
- * <vm dir>/accel. */
+ * <vm dir>/accel. vm NULL: never try, the kept answer or TCG (an adopted guest of an old record). */
 static const char *pick_accel(const struct cdn_vm_assets *vm)
 {
     const char *env = getenv("CORDON_VM_ACCEL");
@@ -76,6 +76,8 @@ static const char *pick_accel(const struct cdn_vm_assets *vm)
         if (!force && strcmp(have, want) == 0)
             return i ? "tcg" : "kvm";
     }
+    if (!vm)
+        return "tcg";
     int r = probe_kvm(vm);
     if (r < 0)
         fprintf(stderr, "cordon: vm: a guest did not come up under KVM (%s): using TCG on this host\n",
@@ -138,8 +140,8 @@ static const char *fmt(struct qemu_cmd *q, const char *f, ...)
 
 enum boot { BOOT_COLD, BOOT_TEMPLATE, BOOT_RESTORE };
 
-/* The command line; memdir: where the guest's RAM file lives (template, restore). */
-/* disk: an image's root disk (erofs), NULL for the host image. */
+/* The command line; memdir: where the guest's RAM file lives (template, restore); disk: an image's
+ * root disk (erofs), NULL for the host image. */
 static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const char *accel, uint64_t mem_mb,
                       int smp, enum boot boot, const char *memdir, bool listening, bool tap, bool binds,
                       const char *disk)
@@ -320,7 +322,6 @@ static pid_t spawn_qemu(const struct qemu_cmd *q, const struct qemu_fds *f, int 
 
 /* ---- the snapshot: one booted guest per (memory, vCPUs, accelerator) ---- */
 
-/* One QMP command over fd (a blocking socket); the reply's "return" is not looked at beyond success. */
 /* poll() of one fd for POLLIN, resumed after signals (cordond's SIGCHLD when another sandbox's QEMU
  * ends interrupted a restore's QMP exchange, which then failed) until timeout_ms in all. */
 static int poll_in(int fd, int timeout_ms)
@@ -337,6 +338,7 @@ static int poll_in(int fd, int timeout_ms)
     }
 }
 
+/* One QMP command over fd (a blocking socket); the reply's "return" is not looked at beyond success. */
 static int qmp(int fd, const char *json, char *reply, size_t size)
 {
     if (json && cdn_write_all(fd, json, strlen(json)) < 0)
@@ -884,9 +886,8 @@ static int microvm_adopt(struct cdn_sandbox *sb, struct cdn_error *err)
     char name[CDN_CGROUP_NAME_MAX];
     cgroup_name(sb, name, sizeof name);
     cdn_cgroup_init(&sb->cgroup, cdn_cgroup_detect(), name); /* destroy() removes it */
-    struct cdn_vm_assets vm;
-    if (!sb->accel[0] && cdn_vm_prepare(&vm, false, NULL) == 0) /* the record says; else as chosen now */
-        (void) snprintf(sb->accel, sizeof sb->accel, "%s", pick_accel(&vm));
+    if (!sb->accel[0])                                       /* the record says; else as it was chosen */
+        (void) snprintf(sb->accel, sizeof sb->accel, "%s", pick_accel(NULL));
     return 0;
 }
 

@@ -373,8 +373,8 @@ static int add_tree(struct archive *w, const char *root)
 {
     tree_w = w;
     tree_skip = strlen(root);
-    int r = nftw(root, add_tree_entry, 16, FTW_PHYS);
-    return r < 0 ? -errno : r;
+    int r = nftw(root, add_tree_entry, 16, FTW_PHYS); /* an entry's -errno, or nftw's own -1 */
+    return r == -1 ? -errno : r;
 }
 
 /* Modules [from, to) of kdir into w, under dir. */
