@@ -9,9 +9,9 @@ cd "$(dirname "$0")"
 
 deps=(gcc libc6-dev meson ninja-build pkg-config libseccomp-dev libjansson-dev libevent-dev libcurl4-openssl-dev musl-tools python3
       libmnl-dev libnftables-dev nftables iproute2 libpcre2-dev libarchive-dev liblzma-dev busybox-static)
-# The VM tiers: QEMU (no GUI, no firmware packages: the microvm machine boots the kernel directly), and
-# erofs-utils for images other than the host's (their root disks).
-vmdeps=(qemu-system-x86 erofs-utils)
+# The VM tiers: QEMU (no GUI; its firmware for the vm tier's q35 comes with it), erofs-utils for images
+# other than the host's (their root disks), debootstrap for `cordon image build`.
+vmdeps=(qemu-system-x86 erofs-utils debootstrap)
 if ! dpkg -s "${deps[@]}" >/dev/null 2>&1; then
     echo "install.sh: installing build dependencies: ${deps[*]}"
     apt-get update -qq

@@ -1,7 +1,14 @@
 /* cordon-init as the first process of a VM guest (the microvm and vm tiers):
  * no host set up its world, so it does: the kernel's filesystems, the
  * modules from the initramfs, and the agent's virtio-serial port, which
- * becomes fd 3 — from there on it is the same agent as in a container. */
+ * becomes fd 3 — from there on it is the same agent as in a container.
+ *
+ * A full VM (tier vm) boots its image's own init: the first process mounts the
+ * image's disk as the root, puts a copy of itself and a systemd unit in /run and
+ * hands over to /sbin/init, which starts that copy as the agent (agent mode:
+ * not PID 1, CORDON_VM_AGENT in its environment). The agent keeps the guest's
+ * system as it is and makes the commands' view (limits, masks, binds, the
+ * read-only root) in a mount namespace of its own. */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <net/if.h>
@@ -12,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -46,11 +54,16 @@
 #endif
 
 static bool vm_guest_mode;
+static bool agent_mode; /* started by the image's init (tier vm), not the guest's first process */
 
 /* In a container the host hands init fd 3; in a VM guest nothing does. */
 bool vm_guest(void)
 {
-    return vm_guest_mode = getpid() == 1 && fcntl(AGENT_FD, F_GETFD) < 0;
+    if (fcntl(AGENT_FD, F_GETFD) >= 0)
+        return false;
+    agent_mode = getpid() != 1 && getenv("CORDON_VM_AGENT") != NULL;
+    (void) unsetenv("CORDON_VM_AGENT");
+    return vm_guest_mode = getpid() == 1 || agent_mode;
 }
 
 /* The modules of a directory of the initramfs (vmprep.c): /.modules (every guest's, at boot),
@@ -198,12 +211,16 @@ static int vm_network(const struct cdn_identity *id)
     char conf[64];
     (void) snprintf(conf, sizeof conf, "nameserver %u.%u.%u.%u\n", id->resolver >> 24,
                     (id->resolver >> 16) & 255, (id->resolver >> 8) & 255, id->resolver & 255);
+    struct stat st; /* an image's may be a link into a resolver's /run: ours replaces it */
+    if (lstat("/etc/resolv.conf", &st) == 0 && S_ISLNK(st.st_mode))
+        (void) unlink("/etc/resolv.conf");
     return write_file("/etc/resolv.conf", conf);
 }
 
 static int vm_cgroup_base(void);
 static int vm_harden(void);
 static int vm_disk_base(void);
+static int make_path(const char *path, bool dir);
 
 /* Whether the kernel's command line has word (with its leading space). */
 static bool cmdline_has(const char *word)
@@ -219,7 +236,24 @@ static bool cmdline_has(const char *word)
     return strstr(cmdline, word) != NULL;
 }
 
-static bool image_root; /* an image's root disk is the root (else the host's /usr comes over 9p) */
+static bool image_root;           /* an image's root disk is the root (else the host's /usr comes over 9p) */
+static bool full_vm;              /* tier vm (cordon.tier=vm): q35, the image's own init */
+static const char *step = "boot"; /* what vm_setup or vm_identity was doing (vm_failed_step) */
+
+/* The kernel's filesystems moved into /.root, which becomes the root. */
+static int switch_root(void)
+{
+    static const char *const moved[] = {"/proc", "/sys", "/dev", "/tmp"};
+    for (size_t i = 0; i < sizeof moved / sizeof moved[0]; i++) {
+        char p[64];
+        (void) snprintf(p, sizeof p, "/.root%s", moved[i]);
+        if ((mkdir(p, 0755) < 0 && errno != EEXIST) || mount(moved[i], p, NULL, MS_MOVE, NULL) < 0)
+            return -errno;
+    }
+    if (chdir("/.root") < 0 || mount(".", "/", NULL, MS_MOVE, NULL) < 0 || chroot(".") < 0 || chdir("/") < 0)
+        return -errno;
+    return 0;
+}
 
 /* An image's guest (cordon.root=erofs on the kernel's command line): the disk (/dev/vda, erofs)
  * becomes the root, under an overlay whose upper layer is a small tmpfs for what init itself
@@ -232,27 +266,100 @@ static int vm_image_root(void)
         return 0;
     image_root = true;
     load_modules_at("/.modules/disk");
-    static const char *const moved[] = {"/proc", "/sys", "/dev", "/tmp"};
     const unsigned long fl = MS_NOSUID | MS_NODEV;
     if (mkdir("/.lower", 0755) < 0 || mkdir("/.upper", 0755) < 0 || mkdir("/.root", 0755) < 0 ||
         mount("/dev/vda", "/.lower", "erofs", MS_RDONLY | fl, NULL) < 0 ||
-        mount("tmpfs", "/.upper", "tmpfs", fl, "size=16m,mode=0755") < 0 || mkdir("/.upper/u", 0755) < 0 ||
-        mkdir("/.upper/w", 0755) < 0 ||
+        /* A full VM's system writes its logs and state there too. */
+        mount("tmpfs", "/.upper", "tmpfs", fl, full_vm ? "size=256m,mode=0755" : "size=16m,mode=0755") < 0 ||
+        mkdir("/.upper/u", 0755) < 0 || mkdir("/.upper/w", 0755) < 0 ||
         mount("overlay", "/.root", "overlay", fl, "lowerdir=/.lower,upperdir=/.upper/u,workdir=/.upper/w") <
             0)
         return -errno;
-    for (size_t i = 0; i < sizeof moved / sizeof moved[0]; i++) {
-        char p[64];
-        (void) snprintf(p, sizeof p, "/.root%s", moved[i]);
-        if ((mkdir(p, 0755) < 0 && errno != EEXIST) || mount(moved[i], p, NULL, MS_MOVE, NULL) < 0)
-            return -errno;
-    }
-    if (chdir("/.root") < 0 || mount(".", "/", NULL, MS_MOVE, NULL) < 0 || chroot(".") < 0 || chdir("/") < 0)
-        return -errno;
-    return 0;
+    return switch_root();
 }
 
-int vm_setup(void)
+/* The full VM's image disk (cordon.root=disk): an ext4 filesystem on /dev/vda or on the first of its
+ * partitions that holds an init, mounted read-write (what the guest writes goes to QEMU's snapshot
+ * of the disk: the image file never changes) and made the root. */
+static int vm_disk_root(void)
+{
+    if (!cmdline_has(" cordon.root=disk"))
+        return 0;
+    image_root = true;
+    load_modules_at("/.modules/disk");
+    if (mkdir("/.root", 0755) < 0)
+        return -errno;
+    for (int part = 0; part < 16; part++) {
+        char dev[32];
+        (void) snprintf(dev, sizeof dev, part ? "/dev/vda%d" : "/dev/vda", part);
+        if (mount(dev, "/.root", "ext4", MS_NOSUID, NULL) < 0)
+            continue;
+        if (access("/.root/sbin/init", X_OK) == 0 || access("/.root/usr/sbin/init", X_OK) == 0 ||
+            access("/.root/bin/sh", X_OK) == 0)
+            return switch_root();
+        (void) umount("/.root");
+    }
+    return -ENOENT;
+}
+
+/* The image's own init (a full VM's) is systemd: it is handed the guest (vm_hand_over). With another
+ * init, cordon-init stays the first process, as in a microvm. */
+static bool image_init_is_systemd(void)
+{
+    char target[256];
+    ssize_t n = readlink("/sbin/init", target, sizeof target - 1);
+    if (n <= 0)
+        return false;
+    target[n] = 0;
+    return strstr(target, "systemd") != NULL;
+}
+
+/* What systemd starts as the agent: this binary's copy in /run, at once (sysinit.target, without
+ * the default dependencies), with the environment that says agent mode (vm_guest). */
+static const char agent_unit[] = "[Unit]\n"
+                                 "Description=cordon agent: the host's commands, files and events\n"
+                                 "DefaultDependencies=no\n"
+                                 "[Service]\n"
+                                 "Environment=CORDON_VM_AGENT=1\n"
+                                 "ExecStart=/run/cordon/init\n"
+                                 "StandardError=journal+console\n"
+                                 "KillMode=process\n";
+
+/* A full VM's first process, in the image's root: /run (a tmpfs, which systemd keeps as it finds it)
+ * with the agent's binary (self: the initramfs's /init, opened before the root changed) and its unit,
+ * then the image's init in our place. Returns only on failure. */
+static int vm_hand_over(int self)
+{
+    static const char wants[] = "/run/systemd/system/sysinit.target.wants";
+    if ((mkdir("/run", 0755) < 0 && errno != EEXIST) ||
+        mount("tmpfs", "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=20%") < 0 ||
+        mkdir("/run/cordon", 0700) < 0 || make_path(wants, true) < 0)
+        return -errno;
+    /* An image without /etc/machine-id would be systemd's "first boot", which applies every unit's
+     * preset (7 s of a host image's boot under TCG); with an empty one it only makes up an id. */
+    int mid = open("/etc/machine-id", O_WRONLY | O_CREAT | O_CLOEXEC, 0444);
+    if (mid >= 0)
+        (void) close(mid);
+    int out = open("/run/cordon/init", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700);
+    if (out < 0)
+        return -errno;
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(self, buf, sizeof buf)) > 0)
+        if (write(out, buf, (size_t) n) != n)
+            n = -1;
+    (void) close(out);
+    if (n < 0 || write_file("/run/systemd/system/cordon-agent.service", agent_unit) < 0 ||
+        symlink("../cordon-agent.service", "/run/systemd/system/sysinit.target.wants/cordon-agent.service") <
+            0)
+        return -errno ? -errno : -EIO;
+    char *const argv[] = {"/sbin/init", NULL};
+    (void) execv(argv[0], argv);
+    return -errno;
+}
+
+/* What the guest's first process does at boot (in the snapshot, for a microvm). */
+static int vm_boot(void)
 {
     (void) mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
     (void) mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
@@ -266,19 +373,66 @@ int vm_setup(void)
             (void) dup2(con, i);
     if (con > 2)
         (void) close(con);
+    full_vm = cmdline_has(" cordon.tier=vm");
     load_modules_at("/.modules");
+    if (full_vm) /* virtio over PCI (its devices appear now, for the drivers loaded above), ext4 */
+        load_modules_at("/.modules/vm");
     /* Above the fds init's protocol fixes (3, the agent's port, is still free here). */
     int nm = open("/.modules/net", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (nm >= 0) {
         net_modules = fcntl(nm, F_DUPFD_CLOEXEC, 20);
         (void) close(nm);
     }
-    if (cmdline_has(" cordon.boot=template"))
-        vm_net_modules(true); /* every restore may have a network */
-    if (vm_image_root() < 0)
+    /* A template: every restore may have a network. A full VM: its agent comes after the
+     * initramfs is gone. */
+    if (cmdline_has(" cordon.boot=template") || full_vm)
+        vm_net_modules(true);
+    int self = -1;
+    if (full_vm) {
+        int fd = open("/init", O_RDONLY | O_CLOEXEC);
+        self = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 20) : -1;
+        if (fd >= 0)
+            (void) close(fd);
+    }
+    if (vm_image_root() < 0 || vm_disk_root() < 0)
         return -1;
     if (!image_root)
-        (void) unlink("/init"); /* only boot needed it: out of the commands' root */
+        (void) unlink("/init");                       /* only boot needed it: out of the commands' root */
+    if (full_vm && !cmdline_has(" cordon.root=disk")) /* the host image's own /usr, for its init */
+        (void) mount("usr", "/usr", "9p", MS_RDONLY | MS_NOSUID | MS_NODEV,
+                     "trans=virtio,version=9p2000.L,cache=loose,msize=262144");
+    if (full_vm && image_init_is_systemd()) {
+        int r = vm_hand_over(self);
+        fprintf(stderr, "cordon-init: hand the guest to /sbin/init: %s\n", strerror(-r));
+        return -1;
+    }
+    if (self >= 0)
+        (void) close(self);
+    return 0;
+}
+
+/* The agent started by a full VM's init: the guest's system is left as it is; what commands see is
+ * made in a mount namespace of the agent's own (which receives the system's later mounts, and
+ * passes none of its own back). Orphans of its commands come to it, not to the system's init. */
+static int vm_agent_setup(void)
+{
+    full_vm = image_root = true;
+    step = "the agent's mount namespace";
+    (void) prctl(PR_SET_CHILD_SUBREAPER, 1);
+    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
+        return -1;
+    /* /proc and /sys bound on themselves without what the system mounted beneath them (binfmt_misc,
+     * the cgroup tree, debugfs): masked and read-only below as a microvm's are. (Not new mounts of
+     * them: the kernel refuses a filesystem's second mount on its own mount point.) */
+    if (mount("/proc", "/proc", NULL, MS_BIND, NULL) < 0 || mount("/sys", "/sys", NULL, MS_BIND, NULL) < 0)
+        return -1;
+    return 0;
+}
+
+int vm_setup(void)
+{
+    if ((agent_mode ? vm_agent_setup() : vm_boot()) < 0)
+        return -1;
     /* What every guest has alike is done here, before the snapshot (each costs tens of ms under
      * TCG): no IPv6 (as a container's namespace; before lo is up, which then gets no ::1); allocations
      * not refused for the guest's size (a host has more than the limit: the cgroup's limit decides,
@@ -292,13 +446,19 @@ int vm_setup(void)
         (void) link_up(s, "lo");
         (void) close(s);
     }
+    step = "the agent's port (virtio-serial cordon.agent)";
     int port = open_port();
     if (port < 0)
         return -1;
     if (port != AGENT_FD && (dup2(port, AGENT_FD) < 0 || close(port) < 0))
         return -1;
-    if (vm_cgroup_base() < 0 || vm_harden() < 0 || vm_disk_base() < 0)
+    int r;
+    if ((step = "the commands' cgroup", r = vm_cgroup_base()) < 0 ||
+        (step = "/proc, /sys and /dev", r = vm_harden()) < 0 || (step = "the disk", r = vm_disk_base()) < 0) {
+        errno = -r;
         return -1;
+    }
+    step = "identity";
     return 0;
 }
 
@@ -595,7 +755,10 @@ static int vm_harden(void)
             mount(NULL, readonly[i], NULL,
                   MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
             return -errno;
-    if (mount(NULL, "/sys", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+    /* The whole sysfs read-only (an agent's: its own mount of it, vm_agent_setup). */
+    if (mount(NULL, "/sys", NULL,
+              (agent_mode ? MS_BIND : 0) | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              NULL) < 0)
         return -errno;
     /* The new /dev, made aside and moved over devtmpfs. */
     char p[64];
@@ -632,8 +795,6 @@ static int vm_harden(void)
     return 0;
 }
 
-static const char *step = "identity";
-
 const char *vm_failed_step(void)
 {
     return step;
@@ -643,6 +804,7 @@ int vm_identity(const struct cdn_identity *id)
 {
     if (!vm_guest_mode)
         return -EPERM; /* a container's init has no business with these */
+    step = "identity: the clock and the random seed";
     struct timespec ts = {.tv_sec = (time_t) (id->time_ns / 1000000000u),
                           .tv_nsec = (long) (id->time_ns % 1000000000u)};
     if (clock_settime(CLOCK_REALTIME, &ts) < 0)
@@ -669,6 +831,9 @@ int vm_identity(const struct cdn_identity *id)
     hex[32] = '\n';
     hex[33] = 0;
     (void) mkdir("/etc", 0755);
+    step = "identity: the machine id";
+    if (agent_mode) /* systemd may have bound its own over it, read-only: ours goes to the file */
+        (void) umount2("/etc/machine-id", MNT_DETACH);
     fd = open("/etc/machine-id", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0444);
     if (fd < 0 || write(fd, hex, 33) != 33) {
         int r = -errno;
@@ -924,6 +1089,7 @@ static void guard_loop(int fan, int sock)
 {
     bool verifier = false;
     static uint8_t events[8192];
+    const pid_t init = getppid(); /* 1, or a full VM's agent (not its guest's first process) */
     for (;;) {
         struct pollfd p[2] = {{.fd = fan, .events = POLLIN}, {.fd = sock, .events = POLLIN}};
         if (poll(p, 2, -1) < 0 && errno != EINTR)
@@ -945,7 +1111,7 @@ static void guard_loop(int fan, int sock)
              m = FAN_EVENT_NEXT(m, len)) {
             if (m->vers != FANOTIFY_METADATA_VERSION)
                 _exit(1);
-            bool allow = m->pid == 1 || m->pid == getpid() || verifier;
+            bool allow = m->pid == init || m->pid == getpid() || verifier;
             if (!allow) {
                 static struct cdn_violation_msg v;
                 v = (struct cdn_violation_msg){.kind = CDN_VIOLATION_MSG_PROTECT, .pid = (uint32_t) m->pid};

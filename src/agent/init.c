@@ -288,7 +288,7 @@ int main(void)
 {
     const bool vm = vm_guest();
     if (vm && vm_setup() < 0) {
-        fprintf(stderr, "cordon-init: no agent port (virtio-serial cordon.agent)\n");
+        fprintf(stderr, "cordon-init: guest setup: %s: %m\n", vm_failed_step());
         vm_poweroff();
         return 1;
     }

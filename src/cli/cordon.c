@@ -19,7 +19,8 @@ static const struct {
 } commands[] = {
     {"run", cdn_cli_run, true, "run [FLAGS] [--] CMD [ARG…]   one command in a fresh sandbox, no daemon"},
     {"image", cdn_cli_image, false,
-     "image rebuild host            rebuild the host image skeleton from this host's /etc"},
+     "image rebuild host            rebuild the host image skeleton from this host's /etc\n"
+     "  cordon image build DIR [--disk F]    a Debian root by debootstrap (and a disk of it for --tier vm)"},
 #if !CDN_LEAN
     {"create", cdn_cli_create, false, "create [FLAGS]                a sandbox in cordond; prints its id"},
     {"exec", cdn_cli_exec, false, "exec ID [--env K=V] [--workdir D] [--timeout T] [--] CMD [ARG…]"},

@@ -1,5 +1,6 @@
 /* `cordon image`: image maintenance. Runs on the host as root. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -26,7 +27,48 @@ int cdn_cli_image(int argc, char *const *argv)
         cdn_seccomp_prog_free(&prog);
         return 0;
     }
-    fprintf(stderr, "usage: cordon image rebuild host\n");
+#if !CDN_LEAN
+    if (argc >= 2 && strcmp(argv[0], "build") == 0) {
+        struct cdn_image_build b = {.dir = argv[1]};
+        struct cdn_error err = {0};
+        for (int i = 2; i < argc; i++) {
+            const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+            if (!v)
+                goto usage;
+            if (strcmp(argv[i], "--suite") == 0)
+                b.suite = v;
+            else if (strcmp(argv[i], "--mirror") == 0)
+                b.mirror = v;
+            else if (strcmp(argv[i], "--include") == 0)
+                b.include = v;
+            else if (strcmp(argv[i], "--disk") == 0)
+                b.disk = v;
+            else if (strcmp(argv[i], "--disk-size") == 0) {
+                char *end;
+                unsigned long mb = strtoul(v, &end, 10);
+                if (*end || !mb || mb > (1ul << 24)) {
+                    fprintf(stderr, "cordon: --disk-size '%s': a size in MiB, 1 to 16777216\n", v);
+                    return 125;
+                }
+                b.disk_mb = (unsigned) mb;
+            } else
+                goto usage;
+            i++;
+        }
+        if (cdn_image_debootstrap(&b, &err) < 0) {
+            fprintf(stderr, "cordon: %s\n", err.msg);
+            return 125;
+        }
+        return 0;
+    }
+usage:
+#endif
+    fprintf(stderr, "usage: cordon image rebuild host\n"
+#if !CDN_LEAN
+                    "       cordon image build DIR [--suite S] [--mirror URL] [--include PKG,…] [--disk FILE "
+                    "[--disk-size MIB]]\n"
+#endif
+    );
     return 125;
 }
 

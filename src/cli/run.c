@@ -56,7 +56,7 @@ static int encode_exec(const struct cdn_spec *spec, char *const *argv, uint8_t *
         buf, size,
         &(struct cdn_exec_args){
             /* A guest cannot share our stdio: its output comes as frames (read_agent). */
-            .flags = CDN_EXEC_SHUTDOWN_ON_EXIT | (spec->tier == CDN_TIER_MICROVM ? CDN_EXEC_PIPES : 0),
+            .flags = CDN_EXEC_SHUTDOWN_ON_EXIT | (spec->tier != CDN_TIER_CONTAINER ? CDN_EXEC_PIPES : 0),
             .cwd = spec->workdir,
             .argv = argv,
             .envp = env});

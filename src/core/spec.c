@@ -281,10 +281,11 @@ int cdn_spec_parse_env(struct cdn_spec *spec, const char *arg, struct cdn_error 
 int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
 {
     const struct cdn_limits *l = &spec->limits;
-    if (spec->tier != CDN_TIER_CONTAINER && spec->tier != CDN_TIER_MICROVM)
-        return cdn_error_field(err, EOPNOTSUPP, "tier",
-                               "tier: '%s' is not available in this build yet ('container' or 'microvm')",
-                               cdn_tier_to_string(spec->tier));
+    if (spec->tier == CDN_TIER_PROCESS)
+        return cdn_error_field(
+            err, EOPNOTSUPP, "tier",
+            "tier: '%s' is not available in this build yet ('container', 'microvm' or 'vm')",
+            cdn_tier_to_string(spec->tier));
     if (!(l->cpus > 0 && l->cpus <= 1024))
         return cdn_error_field(err, ERANGE, "limits.cpus", "limits.cpus: must be in (0, 1024]");
     if (l->memory_mb < CDN_MEMORY_MB_MIN || l->memory_mb > CDN_MEMORY_MB_MAX)

@@ -294,11 +294,12 @@ static void route_metrics(struct evhttp_request *req)
 {
     static const double bounds_ms[] = {0.25, 0.5, 1, 2, 5, 10, 25, 50, 100, 1000, 10000};
     struct evbuffer *b = evbuffer_new();
-    static const enum cdn_tier tiers[] = {CDN_TIER_CONTAINER, CDN_TIER_MICROVM};
+    static const enum cdn_tier tiers[] = {CDN_TIER_CONTAINER, CDN_TIER_MICROVM, CDN_TIER_VM};
     unsigned by_state[ELEMENTSOF(tiers)][_BOX_STATE_MAX] = {{0}};
     struct box *x;
     LIST_FOREACH(x, &cordond->boxes, link)
-    by_state[x->spec.tier == CDN_TIER_MICROVM][x->state]++;
+    for (size_t t = 0; t < ELEMENTSOF(tiers); t++)
+        by_state[t][x->state] += x->spec.tier == tiers[t];
     evbuffer_add_printf(
         b, "# HELP cordon_sandboxes Sandboxes by state and tier.\n# TYPE cordon_sandboxes gauge\n");
     for (size_t t = 0; t < ELEMENTSOF(tiers); t++)

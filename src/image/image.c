@@ -270,3 +270,68 @@ int cdn_image_resolve(const char *name, struct cdn_image *ret, struct cdn_error 
     ret->host = false;
     return 0;
 }
+
+/* Bytes under root (st_blocks: what is allocated), for a disk's size. */
+static unsigned long long tree_bytes;
+static int count_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void) path, (void) type, (void) ftw;
+    tree_bytes += (unsigned long long) st->st_blocks * 512;
+    return 0;
+}
+
+int cdn_image_debootstrap(const struct cdn_image_build *b, struct cdn_error *err)
+{
+    struct stat st;
+    if (b->dir[0] != '/')
+        return cdn_error_field(err, EINVAL, "dir",
+                               "image build: '%s': the directory must be an absolute path", b->dir);
+    if (lstat(b->dir, &st) == 0)
+        return cdn_error_field(err, EEXIST, "dir", "image build: '%s' exists already", b->dir);
+    if (b->disk && b->disk[0] != '/')
+        return cdn_error_field(err, EINVAL, "disk", "--disk '%s': must be an absolute path", b->disk);
+    if (b->disk && lstat(b->disk, &st) == 0)
+        return cdn_error_field(err, EEXIST, "disk", "--disk '%s' exists already", b->disk);
+    char tmp[4200], include[1024];
+    (void) snprintf(tmp, sizeof tmp, "%s.tmp", b->dir);
+    (void) snprintf(include, sizeof include, "--include=systemd-sysv,udev%s%s", b->include ? "," : "",
+                    b->include ? b->include : "");
+    char *const argv[] = {"debootstrap", "--variant=minbase",
+                          include,       (char *) (b->suite ? b->suite : "bookworm"),
+                          tmp,           (char *) (b->mirror ? b->mirror : "http://deb.debian.org/debian"),
+                          NULL};
+    fprintf(stderr, "cordon: image: debootstrap of %s into %s …\n", argv[3], b->dir);
+    int r = cdn_run_wait(argv, true);
+    if (r < 0)
+        return cdn_error_set(err, -r, "run debootstrap (Debian's debootstrap package): %s", strerror(-r));
+    if (r != 0)
+        return cdn_error_set(err, EIO, "debootstrap failed (exit %d); its work is left in %s", r, tmp);
+    /* Each sandbox gets its own machine id (the VM tiers write it; systemd makes one where the file
+     * is empty): the image holds none, as Debian's own images do. */
+    char p[4300];
+    (void) snprintf(p, sizeof p, "%s/etc/machine-id", tmp);
+    (void) truncate(p, 0);
+    if (rename(tmp, b->dir) < 0)
+        return cdn_error_set(err, errno, "rename %s: %m", tmp);
+    fprintf(stderr, "cordon: image: root ready: %s\n", b->dir);
+    if (!b->disk)
+        return 0;
+    unsigned long long mb = b->disk_mb;
+    if (!mb) {
+        tree_bytes = 0;
+        (void) nftw(b->dir, count_entry, 16, FTW_PHYS);
+        mb = (tree_bytes >> 20) + 1024;
+    }
+    fprintf(stderr, "cordon: image: making %s (ext4, %llu MiB) …\n", b->disk, mb);
+    char size[32];
+    (void) snprintf(size, sizeof size, "%lluM", mb);
+    char *const mkfs[] = {"mkfs.ext4",      "-q", "-L", "cordon-root", "-d", (char *) b->dir,
+                          (char *) b->disk, size, NULL};
+    if ((r = cdn_run_wait(mkfs, true)) != 0) {
+        (void) unlink(b->disk);
+        return r < 0 ? cdn_error_set(err, -r, "run mkfs.ext4 (Debian's e2fsprogs): %s", strerror(-r))
+                     : cdn_error_field(err, EIO, "disk", "--disk: mkfs.ext4 failed (exit %d)", r);
+    }
+    fprintf(stderr, "cordon: image: disk ready: %s (boot it with --tier vm --image %s)\n", b->disk, b->disk);
+    return 0;
+}

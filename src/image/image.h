@@ -20,3 +20,16 @@ int cdn_image_resolve(const char *name, struct cdn_image *ret, struct cdn_error 
 int cdn_image_build_host(bool verbose, struct cdn_error *err);
 /* Host top-level directories that the host image takes from the host when they are real directories. */
 extern const char *const cdn_image_host_dirs[];
+
+/* `cordon image build`: a Debian root filesystem made by debootstrap. */
+struct cdn_image_build {
+    const char *dir;     /* where the root goes (must not exist yet) */
+    const char *suite;   /* "bookworm" unless set */
+    const char *mirror;  /* "http://deb.debian.org/debian" unless set */
+    const char *include; /* more packages, comma-separated, or NULL */
+    const char *disk;    /* also a raw ext4 disk of it here (tier vm), or NULL */
+    unsigned disk_mb;    /* its size; 0: what the root holds and 1 GiB more */
+};
+/* Build it (minbase with systemd and udev: the image's own init for tier vm); debootstrap's and
+ * mkfs.ext4's progress on stderr. Errors name the option. */
+int cdn_image_debootstrap(const struct cdn_image_build *b, struct cdn_error *err);

@@ -3,10 +3,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 int cdn_write_all(int fd, const void *buf, size_t len)
 {
@@ -114,4 +118,22 @@ void cdn_read_cmdline(int pid, char *buf, size_t size)
     for (ssize_t i = 0; i < n - 1; i++)
         if (!buf[i])
             buf[i] = ' ';
+}
+
+int cdn_run_wait(char *const argv[], bool out_to_err)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    if (out_to_err)
+        posix_spawn_file_actions_adddup2(&fa, 2, 1);
+    pid_t pid;
+    int r = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (r != 0)
+        return -r;
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR)
+            return -errno;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }

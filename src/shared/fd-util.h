@@ -2,6 +2,7 @@
  * and a negative errno on failure; EINTR is retried. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -17,3 +18,6 @@ ssize_t cdn_read_file_at(int dirfd, const char *path, char *buf, size_t size);
 int cdn_mkdir_p(const char *path, mode_t mode);
 /* /proc/PID/cmdline with its NULs as spaces, NUL-terminated ("" if gone). */
 void cdn_read_cmdline(int pid, char *buf, size_t size);
+/* Run argv (found in PATH) and wait: its exit status (128+N if killed by signal N), or -errno if it
+ * could not be started. out_to_err: its stdout goes to our stderr (it is not the caller's output). */
+int cdn_run_wait(char *const argv[], bool out_to_err);

@@ -8,6 +8,8 @@ const struct cdn_tier_ops *cdn_tier_lookup(enum cdn_tier tier)
 #if !CDN_LEAN
     case CDN_TIER_MICROVM:
         return &cdn_microvm_tier;
+    case CDN_TIER_VM:
+        return &cdn_vm_tier;
 #endif
     default:
         return NULL;

@@ -47,6 +47,7 @@ struct cdn_tier_ops {
 
 extern const struct cdn_tier_ops cdn_container_tier;
 extern const struct cdn_tier_ops cdn_microvm_tier; /* full build only (libarchive, liblzma) */
+extern const struct cdn_tier_ops cdn_vm_tier;      /* the same code: full build only */
 
 const struct cdn_tier_ops *cdn_tier_lookup(enum cdn_tier tier);
 /* A VM guest's USAGE frame (agent/frame.h): kept in sb for the microvm tier's usage(). */

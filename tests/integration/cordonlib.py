@@ -353,6 +353,14 @@ def vm_ready():
     return bool(shutil.which("qemu-system-x86_64")) and os.path.exists(os.path.join(VM_DIR, "kernel", "release"))
 
 
+def vm_run_files():
+    """What is in the full VMs' run directories (<vm dir>/run/ID and its files)."""
+    out = set()
+    for d, dirs, files in os.walk(os.path.join(VM_DIR, "run")):
+        out.update(os.path.join(d, n) for n in dirs + files)
+    return out
+
+
 def is_cordon(p: Proc):
     # cordon-full: the glibc build that the lean static cordon hands --json,
     # --spec and other library work to (src/cli/cli.h)
@@ -370,6 +378,7 @@ class HostState:
     nft: set = field(default_factory=set)
     live_slots: set = field(default_factory=set)  # slots with a live, non-orphan supervisor
     qemus: dict = field(default_factory=dict)  # key → Proc: the VM tiers' guests
+    vm_runs: set = field(default_factory=set)  # <vm dir>/run/ID/…: a full VM's snapshot of its disk
 
     @classmethod
     def snapshot(cls):
@@ -386,6 +395,7 @@ class HostState:
             nft=nft_tables(),
             live_slots=live,
             qemus={p.key: p for p in procs if p.comm.startswith("qemu-system") and p.state != "Z"},
+            vm_runs=vm_run_files(),
         )
 
     def leaks_since(self, before: "HostState"):
@@ -416,6 +426,8 @@ class HostState:
         qemus = [p for k, p in self.qemus.items() if k not in before.qemus]
         if qemus:
             out["QEMU processes"] = sorted(str(p) for p in qemus)
+        if self.vm_runs - before.vm_runs:
+            out["VM run files"] = sorted(self.vm_runs - before.vm_runs)
         return out
 
 

@@ -334,7 +334,6 @@ BAD = [
     (["--net", "allow=*"], ["network.allow[0]"]),
     (["--net", "sideways"], ["--net", "network"]),
     (["--protect", "/workspace/answers/**"], ["--protect", "protect"]),
-    (["--tier", "vm"], ["--tier", "tier"]),
     (["--tier", "process"], ["--tier", "tier"]),
     (["--tier", "warp"], ["--tier", "tier"]),
     (["--on-violation", "explode"], ["--on-violation", "on_violation"]),

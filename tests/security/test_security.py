@@ -192,8 +192,10 @@ def _vm_ready():
 VM_GUEST_ROOT = {"uid_map_root", "gid_map_root"}
 
 
-@pytest.mark.parametrize("tier", ["container", pytest.param("microvm", marks=pytest.mark.skipif(
-    not _vm_ready(), reason="no QEMU or no prepared guest kernel (cordon vm prepare)"))])
+_NO_VM = pytest.mark.skipif(not _vm_ready(), reason="no QEMU or no prepared guest kernel (cordon vm prepare)")
+
+
+@pytest.mark.parametrize("tier", ["container", pytest.param("microvm", marks=_NO_VM), pytest.param("vm", marks=_NO_VM)])
 @pytest.mark.parametrize("on_violation", [None, "kill"])
 def test_all_contained(host_env, on_violation, tier):
     """Every escape attempt made from inside `cordon run` is contained. In kill
@@ -205,7 +207,11 @@ def test_all_contained(host_env, on_violation, tier):
     failing once: before the guest masked /proc and replaced its devtmpfs,
     sysctl_core_pattern_write, sysrq_trigger_write, proc_masked_read and
     userfaultfd_create escaped in the microvm (the guest's root could write
-    /proc/sys and open /dev/userfaultfd)."""
+    /proc/sys and open /dev/userfaultfd). In a full VM (tier vm) the agent
+    that the image's systemd starts makes the same confinement in a mount
+    namespace of its own. Seen failing there while the agent kept the /sys
+    that systemd mounted (cgroup_limit_write escaped: the commands could raise
+    their own memory.max and pids.max through /sys/fs/cgroup)."""
     _require_probe()
     _require_cordon()
     cmd = [CORDON_BIN, "run", "--tier", tier, *SANDBOX_LIMITS, "--bind", f"{CORDON_PROBE}:/probe:ro"]

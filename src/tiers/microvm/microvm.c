@@ -1,12 +1,15 @@
-/* The microvm tier (DESIGN §5): a QEMU `-M microvm` guest — no PCI, no
- * firmware, virtio-mmio devices — booting the Debian kernel of vmprep.h
- * through PVH, with cordon-init as the guest's first process speaking the
- * agent protocol over a virtio-serial port whose host end is our socket.
+/* The microvm and vm tiers (DESIGN §5).
  *
- * So far: cold boot from `cordon run`, under KVM where hardware
- * virtualisation is there, else QEMU's TCG. Still to come (issue 6): the
- * sandbox's network namespace and tap, the image as a block device, snapshot
- * restore, QEMU confined in its own uid, cgroup and chroot, cordond. */
+ * microvm: a QEMU `-M microvm` guest — no PCI, no firmware, virtio-mmio
+ * devices — booting the Debian kernel of vmprep.h through PVH, with
+ * cordon-init as the guest's first process speaking the agent protocol over a
+ * virtio-serial port whose host end is our socket; started from a snapshot of
+ * a booted guest, restored copy-on-write.
+ *
+ * vm: a QEMU q35 machine (PCI, firmware) with the image's disk, writable
+ * through QEMU's snapshot of it, booting the image's own init, which starts
+ * cordon-init as the agent (init-vm.c); cold boots only. The same devices,
+ * network, agent protocol and limits otherwise. */
 #include "tiers/tier.h"
 #include "agent/frame.h"
 #include "core/paths.h"
@@ -17,6 +20,7 @@
 #include "shared/fd-util.h"
 #include "shared/macro.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sched.h>
@@ -101,7 +105,8 @@ static long tsc_khz(void)
     return colon ? (long) (atof(colon + 1) * 1000.0) : 0;
 }
 
-#define VM_MEM_OVERHEAD_MB 64
+#define VM_MEM_OVERHEAD_MB  64
+#define VM_FULL_OVERHEAD_MB 256
 
 /* The guest's devices; a change here must change it (the snapshots are then made again). */
 #define DEVICES "serial(2 ports),net,9p-usr,9p-binds"
@@ -114,7 +119,7 @@ static long tsc_khz(void)
 struct qemu_cmd {
     char *argv[64];
     int argc;
-    char buf[16][4200];
+    char buf[20][4200];
     int nbuf;
 };
 
@@ -128,9 +133,9 @@ static void add(struct qemu_cmd *q, const char *a)
 static const char *fmt(struct qemu_cmd *q, const char *f, ...) __attribute__((format(printf, 2, 3)));
 static const char *fmt(struct qemu_cmd *q, const char *f, ...)
 {
-    if (q->nbuf >= 15) /* one buffer per argument: sized for every fmt() of build_cmd */
+    if (q->nbuf >= 20) /* one buffer per argument: sized for every fmt() of build_cmd */
         abort();
-    char *b = q->buf[q->nbuf < 15 ? q->nbuf++ : 15];
+    char *b = q->buf[q->nbuf++];
     va_list ap;
     va_start(ap, f);
     (void) vsnprintf(b, sizeof q->buf[0], f, ap);
@@ -140,19 +145,31 @@ static const char *fmt(struct qemu_cmd *q, const char *f, ...)
 
 enum boot { BOOT_COLD, BOOT_TEMPLATE, BOOT_RESTORE };
 
-/* The command line; memdir: where the guest's RAM file lives (template, restore); disk: an image's
- * root disk (erofs), NULL for the host image. */
+/* A guest's root disk: an image directory's erofs (read-only, shared), or a full VM's disk image
+ * file (writable through QEMU's snapshot of it: the file never changes). */
+struct vm_disk {
+    const char *path;   /* NULL: none (a microvm of the host image) */
+    const char *format; /* a disk image file's: "raw" or "qcow2"; NULL: an erofs */
+};
+
+/* The command line; full: tier vm (q35); memdir: where the guest's RAM file lives (template,
+ * restore). */
 static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const char *accel, uint64_t mem_mb,
                       int smp, enum boot boot, const char *memdir, bool listening, bool tap, bool binds,
-                      const char *disk)
+                      bool full, struct vm_disk disk)
 {
+    /* A device's name on the machine's bus: virtio-mmio on microvm, PCI on q35. */
+    const char *bus = full ? "pci" : "device";
     long khz = tsc_khz();
     /* CORDON_VM_DEBUG=1 with a cold boot: the guest kernel's console on QEMU's stderr (kept then). */
     bool console = boot == BOOT_COLD && getenv("CORDON_VM_DEBUG");
     add(q, QEMU);
     add(q, "-M");
-    add(q, fmt(q, "microvm,pit=on,rtc=on,isa-serial=%s,accel=%s%s", console ? "on" : "off", accel,
-               boot == BOOT_COLD ? "" : ",memory-backend=ram"));
+    if (full)
+        add(q, fmt(q, "q35,accel=%s,smm=off,vmport=off", accel));
+    else
+        add(q, fmt(q, "microvm,pit=on,rtc=on,isa-serial=%s,accel=%s%s", console ? "on" : "off", accel,
+                   boot == BOOT_COLD ? "" : ",memory-backend=ram"));
     if (boot != BOOT_COLD) {
         /* Restored copy-on-write: the file is the template's RAM, never written again. */
         add(q, "-object");
@@ -176,20 +193,26 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
         add(q, fixed[i]);
     add(q, vm->kernel);
     add(q, "-initrd");
-    add(q, disk ? vm->initramfs_disk : vm->initramfs);
+    add(q, full ? vm->initramfs_vm : disk.path ? vm->initramfs_disk : vm->initramfs);
     add(q, "-append");
     char tsc[48] = "";
     if (khz > 0)
         (void) snprintf(tsc, sizeof tsc, " tsc_early_khz=%ld", khz);
-    /* cordon.root=erofs: the guest's init makes the disk its root at boot (in the snapshot).
+    /* cordon.root=erofs|disk: the guest's init makes the disk its root at boot (in the snapshot).
      * cordon.boot=template: every module at boot (a cold boot loads the network's only for a
-     * network). */
-    add(q, fmt(q, "%s panic=-1 reboot=t random.trust_cpu=on%s%s%s", console ? "console=ttyS0" : "quiet", tsc,
-               disk ? " cordon.root=erofs" : "", boot == BOOT_TEMPLATE ? " cordon.boot=template" : ""));
+     * network). cordon.tier=vm: the image's init takes over (net.ifnames=0: its udev keeps the name
+     * eth0, which the agent sets up). */
+    add(q,
+        fmt(q, "%s panic=-1 reboot=t random.trust_cpu=on%s%s%s%s", console ? "console=ttyS0" : "quiet", tsc,
+            disk.format ? " cordon.root=disk"
+            : disk.path ? " cordon.root=erofs"
+                        : "",
+            boot == BOOT_TEMPLATE ? " cordon.boot=template" : "",
+            full ? " cordon.tier=vm net.ifnames=0" : ""));
     /* Two ports (the agent's is 1; 0 is kept for a console): the guest's driver then sets up 4
      * virtqueues, not the 64 of the default 31 ports. */
     add(q, "-device");
-    add(q, "virtio-serial-device,max_ports=2");
+    add(q, fmt(q, "virtio-serial-%s,max_ports=2", bus));
     add(q, "-chardev");
     /* listening: fd 3 is a listening socket (a persistent sandbox's): QEMU accepts one host at a
      * time on it, so a restarted cordond connects again, as to a container's init. */
@@ -201,13 +224,14 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
     add(q, "-netdev");
     add(q, tap ? fmt(q, "tap,id=net0,fd=%d,vhost=off", QEMU_TAP) : "hubport,id=net0,hubid=0");
     add(q, "-device");
-    add(q, "virtio-net-device,netdev=net0,mac=52:54:00:c0:00:02");
+    add(q, fmt(q, "virtio-net-%s,netdev=net0,mac=52:54:00:c0:00:02%s", bus,
+               full ? ",romfile=" : "")); /* no iPXE */
     /* The host image: the host's /usr, read-only, over 9p; the guest mounts it before its first
      * command (not at boot: a mounted 9p share would block the template's migration). */
     add(q, "-fsdev");
     add(q, "local,id=usr,path=/usr,security_model=none,readonly=on");
     add(q, "-device");
-    add(q, "virtio-9p-device,fsdev=usr,mount_tag=usr");
+    add(q, fmt(q, "virtio-9p-%s,fsdev=usr,mount_tag=usr", bus));
     /* The sandbox's binds (spec mounts): one share whose i-th entry is the i-th source, bound there
      * in QEMU's own mount namespace (spawn_qemu); an empty directory when there are none. */
     add(q, "-fsdev");
@@ -216,12 +240,16 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
     add(q, fmt(q, "local,id=binds,path=%s/%s,security_model=mapped-xattr", cdn_vm_dir(),
                binds ? "share" : "empty"));
     add(q, "-device");
-    add(q, "virtio-9p-device,fsdev=binds,mount_tag=binds");
-    if (disk) { /* read-only: many guests share it, as containers share an image's lower layer */
+    add(q, fmt(q, "virtio-9p-%s,fsdev=binds,mount_tag=binds", bus));
+    if (disk.path) {
+        /* An erofs: read-only, many guests share it, as containers share an image's lower layer. A
+         * disk image: snapshot=on, the guest's writes go to a file QEMU makes in $TMPDIR (the
+         * sandbox's own directory, spawn_qemu). */
         add(q, "-drive");
-        add(q, fmt(q, "file=%s,if=none,id=root,format=raw,readonly=on", disk));
+        add(q, disk.format ? fmt(q, "file=%s,if=none,id=root,format=%s,snapshot=on", disk.path, disk.format)
+                           : fmt(q, "file=%s,if=none,id=root,format=raw,readonly=on", disk.path));
         add(q, "-device");
-        add(q, "virtio-blk-device,drive=root");
+        add(q, fmt(q, "virtio-blk-%s,drive=root", bus));
     }
     if (boot != BOOT_COLD) { /* QMP: fd 4 (template) or 5 (restore, whose state is fd 4) */
         add(q, "-chardev");
@@ -244,6 +272,7 @@ struct qemu_fds {
     const struct cdn_mount *mounts; /* bound into the binds share */
     size_t n_mounts;
     struct cdn_cgroup *cgroup; /* QEMU's own: joined before exec */
+    const char *tmpdir;        /* QEMU's $TMPDIR (a full VM's disk snapshot goes there), or NULL */
 };
 
 /* In QEMU's own mount namespace (the child, before exec): a tmpfs on the share directory whose
@@ -312,6 +341,8 @@ static pid_t spawn_qemu(const struct qemu_cmd *q, const struct qemu_fds *f, int 
             _exit(127);
         if (!getenv("CORDON_VM_DEBUG"))
             (void) dup2(devnull, 2);
+        if (f->tmpdir)
+            (void) setenv("TMPDIR", f->tmpdir, 1);
         (void) syscall(SYS_close_range, top + 1, ~0U, 0);
         execvp(QEMU, q->argv);
         fprintf(stderr, "cordon: exec %s: %m (install qemu-system-x86)\n", QEMU);
@@ -415,7 +446,7 @@ static int probe_kvm(const struct cdn_vm_assets *vm)
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ag) < 0)
         return -errno;
     struct qemu_cmd q = {0};
-    build_cmd(&q, vm, "kvm", 128, 1, BOOT_COLD, NULL, false, false, false, NULL);
+    build_cmd(&q, vm, "kvm", 128, 1, BOOT_COLD, NULL, false, false, false, false, (struct vm_disk){0});
     int pidfd = -1;
     pid_t pid = spawn_qemu(
         &q, &(struct qemu_fds){.agent = ag[1], .fd4 = -1, .fd5 = -1, .tap = -1, .netns = -1}, &pidfd, NULL);
@@ -445,7 +476,8 @@ static int make_template(const struct cdn_vm_assets *vm, const char *accel, uint
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, qm) < 0)
         return cdn_error_set(err, errno, "socketpair: %m");
     struct qemu_cmd q = {0};
-    build_cmd(&q, vm, accel, mem_mb, smp, BOOT_TEMPLATE, dir, false, false, false, disk);
+    build_cmd(&q, vm, accel, mem_mb, smp, BOOT_TEMPLATE, dir, false, false, false, false,
+              (struct vm_disk){.path = disk});
     /* QMP on fd 4; the state file goes to QEMU through QMP's getfd, for migrate's "fd:state". */
     int pidfd = -1;
     pid_t pid = spawn_qemu(
@@ -657,8 +689,70 @@ static int connect_to(int fd)
     return c;
 }
 
+/* A full VM's image given as a disk image file: its format from its first bytes — qcow2, or raw
+ * holding ext4 (the whole disk) or a partition table. 0 and *format, or an error naming "image". */
+static int disk_image(const char *path, const char **format, struct cdn_error *err)
+{
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+    uint8_t b[2048] = {0};
+    if (fd < 0)
+        return cdn_error_field(err, errno, "image", "image: '%s': %m", path);
+    ssize_t n = pread(fd, b, sizeof b, 0);
+    if (n >= 4 && memcmp(b, "QFI\xfb", 4) == 0)
+        *format = "qcow2";
+    else if (n == (ssize_t) sizeof b &&
+             ((b[1080] == 0x53 && b[1081] == 0xef) || (b[510] == 0x55 && b[511] == 0xaa)))
+        *format = "raw";
+    else
+        return cdn_error_field(
+            err, EINVAL, "image",
+            "image: '%s' is neither a qcow2 image nor a raw disk (ext4, or a partition table)", path);
+    return 0;
+}
+
+/* The guest's root disk (path into disk): a microvm's image other than the host's, as an erofs; a
+ * full VM's disk image file as it is, or its image directory (the host's too) as an erofs. */
+static int root_disk(const struct cdn_spec *spec, char *disk, size_t size, const char **format,
+                     struct cdn_error *err)
+{
+    struct stat st;
+    bool full = spec->tier == CDN_TIER_VM;
+    *format = NULL;
+    if (full && spec->image[0] == '/' && stat(spec->image, &st) == 0 && S_ISREG(st.st_mode)) {
+        (void) snprintf(disk, size, "%s", spec->image);
+        return disk_image(spec->image, format, err);
+    }
+    if (!full && strcmp(spec->image, "host") == 0)
+        return 0;
+    struct cdn_image img;
+    int r = cdn_image_resolve(spec->image, &img, err);
+    return r < 0 ? r : cdn_vm_image_disk(img.lower, true, disk, size, err);
+}
+
+/* A full VM's directory (<vm dir>/run/ID): QEMU's $TMPDIR, where its snapshot of the disk goes. */
+static void run_dir(const struct cdn_sandbox *sb, char *buf, size_t size)
+{
+    (void) snprintf(buf, size, "%s/run/%s", cdn_vm_dir(), sb->id);
+}
+
+static void remove_run_dir(const struct cdn_sandbox *sb)
+{
+    char dir[4200];
+    run_dir(sb, dir, sizeof dir);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.')
+            (void) unlinkat(dirfd(d), e->d_name, 0);
+    if (d) {
+        closedir(d);
+        (void) rmdir(dir);
+    }
+}
+
 static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
 {
+    const bool full = sb->spec->tier == CDN_TIER_VM;
     struct cdn_vm_assets vm;
     int r = cdn_vm_prepare(&vm, true, err);
     if (r < 0)
@@ -673,8 +767,8 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
     }
     if (sb->spec->n_mounts + sb->spec->protect.n > CDN_IDENTITY_PATHS)
         return cdn_error_field(err, E2BIG, sb->spec->protect.n ? "protect" : "mounts",
-                               "mounts and protect: at most %d together for tier microvm",
-                               CDN_IDENTITY_PATHS);
+                               "mounts and protect: at most %d together for tier %s", CDN_IDENTITY_PATHS,
+                               cdn_tier_to_string(sb->spec->tier));
     for (size_t i = 0; i < sb->spec->n_mounts; i++) {
         struct stat st;
         if (stat(sb->spec->mounts[i].source, &st) < 0) {
@@ -683,21 +777,18 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
             return cdn_error_field(err, errno, field, "%s: %s: %m", field, sb->spec->mounts[i].source);
         }
     }
-    /* An image other than the host's: its root disk. */
     char disk[4400] = "";
-    if (strcmp(sb->spec->image, "host") != 0) {
-        struct cdn_image img;
-        if ((r = cdn_image_resolve(sb->spec->image, &img, err)) < 0 ||
-            (r = cdn_vm_image_disk(img.lower, true, disk, sizeof disk, err)) < 0)
-            return r;
-    }
+    const char *format;
+    if ((r = root_disk(sb->spec, disk, sizeof disk, &format, err)) < 0)
+        return r;
     const char *accel = pick_accel(&vm);
     (void) snprintf(sb->accel, sizeof sb->accel, "%s", accel);
     const char *how = getenv("CORDON_VM_BOOT");
-    enum boot boot = how && strcmp(how, "cold") == 0 ? BOOT_COLD : BOOT_RESTORE;
-    /* The guest gets the limit and what its kernel, init and page cache need besides; its commands'
-     * cgroup gets the limit, as a container's cgroup does (identity memory_mb). */
-    uint64_t mem = sb->spec->limits.memory_mb + VM_MEM_OVERHEAD_MB;
+    enum boot boot = full || (how && strcmp(how, "cold") == 0) ? BOOT_COLD : BOOT_RESTORE;
+    /* The guest gets the limit and what its kernel, init and page cache need besides (a full VM's
+     * system too); its commands' cgroup gets the limit, as a container's cgroup does (identity
+     * memory_mb). */
+    uint64_t mem = sb->spec->limits.memory_mb + (full ? VM_FULL_OVERHEAD_MB : VM_MEM_OVERHEAD_MB);
     int smp = (int) ceil(sb->spec->limits.cpus);
     char dir[4096] = "";
     _cleanup_close_ int state = -1;
@@ -738,14 +829,19 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
     }
     /* QEMU's cgroup: its vCPUs' share of the CPU, the guest's memory and QEMU's own (TCG's code
      * cache, device state), a bound on its threads. */
-    if ((r = qemu_cgroup(sb, mem, err)) < 0) {
+    char tmpdir[4200];
+    run_dir(sb, tmpdir, sizeof tmpdir);
+    if ((r = qemu_cgroup(sb, mem, err)) < 0 || (format && cdn_mkdir_p(tmpdir, 0700) < 0 &&
+                                                (r = cdn_error_set(err, errno, "create %s: %m", tmpdir)))) {
         (void) close(sp[0]), (void) close(sp[1]), (void) safe_close(qm[0]), (void) safe_close(qm[1]);
         (void) safe_close(tap);
+        if (sb->cgroup.ops)
+            (void) microvm_destroy(sb);
         return r;
     }
     struct qemu_cmd q = {0};
-    build_cmd(&q, &vm, accel, mem, smp, boot, dir, listening, tap >= 0, sb->spec->n_mounts > 0,
-              *disk ? disk : NULL);
+    build_cmd(&q, &vm, accel, mem, smp, boot, dir, listening, tap >= 0, sb->spec->n_mounts > 0, full,
+              (struct vm_disk){.path = *disk ? disk : NULL, .format = format});
     int pidfd = -1;
     pid_t pid = spawn_qemu(&q,
                            &(struct qemu_fds){.agent = sp[1],
@@ -756,7 +852,8 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
                                               .persistent = sb->persistent,
                                               .mounts = sb->spec->mounts,
                                               .n_mounts = sb->spec->n_mounts,
-                                              .cgroup = &sb->cgroup},
+                                              .cgroup = &sb->cgroup,
+                                              .tmpdir = format ? tmpdir : NULL},
                            &pidfd, err);
     (void) close(sp[1]);
     (void) safe_close(qm[1]);
@@ -873,6 +970,7 @@ static int microvm_destroy(struct cdn_sandbox *sb)
         sb->cgroup.ops = NULL;
         sb->cgroup.dirfd = safe_close(sb->cgroup.dirfd);
     }
+    remove_run_dir(sb); /* a full VM's snapshot of its disk */
     return 0;
 }
 
@@ -906,6 +1004,17 @@ static void microvm_forget(struct cdn_sandbox *sb)
     sb->init_pid = 0;
     (void) microvm_destroy(sb);
 }
+
+const struct cdn_tier_ops cdn_vm_tier = {
+    .name = "vm",
+    .create = microvm_create,
+    .kill = microvm_kill,
+    .usage = microvm_usage,
+    .destroy = microvm_destroy,
+    .detach = microvm_detach,
+    .adopt = microvm_adopt,
+    .forget = microvm_forget,
+};
 
 const struct cdn_tier_ops cdn_microvm_tier = {
     .name = "microvm",

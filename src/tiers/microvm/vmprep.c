@@ -15,17 +15,13 @@
 #include <ftw.h>
 #include <glob.h>
 #include <lzma.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-extern char **environ;
 
 /* The guest's modules, in load order (each after what it needs): the
  * agent's virtio-serial port on the microvm machine (virtio-mmio), 9p over
@@ -51,14 +47,24 @@ static const char *const modules[] = {
     "kernel/lib/libcrc32c.ko",
     "kernel/fs/erofs/erofs.ko",
     "kernel/fs/overlayfs/overlay.ko",
+    /* From here: a full VM's (tier vm: q35), .modules/vm/: virtio over PCI, and ext4 for the
+     * writable root disks that images of that tier have. */
+    "kernel/drivers/virtio/virtio_pci_legacy_dev.ko",
+    "kernel/drivers/virtio/virtio_pci_modern_dev.ko",
+    "kernel/drivers/virtio/virtio_pci.ko",
+    "kernel/lib/crc16.ko",
+    "kernel/fs/mbcache.ko",
+    "kernel/fs/jbd2/jbd2.ko",
+    "kernel/fs/ext4/ext4.ko",
 };
 #define FIRST_NET_MODULE  9
 #define FIRST_DISK_MODULE 12
+#define FIRST_VM_MODULE   17
 /* What is unpacked from the kernel package; a change here must bump it. */
-#define KERNEL_FORMAT "5"
+#define KERNEL_FORMAT "6"
 
 /* What goes into the initramfs; a change here must bump it (the cached one is then rebuilt). */
-#define INITRAMFS_FORMAT "cordon-initramfs 6"
+#define INITRAMFS_FORMAT "cordon-initramfs 7"
 
 static void say(bool progress, const char *what, const char *arg)
 {
@@ -69,15 +75,10 @@ static void say(bool progress, const char *what, const char *arg)
 static int run_sh(const char *script, struct cdn_error *err)
 {
     char *const argv[] = {"/bin/sh", "-c", (char *) script, NULL};
-    pid_t pid;
-    int r = posix_spawn(&pid, "/bin/sh", NULL, NULL, argv, environ);
+    int r = cdn_run_wait(argv, false);
+    if (r < 0)
+        return cdn_error_set(err, -r, "spawn /bin/sh: %s", strerror(-r));
     if (r != 0)
-        return cdn_error_set(err, r, "spawn /bin/sh: %s", strerror(r));
-    int st;
-    while (waitpid(pid, &st, 0) < 0)
-        if (errno != EINTR)
-            return cdn_error_set(err, errno, "wait for /bin/sh: %m");
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
         return cdn_error_set(err, EIO, "`%s` failed", script);
     return 0;
 }
@@ -391,23 +392,29 @@ static int add_modules(struct archive *w, const char *kdir, size_t from, size_t 
     return r;
 }
 
-/* Two initramfs files: path (every guest's: the skeleton, init, the modules) and path_disk, the same
+/* Three initramfs files: out[0] (every guest's: the skeleton, init, the modules), out[1] the same
  * followed by a second archive with the root disk's modules (the kernel unpacks concatenated
- * archives in turn). A host image's guest does not unpack what only an image's needs: each MiB
- * of initramfs costs tens of ms of a cold boot under TCG. */
-static int write_initramfs(const char *kdir, const char *path, const char *path_disk, const char *init,
-                           const char *skeleton, struct cdn_error *err)
+ * archives in turn), out[2] that followed by a third with a full VM's. A host image's guest does
+ * not unpack what only an image's needs: each MiB of initramfs costs tens of ms of a cold boot
+ * under TCG. */
+static int write_initramfs(const char *kdir, char out[3][4096], const char *init, const char *skeleton,
+                           struct cdn_error *err)
 {
-    char tmp[4300], tmp_disk[4300];
-    (void) snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    (void) snprintf(tmp_disk, sizeof tmp_disk, "%s.tmp", path_disk);
+    static const struct {
+        const char *dir;
+        size_t from, to;
+    } extra[3] = {{NULL, 0, 0},
+                  {".modules/disk", FIRST_DISK_MODULE, FIRST_VM_MODULE},
+                  {".modules/vm", FIRST_VM_MODULE, ELEMENTSOF(modules)}};
+    char tmp[3][4300];
     int r = 0;
-    for (int part = 0; part < 2 && r == 0; part++) {
+    for (int part = 0; part < 3 && r == 0; part++) {
+        (void) snprintf(tmp[part], sizeof tmp[part], "%s.part", out[part]);
         struct archive *w = archive_write_new();
         if (!w)
             return cdn_error_set(err, ENOMEM, "libarchive");
         r = archive_write_set_format_cpio_newc(w) == ARCHIVE_OK &&
-                    archive_write_open_filename(w, part ? tmp_disk : tmp) == ARCHIVE_OK
+                    archive_write_open_filename(w, tmp[part]) == ARCHIVE_OK
                 ? 0
                 : -EIO;
         if (part == 0) {
@@ -426,36 +433,37 @@ static int write_initramfs(const char *kdir, const char *path, const char *path_
                 r = add_modules(w, kdir, FIRST_NET_MODULE, FIRST_DISK_MODULE, ".modules/net");
         } else {
             if (r == 0)
-                r = add_file(w, ".modules/disk", AE_IFDIR | 0755, NULL, 0, NULL);
+                r = add_file(w, extra[part].dir, AE_IFDIR | 0755, NULL, 0, NULL);
             if (r == 0)
-                r = add_modules(w, kdir, FIRST_DISK_MODULE, ELEMENTSOF(modules), ".modules/disk");
+                r = add_modules(w, kdir, extra[part].from, extra[part].to, extra[part].dir);
         }
         if (r == 0 && archive_write_close(w) != ARCHIVE_OK)
             r = -EIO;
         if (r < 0)
-            (void) cdn_error_set(err, -r, "write the initramfs %s: %s", part ? tmp_disk : tmp,
-                                 archive_error_string(w));
+            (void) cdn_error_set(err, -r, "write the initramfs %s: %s", tmp[part], archive_error_string(w));
         archive_write_free(w);
     }
-    /* path_disk: the first archive, then the disk's. */
-    uint8_t *b = NULL;
-    size_t n = 0;
-    if (r == 0 && (r = read_file(tmp, &b, &n)) < 0)
-        (void) cdn_error_set(err, -r, "read %s: %s", tmp, strerror(-r));
-    if (r == 0) {
-        _cleanup_close_ int fd = open(tmp_disk, O_RDWR | O_CLOEXEC);
-        uint8_t *d = NULL;
-        size_t dn = 0;
-        if (fd < 0 || (r = read_file(tmp_disk, &d, &dn)) < 0 || lseek(fd, 0, SEEK_SET) < 0 ||
-            cdn_write_all(fd, b, n) < 0 || cdn_write_all(fd, d, dn) < 0)
-            r = cdn_error_set(err, r < 0 ? -r : errno, "write %s: %m", tmp_disk);
-        free(d);
+    /* out[k]: parts 0 to k, one after the other. */
+    for (int k = 0; k < 3 && r == 0; k++) {
+        char t[4300];
+        (void) snprintf(t, sizeof t, "%s.tmp", out[k]);
+        _cleanup_close_ int fd = open(t, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0)
+            r = cdn_error_set(err, errno, "create %s: %m", t);
+        for (int part = 0; part <= k && r == 0; part++) {
+            uint8_t *b = NULL;
+            size_t n = 0;
+            if ((r = read_file(tmp[part], &b, &n)) < 0 || cdn_write_all(fd, b, n) < 0)
+                r = cdn_error_set(err, r < 0 ? -r : errno, "write %s: %m", t);
+            free(b);
+        }
+        if (r == 0 && rename(t, out[k]) < 0)
+            r = cdn_error_set(err, errno, "rename %s: %m", t);
+        if (r < 0)
+            (void) unlink(t);
     }
-    free(b);
-    if (r == 0 && (rename(tmp, path) < 0 || rename(tmp_disk, path_disk) < 0))
-        r = cdn_error_set(err, errno, "rename %s: %m", tmp);
-    if (r < 0)
-        (void) unlink(tmp), (void) unlink(tmp_disk);
+    for (int part = 0; part < 3; part++)
+        (void) unlink(tmp[part]);
     return r;
 }
 
@@ -492,6 +500,7 @@ int cdn_vm_prepare(struct cdn_vm_assets *out, bool progress, struct cdn_error *e
     (void) snprintf(out->kernel, sizeof out->kernel, "%s/vmlinux", kdir);
     (void) snprintf(out->initramfs, sizeof out->initramfs, "%s/initramfs.cpio", dir);
     (void) snprintf(out->initramfs_disk, sizeof out->initramfs_disk, "%s/initramfs-disk.cpio", dir);
+    (void) snprintf(out->initramfs_vm, sizeof out->initramfs_vm, "%s/initramfs-vm.cpio", dir);
     if (cdn_init_path(init, sizeof init) < 0)
         return cdn_error_set(err, ENOENT, "cordon-init not found (set CORDON_INIT or install cordon)");
     /* The initramfs: again whenever cordon-init is newer than it, or its format or the host image's
@@ -509,10 +518,15 @@ int cdn_vm_prepare(struct cdn_vm_assets *out, bool progress, struct cdn_error *e
                     (long long) sk.st_mtim.tv_sec);
     (void) snprintf(fmtpath, sizeof fmtpath, "%s/initramfs.format", dir);
     (void) cdn_read_file_at(AT_FDCWD, fmtpath, fmt, sizeof fmt);
-    if (newer(init, out->initramfs) || access(out->initramfs_disk, R_OK) < 0 || strcmp(fmt, want) != 0) {
+    if (newer(init, out->initramfs) || access(out->initramfs_disk, R_OK) < 0 ||
+        access(out->initramfs_vm, R_OK) < 0 || strcmp(fmt, want) != 0) {
         say(progress, "building the initramfs: cordon-init, the host image's skeleton, the modules of ",
             out->release);
-        int r = write_initramfs(kdir, out->initramfs, out->initramfs_disk, init, host.lower, err);
+        char paths[3][4096];
+        memcpy(paths[0], out->initramfs, sizeof paths[0]);
+        memcpy(paths[1], out->initramfs_disk, sizeof paths[1]);
+        memcpy(paths[2], out->initramfs_vm, sizeof paths[2]);
+        int r = write_initramfs(kdir, paths, init, host.lower, err);
         if (r < 0)
             return r;
         if (write_file(fmtpath, (const uint8_t *) want, strlen(want), 0644) < 0)
@@ -603,19 +617,10 @@ int cdn_vm_image_disk(const char *root, bool progress, char *out, size_t size, s
     /* Uncompressed: nothing to decompress in the guest, which under TCG is slow. Owners, modes
      * and xattrs as in the directory. */
     char *const argv[] = {"mkfs.erofs", "--quiet", tmp, (char *) root, NULL};
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, 2, 1); /* what it prints is not the caller's output */
-    pid_t pid;
-    int r = posix_spawnp(&pid, "mkfs.erofs", &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (r != 0)
-        return cdn_error_set(err, r, "run mkfs.erofs (Debian's erofs-utils): %s", strerror(r));
-    int ws;
-    while (waitpid(pid, &ws, 0) < 0)
-        if (errno != EINTR)
-            return cdn_error_set(err, errno, "wait for mkfs.erofs: %m");
-    if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+    int r = cdn_run_wait(argv, true);
+    if (r < 0)
+        return cdn_error_set(err, -r, "run mkfs.erofs (Debian's erofs-utils): %s", strerror(-r));
+    if (r != 0) {
         (void) unlink(tmp);
         return cdn_error_field(err, EIO, "image", "image: mkfs.erofs of %s failed", root);
     }

@@ -14,6 +14,7 @@ struct cdn_vm_assets {
     char kernel[4096];         /* vmlinux */
     char initramfs[4096];      /* newc cpio */
     char initramfs_disk[4096]; /* the same and the root disk's modules: an image's guest boots it */
+    char initramfs_vm[4096];   /* the same and a full VM's (tier vm): virtio over PCI, ext4 */
     char release[128];         /* the guest kernel's release, e.g. 6.1.0-57-amd64 */
 };
 
