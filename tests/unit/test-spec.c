@@ -92,7 +92,7 @@ TEST(validate_ranges_and_unsupported)
         {"{\"limits\":{\"memory_mb\":4}}", "limits.memory_mb"},
         {"{\"limits\":{\"pids\":1}}", "limits.pids"},
         {"{\"limits\":{\"disk_mb\":0}}", "limits.disk_mb"},
-        {"{\"tier\":\"vm\"}", "tier"},
+        {"{\"tier\":\"process\"}", "tier"},
         {"{\"network\":{\"mode\":\"none\",\"allow\":[\"a.test\"]}}", "network.allow"},
         {"{\"network\":{\"mode\":\"allowlist\",\"allow\":[\"a.test\",\"10.0.0.0/40\"]}}", "network.allow[1]"},
         {"{\"protect\":[\"/a/**/b\"]}", "protect[0]"},
