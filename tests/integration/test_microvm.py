@@ -179,8 +179,9 @@ def test_cordond_runs_it_from_the_snapshot(daemon):
 
 
 FAKE_QEMU = """#!/bin/sh
-# Records its arguments; a KVM guest "does not come up" (exits), anything else runs the real QEMU.
-printf '%s\\n' "$*" >> "$FAKE_QEMU_LOG"
+# Says its arguments on stderr (QEMU runs jailed: no path of the test's is there; CORDON_VM_DEBUG
+# passes QEMU's stderr through); a KVM guest "does not come up" (exits), anything else runs the real QEMU.
+printf 'fake-qemu: %s\\n' "$*" >&2
 case "$*" in *accel=kvm*) exit 1 ;; esac
 exec /usr/bin/qemu-system-x86_64 "$@"
 """
@@ -196,20 +197,21 @@ def test_each_accelerator_gets_its_configuration_and_a_failed_kvm_falls_back(tmp
     fake.mkdir()
     (fake / "qemu-system-x86_64").write_text(FAKE_QEMU)
     (fake / "qemu-system-x86_64").chmod(0o755)
-    log = tmp_path / "argv"
     vmdir = tmp_path / "vm"
     shutil.copytree(cordonlib.VM_DIR, vmdir, ignore=shutil.ignore_patterns("snap-*", "images", "accel", "*.deb"))
-    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", FAKE_QEMU_LOG=str(log),
+    env = dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", CORDON_VM_DEBUG="1",
                CORDON_VM_DIR=str(vmdir), CORDON_VM_BOOT="cold")
+
+    def argvs(stderr):
+        return [line[len("fake-qemu: "):] for line in stderr.splitlines() if line.startswith("fake-qemu: ")]
     r = run(["--json", "--tier", "microvm", "--", "true"], timeout=120, env=dict(env, CORDON_VM_ACCEL="kvm"))
     assert r.code != 0, r  # the fake KVM guest never comes up
-    kvm = log.read_text().splitlines()
+    kvm = argvs(r.stderr)
     assert len(kvm) == 1 and "accel=kvm" in kvm[0] and "-cpu host" in kvm[0] and "tsc_early_khz" in kvm[0], kvm
-    log.write_text("")
     r = run(["--json", "--tier", "microvm", "--", "true"], timeout=120, env=dict(env, CORDON_VM_ACCEL="probe"))
     assert r.code == 0 and r.record["accel"] == "tcg", r
     assert "did not come up under KVM" in r.stderr, r.stderr
-    tried, used = log.read_text().splitlines()
+    tried, used = argvs(r.stderr)
     assert "accel=kvm" in tried and "accel=tcg" in used and "-cpu max" in used and "tsc_early_khz=" in used
     with open("/proc/sys/kernel/random/boot_id") as f:
         assert (vmdir / "accel").read_text() == f.read().strip() + " tcg\n"
@@ -321,3 +323,38 @@ def test_binds_are_shared_and_setuid_stays_in_the_guest(shared_dir):
     assert cordonlib.mount_table() == mounts_before
     r = run(["--tier", "microvm", "--bind", "/no/such/dir:/data", "--", "true"], timeout=60)
     assert r.code == 125 and "mounts[0].source" in r.stderr, r
+
+
+@pytest.mark.parametrize("kind", ["microvm", "vm"])  # not `tier`: conftest's filter of that fixture
+def test_qemu_runs_jailed(daemon, kind):
+    """QEMU is confined as Firecracker's jailer confines its VMM: its root is a tmpfs holding only what
+    it opens (the host's /etc, /home, /root are not there), it is alone in its pid namespace, and its
+    own seccomp filter is on. A restored microvm's QEMU stays uid 0 (it must open the template's RAM
+    file read-write) with no capability but CAP_DAC_OVERRIDE; a cold-booted guest's (every vm's) runs as
+    a uid of its own with none. Seen failing before the jail (QEMU saw the host's root and held every
+    capability: CapEff 000001fffeffffff)."""
+    from cordon import Sandbox
+    sb = Sandbox.create(endpoint=daemon.endpoint, tier=kind)
+    try:
+        assert sb.exec("echo up").stdout == "up\n"
+        (q,) = qemus()
+        with open(f"/proc/{q.pid}/status") as f:
+            status = dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
+        uid = int(status["Uid"].split()[0])
+        if kind == "microvm":
+            assert uid == 0 and int(status["CapEff"], 16) == 1 << 1, status  # CAP_DAC_OVERRIDE only
+        else:
+            assert 0x3f000000 <= uid < 0x40000000 and int(status["CapEff"], 16) == 0, status
+            assert status["Groups"].split() in ([], [str(os.stat("/dev/kvm").st_gid)]), status
+        assert int(status["CapBnd"], 16) == 1 << 1, status
+        assert status["NSpid"].split()[-1] == "1", status["NSpid"]
+        assert status["Seccomp"].strip() == "2"
+        root = f"/proc/{q.pid}/root"
+        for gone in ("etc/passwd", "etc/shadow", "home", "root", "boot", "var/log", "run"):
+            assert not os.path.lexists(os.path.join(root, gone)), gone
+        assert os.listdir(os.path.join(root, "etc")) == ["ld.so.cache"]
+        assert os.path.exists(os.path.join(root, "usr/bin/qemu-system-x86_64"))
+        assert [p for p in os.listdir(os.path.join(root, "proc")) if p.isdigit()] == ["1"]  # only itself
+    finally:
+        sb.kill()
+    cordonlib.wait_for(lambda: qemus() == [], timeout=10, what="the QEMU's exit")

@@ -37,6 +37,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
+#include <grp.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -112,16 +114,29 @@ static long tsc_khz(void)
 #define DEVICES "serial(2 ports),net,9p-usr,9p-binds"
 
 /* fds of QEMU: 3 our agent socket; 4 the QMP socket (a template) or the state to restore from;
- * 5 the QMP socket (a restore); 6 the tap. */
-#define QEMU_FD4 4
-#define QEMU_TAP 6
+ * 5 the QMP socket (a restore); 6 the tap; 7 a disk image file. */
+#define QEMU_FD4  4
+#define QEMU_TAP  6
+#define QEMU_DISK 7 /* a full VM's disk image file, opened by us: QEMU may be of a uid that cannot */
 
 struct qemu_cmd {
     char *argv[64];
     int argc;
     char buf[20][4200];
     int nbuf;
+    /* What QEMU opens by path, bound into its jail at the same place (jail()); rw: writable there. */
+    const char *paths[8];
+    bool rw[8];
+    int npaths;
 };
+
+static void need(struct qemu_cmd *q, const char *path, bool rw)
+{
+    if (q->npaths < 8) {
+        q->rw[q->npaths] = rw;
+        q->paths[q->npaths++] = path;
+    }
+}
 
 static void add(struct qemu_cmd *q, const char *a)
 {
@@ -175,6 +190,8 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
         add(q, "-object");
         add(q, fmt(q, "memory-backend-file,id=ram,size=%lluM,mem-path=%s/mem,share=%s",
                    (unsigned long long) mem_mb, memdir, boot == BOOT_TEMPLATE ? "on" : "off"));
+        /* Writable: QEMU 7.2 opens the RAM file read-write even to map it copy-on-write. */
+        need(q, memdir, true);
     }
     add(q, "-cpu");
     add(q, strcmp(accel, "kvm") == 0 ? "host" : "max");
@@ -188,12 +205,14 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
         "-sandbox",    "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
         "-kernel"};
     add(q, "-serial");
-    add(q, console ? "file:/dev/stderr" : "none");
+    add(q, console ? "stdio" : "none"); /* stdio: its stdout is then its stderr (spawn_qemu) */
     for (size_t i = 0; i < ELEMENTSOF(fixed); i++)
         add(q, fixed[i]);
     add(q, vm->kernel);
+    need(q, vm->kernel, false);
     add(q, "-initrd");
     add(q, full ? vm->initramfs_vm : disk.path ? vm->initramfs_disk : vm->initramfs);
+    need(q, q->argv[q->argc - 1], false);
     add(q, "-append");
     char tsc[48] = "";
     if (khz > 0)
@@ -229,7 +248,7 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
     /* The host image: the host's /usr, read-only, over 9p; the guest mounts it before its first
      * command (not at boot: a mounted 9p share would block the template's migration). */
     add(q, "-fsdev");
-    add(q, "local,id=usr,path=/usr,security_model=none,readonly=on");
+    add(q, "local,id=usr,path=/usr,security_model=none,readonly=on"); /* /usr: in every jail */
     add(q, "-device");
     add(q, fmt(q, "virtio-9p-%s,fsdev=usr,mount_tag=usr", bus));
     /* The sandbox's binds (spec mounts): one share whose i-th entry is the i-th source, bound there
@@ -237,16 +256,22 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
     add(q, "-fsdev");
     /* mapped-xattr: what the guest sets (owners, modes: setuid root) stays in xattrs, never on the
      * host's files, which QEMU (root) creates. */
-    add(q, fmt(q, "local,id=binds,path=%s/%s,security_model=mapped-xattr", cdn_vm_dir(),
-               binds ? "share" : "empty"));
+    const char *share = fmt(q, "%s/%s", cdn_vm_dir(), binds ? "share" : "empty");
+    add(q, fmt(q, "local,id=binds,path=%s,security_model=mapped-xattr", share));
+    need(q, share, true);
     add(q, "-device");
     add(q, fmt(q, "virtio-9p-%s,fsdev=binds,mount_tag=binds", bus));
     if (disk.path) {
         /* An erofs: read-only, many guests share it, as containers share an image's lower layer. A
          * disk image: snapshot=on, the guest's writes go to a file QEMU makes in $TMPDIR (the
          * sandbox's own directory, spawn_qemu). */
+        if (disk.format) { /* a file the user gave: QEMU gets it open (fd 7), as fd set 1 */
+            add(q, "-add-fd");
+            add(q, fmt(q, "fd=%d,set=1", QEMU_DISK));
+        } else
+            need(q, disk.path, false);
         add(q, "-drive");
-        add(q, disk.format ? fmt(q, "file=%s,if=none,id=root,format=%s,snapshot=on", disk.path, disk.format)
+        add(q, disk.format ? fmt(q, "file=/dev/fdset/1,if=none,id=root,format=%s,snapshot=on", disk.format)
                            : fmt(q, "file=%s,if=none,id=root,format=raw,readonly=on", disk.path));
         add(q, "-device");
         add(q, fmt(q, "virtio-blk-%s,drive=root", bus));
@@ -264,16 +289,53 @@ static void build_cmd(struct qemu_cmd *q, const struct cdn_vm_assets *vm, const 
     }
 }
 
-/* What a QEMU child gets: its fds 3-6 (-1: none) and its network namespace. */
+/* What a QEMU child gets: its fds 3-7 (-1: none) and its network namespace. */
 struct qemu_fds {
-    int agent, fd4, fd5, tap;
+    int agent, fd4, fd5, tap, disk;
     int netns;                      /* the sandbox's (the tap's); -1: an empty one of its own */
     bool persistent;                /* outlives its caller */
     const struct cdn_mount *mounts; /* bound into the binds share */
     size_t n_mounts;
     struct cdn_cgroup *cgroup; /* QEMU's own: joined before exec */
     const char *tmpdir;        /* QEMU's $TMPDIR (a full VM's disk snapshot goes there), or NULL */
+    uid_t uid;                 /* not 0: QEMU runs as this uid (and gid), not as root (qemu_uid()) */
 };
+
+/* A cold-booted guest's QEMU runs as a uid of its own, drawn from 2^24 below the container tier's
+ * (slot.h), and holds no capability. (A template's or a restored guest's QEMU stays uid 0 in its
+ * jail: QEMU 7.2 opens the template's RAM file read-write, which no other uid may have.) */
+#define QEMU_UID_BASE 0x3f000000u
+
+static uid_t qemu_uid(void)
+{
+    uint32_t r = 0;
+    (void) getrandom(&r, sizeof r, 0);
+    return (uid_t) (QEMU_UID_BASE + (r & 0xffffffu));
+}
+
+/* Whether QEMU can run under accel as a uid of its own: TCG needs nothing of root's; KVM needs
+ * /dev/kvm's group (a group other than root's, with read-write access). */
+static bool uid_can_run(const char *accel)
+{
+    struct stat kvm;
+    return strcmp(accel, "kvm") != 0 ||
+           (stat("/dev/kvm", &kvm) == 0 && kvm.st_gid != 0 && (kvm.st_mode & 0060) == 0060);
+}
+
+/* In QEMU's child, in its jail: root no more (the run directory, its $TMPDIR, becomes the uid's;
+ * /dev/kvm's group is kept, unless it is root's). */
+static int drop_root(const struct qemu_fds *f)
+{
+    struct stat kvm;
+    gid_t groups[1];
+    int n = 0;
+    if (stat("/dev/kvm", &kvm) == 0 && kvm.st_gid != 0)
+        groups[n++] = kvm.st_gid;
+    if ((f->tmpdir && chown(f->tmpdir, f->uid, f->uid) < 0) || setgroups((size_t) n, groups) < 0 ||
+        setresgid(f->uid, f->uid, f->uid) < 0 || setresuid(f->uid, f->uid, f->uid) < 0)
+        return -errno;
+    return 0;
+}
 
 /* In QEMU's own mount namespace (the child, before exec): a tmpfs on the share directory whose
  * entry i is mount i's source, bound there (read-only ones made so). 0 or -errno. */
@@ -301,10 +363,112 @@ static int bind_share(const struct cdn_mount *m, size_t n)
     return 0;
 }
 
+/* path bound at root + path (its parents made), read-only unless rw. 0 or -errno. */
+static int bind_into(const char *root, const char *path, bool rw)
+{
+    char t[4300];
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return -errno;
+    (void) snprintf(t, sizeof t, "%s%s", root, path);
+    char *slash = strrchr(t, '/');
+    *slash = 0;
+    int r = cdn_mkdir_p(t, 0755);
+    *slash = '/';
+    if (r < 0)
+        return r;
+    int fd = S_ISDIR(st.st_mode) ? mkdir(t, 0755) : open(t, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST)
+        return -errno;
+    if (!S_ISDIR(st.st_mode))
+        (void) close(fd);
+    if (mount(path, t, NULL, MS_BIND | MS_REC, NULL) < 0 ||
+        (!rw && mount(NULL, t, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID, NULL) < 0))
+        return -errno;
+    return 0;
+}
+
+/* QEMU's root, as Firecracker's jailer makes one for its VMM: a tmpfs holding only what QEMU opens —
+ * its binary, /usr (its libraries and firmware; the host image's 9p share), the merged-/usr links,
+ * the dynamic linker's cache, five device nodes and /dev/kvm, its own /proc (its pid namespace holds
+ * only itself), and the command's paths at their own places, all read-only but the RAM file's
+ * directory, the binds' share and the disk snapshot's directory. Pivoted into; the host's root is
+ * detached. In QEMU's child, in its own mount namespace. */
+static int jail(const struct qemu_cmd *q, const char *qemu, const char *tmpdir)
+{
+    char root[4200], p[4300];
+    (void) snprintf(root, sizeof root, "%s/jail", cdn_vm_dir());
+    /* Nothing of the jail propagates to the host's mount namespace. */
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 || (mkdir(root, 0700) < 0 && errno != EEXIST) ||
+        mount("tmpfs", root, "tmpfs", MS_NOSUID, "mode=0755,size=1m") < 0)
+        return -errno;
+    int r = bind_into(root, "/usr", false);
+    if (r == 0 && strncmp(qemu, "/usr/", 5) != 0)
+        r = bind_into(root, qemu, false);
+    if (r == 0 && access("/etc/ld.so.cache", R_OK) == 0)
+        r = bind_into(root, "/etc/ld.so.cache", false);
+    for (size_t i = 0; r == 0 && cdn_image_host_dirs[i]; i++) { /* /bin → usr/bin, or the directory */
+        char target[256], from[64];
+        (void) snprintf(from, sizeof from, "/%s", cdn_image_host_dirs[i]);
+        ssize_t n = readlink(from, target, sizeof target - 1);
+        (void) snprintf(p, sizeof p, "%s%s", root, from);
+        if (n > 0) {
+            target[n] = 0;
+            r = symlink(target, p) < 0 ? -errno : 0;
+        } else if (access(from, F_OK) == 0)
+            r = bind_into(root, from, false);
+    }
+    static const char *const devs[] = {"/dev/null",   "/dev/zero",    "/dev/full",
+                                       "/dev/random", "/dev/urandom", "/dev/kvm"};
+    for (size_t i = 0; r == 0 && i < ELEMENTSOF(devs); i++)
+        if (access(devs[i], F_OK) == 0)
+            r = bind_into(root, devs[i], true);
+    for (int i = 0; r == 0 && i < q->npaths; i++)
+        r = bind_into(root, q->paths[i], q->rw[i]);
+    if (r == 0 && tmpdir)
+        r = bind_into(root, tmpdir, true);
+    if (r < 0)
+        return r;
+    (void) snprintf(p, sizeof p, "%s/proc", root);
+    if (mkdir(p, 0555) < 0 || mount("proc", p, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+        return -errno;
+    (void) snprintf(p, sizeof p, "%s/.old", root);
+    if (mkdir(p, 0700) < 0 || syscall(SYS_pivot_root, root, p) < 0 || chdir("/") < 0 ||
+        umount2("/.old", MNT_DETACH) < 0 || rmdir("/.old") < 0)
+        return -errno;
+    /* No capability but overriding file modes (the binds' sources are the host's users' files, as
+     * they were to a QEMU of full root): no mounts, no signals or ptrace beyond its pid namespace, no
+     * open_by_handle_at out of the jail, no raw network, no module loading. */
+    for (int cap = 0; cap <= 63; cap++)
+        if (cap != CAP_DAC_OVERRIDE && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno == EINVAL)
+            break;
+    (void) prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    return 0;
+}
+
+/* QEMU's binary, found in PATH (the jail holds it at the same path). */
+static int find_qemu(char *out, size_t size)
+{
+    const char *path = getenv("PATH");
+    char dirs[4096];
+    (void) snprintf(dirs, sizeof dirs, "%s", path && *path ? path : "/usr/bin:/bin");
+    for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        (void) snprintf(out, size, "%s/" QEMU, d);
+        if (d[0] == '/' && access(out, X_OK) == 0)
+            return 0;
+    }
+    return -ENOENT;
+}
+
 static pid_t spawn_qemu(const struct qemu_cmd *q, const struct qemu_fds *f, int *pidfd, struct cdn_error *err)
 {
-    struct clone_args ca = {
-        .flags = CLONE_PIDFD, .pidfd = (uint64_t) (uintptr_t) pidfd, .exit_signal = SIGCHLD};
+    char qemu[4200];
+    if (find_qemu(qemu, sizeof qemu) < 0)
+        return cdn_error_set(err, ENOENT, QEMU " not found in PATH (install Debian's qemu-system-x86)");
+    /* Its own pid namespace (it sees, signals and traces only itself) and IPC namespace. */
+    struct clone_args ca = {.flags = CLONE_PIDFD | CLONE_NEWPID | CLONE_NEWIPC,
+                            .pidfd = (uint64_t) (uintptr_t) pidfd,
+                            .exit_signal = SIGCHLD};
     pid_t pid = (pid_t) syscall(SYS_clone3, &ca, sizeof ca);
     if (pid < 0)
         return cdn_error_set(err, errno, "fork for QEMU: %m");
@@ -320,32 +484,34 @@ static pid_t spawn_qemu(const struct qemu_cmd *q, const struct qemu_fds *f, int 
          * mounts are its own: the binds it shares with the guest are made there. */
         if (f->netns >= 0 ? setns(f->netns, CLONE_NEWNET) < 0 : unshare(CLONE_NEWNET) < 0)
             _exit(127);
-        if (unshare(CLONE_NEWNS) < 0 || (f->n_mounts && bind_share(f->mounts, f->n_mounts) < 0))
+        if (unshare(CLONE_NEWNS) < 0 || (f->n_mounts && bind_share(f->mounts, f->n_mounts) < 0) ||
+            jail(q, qemu, f->tmpdir) < 0 || (f->uid && drop_root(f) < 0))
             _exit(127);
-        int devnull = open("/dev/null", O_RDWR); /* above 3-6, which are set below */
+        int devnull = open("/dev/null", O_RDWR); /* above 3-7, which are set below */
         if (devnull >= 0 && devnull < 10)
             devnull = fcntl(devnull, F_DUPFD, 10);
-        const int src[4] = {f->agent, f->fd4, f->fd5, f->tap};
-        int tmp[4], top = QEMU_AGENT;
-        for (int i = 0; i < 4; i++) /* above 3-6 first, so that no dup2 overwrites a source */
+        const int src[5] = {f->agent, f->fd4, f->fd5, f->tap, f->disk};
+        int tmp[5], top = QEMU_AGENT;
+        for (int i = 0; i < 5; i++) /* above 3-7 first, so that no dup2 overwrites a source */
             if ((tmp[i] = src[i] >= 0 ? fcntl(src[i], F_DUPFD, 10) : -1) < 0 && src[i] >= 0)
                 _exit(127);
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 5; i++)
             if (tmp[i] < 0)
                 (void) close(QEMU_AGENT + i); /* whatever the caller had there */
             else if (dup2(tmp[i], QEMU_AGENT + i) < 0)
                 _exit(127);
             else
                 top = QEMU_AGENT + i;
-        if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(devnull, 1) < 0)
+        bool debug = getenv("CORDON_VM_DEBUG") != NULL;
+        if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(debug ? 2 : devnull, 1) < 0)
             _exit(127);
-        if (!getenv("CORDON_VM_DEBUG"))
+        if (!debug)
             (void) dup2(devnull, 2);
         if (f->tmpdir)
             (void) setenv("TMPDIR", f->tmpdir, 1);
         (void) syscall(SYS_close_range, top + 1, ~0U, 0);
-        execvp(QEMU, q->argv);
-        fprintf(stderr, "cordon: exec %s: %m (install qemu-system-x86)\n", QEMU);
+        execv(qemu, q->argv);
+        fprintf(stderr, "cordon: exec %s: %m\n", qemu);
         _exit(127);
     }
     return pid;
@@ -449,7 +615,8 @@ static int probe_kvm(const struct cdn_vm_assets *vm)
     build_cmd(&q, vm, "kvm", 128, 1, BOOT_COLD, NULL, false, false, false, false, (struct vm_disk){0});
     int pidfd = -1;
     pid_t pid = spawn_qemu(
-        &q, &(struct qemu_fds){.agent = ag[1], .fd4 = -1, .fd5 = -1, .tap = -1, .netns = -1}, &pidfd, NULL);
+        &q, &(struct qemu_fds){.agent = ag[1], .fd4 = -1, .fd5 = -1, .tap = -1, .disk = -1, .netns = -1},
+        &pidfd, NULL);
     (void) close(ag[1]);
     int r = pid < 0 ? (int) pid : wait_pong(ag[0], 20000);
     if (pid > 0) {
@@ -481,7 +648,8 @@ static int make_template(const struct cdn_vm_assets *vm, const char *accel, uint
     /* QMP on fd 4; the state file goes to QEMU through QMP's getfd, for migrate's "fd:state". */
     int pidfd = -1;
     pid_t pid = spawn_qemu(
-        &q, &(struct qemu_fds){.agent = ag[1], .fd4 = qm[1], .fd5 = -1, .tap = -1, .netns = -1}, &pidfd, err);
+        &q, &(struct qemu_fds){.agent = ag[1], .fd4 = qm[1], .fd5 = -1, .tap = -1, .disk = -1, .netns = -1},
+        &pidfd, err);
     (void) close(ag[1]), (void) close(qm[1]);
     int r = pid < 0 ? (int) pid : 0;
     char reply[8192];
@@ -831,6 +999,13 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
      * cache, device state), a bound on its threads. */
     char tmpdir[4200];
     run_dir(sb, tmpdir, sizeof tmpdir);
+    /* A disk image file: opened here (read-only: QEMU's snapshot takes the writes), handed to QEMU. */
+    _cleanup_close_ int diskfd = format ? open(disk, O_RDONLY | O_CLOEXEC) : -1;
+    if (format && diskfd < 0) {
+        (void) close(sp[0]), (void) close(sp[1]), (void) safe_close(qm[0]), (void) safe_close(qm[1]);
+        (void) safe_close(tap);
+        return cdn_error_field(err, errno, "image", "image: '%s': %m", disk);
+    }
     if ((r = qemu_cgroup(sb, mem, err)) < 0 || (format && cdn_mkdir_p(tmpdir, 0700) < 0 &&
                                                 (r = cdn_error_set(err, errno, "create %s: %m", tmpdir)))) {
         (void) close(sp[0]), (void) close(sp[1]), (void) safe_close(qm[0]), (void) safe_close(qm[1]);
@@ -843,18 +1018,21 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
     build_cmd(&q, &vm, accel, mem, smp, boot, dir, listening, tap >= 0, sb->spec->n_mounts > 0, full,
               (struct vm_disk){.path = *disk ? disk : NULL, .format = format});
     int pidfd = -1;
-    pid_t pid = spawn_qemu(&q,
-                           &(struct qemu_fds){.agent = sp[1],
-                                              .fd4 = state,
-                                              .fd5 = qm[1],
-                                              .tap = tap,
-                                              .netns = sb->netns_fd,
-                                              .persistent = sb->persistent,
-                                              .mounts = sb->spec->mounts,
-                                              .n_mounts = sb->spec->n_mounts,
-                                              .cgroup = &sb->cgroup,
-                                              .tmpdir = format ? tmpdir : NULL},
-                           &pidfd, err);
+    pid_t pid =
+        spawn_qemu(&q,
+                   &(struct qemu_fds){.agent = sp[1],
+                                      .fd4 = state,
+                                      .fd5 = qm[1],
+                                      .tap = tap,
+                                      .disk = diskfd,
+                                      .netns = sb->netns_fd,
+                                      .persistent = sb->persistent,
+                                      .mounts = sb->spec->mounts,
+                                      .n_mounts = sb->spec->n_mounts,
+                                      .cgroup = &sb->cgroup,
+                                      .tmpdir = format ? tmpdir : NULL,
+                                      .uid = boot == BOOT_COLD && uid_can_run(accel) ? qemu_uid() : 0},
+                   &pidfd, err);
     (void) close(sp[1]);
     (void) safe_close(qm[1]);
     (void) safe_close(tap);
