@@ -40,6 +40,7 @@
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -411,20 +412,36 @@ static int vm_boot(void)
     return 0;
 }
 
-/* The agent started by a full VM's init: the guest's system is left as it is; what commands see is
- * made in a mount namespace of the agent's own (which receives the system's later mounts, and
- * passes none of its own back). Orphans of its commands come to it, not to the system's init. */
+/* The agent started by a full VM's init. The guest's system is left as it is; the agent and its
+ * commands live in namespaces of their own:
+ * - a mount namespace, a slave of the system's (it receives the system's later mounts and passes
+ *   none of its own back), where what commands see is made;
+ * - a pid namespace whose first process is the agent, as a microvm's init is: commands cannot end
+ *   it (a signal to pid 1 from within its namespace is dropped unless pid 1 handles it, SIGKILL
+ *   always) and see none of the system's processes.
+ * The process the system started stays outside and waits: when the agent is gone it powers the
+ * guest off (reboot() in a child pid namespace ends that namespace, not the machine). */
 static int vm_agent_setup(void)
 {
     full_vm = image_root = true;
-    step = "the agent's mount namespace";
-    (void) prctl(PR_SET_CHILD_SUBREAPER, 1);
-    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
+    step = "the agent's namespaces";
+    if (unshare(CLONE_NEWNS | CLONE_NEWPID) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
         return -1;
-    /* /proc and /sys bound on themselves without what the system mounted beneath them (binfmt_misc,
-     * the cgroup tree, debugfs): masked and read-only below as a microvm's are. (Not new mounts of
-     * them: the kernel refuses a filesystem's second mount on its own mount point.) */
-    if (mount("/proc", "/proc", NULL, MS_BIND, NULL) < 0 || mount("/sys", "/sys", NULL, MS_BIND, NULL) < 0)
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid > 0) {
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        vm_poweroff();
+        _exit(0);
+    }
+    /* Its own /proc (its namespace's processes only), over whatever the system mounted beneath the
+     * old one (binfmt_misc); /sys bound on itself without what the system mounted beneath it (the
+     * cgroup tree, debugfs; a second mount of sysfs on its own mount point is refused). Both are
+     * masked and made read-only by vm_harden, as a microvm's are. */
+    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0 ||
+        mount("/sys", "/sys", NULL, MS_BIND, NULL) < 0)
         return -1;
     return 0;
 }

@@ -133,3 +133,54 @@ def test_image_build_refuses_bad_arguments(tmp_path):
                            timeout=30)
         assert p.returncode == 125 and message in p.stderr, (args, p.stderr)
     assert not (tmp_path / "new").exists()
+
+
+def test_commands_cannot_end_the_agent_nor_see_the_system(daemon):
+    """The agent is the first process of a pid namespace of its own, as a microvm's init is: a command
+    that sends SIGKILL to every process it can see leaves it running (the next exec works, and the
+    protected path stays refused), and sees none of the system's processes (systemd, journald, udev).
+    Seen failing while the agent shared the system's pid namespace: the command saw systemd, and the same
+    kill loop ended the agent (`cordon run` then said: the sandbox ended without reporting an exit
+    status)."""
+    from cordon import Sandbox
+    sb = Sandbox.create(endpoint=daemon.endpoint, tier="vm", protect=["/etc/hostname"])
+    try:
+        seen = sb.exec("for p in /proc/[0-9]*; do cat $p/comm; done").stdout.split()
+        assert "systemd" not in seen and "systemd-journal" not in seen, seen
+        r = sb.exec("for p in /proc/[0-9]*; do n=${p#/proc/}; [ $n = $$ ] || kill -9 $n 2>/dev/null; done; "
+                    "kill -STOP 1; echo still")
+        assert r.stdout == "still\n", r
+        r = sb.exec("cat /etc/hostname || echo refused")
+        assert r.stdout.endswith("refused\n"), r
+    finally:
+        sb.kill()
+    cordonlib.wait_for(lambda: qemus() == [], timeout=10, what="the QEMU's exit")
+
+
+def test_what_a_killed_run_left_is_swept_by_the_next_create(busybox_image, tmp_path):
+    """`cordon run` killed with SIGKILL cannot tear down: its QEMU ends with it, but the guest's
+    cgroup and a full VM's run directory (the disk's snapshot) stay. The next create of a VM tier
+    removes them once they are 10 s old (before that they could be a create's that is under way)."""
+    import signal
+    import time
+    disk = str(tmp_path / "root.raw")
+    ext4_disk(busybox_image, disk)
+    p = subprocess.Popen([cordonlib.CORDON_BIN, "run", "--tier", "vm", "--image", disk, "--", "sleep", "120"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        cordonlib.wait_for(lambda: qemus() and os.listdir(os.path.join(cordonlib.VM_DIR, "run")), timeout=60,
+                           what="the guest's QEMU and run directory")
+        started = time.monotonic()
+        runs = os.listdir(os.path.join(cordonlib.VM_DIR, "run"))
+    finally:
+        p.send_signal(signal.SIGKILL)  # ours, by PID
+        p.wait()
+    cordonlib.wait_for(lambda: qemus() == [], timeout=10, what="the QEMU's end with its cordon")
+    (sid,) = runs
+    left = [d for d in cordonlib.cgroup_dirs() if d.endswith("vm-" + sid)]
+    assert left and os.path.isdir(os.path.join(cordonlib.VM_DIR, "run", sid)), (left, runs)
+    time.sleep(max(0.0, 11 - (time.monotonic() - started)))
+    r = run(["--tier", "microvm", "--", "true"], timeout=120)
+    assert r.code == 0, r
+    assert not [d for d in cordonlib.cgroup_dirs() if d.endswith("vm-" + sid)]
+    assert not os.path.exists(os.path.join(cordonlib.VM_DIR, "run", sid))

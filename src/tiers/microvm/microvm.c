@@ -465,6 +465,9 @@ static pid_t spawn_qemu(const struct qemu_cmd *q, const struct qemu_fds *f, int 
     char qemu[4200];
     if (find_qemu(qemu, sizeof qemu) < 0)
         return cdn_error_set(err, ENOENT, QEMU " not found in PATH (install Debian's qemu-system-x86)");
+    /* Ours, for the child to tell whether we are still there once it has dropped root (which clears
+     * its parent-death signal; its own pid namespace has no getppid() for it to look at). */
+    _cleanup_close_ int self = f->persistent ? -1 : (int) syscall(SYS_pidfd_open, getpid(), 0);
     /* Its own pid namespace (it sees, signals and traces only itself) and IPC namespace. */
     struct clone_args ca = {.flags = CLONE_PIDFD | CLONE_NEWPID | CLONE_NEWIPC,
                             .pidfd = (uint64_t) (uintptr_t) pidfd,
@@ -487,6 +490,12 @@ static pid_t spawn_qemu(const struct qemu_cmd *q, const struct qemu_fds *f, int 
         if (unshare(CLONE_NEWNS) < 0 || (f->n_mounts && bind_share(f->mounts, f->n_mounts) < 0) ||
             jail(q, qemu, f->tmpdir) < 0 || (f->uid && drop_root(f) < 0))
             _exit(127);
+        if (!f->persistent && f->uid) { /* again (dropping root cleared it), unless we are gone already */
+            struct pollfd gone = {.fd = self, .events = POLLIN};
+            if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || self < 0 || poll(&gone, 1, 0) != 0)
+                _exit(127);
+        }
+        (void) close(self);
         int devnull = open("/dev/null", O_RDWR); /* above 3-7, which are set below */
         if (devnull >= 0 && devnull < 10)
             devnull = fcntl(devnull, F_DUPFD, 10);
@@ -510,6 +519,11 @@ static pid_t spawn_qemu(const struct qemu_cmd *q, const struct qemu_fds *f, int 
         if (f->tmpdir)
             (void) setenv("TMPDIR", f->tmpdir, 1);
         (void) syscall(SYS_close_range, top + 1, ~0U, 0);
+        /* Our blocked signals (a caller that reads them from a signalfd) are not QEMU's: with them,
+         * a SIGTERM would stay pending in it for ever. */
+        sigset_t none;
+        sigemptyset(&none);
+        (void) sigprocmask(SIG_SETMASK, &none, NULL);
         execv(qemu, q->argv);
         fprintf(stderr, "cordon: exec %s: %m\n", qemu);
         _exit(127);
@@ -918,9 +932,57 @@ static void remove_run_dir(const struct cdn_sandbox *sb)
     }
 }
 
+/* How old an empty vm-* cgroup must be before sweep_stale() takes it for a dead guest's: a guest's
+ * QEMU joins its cgroup within milliseconds of its making. */
+#define STALE_S 10
+
+/* What guests whose `cordon run` was killed (SIGKILL: no teardown) left behind: their cgroups, which
+ * their QEMUs (ended with it) left empty, and a full VM's run directory (the disk's snapshot) with
+ * no cgroup. Swept at each create: cordond's guests, and any other live one, have a QEMU in theirs. */
+static void sweep_stale(void)
+{
+    const struct cdn_cgroup_ops *ops = cdn_cgroup_detect();
+    char parent[4200], p[4400];
+    if (cdn_cgroup_path(parent, sizeof parent, ops->version, "pids", "") < 0)
+        return;
+    time_t now = time(NULL);
+    DIR *d = opendir(parent);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        struct stat st;
+        char procs[64];
+        (void) snprintf(p, sizeof p, "%s/%s/cgroup.procs", parent, e->d_name);
+        if (strncmp(e->d_name, "vm-", 3) != 0 || strlen(e->d_name) >= CDN_CGROUP_NAME_MAX ||
+            stat(p, &st) < 0 || now - st.st_mtime < STALE_S ||
+            cdn_read_file_at(AT_FDCWD, p, procs, sizeof procs) != 0)
+            continue;
+        struct cdn_cgroup cg;
+        cdn_cgroup_init(&cg, ops, e->d_name);
+        (void) ops->destroy(&cg);
+    }
+    if (d)
+        closedir(d);
+    char run[4200];
+    (void) snprintf(run, sizeof run, "%s/run", cdn_vm_dir());
+    d = opendir(run);
+    while (d && (e = readdir(d))) {
+        struct stat st;
+        (void) snprintf(p, sizeof p, "%s/vm-%s", parent, e->d_name);
+        struct cdn_sandbox dead = {0};
+        if (e->d_name[0] == '.' || strlen(e->d_name) >= sizeof dead.id || access(p, F_OK) == 0 ||
+            fstatat(dirfd(d), e->d_name, &st, 0) < 0 || now - st.st_mtime < STALE_S)
+            continue;
+        (void) snprintf(dead.id, sizeof dead.id, "%s", e->d_name);
+        remove_run_dir(&dead);
+    }
+    if (d)
+        closedir(d);
+}
+
 static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
 {
     const bool full = sb->spec->tier == CDN_TIER_VM;
+    sweep_stale();
     struct cdn_vm_assets vm;
     int r = cdn_vm_prepare(&vm, true, err);
     if (r < 0)
@@ -1183,24 +1245,13 @@ static void microvm_forget(struct cdn_sandbox *sb)
     (void) microvm_destroy(sb);
 }
 
-const struct cdn_tier_ops cdn_vm_tier = {
-    .name = "vm",
-    .create = microvm_create,
-    .kill = microvm_kill,
-    .usage = microvm_usage,
-    .destroy = microvm_destroy,
-    .detach = microvm_detach,
-    .adopt = microvm_adopt,
-    .forget = microvm_forget,
-};
+/* The two tiers are one code: microvm_create builds the machine the spec's tier names. */
+#define VM_TIER_OPS(tier_name)                                                                               \
+    {                                                                                                        \
+        .name = tier_name, .create = microvm_create, .kill = microvm_kill, .usage = microvm_usage,           \
+        .destroy = microvm_destroy, .detach = microvm_detach, .adopt = microvm_adopt,                        \
+        .forget = microvm_forget,                                                                            \
+    }
 
-const struct cdn_tier_ops cdn_microvm_tier = {
-    .name = "microvm",
-    .create = microvm_create,
-    .kill = microvm_kill,
-    .usage = microvm_usage,
-    .destroy = microvm_destroy,
-    .detach = microvm_detach,
-    .adopt = microvm_adopt,
-    .forget = microvm_forget,
-};
+const struct cdn_tier_ops cdn_microvm_tier = VM_TIER_OPS("microvm");
+const struct cdn_tier_ops cdn_vm_tier = VM_TIER_OPS("vm");
