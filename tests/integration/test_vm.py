@@ -39,14 +39,21 @@ def qemus():
     return [p for p in cordonlib.all_procs() if p.comm.startswith("qemu-system") and p.state != "Z"]
 
 
+SYSTEMD_STARTED_THE_AGENT = "Started cordon-agent.service"
+
+
 def test_the_host_image_boots_its_own_systemd():
-    """The default image: pid 1 is systemd (the host's, from its /usr), the commands are confined as in
-    a container (their own cgroup, a read-only root, writable /tmp) and the kernel is the guest's."""
+    """The default image: the guest's init is systemd (the host's, from its /usr), which starts the
+    agent (its console, on stderr with CORDON_VM_DEBUG, says so); the commands' pid 1 is the agent (their
+    pid namespace holds none of the system's processes); they are confined as in a container (their
+    own cgroup, a read-only root, writable /tmp) and the kernel is the guest's."""
     script = ("uname -r; cat /proc/1/comm; cat /proc/self/cgroup; touch /new 2>/dev/null || echo ro; "
               "echo w > /tmp/w && cat /tmp/w; id -un")
-    r = run(["--json", "--tier", "vm", "--", "sh", "-c", script], timeout=180)
+    r = run(["--json", "--tier", "vm", "--", "sh", "-c", script], timeout=180,
+            env=dict(os.environ, CORDON_VM_DEBUG="1"))
     assert r.code == 0, r
-    assert r.stdout.splitlines() == [guest_release(), "systemd", "0::/cmds", "ro", "w", "root"], r
+    assert r.stdout.splitlines() == [guest_release(), "init", "0::/cmds", "ro", "w", "root"], r
+    assert SYSTEMD_STARTED_THE_AGENT in r.stderr
     assert guest_release() != platform.release()
     assert r.record["tier"] == "vm" and r.record["accel"] in ("kvm", "tcg"), r.record
 
@@ -97,9 +104,9 @@ def test_cordond_runs_a_full_vm(daemon):
     try:
         info = sb.info()
         assert info["tier"] == "vm" and info["vm"]["boot"] == "cold", info
-        r = sb.exec("hostname; pwd; cat /proc/1/comm; cat /etc/machine-id")
-        host, cwd, init, mid = r.stdout.split()
-        assert (host, cwd, init) == ("vm-a", "/srv/work", "systemd") and len(mid) == 32, r
+        r = sb.exec("hostname; pwd; cat /etc/machine-id")
+        host, cwd, mid = r.stdout.split()
+        assert (host, cwd) == ("vm-a", "/srv/work") and len(mid) == 32, r
     finally:
         sb.kill()
     cordonlib.wait_for(lambda: qemus() == [], timeout=10, what="the QEMU's exit")
@@ -112,12 +119,15 @@ DEBOOTSTRAP_DISK = os.environ.get("CORDON_TEST_VM_DISK", "")
                     reason="no disk made by `cordon image build` (CORDON_TEST_VM_DISK; tests/run-all makes one)")
 def test_a_debootstrap_image_boots_its_systemd():
     """The disk `cordon image build DIR --disk FILE` makes (Debian minbase with systemd): its own
-    systemd is pid 1, its own userland runs the commands, and the file never changes."""
+    systemd is the guest's init and starts the agent, its own userland runs the commands, and the file
+    never changes."""
     before = digest(DEBOOTSTRAP_DISK)
-    script = ". /etc/os-release; echo $VERSION_CODENAME; cat /proc/1/comm; dpkg -s systemd | grep -c installed"
-    r = run(["--tier", "vm", "--image", DEBOOTSTRAP_DISK, "--", "sh", "-c", script], timeout=180)
+    script = ". /etc/os-release; echo $VERSION_CODENAME; dpkg -s systemd | grep -c installed"
+    r = run(["--tier", "vm", "--image", DEBOOTSTRAP_DISK, "--", "sh", "-c", script], timeout=180,
+            env=dict(os.environ, CORDON_VM_DEBUG="1"))
     assert r.code == 0, r
-    assert r.stdout.split() == ["bookworm", "systemd", "1"], r
+    assert r.stdout.split() == ["bookworm", "1"], r
+    assert SYSTEMD_STARTED_THE_AGENT in r.stderr
     assert digest(DEBOOTSTRAP_DISK) == before
 
 
