@@ -194,3 +194,34 @@ def test_what_a_killed_run_left_is_swept_by_the_next_create(busybox_image, tmp_p
     assert r.code == 0, r
     assert not [d for d in cordonlib.cgroup_dirs() if d.endswith("vm-" + sid)]
     assert not os.path.exists(os.path.join(cordonlib.VM_DIR, "run", sid))
+
+
+def test_a_warm_pool_of_full_vms_hands_them_over(shared_dir):
+    """cordond's warm pool works for tier vm too: a pooled guest has booted its system and run one
+    command before it counts as ready, so a create of the same shape is a hand-over, not an 8 s boot."""
+    import json
+    import time
+    from cordon import Sandbox
+    spec = os.path.join(shared_dir, "vm-pool.json")
+    with open(spec, "w") as f:
+        json.dump({"tier": "vm"}, f)
+    d = cordonlib.Daemon(shared_dir, "--pool", f"1:{spec}")
+    try:
+        def ready():
+            status, text = d.http("GET", "/metrics")
+            return status == 200 and b"cordon_pool_size 1\n" in text
+        # booted, its warm-up command run (about 8 s here under TCG)
+        cordonlib.wait_for(ready, timeout=120, what="the pool's guest to be ready")
+        t = time.monotonic()
+        sb = Sandbox.create(endpoint=d.endpoint, tier="vm")
+        handover_s = time.monotonic() - t
+        try:
+            assert "handed_over" in [e["type"] for e in sb.events()]
+            assert sb.info()["vm"]["boot"] == "cold"
+            assert sb.exec("uname -r").stdout.strip() == guest_release()
+        finally:
+            sb.kill()
+        assert handover_s < 2, handover_s
+    finally:
+        assert d.stop() == 0
+    cordonlib.wait_for(lambda: qemus() == [], timeout=10, what="the QEMUs' exit")
