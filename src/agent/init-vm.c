@@ -7,8 +7,9 @@
  * image's disk as the root, puts a copy of itself and a systemd unit in /run and
  * hands over to /sbin/init, which starts that copy as the agent (agent mode:
  * not PID 1, CORDON_VM_AGENT in its environment). The agent keeps the guest's
- * system as it is and makes the commands' view (limits, masks, binds, the
- * read-only root) in a mount namespace of its own. */
+ * system as it is: it becomes pid 1 of a pid namespace of its own and makes the
+ * commands' view (limits, masks, binds, the read-only root) in a mount
+ * namespace of its own. */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <net/if.h>
@@ -345,12 +346,11 @@ static int vm_hand_over(int self)
     if (out < 0)
         return -errno;
     char buf[65536];
-    ssize_t n;
-    while ((n = read(self, buf, sizeof buf)) > 0)
-        if (write(out, buf, (size_t) n) != n)
-            n = -1;
+    ssize_t n; /* 0 at the end: copied whole (else a read's error, or a write's short count) */
+    while ((n = read(self, buf, sizeof buf)) > 0 && write(out, buf, (size_t) n) == n)
+        ;
     (void) close(out);
-    if (n < 0 || write_file("/run/systemd/system/cordon-agent.service", agent_unit) < 0 ||
+    if (n != 0 || write_file("/run/systemd/system/cordon-agent.service", agent_unit) < 0 ||
         symlink("../cordon-agent.service", "/run/systemd/system/sysinit.target.wants/cordon-agent.service") <
             0)
         return -errno ? -errno : -EIO;
