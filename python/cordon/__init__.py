@@ -89,6 +89,23 @@ class ExecResult:
         return f"ExecResult(exit_code={self.exit_code}, stdout={self.stdout[:60]!r}, stderr={self.stderr[:60]!r})"
 
 
+class CallResult:
+    """What a call did (the process tier): result is the value of the code's last
+    expression (JSON, or its repr when not JSON-serialisable), error is None or a dict
+    with "type", "message" and "traceback"."""
+
+    def __init__(self, d):
+        self.result = d.get("result")
+        self.stdout = d.get("stdout", "")
+        self.stderr = d.get("stderr", "")
+        self.error = d.get("error")
+        self.duration_ms = d.get("duration_ms")
+        self.timed_out = d.get("timed_out", False)
+
+    def __repr__(self):
+        return f"CallResult(result={self.result!r:.60}, error={self.error and self.error.get('type')!r})"
+
+
 def _stream_event(d, decoders):
     """An NDJSON line of a streamed exec → the event handed to the caller.
     decoders: one incremental UTF-8 decoder per stream, so that a character
@@ -193,6 +210,17 @@ class Sandbox:
         protected paths (docs/events.md)."""
         return ExecResult(self._ep.json("POST", f"{self._path}/exec",
                                         _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier)))
+
+    def call(self, code, input=None, timeout_s=None, fresh=False):
+        """Run Python code in the sandbox's warm interpreter (tier process): the variable
+        `input` holds input; the value of the last expression is the result. fresh=True:
+        the interpreter is discarded after this call (docs/process.md)."""
+        body = {"language": "python", "code": code, "input": input}
+        if timeout_s is not None:
+            body["timeout_s"] = timeout_s
+        if fresh:
+            body["fresh"] = True
+        return CallResult(self._ep.json("POST", f"{self._path}/call", body))
 
     def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False):
         """Yield events as they come: {"type": "stdout"|"stderr", "data", "data_bytes"}, then

@@ -50,6 +50,9 @@ enum cdn_frame_type {
                                * struct cdn_violation_msg) */
     CDN_FRAME_USAGE = 18,     /* init→host on channel 0, VM guests: the commands' accounting, whenever it
                                * changes and before each EXIT (payload: struct cdn_usage_msg) */
+    CDN_FRAME_CALL = 19,      /* host→init, the process tier: run code in the warm interpreter (payload:
+                               * the request's JSON, docs/process.md); answered by RESULT or ERROR */
+    CDN_FRAME_RESULT = 20,    /* init→host: a call's outcome (payload: JSON); its last frame */
 };
 
 /* Frame header flags. */

@@ -35,7 +35,8 @@
 #include "init.h"
 
 #define MAX_POLL                                                                                             \
-    (3 + 3 * 256 + 256) /* connection, signals, listener, 3 per command, a guest's seccomp listeners */
+    (4 + 3 * 256 +                                                                                           \
+     256) /* connection, signals, listener, a call, 3 per command, a guest's seccomp listeners */
 
 /* The connection. Non-blocking both ways: frames from the host are assembled
  * in inbuf, frames to it queue in out and go as the socket takes them. While
@@ -266,6 +267,9 @@ static void dispatch(const struct cdn_frame_header *hp, const uint8_t *payload)
     case CDN_FRAME_PING:
         agent_send(CDN_FRAME_PONG, h.channel, payload, (uint32_t) len);
         break;
+    case CDN_FRAME_CALL:
+        call_start(h.channel, payload, len);
+        break;
     default:
         agent_error(h.channel, EOPNOTSUPP, "frame type");
     }
@@ -284,7 +288,7 @@ static int setup_signals(void)
     return signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 }
 
-int main(void)
+int agent_main(void)
 {
     const bool vm = vm_guest();
     if (vm && vm_setup() < 0) {
@@ -325,8 +329,9 @@ int main(void)
         pfd[2] = (struct pollfd){.fd = listener, .events = POLLIN}; /* fd -1 is ignored by poll */
         exec_poll_add(pfd, &n, MAX_POLL, outlen <= OUT_LOW);
         vm_poll_add(pfd, &n, MAX_POLL);
+        call_poll_add(pfd, &n, MAX_POLL);
         /* Without a host, a guest's port reports a hang-up until one comes: looked at every 20 ms. */
-        if (poll(pfd, n, conn < 0 && guest_port >= 0 ? 20 : -1) < 0) {
+        if (poll(pfd, n, conn < 0 && guest_port >= 0 ? 20 : call_timeout_ms()) < 0) {
             if (errno == EINTR)
                 continue;
             return 1;
@@ -339,6 +344,7 @@ int main(void)
         }
         exec_poll_handle(pfd, n);
         vm_poll_handle(pfd, n);
+        call_poll_handle(pfd, n);
         /* Reap after output: a command's last bytes go out before its EXIT. */
         if (pfd[1].revents & POLLIN)
             exec_reap();

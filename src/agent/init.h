@@ -73,6 +73,21 @@ void exec_forget_channels(void);
 /* Whether a command whose end ends the sandbox (CDN_EXEC_SHUTDOWN_ON_EXIT) has ended. */
 bool exec_shutdown_due(void);
 
+/* Calls (the process tier's cordon-worker, worker-call.c; cordon-init has none: init-nocall.c).
+ * call_start() takes a CALL frame; the poll hooks watch the interpreter that runs it;
+ * call_timeout_ms() is how long poll may sleep before a call's deadline (-1: no call runs). */
+void call_start(uint32_t channel, const uint8_t *p, size_t len);
+void call_poll_add(struct pollfd *pfd, size_t *n, size_t max);
+void call_poll_handle(const struct pollfd *pfd, size_t n);
+int call_timeout_ms(void);
+/* The worker's path rewriting (process tier): a path of the API under /workspace names the
+ * sandbox's work directory. Returns path itself, or buf holding the rewritten one. */
+const char *agent_path(const char *path, char *buf, size_t size);
+/* In a command's child, its environment set: what the worker adds (HOME, TMPDIR in its directory). */
+void agent_exec_env(void);
+/* The agent's main loop (init.c): cordon-init's main, and cordon-worker's once confined. */
+int agent_main(void);
+
 /* File operations: a FILE frame, and the DATA frames of a write that follow it. */
 void files_request(uint32_t channel, uint16_t flags, const uint8_t *p, size_t len);
 void files_data(uint32_t channel, uint16_t flags, const uint8_t *p, size_t len);

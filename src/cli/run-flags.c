@@ -194,7 +194,7 @@ static int f_spec(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 
 static const struct flag flags[] = {
     {"--spec", true, f_spec, "", "FILE", "start from a JSON spec (docs/spec.md); later flags override it"},
-    {"--tier", true, f_tier, "tier", "T", "container (default), microvm, vm; process is not built yet"},
+    {"--tier", true, f_tier, "tier", "T", "container (default), process, microvm, vm"},
     {"--image", true, f_image, "image", "I", "host (default) or a directory holding a root filesystem"},
     {"--cpus", true, f_cpus, "limits.cpus", "N", "CPU quota, fractional allowed (default 1)"},
     {"--memory", true, f_memory, "limits.memory_mb", "SIZE", "memory limit, no swap (default 512M)"},

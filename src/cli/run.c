@@ -56,7 +56,7 @@ static int encode_exec(const struct cdn_spec *spec, char *const *argv, uint8_t *
         buf, size,
         &(struct cdn_exec_args){
             /* A guest cannot share our stdio: its output comes as frames (read_agent). */
-            .flags = CDN_EXEC_SHUTDOWN_ON_EXIT | (spec->tier != CDN_TIER_CONTAINER ? CDN_EXEC_PIPES : 0),
+            .flags = CDN_EXEC_SHUTDOWN_ON_EXIT | (cdn_tier_is_vm(spec->tier) ? CDN_EXEC_PIPES : 0),
             .cwd = spec->workdir,
             .argv = argv,
             .envp = env});
@@ -87,7 +87,7 @@ static void read_agent(struct cdn_sandbox *sb, struct outcome *o, struct pollfd 
     else if (h.type == CDN_FRAME_EXIT && cdn_exit_decode(buf, (size_t) n, &o->exit) == 0)
         o->have_exit = true;
 #if !CDN_LEAN /* the lean build runs containers only */
-    else if (h.type == CDN_FRAME_USAGE && h.channel == 0 && sb->spec->tier != CDN_TIER_CONTAINER)
+    else if (h.type == CDN_FRAME_USAGE && h.channel == 0 && cdn_tier_is_vm(sb->spec->tier))
         (void) cdn_microvm_usage_frame(sb, buf, (size_t) n);
 #endif
     else if (h.type == CDN_FRAME_VIOLATION && h.channel == 0) { /* a guest's watched denial */

@@ -281,11 +281,29 @@ int cdn_spec_parse_env(struct cdn_spec *spec, const char *arg, struct cdn_error 
 int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
 {
     const struct cdn_limits *l = &spec->limits;
-    if (spec->tier == CDN_TIER_PROCESS)
-        return cdn_error_field(
-            err, EOPNOTSUPP, "tier",
-            "tier: '%s' is not available in this build yet ('container', 'microvm' or 'vm')",
-            cdn_tier_to_string(spec->tier));
+    if (spec->tier == CDN_TIER_PROCESS) { /* no mount or network namespace (docs/process.md) */
+        if (strcmp(spec->image, "host") != 0)
+            return cdn_error_field(
+                err, EINVAL, "image",
+                "image: the process tier runs on the host image only (no mount namespace)");
+        if (spec->net_mode == CDN_NET_ALLOWLIST)
+            return cdn_error_field(err, EINVAL, "network",
+                                   "network: the process tier has no network namespace to filter: none or "
+                                   "open (use the container tier for an allowlist)");
+        if (spec->n_mounts)
+            return cdn_error_field(err, EINVAL, "mounts", "mounts: the process tier has no mount namespace");
+        if (spec->protect.n)
+            return cdn_error_field(err, EOPNOTSUPP, "protect",
+                                   "protect: not enforced by the process tier yet (use the container tier)");
+        if (strcmp(spec->workdir, "/workspace") != 0)
+            return cdn_error_field(err, EINVAL, "workdir",
+                                   "workdir: the process tier works in its own directory, /workspace in the "
+                                   "API (docs/process.md)");
+        if (spec->read_only_root)
+            return cdn_error_field(err, EINVAL, "read_only_root",
+                                   "read_only_root: the process tier has no root of its own (the host's is "
+                                   "read-only to it already)");
+    }
     if (!(l->cpus > 0 && l->cpus <= 1024))
         return cdn_error_field(err, ERANGE, "limits.cpus", "limits.cpus: must be in (0, 1024]");
     if (l->memory_mb < CDN_MEMORY_MB_MIN || l->memory_mb > CDN_MEMORY_MB_MAX)

@@ -68,6 +68,11 @@ struct cdn_spec {
 #define CDN_MAX_LIST       1024
 
 const char *cdn_tier_to_string(enum cdn_tier t);
+/* microvm and vm: a guest kernel, its agent over a port. */
+static inline bool cdn_tier_is_vm(enum cdn_tier t)
+{
+    return t == CDN_TIER_MICROVM || t == CDN_TIER_VM;
+}
 int cdn_tier_from_string(const char *s);
 const char *cdn_net_mode_to_string(enum cdn_net_mode m);
 int cdn_net_mode_from_string(const char *s);

@@ -44,7 +44,8 @@ static struct agent_req *find(struct agent_conn *c, uint32_t channel)
 
 static bool is_last(uint16_t type)
 {
-    return type == CDN_FRAME_EXIT || type == CDN_FRAME_ERROR || type == CDN_FRAME_DONE;
+    return type == CDN_FRAME_EXIT || type == CDN_FRAME_ERROR || type == CDN_FRAME_DONE ||
+           type == CDN_FRAME_RESULT;
 }
 
 static void on_read(struct bufferevent *bev, void *arg)

@@ -294,7 +294,8 @@ static void route_metrics(struct evhttp_request *req)
 {
     static const double bounds_ms[] = {0.25, 0.5, 1, 2, 5, 10, 25, 50, 100, 1000, 10000};
     struct evbuffer *b = evbuffer_new();
-    static const enum cdn_tier tiers[] = {CDN_TIER_CONTAINER, CDN_TIER_MICROVM, CDN_TIER_VM};
+    static const enum cdn_tier tiers[] = {CDN_TIER_PROCESS, CDN_TIER_CONTAINER, CDN_TIER_MICROVM,
+                                          CDN_TIER_VM};
     unsigned by_state[ELEMENTSOF(tiers)][_BOX_STATE_MAX] = {{0}};
     struct box *x;
     LIST_FOREACH(x, &cordond->boxes, link)
@@ -491,6 +492,7 @@ static void route(struct evhttp_request *req, void *arg)
         void (*fn)(struct evhttp_request *, struct box *);
     } sub[] = {
         {"exec", EVHTTP_REQ_POST, api_exec},
+        {"call", EVHTTP_REQ_POST, api_call},
         {"files", EVHTTP_REQ_PUT, api_files},
         {"files", EVHTTP_REQ_GET, api_files},
         {"files", EVHTTP_REQ_DELETE, api_files},

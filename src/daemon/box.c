@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "core/paths.h"
 #include "monitor/writes.h"
 #include "tiers/container/seccomp-policy.h"
 #include "record.h"
@@ -240,10 +241,12 @@ void box_check_limits(struct box *b)
         return; /* killed on it */
     /* The writable layer (its tmpfs, of limits.disk_mb): full now, and not at the last look. A VM
      * guest's disk is the guest's: as it last reported. */
-    char root[64];
+    char root[4200];
     struct statfs fs;
     (void) snprintf(root, sizeof root, "/proc/%d/root/", (int) b->sb.init_pid);
-    bool vm = b->spec.tier != CDN_TIER_CONTAINER;
+    if (b->spec.tier == CDN_TIER_PROCESS) /* its tmpfs is its directory (src/tiers/process) */
+        (void) snprintf(root, sizeof root, "%s/process/%d", cdn_run_dir(), b->sb.slot);
+    bool vm = cdn_tier_is_vm(b->spec.tier);
     if (vm || (b->sb.init_pid > 0 && statfs(root, &fs) == 0)) {
         bool full = vm ? b->sb.vm_disk_full : fs.f_bavail == 0;
         if (full && !b->viol.disk_full)
@@ -527,7 +530,7 @@ static void box_started(struct box *b)
     }
     cordond->created_total++;
     box_event(b, "running", NULL);
-    if (b->pool && (b->spec.tier == CDN_TIER_CONTAINER || warm_start(b) < 0))
+    if (b->pool && (!cdn_tier_is_vm(b->spec.tier) || warm_start(b) < 0))
         pool_box_ready(b);
     if (b->create_req) {
         api_reply_json(b->create_req, 201, box_to_json(b));
@@ -603,8 +606,8 @@ static void on_agent_event(struct agent_conn *c, uint16_t type, const uint8_t *p
     (void) c;
     struct box *b = arg;
     struct cdn_violation_msg v;
-    if (b->spec.tier == CDN_TIER_CONTAINER)
-        return; /* a container's init sends none */
+    if (!cdn_tier_is_vm(b->spec.tier))
+        return; /* a container's or a worker's agent sends none */
     if (b->state == BOX_STARTING && (type == CDN_FRAME_DONE || type == CDN_FRAME_ERROR)) {
         vm_setup_answer(b, type, p, len);
         return;
@@ -674,7 +677,7 @@ static int watch(struct box *b)
     int r = agent_conn_open(&b->agent, base, b->sb.agent_fd);
     if (r < 0)
         return r;
-    if (b->state == BOX_STARTING && b->spec.tier != CDN_TIER_CONTAINER) {
+    if (b->state == BOX_STARTING && cdn_tier_is_vm(b->spec.tier)) {
         const char *env = getenv("CORDON_VM_START_TIMEOUT_S");
         struct timeval tv = {.tv_sec = env && atoi(env) > 0 ? atoi(env) : 60};
         b->start_ev = evtimer_new(base, on_start_timeout, b);

@@ -264,8 +264,9 @@ void api_reply_error(struct evhttp_request *req, int status, const char *code, c
 json_t *api_error_json(const char *code, const char *field, const char *msg);
 void api_reply_cdn_error(struct evhttp_request *req, int status, const char *code, const struct cdn_error *e);
 void api_exec(struct evhttp_request *req, struct box *b);
-void api_throttle_end(struct box *b);                /* the box is going */
-void api_stream_timeout(struct evhttp_request *req); /* after evhttp_send_reply_start */
+void api_call(struct evhttp_request *req, struct box *b); /* api-call.c: the process tier */
+void api_throttle_end(struct box *b);                     /* the box is going */
+void api_stream_timeout(struct evhttp_request *req);      /* after evhttp_send_reply_start */
 void api_files(struct evhttp_request *req, struct box *b);
 void api_ls(struct evhttp_request *req, struct box *b);
 void api_stat(struct evhttp_request *req, struct box *b);

@@ -46,6 +46,7 @@ struct cdn_tier_ops {
 };
 
 extern const struct cdn_tier_ops cdn_container_tier;
+extern const struct cdn_tier_ops cdn_process_tier; /* full build only (cordon-worker embeds Python) */
 extern const struct cdn_tier_ops cdn_microvm_tier; /* full build only (libarchive, liblzma) */
 extern const struct cdn_tier_ops cdn_vm_tier;      /* the same code: full build only */
 

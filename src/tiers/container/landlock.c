@@ -71,3 +71,39 @@ int cdn_landlock_restrict_writes(const char *const *dirs, const char *const *wri
     (void) close(ruleset);
     return r;
 }
+
+/* Every right of the ABI, reads and execution included. */
+static uint64_t all_rights(int abi)
+{
+    return write_rights(abi) | LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE |
+           LANDLOCK_ACCESS_FS_READ_DIR;
+}
+
+int cdn_landlock_restrict_paths(const char *const *read, const char *const *own, const char *const *devices)
+{
+    int abi = cdn_landlock_abi();
+    if (abi <= 0)
+        return 1;
+    uint64_t rights = all_rights(abi);
+    struct landlock_ruleset_attr attr = {.handled_access_fs = rights};
+    int ruleset = (int) syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0);
+    if (ruleset < 0)
+        return errno == ENOSYS || errno == EOPNOTSUPP ? 1 : -errno;
+    const uint64_t ro =
+        LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR;
+    const uint64_t dev = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_WRITE_FILE |
+                         (abi >= 3 ? LANDLOCK_ACCESS_FS_TRUNCATE : 0);
+    int r = 0;
+    for (size_t i = 0; r >= 0 && read && read[i]; i++)
+        r = add_path(ruleset, read[i], ro);
+    for (size_t i = 0; r >= 0 && own && own[i]; i++)
+        r = add_path(ruleset, own[i], rights);
+    for (size_t i = 0; r >= 0 && devices && devices[i]; i++)
+        r = add_path(ruleset, devices[i], dev);
+    if (r >= 0 && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        r = -errno;
+    if (r >= 0 && syscall(SYS_landlock_restrict_self, ruleset, 0) < 0)
+        r = -errno;
+    (void) close(ruleset);
+    return r;
+}

@@ -13,3 +13,8 @@ int cdn_landlock_abi(void);
  * renaming). Returns 0, or 1 when Landlock is unavailable (the caller decides
  * whether that is acceptable), or a negative errno. */
 int cdn_landlock_restrict_writes(const char *const *dirs, const char *const *write_only);
+
+/* The process tier (no mount namespace): reads and execution only beneath
+ * `read`, everything beneath `own`, reading and writing the existing files
+ * `devices`; nothing anywhere else. Same returns as above. */
+int cdn_landlock_restrict_paths(const char *const *read, const char *const *own, const char *const *devices);

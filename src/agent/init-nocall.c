@@ -1,0 +1,41 @@
+/* cordon-init has no interpreter: calls belong to the process tier's
+ * cordon-worker (worker-call.c), and paths mean what they say. */
+#include <errno.h>
+
+#include "init.h"
+
+void call_start(uint32_t channel, const uint8_t *p, size_t len)
+{
+    (void) p, (void) len;
+    agent_error(channel, EOPNOTSUPP, "call: only the process tier runs calls");
+}
+
+void call_poll_add(struct pollfd *pfd, size_t *n, size_t max)
+{
+    (void) pfd, (void) n, (void) max;
+}
+
+void call_poll_handle(const struct pollfd *pfd, size_t n)
+{
+    (void) pfd, (void) n;
+}
+
+int call_timeout_ms(void)
+{
+    return -1;
+}
+
+const char *agent_path(const char *path, char *buf, size_t size)
+{
+    (void) buf, (void) size;
+    return path;
+}
+
+void agent_exec_env(void)
+{
+}
+
+int main(void)
+{
+    return agent_main();
+}

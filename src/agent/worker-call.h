@@ -1,0 +1,24 @@
+/* cordon-worker's runtime and calls (worker-call.c). */
+#pragma once
+
+#include <linux/filter.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shared/error.h"
+
+/* The zygote: start the interpreter, import the common modules and the call server's code. */
+int worker_python_init(struct cdn_error *err);
+/* Around the zygote's clone of a worker (the interpreter's fork hooks). */
+void worker_python_before_fork(void);
+void worker_python_after_fork(void);
+void worker_python_after_fork_parent(void);
+/* A worker, once confined: its directory and uid, for the interpreter that runs its calls. */
+void worker_call_setup(const char *dir, uint32_t uid, bool python);
+/* A raw BPF program returning EPERM for the given syscalls (worker.c, libseccomp). */
+int cdn_worker_filter(const int *nrs, size_t n, struct sock_fprog *ret);
+
+/* CALL payload: u32 timeout (ms, 0 = none) | u32 flags | the request's JSON. */
+#define CDN_CALL_FIXED 8u
+#define CDN_CALL_FRESH 1u /* discard the interpreter after this call */

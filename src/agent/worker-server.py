@@ -1,0 +1,228 @@
+# cordon-worker's call server (worker-call.c): compiled into the zygote, run
+# by each clone of a sandbox's agent that serves its calls. Stdlib only.
+#
+# Protocol on fd 3 (the agent): u32 length | u32 flags | JSON request in;
+# u32 length | u32 flags | JSON result out. After answering, the server
+# scrubs what the call left; if it cannot, it exits and the agent makes a
+# fresh one for the next call.
+import ast
+import builtins
+import json
+import os
+import signal
+import struct
+import sys
+import threading
+import time
+import traceback
+
+import _cordon_native
+
+# The runtime's common modules, imported once in the zygote: a call that uses
+# them pays nothing for the import.
+PRELOAD = ("abc", "array", "base64", "bisect", "cmath", "collections", "contextlib", "copy", "csv",
+           "dataclasses", "datetime", "decimal", "enum", "fractions", "functools", "hashlib", "heapq",
+           "io", "itertools", "math", "numbers", "operator", "pathlib", "random", "re", "shutil",
+           "statistics", "string", "subprocess", "tempfile", "textwrap", "typing", "unicodedata")
+for _name in PRELOAD:
+    try:
+        __import__(_name)
+    except Exception:  # a trimmed interpreter: the call imports it itself
+        pass
+
+import shutil  # noqa: E402
+
+MAX_CALLS = 1000  # a server is replaced after this many calls, however clean it looks
+OUT_MAX = 1 << 20  # bytes of stdout and of stderr kept per call
+FRESH = 1
+_compiled = {}
+
+
+def _compile(code):
+    """The call's code, and its last expression (the result) compiled apart."""
+    c = _compiled.get(code)
+    if c is None:
+        tree = ast.parse(code, "<call>", "exec")
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = compile(ast.Expression(tree.body.pop().value), "<call>", "eval")
+        c = (compile(tree, "<call>", "exec"), last)
+        if len(_compiled) >= 256:
+            _compiled.clear()
+        _compiled[code] = c
+    return c
+
+
+def _read(fd, n):
+    b = b""
+    while len(b) < n:
+        c = os.read(fd, n - len(b))
+        if not c:
+            os._exit(0)  # the agent is gone
+        b += c
+    return b
+
+
+def _write(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class _State:
+    """What a call may change, as it was before the first call."""
+
+    def __init__(self):
+        self.dicts = [sys.modules]
+        for m in list(sys.modules.values()):
+            d = getattr(m, "__dict__", None)
+            if type(d) is dict:
+                self.dicts.append(d)
+        self.dicts.append(os.environ._data)
+        self.copies = [d.copy() for d in self.dicts]
+        self.environ = dict(os.environ._data)
+        self.changed, self.snapshot = _cordon_native.changed, _cordon_native.snapshot
+        self.lists = [(lst, list(lst)) for lst in (sys.path, sys.argv, sys.meta_path, sys.path_hooks)]
+        self.signals = {}
+        for s in signal.valid_signals():
+            try:
+                self.signals[s] = signal.getsignal(s)
+            except (ValueError, OSError):
+                pass
+        self.cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.calldir = os.getcwd()
+        self.umask = os.umask(0o022)
+        os.umask(self.umask)
+        self.recursion = sys.getrecursionlimit()
+        self.stdout, self.stderr = sys.stdout, sys.stderr
+        self.snapshot(self.dicts)
+
+    def restore_dicts(self):
+        """First thing after a call, before the server uses any module again: the dicts put back
+        (a call may have replaced json.dumps or os.write). Uses only what it captured."""
+        changed = self.changed()
+        if not changed:
+            return
+        env = self.dicts[-1]
+        call_env = dict(env) if env != self.environ else None
+        for i in changed:
+            d = self.dicts[i]
+            d.clear()
+            d.update(self.copies[i])
+        self.snapshot(self.dicts)
+        if call_env is not None:  # the process's own environment too (os.environ wrote it), for C code
+            for k in set(call_env) | set(self.environ):
+                if k not in self.environ:
+                    os.unsetenv(k)
+                elif call_env.get(k) != self.environ[k]:
+                    os.putenv(k, self.environ[k])
+
+    def scrub(self):
+        """Put the rest back; False when that is not possible (the server must go)."""
+        clean = True
+        # Child processes still there (alive, or orphans reparented here): the server goes, and the
+        # agent kills its process group, which none of them can leave (seccomp).
+        try:
+            os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            clean = False
+        except ChildProcessError:
+            pass
+        if threading.active_count() > 1 or len(sys._current_frames()) > 1:
+            clean = False
+        for lst, saved in self.lists:
+            if lst != saved:
+                lst[:] = saved
+        for s, h in self.signals.items():
+            try:
+                if signal.getsignal(s) is not h:
+                    signal.signal(s, h)
+            except (ValueError, OSError, TypeError):
+                clean = False
+        if sys.getrecursionlimit() != self.recursion:
+            sys.setrecursionlimit(self.recursion)
+        if sys.gettrace() is not None or sys.getprofile() is not None:
+            sys.settrace(None)
+            sys.setprofile(None)
+        if os.umask(self.umask) != self.umask:
+            pass
+        try:
+            if os.getcwd() != self.calldir:
+                os.fchdir(self.cwd)
+        except OSError:
+            os.fchdir(self.cwd)
+        os.closerange(4, self.cwd)  # 0-2 stdio, 3 the agent, self.cwd: the call's directory
+        os.closerange(self.cwd + 1, 1 << 20)
+        # Files: the call's directory is emptied.
+        with os.scandir(self.calldir) as it:
+            leftovers = [e.path for e in it]
+        for p in leftovers:
+            try:
+                if os.path.isdir(p) and not os.path.islink(p):
+                    shutil.rmtree(p)
+                else:
+                    os.unlink(p)
+            except OSError:
+                clean = False
+        return clean
+
+
+def _capture(fd, stream):
+    try:
+        stream.flush()
+    except Exception:
+        pass
+    size = os.lseek(fd, 0, os.SEEK_END)
+    data = os.pread(fd, min(size, OUT_MAX), 0) if size else b""
+    if size:
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+    text = data.decode("utf-8", "replace")
+    if size > OUT_MAX:
+        text += "\n[cordon: output truncated at 1 MiB]"
+    return text
+
+
+def _run(req):
+    result, err = None, None
+    g = {"__name__": "__main__", "__builtins__": builtins, "input": req.get("input")}
+    t0 = time.perf_counter()
+    try:
+        body, last = _compile(req["code"])
+        exec(body, g)
+        if last is not None:
+            result = eval(last, g)
+    except BaseException as e:  # SystemExit and KeyboardInterrupt are the call's errors too
+        err = {"type": type(e).__name__, "message": str(e),
+               "traceback": "".join(traceback.format_exception(type(e), e, e.__traceback__))}
+    return result, err, (time.perf_counter() - t0) * 1e3
+
+
+def serve(fd):
+    out_fd, err_fd = _cordon_native.memfd("stdout"), _cordon_native.memfd("stderr")
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    os.close(out_fd)
+    os.close(err_fd)
+    sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1 << 16)
+    sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1 << 16)
+    sys.stdin = open(0, "r", closefd=False)
+    state = _State()
+    served = 0
+    while True:
+        length, flags = struct.unpack("<II", _read(fd, 8))
+        req = json.loads(_read(fd, length))
+        result, err, ms = _run(req)
+        state.restore_dicts()
+        out = {"result": result, "stdout": _capture(1, state.stdout), "stderr": _capture(2, state.stderr),
+               "error": err, "duration_ms": round(ms, 3), "timed_out": False}
+        try:
+            body = json.dumps(out).encode()
+        except (TypeError, ValueError):
+            out["result"] = repr(result)
+            body = json.dumps(out).encode()
+        served += 1
+        result = out = None
+        clean = state.scrub()
+        _write(fd, struct.pack("<II", len(body), 0) + body)
+        if (flags & FRESH) or not clean or served >= MAX_CALLS:
+            os._exit(0)

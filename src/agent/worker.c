@@ -1,0 +1,310 @@
+/* cordon-worker: the process tier's zygote and, once cloned and confined,
+ * a sandbox's agent (worker.h says how the two meet; docs/process.md what
+ * the tier protects against and what it does not).
+ *
+ * The zygote runs as root in the host's namespaces, started by the process
+ * that owns the sandboxes (cordond, cordon run), and does nothing but load
+ * the runtime and clone. A worker confines itself before it reads a single
+ * frame, in this order: its cgroup, rlimits, Landlock (reads beneath the
+ * host image's system directories and its own directory, writes beneath its
+ * own directory and to a few device nodes), no capabilities, the sandbox's
+ * unprivileged uid, no_new_privs, the container tier's seccomp filter plus
+ * one that refuses network sockets unless the spec allows them. */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/sched.h>
+#include <linux/securebits.h>
+#include <linux/seccomp.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "core/cgroup.h"
+#include "core/paths.h"
+#include "init.h"
+#include "shared/error.h"
+#include "shared/fd-util.h"
+#include "tiers/container/landlock.h"
+#include "tiers/container/seccomp-policy.h"
+#include "worker-call.h"
+#include "worker.h"
+
+#define CTL_FD 3
+
+static struct {
+    const struct cdn_cgroup_ops *cgroup_ops;
+    struct cdn_seccomp_prog policy[2]; /* the container tier's, plain and with reported writes */
+    struct sock_fprog no_net;          /* socket(2) refused: network.mode none */
+    bool python;
+} z;
+
+/* A libseccomp filter as raw BPF, to be installed in a clone without compiling there. */
+static int export_bpf(scmp_filter_ctx ctx, struct sock_fprog *ret)
+{
+    int fd = memfd_create("bpf", MFD_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int r = seccomp_export_bpf(ctx, fd);
+    off_t size = r == 0 ? lseek(fd, 0, SEEK_END) : -1;
+    struct sock_filter *insns = size > 0 ? malloc((size_t) size) : NULL;
+    if (!insns || pread(fd, insns, (size_t) size, 0) != size) {
+        free(insns);
+        (void) close(fd);
+        return r < 0 ? r : -EIO;
+    }
+    (void) close(fd);
+    *ret = (struct sock_fprog){.len = (unsigned short) ((size_t) size / sizeof *insns), .filter = insns};
+    return 0;
+}
+
+int cdn_worker_filter(const int *nrs, size_t n, struct sock_fprog *ret)
+{
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    if (!ctx)
+        return -ENOMEM;
+    int r = 0;
+    for (size_t i = 0; r == 0 && i < n; i++)
+        r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nrs[i], 0);
+    if (r == 0)
+        r = export_bpf(ctx, ret);
+    seccomp_release(ctx);
+    return r;
+}
+
+static int zygote_prepare(const char *runtime, struct cdn_error *err)
+{
+    z.cgroup_ops = cdn_cgroup_detect();
+    char cache[4096];
+    cdn_cache_dir(cache, sizeof cache);
+    int r = cdn_seccomp_load_cached(cache, &z.policy[0], err);
+    if (r < 0 || (r = cdn_seccomp_load_variant(cache, true, &z.policy[1], err)) < 0)
+        return r;
+    static const int net[] = {SCMP_SYS(socket)};
+    if ((r = cdn_worker_filter(net, 1, &z.no_net)) < 0)
+        return cdn_error_set(err, -r, "compile the network filter: %s", strerror(-r));
+    z.python = strcmp(runtime, "python") == 0;
+    if (z.python && (r = worker_python_init(err)) < 0)
+        return r;
+    return 0;
+}
+
+/* ---- the worker, from its first instruction ---- */
+
+static int set_rlimits(const struct cdn_worker_req *q, struct cdn_error *err)
+{
+    const struct {
+        int res;
+        rlim_t v;
+        const char *name;
+    } lim[] = {
+        {RLIMIT_NOFILE, q->nofile, "limits.nofile"},
+        {RLIMIT_NPROC, q->nproc, "limits.pids"},
+        {RLIMIT_FSIZE, q->fsize, "limits.disk_mb"},
+        {RLIMIT_CORE, 0, "core"},
+    };
+    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++)
+        if (setrlimit(lim[i].res, &(struct rlimit){lim[i].v, lim[i].v}) < 0)
+            return cdn_error_field(err, errno, lim[i].name, "setrlimit %s: %m", lim[i].name);
+    return 0;
+}
+
+/* Reads and execution beneath the host image's system directories; everything
+ * beneath the sandbox's own directory; reading and writing a few device nodes.
+ * Nothing else: not /proc, /sys, /home, /root, /var, /tmp, /run. */
+static int apply_landlock(const struct cdn_worker_req *q, struct cdn_error *err)
+{
+    static const char *const system[] = {"/usr",   "/bin",    "/sbin", "/lib", "/lib64",
+                                         "/lib32", "/libx32", "/etc",  "/opt", NULL};
+    static const char *const devices[] = {"/dev/null",   "/dev/zero",    "/dev/full",
+                                          "/dev/random", "/dev/urandom", NULL};
+    const char *own[] = {q->dir, NULL};
+    int r = cdn_landlock_restrict_paths(system, own, devices);
+    if (r < 0)
+        return cdn_error_set(err, -r, "landlock: %s", strerror(-r));
+    return 0;
+}
+
+static int drop_privileges(const struct cdn_worker_req *q, struct cdn_error *err)
+{
+    if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
+                                     SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) < 0)
+        return cdn_error_set(err, errno, "set securebits: %m");
+    for (int cap = 0; cap <= 63; cap++)
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
+            if (errno == EINVAL)
+                break;
+            return cdn_error_set(err, errno, "drop capability %d: %m", cap);
+        }
+    if (setgroups(0, NULL) < 0 || setresgid(q->uid, q->uid, q->uid) < 0 ||
+        setresuid(q->uid, q->uid, q->uid) < 0)
+        return cdn_error_set(err, errno, "become uid %u: %m", q->uid);
+    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+    struct __user_cap_data_struct data[2] = {{0}};
+    if (syscall(SYS_capset, &h, data) < 0)
+        return cdn_error_set(err, errno, "capset: %m");
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return cdn_error_set(err, errno, "no_new_privs: %m");
+    return 0;
+}
+
+static int set_environment(const struct cdn_worker_req *q)
+{
+    char work[300], tmp[300];
+    (void) snprintf(work, sizeof work, "%s/work", q->dir);
+    (void) snprintf(tmp, sizeof tmp, "%s/tmp", q->dir);
+    if (clearenv() != 0 ||
+        setenv("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin", 1) ||
+        setenv("HOME", work, 1) || setenv("TMPDIR", tmp, 1) || setenv("LANG", "C.UTF-8", 1) ||
+        setenv("PYTHONDONTWRITEBYTECODE", "1", 1))
+        return -ENOMEM;
+    return chdir(work) < 0 ? -errno : 0;
+}
+
+/* fds: 0-2 stdio, 3 the agent socket, 5 the error pipe (CLOEXEC); the rest closed. */
+static int arrange_fds(int agent, int errw, int stdio)
+{
+    int a = fcntl(agent, F_DUPFD_CLOEXEC, 100), e = fcntl(errw, F_DUPFD_CLOEXEC, 100);
+    if (a < 0 || e < 0)
+        return -errno;
+    for (int i = 0; stdio >= 0 && i < 3; i++)
+        if (dup2(stdio, i) < 0)
+            return -errno;
+    if (dup3(a, AGENT_FD, 0) < 0 || dup3(e, 5, O_CLOEXEC) < 0)
+        return -errno;
+    if (close(4) < 0 && errno != EBADF)
+        return -errno;
+    return syscall(SYS_close_range, 6, ~0U, 0) < 0 ? -errno : 0;
+}
+
+static int confine(const struct cdn_worker_req *q, struct cdn_error *err)
+{
+    struct cdn_cgroup cg;
+    cdn_cgroup_init(&cg, z.cgroup_ops, q->cgroup);
+    int r = cg.ops->attach_self(&cg);
+    if (r < 0)
+        return cdn_error_set(err, r, "join cgroup %s: %s", q->cgroup, strerror(-r));
+    if ((r = set_rlimits(q, err)) < 0)
+        return r;
+    if ((r = set_environment(q)) < 0)
+        return cdn_error_set(err, -r, "the working directory %s/work: %s", q->dir, strerror(-r));
+    if ((r = apply_landlock(q, err)) < 0 || (r = drop_privileges(q, err)) < 0)
+        return r;
+    if (!(q->flags & CDN_WORKER_NET) && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &z.no_net) < 0)
+        return cdn_error_set(err, errno, "install the network filter: %m");
+    r = cdn_seccomp_install(&z.policy[q->flags & CDN_WORKER_WRITES ? 1 : 0]);
+    if (r < 0)
+        return cdn_error_set(err, -r, "install seccomp filter: %s", strerror(-r));
+    /* The listener of watched denials: the agent keeps it at fd 9, the host takes a copy. */
+    if (dup3(r, 9, O_CLOEXEC) < 0)
+        return cdn_error_set(err, errno, "keep the seccomp listener: %m");
+    (void) close(r);
+    return 0;
+}
+
+static _Noreturn void worker_main(const struct cdn_worker_req *q, int agent, int errw, int stdio)
+{
+    struct cdn_error err = {0};
+    if (z.python)
+        worker_python_after_fork();
+    int r = arrange_fds(agent, errw, stdio);
+    if (r < 0) {
+        cdn_error_set(&err, r, "arrange the worker's fds: %s", strerror(-r));
+        (void) cdn_write_all(errw, &err, sizeof err);
+        _exit(1);
+    }
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != q->host_pid)
+        _exit(1); /* its owner is already gone */
+    if ((r = confine(q, &err)) < 0) {
+        (void) cdn_write_all(5, &err, sizeof err);
+        _exit(1);
+    }
+    worker_call_setup(q->dir, q->uid, z.python);
+    (void) close(5); /* EOF: the agent runs */
+    _exit(agent_main());
+}
+
+/* ---- the zygote ---- */
+
+static int spawn(const struct cdn_worker_req *q, const int *fds, int nfds)
+{
+    if (q->magic != CDN_WORKER_MAGIC || nfds != (q->flags & CDN_WORKER_STDIO ? 3 : 2) ||
+        memchr(q->dir, 0, sizeof q->dir) == NULL || memchr(q->cgroup, 0, sizeof q->cgroup) == NULL ||
+        q->uid < 1000)
+        return -EINVAL;
+    if (z.python)
+        worker_python_before_fork();
+    /* With CLONE_PARENT the child inherits the zygote's exit signal (SIGCHLD): clone3 wants 0 here. */
+    struct clone_args ca = {.flags = CLONE_PARENT};
+    pid_t pid = (pid_t) syscall(SYS_clone3, &ca, sizeof ca);
+    if (pid == 0)
+        worker_main(q, fds[0], fds[1], nfds == 3 ? fds[2] : -1);
+    int e = errno;
+    if (z.python)
+        worker_python_after_fork_parent();
+    return pid < 0 ? -e : pid;
+}
+
+static int serve(void)
+{
+    for (;;) {
+        struct cdn_worker_req q;
+        union {
+            char buf[CMSG_SPACE(3 * sizeof(int))];
+            struct cmsghdr align;
+        } u;
+        struct iovec iov = {.iov_base = &q, .iov_len = sizeof q};
+        struct msghdr mh = {
+            .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+        ssize_t n = recvmsg(CTL_FD, &mh, MSG_CMSG_CLOEXEC);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n < 0 ? 1 : 0; /* the host is gone */
+        int fds[3] = {-1, -1, -1}, nfds = 0;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            nfds = (int) ((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+            if (nfds > 3)
+                nfds = 3;
+            memcpy(fds, CMSG_DATA(c), (size_t) nfds * sizeof(int));
+        }
+        struct cdn_worker_reply rep = {.pid = n == (ssize_t) sizeof q ? spawn(&q, fds, nfds) : -EINVAL};
+        for (int i = 0; i < nfds; i++)
+            (void) close(fds[i]);
+        if (send(CTL_FD, &rep, sizeof rep, MSG_NOSIGNAL) != (ssize_t) sizeof rep)
+            return 1;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3 || strcmp(argv[1], "--zygote") != 0) {
+        fprintf(stderr, "cordon-worker: started by cordon's process tier only (--zygote RUNTIME)\n");
+        return 2;
+    }
+    (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+    (void) prctl(PR_SET_DUMPABLE, 0);
+    struct cdn_error err = {0};
+    int r = zygote_prepare(argv[2], &err);
+    /* The first reply says whether the zygote is ready: 0, or -errno and the error. */
+    struct cdn_worker_reply rep = {.pid = r};
+    if (send(CTL_FD, &rep, sizeof rep, MSG_NOSIGNAL) != (ssize_t) sizeof rep)
+        return 1;
+    if (r < 0) {
+        (void) send(CTL_FD, &err, sizeof err, MSG_NOSIGNAL);
+        return 1;
+    }
+    return serve();
+}

@@ -1,0 +1,356 @@
+/* The process tier, host side (docs/process.md): no namespaces; a sandbox is
+ * one worker cloned from a zygote that has already loaded the runtime
+ * (src/agent/worker.h), confined by its cgroup, rlimits, Landlock, its own
+ * unprivileged uid, no capabilities, no_new_privs and seccomp.
+ *
+ * create(): slot (its uid and cgroup name, shared with the container tier's
+ * slots, so uids never clash) → guard → cgroup → the sandbox's directory (a
+ * tmpfs of limits.disk_mb: work/, tmp/, call/) → a spawn request to the
+ * zygote, which clones the worker as this process's child. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent/worker.h"
+#include "core/paths.h"
+#include "shared/fd-util.h"
+#include "tiers/container/slot.h"
+#include "tiers/tier.h"
+
+static struct {
+    const struct cdn_cgroup_ops *cgroup_ops;
+    pid_t pid; /* the zygote */
+    int ctl;
+} z = {.ctl = -EBADF};
+
+static int worker_path(char *buf, unsigned size)
+{
+    const char *env = getenv("CORDON_WORKER");
+    if (env && env[0] == '/' && access(env, X_OK) == 0) {
+        (void) snprintf(buf, size, "%s", env);
+        return 0;
+    }
+    return cdn_libexec_path("cordon-worker", buf, size);
+}
+
+static void zygote_stop(void)
+{
+    z.ctl = safe_close(z.ctl);
+    if (z.pid > 0) {
+        (void) kill(z.pid, SIGKILL);
+        while (waitpid(z.pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+    }
+    z.pid = 0;
+}
+
+/* The zygote, started once per process (and again if it died). */
+static int zygote(struct cdn_error *err)
+{
+    if (z.pid > 0 && kill(z.pid, 0) == 0)
+        return 0;
+    zygote_stop();
+    if (geteuid() != 0)
+        return cdn_error_set(err, EPERM,
+                             "the process tier needs root: it gives each sandbox a uid and a cgroup");
+    char path[4096];
+    if (worker_path(path, sizeof path) < 0)
+        return cdn_error_set(err, ENOENT, "cordon-worker not found (set CORDON_WORKER or install cordon)");
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+        return cdn_error_set(err, errno, "socketpair: %m");
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (dup2(sv[1], 3) < 0 || syscall(SYS_close_range, 4, ~0U, 0) < 0)
+            _exit(127);
+        char *const argv[] = {"cordon-worker", "--zygote", "python", NULL};
+        execv(path, argv);
+        _exit(127);
+    }
+    int e = errno;
+    (void) close(sv[1]);
+    if (pid < 0) {
+        (void) close(sv[0]);
+        return cdn_error_set(err, e, "fork: %s", strerror(e));
+    }
+    z.pid = pid;
+    z.ctl = sv[0];
+    struct cdn_worker_reply rep;
+    if (recv(z.ctl, &rep, sizeof rep, 0) != (ssize_t) sizeof rep) {
+        zygote_stop();
+        return cdn_error_set(err, EIO, "%s did not start", path);
+    }
+    if (rep.pid < 0) {
+        struct cdn_error zerr = {0};
+        if (recv(z.ctl, &zerr, sizeof zerr, 0) == (ssize_t) sizeof zerr) {
+            zerr.msg[sizeof zerr.msg - 1] = zerr.field[sizeof zerr.field - 1] = 0;
+            *err = zerr;
+        } else
+            cdn_error_set(err, -rep.pid, "cordon-worker: %s", strerror(-rep.pid));
+        zygote_stop();
+        return -EIO;
+    }
+    return 0;
+}
+
+static void sandbox_dir(int slot, char *buf, size_t size)
+{
+    (void) snprintf(buf, size, "%s/process/%d", cdn_run_dir(), slot);
+}
+
+static void remove_dir(int slot)
+{
+    char dir[4096];
+    sandbox_dir(slot, dir, sizeof dir);
+    (void) umount2(dir, MNT_DETACH);
+    (void) rmdir(dir);
+}
+
+/* A tmpfs of limits.disk_mb: the sandbox's files (work/), its $TMPDIR (tmp/) and the calls' (call/). */
+static int make_dir(struct cdn_sandbox *sb, struct cdn_error *err)
+{
+    char dir[4096], sub[4200], opts[128];
+    sandbox_dir(sb->slot, dir, sizeof dir);
+    remove_dir(sb->slot); /* a stale one of this slot */
+    int r = cdn_mkdir_p(dir, 0711);
+    if (r < 0)
+        return cdn_error_set(err, r, "mkdir %s: %s", dir, strerror(-r));
+    /* Its parent: searchable by the sandboxes' uids, listable by none. */
+    char parent[4096];
+    (void) snprintf(parent, sizeof parent, "%s/process", cdn_run_dir());
+    if (chmod(parent, 0711) < 0)
+        return cdn_error_set(err, errno, "chmod %s: %m", parent);
+    uint32_t uid = sb->uid_base;
+    (void) snprintf(opts, sizeof opts, "size=%llum,mode=0750,uid=%u,gid=%u,nr_inodes=%llu",
+                    (unsigned long long) sb->spec->limits.disk_mb, uid, uid,
+                    (unsigned long long) sb->spec->limits.disk_mb * 64 + 1024);
+    if (mount("cordon-process", dir, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+        return cdn_error_set(err, errno, "mount a tmpfs on %s: %m", dir);
+    static const struct {
+        const char *name;
+        unsigned add;
+        mode_t mode;
+    } subs[] = {{"work", 0, 0700}, {"tmp", 0, 0700}, {"call", 0, 0700}};
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+        (void) snprintf(sub, sizeof sub, "%s/%s", dir, subs[i].name);
+        if (mkdir(sub, subs[i].mode) < 0 || chown(sub, uid + subs[i].add, uid) < 0 ||
+            chmod(sub, subs[i].mode) < 0)
+            return cdn_error_set(err, errno, "make %s: %m", sub);
+    }
+    return 0;
+}
+
+static int make_cgroup(struct cdn_sandbox *sb, struct cdn_error *err)
+{
+    struct cdn_cgroup_limits lim = {
+        .cpus = sb->spec->limits.cpus,
+        .memory_bytes = sb->spec->limits.memory_mb << 20,
+        .pids = sb->spec->limits.pids,
+    };
+    int r = sb->cgroup.ops->create(&sb->cgroup, &lim, err);
+    if (r < 0)
+        return r;
+    struct cdn_cgroup_stats st;
+    if (r > 0 && sb->cgroup.ops->stats(&sb->cgroup, &st) == 0)
+        sb->oom_base = st.oom_kills;
+    return 0;
+}
+
+static int spawn(struct cdn_sandbox *sb, struct cdn_error *err)
+{
+    int agent[2] = {-EBADF, -EBADF}, rep[2] = {-EBADF, -EBADF};
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, agent) < 0 || pipe2(rep, O_CLOEXEC) < 0) {
+        (void) safe_close(agent[0]);
+        (void) safe_close(agent[1]);
+        return cdn_error_set(err, errno, "socketpair/pipe: %m");
+    }
+    struct cdn_worker_req q = {
+        .magic = CDN_WORKER_MAGIC,
+        .flags = (sb->spec->net_mode == CDN_NET_OPEN ? CDN_WORKER_NET : 0) |
+                 (sb->spec->watch_writes ? CDN_WORKER_WRITES : 0) |
+                 (sb->stdio_fd >= 0 ? CDN_WORKER_STDIO : 0),
+        .uid = sb->uid_base,
+        .host_pid = getpid(),
+        .nofile = sb->spec->limits.nofile,
+        .nproc = sb->spec->limits.pids,
+        .fsize = (sb->spec->limits.disk_mb + 1) << 20,
+    };
+    (void) snprintf(q.cgroup, sizeof q.cgroup, "%s", sb->cgroup.name);
+    sandbox_dir(sb->slot, q.dir, sizeof q.dir);
+    int fds[3] = {agent[1], rep[1], sb->stdio_fd};
+    int nfds = sb->stdio_fd >= 0 ? 3 : 2;
+    union {
+        char buf[CMSG_SPACE(3 * sizeof(int))];
+        struct cmsghdr align;
+    } u = {0};
+    struct iovec iov = {.iov_base = &q, .iov_len = sizeof q};
+    struct msghdr mh = {.msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = u.buf,
+                        .msg_controllen = CMSG_SPACE((size_t) nfds * sizeof(int))};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN((size_t) nfds * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, (size_t) nfds * sizeof(int));
+    struct cdn_worker_reply r = {.pid = -EIO};
+    bool sent = sendmsg(z.ctl, &mh, MSG_NOSIGNAL) == (ssize_t) sizeof q;
+    bool answered = sent && recv(z.ctl, &r, sizeof r, 0) == (ssize_t) sizeof r;
+    agent[1] = safe_close(agent[1]);
+    rep[1] = safe_close(rep[1]);
+    if (!answered || r.pid <= 0) {
+        (void) close(agent[0]);
+        (void) close(rep[0]);
+        if (!answered)
+            zygote_stop(); /* a new one next time */
+        return cdn_error_set(err, answered ? -r.pid : EIO, "the zygote could not make a worker: %s",
+                             strerror(answered ? -r.pid : EIO));
+    }
+    sb->init_pid = r.pid;
+    /* Our child (CLONE_PARENT): its pid cannot be reused before we reap it. */
+    sb->init_pidfd = (int) syscall(SYS_pidfd_open, r.pid, 0);
+    sb->agent_fd = agent[0];
+    sb->setup_fd = rep[0];
+    if (sb->init_pidfd < 0)
+        return cdn_error_set(err, errno, "pidfd_open: %m");
+    return 0;
+}
+
+static int process_destroy(struct cdn_sandbox *sb);
+
+static int process_create(struct cdn_sandbox *sb, struct cdn_error *err)
+{
+    int r = zygote(err);
+    if (r < 0)
+        return r;
+    if (!z.cgroup_ops)
+        z.cgroup_ops = cdn_cgroup_detect();
+    if ((r = cdn_slot_acquire(cdn_run_dir(), sb->slot_hint, &sb->slot, &sb->slot_fd, err)) < 0)
+        return r;
+    sb->uid_base = cdn_slot_uid_base(sb->slot);
+    char name[32];
+    (void) snprintf(name, sizeof name, "slot-%d", sb->slot);
+    cdn_cgroup_init(&sb->cgroup, z.cgroup_ops, name);
+    if (sb->cgroup.ops->kill_all(&sb->cgroup) > 0)
+        (void) sb->cgroup.ops->destroy(&sb->cgroup);
+    if ((r = cdn_guard_start(&sb->cgroup, sb->slot_fd, &sb->guard_fd, &sb->guard_pid)) < 0)
+        r = cdn_error_set(err, r, "start guard: %s", strerror(-r));
+    if (r >= 0)
+        r = make_cgroup(sb, err);
+    if (r >= 0)
+        r = make_dir(sb, err);
+    if (r >= 0)
+        r = spawn(sb, err);
+    if (r < 0)
+        (void) process_destroy(sb);
+    return r;
+}
+
+static int process_kill(struct cdn_sandbox *sb, int sig)
+{
+    if (sb->init_pidfd < 0)
+        return -ESRCH;
+    return RET_NERRNO((int) syscall(SYS_pidfd_send_signal, sb->init_pidfd, sig, NULL, 0));
+}
+
+static int process_usage(struct cdn_sandbox *sb, struct cdn_usage *ret)
+{
+    struct cdn_cgroup_stats st = {0};
+    if (!sb->cgroup.ops)
+        return -ENODEV;
+    int r = sb->cgroup.ops->stats(&sb->cgroup, &st);
+    if (r < 0)
+        return r;
+    *ret = (struct cdn_usage){
+        .memory_peak_bytes = st.memory_peak_bytes,
+        .oom_kills = st.oom_kills - (st.oom_kills >= sb->oom_base ? sb->oom_base : 0),
+        .pids_max_hits = st.pids_max_hits,
+    };
+    return 0;
+}
+
+static int process_destroy(struct cdn_sandbox *sb)
+{
+    int ret = 0;
+    if (sb->init_pid > 0) {
+        (void) process_kill(sb, SIGKILL);
+        while (waitpid(sb->init_pid, NULL, __WALL) < 0 && errno == EINTR)
+            ;
+        sb->init_pid = 0;
+    }
+    sb->init_pidfd = safe_close(sb->init_pidfd);
+    sb->agent_fd = safe_close(sb->agent_fd);
+    sb->setup_fd = safe_close(sb->setup_fd);
+    if (sb->cgroup.ops) {
+        /* Everything the sandbox started is in its cgroup, whatever uid it ran as. */
+        (void) sb->cgroup.ops->kill_all(&sb->cgroup);
+        ret = sb->keep_cgroup ? 0 : sb->cgroup.ops->destroy(&sb->cgroup);
+        sb->cgroup.ops = NULL;
+    }
+    if (sb->slot_fd >= 0)
+        remove_dir(sb->slot);
+    if (ret == 0)
+        cdn_guard_release(&sb->guard_fd);
+    else
+        sb->guard_fd = safe_close(sb->guard_fd);
+    sb->slot_fd = safe_close(sb->slot_fd);
+    return ret;
+}
+
+static void process_detach(struct cdn_sandbox *sb)
+{
+    /* The directory is a mount the guard does not know: destroyed here, which is quick. */
+    (void) process_destroy(sb);
+}
+
+static int process_adopt(struct cdn_sandbox *sb, struct cdn_error *err)
+{
+    (void) sb;
+    return cdn_error_set(err, ESRCH, "a process-tier sandbox does not outlive the cordond that made it");
+}
+
+static void process_forget(struct cdn_sandbox *sb)
+{
+    (void) sb;
+}
+
+static int process_monitor_fd(struct cdn_sandbox *sb)
+{
+    if (sb->init_pidfd < 0)
+        return -ESRCH;
+    return RET_NERRNO((int) syscall(SYS_pidfd_getfd, sb->init_pidfd, 9, 0));
+}
+
+/* Slots and their kept cgroups are the container tier's (the same names). */
+static void process_drop_slot(int slot)
+{
+    cdn_container_tier.drop_slot(slot);
+}
+
+static void process_sweep_slots(void)
+{
+    cdn_container_tier.sweep_slots();
+}
+
+const struct cdn_tier_ops cdn_process_tier = {
+    .name = "process",
+    .create = process_create,
+    .kill = process_kill,
+    .usage = process_usage,
+    .destroy = process_destroy,
+    .detach = process_detach,
+    .adopt = process_adopt,
+    .forget = process_forget,
+    .drop_slot = process_drop_slot,
+    .sweep_slots = process_sweep_slots,
+    .monitor_fd = process_monitor_fd,
+};
