@@ -2,6 +2,8 @@
  * that the client's own CPU cost stays small next to what is measured.
  *
  *   load cycle   SOCKET CLIENTS SECONDS [SPEC_JSON]   create → exec true → delete, CLIENTS threads
+ *   load rate    SOCKET CLIENTS SECONDS SPEC BODY      one sandbox per client, then calls (BODY: the
+ *                                                     call's JSON) or execs of true (BODY "exec")
  *   load latency SOCKET COUNT WARMUP CMD [ARG...]     sequential execs in one sandbox ($LOAD_SPEC)
  *   load health  SOCKET COUNT WARMUP                  sequential GET /v1/health: the client + HTTP floor
  *   load spawn   COUNT WARMUP PATH [ARG...]           sequential posix_spawn + waitpid on the host,
@@ -161,6 +163,97 @@ static int run_cycle(int argc, char **argv)
     print_samples("exec", &all[2], false);
     print_samples("server", &all[3], false);
     print_samples("delete", &all[4], true);
+    printf("}\n");
+    return errors ? 1 : 0;
+}
+
+/* rate: each client its own sandbox of SPEC, then calls (BODY: a call's JSON) or execs of
+ * `true` (BODY "exec") back to back until the deadline. */
+struct rater {
+    pthread_t t;
+    const char *socket, *spec, *body;
+    double deadline;
+    struct samples op;
+    long errors;
+    char first_error[256];
+};
+
+static void *rate_main(void *arg)
+{
+    struct rater *w = arg;
+    cordon_client *c = cordon_client_new(w->socket);
+    char *id = NULL;
+    if (!c || cordon_create(c, w->spec, &id) < 0) {
+        w->errors++;
+        snprintf(w->first_error, sizeof w->first_error, "create: %s", c ? cordon_last_error(c)->message : "?");
+        cordon_client_free(c);
+        return NULL;
+    }
+    static const char *const argv[] = {"true", NULL};
+    bool exec = strcmp(w->body, "exec") == 0;
+    while (!atomic_load(&go))
+        ;
+    while (now_ms() < w->deadline) {
+        double t0 = now_ms();
+        int r;
+        if (exec) {
+            struct cordon_exec_result res = {0};
+            r = cordon_exec(c, id, argv, NULL, &res);
+            r = r < 0 ? r : res.exit_code == 0 ? 0 : -1;
+            cordon_exec_result_free(&res);
+        } else {
+            char *out = NULL;
+            r = cordon_call(c, id, w->body, &out);
+            r = r < 0 ? r : strstr(out, "\"error\": null") ? 0 : -1;
+            free(out);
+        }
+        if (r < 0 && !w->errors++)
+            snprintf(w->first_error, sizeof w->first_error, "%s", cordon_last_error(c)->message);
+        add(&w->op, now_ms() - t0);
+    }
+    (void) cordon_delete(c, id);
+    free(id);
+    cordon_client_free(c);
+    return NULL;
+}
+
+static int run_rate(int argc, char **argv)
+{
+    if (argc < 7)
+        return 2;
+    int n = atoi(argv[3]);
+    double secs = atof(argv[4]);
+    struct rater *w = calloc((size_t) n, sizeof *w);
+    if (n < 1 || !w)
+        return 2;
+    for (int i = 0; i < n; i++) {
+        w[i] = (struct rater){.socket = argv[2], .spec = argv[5], .body = argv[6], .deadline = 1e300};
+        if (pthread_create(&w[i].t, NULL, rate_main, &w[i]) != 0)
+            return 1;
+    }
+    usleep(500000); /* the sandboxes are made before the clock starts */
+    double start = now_ms();
+    for (int i = 0; i < n; i++)
+        w[i].deadline = start + secs * 1e3;
+    atomic_store(&go, true);
+    struct samples all = {0};
+    long errors = 0;
+    const char *first = "";
+    for (int i = 0; i < n; i++) {
+        pthread_join(w[i].t, NULL);
+        for (size_t j = 0; j < w[i].op.n; j++)
+            add(&all, w[i].op.v[j]);
+        errors += w[i].errors;
+        if (w[i].errors && !*first)
+            first = w[i].first_error;
+    }
+    double end = now_ms();
+    printf("{\"clients\":%d,\"elapsed_ms\":%.3f,\"ops\":%zu,\"errors\":%ld,\"first_error\":\"", n, end - start,
+           all.n, errors);
+    for (const char *p = first; *p; p++)
+        printf(*p == '"' || *p == '\\' ? "\\%c" : (unsigned char) *p < 0x20 ? "?" : "%c", *p);
+    printf("\",");
+    print_samples("op", &all, true);
     printf("}\n");
     return errors ? 1 : 0;
 }
@@ -416,7 +509,7 @@ int main(int argc, char **argv)
     static const struct {
         const char *name;
         int (*run)(int, char **);
-    } modes[] = {{"cycle", run_cycle}, {"latency", run_latency}, {"health", run_health},
+    } modes[] = {{"cycle", run_cycle}, {"rate", run_rate},       {"latency", run_latency}, {"health", run_health},
                  {"spawn", run_spawn}, {"cpuid", run_cpuid},     {"cpuid-count", run_cpuid_count}};
     for (size_t i = 0; argc > 1 && i < sizeof modes / sizeof *modes; i++)
         if (strcmp(argv[1], modes[i].name) == 0) {
@@ -425,7 +518,8 @@ int main(int argc, char **argv)
                 break;
             return r;
         }
-    fprintf(stderr, "usage: load cycle SOCKET CLIENTS SECONDS [SPEC] | latency SOCKET COUNT WARMUP CMD... |\n"
+    fprintf(stderr, "usage: load cycle SOCKET CLIENTS SECONDS [SPEC] | rate SOCKET CLIENTS SECONDS SPEC BODY |\n"
+                    "       latency SOCKET COUNT WARMUP CMD... |\n"
                     "       health SOCKET COUNT WARMUP | spawn COUNT WARMUP PATH [ARG...] |\n"
                     "       cpuid COUNT ROUNDS | cpuid-count PATH [ARG...]\n");
     return 2;

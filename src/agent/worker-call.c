@@ -29,6 +29,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -206,23 +207,15 @@ void worker_call_setup(const char *dir, uint32_t uid, bool python)
 
 const char *agent_path(const char *path, char *buf, size_t size)
 {
-    /* The API's /workspace is the sandbox's work directory (no mount namespace here). */
-    if (!w.dir[0] || strncmp(path, "/workspace", 10) != 0 || (path[10] && path[10] != '/'))
-        return path;
-    if (snprintf(buf, size, "%s/work%s", w.dir, path + 10) >= (int) size)
-        return path;
-    return buf;
+    (void) buf, (void) size;
+    return path; /* /workspace is a bind in the worker's mount namespace */
 }
 
 void agent_exec_env(void)
 {
-    char buf[300];
-    if (!w.dir[0])
-        return;
-    (void) snprintf(buf, sizeof buf, "%s/work", w.dir);
-    (void) setenv("HOME", buf, 1);
-    (void) snprintf(buf, sizeof buf, "%s/tmp", w.dir);
-    (void) setenv("TMPDIR", buf, 1);
+    /* The spec's HOME is a container's /root, which is the host's here: the work directory instead. */
+    if (w.dir[0])
+        (void) setenv("HOME", "/workspace", 1);
 }
 
 /* The server's process, from the agent's fork to Python: never returns. */
@@ -293,6 +286,34 @@ static void send_failure(const char *type, const char *msg, bool timed_out)
     agent_send(CDN_FRAME_RESULT, w.channel, buf, (uint32_t) n);
 }
 
+/* Both parts to the server. The socket is non-blocking (poll watches it); a request that does not
+ * fit in it at once waits here for the server, which reads as we write. */
+static int send_all(struct iovec iov[2])
+{
+    size_t i = 0;
+    while (i < 2) {
+        struct msghdr mh = {.msg_iov = iov + i, .msg_iovlen = 2 - i};
+        ssize_t n = sendmsg(w.fd, &mh, MSG_NOSIGNAL);
+        if (n < 0 && errno == EAGAIN) {
+            struct pollfd p = {.fd = w.fd, .events = POLLOUT};
+            if (poll(&p, 1, -1) < 0 && errno != EINTR)
+                return -errno;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        while (i < 2 && (size_t) n >= iov[i].iov_len)
+            n -= (ssize_t) iov[i++].iov_len;
+        if (i < 2) {
+            iov[i].iov_base = (uint8_t *) iov[i].iov_base + n;
+            iov[i].iov_len -= (size_t) n;
+        }
+    }
+    return 0;
+}
+
 static void next_call(void);
 
 static void finish(void)
@@ -320,13 +341,8 @@ static void run(uint32_t channel, const uint8_t *p, size_t len)
     memcpy(&timeout_ms, p, 4);
     memcpy(&flags, p + 4, 4);
     uint32_t hdr[2] = {(uint32_t) (len - CDN_CALL_FIXED), flags};
-    /* Blocking: the server reads as we write (it waits for nothing else). */
-    int fl = fcntl(w.fd, F_GETFL);
-    (void) fcntl(w.fd, F_SETFL, fl & ~O_NONBLOCK);
-    int r = cdn_write_all(w.fd, hdr, sizeof hdr);
-    if (r >= 0)
-        r = cdn_write_all(w.fd, p + CDN_CALL_FIXED, len - CDN_CALL_FIXED);
-    (void) fcntl(w.fd, F_SETFL, fl | O_NONBLOCK);
+    struct iovec iov[2] = {{hdr, sizeof hdr}, {(void *) (p + CDN_CALL_FIXED), len - CDN_CALL_FIXED}};
+    int r = send_all(iov);
     if (r < 0) {
         drop_server();
         send_failure("WorkerDied", "the interpreter was gone before the call; a fresh one serves the next",
@@ -399,13 +415,17 @@ static int read_answer(void)
         if (w.reslen >= 8) {
             uint32_t len;
             memcpy(&len, w.res, 4);
-            if (len > RESULT_MAX)
-                return -EMSGSIZE;
+            if (len == 0 || len > RESULT_MAX)
+                return -EBADMSG;
             want = 8 + (size_t) len;
+            if (w.reslen > want)
+                return -EBADMSG; /* more than one answer: not a server of ours */
         }
         if (w.reslen == want && want > 8)
             return 1;
-        ssize_t n = read(w.fd, w.res + w.reslen, want - w.reslen);
+        /* As much as there is (the header and its JSON usually come in one read). */
+        size_t room = want > 8 ? want - w.reslen : 8 + RESULT_MAX - w.reslen;
+        ssize_t n = read(w.fd, w.res + w.reslen, room);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN)
@@ -413,12 +433,6 @@ static int read_answer(void)
         if (n <= 0)
             return n < 0 ? -errno : -EPIPE;
         w.reslen += (size_t) n;
-        if (w.reslen == 8) {
-            uint32_t len;
-            memcpy(&len, w.res, 4);
-            if (len == 0)
-                return -EBADMSG;
-        }
     }
 }
 
@@ -440,6 +454,8 @@ void call_poll_handle(const struct pollfd *pfd, size_t n)
             memcpy(&len, w.res, 4);
             memcpy(&flags, w.res + 4, 4);
             agent_send(CDN_FRAME_RESULT, w.channel, w.res + 8, len);
+            if (flags & 1)
+                drop_server(); /* it leaves (dirty, fresh, or worn): with what the call left running */
             finish();
             return;
         }

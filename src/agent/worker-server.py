@@ -7,6 +7,7 @@
 # fresh one for the next call.
 import ast
 import builtins
+import _signal
 import json
 import os
 import signal
@@ -86,11 +87,17 @@ class _State:
         self.signals = {}
         for s in signal.valid_signals():
             try:
-                self.signals[s] = signal.getsignal(s)
+                self.signals[s] = _signal.getsignal(s)  # the C function: signal.getsignal makes enums
             except (ValueError, OSError):
                 pass
-        self.cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        # fd 4: the call's directory, to return to (fds above it are closed after each call)
+        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        if fd != 4:
+            os.dup2(fd, 4)
+            os.close(fd)
+        self.cwd = 4
         self.calldir = os.getcwd()
+        self.calldir_size = os.stat(self.calldir).st_size  # tmpfs: 20 bytes per entry, so empty = this
         self.umask = os.umask(0o022)
         os.umask(self.umask)
         self.recursion = sys.getrecursionlimit()
@@ -134,8 +141,8 @@ class _State:
                 lst[:] = saved
         for s, h in self.signals.items():
             try:
-                if signal.getsignal(s) is not h:
-                    signal.signal(s, h)
+                if _signal.getsignal(s) is not h:
+                    _signal.signal(s, h)
             except (ValueError, OSError, TypeError):
                 clean = False
         if sys.getrecursionlimit() != self.recursion:
@@ -143,16 +150,13 @@ class _State:
         if sys.gettrace() is not None or sys.getprofile() is not None:
             sys.settrace(None)
             sys.setprofile(None)
-        if os.umask(self.umask) != self.umask:
-            pass
-        try:
-            if os.getcwd() != self.calldir:
-                os.fchdir(self.cwd)
-        except OSError:
-            os.fchdir(self.cwd)
-        os.closerange(4, self.cwd)  # 0-2 stdio, 3 the agent, self.cwd: the call's directory
-        os.closerange(self.cwd + 1, 1 << 20)
-        # Files: the call's directory is emptied.
+        os.umask(self.umask)
+        os.fchdir(self.cwd)
+        os.closerange(5, 1 << 20)  # 0-2 stdio, 3 the agent, 4 the call's directory
+        # Files: the call's directory is emptied. It is a tmpfs, whose directory size counts its
+        # entries: at its empty size there is nothing to look for.
+        if os.stat(self.calldir).st_size == self.calldir_size:
+            return clean
         with os.scandir(self.calldir) as it:
             leftovers = [e.path for e in it]
         for p in leftovers:
@@ -222,7 +226,9 @@ def serve(fd):
             body = json.dumps(out).encode()
         served += 1
         result = out = None
-        clean = state.scrub()
-        _write(fd, struct.pack("<II", len(body), 0) + body)
-        if (flags & FRESH) or not clean or served >= MAX_CALLS:
+        leaving = not state.scrub() or (flags & FRESH) or served >= MAX_CALLS
+        # Flag 1: this server ends now; the agent kills its process group and makes a new one
+        # for the next call (which must not be sent here).
+        _write(fd, struct.pack("<II", len(body), 1 if leaving else 0) + body)
+        if leaving:
             os._exit(0)

@@ -5,7 +5,8 @@
  * The zygote runs as root in the host's namespaces, started by the process
  * that owns the sandboxes (cordond, cordon run), and does nothing but load
  * the runtime and clone. A worker confines itself before it reads a single
- * frame, in this order: its cgroup, rlimits, Landlock (reads beneath the
+ * frame, in this order: its cgroup, rlimits, a mount namespace of its own
+ * (its directory's work/ on /workspace, tmp/ on /tmp), Landlock (reads beneath the
  * host image's system directories and its own directory, writes beneath its
  * own directory and to a few device nodes), no capabilities, the sandbox's
  * unprivileged uid, no_new_privs, the container tier's seccomp filter plus
@@ -23,7 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -110,7 +113,6 @@ static int set_rlimits(const struct cdn_worker_req *q, struct cdn_error *err)
         const char *name;
     } lim[] = {
         {RLIMIT_NOFILE, q->nofile, "limits.nofile"},
-        {RLIMIT_NPROC, q->nproc, "limits.pids"},
         {RLIMIT_FSIZE, q->fsize, "limits.disk_mb"},
         {RLIMIT_CORE, 0, "core"},
     };
@@ -122,14 +124,16 @@ static int set_rlimits(const struct cdn_worker_req *q, struct cdn_error *err)
 
 /* Reads and execution beneath the host image's system directories; everything
  * beneath the sandbox's own directory; reading and writing a few device nodes.
- * Nothing else: not /proc, /sys, /home, /root, /var, /tmp, /run. */
+ * Nothing else: not /sys, /home, /root, /var, /run, /dev's other nodes (/proc is its own,
+ * showing only the sandbox's processes; /tmp and /workspace are its directory's). */
 static int apply_landlock(const struct cdn_worker_req *q, struct cdn_error *err)
 {
     static const char *const system[] = {"/usr",   "/bin",    "/sbin", "/lib", "/lib64",
-                                         "/lib32", "/libx32", "/etc",  "/opt", NULL};
+                                         "/lib32", "/libx32", "/etc",  "/opt", "/proc", NULL};
     static const char *const devices[] = {"/dev/null",   "/dev/zero",    "/dev/full",
                                           "/dev/random", "/dev/urandom", NULL};
-    const char *own[] = {q->dir, NULL};
+    /* Rules hold along the path as mounted: the binds need their own, beside the directory. */
+    const char *own[] = {q->dir, "/workspace", "/tmp", "/var/tmp", NULL};
     int r = cdn_landlock_restrict_paths(system, own, devices);
     if (r < 0)
         return cdn_error_set(err, -r, "landlock: %s", strerror(-r));
@@ -159,17 +163,36 @@ static int drop_privileges(const struct cdn_worker_req *q, struct cdn_error *err
     return 0;
 }
 
-static int set_environment(const struct cdn_worker_req *q)
+/* The one namespace of the tier: a mount namespace in which the sandbox's work/ is /workspace and
+ * its tmp/ is /tmp and /var/tmp (everything else is the host's, as Landlock lets it be seen). */
+static int make_mounts(const struct cdn_worker_req *q, struct cdn_error *err)
 {
     char work[300], tmp[300];
     (void) snprintf(work, sizeof work, "%s/work", q->dir);
     (void) snprintf(tmp, sizeof tmp, "%s/tmp", q->dir);
+    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
+        return cdn_error_set(err, errno, "a mount namespace: %m");
+    const struct {
+        const char *src, *dst;
+    } binds[] = {{work, "/workspace"}, {tmp, "/tmp"}, {tmp, "/var/tmp"}};
+    for (size_t i = 0; i < sizeof binds / sizeof binds[0]; i++)
+        if (mount(binds[i].src, binds[i].dst, NULL, MS_BIND, NULL) < 0)
+            return cdn_error_set(err, errno, "bind %s on %s: %m", binds[i].src, binds[i].dst);
+    /* A /proc of its own in which only the sandbox's processes (its uid's) appear: no pid
+     * namespace here, and the host's /proc would show every process's command line. */
+    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible") < 0)
+        return cdn_error_set(err, errno, "mount a /proc with hidepid=invisible: %m");
+    return 0;
+}
+
+static int set_environment(void)
+{
     if (clearenv() != 0 ||
         setenv("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin", 1) ||
-        setenv("HOME", work, 1) || setenv("TMPDIR", tmp, 1) || setenv("LANG", "C.UTF-8", 1) ||
+        setenv("HOME", "/workspace", 1) || setenv("LANG", "C.UTF-8", 1) ||
         setenv("PYTHONDONTWRITEBYTECODE", "1", 1))
         return -ENOMEM;
-    return chdir(work) < 0 ? -errno : 0;
+    return chdir("/workspace") < 0 ? -errno : 0;
 }
 
 /* fds: 0-2 stdio, 3 the agent socket, 5 the error pipe (CLOEXEC); the rest closed. */
@@ -197,8 +220,10 @@ static int confine(const struct cdn_worker_req *q, struct cdn_error *err)
         return cdn_error_set(err, r, "join cgroup %s: %s", q->cgroup, strerror(-r));
     if ((r = set_rlimits(q, err)) < 0)
         return r;
-    if ((r = set_environment(q)) < 0)
-        return cdn_error_set(err, -r, "the working directory %s/work: %s", q->dir, strerror(-r));
+    if ((r = make_mounts(q, err)) < 0)
+        return r;
+    if ((r = set_environment()) < 0)
+        return cdn_error_set(err, -r, "the working directory /workspace: %s", strerror(-r));
     if ((r = apply_landlock(q, err)) < 0 || (r = drop_privileges(q, err)) < 0)
         return r;
     if (!(q->flags & CDN_WORKER_NET) && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &z.no_net) < 0)
@@ -226,6 +251,8 @@ static _Noreturn void worker_main(const struct cdn_worker_req *q, int agent, int
     }
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != q->host_pid)
         _exit(1); /* its owner is already gone */
+    /* The sandbox's orphans come to its agent, which reaps them (a container's init is pid 1). */
+    (void) prctl(PR_SET_CHILD_SUBREAPER, 1);
     if ((r = confine(q, &err)) < 0) {
         (void) cdn_write_all(5, &err, sizeof err);
         _exit(1);

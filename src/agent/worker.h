@@ -29,7 +29,6 @@ struct cdn_worker_req {
     uint32_t uid;     /* the sandbox's */
     int32_t host_pid; /* the worker is born its child; it dies with it */
     uint64_t nofile;  /* RLIMIT_NOFILE */
-    uint64_t nproc;   /* RLIMIT_NPROC (per uid: the sandbox's processes and threads) */
     uint64_t fsize;   /* RLIMIT_FSIZE */
     char cgroup[64];  /* the cgroup's name (cdn_cgroup_init) */
     char dir[256];    /* the sandbox's directory: work/, tmp/, call/ beneath it */

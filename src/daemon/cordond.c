@@ -347,8 +347,9 @@ int main(int argc, char **argv)
     raise_fanotify_groups();
     (void) guard_global_start();
     int adopted = box_adopt_all();
-    /* What a crashed cordond kept for reuse (empty cgroups of now free slots) goes. */
-    cdn_tier_lookup(CDN_TIER_CONTAINER)->sweep_slots();
+    /* What a crashed cordond kept for reuse (empty cgroups of now free slots) goes, and the
+     * directories of its process-tier sandboxes (which died with it). */
+    cdn_tier_lookup(CDN_TIER_PROCESS)->sweep_slots();
     if (adopted)
         fprintf(stderr, "cordond: adopted %d sandboxes left by the previous cordond\n", adopted);
     if (api_start() < 0)

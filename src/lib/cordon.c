@@ -276,6 +276,18 @@ int cordon_delete(cordon_client *c, const char *id)
     return r < 0 ? r : request_json(c, "DELETE", path, NULL, NULL);
 }
 
+int cordon_call(cordon_client *c, const char *id, const char *body_json, char **ret_json)
+{
+    char path[128];
+    int r = sandbox_path(c, path, sizeof path, id, "/call");
+    if (r < 0)
+        return r;
+    long status = 0;
+    size_t len = 0;
+    return cordon_request(c, "POST", path, body_json, strlen(body_json), "application/json", &status, ret_json,
+                          &len);
+}
+
 /* Add v to o under k (k NULL: append to the array o); false when v is NULL
  * (a string that is not UTF-8: JSON cannot carry it, and dropping it
  * silently would run a different command). */

@@ -52,6 +52,10 @@ CORDON_API int cordon_request(cordon_client *c, const char *method, const char *
                               size_t body_len, const char *content_type, long *ret_status, char **ret_body,
                               size_t *ret_len);
 
+/* POST /v1/sandboxes/{id}/call (tier process, docs/process.md): body_json is the request
+ * ({"code": "...", "input": ...}); *ret_json (free() it) the result object's JSON text. */
+CORDON_API int cordon_call(cordon_client *c, const char *id, const char *body_json, char **ret_json);
+
 /* POST /v1/sandboxes with a spec (JSON text, NULL = defaults); *ret_id is the new sandbox's id. */
 CORDON_API int cordon_create(cordon_client *c, const char *spec_json, char **ret_id);
 CORDON_API int cordon_delete(cordon_client *c, const char *id);

@@ -34,8 +34,9 @@ def pytest_collection_modifyitems(config, items):
     # CORDON_VM_TIER_TESTS=none (run-all's sanitizer pass): none of them; test_vm.py still runs. The
     # host's side of tier vm is the microvm's code, which that pass runs over the tier fixture.
     only = set() if os.environ.get("CORDON_VM_TIER_TESTS") == "none" else VM_TIER_TESTS
-    drop = [i for i in items if getattr(i, "callspec", None) and i.callspec.params.get("tier") == "vm"
-            and i.originalname not in only]
+    drop = [i for i in items if getattr(i, "callspec", None)
+            and ((i.callspec.params.get("tier") == "vm" and i.originalname not in only)
+                 or (i.callspec.params.get("tier") == "process" and i.originalname in PROCESS_TIER_NA))]
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = [i for i in items if i not in set(drop)]
@@ -118,11 +119,30 @@ _NO_VM = pytest.mark.skipif(not cordonlib.vm_ready(),
                             reason="no QEMU or no prepared guest kernel (cordon vm prepare)")
 
 
-@pytest.fixture(params=["container", pytest.param("microvm", marks=_NO_VM), pytest.param("vm", marks=_NO_VM)])
+@pytest.fixture(params=["container", "process", pytest.param("microvm", marks=_NO_VM),
+                        pytest.param("vm", marks=_NO_VM)])
 def tier(request):
     """The isolation tier a tier-independent test runs on: each such test runs once per tier (on
     tier vm, only those of VM_TIER_TESTS)."""
     return request.param
+
+
+# What the process tier does not do (docs/process.md): filter egress by an allowlist (it has no
+# network namespace: none or open), outlive the cordond that made it, guard protected paths (not
+# yet). These tier-independent tests are deselected for it; test_process.py tests what it does.
+PROCESS_TIER_NA = {
+    "test_allowed_http_and_https", "test_name_off_the_list", "test_direct_ip_and_metadata",
+    "test_explicit_proxy_requests", "test_udp_quic_icmp_ipv6_dropped", "test_dns_rebinding_and_other_resolvers",
+    "test_runtime_patch_cuts_open_connection", "test_open_mode_relays_udp_and_audits_it",
+    "test_open_mode_still_audited_and_reserved_refused", "test_one_shot_run_with_allowlist",
+    "test_kill9_and_restart_keeps_the_network", "test_ordinary_work_is_not_a_violation",
+    "test_egress_oom_and_pids_are_counted",
+    "test_sandboxes_survive_a_restart_and_are_adopted", "test_execs_after_a_restart_do_not_clash_with_running_ones",
+    "test_sandbox_that_died_while_no_daemon_ran_is_cleaned_up", "test_lifetime_counts_across_a_restart",
+    "test_protected_paths_hold_in_cordond", "test_verifier_step_reads_them_alone", "test_a_verifier_step_runs_alone",
+    "test_kill_mode_ends_the_sandbox_on_a_protected_read", "test_protection_outlives_a_cordond_crash",
+    "test_cordon_run_protect",
+}
 
 
 # A full VM boots its image's whole system (about 15 s under TCG, with the host image's systemd):

@@ -50,7 +50,7 @@ def test_create_get_list_delete(daemon, tier):
     try:
         info = sb.info()
         assert info["state"] == "running" and info["tier"] == tier
-        assert ("vm" in info) == (tier != "container")
+        assert ("vm" in info) == (tier in ("microvm", "vm"))
         assert info["spec"]["limits"]["memory_mb"] == 128 and info["labels"] == {"job": "j1", "arm": "a"}
         assert {s.id for s in Sandbox.list(endpoint=daemon.endpoint)} == {sb.id, other.id}
         assert [s.id for s in Sandbox.list(label="job=j1", endpoint=daemon.endpoint)] == [sb.id]
@@ -262,9 +262,11 @@ def test_lifetime_timeout_deletes_the_sandbox(daemon, tier):
 
 def test_init_that_dies_leaves_a_stopped_sandbox(daemon, tier):
     with create(daemon, tier=tier) as sb:
-        # its init: cordon-init, or the QEMU the guest's init runs in
+        # its init: cordon-init, the worker (not its zygote, which stays root), or the QEMU the guest's
+        # init runs in
         inits = [p for p in all_procs() if p.ppid == daemon.proc.pid and p.state != "Z"
-                 and p.comm == ("cordon-init" if tier == "container" else "qemu-system-x86")]
+                 and p.comm == {"container": "cordon-init", "process": "cordon-worker"}.get(tier, "qemu-system-x86")
+                 and not (tier == "process" and p.uid == 0)]
         assert len(inits) == 1
         os.kill(inits[0].pid, signal.SIGKILL)
         wait_for(lambda: sb.info()["state"] == "exited", timeout=10, what="state exited")

@@ -334,7 +334,7 @@ BAD = [
     (["--net", "allow=*"], ["network.allow[0]"]),
     (["--net", "sideways"], ["--net", "network"]),
     (["--protect", "/workspace/answers/**"], ["--protect", "protect"]),
-    (["--tier", "process"], ["--tier", "tier"]),
+    (["--tier", "process", "--net", "allow=pypi.org"], ["network"]),
     (["--tier", "warp"], ["--tier", "tier"]),
     (["--on-violation", "explode"], ["--on-violation", "on_violation"]),
     (["--spec", "/nonexistent/spec.json"], ["--spec", "/nonexistent/spec.json"]),

@@ -7,12 +7,14 @@
  * slots, so uids never clash) → guard → cgroup → the sandbox's directory (a
  * tmpfs of limits.disk_mb: work/, tmp/, call/) → a spawn request to the
  * zygote, which clones the worker as this process's child. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -121,6 +123,13 @@ static int make_dir(struct cdn_sandbox *sb, struct cdn_error *err)
     char dir[4096], sub[4200], opts[128];
     sandbox_dir(sb->slot, dir, sizeof dir);
     remove_dir(sb->slot); /* a stale one of this slot */
+    /* The mount point of every worker's /workspace (worker.c binds its work/ there). */
+    struct stat st;
+    if (stat("/workspace", &st) < 0 && errno == ENOENT && mkdir("/workspace", 0755) < 0 && errno != EEXIST)
+        return cdn_error_set(err, errno, "mkdir /workspace (the process tier's mount point): %m");
+    if (stat("/workspace", &st) < 0 || !S_ISDIR(st.st_mode))
+        return cdn_error_set(err, ENOTDIR, "/workspace on the host must be a directory (the process tier's "
+                                           "mount point for its sandboxes' work directories)");
     int r = cdn_mkdir_p(dir, 0711);
     if (r < 0)
         return cdn_error_set(err, r, "mkdir %s: %s", dir, strerror(-r));
@@ -139,7 +148,7 @@ static int make_dir(struct cdn_sandbox *sb, struct cdn_error *err)
         const char *name;
         unsigned add;
         mode_t mode;
-    } subs[] = {{"work", 0, 0700}, {"tmp", 0, 0700}, {"call", 0, 0700}};
+    } subs[] = {{"work", 0, 0700}, {"tmp", 0, 01777}, {"call", 0, 0700}};
     for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
         (void) snprintf(sub, sizeof sub, "%s/%s", dir, subs[i].name);
         if (mkdir(sub, subs[i].mode) < 0 || chown(sub, uid + subs[i].add, uid) < 0 ||
@@ -181,7 +190,6 @@ static int spawn(struct cdn_sandbox *sb, struct cdn_error *err)
         .uid = sb->uid_base,
         .host_pid = getpid(),
         .nofile = sb->spec->limits.nofile,
-        .nproc = sb->spec->limits.pids,
         .fsize = (sb->spec->limits.disk_mb + 1) << 20,
     };
     (void) snprintf(q.cgroup, sizeof q.cgroup, "%s", sb->cgroup.name);
@@ -242,7 +250,9 @@ static int process_create(struct cdn_sandbox *sb, struct cdn_error *err)
     cdn_cgroup_init(&sb->cgroup, z.cgroup_ops, name);
     if (sb->cgroup.ops->kill_all(&sb->cgroup) > 0)
         (void) sb->cgroup.ops->destroy(&sb->cgroup);
-    if ((r = cdn_guard_start(&sb->cgroup, sb->slot_fd, &sb->guard_fd, &sb->guard_pid)) < 0)
+    /* cordond's (persistent) sandboxes have no guard: cordond drops the slots it kept, and sweeps
+     * what a crashed one left (process_sweep_slots). */
+    if (!sb->persistent && (r = cdn_guard_start(&sb->cgroup, sb->slot_fd, &sb->guard_fd, &sb->guard_pid)) < 0)
         r = cdn_error_set(err, r, "start guard: %s", strerror(-r));
     if (r >= 0)
         r = make_cgroup(sb, err);
@@ -336,9 +346,29 @@ static void process_drop_slot(int slot)
     cdn_container_tier.drop_slot(slot);
 }
 
+/* And the directories (tmpfs mounts) of slots nobody holds: a crashed cordond's. */
 static void process_sweep_slots(void)
 {
     cdn_container_tier.sweep_slots();
+    char dir[4096];
+    (void) snprintf(dir, sizeof dir, "%s/process", cdn_run_dir());
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        int slot;
+        char tail, lock[4200];
+        if (sscanf(de->d_name, "%d%c", &slot, &tail) != 1 || slot < 0)
+            continue;
+        (void) snprintf(lock, sizeof lock, "%s/slots/%d", cdn_run_dir(), slot);
+        int fd = open(lock, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0)
+            remove_dir(slot);
+        if (fd >= 0)
+            (void) close(fd);
+    }
+    closedir(d);
 }
 
 const struct cdn_tier_ops cdn_process_tier = {
