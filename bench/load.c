@@ -185,7 +185,8 @@ static void *rate_main(void *arg)
     char *id = NULL;
     if (!c || cordon_create(c, w->spec, &id) < 0) {
         w->errors++;
-        snprintf(w->first_error, sizeof w->first_error, "create: %s", c ? cordon_last_error(c)->message : "?");
+        snprintf(w->first_error, sizeof w->first_error, "create: %s",
+                 c ? cordon_last_error(c)->message : "?");
         cordon_client_free(c);
         return NULL;
     }
@@ -248,8 +249,8 @@ static int run_rate(int argc, char **argv)
             first = w[i].first_error;
     }
     double end = now_ms();
-    printf("{\"clients\":%d,\"elapsed_ms\":%.3f,\"ops\":%zu,\"errors\":%ld,\"first_error\":\"", n, end - start,
-           all.n, errors);
+    printf("{\"clients\":%d,\"elapsed_ms\":%.3f,\"ops\":%zu,\"errors\":%ld,\"first_error\":\"", n,
+           end - start, all.n, errors);
     for (const char *p = first; *p; p++)
         printf(*p == '"' || *p == '\\' ? "\\%c" : (unsigned char) *p < 0x20 ? "?" : "%c", *p);
     printf("\",");
@@ -509,8 +510,9 @@ int main(int argc, char **argv)
     static const struct {
         const char *name;
         int (*run)(int, char **);
-    } modes[] = {{"cycle", run_cycle}, {"rate", run_rate},       {"latency", run_latency}, {"health", run_health},
-                 {"spawn", run_spawn}, {"cpuid", run_cpuid},     {"cpuid-count", run_cpuid_count}};
+    } modes[] = {
+        {"cycle", run_cycle}, {"rate", run_rate},   {"latency", run_latency},        {"health", run_health},
+        {"spawn", run_spawn}, {"cpuid", run_cpuid}, {"cpuid-count", run_cpuid_count}};
     for (size_t i = 0; argc > 1 && i < sizeof modes / sizeof *modes; i++)
         if (strcmp(argv[1], modes[i].name) == 0) {
             int r = modes[i].run(argc, argv);
@@ -518,9 +520,10 @@ int main(int argc, char **argv)
                 break;
             return r;
         }
-    fprintf(stderr, "usage: load cycle SOCKET CLIENTS SECONDS [SPEC] | rate SOCKET CLIENTS SECONDS SPEC BODY |\n"
-                    "       latency SOCKET COUNT WARMUP CMD... |\n"
-                    "       health SOCKET COUNT WARMUP | spawn COUNT WARMUP PATH [ARG...] |\n"
-                    "       cpuid COUNT ROUNDS | cpuid-count PATH [ARG...]\n");
+    fprintf(stderr,
+            "usage: load cycle SOCKET CLIENTS SECONDS [SPEC] | rate SOCKET CLIENTS SECONDS SPEC BODY |\n"
+            "       latency SOCKET COUNT WARMUP CMD... |\n"
+            "       health SOCKET COUNT WARMUP | spawn COUNT WARMUP PATH [ARG...] |\n"
+            "       cpuid COUNT ROUNDS | cpuid-count PATH [ARG...]\n");
     return 2;
 }

@@ -16,6 +16,7 @@
 #include <grp.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
+#include <linux/openat2.h>
 #include <linux/sched.h>
 #include <linux/securebits.h>
 #include <linux/seccomp.h>
@@ -35,10 +36,12 @@
 #include <unistd.h>
 
 #include "core/cgroup.h"
+#include "core/protect.h"
 #include "core/paths.h"
 #include "init.h"
 #include "shared/error.h"
 #include "shared/fd-util.h"
+#include "tiers/container/container-internal.h"
 #include "tiers/container/landlock.h"
 #include "tiers/container/seccomp-policy.h"
 #include "worker-call.h"
@@ -46,7 +49,16 @@
 
 #define CTL_FD 3
 
+#define WORKER_MOUNTS_MAX 64
+
+struct worker_mount {
+    const char *source, *target;
+    bool readonly;
+};
+
 static struct {
+    struct worker_mount mounts[WORKER_MOUNTS_MAX]; /* of the request being served */
+    const char *protect[CDN_PROTECT_MAX];
     const struct cdn_cgroup_ops *cgroup_ops;
     struct cdn_seccomp_prog policy[2]; /* the container tier's, plain and with reported writes */
     struct sock_fprog no_net;          /* socket(2) refused: network.mode none */
@@ -128,8 +140,8 @@ static int set_rlimits(const struct cdn_worker_req *q, struct cdn_error *err)
  * showing only the sandbox's processes; /tmp and /workspace are its directory's). */
 static int apply_landlock(const struct cdn_worker_req *q, struct cdn_error *err)
 {
-    static const char *const system[] = {"/usr",   "/bin",    "/sbin", "/lib", "/lib64",
-                                         "/lib32", "/libx32", "/etc",  "/opt", "/proc", NULL};
+    static const char *const system[] = {"/usr",    "/bin", "/sbin", "/lib",  "/lib64", "/lib32",
+                                         "/libx32", "/etc", "/opt",  "/proc", NULL};
     static const char *const devices[] = {"/dev/null",   "/dev/zero",    "/dev/full",
                                           "/dev/random", "/dev/urandom", NULL};
     /* Rules hold along the path as mounted: the binds need their own, beside the directory. */
@@ -163,6 +175,71 @@ static int drop_privileges(const struct cdn_worker_req *q, struct cdn_error *err
     return 0;
 }
 
+/* A bind's mount point beneath /workspace (the sandbox's tmpfs): its parents and itself, owned by
+ * the sandbox's uid; a directory or an empty file, as the source is. */
+static int make_target(const char *target, bool dir, uint32_t uid)
+{
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", target) >= (int) sizeof buf)
+        return -ENAMETOOLONG;
+    for (char *s = buf + 11; (s = strchr(s, '/')); s++) {
+        *s = 0;
+        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+            return -errno;
+        (void) lchown(buf, uid, uid);
+        *s = '/';
+    }
+    if (dir ? mkdir(buf, 0755) < 0 && errno != EEXIST : mknod(buf, S_IFREG | 0644, 0) < 0 && errno != EEXIST)
+        return -errno;
+    (void) lchown(buf, uid, uid);
+    return 0;
+}
+
+/* Protected paths: each match bound on itself read-only, as in a container (rootfs.c), so that
+ * nothing can write, replace, rename or unlink it; reads are the host's to refuse (fsguard.h). */
+static int protect_root = -1;
+
+static int protect_one(void *ud, const char *path, int fd)
+{
+    struct cdn_error *err = ud;
+    char fdp[64];
+    (void) snprintf(fdp, sizeof fdp, "/proc/self/fd/%d", fd);
+    if (mount(fdp, fdp, NULL, MS_BIND | MS_REC, NULL) < 0)
+        return cdn_error_set(err, errno, "protect %s: bind: %m", path);
+    struct open_how how = {.flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+    int nfd = (int) syscall(SYS_openat2, protect_root, path, &how, sizeof how);
+    if (nfd < 0)
+        return cdn_error_set(err, errno, "protect %s: reopen: %m", path);
+    (void) snprintf(fdp, sizeof fdp, "/proc/self/fd/%d", nfd);
+    int r = mount(NULL, fdp, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL);
+    int e = errno;
+    (void) close(nfd);
+    return r < 0 ? cdn_error_set(err, e, "protect %s: read-only: %s", path, strerror(e)) : 0;
+}
+
+static int protect_paths(const struct cdn_worker_req *q, struct cdn_error *err)
+{
+    int root = protect_root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (root < 0)
+        return cdn_error_set(err, errno, "open /: %m");
+    int ret = 0;
+    for (uint32_t i = 0; i < q->n_protect && ret >= 0; i++) {
+        int r = cdn_protect_expand(root, z.protect[i], protect_one, err);
+        if (r >= 0 || err->msg[0]) {
+            ret = r < 0 ? r : 0;
+            continue;
+        }
+        char field[32];
+        (void) snprintf(field, sizeof field, "protect[%u]", i);
+        ret = r == -ENOENT
+                  ? cdn_error_field(err, ENOENT, field, "%s: '%s' does not exist in the sandbox", field,
+                                    z.protect[i])
+                  : cdn_error_field(err, -r, field, "%s: '%s': %s", field, z.protect[i], strerror(-r));
+    }
+    (void) close(root);
+    return ret;
+}
+
 /* The one namespace of the tier: a mount namespace in which the sandbox's work/ is /workspace and
  * its tmp/ is /tmp and /var/tmp (everything else is the host's, as Landlock lets it be seen). */
 static int make_mounts(const struct cdn_worker_req *q, struct cdn_error *err)
@@ -172,17 +249,45 @@ static int make_mounts(const struct cdn_worker_req *q, struct cdn_error *err)
     (void) snprintf(tmp, sizeof tmp, "%s/tmp", q->dir);
     if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
         return cdn_error_set(err, errno, "a mount namespace: %m");
+    /* The spec's sources are host paths: opened (in the new namespace, whose mounts a bind may
+     * take) before /tmp and /workspace become the sandbox's. */
+    int src[WORKER_MOUNTS_MAX];
+    for (uint32_t i = 0; i < q->n_mounts; i++)
+        if ((src[i] = open(z.mounts[i].source, O_PATH | O_CLOEXEC)) < 0)
+            return cdn_error_field(err, errno, "mounts", "mounts[%u].source %s: %m", i, z.mounts[i].source);
     const struct {
         const char *src, *dst;
     } binds[] = {{work, "/workspace"}, {tmp, "/tmp"}, {tmp, "/var/tmp"}};
     for (size_t i = 0; i < sizeof binds / sizeof binds[0]; i++)
         if (mount(binds[i].src, binds[i].dst, NULL, MS_BIND, NULL) < 0)
             return cdn_error_set(err, errno, "bind %s on %s: %m", binds[i].src, binds[i].dst);
+    for (uint32_t i = 0; i < q->n_mounts; i++) {
+        const struct worker_mount *m = &z.mounts[i];
+        char from[64];
+        struct stat st;
+        (void) snprintf(from, sizeof from, "/proc/self/fd/%d", src[i]);
+        int r = fstat(src[i], &st) < 0                 ? -errno
+                : strcmp(m->target, "/workspace") == 0 ? 0
+                                                       : make_target(m->target, S_ISDIR(st.st_mode), q->uid);
+        if (r < 0)
+            return cdn_error_field(err, -r, "mounts", "mounts[%u].target %s: %s", i, m->target, strerror(-r));
+        if (mount(from, m->target, NULL, MS_BIND | MS_REC, NULL) < 0 ||
+            (m->readonly &&
+             mount(NULL, m->target, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0))
+            return cdn_error_field(err, errno, "mounts", "bind %s on %s: %m", m->source, m->target);
+        (void) close(src[i]);
+    }
+    int r = protect_paths(q, err);
+    if (r < 0)
+        return r;
     /* A /proc of its own in which only the sandbox's processes (its uid's) appear: no pid
      * namespace here, and the host's /proc would show every process's command line. */
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible") < 0)
         return cdn_error_set(err, errno, "mount a /proc with hidepid=invisible: %m");
-    return 0;
+    /* The container tier's masks on it (its kernel files: reads are violations, fsguard.h). */
+    char mask[300];
+    (void) snprintf(mask, sizeof mask, "%s/mask", q->dir);
+    return cdn_proc_mask("", mask, err);
 }
 
 static int set_environment(void)
@@ -264,11 +369,48 @@ static _Noreturn void worker_main(const struct cdn_worker_req *q, int agent, int
 
 /* ---- the zygote ---- */
 
-static int spawn(const struct cdn_worker_req *q, const int *fds, int nfds)
+/* The binds after the request: u8 readonly, source\0, target\0 each; -EINVAL unless whole. */
+static int parse_mounts(const struct cdn_worker_req *q, const uint8_t *p, struct worker_mount *ret)
+{
+    const uint8_t *end = p + q->mounts_len;
+    if (q->n_mounts > WORKER_MOUNTS_MAX)
+        return -EINVAL;
+    for (uint32_t i = 0; i < q->n_mounts; i++) {
+        if (p >= end)
+            return -EINVAL;
+        ret[i].readonly = *p++;
+        const uint8_t *z1 = memchr(p, 0, (size_t) (end - p));
+        if (!z1 || *p != '/')
+            return -EINVAL;
+        ret[i].source = (const char *) p;
+        p = z1 + 1;
+        const uint8_t *z2 = p < end ? memchr(p, 0, (size_t) (end - p)) : NULL;
+        if (!z2 || strncmp((const char *) p, "/workspace", 10) != 0 || (p[10] && p[10] != '/'))
+            return -EINVAL;
+        ret[i].target = (const char *) p;
+        p = z2 + 1;
+    }
+    if (p != end)
+        return -EINVAL;
+    /* The protected paths' patterns. */
+    end = p + q->protect_len;
+    if (q->n_protect > CDN_PROTECT_MAX)
+        return -EINVAL;
+    for (uint32_t i = 0; i < q->n_protect; i++) {
+        const uint8_t *z1 = p < end ? memchr(p, 0, (size_t) (end - p)) : NULL;
+        if (!z1)
+            return -EINVAL;
+        z.protect[i] = (const char *) p;
+        p = z1 + 1;
+    }
+    return p == end ? 0 : -EINVAL;
+}
+
+static int spawn(const struct cdn_worker_req *q, const uint8_t *extra, const int *fds, int nfds)
 {
     if (q->magic != CDN_WORKER_MAGIC || nfds != (q->flags & CDN_WORKER_STDIO ? 3 : 2) ||
         memchr(q->dir, 0, sizeof q->dir) == NULL || memchr(q->cgroup, 0, sizeof q->cgroup) == NULL ||
-        q->uid < 1000)
+        q->uid < 1000 || parse_mounts(q, extra, z.mounts) < 0)
         return -EINVAL;
     if (z.python)
         worker_python_before_fork();
@@ -285,13 +427,16 @@ static int spawn(const struct cdn_worker_req *q, const int *fds, int nfds)
 
 static int serve(void)
 {
-    for (;;) {
+    static union {
+        uint8_t bytes[CDN_WORKER_MSG_MAX];
         struct cdn_worker_req q;
+    } msg;
+    for (;;) {
         union {
             char buf[CMSG_SPACE(3 * sizeof(int))];
             struct cmsghdr align;
         } u;
-        struct iovec iov = {.iov_base = &q, .iov_len = sizeof q};
+        struct iovec iov = {.iov_base = msg.bytes, .iov_len = sizeof msg.bytes};
         struct msghdr mh = {
             .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
         ssize_t n = recvmsg(CTL_FD, &mh, MSG_CMSG_CLOEXEC);
@@ -307,7 +452,11 @@ static int serve(void)
                 nfds = 3;
             memcpy(fds, CMSG_DATA(c), (size_t) nfds * sizeof(int));
         }
-        struct cdn_worker_reply rep = {.pid = n == (ssize_t) sizeof q ? spawn(&q, fds, nfds) : -EINVAL};
+        struct cdn_worker_reply rep = {.pid = -EINVAL};
+        if ((size_t) n >= sizeof msg.q && msg.q.mounts_len < CDN_WORKER_MSG_MAX &&
+            msg.q.protect_len < CDN_WORKER_MSG_MAX &&
+            (size_t) n == sizeof msg.q + msg.q.mounts_len + msg.q.protect_len)
+            rep.pid = spawn(&msg.q, msg.bytes + sizeof msg.q, fds, nfds);
         for (int i = 0; i < nfds; i++)
             (void) close(fds[i]);
         if (send(CTL_FD, &rep, sizeof rep, MSG_NOSIGNAL) != (ssize_t) sizeof rep)

@@ -26,13 +26,22 @@ enum cdn_worker_flags {
 struct cdn_worker_req {
     uint32_t magic;
     uint32_t flags;
-    uint32_t uid;     /* the sandbox's */
-    int32_t host_pid; /* the worker is born its child; it dies with it */
-    uint64_t nofile;  /* RLIMIT_NOFILE */
-    uint64_t fsize;   /* RLIMIT_FSIZE */
-    char cgroup[64];  /* the cgroup's name (cdn_cgroup_init) */
-    char dir[256];    /* the sandbox's directory: work/, tmp/, call/ beneath it */
+    uint32_t uid;        /* the sandbox's */
+    int32_t host_pid;    /* the worker is born its child; it dies with it */
+    uint64_t nofile;     /* RLIMIT_NOFILE */
+    uint64_t fsize;      /* RLIMIT_FSIZE */
+    char cgroup[64];     /* the cgroup's name (cdn_cgroup_init) */
+    char dir[256];       /* the sandbox's directory: work/, tmp/, call/ beneath it */
+    uint32_t n_mounts;   /* binds that follow the struct */
+    uint32_t mounts_len; /* their bytes */
+    uint32_t n_protect;  /* protected paths' patterns that follow them, each NUL-terminated */
+    uint32_t protect_len;
 };
+
+/* After the struct, n_mounts binds (the spec's mounts, at or beneath /workspace): u8 readonly,
+ * source\0, target\0 each; then n_protect patterns (the spec's protect). The whole message is at
+ * most CDN_WORKER_MSG_MAX bytes. */
+#define CDN_WORKER_MSG_MAX (128u << 10)
 
 /* The answer: the worker's pid, or -errno. */
 struct cdn_worker_reply {

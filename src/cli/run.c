@@ -255,7 +255,7 @@ static int supervise(struct cdn_sandbox *sb, int sfd, struct outcome *o, const s
             if (!o->setup_failed && sb->tier->monitor_fd && (pfd[4].fd = sb->tier->monitor_fd(sb)) < 0)
                 pfd[4].fd = -1; /* no supervisor: a watched syscall would wait; end rather than hang */
 #if !CDN_LEAN
-            if (!o->setup_failed && sb->spec->tier == CDN_TIER_CONTAINER) /* a VM guest guards its own */
+            if (!o->setup_failed && !cdn_tier_is_vm(sb->spec->tier)) /* a VM guest guards its own */
                 guard_files(sb, o, group, &marks, &pfd[5]);
 #endif
             if (exec && !o->setup_failed)
@@ -354,7 +354,7 @@ static void run_sandbox(struct cdn_sandbox *sb, const struct cdn_run_opts *o, st
 #endif
     int group = -EBADF; /* the monitor's fanotify group (fsguard.h) */
 #if !CDN_LEAN
-    if (sb->spec->tier == CDN_TIER_CONTAINER) /* a VM guest's files are the guest kernel's */
+    if (!cdn_tier_is_vm(sb->spec->tier)) /* a VM guest's files are the guest kernel's */
         group = cdn_fsguard_open();
     if (sb->spec->protect.n > 0)
         sb->fsguard_fd = group;

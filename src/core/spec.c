@@ -290,11 +290,15 @@ int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
             return cdn_error_field(err, EINVAL, "network",
                                    "network: the process tier has no network namespace to filter: none or "
                                    "open (use the container tier for an allowlist)");
-        if (spec->n_mounts)
-            return cdn_error_field(err, EINVAL, "mounts", "mounts: the process tier has no mount namespace");
-        if (spec->protect.n)
-            return cdn_error_field(err, EOPNOTSUPP, "protect",
-                                   "protect: not enforced by the process tier yet (use the container tier)");
+        for (size_t i = 0; i < spec->n_mounts; i++)
+            if (strncmp(spec->mounts[i].target, "/workspace", 10) != 0 ||
+                (spec->mounts[i].target[10] && spec->mounts[i].target[10] != '/') ||
+                strstr(spec->mounts[i].target, "/.."))
+                return cdn_error_field(
+                    err, EINVAL, "mounts",
+                    "mounts[%zu].target: the process tier binds at or beneath /workspace only "
+                    "(the rest of its root is the host's)",
+                    i);
         if (strcmp(spec->workdir, "/workspace") != 0)
             return cdn_error_field(err, EINVAL, "workdir",
                                    "workdir: the process tier works in its own directory, /workspace in the "

@@ -87,7 +87,7 @@ void guard_global_stop(void)
 int guard_prepare(struct box *b, struct cdn_error *err)
 {
     b->guard_fd = -1;
-    if (b->spec.protect.n == 0 || b->spec.tier != CDN_TIER_CONTAINER)
+    if (b->spec.protect.n == 0 || cdn_tier_is_vm(b->spec.tier))
         return 0; /* a VM guest guards its own (its init's guard, src/agent/init-vm.c) */
     int fd = cdn_fsguard_open();
     if (fd < 0)
@@ -99,7 +99,7 @@ int guard_prepare(struct box *b, struct cdn_error *err)
 
 int guard_start(struct box *b, struct cdn_error *err)
 {
-    if (b->spec.tier != CDN_TIER_CONTAINER)
+    if (cdn_tier_is_vm(b->spec.tier))
         return 0; /* a VM's files are the guest kernel's: nothing of the host to mark */
     int group = b->guard_fd >= 0 ? b->guard_fd : global_fd;
     if (group < 0)

@@ -284,8 +284,8 @@ int cordon_call(cordon_client *c, const char *id, const char *body_json, char **
         return r;
     long status = 0;
     size_t len = 0;
-    return cordon_request(c, "POST", path, body_json, strlen(body_json), "application/json", &status, ret_json,
-                          &len);
+    return cordon_request(c, "POST", path, body_json, strlen(body_json), "application/json", &status,
+                          ret_json, &len);
 }
 
 /* Add v to o under k (k NULL: append to the array o); false when v is NULL

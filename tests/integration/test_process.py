@@ -62,8 +62,8 @@ def test_run_exit_status_and_network_open():
 @pytest.mark.parametrize("args,field", [
     (["--image", "/nonexistent-image"], "image"),
     (["--net", "allow=example.com"], "network"),
-    (["--protect", "/workspace/x"], "protect"),
-    (["--bind", "/etc:/data:ro"], "mounts"),
+    (["--protect", "/workspace/x"], "protect"),  # names nothing
+    (["--bind", "/etc:/data:ro"], "mounts"),  # outside /workspace
 ])
 def test_run_refuses_what_the_tier_cannot_do(args, field):
     r = run(["--tier", "process"] + args + ["--", "true"])
@@ -142,7 +142,7 @@ def test_call_refusals(daemon):
         assert e.value.status == 400 and "tier" in str(e.value)
     for spec, field in (({"tier": "process", "image": "/srv"}, "image"),
                         ({"tier": "process", "network": {"mode": "allowlist", "allow": ["a.com"]}}, "network"),
-                        ({"tier": "process", "protect": ["/workspace/a"]}, "protect")):
+                        ({"tier": "process", "mounts": [{"source": "/srv", "target": "/data"}]}, "mounts")):
         status, resp = daemon.http("POST", "/v1/sandboxes", spec)
         assert status == 400 and resp["error"]["field"] == field, resp
 

@@ -241,7 +241,7 @@ def test_cordon_run_protect(ws, tier):
                        "cat /proc/kallsyms; cat /workspace/solution.py"], timeout=120)
     assert r.code == 0 and SECRET not in r.stdout and "solve" in r.stdout, r
     rec = r.record
-    if tier == "container":
+    if tier in ("container", "process"):
         # two refused opens (fanotify) and one write attempt (the seccomp report)
         assert rec["violations"]["protect"] == 3 and rec["violations"]["kernel"] == 1, rec
     else:

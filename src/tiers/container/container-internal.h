@@ -36,6 +36,11 @@ struct cdn_setup_args {
  * Never returns; reports failure through err_fd and exits 1. */
 _noreturn_ void cdn_container_setup(const struct cdn_setup_args *a);
 
+/* The OCI masks on the /proc at root + "/proc" (rootfs.c): masked files get mask (an empty
+ * regular file) bound read-only on them, masked directories an empty tmpfs, and /proc/sys and
+ * the like are read-only. The process tier's worker uses it too (root ""). */
+int cdn_proc_mask(const char *root, const char *mask, struct cdn_error *err);
+
 /* Build the sandbox's root under a->scratch (rootfs.c); then pivot into it. */
 int cdn_rootfs_prepare(const struct cdn_setup_args *a, struct cdn_error *err);
 int cdn_rootfs_pivot(const struct cdn_setup_args *a, struct cdn_error *err);

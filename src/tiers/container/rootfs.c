@@ -230,7 +230,7 @@ static int mask_file(const char *mask, const char *p, const char *what, struct c
 
 static int mount_proc(const struct cdn_setup_args *a, int rootfd, const char *root, struct cdn_error *err)
 {
-    char p[4200], fdp[64], mask[4200];
+    char fdp[64], mask[4200];
     int r;
     (void) snprintf(mask, sizeof mask, "%s/mask", a->scratch);
     _cleanup_close_ int mfd = open(mask, O_CREAT | O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0444);
@@ -243,6 +243,13 @@ static int mount_proc(const struct cdn_setup_args *a, int rootfd, const char *ro
     r = mount("proc", fdp, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
     (void) close(fd);
     CHECK(r, "mount /proc: %m");
+    return cdn_proc_mask(root, mask, err);
+}
+
+int cdn_proc_mask(const char *root, const char *mask, struct cdn_error *err)
+{
+    char p[4200];
+    int r;
     for (size_t i = 0; masked_paths[i]; i++) {
         struct stat st;
         (void) snprintf(p, sizeof p, "%s%s", root, masked_paths[i]);

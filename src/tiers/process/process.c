@@ -128,8 +128,9 @@ static int make_dir(struct cdn_sandbox *sb, struct cdn_error *err)
     if (stat("/workspace", &st) < 0 && errno == ENOENT && mkdir("/workspace", 0755) < 0 && errno != EEXIST)
         return cdn_error_set(err, errno, "mkdir /workspace (the process tier's mount point): %m");
     if (stat("/workspace", &st) < 0 || !S_ISDIR(st.st_mode))
-        return cdn_error_set(err, ENOTDIR, "/workspace on the host must be a directory (the process tier's "
-                                           "mount point for its sandboxes' work directories)");
+        return cdn_error_set(err, ENOTDIR,
+                             "/workspace on the host must be a directory (the process tier's "
+                             "mount point for its sandboxes' work directories)");
     int r = cdn_mkdir_p(dir, 0711);
     if (r < 0)
         return cdn_error_set(err, r, "mkdir %s: %s", dir, strerror(-r));
@@ -149,6 +150,11 @@ static int make_dir(struct cdn_sandbox *sb, struct cdn_error *err)
         unsigned add;
         mode_t mode;
     } subs[] = {{"work", 0, 0700}, {"tmp", 0, 01777}, {"call", 0, 0700}};
+    (void) snprintf(sub, sizeof sub, "%s/mask", dir); /* for the masks on /proc (cdn_proc_mask) */
+    int fd = open(sub, O_CREAT | O_EXCL | O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0444);
+    if (fd < 0)
+        return cdn_error_set(err, errno, "make %s: %m", sub);
+    (void) close(fd);
     for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
         (void) snprintf(sub, sizeof sub, "%s/%s", dir, subs[i].name);
         if (mkdir(sub, subs[i].mode) < 0 || chown(sub, uid + subs[i].add, uid) < 0 ||
@@ -185,7 +191,7 @@ static int spawn(struct cdn_sandbox *sb, struct cdn_error *err)
     struct cdn_worker_req q = {
         .magic = CDN_WORKER_MAGIC,
         .flags = (sb->spec->net_mode == CDN_NET_OPEN ? CDN_WORKER_NET : 0) |
-                 (sb->spec->watch_writes ? CDN_WORKER_WRITES : 0) |
+                 (sb->spec->watch_writes || sb->spec->protect.n ? CDN_WORKER_WRITES : 0) |
                  (sb->stdio_fd >= 0 ? CDN_WORKER_STDIO : 0),
         .uid = sb->uid_base,
         .host_pid = getpid(),
@@ -194,15 +200,45 @@ static int spawn(struct cdn_sandbox *sb, struct cdn_error *err)
     };
     (void) snprintf(q.cgroup, sizeof q.cgroup, "%s", sb->cgroup.name);
     sandbox_dir(sb->slot, q.dir, sizeof q.dir);
+    /* The spec's binds (beneath /workspace: spec.c) follow the struct. */
+    static uint8_t extra[CDN_WORKER_MSG_MAX];
+    size_t len = 0;
+    for (size_t i = 0; i < sb->spec->n_mounts; i++) {
+        const struct cdn_mount *m = &sb->spec->mounts[i];
+        size_t a = strlen(m->source) + 1, b = strlen(m->target) + 1;
+        if (sizeof q + len + 1 + a + b > sizeof extra) {
+            (void) close(agent[0]), (void) close(agent[1]), (void) close(rep[0]), (void) close(rep[1]);
+            return cdn_error_field(err, E2BIG, "mounts", "mounts: their paths exceed %u KiB together",
+                                   CDN_WORKER_MSG_MAX >> 10);
+        }
+        extra[len++] = m->readonly;
+        memcpy(extra + len, m->source, a);
+        memcpy(extra + len + a, m->target, b);
+        len += a + b;
+    }
+    q.n_mounts = (uint32_t) sb->spec->n_mounts;
+    q.mounts_len = (uint32_t) len;
+    for (size_t i = 0; i < sb->spec->protect.n; i++) {
+        size_t a = strlen(sb->spec->protect.v[i]) + 1;
+        if (sizeof q + len + a > sizeof extra) {
+            (void) close(agent[0]), (void) close(agent[1]), (void) close(rep[0]), (void) close(rep[1]);
+            return cdn_error_field(err, E2BIG, "protect", "protect: the patterns exceed %u KiB together",
+                                   CDN_WORKER_MSG_MAX >> 10);
+        }
+        memcpy(extra + len, sb->spec->protect.v[i], a);
+        len += a;
+    }
+    q.n_protect = (uint32_t) sb->spec->protect.n;
+    q.protect_len = (uint32_t) len - q.mounts_len;
     int fds[3] = {agent[1], rep[1], sb->stdio_fd};
     int nfds = sb->stdio_fd >= 0 ? 3 : 2;
     union {
         char buf[CMSG_SPACE(3 * sizeof(int))];
         struct cmsghdr align;
     } u = {0};
-    struct iovec iov = {.iov_base = &q, .iov_len = sizeof q};
-    struct msghdr mh = {.msg_iov = &iov,
-                        .msg_iovlen = 1,
+    struct iovec iov[2] = {{.iov_base = &q, .iov_len = sizeof q}, {.iov_base = extra, .iov_len = len}};
+    struct msghdr mh = {.msg_iov = iov,
+                        .msg_iovlen = 2,
                         .msg_control = u.buf,
                         .msg_controllen = CMSG_SPACE((size_t) nfds * sizeof(int))};
     struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
@@ -211,7 +247,7 @@ static int spawn(struct cdn_sandbox *sb, struct cdn_error *err)
     c->cmsg_len = CMSG_LEN((size_t) nfds * sizeof(int));
     memcpy(CMSG_DATA(c), fds, (size_t) nfds * sizeof(int));
     struct cdn_worker_reply r = {.pid = -EIO};
-    bool sent = sendmsg(z.ctl, &mh, MSG_NOSIGNAL) == (ssize_t) sizeof q;
+    bool sent = sendmsg(z.ctl, &mh, MSG_NOSIGNAL) == (ssize_t) (sizeof q + len);
     bool answered = sent && recv(z.ctl, &r, sizeof r, 0) == (ssize_t) sizeof r;
     agent[1] = safe_close(agent[1]);
     rep[1] = safe_close(rep[1]);
@@ -269,6 +305,10 @@ static int process_kill(struct cdn_sandbox *sb, int sig)
 {
     if (sb->init_pidfd < 0)
         return -ESRCH;
+    /* No pid namespace dies with the agent: SIGKILL ends everything in the cgroup at once (what a
+     * violation in kill mode needs: the offender must not run on). */
+    if (sig == SIGKILL && sb->cgroup.ops)
+        (void) sb->cgroup.ops->kill_all(&sb->cgroup);
     return RET_NERRNO((int) syscall(SYS_pidfd_send_signal, sb->init_pidfd, sig, NULL, 0));
 }
 
