@@ -205,8 +205,14 @@ static void *rate_main(void *arg)
         } else {
             char *out = NULL;
             r = cordon_call(c, id, w->body, &out);
-            r = r < 0 ? r : strstr(out, "\"error\": null") ? 0 : -1;
+            bool failed = r == 0 && !strstr(out, "\"error\": null"); /* the call's own error */
+            if (failed && !w->errors++)
+                snprintf(w->first_error, sizeof w->first_error, "%s", out);
             free(out);
+            if (failed) {
+                add(&w->op, now_ms() - t0);
+                continue;
+            }
         }
         if (r < 0 && !w->errors++)
             snprintf(w->first_error, sizeof w->first_error, "%s", cordon_last_error(c)->message);

@@ -55,6 +55,10 @@ enum cdn_frame_type {
     CDN_FRAME_RESULT = 20,    /* init→host: a call's outcome (payload: JSON); its last frame */
 };
 
+/* CALL payload: u32 timeout (ms, 0 = none) | u32 flags | the request's JSON ({"code", "input"}). */
+#define CDN_CALL_FIXED 8u
+#define CDN_CALL_FRESH 1u /* discard the interpreter after this call */
+
 /* Frame header flags. */
 enum cdn_frame_flags {
     CDN_FRAME_MORE = 1u << 0, /* FILE(WRITE)/DATA host→init: more DATA frames of this write follow */

@@ -153,7 +153,11 @@ int worker_python_init(struct cdn_error *err)
     cfg.install_signal_handlers = 0;
     cfg.write_bytecode = 0;
     cfg.site_import = 1;
-    PyStatus st = Py_InitializeFromConfig(&cfg);
+    /* The libpython's own stdlib, not whatever `python3` comes first in PATH (a pyenv's, say,
+     * which Landlock would then refuse to read from). */
+    PyStatus st = PyConfig_SetBytesString(&cfg, &cfg.home, CDN_PYTHON_HOME);
+    if (!PyStatus_Exception(st))
+        st = Py_InitializeFromConfig(&cfg);
     PyConfig_Clear(&cfg);
     if (PyStatus_Exception(st))
         return cdn_error_set(err, EIO, "python: start the interpreter: %s", st.err_msg ? st.err_msg : "?");
@@ -225,13 +229,25 @@ static _Noreturn void server_main(int sock)
     (void) snprintf(call, sizeof call, "%s/call", w.dir);
     static const char *const devices[] = {"/dev", NULL};
     const char *const own[] = {call, NULL};
+    const char *step = "stdin";
     int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(sock, 3) < 0 || syscall(SYS_close_range, 4, ~0U, 0) < 0 ||
-        setpgid(0, 0) < 0 || prctl(PR_SET_CHILD_SUBREAPER, 1) < 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 ||
-        chdir(call) < 0 || setenv("HOME", call, 1) || setenv("TMPDIR", call, 1) ||
-        cdn_landlock_restrict_writes(own, devices) < 0 ||
-        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &w.filter) < 0)
+    bool ok = devnull >= 0 && dup2(devnull, 0) >= 0 && dup2(sock, 3) >= 0 &&
+              syscall(SYS_close_range, 4, ~0U, 0) >= 0;
+    if (ok && !(step = "its process group", setpgid(0, 0) >= 0))
+        ok = false;
+    if (ok &&
+        !(step = "prctl", prctl(PR_SET_CHILD_SUBREAPER, 1) >= 0 && prctl(PR_SET_PDEATHSIG, SIGKILL) >= 0))
+        ok = false;
+    if (ok && !(step = call, chdir(call) >= 0 && !setenv("HOME", call, 1) && !setenv("TMPDIR", call, 1)))
+        ok = false;
+    if (ok && !(step = "landlock", cdn_landlock_restrict_writes(own, devices) >= 0))
+        ok = false;
+    if (ok && !(step = "seccomp", prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &w.filter) >= 0))
+        ok = false;
+    if (!ok) { /* to the worker's stderr (cordond's log, cordon run's terminal); the call gets WorkerDied */
+        dprintf(2, "cordon-worker: the call server could not start: %s: %m\n", step);
         _exit(111);
+    }
     /* fds 1 and 2: memfds the server reads back after each call (Python makes them). */
     PyOS_AfterFork_Child();
     int r = PyRun_SimpleString("import _cordon_server; _cordon_server.serve(3)");

@@ -18,7 +18,3 @@ void worker_python_after_fork_parent(void);
 void worker_call_setup(const char *dir, uint32_t uid, bool python);
 /* A raw BPF program returning EPERM for the given syscalls (worker.c, libseccomp). */
 int cdn_worker_filter(const int *nrs, size_t n, struct sock_fprog *ret);
-
-/* CALL payload: u32 timeout (ms, 0 = none) | u32 flags | the request's JSON. */
-#define CDN_CALL_FIXED 8u
-#define CDN_CALL_FRESH 1u /* discard the interpreter after this call */

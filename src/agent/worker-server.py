@@ -202,6 +202,20 @@ def _run(req):
 
 
 def serve(fd):
+    try:
+        state = _start()
+    except BaseException as e:  # say why to the call that is waiting, then go
+        tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        length, _ = struct.unpack("<II", _read(fd, 8))
+        _read(fd, length)
+        body = json.dumps({"result": None, "stdout": "", "stderr": "", "timed_out": False, "duration_ms": None,
+                           "error": {"type": "WorkerStartError", "message": str(e), "traceback": tb}}).encode()
+        _write(fd, struct.pack("<II", len(body), 1) + body)
+        os._exit(1)
+    _loop(fd, state)
+
+
+def _start():
     out_fd, err_fd = _cordon_native.memfd("stdout"), _cordon_native.memfd("stderr")
     os.dup2(out_fd, 1)
     os.dup2(err_fd, 2)
@@ -210,7 +224,10 @@ def serve(fd):
     sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1 << 16)
     sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1 << 16)
     sys.stdin = open(0, "r", closefd=False)
-    state = _State()
+    return _State()
+
+
+def _loop(fd, state):
     served = 0
     while True:
         length, flags = struct.unpack("<II", _read(fd, 8))

@@ -482,5 +482,5 @@ int main(int argc, char **argv)
         (void) send(CTL_FD, &err, sizeof err, MSG_NOSIGNAL);
         return 1;
     }
-    return serve();
+    _exit(serve()); /* no exit handlers (a sanitizer's leak report of the interpreter) */
 }

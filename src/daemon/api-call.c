@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/worker-call.h"
+#include "call-args.h"
 #include "daemon.h"
 
 struct pending_call {
@@ -64,35 +64,6 @@ static void call_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
     free(c);
 }
 
-static int parse(json_t *body, json_t **code_input, double *timeout_s, bool *fresh, struct cdn_error *e)
-{
-    if (!json_is_object(body))
-        return cdn_error_field(e, EINVAL, "body", "body: expected a JSON object");
-    const char *k;
-    json_t *v;
-    json_object_foreach(body, k, v)
-    {
-        if (strcmp(k, "code") && strcmp(k, "language") && strcmp(k, "input") && strcmp(k, "timeout_s") &&
-            strcmp(k, "fresh"))
-            return cdn_error_field(e, EINVAL, k, "%s: unknown field", k);
-    }
-    json_t *code = json_object_get(body, "code"), *lang = json_object_get(body, "language");
-    json_t *t = json_object_get(body, "timeout_s"), *f = json_object_get(body, "fresh");
-    if (!json_is_string(code))
-        return cdn_error_field(e, EINVAL, "code", "code: required, a string of Python");
-    if (lang && (!json_is_string(lang) || strcmp(json_string_value(lang), "python") != 0))
-        return cdn_error_field(e, EINVAL, "language", "language: only \"python\" runs in calls");
-    if (t && (!json_is_number(t) || !(json_number_value(t) > 0 && json_number_value(t) <= 86400)))
-        return cdn_error_field(e, ERANGE, "timeout_s", "timeout_s: a number of seconds in (0, 86400]");
-    if (f && !json_is_boolean(f))
-        return cdn_error_field(e, EINVAL, "fresh", "fresh: true or false");
-    *timeout_s = t ? json_number_value(t) : 0;
-    *fresh = f && json_is_true(f);
-    *code_input =
-        json_pack("{s:O, s:O}", "code", code, "input", json_object_get(body, "input") ?: json_null());
-    return *code_input ? 0 : cdn_error_set(e, ENOMEM, "out of memory");
-}
-
 void api_call(struct evhttp_request *req, struct box *b)
 {
     if (b->spec.tier != CDN_TIER_PROCESS)
@@ -104,34 +75,20 @@ void api_call(struct evhttp_request *req, struct box *b)
         return api_reply_error(req, 409, "sandbox_not_running", NULL, "sandbox %s is %s", b->sb.id,
                                box_state_name(b->state));
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    json_error_t je;
-    json_t *body = json_loadb((const char *) evbuffer_pullup(in, -1), evbuffer_get_length(in), 0, &je);
-    if (!body)
-        return api_reply_error(req, 400, "invalid_json", "body", "body: %s", je.text);
-    json_t *ci = NULL;
-    double timeout_s = 0;
-    bool fresh = false;
-    struct cdn_error e = {0};
-    int r = parse(body, &ci, &timeout_s, &fresh, &e);
-    json_decref(body);
-    if (r < 0)
-        return api_reply_cdn_error(req, 400, "invalid_argument", &e);
     static uint8_t buf[CDN_FRAME_MAX];
-    uint32_t hdr[2] = {(uint32_t) (timeout_s * 1000 + 0.5), fresh ? CDN_CALL_FRESH : 0};
-    if (timeout_s > 0 && hdr[0] == 0)
-        hdr[0] = 1;
-    memcpy(buf, hdr, sizeof hdr);
-    size_t n = json_dumpb(ci, (char *) buf + CDN_CALL_FIXED, sizeof buf - CDN_CALL_FIXED, JSON_COMPACT);
-    json_decref(ci);
-    if (n == 0 || n > sizeof buf - CDN_CALL_FIXED)
-        return api_reply_error(req, 400, "invalid_argument", "code", "code and input exceed 1 MiB");
+    size_t n = 0;
+    struct cdn_error e = {0};
+    int r = call_args_parse((const char *) evbuffer_pullup(in, -1), evbuffer_get_length(in), buf, sizeof buf,
+                            &n, &e);
+    if (r < 0)
+        return api_reply_cdn_error(req, 400, r == -EBADMSG ? "invalid_json" : "invalid_argument", &e);
     struct pending_call *c = calloc(1, sizeof *c);
     if (!c)
         return api_reply_error(req, 500, "internal", NULL, "out of memory");
     c->areq.on_frame = call_frame;
     c->req = req;
     uint32_t ch = agent_conn_add(&b->agent, &c->areq);
-    if (agent_conn_send(&b->agent, CDN_FRAME_CALL, 0, ch, buf, (uint32_t) (CDN_CALL_FIXED + n)) < 0) {
+    if (agent_conn_send(&b->agent, CDN_FRAME_CALL, 0, ch, buf, (uint32_t) n) < 0) {
         agent_conn_remove(&b->agent, &c->areq);
         free(c);
         return api_reply_error(req, 500, "internal", NULL, "cannot reach the sandbox's agent");

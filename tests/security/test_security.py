@@ -194,8 +194,15 @@ VM_GUEST_ROOT = {"uid_map_root", "gid_map_root"}
 
 _NO_VM = pytest.mark.skipif(not _vm_ready(), reason="no QEMU or no prepared guest kernel (cordon vm prepare)")
 
+# The process tier has no user, pid or network namespace (docs/process.md, "What it does not
+# protect"): the probe sees the identity uid/gid maps, that pid 1 exists (kill(1, 0) is EPERM, and
+# its /proc shows only the sandbox's own processes), and the host's routes in /proc/net; it cannot
+# open a socket to list interfaces, which the probe counts as untested. Everything else must hold.
+PROCESS_EXPECTED = {"uid_map_root", "gid_map_root", "host_pid_visible", "net_default_route", "net_interfaces"}
 
-@pytest.mark.parametrize("tier", ["container", pytest.param("microvm", marks=_NO_VM), pytest.param("vm", marks=_NO_VM)])
+
+@pytest.mark.parametrize("tier", ["container", "process", pytest.param("microvm", marks=_NO_VM),
+                                  pytest.param("vm", marks=_NO_VM)])
 @pytest.mark.parametrize("on_violation", [None, "kill"])
 def test_all_contained(host_env, on_violation, tier):
     """Every escape attempt made from inside `cordon run` is contained. In kill
@@ -214,16 +221,18 @@ def test_all_contained(host_env, on_violation, tier):
     their own memory.max and pids.max through /sys/fs/cgroup)."""
     _require_probe()
     _require_cordon()
-    cmd = [CORDON_BIN, "run", "--tier", tier, *SANDBOX_LIMITS, "--bind", f"{CORDON_PROBE}:/probe:ro"]
+    probe = "/workspace/probe" if tier == "process" else "/probe"  # its binds go beneath /workspace
+    cmd = [CORDON_BIN, "run", "--tier", tier, *SANDBOX_LIMITS, "--bind", f"{CORDON_PROBE}:{probe}:ro"]
     if on_violation:
         cmd += ["--on-violation", on_violation]
     for key, value in host_env.items():
         if key != "CORDON_PROBE_DISK_DIR":
             cmd += ["--env", f"{key}={value}"]
-    cmd += ["--", "/probe"]
+    cmd += ["--", probe]
 
     run = run_probe(cmd, dict(os.environ), partial=on_violation == "kill")
-    escaped = [p for p in run.escaped() if not (tier != "container" and p.name in VM_GUEST_ROOT)]
+    expected = PROCESS_EXPECTED if tier == "process" else set() if tier == "container" else VM_GUEST_ROOT
+    escaped = [p for p in run.escaped() if p.name not in expected]
 
     if on_violation == "kill":
         assert run.returncode == 137, run.report()
@@ -233,7 +242,10 @@ def test_all_contained(host_env, on_violation, tier):
         return
     assert len(run.probes) >= MIN_PROBES, f"only {len(run.probes)} probes ran\n{run.stdout}\n{run.stderr}"
     assert not escaped, f"{len(escaped)} probe(s) escaped the sandbox:\n{run.report()}"
-    assert run.returncode == (0 if tier == "container" else 1), run.report()  # a VM's: the guest-root probes
+    # a VM's: the guest-root probes; the process tier's: PROCESS_EXPECTED, all of which did escape
+    assert run.returncode == (0 if tier == "container" else 1), run.report()
+    if tier == "process":
+        assert {p.name for p in run.escaped()} == PROCESS_EXPECTED, run.report()
 
 
 def _weakened_command():
