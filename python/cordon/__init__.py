@@ -106,6 +106,15 @@ class CallResult:
         return f"CallResult(result={self.result!r:.60}, error={self.error and self.error.get('type')!r})"
 
 
+def _call_body(code, input, timeout_s, fresh):
+    body = {"language": "python", "code": code, "input": input}
+    if timeout_s is not None:
+        body["timeout_s"] = timeout_s
+    if fresh:
+        body["fresh"] = True
+    return body
+
+
 def _stream_event(d, decoders):
     """An NDJSON line of a streamed exec → the event handed to the caller.
     decoders: one incremental UTF-8 decoder per stream, so that a character
@@ -215,12 +224,7 @@ class Sandbox:
         """Run Python code in the sandbox's warm interpreter (tier process): the variable
         `input` holds input; the value of the last expression is the result. fresh=True:
         the interpreter is discarded after this call (docs/process.md)."""
-        body = {"language": "python", "code": code, "input": input}
-        if timeout_s is not None:
-            body["timeout_s"] = timeout_s
-        if fresh:
-            body["fresh"] = True
-        return CallResult(self._ep.json("POST", f"{self._path}/call", body))
+        return CallResult(self._ep.json("POST", f"{self._path}/call", _call_body(code, input, timeout_s, fresh)))
 
     def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False):
         """Yield events as they come: {"type": "stdout"|"stderr", "data", "data_bytes"}, then
@@ -351,6 +355,9 @@ class AsyncSandbox:
     async def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False):
         return ExecResult(await self._ep.ajson("POST", f"{self._path}/exec",
                                                _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier)))
+
+    async def call(self, code, input=None, timeout_s=None, fresh=False):
+        return CallResult(await self._ep.ajson("POST", f"{self._path}/call", _call_body(code, input, timeout_s, fresh)))
 
     async def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False):
         buf = b""

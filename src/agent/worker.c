@@ -61,7 +61,9 @@ static struct {
     const char *protect[CDN_PROTECT_MAX];
     const struct cdn_cgroup_ops *cgroup_ops;
     struct cdn_seccomp_prog policy[2]; /* the container tier's, plain and with reported writes */
-    struct sock_fprog no_net;          /* socket(2) refused: network.mode none */
+    /* The tier's own filter: SysV IPC refused (the host's IPC namespace is shared), and with it
+     * socket(2) for network.mode none ([1]) or not ([0]). */
+    struct sock_fprog filter[2];
     bool python;
 } z;
 
@@ -106,9 +108,14 @@ static int zygote_prepare(const char *runtime, struct cdn_error *err)
     int r = cdn_seccomp_load_cached(cache, &z.policy[0], err);
     if (r < 0 || (r = cdn_seccomp_load_variant(cache, true, &z.policy[1], err)) < 0)
         return r;
-    static const int net[] = {SCMP_SYS(socket)};
-    if ((r = cdn_worker_filter(net, 1, &z.no_net)) < 0)
-        return cdn_error_set(err, -r, "compile the network filter: %s", strerror(-r));
+    static const int nrs[] = {SCMP_SYS(shmget), SCMP_SYS(shmat),  SCMP_SYS(shmctl), SCMP_SYS(shmdt),
+                              SCMP_SYS(msgget), SCMP_SYS(msgsnd), SCMP_SYS(msgrcv), SCMP_SYS(msgctl),
+                              SCMP_SYS(semget), SCMP_SYS(semop),  SCMP_SYS(semctl), SCMP_SYS(semtimedop),
+                              SCMP_SYS(socket)};
+    const size_t n = sizeof nrs / sizeof nrs[0];
+    if ((r = cdn_worker_filter(nrs, n - 1, &z.filter[0])) < 0 ||
+        (r = cdn_worker_filter(nrs, n, &z.filter[1])) < 0)
+        return cdn_error_set(err, -r, "compile the tier's filter: %s", strerror(-r));
     z.python = strcmp(runtime, "python") == 0;
     if (z.python && (r = worker_python_init(err)) < 0)
         return r;
@@ -116,23 +123,6 @@ static int zygote_prepare(const char *runtime, struct cdn_error *err)
 }
 
 /* ---- the worker, from its first instruction ---- */
-
-static int set_rlimits(const struct cdn_worker_req *q, struct cdn_error *err)
-{
-    const struct {
-        int res;
-        rlim_t v;
-        const char *name;
-    } lim[] = {
-        {RLIMIT_NOFILE, q->nofile, "limits.nofile"},
-        {RLIMIT_FSIZE, q->fsize, "limits.disk_mb"},
-        {RLIMIT_CORE, 0, "core"},
-    };
-    for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++)
-        if (setrlimit(lim[i].res, &(struct rlimit){lim[i].v, lim[i].v}) < 0)
-            return cdn_error_field(err, errno, lim[i].name, "setrlimit %s: %m", lim[i].name);
-    return 0;
-}
 
 /* Reads and execution beneath the host image's system directories; everything
  * beneath the sandbox's own directory; reading and writing a few device nodes.
@@ -145,33 +135,10 @@ static int apply_landlock(const struct cdn_worker_req *q, struct cdn_error *err)
     static const char *const devices[] = {"/dev/null",   "/dev/zero",    "/dev/full",
                                           "/dev/random", "/dev/urandom", NULL};
     /* Rules hold along the path as mounted: the binds need their own, beside the directory. */
-    const char *own[] = {q->dir, "/workspace", "/tmp", "/var/tmp", NULL};
+    const char *own[] = {q->dir, "/workspace", "/tmp", "/var/tmp", "/dev/shm", NULL};
     int r = cdn_landlock_restrict_paths(system, own, devices);
     if (r < 0)
         return cdn_error_set(err, -r, "landlock: %s", strerror(-r));
-    return 0;
-}
-
-static int drop_privileges(const struct cdn_worker_req *q, struct cdn_error *err)
-{
-    if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
-                                     SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) < 0)
-        return cdn_error_set(err, errno, "set securebits: %m");
-    for (int cap = 0; cap <= 63; cap++)
-        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
-            if (errno == EINVAL)
-                break;
-            return cdn_error_set(err, errno, "drop capability %d: %m", cap);
-        }
-    if (setgroups(0, NULL) < 0 || setresgid(q->uid, q->uid, q->uid) < 0 ||
-        setresuid(q->uid, q->uid, q->uid) < 0)
-        return cdn_error_set(err, errno, "become uid %u: %m", q->uid);
-    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
-    struct __user_cap_data_struct data[2] = {{0}};
-    if (syscall(SYS_capset, &h, data) < 0)
-        return cdn_error_set(err, errno, "capset: %m");
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-        return cdn_error_set(err, errno, "no_new_privs: %m");
     return 0;
 }
 
@@ -241,7 +208,8 @@ static int protect_paths(const struct cdn_worker_req *q, struct cdn_error *err)
 }
 
 /* The one namespace of the tier: a mount namespace in which the sandbox's work/ is /workspace and
- * its tmp/ is /tmp and /var/tmp (everything else is the host's, as Landlock lets it be seen). */
+ * its tmp/ is /tmp, /var/tmp and /dev/shm (everything else is the host's, as Landlock lets it be
+ * seen). */
 static int make_mounts(const struct cdn_worker_req *q, struct cdn_error *err)
 {
     char work[300], tmp[300];
@@ -257,7 +225,7 @@ static int make_mounts(const struct cdn_worker_req *q, struct cdn_error *err)
             return cdn_error_field(err, errno, "mounts", "mounts[%u].source %s: %m", i, z.mounts[i].source);
     const struct {
         const char *src, *dst;
-    } binds[] = {{work, "/workspace"}, {tmp, "/tmp"}, {tmp, "/var/tmp"}};
+    } binds[] = {{work, "/workspace"}, {tmp, "/tmp"}, {tmp, "/var/tmp"}, {tmp, "/dev/shm"}};
     for (size_t i = 0; i < sizeof binds / sizeof binds[0]; i++)
         if (mount(binds[i].src, binds[i].dst, NULL, MS_BIND, NULL) < 0)
             return cdn_error_set(err, errno, "bind %s on %s: %m", binds[i].src, binds[i].dst);
@@ -323,16 +291,16 @@ static int confine(const struct cdn_worker_req *q, struct cdn_error *err)
     int r = cg.ops->attach_self(&cg);
     if (r < 0)
         return cdn_error_set(err, r, "join cgroup %s: %s", q->cgroup, strerror(-r));
-    if ((r = set_rlimits(q, err)) < 0)
+    if ((r = cdn_set_rlimits(q->nofile, q->disk_mb, err)) < 0)
         return r;
     if ((r = make_mounts(q, err)) < 0)
         return r;
     if ((r = set_environment()) < 0)
         return cdn_error_set(err, -r, "the working directory /workspace: %s", strerror(-r));
-    if ((r = apply_landlock(q, err)) < 0 || (r = drop_privileges(q, err)) < 0)
+    if ((r = apply_landlock(q, err)) < 0 || (r = cdn_drop_capabilities(q->uid, err)) < 0)
         return r;
-    if (!(q->flags & CDN_WORKER_NET) && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &z.no_net) < 0)
-        return cdn_error_set(err, errno, "install the network filter: %m");
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &z.filter[q->flags & CDN_WORKER_NET ? 0 : 1]) < 0)
+        return cdn_error_set(err, errno, "install the tier's filter: %m");
     r = cdn_seccomp_install(&z.policy[q->flags & CDN_WORKER_WRITES ? 1 : 0]);
     if (r < 0)
         return cdn_error_set(err, -r, "install seccomp filter: %s", strerror(-r));

@@ -29,7 +29,7 @@ struct cdn_worker_req {
     uint32_t uid;        /* the sandbox's */
     int32_t host_pid;    /* the worker is born its child; it dies with it */
     uint64_t nofile;     /* RLIMIT_NOFILE */
-    uint64_t fsize;      /* RLIMIT_FSIZE */
+    uint64_t disk_mb;    /* limits.disk_mb: RLIMIT_FSIZE just above it */
     char cgroup[64];     /* the cgroup's name (cdn_cgroup_init) */
     char dir[256];       /* the sandbox's directory: work/, tmp/, call/ beneath it */
     uint32_t n_mounts;   /* binds that follow the struct */

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from cordonlib import run
+from cordonlib import all_procs, run
 
 from cordon import CordonError, Sandbox
 
@@ -169,3 +169,38 @@ def test_ten_thousand_calls_leave_nothing(daemon):
             c = sb.call("input + 1", input=i)
             assert c.result == i + 1
         assert len(os.listdir(f"/proc/{daemon.proc.pid}/fd")) <= fds0 + 2
+
+
+def test_a_pool_of_process_sandboxes_hands_over_warm_workers(shared_dir):
+    """cordond's warm pool (per spec shape: image, runtime, limits) holds workers already cloned and
+    confined: a create that matches is a hand-over, and its first call needs no fork."""
+    from cordonlib import Daemon, wait_for
+    spec = os.path.join(shared_dir, "pool.json")
+    with open(spec, "w") as f:
+        json.dump({"tier": "process", "limits": {"memory_mb": 256}}, f)
+    d = Daemon(shared_dir, "--pool", f"2:{spec}")
+
+    def pool_size():
+        text = d.http("GET", "/metrics")[1].decode()
+        return int(next(x for x in text.splitlines() if x.startswith("cordon_pool_size ")).split()[1])
+
+    try:
+        wait_for(lambda: pool_size() == 2, what="the pool to fill")
+        workers = [p for p in all_procs() if p.ppid == d.proc.pid and p.comm == "cordon-worker" and p.uid != 0]
+        assert len(workers) == 2, workers
+        with Sandbox.create(endpoint=d.endpoint, tier="process", memory_mb=256, labels={"k": "v"}) as sb:
+            assert "handed_over" in [e["type"] for e in sb.events()]
+            assert sb.call("input * 2", input=21).result == 42
+        wait_for(lambda: pool_size() == 2, what="the pool to refill")
+    finally:
+        assert d.stop() == 0
+
+
+def test_memory_and_pids_limits_hold_in_calls_and_count_as_violations(daemon):
+    with Sandbox.create(endpoint=daemon.endpoint, tier="process", memory_mb=96, pids=24) as sb:
+        c = sb.call("b = bytearray(400 << 20)\nlen(b)")
+        assert c.error and c.error["type"] in ("WorkerDied", "MemoryError"), c.error
+        assert sb.call("1 + 1").result == 2  # a fresh interpreter took over
+        r = sb.exec(["sh", "-c", "for i in $(seq 1 60); do sleep 2 & done; wait"], timeout_s=60)
+        v = sb.violations()["counts"]
+        assert v["pids"] >= 1 and v["oom"] + (c.error["type"] == "MemoryError") >= 1, v

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "core/cgroup.h"
 #include "core/spec.h"
@@ -35,6 +36,14 @@ struct cdn_setup_args {
  * ipc, uts and time namespaces (pid 1 there) and ends by exec'ing cordon-init.
  * Never returns; reports failure through err_fd and exits 1. */
 _noreturn_ void cdn_container_setup(const struct cdn_setup_args *a);
+
+/* rlimits of a sandbox's processes: open files, no core dumps, file size one MiB above the disk
+ * (ENOSPC comes first inside the writable layer); never above the hard limits we were given. */
+int cdn_set_rlimits(uint64_t nofile, uint64_t disk_mb, struct cdn_error *err);
+
+/* No capability (bounding set, ambient, effective), securebits locked, no_new_privs; with uid != 0
+ * the process also becomes uid (and gid uid, no groups) on the way. */
+int cdn_drop_capabilities(uint32_t uid, struct cdn_error *err);
 
 /* The OCI masks on the /proc at root + "/proc" (rootfs.c): masked files get mask (an empty
  * regular file) bound read-only on them, masked directories an empty tmpfs, and /proc/sys and

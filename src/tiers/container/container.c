@@ -97,22 +97,6 @@ static int start_guard(struct cdn_sandbox *sb, struct cdn_error *err)
     return r < 0 ? cdn_error_set(err, r, "start guard: %s", strerror(-r)) : 0;
 }
 
-static int make_cgroup(struct cdn_sandbox *sb, struct cdn_error *err)
-{
-    struct cdn_cgroup_limits lim = {
-        .cpus = sb->spec->limits.cpus,
-        .memory_bytes = sb->spec->limits.memory_mb << 20,
-        .pids = sb->spec->limits.pids,
-    };
-    int r = sb->cgroup.ops->create(&sb->cgroup, &lim, err);
-    if (r < 0)
-        return r;
-    struct cdn_cgroup_stats st; /* a reused directory keeps its OOM count: remember where it stood */
-    if (r > 0 && sb->cgroup.ops->stats(&sb->cgroup, &st) == 0)
-        sb->oom_base = st.oom_kills;
-    return 0;
-}
-
 /* Work runs in parallel where it can: the child makes its network namespace
  * (the costliest namespace, ~0.4 ms) and builds its root once its ids are
  * mapped, while this process forks the guard and makes the cgroup.
@@ -135,7 +119,7 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         if ((r = cdn_seccomp_load_variant(cache, true, &prep.seccomp_writes, err)) < 0)
             return r;
     }
-    if (v2 && ((r = start_guard(sb, err)) < 0 || (r = make_cgroup(sb, err)) < 0))
+    if (v2 && ((r = start_guard(sb, err)) < 0 || (r = cdn_slot_make_cgroup(sb, err)) < 0))
         return r;
     int pidfd = -EBADF;
     struct clone_args ca = {
@@ -194,7 +178,7 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         return r;
     if (write(go[1], "m", 1) != 1)
         return child_failed(rep[0], errno, err);
-    if (!v2 && ((r = start_guard(sb, err)) < 0 || (r = make_cgroup(sb, err)) < 0 ||
+    if (!v2 && ((r = start_guard(sb, err)) < 0 || (r = cdn_slot_make_cgroup(sb, err)) < 0 ||
                 (r = sb->cgroup.ops->delegate_self(&sb->cgroup, sb->uid_base, sb->uid_base)) < 0))
         return err->msg[0] ? r : cdn_error_set(err, r, "delegate cgroup: %s", strerror(-r));
     if (sb->on_spawned && (r = sb->on_spawned(sb, sb->on_spawned_arg)) < 0)
@@ -236,53 +220,17 @@ static int container_create(struct cdn_sandbox *sb, struct cdn_error *err)
 
 static int container_kill(struct cdn_sandbox *sb, int sig)
 {
-    if (sb->init_pidfd < 0)
-        return -ESRCH;
-    return RET_NERRNO((int) syscall(SYS_pidfd_send_signal, sb->init_pidfd, sig, NULL, 0));
+    return cdn_slot_signal(sb, sig);
 }
 
 static int container_usage(struct cdn_sandbox *sb, struct cdn_usage *ret)
 {
-    struct cdn_cgroup_stats st = {0};
-    if (!sb->cgroup.ops)
-        return -ENODEV;
-    int r = sb->cgroup.ops->stats(&sb->cgroup, &st);
-    if (r < 0)
-        return r;
-    *ret = (struct cdn_usage){
-        .memory_peak_bytes = st.memory_peak_bytes,
-        .oom_kills = st.oom_kills - (st.oom_kills >= sb->oom_base ? sb->oom_base : 0),
-        .pids_max_hits = st.pids_max_hits,
-    };
-    return 0;
+    return cdn_slot_usage(sb, ret);
 }
 
 static int container_destroy(struct cdn_sandbox *sb)
 {
-    int ret = 0;
-    if (sb->init_pid > 0) {
-        /* Killing pid 1 of the namespace takes every process in it down; the
-         * kernel reports init's exit only after they are all gone. */
-        (void) container_kill(sb, SIGKILL);
-        while (waitpid(sb->init_pid, NULL, __WALL) < 0 && errno == EINTR)
-            ;
-        sb->init_pid = 0;
-    }
-    sb->init_pidfd = safe_close(sb->init_pidfd);
-    sb->agent_fd = safe_close(sb->agent_fd);
-    sb->setup_fd = safe_close(sb->setup_fd);
-    if (sb->cgroup.ops) {
-        (void) sb->cgroup.ops->kill_all(&sb->cgroup);
-        /* Kept: emptied, for the next sandbox of this slot (DESIGN §6). */
-        ret = sb->keep_cgroup ? 0 : sb->cgroup.ops->destroy(&sb->cgroup);
-        sb->cgroup.ops = NULL;
-    }
-    if (ret == 0)
-        cdn_guard_release(&sb->guard_fd);
-    else
-        sb->guard_fd = safe_close(sb->guard_fd); /* the guard retries from its side */
-    sb->slot_fd = safe_close(sb->slot_fd);
-    return ret;
+    return cdn_slot_destroy(sb, NULL);
 }
 
 static void container_detach(struct cdn_sandbox *sb)

@@ -48,6 +48,17 @@ static int add_path(int ruleset, const char *path, uint64_t rights)
     return r < 0 ? -e : 0;
 }
 
+/* The ruleset's rules are all in (r >= 0): enforce it on the calling process. */
+static int restrict_self(int ruleset, int r)
+{
+    if (r >= 0 && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        r = -errno;
+    if (r >= 0 && syscall(SYS_landlock_restrict_self, ruleset, 0) < 0)
+        r = -errno;
+    (void) close(ruleset);
+    return r;
+}
+
 int cdn_landlock_restrict_writes(const char *const *dirs, const char *const *write_only)
 {
     int abi = cdn_landlock_abi();
@@ -64,12 +75,7 @@ int cdn_landlock_restrict_writes(const char *const *dirs, const char *const *wri
     uint64_t file_rights = LANDLOCK_ACCESS_FS_WRITE_FILE | (abi >= 3 ? LANDLOCK_ACCESS_FS_TRUNCATE : 0);
     for (size_t i = 0; r >= 0 && write_only && write_only[i]; i++)
         r = add_path(ruleset, write_only[i], file_rights);
-    if (r >= 0 && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-        r = -errno;
-    if (r >= 0 && syscall(SYS_landlock_restrict_self, ruleset, 0) < 0)
-        r = -errno;
-    (void) close(ruleset);
-    return r;
+    return restrict_self(ruleset, r);
 }
 
 /* Every right of the ABI, reads and execution included. */
@@ -100,10 +106,5 @@ int cdn_landlock_restrict_paths(const char *const *read, const char *const *own,
         r = add_path(ruleset, own[i], rights);
     for (size_t i = 0; r >= 0 && devices && devices[i]; i++)
         r = add_path(ruleset, devices[i], dev);
-    if (r >= 0 && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-        r = -errno;
-    if (r >= 0 && syscall(SYS_landlock_restrict_self, ruleset, 0) < 0)
-        r = -errno;
-    (void) close(ruleset);
-    return r;
+    return restrict_self(ruleset, r);
 }

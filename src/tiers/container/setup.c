@@ -45,18 +45,18 @@ static int loopback_up(struct cdn_error *err)
     return 0;
 }
 
-static int set_rlimits(const struct cdn_spec *spec, struct cdn_error *err)
+int cdn_set_rlimits(uint64_t nofile, uint64_t disk_mb, struct cdn_error *err)
 {
     const struct {
         int res;
         rlim_t v;
         const char *name;
     } lim[] = {
-        {RLIMIT_NOFILE, spec->limits.nofile, "limits.nofile"},
+        {RLIMIT_NOFILE, nofile, "limits.nofile"},
         {RLIMIT_CORE, 0, "core"},
         /* One MiB above the disk size: inside the writable layer ENOSPC comes first (a clear
          * error, not SIGXFSZ); on read-write binds it still bounds any single file. */
-        {RLIMIT_FSIZE, (rlim_t) (spec->limits.disk_mb + 1) << 20, "limits.disk_mb"},
+        {RLIMIT_FSIZE, (rlim_t) (disk_mb + 1) << 20, "limits.disk_mb"},
     };
     for (size_t i = 0; i < ELEMENTSOF(lim); i++) {
         struct rlimit cur, want = {lim[i].v, lim[i].v};
@@ -125,13 +125,15 @@ static int apply_landlock(const struct cdn_spec *spec, struct cdn_error *err)
     return 0; /* r == 1: kernel without Landlock; the other layers still hold */
 }
 
-static int drop_capabilities(struct cdn_error *err)
+int cdn_drop_capabilities(uint32_t uid, struct cdn_error *err)
 {
-    /* Root of the userns keeps no capability across exec: lock that in first
-     * (needs CAP_SETPCAP, so before dropping it). */
-    if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
-                                     SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
-                                     SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) < 0)
+    /* Root (of a userns) keeps no capability across exec: lock that in first (needs CAP_SETPCAP, so
+     * before dropping it). Another uid loses them all at setresuid. */
+    unsigned long bits =
+        SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
+        SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED |
+        (uid ? 0 : SECBIT_NO_SETUID_FIXUP | SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED);
+    if (prctl(PR_SET_SECUREBITS, bits) < 0)
         return cdn_error_set(err, errno, "set securebits: %m");
     for (int cap = 0; cap <= 63; cap++)
         if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
@@ -139,6 +141,8 @@ static int drop_capabilities(struct cdn_error *err)
                 break; /* past the kernel's last capability */
             return cdn_error_set(err, errno, "drop capability %d from the bounding set: %m", cap);
         }
+    if (uid && (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0))
+        return cdn_error_set(err, errno, "become uid %u: %m", uid);
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
         return cdn_error_set(err, errno, "clear ambient capabilities: %m");
     struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
@@ -221,8 +225,9 @@ static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
         return cdn_error_set(err, r, "join cgroup %s: %s", a->cgroup->name, strerror(-r));
     if (unshare(CLONE_NEWCGROUP) < 0)
         return cdn_error_set(err, errno, "unshare cgroup namespace: %m");
-    if ((r = cdn_rootfs_pivot(a, err)) < 0 || (r = set_rlimits(a->spec, err)) < 0 ||
-        (r = apply_landlock(a->spec, err)) < 0 || (r = drop_capabilities(err)) < 0)
+    if ((r = cdn_rootfs_pivot(a, err)) < 0 ||
+        (r = cdn_set_rlimits(a->spec->limits.nofile, a->spec->limits.disk_mb, err)) < 0 ||
+        (r = apply_landlock(a->spec, err)) < 0 || (r = cdn_drop_capabilities(0, err)) < 0)
         return r;
     r = cdn_seccomp_install(a->seccomp);
     if (r < 0)

@@ -1,5 +1,7 @@
 #include "slot.h"
+#include "core/sandbox.h"
 #include "shared/fd-util.h"
+#include "shared/macro.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +13,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 int cdn_slot_acquire(const char *run_dir, int hint, int *ret_slot, int *ret_fd, struct cdn_error *err)
@@ -110,4 +113,73 @@ void cdn_guard_release(int *fd)
     if (*fd >= 0)
         (void) !write(*fd, "d", 1);
     *fd = safe_close(*fd);
+}
+
+int cdn_slot_make_cgroup(struct cdn_sandbox *sb, struct cdn_error *err)
+{
+    struct cdn_cgroup_limits lim = {
+        .cpus = sb->spec->limits.cpus,
+        .memory_bytes = sb->spec->limits.memory_mb << 20,
+        .pids = sb->spec->limits.pids,
+    };
+    int r = sb->cgroup.ops->create(&sb->cgroup, &lim, err);
+    if (r < 0)
+        return r;
+    struct cdn_cgroup_stats st; /* a reused directory keeps its OOM count: remember where it stood */
+    if (r > 0 && sb->cgroup.ops->stats(&sb->cgroup, &st) == 0)
+        sb->oom_base = st.oom_kills;
+    return 0;
+}
+
+int cdn_slot_usage(struct cdn_sandbox *sb, struct cdn_usage *ret)
+{
+    struct cdn_cgroup_stats st = {0};
+    if (!sb->cgroup.ops)
+        return -ENODEV;
+    int r = sb->cgroup.ops->stats(&sb->cgroup, &st);
+    if (r < 0)
+        return r;
+    *ret = (struct cdn_usage){
+        .memory_peak_bytes = st.memory_peak_bytes,
+        .oom_kills = st.oom_kills - (st.oom_kills >= sb->oom_base ? sb->oom_base : 0),
+        .pids_max_hits = st.pids_max_hits,
+    };
+    return 0;
+}
+
+int cdn_slot_signal(struct cdn_sandbox *sb, int sig)
+{
+    if (sb->init_pidfd < 0)
+        return -ESRCH;
+    return RET_NERRNO((int) syscall(SYS_pidfd_send_signal, sb->init_pidfd, sig, NULL, 0));
+}
+
+int cdn_slot_destroy(struct cdn_sandbox *sb, void (*release)(struct cdn_sandbox *sb))
+{
+    int ret = 0;
+    if (sb->init_pid > 0) {
+        /* A container's init is pid 1 of its namespace: the kernel reports its exit only after every
+         * process in it is gone. A worker's are ended with the cgroup, below. */
+        (void) cdn_slot_signal(sb, SIGKILL);
+        while (waitpid(sb->init_pid, NULL, __WALL) < 0 && errno == EINTR)
+            ;
+        sb->init_pid = 0;
+    }
+    sb->init_pidfd = safe_close(sb->init_pidfd);
+    sb->agent_fd = safe_close(sb->agent_fd);
+    sb->setup_fd = safe_close(sb->setup_fd);
+    if (sb->cgroup.ops) {
+        (void) sb->cgroup.ops->kill_all(&sb->cgroup);
+        /* Kept: emptied, for the next sandbox of this slot (DESIGN §6). */
+        ret = sb->keep_cgroup ? 0 : sb->cgroup.ops->destroy(&sb->cgroup);
+        sb->cgroup.ops = NULL;
+    }
+    if (release && sb->slot_fd >= 0)
+        release(sb);
+    if (ret == 0)
+        cdn_guard_release(&sb->guard_fd);
+    else
+        sb->guard_fd = safe_close(sb->guard_fd); /* the guard retries from its side */
+    sb->slot_fd = safe_close(sb->slot_fd);
+    return ret;
 }

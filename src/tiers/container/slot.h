@@ -29,3 +29,18 @@ static inline uint32_t cdn_slot_uid_base(int slot)
 int cdn_guard_start(const struct cdn_cgroup *cg, int slot_fd, int *ret_fd, pid_t *ret_pid);
 /* Tell the guard the sandbox was torn down cleanly and let it go. */
 void cdn_guard_release(int *fd);
+
+/* What the tiers whose sandboxes live in host processes (container, process) share. */
+struct cdn_sandbox;
+struct cdn_usage;
+/* sb->cgroup (initialised) made with the spec's limits; a reused directory's OOM count is
+ * remembered in sb->oom_base. */
+int cdn_slot_make_cgroup(struct cdn_sandbox *sb, struct cdn_error *err);
+/* Accounting from sb->cgroup; -ENODEV once it is gone. */
+int cdn_slot_usage(struct cdn_sandbox *sb, struct cdn_usage *ret);
+/* A signal to init through its pidfd. */
+int cdn_slot_signal(struct cdn_sandbox *sb, int sig);
+/* Kill init and reap it, close its fds, empty the cgroup (removed, or kept with keep_cgroup),
+ * call release (when not NULL: what the tier made in the slot's name, while the slot is still
+ * ours), release the guard, unlock the slot. Returns the cgroup removal's error. Idempotent. */
+int cdn_slot_destroy(struct cdn_sandbox *sb, void (*release)(struct cdn_sandbox *sb));

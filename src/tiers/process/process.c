@@ -164,22 +164,6 @@ static int make_dir(struct cdn_sandbox *sb, struct cdn_error *err)
     return 0;
 }
 
-static int make_cgroup(struct cdn_sandbox *sb, struct cdn_error *err)
-{
-    struct cdn_cgroup_limits lim = {
-        .cpus = sb->spec->limits.cpus,
-        .memory_bytes = sb->spec->limits.memory_mb << 20,
-        .pids = sb->spec->limits.pids,
-    };
-    int r = sb->cgroup.ops->create(&sb->cgroup, &lim, err);
-    if (r < 0)
-        return r;
-    struct cdn_cgroup_stats st;
-    if (r > 0 && sb->cgroup.ops->stats(&sb->cgroup, &st) == 0)
-        sb->oom_base = st.oom_kills;
-    return 0;
-}
-
 static int spawn(struct cdn_sandbox *sb, struct cdn_error *err)
 {
     int agent[2] = {-EBADF, -EBADF}, rep[2] = {-EBADF, -EBADF};
@@ -196,7 +180,7 @@ static int spawn(struct cdn_sandbox *sb, struct cdn_error *err)
         .uid = sb->uid_base,
         .host_pid = getpid(),
         .nofile = sb->spec->limits.nofile,
-        .fsize = (sb->spec->limits.disk_mb + 1) << 20,
+        .disk_mb = sb->spec->limits.disk_mb,
     };
     (void) snprintf(q.cgroup, sizeof q.cgroup, "%s", sb->cgroup.name);
     sandbox_dir(sb->slot, q.dir, sizeof q.dir);
@@ -291,7 +275,7 @@ static int process_create(struct cdn_sandbox *sb, struct cdn_error *err)
     if (!sb->persistent && (r = cdn_guard_start(&sb->cgroup, sb->slot_fd, &sb->guard_fd, &sb->guard_pid)) < 0)
         r = cdn_error_set(err, r, "start guard: %s", strerror(-r));
     if (r >= 0)
-        r = make_cgroup(sb, err);
+        r = cdn_slot_make_cgroup(sb, err);
     if (r >= 0)
         r = make_dir(sb, err);
     if (r >= 0)
@@ -303,57 +287,27 @@ static int process_create(struct cdn_sandbox *sb, struct cdn_error *err)
 
 static int process_kill(struct cdn_sandbox *sb, int sig)
 {
-    if (sb->init_pidfd < 0)
-        return -ESRCH;
     /* No pid namespace dies with the agent: SIGKILL ends everything in the cgroup at once (what a
      * violation in kill mode needs: the offender must not run on). */
     if (sig == SIGKILL && sb->cgroup.ops)
         (void) sb->cgroup.ops->kill_all(&sb->cgroup);
-    return RET_NERRNO((int) syscall(SYS_pidfd_send_signal, sb->init_pidfd, sig, NULL, 0));
+    return cdn_slot_signal(sb, sig);
 }
 
 static int process_usage(struct cdn_sandbox *sb, struct cdn_usage *ret)
 {
-    struct cdn_cgroup_stats st = {0};
-    if (!sb->cgroup.ops)
-        return -ENODEV;
-    int r = sb->cgroup.ops->stats(&sb->cgroup, &st);
-    if (r < 0)
-        return r;
-    *ret = (struct cdn_usage){
-        .memory_peak_bytes = st.memory_peak_bytes,
-        .oom_kills = st.oom_kills - (st.oom_kills >= sb->oom_base ? sb->oom_base : 0),
-        .pids_max_hits = st.pids_max_hits,
-    };
-    return 0;
+    return cdn_slot_usage(sb, ret);
+}
+
+static void release_dir(struct cdn_sandbox *sb)
+{
+    remove_dir(sb->slot);
 }
 
 static int process_destroy(struct cdn_sandbox *sb)
 {
-    int ret = 0;
-    if (sb->init_pid > 0) {
-        (void) process_kill(sb, SIGKILL);
-        while (waitpid(sb->init_pid, NULL, __WALL) < 0 && errno == EINTR)
-            ;
-        sb->init_pid = 0;
-    }
-    sb->init_pidfd = safe_close(sb->init_pidfd);
-    sb->agent_fd = safe_close(sb->agent_fd);
-    sb->setup_fd = safe_close(sb->setup_fd);
-    if (sb->cgroup.ops) {
-        /* Everything the sandbox started is in its cgroup, whatever uid it ran as. */
-        (void) sb->cgroup.ops->kill_all(&sb->cgroup);
-        ret = sb->keep_cgroup ? 0 : sb->cgroup.ops->destroy(&sb->cgroup);
-        sb->cgroup.ops = NULL;
-    }
-    if (sb->slot_fd >= 0)
-        remove_dir(sb->slot);
-    if (ret == 0)
-        cdn_guard_release(&sb->guard_fd);
-    else
-        sb->guard_fd = safe_close(sb->guard_fd);
-    sb->slot_fd = safe_close(sb->slot_fd);
-    return ret;
+    /* The cgroup holds everything the sandbox started, whatever uid it ran as. */
+    return cdn_slot_destroy(sb, release_dir);
 }
 
 static void process_detach(struct cdn_sandbox *sb)
