@@ -299,11 +299,17 @@ struct qemu_fds {
     struct cdn_cgroup *cgroup; /* QEMU's own: joined before exec */
     const char *tmpdir;        /* QEMU's $TMPDIR (a full VM's disk snapshot goes there), or NULL */
     uid_t uid;                 /* not 0: QEMU runs as this uid (and gid), not as root (qemu_uid()) */
+    /* A restored guest's QEMU of its own uid: the template's directory (its RAM file, which QEMU 7.2
+     * opens read-write) bound into the jail through an idmapped mount in which root's files are
+     * that uid's (userns: a user namespace mapping 0 to it); -1 / NULL otherwise. */
+    int idmap_userns;
+    const char *idmap_dir;
 };
 
-/* A cold-booted guest's QEMU runs as a uid of its own, drawn from 2^24 below the container tier's
- * (slot.h), and holds no capability. (A template's or a restored guest's QEMU stays uid 0 in its
- * jail: QEMU 7.2 opens the template's RAM file read-write, which no other uid may have.) */
+/* A guest's QEMU runs as a uid of its own, drawn from 2^24 below the container tier's (slot.h), and
+ * holds no capability. A restored guest's sees the template's directory through an idmapped mount
+ * (idmap_userns()): QEMU 7.2 opens the RAM file read-write even to map it copy-on-write. Only the
+ * QEMU that makes a template stays uid 0 in its jail. */
 #define QEMU_UID_BASE 0x3f000000u
 
 static uid_t qemu_uid(void)
@@ -320,6 +326,71 @@ static bool uid_can_run(const char *accel)
     struct stat kvm;
     return strcmp(accel, "kvm") != 0 ||
            (stat("/dev/kvm", &kvm) == 0 && kvm.st_gid != 0 && (kvm.st_mode & 0060) == 0060);
+}
+
+/* A user namespace whose uid and gid 0 are uid outside: the idmapping of a restored guest's view of
+ * its template (an idmapped mount shows root's files as uid's). Made by a child that only waits
+ * while its maps are written. An fd of it, or -errno. */
+static int idmap_userns(uid_t uid)
+{
+    struct clone_args ca = {.flags = CLONE_NEWUSER, .exit_signal = SIGCHLD};
+    pid_t pid = (pid_t) syscall(SYS_clone3, &ca, sizeof ca);
+    if (pid == 0) {
+        for (;;)
+            pause();
+    }
+    if (pid < 0)
+        return -errno;
+    char path[64], map[64];
+    int r = 0, fd = -1;
+    (void) snprintf(map, sizeof map, "0 %u 1\n", (unsigned) uid);
+    const char *files[][2] = {{"uid_map", map}, {"setgroups", "deny"}, {"gid_map", map}};
+    for (size_t i = 0; r >= 0 && i < 3; i++) {
+        (void) snprintf(path, sizeof path, "/proc/%d/%s", (int) pid, files[i][0]);
+        r = cdn_write_file_at(AT_FDCWD, path, files[i][1]);
+    }
+    if (r >= 0) {
+        (void) snprintf(path, sizeof path, "/proc/%d/ns/user", (int) pid);
+        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+            r = -errno;
+    }
+    (void) kill(pid, SIGKILL);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    return r < 0 ? r : fd;
+}
+
+/* A detached copy of dir's mount, idmapped by userns: an fd of it, or -errno (the kernel or the
+ * filesystem cannot idmap). */
+static int idmapped_tree(const char *dir, int userns)
+{
+    int tree = (int) syscall(SYS_open_tree, AT_FDCWD, dir, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (tree < 0)
+        return -errno;
+    struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                              .userns_fd = (uint64_t) userns};
+    if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) {
+        int e = errno;
+        (void) close(tree);
+        return -e;
+    }
+    return tree;
+}
+
+/* dir bound at root + dir through an idmapped mount (userns's mapping). 0 or -errno. */
+static int bind_idmapped(const char *root, const char *dir, int userns)
+{
+    char t[4300];
+    (void) snprintf(t, sizeof t, "%s%s", root, dir);
+    int r = cdn_mkdir_p(t, 0755);
+    if (r < 0)
+        return r;
+    int tree = idmapped_tree(dir, userns);
+    if (tree < 0)
+        return tree;
+    r = syscall(SYS_move_mount, tree, "", AT_FDCWD, t, MOVE_MOUNT_F_EMPTY_PATH) < 0 ? -errno : 0;
+    (void) close(tree);
+    return r;
 }
 
 /* In QEMU's child, in its jail: root no more (the run directory, its $TMPDIR, becomes the uid's;
@@ -394,8 +465,9 @@ static int bind_into(const char *root, const char *path, bool rw)
  * only itself), and the command's paths at their own places, all read-only but the RAM file's
  * directory, the binds' share and the disk snapshot's directory. Pivoted into; the host's root is
  * detached. In QEMU's child, in its own mount namespace. */
-static int jail(const struct qemu_cmd *q, const char *qemu, const char *tmpdir)
+static int jail(const struct qemu_cmd *q, const char *qemu, const struct qemu_fds *f)
 {
+    const char *tmpdir = f->tmpdir;
     char root[4200], p[4300];
     (void) snprintf(root, sizeof root, "%s/jail", cdn_vm_dir());
     /* Nothing of the jail propagates to the host's mount namespace. */
@@ -424,7 +496,9 @@ static int jail(const struct qemu_cmd *q, const char *qemu, const char *tmpdir)
         if (access(devs[i], F_OK) == 0)
             r = bind_into(root, devs[i], true);
     for (int i = 0; r == 0 && i < q->npaths; i++)
-        r = bind_into(root, q->paths[i], q->rw[i]);
+        r = f->idmap_dir && strcmp(q->paths[i], f->idmap_dir) == 0
+                ? bind_idmapped(root, q->paths[i], f->idmap_userns)
+                : bind_into(root, q->paths[i], q->rw[i]);
     if (r == 0 && tmpdir)
         r = bind_into(root, tmpdir, true);
     if (r < 0)
@@ -488,7 +562,7 @@ static pid_t spawn_qemu(const struct qemu_cmd *q, const struct qemu_fds *f, int 
         if (f->netns >= 0 ? setns(f->netns, CLONE_NEWNET) < 0 : unshare(CLONE_NEWNET) < 0)
             _exit(127);
         if (unshare(CLONE_NEWNS) < 0 || (f->n_mounts && bind_share(f->mounts, f->n_mounts) < 0) ||
-            jail(q, qemu, f->tmpdir) < 0 || (f->uid && drop_root(f) < 0))
+            jail(q, qemu, f) < 0 || (f->uid && drop_root(f) < 0))
             _exit(127);
         if (!f->persistent && f->uid) { /* again (dropping root cleared it), unless we are gone already */
             struct pollfd gone = {.fd = self, .events = POLLIN};
@@ -1079,22 +1153,34 @@ static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
     struct qemu_cmd q = {0};
     build_cmd(&q, &vm, accel, mem, smp, boot, dir, listening, tap >= 0, sb->spec->n_mounts > 0, full,
               (struct vm_disk){.path = *disk ? disk : NULL, .format = format});
+    /* QEMU's uid: its own, unless KVM's device is root's only; for a restore, as long as the
+     * template's directory can be idmapped to it (else root in the jail, as before). */
+    uid_t quid = uid_can_run(accel) ? qemu_uid() : 0;
+    _cleanup_close_ int userns = -1;
+    if (quid && boot == BOOT_RESTORE) {
+        int tree = (userns = idmap_userns(quid)) < 0 ? -1 : idmapped_tree(dir, userns);
+        if (tree < 0)
+            quid = 0;
+        else
+            (void) close(tree);
+    }
     int pidfd = -1;
-    pid_t pid =
-        spawn_qemu(&q,
-                   &(struct qemu_fds){.agent = sp[1],
-                                      .fd4 = state,
-                                      .fd5 = qm[1],
-                                      .tap = tap,
-                                      .disk = diskfd,
-                                      .netns = sb->netns_fd,
-                                      .persistent = sb->persistent,
-                                      .mounts = sb->spec->mounts,
-                                      .n_mounts = sb->spec->n_mounts,
-                                      .cgroup = &sb->cgroup,
-                                      .tmpdir = format ? tmpdir : NULL,
-                                      .uid = boot == BOOT_COLD && uid_can_run(accel) ? qemu_uid() : 0},
-                   &pidfd, err);
+    pid_t pid = spawn_qemu(&q,
+                           &(struct qemu_fds){.agent = sp[1],
+                                              .fd4 = state,
+                                              .fd5 = qm[1],
+                                              .tap = tap,
+                                              .disk = diskfd,
+                                              .netns = sb->netns_fd,
+                                              .persistent = sb->persistent,
+                                              .mounts = sb->spec->mounts,
+                                              .n_mounts = sb->spec->n_mounts,
+                                              .cgroup = &sb->cgroup,
+                                              .tmpdir = format ? tmpdir : NULL,
+                                              .uid = quid,
+                                              .idmap_userns = userns,
+                                              .idmap_dir = quid && boot == BOOT_RESTORE ? dir : NULL},
+                           &pidfd, err);
     (void) close(sp[1]);
     (void) safe_close(qm[1]);
     (void) safe_close(tap);
