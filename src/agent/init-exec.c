@@ -90,8 +90,7 @@ static void exec_child(const struct cdn_exec_req *r, int errfd, const int stdio[
             if (dup2(stdio[i], i) < 0)
                 stage = 3;
     }
-    char cwd[4096];
-    if (!stage && r->cwd[0] && chdir(agent_path(r->cwd, cwd, sizeof cwd)) < 0) {
+    if (!stage && r->cwd[0] && chdir(r->cwd) < 0) {
         stage = 1;
     } else if (!stage && vm_confines() && (vm_set_rlimits() < 0 || vm_confine_child(errfd) < 0)) {
         stage = 4; /* a VM guest's command: confined as a container's init is, or not run */

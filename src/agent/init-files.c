@@ -226,8 +226,6 @@ void files_request(uint32_t channel, uint16_t flags, const uint8_t *p, size_t le
         fail(channel, EINVAL, "relative path", r.path);
         return;
     }
-    static char rewritten[4096];
-    r.path = agent_path(r.path, rewritten, sizeof rewritten);
     struct stat st;
     int e;
     switch (r.op) {

@@ -1,5 +1,5 @@
 /* cordon-init has no interpreter: calls belong to the process tier's
- * cordon-worker (worker-call.c), and paths mean what they say. */
+ * cordon-worker (worker-call.c). */
 #include <errno.h>
 
 #include "init.h"
@@ -23,12 +23,6 @@ void call_poll_handle(const struct pollfd *pfd, size_t n)
 int call_timeout_ms(void)
 {
     return -1;
-}
-
-const char *agent_path(const char *path, char *buf, size_t size)
-{
-    (void) buf, (void) size;
-    return path;
 }
 
 void agent_exec_env(void)

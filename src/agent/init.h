@@ -80,9 +80,6 @@ void call_start(uint32_t channel, const uint8_t *p, size_t len);
 void call_poll_add(struct pollfd *pfd, size_t *n, size_t max);
 void call_poll_handle(const struct pollfd *pfd, size_t n);
 int call_timeout_ms(void);
-/* The worker's path rewriting (process tier): a path of the API under /workspace names the
- * sandbox's work directory. Returns path itself, or buf holding the rewritten one. */
-const char *agent_path(const char *path, char *buf, size_t size);
 /* In a command's child, its environment set: what the worker adds (HOME, TMPDIR in its directory). */
 void agent_exec_env(void);
 /* The agent's main loop (init.c): cordon-init's main, and cordon-worker's once confined. */

@@ -49,7 +49,6 @@ static const char server_py[] =
 
 static struct {
     char dir[256];
-    uint32_t uid;
     bool python;
     struct sock_fprog filter; /* the server's: no uid, gid, session or process group changes */
     pid_t server;             /* 0: none */
@@ -196,10 +195,9 @@ static int64_t now_ms(void)
     return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void worker_call_setup(const char *dir, uint32_t uid, bool python)
+void worker_call_setup(const char *dir, bool python)
 {
     (void) snprintf(w.dir, sizeof w.dir, "%s", dir);
-    w.uid = uid;
     w.python = python;
     static const int nrs[] = {SCMP_SYS(setuid),   SCMP_SYS(setgid),    SCMP_SYS(setreuid),
                               SCMP_SYS(setregid), SCMP_SYS(setresuid), SCMP_SYS(setresgid),
@@ -207,12 +205,6 @@ void worker_call_setup(const char *dir, uint32_t uid, bool python)
                               SCMP_SYS(setsid),   SCMP_SYS(setpgid)};
     if (python && cdn_worker_filter(nrs, sizeof nrs / sizeof nrs[0], &w.filter) < 0)
         w.python = false; /* calls then fail with a clear error; commands still run */
-}
-
-const char *agent_path(const char *path, char *buf, size_t size)
-{
-    (void) buf, (void) size;
-    return path; /* /workspace is a bind in the worker's mount namespace */
 }
 
 void agent_exec_env(void)

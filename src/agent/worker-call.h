@@ -14,7 +14,7 @@ int worker_python_init(struct cdn_error *err);
 void worker_python_before_fork(void);
 void worker_python_after_fork(void);
 void worker_python_after_fork_parent(void);
-/* A worker, once confined: its directory and uid, for the interpreter that runs its calls. */
-void worker_call_setup(const char *dir, uint32_t uid, bool python);
+/* A worker, once confined: its directory, for the interpreter that runs its calls. */
+void worker_call_setup(const char *dir, bool python);
 /* A raw BPF program returning EPERM for the given syscalls (worker.c, libseccomp). */
 int cdn_worker_filter(const int *nrs, size_t n, struct sock_fprog *ret);

@@ -330,7 +330,7 @@ static _Noreturn void worker_main(const struct cdn_worker_req *q, int agent, int
         (void) cdn_write_all(5, &err, sizeof err);
         _exit(1);
     }
-    worker_call_setup(q->dir, q->uid, z.python);
+    worker_call_setup(q->dir, z.python);
     (void) close(5); /* EOF: the agent runs */
     _exit(agent_main());
 }

@@ -60,12 +60,23 @@ int cdn_libexec_path(const char *name, char *buf, unsigned size)
     return -ENOENT;
 }
 
-int cdn_init_path(char *buf, unsigned size)
+/* $env when it names an executable, else name beside us or in libexec. */
+static int helper_path(const char *env_name, const char *name, char *buf, unsigned size)
 {
-    const char *env = getenv("CORDON_INIT");
+    const char *env = getenv(env_name);
     if (env && env[0] == '/' && access(env, X_OK) == 0) {
         (void) snprintf(buf, size, "%s", env);
         return 0;
     }
-    return cdn_libexec_path("cordon-init", buf, size);
+    return cdn_libexec_path(name, buf, size);
+}
+
+int cdn_init_path(char *buf, unsigned size)
+{
+    return helper_path("CORDON_INIT", "cordon-init", buf, size);
+}
+
+int cdn_worker_path(char *buf, unsigned size)
+{
+    return helper_path("CORDON_WORKER", "cordon-worker", buf, size);
 }

@@ -16,3 +16,5 @@ const char *cdn_vm_dir(void);
 int cdn_libexec_path(const char *name, char *buf, unsigned size);
 /* The cordon-init binary: $CORDON_INIT, else cdn_libexec_path(). */
 int cdn_init_path(char *buf, unsigned size);
+/* The same for the process tier's cordon-worker ($CORDON_WORKER). */
+int cdn_worker_path(char *buf, unsigned size);

@@ -34,16 +34,6 @@ static struct {
     int ctl;
 } z = {.ctl = -EBADF};
 
-static int worker_path(char *buf, unsigned size)
-{
-    const char *env = getenv("CORDON_WORKER");
-    if (env && env[0] == '/' && access(env, X_OK) == 0) {
-        (void) snprintf(buf, size, "%s", env);
-        return 0;
-    }
-    return cdn_libexec_path("cordon-worker", buf, size);
-}
-
 static void zygote_stop(void)
 {
     z.ctl = safe_close(z.ctl);
@@ -65,7 +55,7 @@ static int zygote(struct cdn_error *err)
         return cdn_error_set(err, EPERM,
                              "the process tier needs root: it gives each sandbox a uid and a cgroup");
     char path[4096];
-    if (worker_path(path, sizeof path) < 0)
+    if (cdn_worker_path(path, sizeof path) < 0)
         return cdn_error_set(err, ENOENT, "cordon-worker not found (set CORDON_WORKER or install cordon)");
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
@@ -147,9 +137,8 @@ static int make_dir(struct cdn_sandbox *sb, struct cdn_error *err)
         return cdn_error_set(err, errno, "mount a tmpfs on %s: %m", dir);
     static const struct {
         const char *name;
-        unsigned add;
         mode_t mode;
-    } subs[] = {{"work", 0, 0700}, {"tmp", 0, 01777}, {"call", 0, 0700}};
+    } subs[] = {{"work", 0700}, {"tmp", 01777}, {"call", 0700}};
     (void) snprintf(sub, sizeof sub, "%s/mask", dir); /* for the masks on /proc (cdn_proc_mask) */
     int fd = open(sub, O_CREAT | O_EXCL | O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0444);
     if (fd < 0)
@@ -157,21 +146,46 @@ static int make_dir(struct cdn_sandbox *sb, struct cdn_error *err)
     (void) close(fd);
     for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
         (void) snprintf(sub, sizeof sub, "%s/%s", dir, subs[i].name);
-        if (mkdir(sub, subs[i].mode) < 0 || chown(sub, uid + subs[i].add, uid) < 0 ||
-            chmod(sub, subs[i].mode) < 0)
+        if (mkdir(sub, subs[i].mode) < 0 || chown(sub, uid, uid) < 0 || chmod(sub, subs[i].mode) < 0)
             return cdn_error_set(err, errno, "make %s: %m", sub);
     }
     return 0;
 }
 
+/* What follows the request (worker.h): the spec's binds, then its protected paths' patterns. */
+static int encode_extra(const struct cdn_spec *spec, struct cdn_worker_req *q, uint8_t *out, size_t cap,
+                        size_t *ret_len, struct cdn_error *err)
+{
+    size_t len = 0;
+    for (size_t i = 0; i < spec->n_mounts; i++) {
+        const struct cdn_mount *m = &spec->mounts[i];
+        size_t a = strlen(m->source) + 1, b = strlen(m->target) + 1;
+        if (len + 1 + a + b > cap)
+            return cdn_error_field(err, E2BIG, "mounts", "mounts: their paths exceed %zu KiB together",
+                                   cap >> 10);
+        out[len++] = m->readonly;
+        memcpy(out + len, m->source, a);
+        memcpy(out + len + a, m->target, b);
+        len += a + b;
+    }
+    q->n_mounts = (uint32_t) spec->n_mounts;
+    q->mounts_len = (uint32_t) len;
+    for (size_t i = 0; i < spec->protect.n; i++) {
+        size_t a = strlen(spec->protect.v[i]) + 1;
+        if (len + a > cap)
+            return cdn_error_field(err, E2BIG, "protect", "protect: the patterns exceed %zu KiB together",
+                                   cap >> 10);
+        memcpy(out + len, spec->protect.v[i], a);
+        len += a;
+    }
+    q->n_protect = (uint32_t) spec->protect.n;
+    q->protect_len = (uint32_t) len - q->mounts_len;
+    *ret_len = len;
+    return 0;
+}
+
 static int spawn(struct cdn_sandbox *sb, struct cdn_error *err)
 {
-    int agent[2] = {-EBADF, -EBADF}, rep[2] = {-EBADF, -EBADF};
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, agent) < 0 || pipe2(rep, O_CLOEXEC) < 0) {
-        (void) safe_close(agent[0]);
-        (void) safe_close(agent[1]);
-        return cdn_error_set(err, errno, "socketpair/pipe: %m");
-    }
     struct cdn_worker_req q = {
         .magic = CDN_WORKER_MAGIC,
         .flags = (sb->spec->net_mode == CDN_NET_OPEN ? CDN_WORKER_NET : 0) |
@@ -184,36 +198,17 @@ static int spawn(struct cdn_sandbox *sb, struct cdn_error *err)
     };
     (void) snprintf(q.cgroup, sizeof q.cgroup, "%s", sb->cgroup.name);
     sandbox_dir(sb->slot, q.dir, sizeof q.dir);
-    /* The spec's binds (beneath /workspace: spec.c) follow the struct. */
-    static uint8_t extra[CDN_WORKER_MSG_MAX];
+    static uint8_t extra[CDN_WORKER_MSG_MAX - sizeof(struct cdn_worker_req)];
     size_t len = 0;
-    for (size_t i = 0; i < sb->spec->n_mounts; i++) {
-        const struct cdn_mount *m = &sb->spec->mounts[i];
-        size_t a = strlen(m->source) + 1, b = strlen(m->target) + 1;
-        if (sizeof q + len + 1 + a + b > sizeof extra) {
-            (void) close(agent[0]), (void) close(agent[1]), (void) close(rep[0]), (void) close(rep[1]);
-            return cdn_error_field(err, E2BIG, "mounts", "mounts: their paths exceed %u KiB together",
-                                   CDN_WORKER_MSG_MAX >> 10);
-        }
-        extra[len++] = m->readonly;
-        memcpy(extra + len, m->source, a);
-        memcpy(extra + len + a, m->target, b);
-        len += a + b;
+    int r0 = encode_extra(sb->spec, &q, extra, sizeof extra, &len, err);
+    if (r0 < 0)
+        return r0;
+    int agent[2] = {-EBADF, -EBADF}, rep[2] = {-EBADF, -EBADF};
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, agent) < 0 || pipe2(rep, O_CLOEXEC) < 0) {
+        (void) safe_close(agent[0]);
+        (void) safe_close(agent[1]);
+        return cdn_error_set(err, errno, "socketpair/pipe: %m");
     }
-    q.n_mounts = (uint32_t) sb->spec->n_mounts;
-    q.mounts_len = (uint32_t) len;
-    for (size_t i = 0; i < sb->spec->protect.n; i++) {
-        size_t a = strlen(sb->spec->protect.v[i]) + 1;
-        if (sizeof q + len + a > sizeof extra) {
-            (void) close(agent[0]), (void) close(agent[1]), (void) close(rep[0]), (void) close(rep[1]);
-            return cdn_error_field(err, E2BIG, "protect", "protect: the patterns exceed %u KiB together",
-                                   CDN_WORKER_MSG_MAX >> 10);
-        }
-        memcpy(extra + len, sb->spec->protect.v[i], a);
-        len += a;
-    }
-    q.n_protect = (uint32_t) sb->spec->protect.n;
-    q.protect_len = (uint32_t) len - q.mounts_len;
     int fds[3] = {agent[1], rep[1], sb->stdio_fd};
     int nfds = sb->stdio_fd >= 0 ? 3 : 2;
     union {
