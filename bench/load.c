@@ -119,6 +119,17 @@ static void *cycle_main(void *arg)
     return NULL;
 }
 
+/* The start of a run's JSON line: its clients, time, count and errors (the first one's text escaped). */
+static void print_head(int clients, double elapsed_ms, const char *count_name, size_t count, long errors,
+                       const char *first)
+{
+    printf("{\"clients\":%d,\"elapsed_ms\":%.3f,\"%s\":%zu,\"errors\":%ld,\"first_error\":\"", clients,
+           elapsed_ms, count_name, count, errors);
+    for (const char *p = first; *p; p++)
+        printf(*p == '"' || *p == '\\' ? "\\%c" : (unsigned char) *p < 0x20 ? "?" : "%c", *p);
+    printf("\",");
+}
+
 static int run_cycle(int argc, char **argv)
 {
     if (argc < 5)
@@ -141,7 +152,6 @@ static int run_cycle(int argc, char **argv)
     struct samples all[5] = {0};
     long errors = 0;
     const char *first = "";
-    double end = start;
     for (int i = 0; i < n; i++) {
         pthread_join(w[i].t, NULL);
         struct samples *mine[5] = {&w[i].cycle, &w[i].create, &w[i].exec, &w[i].server, &w[i].del};
@@ -152,12 +162,7 @@ static int run_cycle(int argc, char **argv)
         if (w[i].errors && !*first)
             first = w[i].first_error;
     }
-    end = now_ms();
-    printf("{\"clients\":%d,\"elapsed_ms\":%.3f,\"cycles\":%zu,\"errors\":%ld,\"first_error\":\"", n,
-           end - start, all[0].n, errors);
-    for (const char *p = first; *p; p++)
-        printf(*p == '"' || *p == '\\' ? "\\%c" : (unsigned char) *p < 0x20 ? "?" : "%c", *p);
-    printf("\",");
+    print_head(n, now_ms() - start, "cycles", all[0].n, errors, first);
     print_samples("cycle", &all[0], false);
     print_samples("create", &all[1], false);
     print_samples("exec", &all[2], false);
@@ -254,12 +259,7 @@ static int run_rate(int argc, char **argv)
         if (w[i].errors && !*first)
             first = w[i].first_error;
     }
-    double end = now_ms();
-    printf("{\"clients\":%d,\"elapsed_ms\":%.3f,\"ops\":%zu,\"errors\":%ld,\"first_error\":\"", n,
-           end - start, all.n, errors);
-    for (const char *p = first; *p; p++)
-        printf(*p == '"' || *p == '\\' ? "\\%c" : (unsigned char) *p < 0x20 ? "?" : "%c", *p);
-    printf("\",");
+    print_head(n, now_ms() - start, "ops", all.n, errors, first);
     print_samples("op", &all, true);
     printf("}\n");
     return errors ? 1 : 0;
