@@ -347,6 +347,10 @@ int main(int argc, char **argv)
     raise_fanotify_groups();
     (void) guard_global_start();
     int adopted = box_adopt_all();
+    int r = egress_forget_old_flows();
+    if (r < 0)
+        fprintf(stderr, "cordond: the adopted sandboxes' old flows stay misrouted until they end: %s\n",
+                strerror(-r));
     /* What a crashed cordond kept for reuse (empty cgroups of now free slots) goes, and the
      * directories of its process-tier sandboxes (which died with it). */
     cdn_tier_lookup(CDN_TIER_PROCESS)->sweep_slots();

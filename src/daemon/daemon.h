@@ -229,6 +229,9 @@ void egress_release(struct box *b);
  * was adopted; its allowlist comes from its spec, its DNS pins start empty
  * (names are answered again as they are asked), its old connections are gone. */
 int egress_adopt(struct box *b, int lease, struct cdn_error *err);
+/* Once every sandbox is adopted: the kernel forgets their flows' NAT to the
+ * last cordond's listeners (net/conntrack.h). Returns how many flows, or -errno. */
+int egress_forget_old_flows(void);
 /* PATCH …/network: replace mode and list (allow moved in on success). */
 int egress_set(struct box *b, enum cdn_net_mode mode, struct cdn_strv *allow, struct cdn_error *err);
 const char *egress_log_path(void);

@@ -17,6 +17,7 @@
 #include "record.h"
 #include "shared/fd-util.h"
 #include "net/audit.h"
+#include "net/conntrack.h"
 #include "net/dns-stub.h"
 #include "net/netns.h"
 #include "net/nft.h"
@@ -276,6 +277,25 @@ int egress_attach(struct box *b, struct cdn_error *err)
     b->sb.resolver_ip = b->netns.host_ip;
     b->sb.sandbox_ip = b->netns.sandbox_ip;
     return 0;
+}
+
+/* A source that is an adopted sandbox's address: before the pool is filled and the API is
+ * up, every lease this cordond holds is an adopted one. */
+static bool adopted_source(uint32_t ip, void *arg)
+{
+    (void) arg;
+    if (!cdn_net_in_sandbox_subnet(ip) || (ip & 3) != 2)
+        return false;
+    struct cdn_egress_box *e = eg.by_lease[(ip - CDN_NET_SUBNET) / 4];
+    return e && e->sandbox_ip == ip;
+}
+
+int egress_forget_old_flows(void)
+{
+    bool any = false;
+    for (unsigned i = 0; eg.ready && !any && i < CDN_NET_LEASES; i++)
+        any = eg.by_lease[i] != NULL;
+    return any ? cdn_conntrack_forget(adopted_source, NULL) : 0;
 }
 
 int egress_adopt(struct box *b, int lease, struct cdn_error *err)

@@ -45,7 +45,8 @@ struct cdn_netns {
  * it enters the new namespace for a moment and comes back. */
 int cdn_netns_create(struct cdn_netns *ns, bool veth, struct cdn_error *err);
 /* After a restart of the owner: take lease back and open the namespace of
- * pid (a process inside it, e.g. the sandbox's init). */
+ * pid (a process inside it, e.g. the sandbox's init). Its flows' conntrack
+ * entries still lead to the last owner's listeners (net/conntrack.h). */
 int cdn_netns_adopt(struct cdn_netns *ns, int lease, pid_t pid, struct cdn_error *err);
 /* Delete the veth pair (synchronously), close the namespace, free the lease. */
 void cdn_netns_destroy(struct cdn_netns *ns);
