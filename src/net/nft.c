@@ -3,20 +3,52 @@
 #include "net/nft.h"
 #include "net/netns.h"
 
+#include <dirent.h>
 #include <errno.h>
-#include <signal.h>
-#include <stdlib.h>
+#include <fcntl.h>
 #include <nftables/libnftables.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+/* The fds open now, as a bitmap of the first 1024 (what a process has when it makes its context). */
+static void open_fds(uint64_t map[static 16])
+{
+    memset(map, 0, 16 * sizeof *map);
+    DIR *d = opendir("/proc/self/fd");
+    for (struct dirent *e; d && (e = readdir(d));) {
+        int fd = atoi(e->d_name);
+        if ((fd > 0 || e->d_name[0] == '0') && fd < 1024)
+            map[fd / 64] |= 1ull << (fd % 64);
+    }
+    if (d)
+        (void) closedir(d);
+}
+
+/* One context for the process's life: its netlink socket owns the process's
+ * table (flags owner, below), which the kernel removes when that socket
+ * closes, i.e. when the process ends however it ends. libnftables opens the
+ * socket in nft_ctx_new without O_CLOEXEC; a child that kept a copy past its
+ * exec would keep a dead owner's table alive, and the next owner could
+ * neither replace it nor pass its drop rules. So what nft_ctx_new opened is
+ * made close-on-exec. */
 static struct nft_ctx *ctx(void)
 {
     static struct nft_ctx *c;
-    if (!c && (c = nft_ctx_new(NFT_CTX_DEFAULT))) {
-        (void) nft_ctx_buffer_output(c);
-        (void) nft_ctx_buffer_error(c);
-    }
+    if (c)
+        return c;
+    uint64_t before[16], after[16];
+    open_fds(before);
+    if (!(c = nft_ctx_new(NFT_CTX_DEFAULT)))
+        return NULL;
+    open_fds(after);
+    for (int fd = 0; fd < 1024; fd++)
+        if ((after[fd / 64] & ~before[fd / 64]) >> (fd % 64) & 1)
+            (void) fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
+    (void) nft_ctx_buffer_output(c);
+    (void) nft_ctx_buffer_error(c);
     return c;
 }
 
@@ -52,11 +84,17 @@ int cdn_nft_setup(const char *name, uint16_t proxy_port, uint16_t dns_port, uint
     if (!name_ok(name))
         return cdn_error_set(err, EINVAL, "nftables: bad table name '%s'", name);
     char cmd[4096];
-    /* "add table" then "delete table": replaces a stale table of a crashed owner
-     * in the same batch that builds the new one. The guard table (shared by
-     * every owner, never removed) drops what comes from any sandbox veth and
-     * no owner redirected: a veth whose owner is gone, or not yet back after a
-     * restart, reaches nothing — not the host's own services either. */
+    /* The owner's table belongs to this process's netlink socket (flags
+     * owner): the kernel removes it when the process ends, crash included, so
+     * no dead owner's rules stay behind to drop what a later owner's sandboxes
+     * or the host's own programs send to ports it once used. Other processes
+     * can read it, not change it. "add table" then "delete table" replaces a
+     * table of this process's own (or, once, one that an owner from before
+     * the flag left) in the same batch that builds the new one. The guard
+     * table (shared by every owner, never removed) drops what comes from any
+     * sandbox veth and no owner redirected: a veth whose owner is gone, or not
+     * yet back after a restart, reaches nothing — not the host's own services
+     * either. */
     (void) snprintf(cmd, sizeof cmd,
                     "add table inet " CDN_NFT_GUARD "\n"
                     "delete table inet " CDN_NFT_GUARD "\n"
@@ -76,6 +114,7 @@ int cdn_nft_setup(const char *name, uint16_t proxy_port, uint16_t dns_port, uint
                     "add table ip %1$s\n"
                     "delete table ip %1$s\n"
                     "table ip %1$s {\n"
+                    "  flags owner\n"
                     "  set ifs { type ifname; }\n"
                     "  set open_ifs { type ifname; }\n"
                     "  chain sbx_pre {\n"

@@ -8,7 +8,10 @@
  *   the listeners' ports are closed to every other interface.
  *
  * Fails closed: a veth is only usable once its name is in the set, and a
- * sandbox's packets never reach anything but the two listeners. */
+ * sandbox's packets never reach anything but the two listeners.
+ *
+ * The owner's table lives as long as the owner's process (nft.c says how):
+ * every call here goes through the process's one libnftables context. */
 #pragma once
 
 #include <stdbool.h>

@@ -17,6 +17,7 @@ check in proxy.c's decide_named() skipped, the "ip-mismatch" cases reach
 import json
 import os
 import socket
+import subprocess
 import threading
 import time
 
@@ -334,6 +335,19 @@ def test_one_shot_run_with_allowlist(shared_dir, net, tier):
     assert p.returncode == 125 and "network.allow[0]" in p.stderr, p.stderr
 
 
+def owner_table(state_dir, socket_path):
+    """A cordond's table name (egress.c's table_name: FNV-1a over both paths)."""
+    h = 2166136261
+    for c in (state_dir + socket_path).encode():
+        h = ((h ^ c) * 16777619) & 0xFFFFFFFF
+    return f"cordon_{h:08x}"
+
+
+def nft_tables():
+    out = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=True).stdout
+    return {line.split()[-1] for line in out.splitlines() if line.startswith("table ")}
+
+
 def test_kill9_and_restart_keeps_the_network(shared_dir, net, tier):
     """cordond crashes: the sandbox keeps its namespace; the next cordond takes
     it back (lease, veth, allowlist from the record, its own proxy and stub),
@@ -342,12 +356,17 @@ def test_kill9_and_restart_keeps_the_network(shared_dir, net, tier):
     args = ("--state-dir", state, "--dns-upstream", fakenet.DNS_IP)
     d = cordonlib.Daemon(shared_dir, *args, keep=True)
     try:
+        assert owner_table(state, d.socket) in nft_tables()
         sb = make(d, allow=["secure.test:443"], tier=tier)
         sb.set_network(mode="allowlist", allow=["pypi.test:80"])
         assert "host=pypi.test" in sh(sb, "curl -sS -m 10 http://pypi.test/").stdout
     finally:
         d.kill9()
-    # the crash left the table with the dead proxy's ports: the sandbox fails closed meanwhile
+    # The crash took the dead cordond's table with it (flags owner: it belonged to the process's
+    # netlink socket), so no rule of it drops what later owners or the host send to its old ports;
+    # the guard table keeps the sandbox fail-closed meanwhile. Without the flag (nft.c) the table
+    # stays, and this fails.
+    assert owner_table(state, d.socket) not in nft_tables()
     d2 = cordonlib.Daemon(shared_dir, *args)
     try:
         sb2 = Sandbox.connect(sb.id, endpoint=d2.endpoint)
