@@ -30,7 +30,8 @@ static const struct {
     {"events", cdn_cli_events, false, "events ID [--follow]          its event log (NDJSON)"},
     {"cp", cdn_cli_cp, false, "cp ID:PATH HOST | HOST ID:PATH copy a file out of or into a sandbox"},
     {"vm", cdn_cli_vm, false,
-     "vm prepare                    the VM tiers' guest kernel and initramfs (cached)"},
+     "vm prepare                    the VM tiers' guest kernel and initramfs (cached)\n"
+     "  cordon vm status [--json]            whether they are prepared (exit 1 if not), preparing nothing"},
 #else
     /* the lean build hands these to cordon-full (see main) */
     {"create", NULL, false, ""},

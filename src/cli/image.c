@@ -8,6 +8,8 @@
 #include "image/image.h"
 #include "tiers/container/seccomp-policy.h"
 #if !CDN_LEAN
+#include <jansson.h>
+
 #include "tiers/microvm/vmprep.h"
 #endif
 
@@ -73,8 +75,56 @@ usage:
 }
 
 #if !CDN_LEAN
+/* `cordon vm status [--json]`: what is prepared, preparing nothing. Exit 0 when both VM tiers can
+ * boot here, 1 when something is missing (each named), 125 on cordon's own error. */
+static int vm_status(bool as_json)
+{
+    struct cdn_error err = {0};
+    struct cdn_vm_status st;
+    if (cdn_vm_status(&st, &err) < 0) {
+        fprintf(stderr, "cordon: %s\n", err.msg);
+        return 125;
+    }
+    const char *missing[3];
+    size_t n = 0;
+    if (!*st.qemu)
+        missing[n++] = CDN_QEMU " is not in PATH (install Debian's qemu-system-x86)";
+    if (!st.kernel_ready)
+        missing[n++] = "the guest kernel is not prepared (run cordon vm prepare)";
+    else if (!st.initramfs_ready)
+        missing[n++] = "the initramfs is missing or older than cordon-init (run cordon vm prepare)";
+    if (as_json) {
+        json_t *m = json_array();
+        for (size_t i = 0; i < n; i++)
+            (void) json_array_append_new(m, json_string(missing[i]));
+        json_t *o = json_pack("{s:b, s:o, s:s, s:o, s:b, s:o, s:b, s:s, s:s, s:o}", "ready", n == 0, "qemu",
+                              *st.qemu ? json_string(st.qemu) : json_null(), "dir", cdn_vm_dir(), "release",
+                              st.kernel_ready ? json_string(st.assets.release) : json_null(), "kernel_ready",
+                              st.kernel_ready, "kernel", json_string(st.assets.kernel), "initramfs_ready",
+                              st.initramfs_ready, "initramfs", st.assets.initramfs, "accel_possible",
+                              st.hw_virt ? "kvm" : "tcg", "missing", m);
+        if (!o || json_dumpf(o, stdout, JSON_COMPACT) < 0) {
+            json_decref(o);
+            fprintf(stderr, "cordon: vm status: out of memory\n");
+            return 125;
+        }
+        json_decref(o);
+        putchar('\n');
+    } else {
+        printf("qemu       %s\nkernel     %s\ninitramfs  %s\naccel      %s\n",
+               *st.qemu ? st.qemu : "not found", st.kernel_ready ? st.assets.release : "not prepared",
+               st.initramfs_ready ? "current" : "not prepared", st.hw_virt ? "kvm (or tcg)" : "tcg only");
+        for (size_t i = 0; i < n; i++)
+            printf("missing    %s\n", missing[i]);
+    }
+    return n ? 1 : 0;
+}
+
 int cdn_cli_vm(int argc, char *const *argv)
 {
+    if (argc >= 1 && strcmp(argv[0], "status") == 0 &&
+        (argc == 1 || (argc == 2 && strcmp(argv[1], "--json") == 0)))
+        return vm_status(argc == 2);
     bool image = argc == 3 && strcmp(argv[1], "--image") == 0;
     if ((argc == 1 || image) && strcmp(argv[0], "prepare") == 0) {
         struct cdn_error err = {0};
@@ -91,7 +141,7 @@ int cdn_cli_vm(int argc, char *const *argv)
         printf("kernel %s\n%s\n%s\n%s%s", vm.release, vm.kernel, vm.initramfs, disk, *disk ? "\n" : "");
         return 0;
     }
-    fprintf(stderr, "usage: cordon vm prepare [--image host|DIR]\n");
+    fprintf(stderr, "usage: cordon vm prepare [--image host|DIR]\n       cordon vm status [--json]\n");
     return 125;
 }
 #endif

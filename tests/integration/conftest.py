@@ -16,6 +16,7 @@ import tempfile
 import pytest
 
 import cordonlib
+import testenv
 
 
 def _skip_reason():
@@ -27,10 +28,6 @@ def _skip_reason():
 
 
 def pytest_collection_modifyitems(config, items):
-    reason = _skip_reason()
-    if reason:
-        for item in items:
-            item.add_marker(pytest.mark.skip(reason=reason))
     # CORDON_VM_TIER_TESTS=none (run-all's sanitizer pass): none of them; test_vm.py still runs. The
     # host's side of tier vm is the microvm's code, which that pass runs over the tier fixture.
     only = set() if os.environ.get("CORDON_VM_TIER_TESTS") == "none" else VM_TIER_TESTS
@@ -50,9 +47,9 @@ def pytest_report_header(config):
 def no_leaks(request):
     """Snapshot host state before the test; after it, fail the test if any
     sandbox state is left behind."""
-    if _skip_reason():
-        yield
-        return
+    # Not a skip in a strict run (testenv.py): tests/run-all runs as root and builds cordon.
+    reason = _skip_reason()
+    testenv.need(not reason, reason)
     before = cordonlib.HostState.snapshot()
     yield before
     timeout = getattr(request.module, "LEAK_TIMEOUT", 3.0)
@@ -91,10 +88,9 @@ def _busybox():
 def busybox_image():
     """A directory image holding only a static busybox (Debian's busybox-static)."""
     bb = _busybox()
-    if not bb:
-        pytest.skip("busybox-static is not installed and could not be installed")
-    if not cordonlib.is_static_elf(bb):  # a dynamic one would need the host's libc in the image
-        pytest.skip(f"{bb} is not statically linked")
+    cordonlib.need(bb, "busybox-static is not installed and could not be installed")
+    # a dynamic one would need the host's libc in the image
+    cordonlib.need(cordonlib.is_static_elf(bb), f"{bb} is not statically linked (install busybox-static)")
     d = tempfile.mkdtemp(prefix="cordon-it-image-", dir="/tmp")
     os.chmod(d, 0o755)
     cordonlib.build_busybox_image(d, bb)
@@ -107,20 +103,15 @@ def daemon(shared_dir):
     """A cordond of this test's own (temporary socket). After the test it is
     stopped with SIGTERM, must exit 0, and — by no_leaks — must leave nothing
     of its sandboxes behind."""
-    if not os.access(cordonlib.CORDOND_BIN, os.X_OK):
-        pytest.skip(f"no cordond binary at {cordonlib.CORDOND_BIN}")
+    cordonlib.need(os.access(cordonlib.CORDOND_BIN, os.X_OK), f"no cordond binary at {cordonlib.CORDOND_BIN}")
     d = cordonlib.Daemon(shared_dir)
     yield d
     code = d.stop()
     assert code == 0, f"cordond exited {code}:\n{d.output()}"
 
 
-_NO_VM = pytest.mark.skipif(not cordonlib.vm_ready(),
-                            reason="no QEMU or no prepared guest kernel (cordon vm prepare)")
-
-
-@pytest.fixture(params=["container", "process", pytest.param("microvm", marks=_NO_VM),
-                        pytest.param("vm", marks=_NO_VM)])
+@pytest.fixture(params=["container", "process", pytest.param("microvm", marks=pytest.mark.needs_vm),
+                        pytest.param("vm", marks=pytest.mark.needs_vm)])
 def tier(request):
     """The isolation tier a tier-independent test runs on: each such test runs once per tier (on
     tier vm, only those of VM_TIER_TESTS)."""

@@ -347,10 +347,8 @@ VM_DIR = os.environ.setdefault(
     "CORDON_VM_DIR", os.path.join(os.environ.get("CORDON_STATE_DIR", "/var/lib/cordon"), "vm"))
 
 
-def vm_ready():
-    """Whether the VM tiers can run here: QEMU and a prepared guest kernel (`cordon vm prepare`)."""
-    import shutil
-    return bool(shutil.which("qemu-system-x86_64")) and os.path.exists(os.path.join(VM_DIR, "kernel", "release"))
+# Whether the VM tiers can run here, and the guest's release: the product's answer (testenv.py).
+from testenv import guest_release, need, need_vm, vm_ready  # noqa: E402,F401
 
 
 def vm_run_files():

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from cordonlib import CORDON_BIN, EXIT_CORDON
+from cordonlib import CORDON_BIN, EXIT_CORDON, need
 
 SMOKE = os.path.join(os.path.dirname(CORDON_BIN), "tests", "lib", "libcordon-smoke")
 
@@ -80,8 +80,7 @@ def test_no_daemon_is_a_clear_error(shared_dir):
 
 
 def test_libcordon(daemon):
-    if not os.access(SMOKE, os.X_OK):
-        pytest.skip(f"no {SMOKE}")
+    need(os.access(SMOKE, os.X_OK), f"no {SMOKE} (built with cordon)")
     r = subprocess.run([SMOKE], capture_output=True, env=dict(os.environ, CORDON_SOCKET=daemon.socket),
                        timeout=60)
     assert r.returncode == 0, r.stderr

@@ -17,12 +17,10 @@ import time
 import pytest
 
 import cordonlib
-from cordonlib import run
+from cordonlib import guest_release, run
+from testenv import hw_virt
 
-RELEASE = os.path.join(cordonlib.VM_DIR, "kernel", "release")
-
-pytestmark = pytest.mark.skipif(not cordonlib.vm_ready(),
-                                reason="no QEMU or no prepared guest kernel (cordon vm prepare)")
+pytestmark = pytest.mark.needs_vm
 
 
 _before = set()
@@ -39,11 +37,6 @@ def qemus():
     """QEMU processes the test left (zombies of others' aside)."""
     return [p for p in cordonlib.all_procs()
             if p.comm.startswith("qemu-system") and p.pid not in _before and p.state != "Z"]
-
-
-def guest_release():
-    with open(RELEASE) as f:
-        return f.read().strip()
 
 
 @pytest.mark.parametrize("boot", ["snapshot", "cold"])
@@ -150,13 +143,6 @@ def test_a_missing_protected_path_fails_the_create(daemon):
     assert status == 400 and body["error"]["field"] == "protect", body
     assert "/workspace/nope" in body["error"]["message"] or "No such file" in body["error"]["message"], body
     cordonlib.wait_for(lambda: qemus() == [], timeout=10, what="the guest's end")
-
-
-def hw_virt():
-    """Whether KVM can run an unmodified guest here: /dev/kvm and the CPU's own VMX/SVM."""
-    with open("/proc/cpuinfo") as f:
-        cpu = f.read()
-    return os.access("/dev/kvm", os.W_OK) and (" vmx" in cpu or " svm" in cpu)
 
 
 def test_cordond_runs_it_from_the_snapshot(daemon):

@@ -16,15 +16,9 @@ import subprocess
 import pytest
 
 import cordonlib
-from cordonlib import run
+from cordonlib import guest_release, run
 
-pytestmark = pytest.mark.skipif(not cordonlib.vm_ready(),
-                                reason="no QEMU or no prepared guest kernel (cordon vm prepare)")
-
-
-def guest_release():
-    with open(os.path.join(cordonlib.VM_DIR, "kernel", "release")) as f:
-        return f.read().strip()
+pytestmark = pytest.mark.needs_vm
 
 
 def digest(path):
@@ -73,8 +67,7 @@ def test_a_disk_image_file_is_the_root_and_never_changes(busybox_image, tmp_path
     disk = str(tmp_path / "root.raw")
     ext4_disk(busybox_image, disk)
     if fmt == "qcow2":
-        if not shutil.which("qemu-img"):
-            pytest.skip("no qemu-img (qemu-utils)")
+        cordonlib.need(shutil.which("qemu-img"), "no qemu-img (install qemu-utils)")
         subprocess.run(["qemu-img", "convert", "-O", "qcow2", disk, disk + ".qcow2"], check=True)
         disk += ".qcow2"
     before = digest(disk)
@@ -115,12 +108,12 @@ def test_cordond_runs_a_full_vm(daemon):
 DEBOOTSTRAP_DISK = os.environ.get("CORDON_TEST_VM_DISK", "")
 
 
-@pytest.mark.skipif(not os.path.exists(DEBOOTSTRAP_DISK),
-                    reason="no disk made by `cordon image build` (CORDON_TEST_VM_DISK; tests/run-all makes one)")
 def test_a_debootstrap_image_boots_its_systemd():
     """The disk `cordon image build DIR --disk FILE` makes (Debian minbase with systemd): its own
     systemd is the guest's init and starts the agent, its own userland runs the commands, and the file
     never changes."""
+    cordonlib.need(os.path.exists(DEBOOTSTRAP_DISK),
+                   "no disk made by `cordon image build` (CORDON_TEST_VM_DISK; tests/run-all makes one)")
     before = digest(DEBOOTSTRAP_DISK)
     script = ". /etc/os-release; echo $VERSION_CODENAME; dpkg -s systemd | grep -c installed"
     r = run(["--tier", "vm", "--image", DEBOOTSTRAP_DISK, "--", "sh", "-c", script], timeout=180,

@@ -5,8 +5,9 @@ test_weakened_reports_escapes runs the same probe with no sandbox and requires e
 that a green test_all_contained means something.
 
 Environment (defaults: the repository's build/ directory, as in tests/integration):
-    CORDON_BIN    path of the `cordon` CLI (test_all_contained is skipped without it)
-    CORDON_PROBE  path of the static cordon-probe binary (every test is skipped without it)
+    CORDON_BIN    path of the `cordon` CLI
+    CORDON_PROBE  path of the static cordon-probe binary
+(without either, a test fails in a strict run — tests/run-all, CI=true — and is skipped elsewhere: testenv.py)
 
 Run as root:  CORDON_BIN=build/cordon CORDON_PROBE=build/tests/security/cordon-probe \\
               /usr/bin/python3 -m pytest -v tests/security/test_security.py
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from testenv import need
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORDON_BIN = os.environ.get("CORDON_BIN") or os.path.join(REPO, "build", "cordon")
 CORDON_PROBE = os.environ.get("CORDON_PROBE") or os.path.join(REPO, "build", "tests", "security", "cordon-probe")
@@ -36,7 +39,9 @@ RUN_TIMEOUT_S = 600
 # 512 MiB of disk, 100000 fds), so each one is contained only if its limit is really enforced.
 SANDBOX_LIMITS = ["--memory", "256M", "--pids", "128", "--disk", "64M", "--nofile", "1024", "--timeout", "300s"]
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the security suite must run as root")
+@pytest.fixture(autouse=True)
+def _as_root():
+    need(os.geteuid() == 0, "the security suite must run as root")
 
 
 def _is_executable(path):
@@ -44,13 +49,11 @@ def _is_executable(path):
 
 
 def _require_probe():
-    if not _is_executable(CORDON_PROBE):
-        pytest.skip(f"no cordon-probe binary at {CORDON_PROBE} (build it, or set CORDON_PROBE)")
+    need(_is_executable(CORDON_PROBE), f"no cordon-probe binary at {CORDON_PROBE} (build it, or set CORDON_PROBE)")
 
 
 def _require_cordon():
-    if not _is_executable(CORDON_BIN):
-        pytest.skip(f"no cordon binary at {CORDON_BIN} (build it, or set CORDON_BIN)")
+    need(_is_executable(CORDON_BIN), f"no cordon binary at {CORDON_BIN} (build it, or set CORDON_BIN)")
 
 
 @dataclass(frozen=True)
@@ -180,19 +183,12 @@ def test_probe_catalogue():
     assert required <= {category for category, _ in entries}
 
 
-def _vm_ready():
-    state = os.environ.get("CORDON_VM_DIR") or os.path.join(os.environ.get("CORDON_STATE_DIR", "/var/lib/cordon"), "vm")
-    return bool(shutil.which("qemu-system-x86_64")) and os.path.exists(os.path.join(state, "kernel", "release"))
-
-
 # In a VM guest, uid 0 is the guest kernel's root: /proc/self/uid_map there reads "0 0 4294967295" as
 # on a host, and the probe cannot tell the two apart. What the guest's root could reach of the host is
 # probed on its own (the canary files, the host's loopback port, abstract socket and pids): those
 # must be contained like everything else.
 VM_GUEST_ROOT = {"uid_map_root", "gid_map_root"}
 
-
-_NO_VM = pytest.mark.skipif(not _vm_ready(), reason="no QEMU or no prepared guest kernel (cordon vm prepare)")
 
 # The process tier has no user, pid or network namespace (docs/process.md, "What it does not
 # protect"): the probe sees the identity uid/gid maps, that pid 1 exists (kill(1, 0) is EPERM, and
@@ -201,8 +197,8 @@ _NO_VM = pytest.mark.skipif(not _vm_ready(), reason="no QEMU or no prepared gues
 PROCESS_EXPECTED = {"uid_map_root", "gid_map_root", "host_pid_visible", "net_default_route", "net_interfaces"}
 
 
-@pytest.mark.parametrize("tier", ["container", "process", pytest.param("microvm", marks=_NO_VM),
-                                  pytest.param("vm", marks=_NO_VM)])
+@pytest.mark.parametrize("tier", ["container", "process", pytest.param("microvm", marks=pytest.mark.needs_vm),
+                                  pytest.param("vm", marks=pytest.mark.needs_vm)])
 @pytest.mark.parametrize("on_violation", [None, "kill"])
 def test_all_contained(host_env, on_violation, tier):
     """Every escape attempt made from inside `cordon run` is contained. In kill
@@ -257,8 +253,7 @@ def _weakened_command():
     scratch mounts never appear in the host's mount table.
     """
     unshare = shutil.which("unshare")
-    if not unshare:
-        pytest.skip("util-linux unshare is needed to keep the host's pid 1 out of reach")
+    need(unshare, "util-linux unshare is needed to keep the host's pid 1 out of reach")
     return [unshare, "--pid", "--fork", "--mount-proc", "--kill-child", "--", CORDON_PROBE]
 
 

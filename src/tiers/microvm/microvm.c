@@ -46,17 +46,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define QEMU       "qemu-system-x86_64"
+#define QEMU       CDN_QEMU
 #define QEMU_AGENT 3 /* the fd QEMU gets our socket on */
-
-/* Whether the CPU does VMX/SVM itself (a nested host without them, like PVM, has a /dev/kvm whose
- * guests die: tried here once, QEMU hung in the host's kernel for minutes, beyond SIGKILL). */
-static bool cpu_virt(void)
-{
-    static char buf[1 << 16];
-    ssize_t n = cdn_read_file_at(AT_FDCWD, "/proc/cpuinfo", buf, sizeof buf);
-    return n > 0 && (strstr(buf, " vmx") || strstr(buf, " svm"));
-}
 
 static int probe_kvm(const struct cdn_vm_assets *vm);
 
@@ -70,7 +61,7 @@ static const char *pick_accel(const struct cdn_vm_assets *vm)
     if (env && (strcmp(env, "kvm") == 0 || strcmp(env, "tcg") == 0))
         return env;
     bool force = env && strcmp(env, "probe") == 0;
-    if (access("/dev/kvm", R_OK | W_OK) < 0 || (!force && !cpu_virt()))
+    if (access("/dev/kvm", R_OK | W_OK) < 0 || (!force && !cdn_vm_cpu_virt()))
         return "tcg";
     char boot[64] = "", path[4200], have[128] = "", want[128];
     (void) cdn_read_file_at(AT_FDCWD, "/proc/sys/kernel/random/boot_id", boot, sizeof boot);
@@ -529,24 +520,10 @@ static int jail(const struct qemu_cmd *q, const char *qemu, const struct qemu_fd
     return 0;
 }
 
-/* QEMU's binary, found in PATH (the jail holds it at the same path). */
-static int find_qemu(char *out, size_t size)
-{
-    const char *path = getenv("PATH");
-    char dirs[4096];
-    (void) snprintf(dirs, sizeof dirs, "%s", path && *path ? path : "/usr/bin:/bin");
-    for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-        (void) snprintf(out, size, "%s/" QEMU, d);
-        if (d[0] == '/' && access(out, X_OK) == 0)
-            return 0;
-    }
-    return -ENOENT;
-}
-
 static pid_t spawn_qemu(const struct qemu_cmd *q, const struct qemu_fds *f, int *pidfd, struct cdn_error *err)
 {
     char qemu[4200];
-    if (find_qemu(qemu, sizeof qemu) < 0)
+    if (cdn_vm_find_qemu(qemu, sizeof qemu) < 0)
         return cdn_error_set(err, ENOENT, QEMU " not found in PATH (install Debian's qemu-system-x86)");
     /* Ours, for the child to tell whether we are still there once it has dropped root (which clears
      * its parent-death signal; its own pid namespace has no getppid() for it to look at). */

@@ -475,17 +475,53 @@ static bool newer(const char *a, const char *b)
             (sa.st_mtim.tv_sec == sb.st_mtim.tv_sec && sa.st_mtim.tv_nsec > sb.st_mtim.tv_nsec));
 }
 
+/* The paths of the assets in out, and whether the kernel is unpacked (its stamp, written last, read
+ * into out->release): 1 yes, 0 no. */
+static int asset_paths(struct cdn_vm_assets *out, char *kdir, size_t ksize, char *stamp, size_t ssize)
+{
+    const char *dir = cdn_vm_dir();
+    (void) snprintf(kdir, ksize, "%s/kernel", dir);
+    (void) snprintf(stamp, ssize, "%s/release-" KERNEL_FORMAT, kdir);
+    (void) snprintf(out->kernel, sizeof out->kernel, "%s/vmlinux", kdir);
+    (void) snprintf(out->initramfs, sizeof out->initramfs, "%s/initramfs.cpio", dir);
+    (void) snprintf(out->initramfs_disk, sizeof out->initramfs_disk, "%s/initramfs-disk.cpio", dir);
+    (void) snprintf(out->initramfs_vm, sizeof out->initramfs_vm, "%s/initramfs-vm.cpio", dir);
+    out->release[0] = 0;
+    return cdn_read_file_at(AT_FDCWD, stamp, out->release, sizeof out->release) > 0 &&
+           access(out->kernel, R_OK) == 0;
+}
+
+/* Whether the initramfs images are current: there, not older than cordon-init (path init), and made
+ * in this format for this kernel and the host image's skeleton (which `cordon image rebuild host`
+ * makes anew: another inode), host: that image. want: the format line they must carry. 1 yes, 0 no, -errno.
+ */
+static int initramfs_current(const struct cdn_vm_assets *a, const char *init, struct cdn_image *host,
+                             char *want, size_t wsize, struct cdn_error *err)
+{
+    struct stat sk;
+    int r = cdn_image_resolve("host", host, err);
+    if (r < 0)
+        return r;
+    if (stat(host->lower, &sk) < 0)
+        return cdn_error_set(err, errno, "%s: %m", host->lower);
+    char fmt[256] = "", fmtpath[4300];
+    (void) snprintf(want, wsize, "%s kernel %s %s skeleton %llu %lld\n", INITRAMFS_FORMAT, KERNEL_FORMAT,
+                    a->release, (unsigned long long) sk.st_ino, (long long) sk.st_mtim.tv_sec);
+    (void) snprintf(fmtpath, sizeof fmtpath, "%s/initramfs.format", cdn_vm_dir());
+    (void) cdn_read_file_at(AT_FDCWD, fmtpath, fmt, sizeof fmt);
+    return !newer(init, a->initramfs) && access(a->initramfs, R_OK) == 0 &&
+           access(a->initramfs_disk, R_OK) == 0 && access(a->initramfs_vm, R_OK) == 0 &&
+           strcmp(fmt, want) == 0;
+}
+
 int cdn_vm_prepare(struct cdn_vm_assets *out, bool progress, struct cdn_error *err)
 {
-    char dir[4096], kdir[4200], stamp[4300], init[4096], deb[4096];
-    (void) snprintf(dir, sizeof dir, "%s", cdn_vm_dir());
-    if (cdn_mkdir_p(dir, 0755) < 0)
-        return cdn_error_set(err, errno, "create %s: %m", dir);
-    (void) snprintf(kdir, sizeof kdir, "%s/kernel", dir);
-    (void) snprintf(stamp, sizeof stamp, "%s/release-" KERNEL_FORMAT, kdir);
+    char kdir[4200], stamp[4300], init[4096], deb[4096], want[256];
+    if (cdn_mkdir_p(cdn_vm_dir(), 0755) < 0)
+        return cdn_error_set(err, errno, "create %s: %m", cdn_vm_dir());
     /* The kernel: unpacked once (the release file is written last). */
-    if (cdn_read_file_at(AT_FDCWD, stamp, out->release, sizeof out->release) <= 0) {
-        int r = find_deb(dir, deb, sizeof deb, progress, err);
+    if (!asset_paths(out, kdir, sizeof kdir, stamp, sizeof stamp)) {
+        int r = find_deb(cdn_vm_dir(), deb, sizeof deb, progress, err);
         if (r < 0)
             return r;
         say(progress, "unpacking the guest kernel and its modules from ", deb);
@@ -497,40 +533,65 @@ int cdn_vm_prepare(struct cdn_vm_assets *out, bool progress, struct cdn_error *e
             return cdn_error_set(err, errno, "write %s: %m", stamp);
         say(progress, "guest kernel ready: ", out->release);
     }
-    (void) snprintf(out->kernel, sizeof out->kernel, "%s/vmlinux", kdir);
-    (void) snprintf(out->initramfs, sizeof out->initramfs, "%s/initramfs.cpio", dir);
-    (void) snprintf(out->initramfs_disk, sizeof out->initramfs_disk, "%s/initramfs-disk.cpio", dir);
-    (void) snprintf(out->initramfs_vm, sizeof out->initramfs_vm, "%s/initramfs-vm.cpio", dir);
     if (cdn_init_path(init, sizeof init) < 0)
         return cdn_error_set(err, ENOENT, "cordon-init not found (set CORDON_INIT or install cordon)");
-    /* The initramfs: again whenever cordon-init is newer than it, or its format or the host image's
-     * skeleton changed (which `cordon image rebuild host` makes anew: another inode). */
     struct cdn_image host;
-    struct stat sk;
-    int ir = cdn_image_resolve("host", &host, err);
-    if (ir < 0)
-        return ir;
-    if (stat(host.lower, &sk) < 0)
-        return cdn_error_set(err, errno, "%s: %m", host.lower);
-    char fmt[256] = "", want[256], fmtpath[4300];
-    (void) snprintf(want, sizeof want, "%s kernel %s %s skeleton %llu %lld\n", INITRAMFS_FORMAT,
-                    KERNEL_FORMAT, out->release, (unsigned long long) sk.st_ino,
-                    (long long) sk.st_mtim.tv_sec);
-    (void) snprintf(fmtpath, sizeof fmtpath, "%s/initramfs.format", dir);
-    (void) cdn_read_file_at(AT_FDCWD, fmtpath, fmt, sizeof fmt);
-    if (newer(init, out->initramfs) || access(out->initramfs_disk, R_OK) < 0 ||
-        access(out->initramfs_vm, R_OK) < 0 || strcmp(fmt, want) != 0) {
+    int cur = initramfs_current(out, init, &host, want, sizeof want, err);
+    if (cur < 0)
+        return cur;
+    if (!cur) {
         say(progress, "building the initramfs: cordon-init, the host image's skeleton, the modules of ",
             out->release);
-        char paths[3][4096];
+        char paths[3][4096], fmtpath[4300];
         memcpy(paths[0], out->initramfs, sizeof paths[0]);
         memcpy(paths[1], out->initramfs_disk, sizeof paths[1]);
         memcpy(paths[2], out->initramfs_vm, sizeof paths[2]);
         int r = write_initramfs(kdir, paths, init, host.lower, err);
         if (r < 0)
             return r;
+        (void) snprintf(fmtpath, sizeof fmtpath, "%s/initramfs.format", cdn_vm_dir());
         if (write_file(fmtpath, (const uint8_t *) want, strlen(want), 0644) < 0)
             return cdn_error_set(err, errno, "write %s: %m", fmtpath);
+    }
+    return 0;
+}
+
+bool cdn_vm_cpu_virt(void)
+{
+    static char buf[1 << 16];
+    ssize_t n = cdn_read_file_at(AT_FDCWD, "/proc/cpuinfo", buf, sizeof buf);
+    return n > 0 && (strstr(buf, " vmx") || strstr(buf, " svm"));
+}
+
+int cdn_vm_find_qemu(char *out, size_t size)
+{
+    const char *path = getenv("PATH");
+    char dirs[4096];
+    (void) snprintf(dirs, sizeof dirs, "%s", path && *path ? path : "/usr/bin:/bin");
+    for (char *save = NULL, *d = strtok_r(dirs, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        (void) snprintf(out, size, "%s/" CDN_QEMU, d);
+        if (d[0] == '/' && access(out, X_OK) == 0)
+            return 0;
+    }
+    return -ENOENT;
+}
+
+int cdn_vm_status(struct cdn_vm_status *out, struct cdn_error *err)
+{
+    char kdir[4200], stamp[4300], init[4096], want[256];
+    *out = (struct cdn_vm_status){0};
+    if (cdn_vm_find_qemu(out->qemu, sizeof out->qemu) < 0)
+        out->qemu[0] = 0;
+    out->hw_virt = access("/dev/kvm", R_OK | W_OK) == 0 && cdn_vm_cpu_virt();
+    out->kernel_ready = asset_paths(&out->assets, kdir, sizeof kdir, stamp, sizeof stamp);
+    if (cdn_init_path(init, sizeof init) < 0)
+        return cdn_error_set(err, ENOENT, "cordon-init not found (set CORDON_INIT or install cordon)");
+    if (out->kernel_ready) {
+        struct cdn_image host;
+        int r = initramfs_current(&out->assets, init, &host, want, sizeof want, err);
+        if (r < 0)
+            return r;
+        out->initramfs_ready = r;
     }
     return 0;
 }

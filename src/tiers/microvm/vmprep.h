@@ -7,6 +7,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "shared/error.h"
 
@@ -22,6 +23,26 @@ struct cdn_vm_assets {
  * kernel package comes from $CORDON_VM_KERNEL_DEB, else a linux-image-*.deb in
  * <state>/vm/, else `apt-get download` of the one linux-image-amd64 depends on. */
 int cdn_vm_prepare(struct cdn_vm_assets *out, bool progress, struct cdn_error *err);
+
+#define CDN_QEMU "qemu-system-x86_64"
+
+/* QEMU's binary, found in PATH (a jailed QEMU holds it at the same path): 0, or -ENOENT. */
+int cdn_vm_find_qemu(char *out, size_t size);
+/* Whether the CPU does VMX/SVM itself (a nested host without them, like PVM, has a /dev/kvm whose
+ * guests die: tried once, QEMU hung in the host's kernel for minutes, beyond SIGKILL). */
+bool cdn_vm_cpu_virt(void);
+
+/* What is prepared, without preparing anything (`cordon vm status`): the one answer to "can the VM
+ * tiers boot here", for users and for the tests. */
+struct cdn_vm_status {
+    char qemu[4096];             /* QEMU's binary, "" when it is not in PATH */
+    bool hw_virt;                /* /dev/kvm and the CPU's own VMX/SVM: KVM may run guests (else TCG) */
+    struct cdn_vm_assets assets; /* where they are (release: "" unless kernel_ready) */
+    bool kernel_ready;           /* the guest kernel is unpacked (its stamp is written last) */
+    bool initramfs_ready;        /* the initramfs images are there and current for this cordon-init */
+};
+/* -errno only when cordon itself is incomplete (no cordon-init, no host image). */
+int cdn_vm_status(struct cdn_vm_status *out, struct cdn_error *err);
 
 /* The root disk of an image other than "host": a read-only erofs made from the image directory
  * root once, cached in <state>/vm/images/ (path into out). Errors name "image". */
