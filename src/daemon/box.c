@@ -465,8 +465,10 @@ static void vm_setup_answer(struct box *b, uint16_t type, const uint8_t *p, uint
             box_started(b);
         return;
     }
-    if (type != CDN_FRAME_ERROR || cdn_errmsg_decode(p, len, &e, &msg) < 0)
+    if (cdn_errmsg_decode(p, len, &e, &msg) < 0) {
+        agent_conn_fail(&b->agent, "an ERROR frame that does not decode on channel 0");
         return;
+    }
     cordond->create_errors++;
     bool spec = strstr(msg, "protected paths") != NULL;
     if (b->create_req)
@@ -503,7 +505,7 @@ static int warm_start(struct box *b)
     if (n < 0)
         return n;
     b->warm = (struct agent_req){.on_frame = warm_frame};
-    uint32_t ch = agent_conn_add(&b->agent, &b->warm);
+    uint32_t ch = agent_conn_add(&b->agent, &b->warm, AGENT_EXEC_FRAMES);
     int r = agent_conn_send(&b->agent, CDN_FRAME_EXEC, 0, ch, buf, (uint32_t) n);
     if (r < 0)
         agent_conn_remove(&b->agent, &b->warm);
@@ -562,7 +564,7 @@ static void on_init_exit(evutil_socket_t fd, short what, void *arg)
         maybe_finish_stop();
         return;
     }
-    bool started = b->state == BOX_RUNNING || b->violation_killed;
+    bool started = b->state == BOX_RUNNING || b->violation_killed || b->agent_failed;
     char reason[sizeof b->exit_reason] = "init exited";
     /* Dying while starting, it may have said why on the setup pipe, which
      * this event can overtake: that report is the answer to the create. */
@@ -590,8 +592,24 @@ static void on_init_exit(evutil_socket_t fd, short what, void *arg)
 
 static void on_agent_close(struct agent_conn *c, void *arg)
 {
-    (void) c;
     struct box *b = arg;
+    const char *failure = agent_conn_failure(c);
+    /* init broke the protocol: it is not the cordon-init we started (a VM guest whose kernel the
+     * agent owns). Nothing it says can be trusted any more: the box fails, with the reason. */
+    if (failure && b->state != BOX_EXITED) {
+        char reason[sizeof b->exit_reason];
+        (void) snprintf(reason, sizeof reason, "agent protocol violation: %s", failure);
+        box_event(b, "agent_error", json_pack("{s:s}", "reason", failure));
+        fprintf(stderr, "cordond: sandbox %s: its agent broke the protocol (%s): ending it\n", b->sb.id,
+                failure);
+        if (b->state == BOX_STARTING)
+            cordond->create_errors++;
+        else
+            b->agent_failed = true; /* kept, exited, for the client to see why */
+        box_stop(b, reason);
+        (void) b->sb.tier->kill(&b->sb, SIGKILL);
+        return;
+    }
     /* init hung up: it is ending, or it is not ours any more. Either way the
      * box cannot be used; the pidfd event tells the exit when it comes. */
     if (b->state != BOX_EXITED)
@@ -603,22 +621,34 @@ static void on_agent_close(struct agent_conn *c, void *arg)
  * guest left the call unanswered, and box_violation ends the guest. */
 static void on_agent_event(struct agent_conn *c, uint16_t type, const uint8_t *p, uint32_t len, void *arg)
 {
-    (void) c;
     struct box *b = arg;
     struct cdn_violation_msg v;
-    if (!cdn_tier_is_vm(b->spec.tier))
-        return; /* a container's or a worker's agent sends none */
-    if (b->state == BOX_STARTING && (type == CDN_FRAME_DONE || type == CDN_FRAME_ERROR)) {
+    bool vm = cdn_tier_is_vm(b->spec.tier);
+    /* Commands a restarted cordond forgot (exec_forget_channels) report on channel 0; init says
+     * ERROR there before it closes the connection over a frame of ours it could not decode. */
+    if (type == CDN_FRAME_STDOUT || type == CDN_FRAME_STDERR || type == CDN_FRAME_EXIT ||
+        (type == CDN_FRAME_ERROR && (!vm || b->state != BOX_STARTING)))
+        return;
+    if (vm && b->state == BOX_STARTING && (type == CDN_FRAME_DONE || type == CDN_FRAME_ERROR)) {
         vm_setup_answer(b, type, p, len);
         return;
     }
-    if (type == CDN_FRAME_USAGE) { /* the guest's accounting changed: an OOM, a pids hit, a full disk */
-        if (cdn_microvm_usage_frame(&b->sb, p, len) == 0)
+    if (vm && type == CDN_FRAME_USAGE) { /* the guest's accounting changed: an OOM, a pids hit, a full disk */
+        if (cdn_microvm_usage_frame(&b->sb, p, len) < 0)
+            agent_conn_fail(c, "a USAGE frame that does not decode");
+        else
             box_check_limits(b);
         return;
     }
-    if (type != CDN_FRAME_VIOLATION || cdn_violation_decode(p, len, &v) < 0)
-        return;                                /* a DONE or ERROR of IDENTITY/POLICY needs nothing */
+    if (!vm || type != CDN_FRAME_VIOLATION) { /* a container's or a worker's agent sends none of these */
+        agent_conn_fail(c, "a %s frame on channel 0%s", agent_frame_name(type),
+                        b->state == BOX_STARTING ? " while starting" : "");
+        return;
+    }
+    if (cdn_violation_decode(p, len, &v) < 0) {
+        agent_conn_fail(c, "a VIOLATION frame that does not decode");
+        return;
+    }
     if (v.kind == CDN_VIOLATION_MSG_PROTECT) { /* the guest's guard refused an open */
         box_violation(b, VIOLATION_PROTECT,
                       json_pack("{s:s, s:s, s:i, s:o, s:s}", "path", v.path, "op", v.op, "pid", (int) v.pid,

@@ -89,6 +89,13 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         return set_size(&c->max_body_bytes, v);
     if (strcmp(name, "max-output") == 0 || strcmp(name, "max_output") == 0)
         return set_size(&c->max_output_bytes, v);
+    if (strcmp(name, "agent-timeout") == 0 || strcmp(name, "agent_timeout") == 0) {
+        uint64_t n;
+        if (cdn_parse_u64(v, &n) < 0 || n == 0 || n > 86400)
+            return -EINVAL;
+        c->agent_timeout_s = (unsigned) n;
+        return 0;
+    }
     if (strcmp(name, "max-sandboxes") == 0 || strcmp(name, "max_sandboxes") == 0) {
         uint64_t n;
         if (cdn_parse_u64(v, &n) < 0 || n == 0 || n > 1000000)
@@ -152,7 +159,7 @@ static void usage(FILE *f)
         "               [--state-dir DIR] [--sandbox-dir DIR] [--stop-sandboxes true|false]\n"
         "               [--max-body SIZE] [--max-output SIZE] [--max-sandboxes N] [--pool SIZE[:SPECFILE]]…\n"
         "               [--dns-upstream IP[:PORT]] [--net-pool N] [--audit-rotate SIZE] [--audit-rate N]\n"
-        "               [--monitor-rules FILE]\n"
+        "               [--monitor-rules FILE] [--agent-timeout SECONDS]\n"
         "Defaults and the config file format: docs/cordond.md (config: %s)\n",
         DEFAULT_CONFIG);
 }
@@ -279,6 +286,7 @@ int main(int argc, char **argv)
         .max_body_bytes = 256ULL << 20,
         .max_output_bytes = 16ULL << 20,
         .max_sandboxes = 4096,
+        .agent_timeout_s = 60,
         .net_pool = 4,
         .audit_rotate = 64ULL << 20,
         .audit_rate = CDN_AUDIT_RATE,

@@ -17,6 +17,7 @@
 #include <sys/queue.h>
 
 #include "agent/frame.h"
+#include "agent-conn.h"
 #include "core/sandbox.h"
 #include "monitor/fsguard.h"
 #include "core/spec.h"
@@ -25,7 +26,6 @@
 #include "shared/error.h"
 
 struct box;
-struct agent_req;
 
 /* ---- configuration (cordond.c; file format in docs/cordond.md) ---- */
 struct daemon_config {
@@ -45,39 +45,10 @@ struct daemon_config {
     uint64_t audit_rotate;   /* egress.log is rotated past this size */
     unsigned audit_rate;     /* audit lines per sandbox and second (0: no limit) */
     char monitor_rules[256]; /* rule file (src/monitor/rules.h); empty: the shipped default */
+    unsigned agent_timeout_s; /* how long a sandbox's agent has to end what it was asked to (api-exec.c) */
 };
 
-/* ---- host side of the agent protocol over a bufferevent (agent-conn.c) ---- */
-
-/* One request in flight on an agent connection (an exec or a file op). Each
- * frame for its channel goes to on_frame; the last one (EXIT/ERROR/DONE), or
- * the connection's end (type 0, payload NULL), is followed by nothing. */
-struct agent_req {
-    uint32_t channel;
-    void (*on_frame)(struct agent_req *r, uint16_t type, const uint8_t *p, uint32_t len);
-    LIST_ENTRY(agent_req) link;
-};
-
-struct agent_conn {
-    struct bufferevent *bev;
-    uint32_t next_channel;
-    LIST_HEAD(, agent_req) reqs;
-    void (*on_close)(struct agent_conn *c, void *arg); /* init hung up or spoke garbage */
-    /* A frame on channel 0 from init (a VM guest's VIOLATION); p is valid during the call. */
-    void (*on_event)(struct agent_conn *c, uint16_t type, const uint8_t *p, uint32_t len, void *arg);
-    void *arg;
-};
-
-int agent_conn_open(struct agent_conn *c, struct event_base *base, int fd);
-void agent_conn_close(struct agent_conn *c); /* ends every request with type 0 */
-/* Register r under a new channel; returns the channel. */
-uint32_t agent_conn_add(struct agent_conn *c, struct agent_req *r);
-void agent_conn_remove(struct agent_conn *c, struct agent_req *r);
-int agent_conn_send(struct agent_conn *c, uint16_t type, uint16_t flags, uint32_t channel, const void *p,
-                    uint32_t len);
-/* Stop/resume reading frames from init (a slow streaming client: init then
- * stops reading its commands' output, and they block). */
-void agent_conn_pause(struct agent_conn *c, bool pause);
+/* ---- host side of the agent protocol: agent-conn.h ---- */
 
 /* ---- violations (box.c): the reward signal ---- */
 enum violation_kind {
@@ -131,6 +102,7 @@ struct box {
         unsigned n;
     } alert_buckets[16];   /* alerts per rule in the current second (monitor.c) */
     bool violation_killed; /* on_violation kill acted: exited, but kept for the client to see why */
+    bool agent_failed;     /* its agent broke the protocol (agent-conn.h): exited, kept likewise */
     /* The file-access guard (guard.c) */
     int guard_fd;                 /* its own fanotify group (protected paths), else -1 */
     struct event *guard_ev;       /* … and its events */
