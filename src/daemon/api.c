@@ -343,6 +343,11 @@ static void route_metrics(struct evhttp_request *req)
         evbuffer_add_printf(b, "cordon_violations_total{kind=\"%s\"} %llu\n", violation_names[k],
                             (unsigned long long) cordond->violations_total[k]);
     evbuffer_add_printf(b,
+                        "# HELP cordon_http_unauthenticated_connections TCP connections whose first request "
+                        "has not shown the token yet.\n# TYPE cordon_http_unauthenticated_connections gauge\n"
+                        "cordon_http_unauthenticated_connections %u\n",
+                        api_tcp_unauthenticated());
+    evbuffer_add_printf(b,
                         "# HELP cordon_alerts_total Alerts of the monitor's rules and the DNS heuristics.\n"
                         "# TYPE cordon_alerts_total counter\ncordon_alerts_total %llu\n",
                         (unsigned long long) cordond->alerts_total);
@@ -536,6 +541,8 @@ static struct evhttp *new_http(bool tcp)
     evhttp_set_allowed_methods(h, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
                                       EVHTTP_REQ_PATCH);
     evhttp_set_gencb(h, route, tcp ? (void *) 1 : NULL);
+    if (tcp)
+        api_tcp_gate(h);
     return h;
 }
 

@@ -96,6 +96,20 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         c->agent_timeout_s = (unsigned) n;
         return 0;
     }
+    if (strcmp(name, "auth-timeout") == 0 || strcmp(name, "auth_timeout") == 0) {
+        uint64_t n;
+        if (cdn_parse_u64(v, &n) < 0 || n == 0 || n > 3600)
+            return -EINVAL;
+        c->auth_timeout_s = (unsigned) n;
+        return 0;
+    }
+    if (strcmp(name, "max-unauthenticated") == 0 || strcmp(name, "max_unauthenticated") == 0) {
+        uint64_t n;
+        if (cdn_parse_u64(v, &n) < 0 || n == 0 || n > 65536)
+            return -EINVAL;
+        c->max_unauthenticated = (unsigned) n;
+        return 0;
+    }
     if (strcmp(name, "max-sandboxes") == 0 || strcmp(name, "max_sandboxes") == 0) {
         uint64_t n;
         if (cdn_parse_u64(v, &n) < 0 || n == 0 || n > 1000000)
@@ -156,6 +170,7 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: cordond [--config FILE] [--socket PATH] [--listen HOST:PORT --token-file F]\n"
+        "               [--auth-timeout SECONDS] [--max-unauthenticated N]\n"
         "               [--state-dir DIR] [--sandbox-dir DIR] [--stop-sandboxes true|false]\n"
         "               [--max-body SIZE] [--max-output SIZE] [--max-sandboxes N] [--pool SIZE[:SPECFILE]]…\n"
         "               [--dns-upstream IP[:PORT]] [--net-pool N] [--audit-rotate SIZE] [--audit-rate N]\n"
@@ -287,6 +302,8 @@ int main(int argc, char **argv)
         .max_output_bytes = 16ULL << 20,
         .max_sandboxes = 4096,
         .agent_timeout_s = 60,
+        .auth_timeout_s = 10,
+        .max_unauthenticated = 64,
         .net_pool = 4,
         .audit_rotate = 64ULL << 20,
         .audit_rate = CDN_AUDIT_RATE,

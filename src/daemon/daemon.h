@@ -46,6 +46,8 @@ struct daemon_config {
     unsigned audit_rate;     /* audit lines per sandbox and second (0: no limit) */
     char monitor_rules[256]; /* rule file (src/monitor/rules.h); empty: the shipped default */
     unsigned agent_timeout_s; /* how long a sandbox's agent has to end what it was asked to (api-exec.c) */
+    unsigned auth_timeout_s;  /* TCP: a client's first header block, token included, within this */
+    unsigned max_unauthenticated; /* TCP: connections not authenticated yet; a new one evicts the oldest */
 };
 
 /* ---- host side of the agent protocol: agent-conn.h ---- */
@@ -230,8 +232,11 @@ void monitor_alert(struct box *b, const char *rule, const char *severity, const 
  * matches; returns a JSON list of them [{rule, severity, description}]. */
 json_t *monitor_match(struct box *b, int source, const char *subject, size_t len);
 
-/* ---- HTTP (api.c, api-exec.c) ---- */
+/* ---- HTTP (api.c, api-exec.c, api-tcp.c) ---- */
 int api_start(void);
+/* The TCP listener's gate (api-tcp.c): each connection authenticated on its first header block. */
+void api_tcp_gate(struct evhttp *http);
+unsigned api_tcp_unauthenticated(void); /* connections waiting at the gate */
 void api_reply_json(struct evhttp_request *req, int status, json_t *body); /* steals body */
 void api_reply_error(struct evhttp_request *req, int status, const char *code, const char *field,
                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
