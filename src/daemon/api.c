@@ -415,7 +415,7 @@ void api_events(struct evhttp_request *req, struct box *b)
     if (!follow) { /* a copy: evhttp_send_reply drains the buffer it is given */
         struct evbuffer *copy = evbuffer_new();
         if (copy)
-            evbuffer_add_buffer_reference(copy, b->events);
+            box_events_write(b, copy);
         evhttp_send_reply(req, 200, "OK", copy);
         if (copy)
             evbuffer_free(copy);
@@ -431,7 +431,7 @@ void api_events(struct evhttp_request *req, struct box *b)
     api_stream_timeout(req);
     struct evbuffer *copy = evbuffer_new();
     if (copy) {
-        evbuffer_add_buffer_reference(copy, b->events);
+        box_events_write(b, copy);
         evhttp_send_reply_chunk(req, copy);
         evbuffer_free(copy);
     }

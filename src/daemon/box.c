@@ -34,8 +34,6 @@
 #include "shared/fd-util.h"
 #include "tiers/tier.h"
 
-#define EVENTS_MAX (256u << 10) /* per box; the oldest lines go first */
-
 static const char *const state_names[_BOX_STATE_MAX] = {"starting", "running", "exited"};
 
 const char *box_state_name(enum box_state s)
@@ -58,34 +56,6 @@ struct box *box_find(const char *id)
         return b;
     return NULL;
 }
-
-void box_event(struct box *b, const char *type, json_t *fields)
-{
-    json_t *ev = json_pack("{s:f, s:s, s:s}", "time", now_unix(), "sandbox", b->sb.id, "type", type);
-    if (ev && fields)
-        (void) json_object_update(ev, fields);
-    json_decref(fields);
-    char *line = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
-    json_decref(ev);
-    if (!line)
-        return;
-    size_t n = strlen(line);
-    line[n] = '\n'; /* replaces the NUL; the length below says where it ends */
-    (void) evbuffer_add(b->events, line, n + 1);
-    while (evbuffer_get_length(b->events) > EVENTS_MAX) {
-        struct evbuffer_ptr nl = evbuffer_search(b->events, "\n", 1, NULL);
-        if (nl.pos < 0)
-            break;
-        (void) evbuffer_drain(b->events, (size_t) nl.pos + 1);
-    }
-    api_events_push(b, line, n + 1);
-    free(line);
-}
-
-static void box_stop(struct box *b, const char *reason);
-
-const char *const violation_names[_VIOLATION_MAX] = {"egress", "syscall", "oom",    "pids",
-                                                     "disk",   "protect", "kernel", "system_write"};
 
 /* ---- the seccomp supervisor: watched denials become violations ---- */
 
@@ -114,12 +84,15 @@ static void on_reported(struct box *b, int fd, const struct cdn_seccomp_event *e
             if (k == _VIOLATION_MAX)
                 continue;
             char cmd[256];
-            cdn_read_cmdline(ev->pid, cmd, sizeof cmd);
+            if (box_violation_logged(b, k)) /* read while the caller waits: only for an event */
+                cdn_read_cmdline(ev->pid, cmd, sizeof cmd);
             box_violation(b, k,
-                          json_pack("{s:o, s:s, s:i, s:o}", "path",
-                                    json_lossy_string((const uint8_t *) w.path[i], strlen(w.path[i])), "op",
-                                    w.op, "pid", ev->pid, "cmd",
-                                    json_lossy_string((const uint8_t *) cmd, strlen(cmd))));
+                          box_violation_logged(b, k)
+                              ? json_pack("{s:o, s:s, s:i, s:o}", "path",
+                                          json_lossy_string((const uint8_t *) w.path[i], strlen(w.path[i])),
+                                          "op", w.op, "pid", ev->pid, "cmd",
+                                          json_lossy_string((const uint8_t *) cmd, strlen(cmd)))
+                              : NULL);
             deny = b->spec.on_violation != CDN_VIOLATION_LOG;
             break; /* one record per call */
         }
@@ -131,14 +104,35 @@ static void on_reported(struct box *b, int fd, const struct cdn_seccomp_event *e
         (void) cdn_seccomp_notify_continue(fd, ev);
 }
 
+/* A watched denial: a syscall violation, its event's details read only when it gets one. */
+static json_t *syscall_fields(struct box *b, const struct cdn_seccomp_event *ev)
+{
+    if (!box_violation_logged(b, VIOLATION_SYSCALL))
+        return NULL;
+    char cmd[256];
+    cdn_read_cmdline(ev->pid, cmd, sizeof cmd); /* the caller waits in the call meanwhile */
+    char *name = seccomp_syscall_resolve_num_arch(ev->arch, ev->nr);
+    json_t *args = json_array();
+    for (int k = 0; args && k < 6; k++)
+        json_array_append_new(args, json_integer((json_int_t) ev->args[k]));
+    json_t *f = json_pack("{s:s, s:i, s:i, s:o, s:o}", "syscall", name ? name : "?", "nr", ev->nr, "pid",
+                          ev->pid, "cmd", json_lossy_string((const uint8_t *) cmd, strlen(cmd)), "args",
+                          args ? args : json_array());
+    free(name);
+    return f;
+}
+
+/* At most 16 notifications per call (the loop serves every other event between two calls), and
+ * what they cost is charged to the box's budget (box-events.c), which stops this event when spent. */
 static void on_monitor(evutil_socket_t fd, short what, void *arg)
 {
     (void) what;
     struct box *b = arg;
-    for (int i = 0; i < 16 && b->monitor_ev; i++) {
+    uint64_t t0 = box_supervise_start();
+    for (int i = 0; i < 16 && b->monitor_ev && !b->budget.paused; i++) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, 0) <= 0)
-            return;
+            break;
         if (!(p.revents & POLLIN)) { /* HUP: nothing in the sandbox can call any more */
             monitor_stop(b);
             return;
@@ -148,23 +142,14 @@ static void on_monitor(evutil_socket_t fd, short what, void *arg)
         if (r == -ENOENT)
             continue;
         if (r < 0)
-            return;
+            break;
         if (cdn_seccomp_is_reported(ev.nr)) {
             on_reported(b, fd, &ev);
             continue;
         }
         /* The violation first (in kill mode it kills), then the answer: a
          * killed caller never runs on after its attempt. */
-        char *name = seccomp_syscall_resolve_num_arch(ev.arch, ev.nr);
-        json_t *args = json_array();
-        for (int k = 0; args && k < 6; k++)
-            json_array_append_new(args, json_integer((json_int_t) ev.args[k]));
-        box_violation(b, VIOLATION_SYSCALL,
-                      json_pack("{s:s, s:i, s:i, s:o, s:o}", "syscall", name ? name : "?", "nr", ev.nr, "pid",
-                                ev.pid, "cmd",
-                                json_lossy_string((const uint8_t *) ev.cmdline, strlen(ev.cmdline)), "args",
-                                args ? args : json_array()));
-        free(name);
+        box_violation(b, VIOLATION_SYSCALL, syscall_fields(b, &ev));
         /* Killed on it: no answer at all. The caller stays in its wait until
          * the pid namespace's end takes it; an EPERM now would let it run on
          * for the moment the kill takes to arrive. */
@@ -172,6 +157,8 @@ static void on_monitor(evutil_socket_t fd, short what, void *arg)
             return;
         (void) cdn_seccomp_notify_deny(fd, &ev);
     }
+    if (b->monitor_ev)
+        box_supervised(b, t0);
 }
 
 /* Once init runs: supervise its watched denials. Without it they would block. */
@@ -190,38 +177,6 @@ static void monitor_start(struct box *b)
             event_free(b->monitor_ev);
         b->monitor_ev = NULL;
         (void) close(fd);
-    }
-}
-
-json_t *box_violations_json(const struct box *b)
-{
-    json_t *counts = json_object();
-    for (int k = 0; counts && k < _VIOLATION_MAX; k++)
-        json_object_set_new(counts, violation_names[k], json_integer((json_int_t) b->viol.counts[k]));
-    return json_pack("{s:o, s:o, s:o}", "counts", counts ? counts : json_object(), "first",
-                     b->viol.first ? json_real(b->viol.first) : json_null(), "last",
-                     b->viol.last ? json_real(b->viol.last) : json_null());
-}
-
-void box_violation(struct box *b, enum violation_kind kind, json_t *fields)
-{
-    double now = now_unix();
-    b->viol.counts[kind]++;
-    if (!b->viol.first)
-        b->viol.first = now;
-    b->viol.last = now;
-    cordond->violations_total[kind]++;
-    json_t *ev = json_pack("{s:s}", "kind", violation_names[kind]);
-    if (ev && fields)
-        (void) json_object_update(ev, fields);
-    json_decref(fields);
-    box_event(b, "violation", ev);
-    if (b->spec.on_violation == CDN_VIOLATION_KILL && b->state == BOX_RUNNING) {
-        char reason[64];
-        (void) snprintf(reason, sizeof reason, "killed on violation: %s", violation_names[kind]);
-        b->violation_killed = true;
-        box_stop(b, reason); /* the state says why; init's exit then cleans up */
-        (void) b->sb.tier->kill(&b->sb, SIGKILL);
     }
 }
 
@@ -310,8 +265,7 @@ static void box_free(struct box *b)
         event_free(b->lifetime_ev);
     if (b->start_ev)
         event_free(b->start_ev);
-    if (b->events)
-        evbuffer_free(b->events);
+    box_events_free(b);
     cdn_spec_free(&b->spec);
     free(b);
 }
@@ -371,12 +325,13 @@ static void cleanup(struct box *b)
 }
 
 /* The box cannot be used any more; it stays as a record of what happened
- * until it is deleted. Kills init if it still runs. */
-static void box_stop(struct box *b, const char *reason)
+ * until it is deleted. */
+void box_stop(struct box *b, const char *reason)
 {
     if (b->state == BOX_EXITED)
         return;
     b->state = BOX_EXITED;
+    box_violations_flush(b); /* the last count of suppressed violation events, before "exited" */
     (void) snprintf(b->exit_reason, sizeof b->exit_reason, "%s", reason);
     agent_conn_close(&b->agent); /* pending execs and file ops end with an error */
     if (b->setup_ev)
@@ -651,9 +606,18 @@ static void on_agent_event(struct agent_conn *c, uint16_t type, const uint8_t *p
     }
     if (v.kind == CDN_VIOLATION_MSG_PROTECT) { /* the guest's guard refused an open */
         box_violation(b, VIOLATION_PROTECT,
-                      json_pack("{s:s, s:s, s:i, s:o, s:s}", "path", v.path, "op", v.op, "pid", (int) v.pid,
-                                "cmd", json_lossy_string((const uint8_t *) v.cmd, strlen(v.cmd)), "where",
-                                "guest"));
+                      !box_violation_logged(b, VIOLATION_PROTECT)
+                          ? NULL
+                          : json_pack("{s:o, s:o, s:i, s:o, s:s}", "path",
+                                      json_lossy_string((const uint8_t *) v.path, strlen(v.path)), "op",
+                                      json_lossy_string((const uint8_t *) v.op, strlen(v.op)), "pid",
+                                      (int) v.pid, "cmd",
+                                      json_lossy_string((const uint8_t *) v.cmd, strlen(v.cmd)), "where",
+                                      "guest"));
+        return;
+    }
+    if (!box_violation_logged(b, VIOLATION_SYSCALL)) {
+        box_violation(b, VIOLATION_SYSCALL, NULL);
         return;
     }
     char *name = seccomp_syscall_resolve_num_arch(v.arch, (int) v.nr);

@@ -71,6 +71,30 @@ struct violations {
     double first, last;           /* unix time of the first and the last; 0 = none yet */
     uint64_t oom_seen, pids_seen; /* cgroup counters already counted */
     bool disk_full;               /* the writable layer was full at the last look */
+    /* Their events (box-events.c): written, and counted but not written since the last summary */
+    uint64_t logged[_VIOLATION_MAX], suppressed[_VIOLATION_MAX];
+    double tokens[_VIOLATION_MAX], refilled[_VIOLATION_MAX]; /* the sample of each kind */
+    struct event *flush_ev;                                  /* the next "violations_suppressed" */
+};
+
+/* What supervising a box (its seccomp notifications, fanotify events) costs the loop in the
+ * current second, against its budget (box-events.c). */
+struct box_budget {
+    uint64_t window_ns, spent_ns; /* the second's start (monotonic), the time spent in it */
+    unsigned violations;          /* counted in it */
+    bool paused;                  /* over budget: its listeners are not read until resume_ev */
+    struct event *resume_ev;
+    int *held; /* fanotify events of the shared group refused but not answered yet */
+    size_t n_held, cap_held;
+};
+
+/* The first event line of a kind (an event type, a violation kind), kept when the ring drops it. */
+#define EVENTS_PINNED 40
+struct pinned_event {
+    char key[32];
+    uint64_t seq; /* its number in the log */
+    char *line;
+    size_t len;
 };
 
 /* ---- sandboxes (box.c) ---- */
@@ -112,8 +136,12 @@ struct box {
     bool guarded;
     LIST_ENTRY(box) guard_link;
     enum { VERIFIER_NONE, VERIFIER_STARTING, VERIFIER_RUNNING, VERIFIER_ENDING } verifier; /* api-exec.c */
-    bool cleaned;                    /* cleanup() ran: init reaped, tier resources released */
-    struct evbuffer *events;         /* NDJSON lines, oldest dropped past a cap */
+    bool cleaned;                        /* cleanup() ran: init reaped, tier resources released */
+    struct evbuffer *events;             /* NDJSON lines, oldest dropped past a cap (box-events.c) */
+    uint64_t events_seq, events_dropped; /* lines logged, and dropped from the ring's front */
+    struct pinned_event pinned[EVENTS_PINNED];
+    size_t n_pinned;
+    struct box_budget budget;
     LIST_HEAD(, follower) followers; /* GET …/events?follow=true (api.c) */
     LIST_ENTRY(box) link;
 };
@@ -173,13 +201,31 @@ void box_drop_kept_slots(void);
 struct box *box_find(const char *id);
 /* Tear down (asynchronously) and forget. reason goes to the event log. */
 void box_delete(struct box *b, const char *reason);
+/* The box cannot be used any more (reason goes to the log and its state); init is killed by the caller. */
+void box_stop(struct box *b, const char *reason);
+const char *box_state_name(enum box_state s);
+
+/* ---- a box's events and violations (box-events.c) ---- */
 /* Append an event (NDJSON line: time, sandbox, type, then fields, stolen) to
  * the box's log and push it to followers. */
 void box_event(struct box *b, const char *type, json_t *fields);
-const char *box_state_name(enum box_state s);
+/* The log as GET …/events gives it: the first line of each kind the ring dropped, how many it
+ * dropped, then the ring. */
+void box_events_write(struct box *b, struct evbuffer *out);
+void box_events_free(struct box *b);
 /* Record a violation: count it, emit a "violation" event (kind, then fields,
- * stolen), and with on_violation "kill" end the sandbox at once. */
+ * stolen; NULL when box_violation_logged said no) if its kind's sample allows it, and with
+ * on_violation "kill" end the sandbox at once. */
 void box_violation(struct box *b, enum violation_kind kind, json_t *fields);
+/* Whether the next violation of kind will be written as an event: its details are worth reading
+ * (a command line, a path) only then. */
+bool box_violation_logged(struct box *b, enum violation_kind kind);
+/* A "violations_suppressed" event for the ones counted but not written (also once a second). */
+void box_violations_flush(struct box *b);
+/* A batch of a box's supervision work began at box_supervise_start(): charged to its budget, which
+ * pauses its listeners (guard_pause) when spent, until the second is over (guard_resume). */
+uint64_t box_supervise_start(void);
+void box_supervised(struct box *b, uint64_t t0_ns);
 /* The cgroup's OOM kills and pids-limit hits since the last look become violations. */
 void box_check_limits(struct box *b);
 /* {"counts": {kind: n, …}, "first": t|null, "last": t|null} */
@@ -220,6 +266,10 @@ int guard_start(struct box *b, struct cdn_error *err);
 /* After a restart: take the group back from init (protected paths) and mark again. */
 int guard_adopt(struct box *b, struct cdn_error *err);
 void guard_stop(struct box *b);
+/* Its supervision budget is spent (box-events.c): its own group is not read, and its refusals from
+ * the shared group are held (their openers wait) until guard_resume. */
+void guard_pause(struct box *b);
+void guard_resume(struct box *b);
 
 /* ---- the monitor's rules (monitor.c) ---- */
 int monitor_load_rules(const char *path, struct cdn_error *err);
