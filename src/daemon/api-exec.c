@@ -516,7 +516,7 @@ static int send_exec(struct call *c, struct exec_args *a)
     if (cdn_exec_env(&c->box->spec, a->pty ? "xterm" : NULL, extra, &env) < 0)
         return -ENOMEM;
     uint32_t flags = CDN_EXEC_PIPES | (a->has_stdin ? CDN_EXEC_STDIN : 0) | (a->pty ? CDN_EXEC_PTY : 0) |
-                     (c->verifier ? CDN_EXEC_VERIFIER : 0);
+                     (c->verifier ? CDN_EXEC_VERIFIER : 0) | (a->timeout_s > 0 ? CDN_EXEC_TREE : 0);
     static uint8_t buf[CDN_FRAME_MAX];
     int n = cdn_exec_encode(buf, sizeof buf,
                             &(struct cdn_exec_args){.flags = flags,
