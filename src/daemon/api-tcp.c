@@ -4,7 +4,8 @@
  * Runs in the loop. A TCP client is anyone who can reach the port: until its first header block
  * has ended with the right "Authorization: Bearer <token>" it is a stranger, and what it may cost
  * is bounded here — at most max_unauthenticated such connections (a new one evicts the oldest),
- * each for auth_timeout seconds at most, each holding at most GATE_HEADER_MAX bytes. evhttp (libevent
+ * each for auth_timeout seconds at most, each holding at most GATE_HEADER_MAX bytes; and at most
+ * max_connections connections in all (503 beyond). evhttp (libevent
  * 2.1) reads a whole request, body included, before any callback of ours sees it, and has no hook
  * between its headers and its body (evhttp_set_newreqcb is 2.2). So the connection's bufferevent is
  * ours (evhttp_set_bevcb): right after evhttp has set it up — in the same pass of the loop, before
@@ -20,8 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/socket.h>
 #include <sys/queue.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
 #include "daemon.h"
 
@@ -43,6 +45,57 @@ struct gate {
 
 static TAILQ_HEAD(, gate) gates = TAILQ_HEAD_INITIALIZER(gates);
 static unsigned n_gates, n_doomed;
+
+/* Every TCP connection evhttp holds, authenticated or not, by its socket's identity: evhttp tells
+ * nobody when it closes one, but a closed fd no longer names the same socket (device and inode),
+ * so the list is pruned when it is full. */
+static struct conn_id {
+    int fd;
+    dev_t dev;
+    ino_t ino;
+} * conns;
+static size_t n_conns, cap_conns;
+
+static bool conn_alive(const struct conn_id *c)
+{
+    struct stat st;
+    return fstat(c->fd, &st) == 0 && st.st_dev == c->dev && st.st_ino == c->ino;
+}
+
+static void prune_conns(void)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n_conns; i++)
+        if (conn_alive(&conns[i]))
+            conns[k++] = conns[i];
+    n_conns = k;
+}
+
+/* Count the connection on fd; false when max_connections are open already (or out of memory). */
+static bool conn_admit(int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return false;
+    for (size_t i = 0; i < n_conns; i++)
+        if (conns[i].fd == fd) { /* its fd was closed and reused: that connection is gone */
+            conns[i] = (struct conn_id){fd, st.st_dev, st.st_ino};
+            return true;
+        }
+    if (n_conns >= cordond->cfg.max_connections)
+        prune_conns();
+    if (n_conns >= cordond->cfg.max_connections)
+        return false;
+    if (n_conns == cap_conns) {
+        size_t cap = cap_conns ? cap_conns * 2 : 64;
+        struct conn_id *v = realloc(conns, cap * sizeof *v);
+        if (!v)
+            return false;
+        conns = v, cap_conns = cap;
+    }
+    conns[n_conns++] = (struct conn_id){fd, st.st_dev, st.st_ino};
+    return true;
+}
 
 static void gate_free(struct gate *g)
 {
@@ -82,8 +135,12 @@ static void gate_close(struct gate *g, int status, const char *why)
     if (status) {
         const char *reason = status == 401   ? "Unauthorized"
                              : status == 408 ? "Request Timeout"
+                             : status == 503 ? "Service Unavailable"
                                              : "Request Header Fields Too Large";
-        json_t *body = api_error_json(status == 401 ? "unauthorized" : "bad_request", NULL, why);
+        json_t *body = api_error_json(status == 401   ? "unauthorized"
+                                      : status == 503 ? "too_many_connections"
+                                                      : "bad_request",
+                                      NULL, why);
         char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
         json_decref(body);
         char msg[1024];
@@ -211,6 +268,13 @@ static void gate_attach(evutil_socket_t fd, short what, void *arg)
     g->attached = true;
     bufferevent_setcb(g->bev, gate_read, NULL, gate_event, g);
     bufferevent_setwatermark(g->bev, EV_READ, 0, GATE_HEADER_MAX);
+    if (!g->doomed && !conn_admit(bufferevent_getfd(g->bev))) {
+        char why[128];
+        (void) snprintf(why, sizeof why, "%u connections are open, the configured maximum (max_connections)",
+                        cordond->cfg.max_connections);
+        gate_close(g, 503, why);
+        return;
+    }
     struct timeval tv = {.tv_sec = (time_t) cordond->cfg.auth_timeout_s};
     if (g->doomed || !(g->deadline_ev = evtimer_new(cordond->base, gate_deadline, g)) ||
         evtimer_add(g->deadline_ev, &tv) < 0)
@@ -258,4 +322,10 @@ void api_tcp_gate(struct evhttp *http)
 unsigned api_tcp_unauthenticated(void)
 {
     return n_gates - n_doomed;
+}
+
+unsigned api_tcp_connections(void)
+{
+    prune_conns();
+    return (unsigned) n_conns;
 }

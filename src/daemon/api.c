@@ -345,8 +345,10 @@ static void route_metrics(struct evhttp_request *req)
     evbuffer_add_printf(b,
                         "# HELP cordon_http_unauthenticated_connections TCP connections whose first request "
                         "has not shown the token yet.\n# TYPE cordon_http_unauthenticated_connections gauge\n"
-                        "cordon_http_unauthenticated_connections %u\n",
-                        api_tcp_unauthenticated());
+                        "cordon_http_unauthenticated_connections %u\n"
+                        "# HELP cordon_http_tcp_connections TCP connections open.\n"
+                        "# TYPE cordon_http_tcp_connections gauge\ncordon_http_tcp_connections %u\n",
+                        api_tcp_unauthenticated(), api_tcp_connections());
     evbuffer_add_printf(b,
                         "# HELP cordon_alerts_total Alerts of the monitor's rules and the DNS heuristics.\n"
                         "# TYPE cordon_alerts_total counter\ncordon_alerts_total %llu\n",

@@ -110,6 +110,13 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         c->max_unauthenticated = (unsigned) n;
         return 0;
     }
+    if (strcmp(name, "max-connections") == 0 || strcmp(name, "max_connections") == 0) {
+        uint64_t n;
+        if (cdn_parse_u64(v, &n) < 0 || n == 0 || n > 1000000)
+            return -EINVAL;
+        c->max_connections = (unsigned) n;
+        return 0;
+    }
     if (strcmp(name, "max-sandboxes") == 0 || strcmp(name, "max_sandboxes") == 0) {
         uint64_t n;
         if (cdn_parse_u64(v, &n) < 0 || n == 0 || n > 1000000)
@@ -170,7 +177,7 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: cordond [--config FILE] [--socket PATH] [--listen HOST:PORT --token-file F]\n"
-        "               [--auth-timeout SECONDS] [--max-unauthenticated N]\n"
+        "               [--auth-timeout SECONDS] [--max-unauthenticated N] [--max-connections N]\n"
         "               [--state-dir DIR] [--sandbox-dir DIR] [--stop-sandboxes true|false]\n"
         "               [--max-body SIZE] [--max-output SIZE] [--max-sandboxes N] [--pool SIZE[:SPECFILE]]…\n"
         "               [--dns-upstream IP[:PORT]] [--net-pool N] [--audit-rotate SIZE] [--audit-rate N]\n"
@@ -304,6 +311,7 @@ int main(int argc, char **argv)
         .agent_timeout_s = 60,
         .auth_timeout_s = 10,
         .max_unauthenticated = 64,
+        .max_connections = 1024,
         .net_pool = 4,
         .audit_rotate = 64ULL << 20,
         .audit_rate = CDN_AUDIT_RATE,

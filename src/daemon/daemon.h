@@ -48,6 +48,7 @@ struct daemon_config {
     unsigned agent_timeout_s; /* how long a sandbox's agent has to end what it was asked to (api-exec.c) */
     unsigned auth_timeout_s;  /* TCP: a client's first header block, token included, within this */
     unsigned max_unauthenticated; /* TCP: connections not authenticated yet; a new one evicts the oldest */
+    unsigned max_connections;     /* TCP: connections open at once, authenticated or not */
 };
 
 /* ---- host side of the agent protocol: agent-conn.h ---- */
@@ -287,6 +288,7 @@ int api_start(void);
 /* The TCP listener's gate (api-tcp.c): each connection authenticated on its first header block. */
 void api_tcp_gate(struct evhttp *http);
 unsigned api_tcp_unauthenticated(void); /* connections waiting at the gate */
+unsigned api_tcp_connections(void);     /* TCP connections open */
 void api_reply_json(struct evhttp_request *req, int status, json_t *body); /* steals body */
 void api_reply_error(struct evhttp_request *req, int status, const char *code, const char *field,
                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));

@@ -225,3 +225,28 @@ def test_an_authenticated_client_is_served_as_before(tcp_daemon):
         assert "".join(e["data"] for e in lines) == "a\nb\n"
     with pytest.raises(cordon.Unauthorized):
         cordon.Endpoint(url=f"http://127.0.0.1:{port}", token="wrong-token-123456").json("GET", "/v1/health")
+
+
+def test_connections_in_all_are_capped(tcp_daemon):
+    """max_connections counts every TCP connection, authenticated or not: one more is answered 503
+    and closed; a connection that closes makes room. Before the fix there was no such cap (the
+    option did not exist)."""
+    d, port, token = tcp_daemon("--max-connections", "4")
+    held = []
+    for _ in range(4):  # authenticated, kept alive
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request("GET", "/v1/health", headers={"Authorization": f"Bearer {token}"})
+        r = c.getresponse()
+        assert r.status == 200
+        r.read()
+        held.append(c)
+    s = socket.create_connection(("127.0.0.1", port))
+    answer = read_response(s)
+    s.close()
+    assert answer.startswith(b"HTTP/1.1 503 ") and b"too_many_connections" in answer, answer
+    status, text = d.http("GET", "/metrics")
+    assert "cordon_http_tcp_connections 4" in text.decode()
+    held.pop().close()
+    wait_for(lambda: health(port, token) == 200, timeout=5, what="a closed connection to make room")
+    for c in held:
+        c.close()
