@@ -150,7 +150,7 @@ def test_exec_timeout_kills_what_the_command_started_setsid_or_not(daemon, tier)
     one that did and orphaned itself (its parent exited), one that only orphaned itself. What a
     command that ends by itself leaves running stays (a server started with &).
     Seen failing before the fix: "sleep 1001" and "sleep 1002" (the setsid ones) outlived the
-    timeout in every tier."""
+    timeout in every tier (container, process, microvm, vm)."""
     with create(daemon, tier=tier) as sb:
         r = sb.exec(["sh", "-c", "setsid sleep 1001 & (setsid sleep 1002 &); (sleep 1003 &); sleep 60"],
                     timeout_s=2)
