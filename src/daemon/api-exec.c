@@ -30,6 +30,7 @@ struct call {
     struct box *box;
     struct evhttp_request *req;
     bool stream, b64, started, timed_out, client_gone;
+    bool departed;                    /* its client left (client_gone, or a buffered one's EV_CLOSED) */
     bool gave_up, quiesce_unanswered; /* give_up(): the agent did not end it in time */
     struct evbuffer *out, *err;
     bool out_trunc, err_trunc;
@@ -135,6 +136,7 @@ static void arm_deadline(struct call *c)
  * request; an agent that does not send it does not keep the request (and its body) for ever. */
 static void kill_for_departed_client(struct call *c)
 {
+    c->departed = true;
     int32_t sig = SIGKILL;
     (void) agent_conn_send(&c->box->agent, CDN_FRAME_SIGNAL, 0, c->areq.channel, &sig, sizeof sig);
     arm_deadline(c);
@@ -311,7 +313,7 @@ static void quiesce_frame(struct agent_req *r, uint16_t type, const uint8_t *p, 
     (void) p, (void) len;
     struct call *c = (struct call *) r;
     struct box *b = c->box;
-    if (c->deadline_ev && !c->client_gone)
+    if (c->deadline_ev && !c->departed)
         evtimer_del(c->deadline_ev); /* answered (DONE) or over (0): no more waiting for it */
     if (type == CDN_FRAME_DONE && b->verifier == VERIFIER_STARTING) {
         b->verifier = VERIFIER_RUNNING;
@@ -323,6 +325,8 @@ static void quiesce_frame(struct agent_req *r, uint16_t type, const uint8_t *p, 
         if (e < 0) {
             b->verifier = VERIFIER_NONE;
             exec_finish(c, 0, NULL, 0);
+        } else if (c->departed) { /* its client left while the sandbox was quiesced */
+            kill_for_departed_client(c);
         }
         return;
     }
