@@ -32,6 +32,9 @@ static const struct {
     {"vm", cdn_cli_vm, false,
      "vm prepare                    the VM tiers' guest kernel and initramfs (cached)\n"
      "  cordon vm status [--json]            whether they are prepared (exit 1 if not), preparing nothing"},
+    {"selftest", cdn_cli_selftest, false,
+     "selftest [--tier T]… [--json] [RUN FLAGS]  the escape probes in a sandbox of each tier (exit 1: "
+     "escaped)"},
 #else
     /* the lean build hands these to cordon-full (see main) */
     {"create", NULL, false, ""},
@@ -42,6 +45,7 @@ static const struct {
     {"events", NULL, false, ""},
     {"cp", NULL, false, ""},
     {"vm", NULL, false, ""},
+    {"selftest", NULL, false, ""},
 #endif
 };
 
