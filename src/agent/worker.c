@@ -151,15 +151,13 @@ static int make_target(const char *target, bool dir, uint32_t uid)
         return -ENAMETOOLONG;
     for (char *s = buf + 11; (s = strchr(s, '/')); s++) {
         *s = 0;
-        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+        if ((mkdir(buf, 0755) < 0 && errno != EEXIST) || lchown(buf, uid, uid) < 0)
             return -errno;
-        (void) lchown(buf, uid, uid);
         *s = '/';
     }
     if (dir ? mkdir(buf, 0755) < 0 && errno != EEXIST : mknod(buf, S_IFREG | 0644, 0) < 0 && errno != EEXIST)
         return -errno;
-    (void) lchown(buf, uid, uid);
-    return 0;
+    return lchown(buf, uid, uid) < 0 ? -errno : 0;
 }
 
 /* Protected paths: each match bound on itself read-only, as in a container (rootfs.c), so that

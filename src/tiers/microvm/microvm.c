@@ -315,7 +315,9 @@ struct qemu_fds {
 static uid_t qemu_uid(void)
 {
     uint32_t r = 0;
-    (void) getrandom(&r, sizeof r, 0);
+    if (getrandom(&r, sizeof r, 0) != (ssize_t) sizeof r)
+        r = (uint32_t)
+            getpid(); /* never once booted (blocking); the uid only has to be unlikely to be taken */
     return (uid_t) (QEMU_UID_BASE + (r & 0xffffffu));
 }
 
