@@ -54,6 +54,12 @@ static int f_nofile(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
         return cdn_error_field(e, EINVAL, "limits.nofile", "--nofile '%s': not a whole number", a);
     return 0;
 }
+static int f_ptys(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    if (cdn_parse_u64(a, &o->spec.limits.ptys) < 0)
+        return cdn_error_field(e, EINVAL, "limits.ptys", "--ptys '%s': not a whole number", a);
+    return 0;
+}
 static int f_timeout(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 {
     if (cdn_parse_duration(a, &o->spec.limits.timeout_ms) < 0)
@@ -204,6 +210,7 @@ static const struct flag flags[] = {
     {"--timeout", true, f_timeout, "limits.timeout_s", "DUR",
      "kill the whole sandbox after DUR, exit 124 (default 600s)"},
     {"--nofile", true, f_nofile, "limits.nofile", "N", "open file limit (default 1024)"},
+    {"--ptys", true, f_ptys, "limits.ptys", "N", "pseudo-terminals open at once (default 64)"},
     {"--net", true, f_net, "network", "MODE",
      "none (default: loopback only); open and allow=… are not built yet"},
     {"--bind", true, f_bind, "mounts", "SRC:DST[:ro]", "bind a host path into the sandbox"},

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 from cordon import Sandbox
-from cordonlib import SANDBOX_UID_MIN, Running, find_sandbox_proc, wait_for
+from cordonlib import EXIT_CORDON, SANDBOX_UID_MIN, Running, find_sandbox_proc, run, wait_for
 
 NS_GET_OWNER_UID = 0xb704  # _IO(0xb7, 0x4), linux/nsfs.h
 
@@ -149,3 +149,49 @@ def test_queued_signals_are_the_sandboxs_own(daemon, tier):
         assert why == "EAGAIN" and n > 0, (n, why)
         assert probe_on_host("rtsig") == "ok"
         assert probe_in(b, "rtsig") == "ok"
+
+
+def pty_exec(daemon, sb):
+    return daemon.http("POST", f"/v1/sandboxes/{sb.id}/exec",
+                       {"cmd": ["sh", "-c", "tty"], "pty": {"rows": 24, "cols": 80}})
+
+
+def test_ptys_are_bounded_per_sandbox(daemon, tier):
+    """One sandbox opens /dev/ptmx until refused: it gets at most limits.ptys (64 by default), and
+    another's PTY exec still runs. Seen failing before the fix (container tier): the first took all
+    the ptys the kernel gives to devpts instances other than the host's (pty/max - pty/reserve),
+    and the second's PTY exec got 400 (posix_openpt: ENOSPC)."""
+    if tier == "process":
+        # The process tier has no terminal of its own: Landlock keeps /dev/ptmx out of reach, so a
+        # worker can take none of the host's (docs/process.md).
+        a = Sandbox.create(endpoint=daemon.endpoint, tier=tier)
+        with a:
+            assert probe_in(a, "pty") in ("EACCES", "EPERM")
+        return
+    a, b = two_sandboxes(daemon, tier, nofile=8192)
+    with a, b:
+        n, why = hold(a, "pty")
+        assert why == "ENOSPC" and n > 0, (n, why)
+        status, resp = pty_exec(daemon, b)
+        assert status == 200 and resp["exit_code"] == 0 and "/dev/pts/" in resp["stdout"], (status, resp)
+        assert probe_in(b, "pty") == "ok"
+        if tier == "container":  # a VM guest's ptys are its own kernel's
+            assert n <= 64, n
+
+
+def test_pty_limit_is_the_spec(daemon):
+    """limits.ptys sets the bound: the 4th pty of a sandbox of 3 is refused, a PTY exec then too."""
+    with Sandbox.create(endpoint=daemon.endpoint, ptys=3) as a:
+        n, why = hold(a, "pty")
+        assert (n, why) == (3, "ENOSPC")
+        status, resp = pty_exec(daemon, a)
+        assert status == 400, (status, resp)
+    status, resp = daemon.http("POST", "/v1/sandboxes", {"limits": {"ptys": 0}})
+    assert status == 400 and resp["error"]["field"] == "limits.ptys", resp
+    # cordon run --ptys: the same bound on a one-shot sandbox
+    r = run(["--ptys", "2", "--", "python3", "-c", "import os\nfds = []\ntry:\n    while len(fds) < 10:\n"
+             "        fds.append(os.open('/dev/ptmx', os.O_RDWR | os.O_NOCTTY))\nexcept OSError as e:\n"
+             "    print(len(fds), e.errno)"])
+    assert (r.code, r.stdout) == (0, "2 28\n"), r  # ENOSPC
+    r = run(["--ptys", "none", "--", "true"])
+    assert r.code == EXIT_CORDON and "limits.ptys" in r.stderr, r

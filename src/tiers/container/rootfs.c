@@ -277,6 +277,18 @@ int cdn_proc_mask(const char *root, const char *mask, struct cdn_error *err)
     return 0;
 }
 
+/* The sandbox's own devpts instance, of at most limits.ptys terminals: the kernel's pool
+ * (kernel.pty.max less the pty.reserve kept for the host's instance) is shared by every other
+ * instance, so without max= one sandbox could take all of it and leave the next PTY exec none. */
+static int mount_devpts(const struct cdn_setup_args *a, const char *path, struct cdn_error *err)
+{
+    char opts[96];
+    (void) snprintf(opts, sizeof opts, "newinstance,ptmxmode=0666,mode=0620,gid=5,max=%llu",
+                    (unsigned long long) a->spec->limits.ptys);
+    CHECK(mount("devpts", path, "devpts", MS_NOSUID | MS_NOEXEC, opts), "mount /dev/pts: %m");
+    return 0;
+}
+
 /* /dev from the prepared tree: one bind, devpts and shm on top, then read-only. */
 static int mount_dev_prepared(const struct cdn_setup_args *a, int rootfd, int fd, struct cdn_error *err)
 {
@@ -289,8 +301,9 @@ static int mount_dev_prepared(const struct cdn_setup_args *a, int rootfd, int fd
     (void) fd_path(fdp, dev);
     char p[96];
     (void) snprintf(p, sizeof p, "%s/pts", fdp);
-    CHECK(mount("devpts", p, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"),
-          "mount /dev/pts: %m");
+    int r = mount_devpts(a, p, err);
+    if (r < 0)
+        return r;
     (void) snprintf(p, sizeof p, "%s/shm", fdp);
     CHECK(mount("shm", p, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64m,mode=1777"),
           "mount /dev/shm: %m");
@@ -324,8 +337,8 @@ static int mount_dev(const struct cdn_setup_args *a, int rootfd, const char *roo
     }
     (void) snprintf(p, sizeof p, "%s/pts", dev);
     CHECK(mkdir(p, 0755), "mkdir /dev/pts: %m");
-    CHECK(mount("devpts", p, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"),
-          "mount /dev/pts: %m");
+    if ((r = mount_devpts(a, p, err)) < 0)
+        return r;
     (void) snprintf(p, sizeof p, "%s/shm", dev);
     CHECK(mkdir(p, 01777), "mkdir /dev/shm: %m");
     CHECK(mount("shm", p, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64m,mode=1777"),
