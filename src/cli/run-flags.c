@@ -171,6 +171,17 @@ static int f_watch_writes(struct cdn_run_opts *o, const char *a, struct cdn_erro
     o->spec.watch_writes = true;
     return 0;
 }
+static int f_bind_allow(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    if (o->no_command)
+        return cdn_error_field(e, EINVAL, "",
+                               "--bind-allow: the daemon's configuration decides (bind-allow in "
+                               "cordond.conf)");
+    if (o->n_bind_allow >= ELEMENTSOF(o->bind_allow))
+        return cdn_error_field(e, E2BIG, "", "--bind-allow: at most %d", CDN_BIND_RULES_MAX);
+    o->bind_allow[o->n_bind_allow++] = a;
+    return 0;
+}
 static int f_json(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 {
     (void) a, (void) e;
@@ -214,6 +225,8 @@ static const struct flag flags[] = {
     {"--net", true, f_net, "network", "MODE",
      "none (default: loopback only); open and allow=… are not built yet"},
     {"--bind", true, f_bind, "mounts", "SRC:DST[:ro]", "bind a host path into the sandbox"},
+    {"--bind-allow", true, f_bind_allow, NULL, "DIR[:ro]",
+     "bind sources only at or beneath DIR (repeatable; docs/spec.md \"Bind sources\")"},
     {"--env", true, f_env, "env", "K=V", "set an environment variable"},
     {"--workdir", true, f_workdir, "workdir", "DIR", "working directory, writable (default /workspace)"},
     {"--hostname", true, f_hostname, "hostname", "NAME", "host name inside (default cordon)"},
