@@ -7,8 +7,12 @@ symlinks, so a path swapped after the check is refused rather than followed. bin
 configuration, `cordon run --bind-allow`) restricts the sources to the directories it names and
 can name a place beneath a refused one; `DIR:ro` allows read-only binds only."""
 
+import ctypes
 import os
 import tempfile
+import threading
+
+import pytest
 
 from cordon import Sandbox
 from cordonlib import EXIT_CORDON, Daemon, HostState, run
@@ -121,3 +125,39 @@ def test_bind_allow_errors_are_reported(shared_dir):
                         "--sandbox-dir", os.path.join(shared_dir, "sb"), "--bind-allow", "/no/such/dir"],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "/no/such/dir" in p.stderr, (p.returncode, p.stderr)
+
+
+@pytest.mark.parametrize("tier", ["container", "process"])
+def test_a_source_swapped_for_a_symlink_is_not_followed(shared_dir, tier):
+    """The source is checked, then bound: a flipper turns it into a symlink to cordon's state in
+    between, as a sandbox with that directory bound could. Every run either fails or binds the
+    directory itself, never what the symlink names. Seen failing before the fix (with the check,
+    without the no-symlink open): a run listed /var/lib/cordon."""
+    top = os.path.join(shared_dir, "flip")
+    src, alt = os.path.join(top, "src"), os.path.join(top, "alt")
+    os.makedirs(src)
+    open(os.path.join(src, "marker"), "w").close()
+    os.symlink("/var/lib/cordon", alt)
+    libc = ctypes.CDLL(None, use_errno=True)
+    stop = threading.Event()
+
+    def flip():  # src is the directory, then the symlink, then the directory…: one atomic exchange each
+        while not stop.is_set():
+            libc.renameat2(-100, src.encode(), -100, alt.encode(), 2)  # AT_FDCWD, RENAME_EXCHANGE
+
+    t = threading.Thread(target=flip, daemon=True)
+    t.start()
+    seen = {"ok": 0, "refused": 0}
+    try:
+        for _ in range(40):
+            r = run(["--tier", tier, "--bind", f"{src}:/workspace/data:ro", "--", "ls", "/workspace/data"])
+            if r.code == 0:
+                assert r.stdout.split() == ["marker"], r.stdout  # never cordon's state
+                seen["ok"] += 1
+            else:
+                assert r.code == EXIT_CORDON, r
+                seen["refused"] += 1
+    finally:
+        stop.set()
+        t.join()
+    assert seen["ok"] > 0, seen  # the directory was bound sometimes: the check did not refuse it all

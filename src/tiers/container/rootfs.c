@@ -11,6 +11,7 @@
  * new root are resolved with RESOLVE_IN_ROOT so an image's symlinks cannot
  * redirect a mount outside it. */
 #include "container-internal.h"
+#include "core/bind-policy.h"
 #include "core/protect.h"
 #include "shared/fd-util.h"
 
@@ -372,19 +373,24 @@ static int bind_onto(int rootfd, const char *src, int target_fd, const char *tar
     return set_mount_attrs(fd, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (readonly ? MOUNT_ATTR_RDONLY : 0),
                            target, err);
 }
+/* The sources were resolved and judged by the host (core/bind-policy.h): each is opened without
+ * following any symlink, and bound through that fd, so that a path changed since cannot redirect
+ * the bind elsewhere. */
 static int mount_binds(const struct cdn_setup_args *a, int rootfd, struct cdn_error *err)
 {
     for (size_t i = 0; i < a->spec->n_mounts; i++) {
         const struct cdn_mount *m = &a->spec->mounts[i];
-        char field[32];
+        char field[32], srcp[64];
         struct stat st;
         (void) snprintf(field, sizeof field, "mounts[%zu]", i);
-        if (stat(m->source, &st) < 0)
-            return cdn_error_field(err, errno, field, "--bind source '%s': %m", m->source);
+        _cleanup_close_ int src = cdn_bind_source_open(m->source);
+        if (src < 0 || fstat(src, &st) < 0)
+            return cdn_error_field(err, src < 0 ? -src : errno, field, "--bind source '%s': %m", m->source);
         int fd = open_in_root(rootfd, m->target, S_ISDIR(st.st_mode), S_ISDIR(st.st_mode) ? 0755 : 0644);
         if (fd < 0)
             return cdn_error_field(err, fd, field, "--bind target '%s': %s", m->target, strerror(-fd));
-        int r = bind_onto(rootfd, m->source, fd, m->target, m->readonly, err);
+        (void) fd_path(srcp, src);
+        int r = bind_onto(rootfd, srcp, fd, m->target, m->readonly, err);
         (void) close(fd);
         if (r < 0)
             return cdn_error_prefix(err, r, "%s", field);
