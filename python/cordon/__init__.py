@@ -21,7 +21,7 @@ from ._http import (CordonError, Endpoint, ExecError, InvalidArgument, NotFound,
 __all__ = ["Sandbox", "AsyncSandbox", "ExecResult", "Endpoint", "CordonError", "InvalidArgument", "ExecError",
            "NotFound", "SandboxNotRunning", "TooManySandboxes", "Unauthorized", "ServerError"]
 
-_LIMITS = ("cpus", "memory_mb", "pids", "disk_mb", "timeout_s", "nofile")
+_LIMITS = ("cpus", "memory_mb", "pids", "disk_mb", "timeout_s", "nofile", "ptys")
 _TOP = ("tier", "image", "network", "mounts", "protect", "env", "workdir", "labels", "hostname", "read_only", "watch_writes",
         "on_violation")
 

@@ -72,6 +72,12 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         c->net_pool = (unsigned) n;
         return 0;
     }
+    if (strcmp(name, "bind-allow") == 0 || strcmp(name, "bind_allow") == 0) {
+        if (c->n_bind_allow >= ELEMENTSOF(c->bind_allow))
+            return -E2BIG;
+        return v[0] == '/' ? set_string(c->bind_allow[c->n_bind_allow++], sizeof c->bind_allow[0], v)
+                           : -EINVAL;
+    }
     if (strcmp(name, "monitor-rules") == 0 || strcmp(name, "monitor_rules") == 0)
         return v[0] == '/' ? set_string(c->monitor_rules, sizeof c->monitor_rules, v) : -EINVAL;
     if (strcmp(name, "audit-rate") == 0 || strcmp(name, "audit_rate") == 0) {
@@ -152,7 +158,7 @@ static void usage(FILE *f)
         "               [--state-dir DIR] [--sandbox-dir DIR] [--stop-sandboxes true|false]\n"
         "               [--max-body SIZE] [--max-output SIZE] [--max-sandboxes N] [--pool SIZE[:SPECFILE]]…\n"
         "               [--dns-upstream IP[:PORT]] [--net-pool N] [--audit-rotate SIZE] [--audit-rate N]\n"
-        "               [--monitor-rules FILE]\n"
+        "               [--monitor-rules FILE] [--bind-allow DIR[:ro]]…\n"
         "Defaults and the config file format: docs/cordond.md (config: %s)\n",
         DEFAULT_CONFIG);
 }
@@ -261,6 +267,30 @@ static void on_child(evutil_socket_t sig, short what, void *arg)
         ;
 }
 
+/* The bind sources the API accepts (core/bind-policy.h): the configured allowlist, and besides
+ * the core's refusals what is this daemon's own — its records and sockets, its token. */
+static int bind_policy_setup(struct daemon *d)
+{
+    struct cdn_bind_policy *p = &d->bind_policy;
+    const char *own[] = {d->cfg.state_dir, d->cfg.sandbox_dir, d->cfg.socket_path, d->cfg.token_file};
+    int r = cdn_bind_policy_init(p);
+    for (size_t i = 0; r >= 0 && i < ELEMENTSOF(own); i++)
+        if (own[i][0])
+            r = cdn_bind_policy_deny(p, own[i]);
+    if (r < 0) {
+        fprintf(stderr, "cordond: bind sources: %s\n", strerror(-r));
+        return -1;
+    }
+    for (unsigned i = 0; i < d->cfg.n_bind_allow; i++) {
+        struct cdn_error err = {0};
+        if (cdn_bind_policy_allow(p, d->cfg.bind_allow[i], &err) < 0) {
+            fprintf(stderr, "cordond: %s\n", err.msg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Each sandbox with protected paths holds a fanotify group of its own
  * (guard.c); the kernel's default of 128 groups per user would cap them. */
 static void raise_fanotify_groups(void)
@@ -295,6 +325,8 @@ int main(int argc, char **argv)
     if (d->cfg.listen[0] && read_token(d) < 0)
         return 1;
     (void) setenv("CORDON_STATE_DIR", d->cfg.state_dir, 1); /* the core reads it */
+    if (bind_policy_setup(d) < 0)
+        return 2;
     /* Three fds per sandbox (agent socket, pidfd, slot lock) and two per client. */
     struct rlimit nofile;
     if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {

@@ -17,6 +17,7 @@
 #include <sys/queue.h>
 
 #include "agent/frame.h"
+#include "core/bind-policy.h"
 #include "core/sandbox.h"
 #include "monitor/fsguard.h"
 #include "core/spec.h"
@@ -45,6 +46,8 @@ struct daemon_config {
     uint64_t audit_rotate;   /* egress.log is rotated past this size */
     unsigned audit_rate;     /* audit lines per sandbox and second (0: no limit) */
     char monitor_rules[256]; /* rule file (src/monitor/rules.h); empty: the shipped default */
+    char bind_allow[CDN_BIND_RULES_MAX][256]; /* "DIR[:ro]" each (core/bind-policy.h); none: "/" */
+    unsigned n_bind_allow;
 };
 
 /* ---- host side of the agent protocol over a bufferevent (agent-conn.c) ---- */
@@ -155,6 +158,8 @@ struct daemon {
     bool stopping;
     int *kept_slots; /* slots whose emptied cgroups wait for the next sandbox (box.c) */
     size_t n_kept, cap_kept;
+    /* What a spec's mounts[i].source may name (cordond.c; checked by api.c, pool.c). */
+    struct cdn_bind_policy bind_policy;
     /* metrics */
     uint64_t created_total, create_errors, execs_total, http_errors;
     uint64_t violations_total[_VIOLATION_MAX];
