@@ -181,6 +181,26 @@ int cdn_bind_policy_check(const struct cdn_bind_policy *p, struct cdn_spec *spec
     return 0;
 }
 
+int cdn_bind_policy_check_image(const struct cdn_bind_policy *p, struct cdn_spec *spec, struct cdn_error *err)
+{
+    if (!spec->image || spec->image[0] != '/')
+        return 0; /* "host", or a name the image store resolves */
+    char *src = realpath(spec->image, NULL);
+    if (!src)
+        return errno == ENOMEM ? -ENOMEM
+                               : cdn_error_field(err, errno, "image", "image: '%s': %m", spec->image);
+    char shown[300];
+    (void) snprintf(shown, sizeof shown, "'%.200s'", spec->image);
+    int r = judge(p, src, shown, true, "image", err);
+    if (r < 0) {
+        free(src);
+        return r;
+    }
+    free(spec->image);
+    spec->image = src;
+    return 0;
+}
+
 int cdn_bind_source_open(const char *source)
 {
     struct open_how how = {.flags = O_PATH | O_CLOEXEC,

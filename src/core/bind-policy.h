@@ -46,6 +46,12 @@ int cdn_bind_policy_deny(struct cdn_bind_policy *p, const char *path);
  * (refused), -ENOMEM. */
 int cdn_bind_policy_check(const struct cdn_bind_policy *p, struct cdn_spec *spec, struct cdn_error *err);
 
+/* The same judgement for an image given as a host path (spec.image absolute: a root directory, or a
+ * VM tier's disk file), read-only, field "image": a remote client must not make "/" or cordon's
+ * state a sandbox's root. cordond applies it; `cordon run` (root on this host) does not. */
+int cdn_bind_policy_check_image(const struct cdn_bind_policy *p, struct cdn_spec *spec,
+                                struct cdn_error *err);
+
 /* For the tiers: open a source the policy resolved (O_PATH, no symlink anywhere on the way, so a
  * component swapped for a symlink since the check fails with ELOOP). An fd or -errno. */
 int cdn_bind_source_open(const char *source);

@@ -46,6 +46,19 @@ def test_api_refuses_cordons_and_the_kernels_paths(daemon, shared_dir, tier):
     assert daemon.http("GET", "/v1/sandboxes")[1]["sandboxes"] == []
 
 
+def test_api_refuses_them_as_an_image_too(daemon, busybox_image):
+    """An image given as a host path is chosen by the client as a bind source is: "/" as a sandbox's
+    read-only root would show it the host's whole filesystem. Seen failing before the fix: {"image": "/"}
+    was 201 Created. An image directory elsewhere still works."""
+    for image, named in (("/", "contains"), ("/var/lib/cordon", "/var/lib/cordon"), ("/proc", "/proc")):
+        status, resp = daemon.http("POST", "/v1/sandboxes", {"image": image})
+        assert status == 400 and resp["error"]["field"] == "image", (image, status, resp)
+        assert named in resp["error"]["message"], (image, resp)
+    assert daemon.http("GET", "/v1/sandboxes")[1]["sandboxes"] == []
+    with Sandbox.create(endpoint=daemon.endpoint, image=busybox_image) as sb:
+        assert sb.exec(["cat", "/etc/image-marker"]).stdout == "busybox-image\n"
+
+
 def test_cordon_run_refuses_them_too(shared_dir):
     """Seen failing before the fix: `cordon run --bind /:/host -- ls /host` listed the host's root."""
     for source, named in refused_sources(shared_dir):
