@@ -673,3 +673,146 @@ def test_connections_per_sandbox_are_bounded(egd, net):
         assert "host=pypi.test" in sh(other, "curl -sS -m 10 http://pypi.test/").stdout
         limited = [e for e in tcp(sb) if e["reason"] == "too-many-connections"]
         assert len(limited) == 44 and sb.violations()["counts"]["egress"] == 0
+
+
+# ---- item 13 of issue 18: every plain-HTTP request on a connection is judged ----
+
+# Runs in the sandbox: each step is one connection to pypi.test's address on
+# 8081 (fakenet's keep-alive server, which ignores "Connection: close"), given
+# as the parts to send; after each part it reads until a whole response, the
+# end of the stream or a reset. Prints one JSON list per connection of what
+# each part got back.
+KEEPALIVE_CLIENT = r"""
+import json, re, socket, sys
+for n in sys.argv[2:]:
+    socket.gethostbyname(n)  # the stub pins what it answers
+ip = socket.gethostbyname("pypi.test")
+for step in json.loads(sys.argv[1]):
+    s = socket.create_connection((ip, 8081), timeout=5)
+    got = []
+    for part in step:
+        try:
+            s.sendall(part.encode("latin-1"))
+        except OSError as e:
+            got.append(type(e).__name__)
+            break
+        data = b""
+        try:
+            while True:
+                m = re.search(rb"Content-Length: (\d+)\r\n\r\n", data)
+                if m and len(data) >= m.end() + int(m.group(1)):
+                    break
+                chunk = s.recv(65536)
+                if not chunk:
+                    data += b"<eof>"
+                    break
+                data += chunk
+        except OSError as e:
+            data += b"<" + type(e).__name__.encode() + b">"
+        got.append(data.decode("latin-1"))
+        if data.endswith(b">"):
+            break
+    s.close()
+    print(json.dumps(got))
+"""
+
+KA_ALLOW = ["pypi.test:8081", "*.pypi.test:8081", "secure.test:8081"]
+
+
+def req(host, target="/", extra=""):
+    return f"GET {target} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n"
+
+
+def keepalive_run(sb, steps, resolve=()):
+    r = sb.exec(["python3", "-c", KEEPALIVE_CLIENT, json.dumps(steps), *resolve], timeout_s=60)
+    assert r.exit_code == 0, r
+    return [json.loads(line) for line in r.stdout.splitlines()]
+
+
+def test_keepalive_and_pipelined_requests_are_each_judged(egd, net, tier):
+    """The proxy used to judge the first request head of a plain-HTTP
+    connection and splice the rest: an upstream that ignores
+    "Connection: close" (fakenet's keep-alive server, on pypi.test's address)
+    then served requests for any host. Seen failing before the fix: the
+    server's log held "host": "evil.test" for the keep-alive, the pipelined
+    and the absolute-form requests, and the sandbox got "host=evil.test" back."""
+    before = len(net.hits(kind="keepalive"))
+    with make(egd, tier=tier, allow=KA_ALLOW) as sb:
+        got = keepalive_run(sb, [
+            # keep-alive: an allowed second request passes, a third for another host does not
+            [req("pypi.test"), req("pypi.test", "/2"), req("evil.test")],
+            # pipelined in one write
+            [req("pypi.test") + req("evil.test")],
+            # a later request in absolute form names its host in the URI
+            [req("pypi.test"), req("evil.test", "http://evil.test/")],
+            # another allowed name on the same address passes; one pinned to another address does not
+            [req("pypi.test"), req("files.pypi.test"), req("secure.test")],
+            # a later head that names no host, or is not HTTP
+            [req("pypi.test"), "GET / HTTP/1.0\r\n\r\n"],
+            [req("pypi.test"), "\x16\x03\x01\x00\x05hello"],
+        ], resolve=["files.pypi.test", "secure.test"])
+        assert "host=pypi.test" in got[0][0] and "host=pypi.test" in got[0][1], got[0]
+        assert len(got[0]) == 3 and "keepalive" not in got[0][2], got[0]
+        assert all("evil.test" not in g for step in got for g in step), got
+        assert "host=files.pypi.test" in got[3][1] and "keepalive" not in got[3][2], got[3]
+        assert "keepalive" not in got[4][1] and "keepalive" not in got[5][1], got
+        refused = [(e.get("name"), e["reason"]) for e in tcp(sb) if e["decision"] == "deny"]
+        assert refused == [("evil.test", "not-allowlisted"), ("evil.test", "not-allowlisted"),
+                           ("evil.test", "not-allowlisted"), ("secure.test", "ip-mismatch"),
+                           (None, "no-host"), (None, "bad-http")], refused
+        admitted = [(e.get("name"), e["reason"]) for e in tcp(sb) if e["decision"] == "allow"]
+        assert admitted.count(("pypi.test", "allowlist")) == 6 and ("files.pypi.test", "allowlist") in admitted
+        assert sb.violations()["counts"]["egress"] == 6
+    hosts = [h["host"] for h in net.hits(kind="keepalive")[before:]]
+    assert "evil.test" not in hosts and "secure.test" not in hosts, hosts
+    assert hosts.count("pypi.test") >= 4 and "files.pypi.test" in hosts, hosts
+
+
+def smuggle(name, first, second):
+    """A request whose content, framed one way, is a second request, for evil.test/NAME."""
+    second = second.replace("/evil", "/" + name)
+    return first.replace("{n}", str(len(second))) + second
+
+
+EVIL = req("evil.test", "/evil")
+SMUGGLING = {
+    # content on GET: a server that ignores it reads the content as the next request (CL.0)
+    "get-with-content": ("GET / HTTP/1.1\r\nHost: pypi.test\r\nContent-Length: {n}\r\n\r\n", EVIL),
+    # Content-Length and Transfer-Encoding both: which one frames the content?
+    "cl-and-te": ("POST / HTTP/1.1\r\nHost: pypi.test\r\nContent-Length: {n}\r\nTransfer-Encoding: chunked\r\n\r\n",
+                  "0\r\n\r\n" + EVIL),
+    # two lengths: the server takes the first, 0
+    "two-lengths": ("POST / HTTP/1.1\r\nHost: pypi.test\r\nContent-Length: 0\r\nContent-Length: {n}\r\n\r\n", EVIL),
+    # bare LF: the proxy and the server must agree on where lines end
+    "bare-lf": ("GET / HTTP/1.1\nHost: pypi.test\n\n", "GET /evil HTTP/1.1\nHost: evil.test\n\n"),
+    # obsolete line folding
+    "obs-fold": ("POST / HTTP/1.1\r\nHost: pypi.test\r\nX-A: a\r\n Content-Length: 0\r\nContent-Length: {n}\r\n\r\n",
+                 EVIL),
+    # a chunked body whose trailer names another host
+    "trailer-host": ("POST / HTTP/1.1\r\nHost: pypi.test\r\nTransfer-Encoding: chunked\r\n\r\n",
+                     "0\r\nHost: evil.test\r\n\r\n" + EVIL),
+}
+
+
+def test_request_smuggling_is_refused(egd, net, tier):
+    """Heads that a server could frame otherwise than the proxy are refused
+    (403, bad-http) before anything reaches the upstream; so is a stream whose
+    chunked framing cannot be read one way only. Seen failing before the fix:
+    the keep-alive server served evil.test for get-with-content, cl-and-te,
+    two-lengths, bare-lf and trailer-host."""
+    before = len(net.hits(kind="keepalive"))
+    with make(egd, tier=tier, allow=KA_ALLOW) as sb:
+        got = keepalive_run(sb, [[smuggle(k, *v)] for k, v in SMUGGLING.items()])
+        hits = net.hits(kind="keepalive")[before:]
+        reached = [h["request"].split()[1][1:] for h in hits if h["host"] == "evil.test"]
+        assert reached == [], f"smuggled to evil.test: {reached}"
+        for name, g in zip(SMUGGLING, got):
+            if name == "trailer-host":  # the head is fine; the trailer ends the stream
+                assert "keepalive" not in g[0] and g[0].endswith(">"), (name, g)
+                continue
+            assert g[0].startswith("HTTP/1.1 403") and "(bad-http)" in g[0], (name, g)
+        t = [(e.get("name"), e["decision"], e["reason"]) for e in tcp(sb)]
+        assert t == [(None, "deny", "bad-http")] * (len(SMUGGLING) - 1) + [
+            (None, "deny", "bad-http"), ("pypi.test", "allow", "allowlist")], t
+        assert sb.violations()["counts"]["egress"] == len(SMUGGLING)
+    assert [h for h in net.hits(kind="keepalive")[before:] if h["host"] != "pypi.test"] == []
