@@ -10,11 +10,19 @@
  * run`). The bytes come from the sandbox and are hostile: they reach the
  * upstream only once cdn_http_stream_next() (sniff.c) has said what they are,
  * and a stream that could be framed two ways (request smuggling) is refused
- * there. CONNECT tunnels and TLS are not read here. */
+ * there.
+ *
+ * The same holds inside a CONNECT tunnel to a name on the list, whose
+ * first bytes are read as a transparent connection's are: a TLS ClientHello
+ * must name the CONNECT target, plain HTTP is read request by request, and
+ * any other protocol (no HTTP method and space in its first 16 bytes, not TLS)
+ * passes as it is. */
 #include <string.h>
 #include <strings.h>
 
 #include "net/proxy-internal.h"
+
+#define TUNNEL_SNIFF_MAX (CDN_SNIFF_HTTP_MAX + 1024) /* a ClientHello (16 KiB) in records, or a head */
 
 /* Hop-by-hop fields the proxy drops: the connection's fate is ours to say
  * (close), and an Upgrade (h2c, WebSocket) would turn the rest of the stream
@@ -54,8 +62,9 @@ static void rewrite_head(const char *p, size_t len, struct evbuffer *out)
 }
 
 /* One audit record for a later request whose name is not the connection's
- * (h NULL: a head that could not be read). */
-static void audit_request(struct pconn *c, const struct cdn_http_head *h, bool allowed, const char *reason)
+ * (name NULL: a head that could not be read). */
+static void audit_request(struct pconn *c, const char *name, const char *via, bool allowed,
+                          const char *reason)
 {
     struct cdn_proxy *px = c->px;
     struct cdn_egress_box *b = px->ops->lookup(px->ops->arg, c->src);
@@ -65,16 +74,25 @@ static void audit_request(struct pconn *c, const struct cdn_http_head *h, bool a
         .proto = "tcp",
         .dst_ip = c->up_ip ? c->up_ip : c->dst_ip,
         .dst_port = c->up_port ? c->up_port : c->dst_port,
-        .name = h && h->host[0] ? h->host : NULL,
-        .via = h ? (h->absolute ? "absolute-uri" : "host") : NULL,
+        .name = name && name[0] ? name : NULL,
+        .via = name && name[0] ? via : NULL,
         .allowed = allowed,
         .reason = reason,
     };
     px->ops->audit(px->ops->arg, b, &a);
 }
 
-/* The verdict on a request after the first: true to pass it; *reason says
- * why (for a record) or why not. */
+/* The proxy resolved c->name itself (CONNECT, absolute URI) and connected
+ * there: another name on that connection goes to an address nobody resolved
+ * for it. */
+static const char *other_name(const struct pconn *c, const struct cdn_egress_box *b, const char *name)
+{
+    bool listed = b->mode == CDN_NET_OPEN || cdn_allowlist_match_name(&b->allow, name, c->up_port);
+    return listed ? "ip-mismatch" : "not-allowlisted";
+}
+
+/* The verdict on a request after the first (or on any in a tunnel): true to
+ * pass it; *reason says why (for a record) or why not. */
 static bool judge_request(const struct pconn *c, const struct cdn_egress_box *b,
                           const struct cdn_http_head *h, const char **reason)
 {
@@ -86,12 +104,8 @@ static bool judge_request(const struct pconn *c, const struct cdn_egress_box *b,
         *reason = c->allow_reason;
         return true; /* what the connection was admitted for (a PATCH rechecks it) */
     }
-    if (c->absolute) {
-        /* An explicit proxy request: the proxy resolved c->name and connected
-         * there; another name on that connection goes to an address nobody
-         * resolved for it. */
-        bool listed = b->mode == CDN_NET_OPEN || cdn_allowlist_match_name(&b->allow, h->host, port);
-        *reason = listed ? "ip-mismatch" : "not-allowlisted";
+    if (c->absolute || c->connect_req) {
+        *reason = other_name(c, b, h->host);
         return false;
     }
     return cdn_proxy_decide_named(b, h->host, c->dst_ip, c->dst_port, b->mode != CDN_NET_OPEN, reason);
@@ -100,9 +114,9 @@ static bool judge_request(const struct pconn *c, const struct cdn_egress_box *b,
 /* A later request is refused: its own record (a violation when the policy
  * refused it), then the connection's, and a reset for both ends. What the
  * upstream still owed the client for earlier requests is lost with it. */
-static int refuse_request(struct pconn *c, const struct cdn_http_head *h, const char *reason)
+static int refuse_request(struct pconn *c, const char *name, const char *via, const char *reason)
 {
-    audit_request(c, h, false, reason);
+    audit_request(c, name, via, false, reason);
     cdn_proxy_cut(c);
     cdn_proxy_finish(c);
     return -1;
@@ -110,25 +124,69 @@ static int refuse_request(struct pconn *c, const struct cdn_http_head *h, const 
 
 static int on_head(struct pconn *c, const struct cdn_http_head *h, const uint8_t *p)
 {
-    if (c->rq.requests > 1) { /* the first was judged before the upstream was reached */
+    /* The first of a connection was judged before the upstream was reached; in a tunnel, none was. */
+    if (c->rq.requests > 1 || c->connect_req) {
         struct cdn_egress_box *b = c->px->ops->lookup(c->px->ops->arg, c->src);
-        const char *reason;
+        const char *reason, *via = h->absolute ? "absolute-uri" : "host";
         if (!b)
-            return refuse_request(c, h, "sandbox-gone");
+            return refuse_request(c, h->host, via, "sandbox-gone");
         if (!judge_request(c, b, h, &reason))
-            return refuse_request(c, h, reason);
+            return refuse_request(c, h->host, via, reason);
         if (strcmp(h->host, c->name) != 0)
-            audit_request(c, h, true, reason);
+            audit_request(c, h->host, via, true, reason);
     }
     rewrite_head((const char *) p, h->head_len, c->dir[0].buf);
     (void) evbuffer_drain(c->pend, h->head_len);
     return 0;
 }
 
+/* Stop reading: what waits and what follows pass as they are. */
+static int pass_the_rest(struct pconn *c)
+{
+    (void) evbuffer_add_buffer(c->dir[0].buf, c->pend);
+    evbuffer_free(c->pend);
+    c->pend = NULL;
+    return 1;
+}
+
+/* The first bytes inside a CONNECT tunnel admitted by its name: 1 when they
+ * have been read (c->pend gone if they are not HTTP), 0 for more, -1 if
+ * refused (c is gone). */
+static int tunnel_first(struct pconn *c)
+{
+    size_t avail = evbuffer_get_length(c->pend);
+    size_t want = avail < TUNNEL_SNIFF_MAX ? avail : TUNNEL_SNIFF_MAX;
+    const uint8_t *p = avail ? evbuffer_pullup(c->pend, (ssize_t) want) : NULL;
+    struct cdn_http_head h;
+    char sni[256];
+    if (!p)
+        return 0;
+    int r = p[0] == 0x16 ? cdn_sniff_tls(p, want, sni) : cdn_sniff_http(p, want, &h);
+    if (r == CDN_SNIFF_MORE && want < TUNNEL_SNIFF_MAX)
+        return 0;
+    c->tunnel_first = false;
+    if (r == CDN_SNIFF_NOT)
+        return pass_the_rest(c);
+    if (p[0] != 0x16)
+        return 1; /* HTTP: its requests are read like any others (a bad head ends it there) */
+    if (r == CDN_SNIFF_OK && strcmp(sni, c->name) != 0) {
+        struct cdn_egress_box *b = c->px->ops->lookup(c->px->ops->arg, c->src);
+        return refuse_request(c, sni, "sni", b ? other_name(c, b, sni) : "sandbox-gone");
+    }
+    if (r != CDN_SNIFF_OK && r != CDN_SNIFF_NONE)
+        return refuse_request(c, NULL, NULL, "bad-tls");
+    return pass_the_rest(c); /* a ClientHello for the target itself, or without SNI */
+}
+
 int cdn_proxy_http_pump(struct pconn *c)
 {
     struct evbuffer *out = c->dir[0].buf;
     int moved = 0;
+    if (c->tunnel_first) {
+        int r = tunnel_first(c);
+        if (r <= 0 || !c->pend)
+            return r;
+    }
     while (evbuffer_get_length(c->pend) && evbuffer_get_length(out) < CDN_PROXY_BUF_HIGH) {
         size_t avail = evbuffer_get_length(c->pend);
         uint64_t raw = cdn_http_stream_raw(&c->rq);
@@ -147,7 +205,7 @@ int cdn_proxy_http_pump(struct pconn *c)
         if (r == CDN_HTTP_MORE)
             break;
         if (r == CDN_HTTP_NOHOST || r == CDN_HTTP_BAD)
-            return refuse_request(c, NULL, r == CDN_HTTP_NOHOST ? "no-host" : "bad-http");
+            return refuse_request(c, NULL, NULL, r == CDN_HTTP_NOHOST ? "no-host" : "bad-http");
         if (r == CDN_HTTP_HEAD && on_head(c, &h, p) < 0)
             return -1;
         if (r == CDN_HTTP_PASS)

@@ -53,6 +53,9 @@ struct pconn {
      * request stream says what they are; only then do they reach dir[0].buf. */
     struct evbuffer *pend;
     struct cdn_http_stream rq;
+    /* A CONNECT tunnel admitted by its name: its first bytes are read
+     * (tunnel_first) and, if they are plain HTTP, every request in it. */
+    bool tunnel_first;
 };
 
 struct cdn_proxy {

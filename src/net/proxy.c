@@ -338,8 +338,11 @@ static void start_splice(struct pconn *c)
         (void) evbuffer_add_printf(to_cli, "HTTP/1.1 200 Connection established\r\n\r\n");
     }
     c->bytes_up += evbuffer_get_length(in);
-    if (c->http && !c->connect_req) {
+    /* What goes through a tunnel to a name on the list is read too: it must not reach another host. */
+    bool read_tunnel = c->connect_req && c->allow_reason && strcmp(c->allow_reason, "allowlist") == 0;
+    if ((c->http && !c->connect_req) || read_tunnel) {
         /* Every request, the first included, is read from here (proxy-http.c). */
+        c->tunnel_first = read_tunnel;
         if (!(c->pend = evbuffer_new())) {
             evbuffer_free(to_up);
             evbuffer_free(to_cli);

@@ -688,7 +688,8 @@ for n in sys.argv[2:]:
     socket.gethostbyname(n)  # the stub pins what it answers
 ip = socket.gethostbyname("pypi.test")
 for step in json.loads(sys.argv[1]):
-    s = socket.create_connection((ip, 8081), timeout=5)
+    # a step that starts with CONNECT goes through "a proxy" at some address instead
+    s = socket.create_connection(("203.0.113.10", 3128) if step[0].startswith("CONNECT") else (ip, 8081), timeout=5)
     got = []
     for part in step:
         try:
@@ -701,6 +702,8 @@ for step in json.loads(sys.argv[1]):
             while True:
                 m = re.search(rb"Content-Length: (\d+)\r\n\r\n", data)
                 if m and len(data) >= m.end() + int(m.group(1)):
+                    break
+                if data.startswith(b"HTTP/1.1 200 Connection established\r\n\r\n"):
                     break
                 chunk = s.recv(65536)
                 if not chunk:
@@ -937,3 +940,51 @@ def test_one_shot_run_has_the_dns_budget(shared_dir, net, tier):
     assert json.loads(p.stderr.strip().splitlines()[-1])["violations"]["egress"] >= 9, p.stderr
     p = subprocess.run(argv, capture_output=True, text=True, env=dict(env, CORDON_DNS_BUDGET="names=999"), timeout=60)
     assert p.returncode == 125 and "CORDON_DNS_BUDGET: names=999" in p.stderr, p.stderr
+
+
+CONNECT_TLS = r"""
+import socket, ssl, sys
+out = []
+for sni in sys.argv[1:]:
+    s = socket.create_connection(("203.0.113.10", 3128), timeout=5)
+    s.sendall(b"CONNECT secure.test:443 HTTP/1.1\r\nHost: secure.test:443\r\n\r\n")
+    assert s.recv(100).startswith(b"HTTP/1.1 200")
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        t = ctx.wrap_socket(s, server_hostname=sni)
+        t.sendall(b"GET / HTTP/1.1\r\nHost: %s\r\n\r\n" % sni.encode())
+        out.append(t.recv(200).split(b"\r\n\r\n", 1)[-1].decode().strip())
+    except OSError as e:
+        out.append(type(e).__name__)
+print("|".join(out))
+"""
+
+
+def test_what_a_connect_tunnel_carries_is_judged(egd, net, tier):
+    """A CONNECT to a name on the list used to be spliced as it was: plain
+    HTTP inside it could name any host on that server, and a ClientHello any
+    SNI. Seen failing before the fix: the keep-alive server served evil.test
+    through "CONNECT pypi.test:8081", and the TLS server answered a
+    ClientHello for evil.test through "CONNECT secure.test:443"."""
+    before = len(net.hits(kind="keepalive"))
+    with make(egd, tier=tier, allow=KA_ALLOW + ["secure.test:443"]) as sb:
+        tunnel = "CONNECT pypi.test:8081 HTTP/1.1\r\nHost: pypi.test:8081\r\n\r\n"
+        got = keepalive_run(sb, [[tunnel, req("pypi.test"), req("pypi.test", "/2"), req("evil.test")],
+                                 [tunnel, req("evil.test")],
+                                 [tunnel, req("secure.test")],
+                                 [tunnel, "SSH-2.0-OpenSSH_9.6\r\n"]])
+        r = sb.exec(["python3", "-c", CONNECT_TLS, "secure.test", "evil.test"], timeout_s=60)
+        out = r.stdout.strip().split("|")
+        served = [g.rsplit("host=", 1)[-1].strip() for step in got for g in step if "keepalive" in g]
+        leaked = [h for h in served if h != "pypi.test"] + (["tls:evil.test"] if "hello" in out[-1] else [])
+        assert leaked == [], f"reached through a tunnel: {leaked}"
+        assert served == ["pypi.test", "pypi.test"], got
+        assert len(got[3]) == 2 and "keepalive" not in got[3][1], got[3]  # not HTTP: passed as it is
+        assert out[0] == "hello from 203.0.113.11:443 host=secure.test", r
+        refused = [(e.get("name"), e.get("via"), e["reason"]) for e in tcp(sb) if e["decision"] == "deny"]
+        assert refused == [("evil.test", "host", "not-allowlisted"), ("evil.test", "host", "not-allowlisted"),
+                           ("secure.test", "host", "ip-mismatch"), ("evil.test", "sni", "not-allowlisted")], refused
+    hosts = [h["host"] for h in net.hits(kind="keepalive")[before:]]
+    assert "evil.test" not in hosts and "secure.test" not in hosts and hosts.count("pypi.test") == 2, hosts
