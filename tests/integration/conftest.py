@@ -131,6 +131,7 @@ PROCESS_TIER_NA = {
     "test_request_smuggling_is_refused", "test_dns_tunnel_under_the_old_thresholds_is_flagged",
     "test_ordinary_lookups_stay_under_the_dns_budget", "test_dns_budget_refuse_mode",
     "test_one_shot_run_has_the_dns_budget", "test_what_a_connect_tunnel_carries_is_judged",
+    "test_one_shot_run_judges_every_request",
     "test_egress_oom_and_pids_are_counted",
     "test_sandboxes_survive_a_restart_and_are_adopted", "test_execs_after_a_restart_do_not_clash_with_running_ones",
     "test_sandbox_that_died_while_no_daemon_ran_is_cleaned_up", "test_lifetime_counts_across_a_restart",

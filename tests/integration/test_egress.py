@@ -988,3 +988,18 @@ def test_what_a_connect_tunnel_carries_is_judged(egd, net, tier):
                            ("secure.test", "host", "ip-mismatch"), ("evil.test", "sni", "not-allowlisted")], refused
     hosts = [h["host"] for h in net.hits(kind="keepalive")[before:]]
     assert "evil.test" not in hosts and "secure.test" not in hosts and hosts.count("pypi.test") == 2, hosts
+
+
+def test_one_shot_run_judges_every_request(shared_dir, net, tier):
+    """`cordon run` runs the same proxy: a keep-alive request for another host is refused there too."""
+    state = os.path.join(shared_dir, "state")
+    env = dict(os.environ, CORDON_DNS_UPSTREAM=fakenet.DNS_IP, CORDON_STATE_DIR=state)
+    before = len(net.hits(kind="keepalive"))
+    steps = json.dumps([[req("pypi.test"), req("evil.test")]])
+    p = subprocess.run([cordonlib.CORDON_BIN, "run", "--json", "--tier", tier, "--net", "allow=pypi.test:8081", "--",
+                        "python3", "-c", KEEPALIVE_CLIENT, steps], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout.splitlines()[0])
+    assert "host=pypi.test" in got[0] and "keepalive" not in got[1], got
+    assert json.loads(p.stderr.strip().splitlines()[-1])["violations"]["egress"] == 1, p.stderr
+    assert [h["host"] for h in net.hits(kind="keepalive")[before:]] == ["pypi.test"]
