@@ -89,6 +89,14 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
     }
     if (strcmp(name, "audit-rotate") == 0 || strcmp(name, "audit_rotate") == 0)
         return set_size(&c->audit_rotate, v);
+    if (strcmp(name, "dns-budget") == 0 || strcmp(name, "dns_budget") == 0) {
+        struct cdn_error err = {0};
+        if (cdn_dns_budget_parse(v, &c->dns_budget, &err) < 0) {
+            fprintf(stderr, "cordond: dns_budget: %s\n", err.msg);
+            return -EINVAL;
+        }
+        return 0;
+    }
     if (strcmp(name, "dns-upstream") == 0 || strcmp(name, "dns_upstream") == 0)
         return set_string(c->dns_upstream, sizeof c->dns_upstream, v);
     if (strcmp(name, "max-body") == 0 || strcmp(name, "max_body") == 0)
@@ -159,6 +167,7 @@ static void usage(FILE *f)
         "               [--max-body SIZE] [--max-output SIZE] [--max-sandboxes N] [--pool SIZE[:SPECFILE]]…\n"
         "               [--dns-upstream IP[:PORT]] [--net-pool N] [--audit-rotate SIZE] [--audit-rate N]\n"
         "               [--monitor-rules FILE] [--bind-allow DIR[:ro]]…\n"
+        "               [--dns-budget off|names=N,bytes=N,window=T,action=A]\n"
         "Defaults and the config file format: docs/cordond.md (config: %s)\n",
         DEFAULT_CONFIG);
 }
@@ -312,6 +321,7 @@ int main(int argc, char **argv)
         .net_pool = 4,
         .audit_rotate = 64ULL << 20,
         .audit_rate = CDN_AUDIT_RATE,
+        .dns_budget = CDN_DNS_BUDGET_DEFAULT,
     };
     (void) snprintf(d->cfg.socket_path, sizeof d->cfg.socket_path, "%s/cordond.sock", cdn_run_dir());
     (void) snprintf(d->cfg.state_dir, sizeof d->cfg.state_dir, "%s", cdn_state_dir());

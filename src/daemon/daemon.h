@@ -48,6 +48,7 @@ struct daemon_config {
     char monitor_rules[256]; /* rule file (src/monitor/rules.h); empty: the shipped default */
     char bind_allow[CDN_BIND_RULES_MAX][256]; /* "DIR[:ro]" each (core/bind-policy.h); none: "/" */
     unsigned n_bind_allow;
+    struct cdn_dns_budget_cfg dns_budget; /* new self-chosen names per sandbox (net/dns-budget.h) */
 };
 
 /* ---- host side of the agent protocol over a bufferevent (agent-conn.c) ---- */
@@ -259,6 +260,9 @@ size_t monitor_rule_count(void);
 /* An "alert" event for b (rate-limited per sandbox). */
 void monitor_alert(struct box *b, const char *rule, const char *severity, const char *source,
                    const char *detail, size_t detail_len);
+/* The same with fields of its own (borrowed; may be NULL) added to the event. */
+void monitor_alert_with(struct box *b, const char *rule, const char *severity, const char *source,
+                        const char *detail, size_t detail_len, json_t *fields);
 /* Match subject against the rules of source (1 exec, 2 text); alerts for the
  * matches; returns a JSON list of them [{rule, severity, description}]. */
 json_t *monitor_match(struct box *b, int source, const char *subject, size_t len);
