@@ -12,20 +12,25 @@ protected path reached through a symlink (a "protect" violation, via
 client goes, so that one download can neither freeze the sandbox nor exhaust
 cordond or the client.
 
-Seen failing before the fix (the same tests against main's cordond and
-cordon-init, container tier):
-- test_symlinks_into_protected_paths_are_refused_and_counted: files.read of
-  the agent's link returned the key (no Forbidden raised).
-- test_flip_flop_symlink_race_leaks_nothing: 103 of 200 reads leaked the key.
+Seen failing before the fix (these tests against main's cordond, cordon-init
+and cordon; container, process and microvm):
+- test_symlinks_into_protected_paths_are_refused_and_counted, test_kill_mode_…:
+  files.read of the agent's link returned the key (no Forbidden raised).
+- test_flip_flop_symlink_race_leaks_nothing: 106 (container) and 130
+  (microvm) of 200 reads leaked the key.
 - test_stat_can_describe_a_symlink_itself: follow=false was ignored (NotFound).
 - test_proc_files_via_symlink_are_refused_quickly: 200 and an endless stream
   of /proc/self/pagemap.
-- test_reads_are_capped: a 3 MiB file read whole past --max-read 1M.
+- test_reads_are_capped: cordond had no max_read (it refused --max-read).
 - test_a_stalled_or_departed_download_does_not_hold_up_the_sandbox: with the
-  download's client not reading, `echo ok` did not answer within 10 s.
-- test_sdk_read_is_bounded: files.read returned 512 MiB (and held it).
-test_fifos_and_devices_never_hang passed before too (init already refused
-them): it guards the new code paths."""
+  download's client not reading, `echo ok` got no answer within 10 s.
+- test_execs_keep_working_during_a_big_download: an exec took 5.7 s during a
+  1 GiB download (container; the process tier and the microvm passed).
+- test_sdk_read_is_bounded: files.read returned all 512 MiB (no TooLarge).
+- test_cli_cp_streams_and_takes_max_bytes: cp had no --max-bytes.
+test_fifos_and_devices_never_hang failed only on the message (init already
+refused them), and test_execs_keep_working_during_a_big_upload passed before
+too: both guard the new code paths."""
 
 import asyncio
 import hashlib
@@ -134,6 +139,11 @@ def init_fds(daemon, tier):
         except OSError:
             pass
     return out
+
+
+def rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(x for x in f if x.startswith("VmRSS:")).split()[1]) / 1024
 
 
 def violations(sb):
@@ -338,11 +348,13 @@ def test_a_stalled_or_departed_download_does_not_hold_up_the_sandbox(daemon, tie
     with Sandbox.create(endpoint=daemon.endpoint, tier=tier) as sb:
         size = big_size(tier)
         assert sb.exec(f"truncate -s {size} /workspace/big && echo small > /workspace/small").exit_code == 0
+        rss0 = rss_mb(daemon.proc.pid)
         status, head, s = raw(daemon, "GET", f"/v1/sandboxes/{sb.id}/files?path=/workspace/big&max_bytes={size}",
                               timeout=30)
         try:
             assert status == 200, head[:300]
             time.sleep(1)  # its client reads nothing more: every buffer on the way fills up
+            assert rss_mb(daemon.proc.pid) - rss0 < 32, "cordond buffers the stalled download"
             r, took = timed_exec(daemon, sb, "echo ok", limit=10)
             assert r["stdout"] == "ok\n" and took < 5, (r, took)
             assert sb.files.read("/workspace/small") == b"small\n"  # another download beside it
