@@ -343,10 +343,12 @@ static int send_request(struct file_call *fc, const struct file_args *a, uint32_
         .window = fc->op == CDN_FILE_READ ? READ_WINDOW : 0,
         .max_bytes = fc->op == CDN_FILE_READ ? fc->max_bytes : 0,
     };
-    int n = fc->op == CDN_FILE_WRITE
-                ? cdn_file_encode(buf, sizeof buf, CDN_FILE_WRITE, mode, fc->path,
-                                  evbuffer_pullup(body, (ev_ssize_t) first), first)
-                : cdn_file_encode_opts(buf, sizeof buf, (uint32_t) fc->op, mode, fc->path, &o);
+    /* Options only where they say something: the other requests stay readable by an init from
+     * before them (a sandbox adopted across an upgrade). */
+    bool opts = fc->op == CDN_FILE_READ || o.flags;
+    int n = opts ? cdn_file_encode_opts(buf, sizeof buf, (uint32_t) fc->op, mode, fc->path, &o)
+                 : cdn_file_encode(buf, sizeof buf, (uint32_t) fc->op, mode, fc->path,
+                                   evbuffer_pullup(body, (ev_ssize_t) first), first);
     struct agent_conn *ac = &fc->box->agent;
     uint32_t ch = agent_conn_add(ac, &fc->areq);
     fc->inflight = o.window;
