@@ -28,7 +28,9 @@ static const struct {
     {"ls", cdn_cli_ls, false, "ls [--label K=V]…             list sandboxes"},
     {"inspect", cdn_cli_inspect, false, "inspect ID                    a sandbox as JSON"},
     {"events", cdn_cli_events, false, "events ID [--follow]          its event log (NDJSON)"},
-    {"cp", cdn_cli_cp, false, "cp ID:PATH HOST | HOST ID:PATH copy a file out of or into a sandbox"},
+    {"cp", cdn_cli_cp, false,
+     "cp ID:PATH HOST | HOST ID:PATH copy a file out of or into a sandbox\n"
+     "  cordon cp --max-bytes SIZE ID:PATH HOST   a download of a file over cordond's max_read"},
     {"vm", cdn_cli_vm, false,
      "vm prepare                    the VM tiers' guest kernel and initramfs (cached)\n"
      "  cordon vm status [--json]            whether they are prepared (exit 1 if not), preparing nothing"},

@@ -617,8 +617,9 @@ static void on_agent_event(struct agent_conn *c, uint16_t type, const uint8_t *p
             box_check_limits(b);
         return;
     }
-    if (type != CDN_FRAME_VIOLATION || cdn_violation_decode(p, len, &v) < 0)
-        return;                                /* a DONE or ERROR of IDENTITY/POLICY needs nothing */
+    if (type != CDN_FRAME_VIOLATION || cdn_violation_decode(p, len, &v) < 0 ||
+        v.kind == CDN_VIOLATION_MSG_SYMLINK)
+        return; /* a DONE or ERROR of IDENTITY/POLICY needs nothing; a SYMLINK belongs to a file request */
     if (v.kind == CDN_VIOLATION_MSG_PROTECT) { /* the guest's guard refused an open */
         box_violation(b, VIOLATION_PROTECT,
                       json_pack("{s:s, s:s, s:i, s:o, s:s}", "path", v.path, "op", v.op, "pid", (int) v.pid,

@@ -103,6 +103,8 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         return set_size(&c->max_body_bytes, v);
     if (strcmp(name, "max-output") == 0 || strcmp(name, "max_output") == 0)
         return set_size(&c->max_output_bytes, v);
+    if (strcmp(name, "max-read") == 0 || strcmp(name, "max_read") == 0)
+        return set_size(&c->max_read_bytes, v);
     if (strcmp(name, "max-sandboxes") == 0 || strcmp(name, "max_sandboxes") == 0) {
         uint64_t n;
         if (cdn_parse_u64(v, &n) < 0 || n == 0 || n > 1000000)
@@ -164,7 +166,8 @@ static void usage(FILE *f)
         f,
         "usage: cordond [--config FILE] [--socket PATH] [--listen HOST:PORT --token-file F]\n"
         "               [--state-dir DIR] [--sandbox-dir DIR] [--stop-sandboxes true|false]\n"
-        "               [--max-body SIZE] [--max-output SIZE] [--max-sandboxes N] [--pool SIZE[:SPECFILE]]…\n"
+        "               [--max-body SIZE] [--max-output SIZE] [--max-read SIZE] [--max-sandboxes N]\n"
+        "               [--pool SIZE[:SPECFILE]]…\n"
         "               [--dns-upstream IP[:PORT]] [--net-pool N] [--audit-rotate SIZE] [--audit-rate N]\n"
         "               [--monitor-rules FILE] [--bind-allow DIR[:ro]]…\n"
         "               [--dns-budget off|names=N,bytes=N,window=T,action=A]\n"
@@ -317,6 +320,7 @@ int main(int argc, char **argv)
     d->cfg = (struct daemon_config){
         .max_body_bytes = 256ULL << 20,
         .max_output_bytes = 16ULL << 20,
+        .max_read_bytes = 256ULL << 20,
         .max_sandboxes = 4096,
         .net_pool = 4,
         .audit_rotate = 64ULL << 20,

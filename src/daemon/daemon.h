@@ -38,6 +38,7 @@ struct daemon_config {
     bool stop_sandboxes;       /* on SIGTERM end them too; default: leave them for the next cordond */
     uint64_t max_body_bytes;   /* request bodies (file uploads included) */
     uint64_t max_output_bytes; /* per stream of a buffered exec; more is dropped and flagged */
+    uint64_t max_read_bytes;   /* a file download without max_bytes: a longer file gets 413 */
     unsigned max_sandboxes;
     char pools[8][300]; /* "SIZE[:SPECFILE]" each, see pool.c */
     unsigned n_pools;
@@ -279,7 +280,9 @@ void api_exec(struct evhttp_request *req, struct box *b);
 void api_call(struct evhttp_request *req, struct box *b); /* api-call.c: the process tier */
 void api_throttle_end(struct box *b);                     /* the box is going */
 void api_stream_timeout(struct evhttp_request *req);      /* after evhttp_send_reply_start */
-void api_files(struct evhttp_request *req, struct box *b);
+/* 409 (answered) unless the box is running. */
+bool api_box_usable(struct evhttp_request *req, struct box *b);
+void api_files(struct evhttp_request *req, struct box *b); /* api-files.c: files, ls, stat, mkdir */
 void api_ls(struct evhttp_request *req, struct box *b);
 void api_stat(struct evhttp_request *req, struct box *b);
 void api_mkdir(struct evhttp_request *req, struct box *b);

@@ -149,6 +149,7 @@ VM_TIER_TESTS = {
     "test_oom_kill_of_the_command_is_137_and_recorded", "test_pids_limit_makes_fork_fail",
     "test_disk_limit_write_fails_with_no_space", "test_timeout_not_reached", "test_protected_paths_hold_in_cordond",
     "test_sandboxes_survive_a_restart_and_are_adopted", "test_all_contained",
+    "test_symlinks_into_protected_paths_are_refused_and_counted", "test_a_stalled_or_departed_download_does_not_hold_up_the_sandbox",
 }
 
 
