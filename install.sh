@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install cordon on Debian 12 as root: build dependencies from Debian, a
-# release build, `ninja install` into /usr/local (cordon on PATH, cordond in
+# release build (build-release/), `ninja install` into /usr/local (cordon on PATH, cordond in
 # /usr/local/sbin with a systemd unit and /usr/local/etc/cordon/cordond.conf,
 # cordon-init in /usr/local/libexec/cordon, the Python SDK), and the host
 # image skeleton in /var/lib/cordon.
@@ -23,11 +23,13 @@ if ! dpkg -s "${vmdeps[@]}" >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${vmdeps[@]}" >/dev/null
 fi
 
-if [ ! -f build/build.ninja ]; then
-    meson setup build --prefix=/usr/local --buildtype=release -Dwerror=true
+# Its own build directory: tests/run-all builds build/ (debugoptimized) and build-asan/, so neither
+# tests the other's configuration by accident.
+if [ ! -f build-release/build.ninja ]; then
+    meson setup build-release --prefix=/usr/local --buildtype=release -Dwerror=true
 fi
-ninja -C build
-ninja -C build install >/dev/null
+ninja -C build-release
+ninja -C build-release install >/dev/null
 echo "install.sh: installed $(command -v cordon) ($(cordon --version))"
 cordon image rebuild host
 # The guest kernel (Debian's linux-image package, unpacked into /var/lib/cordon/vm) and initramfs.

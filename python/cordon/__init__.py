@@ -12,16 +12,18 @@ thousands of sandboxes from one process. docs/sdk-python.md has the rest."""
 
 import base64
 import codecs
+import http.client
 import json
 import urllib.parse
 
-from ._http import (CordonError, Endpoint, ExecError, InvalidArgument, NotFound, SandboxNotRunning, ServerError,
-                    TooManySandboxes, Unauthorized)
+from ._http import (CordonError, Endpoint, ExecError, Forbidden, IncompleteRead, InvalidArgument, NotFound,
+                    SandboxNotRunning, ServerError, TooLarge, TooManySandboxes, Unauthorized)
 
 __all__ = ["Sandbox", "AsyncSandbox", "ExecResult", "Endpoint", "CordonError", "InvalidArgument", "ExecError",
-           "NotFound", "SandboxNotRunning", "TooManySandboxes", "Unauthorized", "ServerError"]
+           "NotFound", "SandboxNotRunning", "TooManySandboxes", "Unauthorized", "ServerError", "Forbidden",
+           "TooLarge", "IncompleteRead"]
 
-_LIMITS = ("cpus", "memory_mb", "pids", "disk_mb", "timeout_s", "nofile")
+_LIMITS = ("cpus", "memory_mb", "pids", "disk_mb", "timeout_s", "nofile", "ptys")
 _TOP = ("tier", "image", "network", "mounts", "protect", "env", "workdir", "labels", "hostname", "read_only", "watch_writes",
         "on_violation")
 
@@ -66,6 +68,27 @@ def _exec_body(cmd, env, cwd, stdin, timeout_s, stream, verifier=False):
 
 def _q(path):
     return urllib.parse.quote(path, safe="")
+
+
+_READ_CHUNK = 1 << 20
+
+
+def _read_query(sb, path, max_bytes):
+    if max_bytes is not None and (not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes <= 0):
+        raise ValueError(f"max_bytes: expected a positive int, got {max_bytes!r}")
+    return f"{sb._path}/files?path={_q(path)}" + (f"&max_bytes={max_bytes}" if max_bytes else "")
+
+
+def _take(n, chunk, max_bytes, path):
+    """The running total after chunk; the daemon enforces max_bytes, and so does the SDK (never more in memory)."""
+    n += len(chunk)
+    if max_bytes is not None and n > max_bytes:
+        raise TooLarge(413, "file_too_large", f"{path}: more than max_bytes ({max_bytes})", "max_bytes")
+    return n
+
+
+def _stat_query(sb, path, follow_symlinks):
+    return f"{sb._path}/stat?path={_q(path)}" + ("" if follow_symlinks else "&follow=false")
 
 
 class ExecResult:
@@ -144,9 +167,32 @@ class _Files:
                                        {"Content-Type": "application/octet-stream"})
         return json.loads(body)
 
-    def read(self, path):
-        """The file's bytes."""
-        return self._sb._ep.request("GET", f"{self._sb._path}/files?path={_q(path)}")[1]
+    def read(self, path, max_bytes=None):
+        """The file's bytes. A file longer than max_bytes (default: the daemon's max_read, 256 MiB) is
+        refused with TooLarge; for big files use read_to, which holds none of it in memory."""
+        buf = bytearray()
+        self._stream(path, max_bytes, buf.extend)
+        return bytes(buf)
+
+    def read_to(self, path, fileobj, max_bytes=None):
+        """Stream the file into fileobj (anything with a binary write()); returns the bytes written."""
+        return self._stream(path, max_bytes, fileobj.write)
+
+    def _stream(self, path, max_bytes, sink):
+        _, resp = self._sb._ep.request("GET", _read_query(self._sb, path, max_bytes), stream=True)
+        n = 0
+        try:
+            while True:
+                chunk = resp.read(_READ_CHUNK)
+                if not chunk:
+                    return n
+                n = _take(n, chunk, max_bytes, path)
+                sink(chunk)
+        except (http.client.HTTPException, ConnectionError) as e:
+            raise IncompleteRead(200, "incomplete", f"{path}: the download ended early ({e!r})") from None
+        finally:
+            resp.close()
+            resp._cordon_conn.close()
 
     def list(self, path):
         """Entries of a directory: dicts with name, type, size, mode, mtime."""
@@ -155,9 +201,10 @@ class _Files:
     def remove(self, path):
         self._sb._ep.json("DELETE", f"{self._sb._path}/files?path={_q(path)}")
 
-    def stat(self, path):
-        """{"path", "type", "size", "mode", "mtime"}; NotFound if it does not exist."""
-        return self._sb._ep.json("GET", f"{self._sb._path}/stat?path={_q(path)}")
+    def stat(self, path, follow_symlinks=True):
+        """{"path", "type", "size", "mode", "mtime"}; NotFound if it does not exist. With
+        follow_symlinks=False a symlink is described itself (type "symlink", "target")."""
+        return self._sb._ep.json("GET", _stat_query(self._sb, path, follow_symlinks))
 
     def exists(self, path):
         try:
@@ -304,8 +351,24 @@ class _AsyncFiles:
                                               {"Content-Type": "application/octet-stream"})
         return json.loads(body)
 
-    async def read(self, path):
-        return (await self._sb._ep.arequest("GET", f"{self._sb._path}/files?path={_q(path)}"))[1]
+    async def read(self, path, max_bytes=None):
+        buf = bytearray()
+        await self._stream(path, max_bytes, buf.extend)
+        return bytes(buf)
+
+    async def read_to(self, path, fileobj, max_bytes=None):
+        return await self._stream(path, max_bytes, fileobj.write)
+
+    async def _stream(self, path, max_bytes, sink):
+        n = 0
+        stream = self._sb._ep.astream("GET", _read_query(self._sb, path, max_bytes))
+        try:
+            async for chunk in stream:
+                n = _take(n, chunk, max_bytes, path)
+                sink(chunk)
+        finally:
+            await stream.aclose()
+        return n
 
     async def list(self, path):
         return (await self._sb._ep.ajson("GET", f"{self._sb._path}/ls?path={_q(path)}"))["entries"]
@@ -313,8 +376,8 @@ class _AsyncFiles:
     async def remove(self, path):
         await self._sb._ep.ajson("DELETE", f"{self._sb._path}/files?path={_q(path)}")
 
-    async def stat(self, path):
-        return await self._sb._ep.ajson("GET", f"{self._sb._path}/stat?path={_q(path)}")
+    async def stat(self, path, follow_symlinks=True):
+        return await self._sb._ep.ajson("GET", _stat_query(self._sb, path, follow_symlinks))
 
     async def mkdir(self, path):
         return await self._sb._ep.ajson("POST", f"{self._sb._path}/mkdir?path={_q(path)}")

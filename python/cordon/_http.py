@@ -42,6 +42,19 @@ class TooManySandboxes(CordonError):
     """429: the daemon's max_sandboxes is reached."""
 
 
+class Forbidden(CordonError):
+    """403: the sandbox refuses it: a read-only path, a kernel file system (/proc, /sys), or
+    (code "protected_path") a path that an agent's symlink leads into a protected path."""
+
+
+class TooLarge(CordonError):
+    """413: over a size limit; .field names it ("max_bytes": a file longer than the read's limit)."""
+
+
+class IncompleteRead(CordonError):
+    """A download that ended before its last byte (the file grew past the limit, the sandbox ended)."""
+
+
 class ExecError(InvalidArgument):
     """The command could not be started (not found, not executable, bad cwd)."""
 
@@ -59,8 +72,8 @@ def error_from(status, body):
     if code == "exec_failed":
         cls = ExecError
     else:
-        cls = {400: InvalidArgument, 401: Unauthorized, 404: NotFound, 409: SandboxNotRunning,
-               429: TooManySandboxes}.get(status, ServerError if status >= 500 else CordonError)
+        cls = {400: InvalidArgument, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: SandboxNotRunning,
+               413: TooLarge, 429: TooManySandboxes}.get(status, ServerError if status >= 500 else CordonError)
     return cls(status, code, message, field)
 
 
@@ -181,11 +194,16 @@ async def _abody(reader, headers):
     if headers.get("transfer-encoding", "").lower() == "chunked":
         while True:
             size_line = await reader.readline()
+            if not size_line.endswith(b"\n"):  # the connection ended before the last chunk
+                raise IncompleteRead(0, "incomplete", "the response ended before its last chunk")
             size = int(size_line.split(b";")[0].strip() or b"0", 16)
             if size == 0:
                 await reader.readline()
                 return
-            chunk = await reader.readexactly(size)
+            try:
+                chunk = await reader.readexactly(size)
+            except asyncio.IncompleteReadError:
+                raise IncompleteRead(0, "incomplete", "the response ended inside a chunk") from None
             await reader.readline()
             yield chunk
     elif "content-length" in headers:

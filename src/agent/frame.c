@@ -162,11 +162,61 @@ int cdn_file_decode(const uint8_t *p, size_t len, struct cdn_file_req *ret)
     if (r.op == 0 || r.op >= _CDN_FILE_OP_MAX || r.mode > 07777 || take_str(p, len, &off, &r.path) < 0 ||
         r.path[0] == 0)
         return -EBADMSG;
-    if (off < len && r.op != CDN_FILE_WRITE)
-        return -EBADMSG;
+    if (r.op != CDN_FILE_WRITE && off < len) { /* the options */
+        if (len - off != CDN_FILE_OPTS)
+            return -EBADMSG;
+        r.opts = (struct cdn_file_opts){
+            .flags = get32(p + off), .window = get32(p + off + 4), .max_bytes = get64(p + off + 8)};
+        if (r.opts.flags & ~(uint32_t) CDN_FILE_NOFOLLOW)
+            return -EBADMSG;
+        off = len;
+    }
     r.data = p + off;
     r.data_len = len - off;
     *ret = r;
+    return 0;
+}
+
+int cdn_file_encode_opts(uint8_t *buf, size_t size, uint32_t op, uint32_t mode, const char *path,
+                         const struct cdn_file_opts *o)
+{
+    if (op == CDN_FILE_WRITE)
+        return -EINVAL;
+    int n = cdn_file_encode(buf, size, op, mode, path, NULL, 0);
+    if (n < 0 || (size_t) n + CDN_FILE_OPTS > size || (size_t) n + CDN_FILE_OPTS > CDN_FRAME_MAX)
+        return -ENOBUFS;
+    put32(buf + n, o->flags);
+    put32(buf + n + 4, o->window);
+    put64(buf + n + 8, o->max_bytes);
+    return n + (int) CDN_FILE_OPTS;
+}
+
+int cdn_window_decode(const uint8_t *p, size_t len, uint32_t *ret_bytes)
+{
+    if (len != 4 || get32(p) == 0)
+        return -EBADMSG;
+    *ret_bytes = get32(p);
+    return 0;
+}
+
+int cdn_protected_encode(uint8_t *buf, size_t size, const uint64_t *ids, uint32_t n)
+{
+    if (n > CDN_PROTECTED_MAX || size < 4 + 8 * (size_t) n)
+        return -ENOBUFS;
+    put32(buf, n);
+    for (uint32_t i = 0; i < n; i++)
+        put64(buf + 4 + 8 * (size_t) i, ids[i]);
+    return (int) (4 + 8 * (size_t) n);
+}
+
+int cdn_protected_decode(const uint8_t *p, size_t len, uint64_t *ids, uint32_t *ret_n)
+{
+    if (len < 4 || get32(p) > CDN_PROTECTED_MAX || len != 4 + 8 * (size_t) get32(p))
+        return -EBADMSG;
+    uint32_t n = get32(p);
+    for (uint32_t i = 0; i < n; i++)
+        ids[i] = get64(p + 4 + 8 * (size_t) i);
+    *ret_n = n;
     return 0;
 }
 
@@ -407,7 +457,7 @@ int cdn_violation_encode(uint8_t *buf, size_t size, const struct cdn_violation_m
     size_t cl = strnlen(m->cmd, sizeof m->cmd), pl = strnlen(m->path, sizeof m->path),
            ol = strnlen(m->op, sizeof m->op);
     size_t n = VIOLATION_FIXED + cl + 1 + pl + 1 + ol + 1;
-    if (m->kind < CDN_VIOLATION_MSG_SYSCALL || m->kind > CDN_VIOLATION_MSG_PROTECT || cl >= sizeof m->cmd ||
+    if (m->kind < CDN_VIOLATION_MSG_SYSCALL || m->kind > CDN_VIOLATION_MSG_SYMLINK || cl >= sizeof m->cmd ||
         pl >= sizeof m->path || ol >= sizeof m->op || n > size)
         return -ENOBUFS;
     buf[0] = m->kind;
@@ -436,7 +486,7 @@ static int take_string(const uint8_t **p, const uint8_t *end, char *dst, size_t 
 
 int cdn_violation_decode(const uint8_t *p, size_t len, struct cdn_violation_msg *ret)
 {
-    if (len < VIOLATION_FIXED + 3 || p[0] < CDN_VIOLATION_MSG_SYSCALL || p[0] > CDN_VIOLATION_MSG_PROTECT)
+    if (len < VIOLATION_FIXED + 3 || p[0] < CDN_VIOLATION_MSG_SYSCALL || p[0] > CDN_VIOLATION_MSG_SYMLINK)
         return -EBADMSG;
     const uint8_t *s = p + VIOLATION_FIXED, *end = p + len;
     if (take_string(&s, end, ret->cmd, sizeof ret->cmd) < 0 ||

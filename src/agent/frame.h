@@ -54,6 +54,12 @@ enum cdn_frame_type {
     CDN_FRAME_CALL = 19,      /* host→init, the process tier: run code in the warm interpreter (payload:
                                * the request's JSON, docs/process.md); answered by RESULT or ERROR */
     CDN_FRAME_RESULT = 20,    /* init→host: a call's outcome (payload: JSON); its last frame */
+    CDN_FRAME_CANCEL = 21,    /* host→init: stop the file operation of this channel (no payload; its
+                               * client left); answered by ERROR (ECANCELED) unless it had ended */
+    CDN_FRAME_WINDOW = 22,    /* host→init: u32 more bytes the host takes on this read's channel
+                               * (a FILE READ whose request set a window) */
+    CDN_FRAME_PROTECTED = 23, /* host→init on channel 0: the mounts of the protected paths (payload:
+                               * u32 n | n x u64 mount id), replacing the last list; no answer */
 };
 
 /* CALL payload: u32 timeout (ms, 0 = none) | u32 flags | the request's JSON ({"code", "input"}). */
@@ -113,13 +119,24 @@ enum cdn_file_op {
     _CDN_FILE_OP_MAX,
 };
 
-/* FILE payload: u32 op | u32 mode | path\0 | (WRITE) first bytes. */
+/* FILE payload: u32 op | u32 mode | path\0 | then, for WRITE, the first bytes; for the other ops,
+ * optionally (absent: all zero) the options: u32 flags | u32 window | u64 max_bytes. */
+#define CDN_FILE_OPTS 16u
+enum cdn_file_flags {
+    CDN_FILE_NOFOLLOW = 1u << 0, /* STAT: of a symlink in the last component itself (lstat) */
+};
+struct cdn_file_opts {
+    uint32_t flags;     /* enum cdn_file_flags */
+    uint32_t window;    /* READ: bytes init may send before the host's first WINDOW; 0 = no limit */
+    uint64_t max_bytes; /* READ: a longer file is refused (EFBIG); 0 = no limit */
+};
 struct cdn_file_req {
     uint32_t op;
     uint32_t mode;
     const char *path; /* points into the payload */
     const uint8_t *data;
     size_t data_len;
+    struct cdn_file_opts opts;
 };
 
 /* DONE payload and LIST entries: u32 mode | u64 size | i64 mtime (s) | name\0
@@ -149,7 +166,17 @@ int cdn_exec_decode(const uint8_t *p, size_t len, struct cdn_exec_req *ret);
 
 int cdn_file_encode(uint8_t *buf, size_t size, uint32_t op, uint32_t mode, const char *path, const void *data,
                     size_t data_len);
+/* Any op but WRITE, with its options. */
+int cdn_file_encode_opts(uint8_t *buf, size_t size, uint32_t op, uint32_t mode, const char *path,
+                         const struct cdn_file_opts *o);
 int cdn_file_decode(const uint8_t *p, size_t len, struct cdn_file_req *ret);
+/* WINDOW payload: u32 bytes (> 0). */
+int cdn_window_decode(const uint8_t *p, size_t len, uint32_t *ret_bytes);
+/* PROTECTED payload: u32 n (<= CDN_PROTECTED_MAX) | n x u64. Decode fills ids[0..n) (room for
+ * CDN_PROTECTED_MAX); encode returns the length or -ENOBUFS. */
+#define CDN_PROTECTED_MAX 16384
+int cdn_protected_encode(uint8_t *buf, size_t size, const uint64_t *ids, uint32_t n);
+int cdn_protected_decode(const uint8_t *p, size_t len, uint64_t *ids, uint32_t *ret_n);
 /* Encodes at most one entry; returns its length or -ENOBUFS. */
 int cdn_file_stat_encode(uint8_t *buf, size_t size, const struct cdn_file_stat *st);
 /* Decodes the entry at p (len bytes available); returns the bytes it took. */
@@ -205,10 +232,15 @@ struct cdn_policy {
 int cdn_policy_decode(const uint8_t *p, size_t len, struct cdn_policy *ret);
 
 /* VIOLATION: u8 kind, u32 nr, u32 arch, u32 pid (the guest's), 6 x u64 args, then three
- * NUL-terminated strings: the command line (< 256), path and op (a protect's; empty otherwise). */
+ * NUL-terminated strings: the command line (< 256), path and op (a protect's; empty otherwise).
+ * SYSCALL and PROTECT come on channel 0 (VM guests); SYMLINK on the channel of the file operation
+ * it refused, before that operation's ERROR (every tier). */
 enum cdn_violation_kind {
     CDN_VIOLATION_MSG_SYSCALL = 1, /* a watched denial: nr, arch, args */
     CDN_VIOLATION_MSG_PROTECT = 2, /* an open of a protected path, refused: path, op ("open", "exec") */
+    CDN_VIOLATION_MSG_SYMLINK = 3, /* a file operation of the API whose path led through a symlink into a
+                                    * protected path, refused: path (the protected path it reached),
+                                    * cmd (the path the request named), op ("read", "write", …) */
 };
 struct cdn_violation_msg {
     uint8_t kind;

@@ -1,14 +1,23 @@
 /* cordon-init: file operations (FILE frames). They run in PID 1, so inside
  * the sandbox's mount namespace, as its root and under its landlock and
  * seccomp: the host reaches exactly the files a command in the sandbox could,
- * and a symlink resolves inside the sandbox's root, never the host's.
+ * and a symlink resolves inside the sandbox's root, never the host's. Where a
+ * path leads is decided on the opened file (init-resolve.c): a symlink of the
+ * agent's into a protected path is refused (a VIOLATION, then the ERROR), and
+ * the contents of the kernel's file systems, devices and FIFOs are never moved.
  *
  * A write is a FILE frame carrying the first bytes and, with CDN_FRAME_MORE,
- * DATA frames with the rest; the file stays open between them. */
+ * DATA frames with the rest; the file stays open between them. A read is
+ * served a chunk at a time from the main loop (files_pump), round robin with
+ * the other reads and between the loop's other work, only while the host's
+ * queue has room and within the window the host granted: one big or slow
+ * read never holds up the sandbox's commands or other requests. CANCEL ends
+ * either early. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +25,10 @@
 #include <unistd.h>
 
 #include "init.h"
+#include "shared/macro.h"
 
 #define MAX_WRITES 64
+#define MAX_READS  64
 #define READ_CHUNK (256u << 10)
 #define LIST_BATCH (64u << 10)
 
@@ -26,6 +37,15 @@ static struct {
     int fd;
     char path[256];
 } writes[MAX_WRITES];
+
+static struct {
+    uint32_t channel; /* 0: free */
+    int fd;
+    uint64_t window; /* bytes the host takes before its next WINDOW; UINT64_MAX: no limit */
+    uint64_t left;   /* of max_bytes; UINT64_MAX: no limit */
+    struct stat st;  /* at the open: DONE's payload */
+    char path[256];
+} reads[MAX_READS];
 
 static void send_stat(uint32_t channel, uint16_t type, const struct stat *st, const char *name)
 {
@@ -37,33 +57,200 @@ static void send_stat(uint32_t channel, uint16_t type, const struct stat *st, co
         agent_send(type, channel, buf, (uint32_t) n);
 }
 
-static void fail(uint32_t channel, int errnum, const char *op, const char *path)
+static void fail_why(uint32_t channel, int errnum, const char *op, const char *path, const char *why)
 {
-    char what[320];
-    (void) snprintf(what, sizeof what, "%s '%.256s'", op, path);
+    char what[400];
+    (void) snprintf(what, sizeof what, "%s '%.256s'%s%.100s%s", op, path, why ? " (" : "", why ? why : "",
+                    why ? ")" : "");
     agent_error(channel, errnum, what);
 }
 
-/* mkdir -p of path itself (whole == true) or of its parent directories. */
-static int make_dirs(const char *path, mode_t mode, bool whole)
+static void fail(uint32_t channel, int errnum, const char *op, const char *path)
 {
-    char buf[4096];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int) sizeof buf)
-        return -ENAMETOOLONG;
-    for (char *s = buf + 1;; s++) {
-        bool end = *s == 0;
-        if (*s != '/' && !end)
-            continue;
-        if (end && !whole)
-            break;
-        *s = 0;
-        if (mkdir(buf, mode) < 0 && errno != EEXIST)
-            return -errno;
-        if (end)
-            break;
-        *s = '/';
+    fail_why(channel, errnum, op, path, NULL);
+}
+
+/* What t reached may not be used for op: say why. A protected path reached through a symlink
+ * is the agent's attempt to have the operator read or write it for them: a violation. */
+static void refuse(uint32_t channel, const char *op, const char *path, const struct file_target *t,
+                   enum refusal why, const char *fs)
+{
+    char what[700];
+    if (why == REFUSE_PROTECTED) {
+        struct cdn_violation_msg v = {.kind = CDN_VIOLATION_MSG_SYMLINK};
+        target_where(t, v.path, sizeof v.path);
+        (void) snprintf(v.cmd, sizeof v.cmd, "%.255s", path);
+        (void) snprintf(v.op, sizeof v.op, "%.15s", op);
+        uint8_t buf[1024];
+        int n = cdn_violation_encode(buf, sizeof buf, &v);
+        if (n > 0)
+            agent_send(CDN_FRAME_VIOLATION, channel, buf, (uint32_t) n);
+        (void) snprintf(what, sizeof what,
+                        "%s '%.256s': a symlink on the way leads into the protected path '%.256s', which the "
+                        "files API does not follow",
+                        op, path, v.path);
+        agent_error(channel, EACCES, what);
+        return;
+    }
+    (void) snprintf(what, sizeof what,
+                    "%s '%.256s': on %s, a kernel file system the files API does not read or write", op, path,
+                    fs);
+    agent_error(channel, EPERM, what);
+}
+
+/* Open path (target_open) and judge it for op; on a refusal or an error, the ERROR is sent, naming
+ * shown (the request's path). */
+static int open_judged(uint32_t channel, const char *op, const char *path, const char *shown, int flags,
+                       bool content, struct file_target *ret)
+{
+    int r = target_open(path, flags, ret);
+    if (r < 0) {
+        fail(channel, -r, op, shown);
+        return r;
+    }
+    const char *fs = NULL;
+    enum refusal why = target_check(ret, content, &fs);
+    if (why != REFUSE_NONE) {
+        refuse(channel, op, shown, ret, why, fs);
+        target_close(ret);
+        return -EACCES;
     }
     return 0;
+}
+
+/* mkdir -p of path itself (whole) or of its parents: each directory on the way opened and judged
+ * as it is reached, a missing one made in its judged parent. ret: the last directory (O_PATH).
+ * On failure the ERROR is sent. */
+static int walk_dirs(uint32_t channel, const char *op, const char *path, bool whole, mode_t mode,
+                     struct file_target *ret)
+{
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int) sizeof buf) {
+        fail(channel, ENAMETOOLONG, op, path);
+        return -ENAMETOOLONG;
+    }
+    struct file_target cur = {.fd = -EBADF};
+    int r = open_judged(channel, op, "/", path, O_DIRECTORY, false, &cur);
+    for (char *s = buf + 1; r == 0 && *s;) {
+        char *end = strchrnul(s, '/');
+        if (!*end && !whole)
+            break; /* the last component is the caller's */
+        char saved = *end;
+        *end = 0;
+        struct file_target next;
+        if (end > s && (r = target_open(buf, O_DIRECTORY, &next)) == -ENOENT) {
+            if (mkdirat(cur.fd, s, mode) < 0 && errno != EEXIST)
+                r = -errno;
+            else
+                r = target_open(buf, O_DIRECTORY, &next);
+        }
+        if (end > s && r < 0)
+            fail_why(channel, -r, op, path, buf);
+        else if (end > s) {
+            const char *fs = NULL;
+            enum refusal why = target_check(&next, false, &fs);
+            if (why != REFUSE_NONE) {
+                refuse(channel, op, path, &next, why, fs);
+                target_close(&next);
+                r = -EACCES;
+            } else {
+                target_close(&cur);
+                cur = next;
+            }
+        }
+        *end = saved;
+        s = *end ? end + 1 : end;
+    }
+    if (r < 0) {
+        target_close(&cur);
+        return r;
+    }
+    *ret = cur;
+    return 0;
+}
+
+/* A write whose last component is a symlink to nothing is refused, never followed; where it
+ * points is judged as reached through a symlink, so that one aimed into a protected path counts. */
+static void refuse_dangling(uint32_t channel, const struct cdn_file_req *r, int parentfd, const char *base)
+{
+    char target[4096], dir[8400];
+    ssize_t n = readlinkat(parentfd, base, target, sizeof target - 1);
+    target[n > 0 ? (size_t) n : 0] = 0;
+    const char *slash = strrchr(target, '/');
+    int len = slash ? (int) (slash - target) : 0;
+    if (target[0] == '/')
+        (void) snprintf(dir, sizeof dir, "%.*s/", len, target);
+    else
+        (void) snprintf(dir, sizeof dir, "%.*s%.*s/", (int) (base - r->path), r->path, len, target);
+    struct file_target t;
+    const char *fs = NULL;
+    if (n > 0 && target_open(dir, O_DIRECTORY, &t) == 0) {
+        t.direct = false;
+        enum refusal why = target_check(&t, false, &fs);
+        if (why == REFUSE_PROTECTED)
+            refuse(channel, "write", r->path, &t, why, fs);
+        target_close(&t);
+        if (why == REFUSE_PROTECTED)
+            return;
+    }
+    fail_why(channel, ELOOP, "write", r->path, "a symlink to nothing: not followed to make a file");
+}
+
+/* The file of a write, made if it is missing (O_EXCL in the judged parent: never through a symlink
+ * of the agent's left where it should be). On failure the ERROR is sent. */
+static int open_for_write(uint32_t channel, const struct cdn_file_req *r)
+{
+    const char *base = strrchr(r->path, '/') + 1;
+    for (int tries = 0; tries < 4; tries++) {
+        struct file_target t;
+        int e = target_open(r->path, 0, &t);
+        if (e == 0) {
+            const char *fs = NULL;
+            enum refusal why = target_check(&t, true, &fs);
+            int fd = why != REFUSE_NONE       ? -EACCES
+                     : !S_ISREG(t.st.st_mode) ? -EINVAL
+                                              : target_reopen(&t, O_WRONLY | O_NONBLOCK);
+            if (why != REFUSE_NONE)
+                refuse(channel, "write", r->path, &t, why, fs);
+            else if (fd == -EINVAL)
+                fail_why(channel, S_ISDIR(t.st.st_mode) ? EISDIR : EINVAL, "write", r->path,
+                         S_ISDIR(t.st.st_mode) ? NULL : "not a regular file");
+            else if (fd < 0)
+                fail(channel, -fd, "write", r->path);
+            target_close(&t);
+            return fd;
+        }
+        if (e != -ENOENT || !*base) {
+            fail(channel, !*base ? EISDIR : -e, "write", r->path);
+            return e < 0 ? e : -EISDIR;
+        }
+        struct file_target parent;
+        if ((e = walk_dirs(channel, "write", r->path, false, 0755, &parent)) < 0)
+            return e;
+        const char *fs = NULL;
+        if (target_check(&parent, true, &fs) == REFUSE_KERNEL_FS) {
+            refuse(channel, "write", r->path, &parent, REFUSE_KERNEL_FS, fs);
+            target_close(&parent);
+            return -EPERM;
+        }
+        int fd = openat(parent.fd, base,
+                        O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY,
+                        r->mode ? r->mode : 0644);
+        e = fd < 0 ? -errno : 0;
+        struct stat lst;
+        bool dangling =
+            e == -EEXIST && fstatat(parent.fd, base, &lst, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(lst.st_mode);
+        if (dangling)
+            refuse_dangling(channel, r, parent.fd, base);
+        else if (fd < 0 && e != -EEXIST)
+            fail(channel, -e, "write", r->path);
+        target_close(&parent);
+        if (fd >= 0 || e != -EEXIST || dangling)
+            return fd >= 0 ? fd : e;
+        /* made by someone else meanwhile: look again */
+    }
+    fail_why(channel, EAGAIN, "write", r->path, "the path kept changing");
+    return -EAGAIN;
 }
 
 static void do_write(uint32_t channel, uint16_t flags, const struct cdn_file_req *r)
@@ -76,21 +263,14 @@ static void do_write(uint32_t channel, uint16_t flags, const struct cdn_file_req
         fail(channel, slot == MAX_WRITES ? EAGAIN : EEXIST, "write", r->path);
         return;
     }
-    int e = make_dirs(r->path, 0755, false);
-    /* Non-blocking open: a fifo planted at the path must not stall init; only regular files are written. */
-    int fd = e < 0 ? e
-                   : open(r->path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | O_NOCTTY,
-                          r->mode ? r->mode : 0644);
-    struct stat st;
-    if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || ftruncate(fd, 0) < 0 ||
-                    fcntl(fd, F_SETFL, O_WRONLY) < 0)) {
-        int err = fd >= 0 && fstat(fd, &st) == 0 && !S_ISREG(st.st_mode) ? EINVAL : errno;
-        (void) close(fd);
-        fail(channel, err, "write", r->path);
+    int fd = open_for_write(channel, r);
+    if (fd < 0)
         return;
-    }
-    if (fd < 0) {
-        fail(channel, e < 0 ? -e : errno, "write", r->path);
+    /* Non-blocking until here: a fifo planted at the path must not stall init (only regular files
+     * get this far). */
+    if (ftruncate(fd, 0) < 0 || fcntl(fd, F_SETFL, O_WRONLY) < 0) {
+        fail(channel, errno, "write", r->path);
+        (void) close(fd);
         return;
     }
     writes[slot].channel = channel;
@@ -128,48 +308,138 @@ void files_data(uint32_t channel, uint16_t flags, const uint8_t *p, size_t len)
     writes[i].channel = 0;
 }
 
-static void do_read(uint32_t channel, const char *path)
+static void do_read(uint32_t channel, const struct cdn_file_req *r)
+{
+    size_t slot = MAX_READS;
+    for (size_t i = 0; i < MAX_READS; i++)
+        if (reads[i].channel == channel || (slot == MAX_READS && reads[i].channel == 0))
+            slot = i;
+    if (slot == MAX_READS || reads[slot].channel == channel) {
+        fail(channel, slot == MAX_READS ? EAGAIN : EEXIST, "read", r->path);
+        return;
+    }
+    struct file_target t;
+    if (open_judged(channel, "read", r->path, r->path, 0, true, &t) < 0)
+        return;
+    int fd = -EINVAL;
+    char what[400];
+    if (!S_ISREG(t.st.st_mode)) /* a fifo or device could block init or never end */
+        fail_why(channel, S_ISDIR(t.st.st_mode) ? EISDIR : EINVAL, "read", r->path,
+                 S_ISDIR(t.st.st_mode) ? NULL : "not a regular file");
+    else if (r->opts.max_bytes && (uint64_t) t.st.st_size > r->opts.max_bytes) {
+        (void) snprintf(what, sizeof what,
+                        "read '%.256s': %" PRIu64 " bytes, more than max_bytes (%" PRIu64 ")", r->path,
+                        (uint64_t) t.st.st_size, r->opts.max_bytes);
+        agent_error(channel, EFBIG, what);
+    } else if ((fd = target_reopen(&t, O_RDONLY | O_NONBLOCK)) < 0)
+        fail(channel, -fd, "read", r->path);
+    if (fd >= 0) {
+        reads[slot].channel = channel;
+        reads[slot].fd = fd;
+        reads[slot].window = r->opts.window ? r->opts.window : UINT64_MAX;
+        reads[slot].left = r->opts.max_bytes ? r->opts.max_bytes : UINT64_MAX;
+        reads[slot].st = t.st;
+        (void) snprintf(reads[slot].path, sizeof reads[slot].path, "%s", r->path);
+    }
+    target_close(&t);
+}
+
+static void read_end(size_t i)
+{
+    (void) close(reads[i].fd);
+    reads[i].channel = 0;
+}
+
+/* One chunk of read i. */
+static void read_chunk(size_t i)
 {
     static uint8_t buf[READ_CHUNK];
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0) {
-        fail(channel, errno, "read", path);
-        if (fd >= 0)
-            (void) close(fd);
-        return;
+    uint64_t want = reads[i].window < READ_CHUNK ? reads[i].window : READ_CHUNK;
+    if (reads[i].left != UINT64_MAX && reads[i].left < want)
+        want = reads[i].left + 1; /* one byte past the limit tells a file that grew past it */
+    ssize_t n;
+    do
+        n = read(reads[i].fd, buf, (size_t) want);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        fail(reads[i].channel, errno, "read", reads[i].path);
+        read_end(i);
+    } else if (n == 0) {
+        send_stat(reads[i].channel, CDN_FRAME_DONE, &reads[i].st, "");
+        read_end(i);
+    } else if (reads[i].left != UINT64_MAX && (uint64_t) n > reads[i].left) {
+        char what[400];
+        (void) snprintf(what, sizeof what, "read '%.256s': it grew past max_bytes while it was read",
+                        reads[i].path);
+        agent_error(reads[i].channel, EFBIG, what);
+        read_end(i);
+    } else {
+        agent_send(CDN_FRAME_DATA, reads[i].channel, buf, (uint32_t) n);
+        explicit_bzero(buf, (size_t) n); /* a protected file's bytes must not linger in init's memory */
+        if (reads[i].window != UINT64_MAX)
+            reads[i].window -= (uint64_t) n;
+        if (reads[i].left != UINT64_MAX)
+            reads[i].left -= (uint64_t) n;
     }
-    if (!S_ISREG(st.st_mode)) { /* a fifo or device could block init or never end */
-        (void) close(fd);
-        fail(channel, S_ISDIR(st.st_mode) ? EISDIR : EINVAL, "read", path);
-        return;
+}
+
+bool files_pending(void)
+{
+    for (size_t i = 0; i < MAX_READS; i++)
+        if (reads[i].channel && reads[i].window)
+            return true;
+    return false;
+}
+
+void files_pump(void)
+{
+    static size_t next; /* round robin: each read in turn gets the first chance */
+    for (size_t k = 0; k < MAX_READS && agent_room(); k++) {
+        size_t i = (next + k) % MAX_READS;
+        if (reads[i].channel && reads[i].window)
+            read_chunk(i);
     }
-    for (;;) {
-        ssize_t n = read(fd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            fail(channel, errno, "read", path);
-            (void) close(fd);
-            return;
+    next = (next + 1) % MAX_READS;
+}
+
+void files_window(uint32_t channel, const uint8_t *p, size_t len)
+{
+    uint32_t more;
+    if (cdn_window_decode(p, len, &more) < 0)
+        return;
+    for (size_t i = 0; i < MAX_READS; i++)
+        if (channel && reads[i].channel == channel && reads[i].window != UINT64_MAX)
+            reads[i].window += more; /* at most 2^32 per frame: no overflow before 2^32 frames */
+}
+
+void files_cancel(uint32_t channel)
+{
+    for (size_t i = 0; channel && i < MAX_READS; i++)
+        if (reads[i].channel == channel) {
+            fail(channel, ECANCELED, "read", reads[i].path);
+            read_end(i);
         }
-        if (n == 0)
-            break;
-        agent_send(CDN_FRAME_DATA, channel, buf, (uint32_t) n);
-    }
-    (void) close(fd);
-    send_stat(channel, CDN_FRAME_DONE, &st, "");
+    for (size_t i = 0; channel && i < MAX_WRITES; i++)
+        if (writes[i].channel == channel) {
+            fail(channel, ECANCELED, "write", writes[i].path);
+            (void) close(writes[i].fd);
+            writes[i].channel = 0;
+        }
 }
 
 static void do_list(uint32_t channel, const char *path)
 {
     static uint8_t buf[LIST_BATCH];
-    DIR *d = opendir(path);
-    struct stat st;
-    if (!d || fstat(dirfd(d), &st) < 0) {
-        fail(channel, errno, "list", path);
-        if (d)
-            closedir(d);
+    struct file_target t;
+    if (open_judged(channel, "list", path, path, O_DIRECTORY, false, &t) < 0)
+        return;
+    int fd = target_reopen(&t, O_RDONLY | O_DIRECTORY);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        fail(channel, fd < 0 ? -fd : errno, "list", path);
+        if (fd >= 0)
+            (void) close(fd);
+        target_close(&t);
         return;
     }
     size_t off = 0;
@@ -192,7 +462,8 @@ static void do_list(uint32_t channel, const char *path)
     closedir(d);
     if (off)
         agent_send(CDN_FRAME_DATA, channel, buf, (uint32_t) off);
-    send_stat(channel, CDN_FRAME_DONE, &st, "");
+    send_stat(channel, CDN_FRAME_DONE, &t.st, "");
+    target_close(&t);
 }
 
 static int remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
@@ -201,18 +472,47 @@ static int remove_one(const char *path, const struct stat *st, int type, struct 
     return (type == FTW_DP ? rmdir(path) : unlink(path)) < 0 ? -1 : 0;
 }
 
+/* The last component is removed itself, never followed; the directory it is in is judged. */
 static void do_remove(uint32_t channel, const char *path)
 {
-    struct stat st;
-    if (lstat(path, &st) < 0) {
-        fail(channel, errno, "remove", path);
+    const char *base = strrchr(path, '/') + 1;
+    char dir[4096];
+    if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
+        fail_why(channel, EINVAL, "remove", path, "names no entry");
         return;
     }
-    int r = S_ISDIR(st.st_mode) ? nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS) : unlink(path);
+    (void) snprintf(dir, sizeof dir, "%.*s", (int) (base - path), path);
+    struct file_target parent;
+    if (open_judged(channel, "remove", dir, path, O_DIRECTORY, false, &parent) < 0)
+        return;
+    struct stat st;
+    char at[4200];
+    /* The judged directory anchors the walk, whatever its path's components become meanwhile. */
+    (void) snprintf(at, sizeof at, "/proc/self/fd/%d/%s", parent.fd, base);
+    int r = fstatat(parent.fd, base, &st, AT_SYMLINK_NOFOLLOW);
+    if (r == 0)
+        r = S_ISDIR(st.st_mode) ? nftw(at, remove_one, 16, FTW_DEPTH | FTW_PHYS)
+                                : unlinkat(parent.fd, base, 0);
     if (r < 0)
         fail(channel, errno, "remove", path);
     else
         agent_send(CDN_FRAME_DONE, channel, NULL, 0);
+    target_close(&parent);
+}
+
+static void do_stat(uint32_t channel, const struct cdn_file_req *r)
+{
+    struct file_target t;
+    bool nofollow = r->opts.flags & CDN_FILE_NOFOLLOW;
+    if (open_judged(channel, "stat", r->path, r->path, nofollow ? O_NOFOLLOW : 0, false, &t) < 0)
+        return;
+    char link[256] = "";
+    if (S_ISLNK(t.st.st_mode)) { /* its target, as a name: what it would lead to */
+        ssize_t n = readlinkat(t.fd, "", link, sizeof link - 1);
+        link[n > 0 ? (size_t) n : 0] = 0;
+    }
+    send_stat(channel, CDN_FRAME_DONE, &t.st, link);
+    target_close(&t);
 }
 
 void files_request(uint32_t channel, uint16_t flags, const uint8_t *p, size_t len)
@@ -226,14 +526,13 @@ void files_request(uint32_t channel, uint16_t flags, const uint8_t *p, size_t le
         fail(channel, EINVAL, "relative path", r.path);
         return;
     }
-    struct stat st;
-    int e;
+    struct file_target t;
     switch (r.op) {
     case CDN_FILE_WRITE:
         do_write(channel, flags, &r);
         break;
     case CDN_FILE_READ:
-        do_read(channel, r.path);
+        do_read(channel, &r);
         break;
     case CDN_FILE_LIST:
         do_list(channel, r.path);
@@ -242,18 +541,13 @@ void files_request(uint32_t channel, uint16_t flags, const uint8_t *p, size_t le
         do_remove(channel, r.path);
         break;
     case CDN_FILE_MKDIR:
-        if ((e = make_dirs(r.path, r.mode ? r.mode : 0755, true)) < 0)
-            fail(channel, -e, "mkdir", r.path);
-        else if (stat(r.path, &st) < 0)
-            fail(channel, errno, "mkdir", r.path);
-        else
-            send_stat(channel, CDN_FRAME_DONE, &st, "");
+        if (walk_dirs(channel, "mkdir", r.path, true, r.mode ? r.mode : 0755, &t) == 0) {
+            send_stat(channel, CDN_FRAME_DONE, &t.st, "");
+            target_close(&t);
+        }
         break;
     case CDN_FILE_STAT:
-        if (stat(r.path, &st) < 0)
-            fail(channel, errno, "stat", r.path);
-        else
-            send_stat(channel, CDN_FRAME_DONE, &st, "");
+        do_stat(channel, &r);
         break;
     }
 }
@@ -265,4 +559,7 @@ void files_reset(void)
             (void) close(writes[i].fd);
             writes[i].channel = 0;
         }
+    for (size_t i = 0; i < MAX_READS; i++)
+        if (reads[i].channel)
+            read_end(i);
 }

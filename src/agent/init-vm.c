@@ -1208,6 +1208,8 @@ int vm_protect(const struct cdn_identity *id)
             fanotify_mark(fan, FAN_MARK_ADD | FAN_MARK_MOUNT, FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM | FAN_ONDIR,
                           AT_FDCWD, paths[i]) < 0)
             r = -errno;
+        else /* the files API's own check: no symlink of the agent's leads it into this mount */
+            r = files_protect_mount(paths[i]);
     }
     int sv[2];
     if (r == 0 && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)

@@ -137,6 +137,11 @@ void agent_send(uint16_t type, uint32_t channel, const void *p, uint32_t len)
         wait_for_host();
 }
 
+bool agent_room(void)
+{
+    return conn >= 0 && outlen <= OUT_LOW;
+}
+
 void agent_error(uint32_t channel, int errnum, const char *what)
 {
     uint8_t buf[512];
@@ -235,6 +240,16 @@ static void dispatch(const struct cdn_frame_header *hp, const uint8_t *payload)
     case CDN_FRAME_DATA:
         files_data(h.channel, h.flags, payload, len);
         break;
+    case CDN_FRAME_WINDOW:
+        files_window(h.channel, payload, len);
+        break;
+    case CDN_FRAME_CANCEL:
+        files_cancel(h.channel);
+        break;
+    case CDN_FRAME_PROTECTED:
+        if (h.channel == 0 && guest_port < 0) /* a guest knows its own (vm_protect) */
+            files_protected(payload, len);
+        break;
     case CDN_FRAME_QUIESCE:
         exec_quiesce(h.channel);
         break;
@@ -330,8 +345,12 @@ int agent_main(void)
         exec_poll_add(pfd, &n, MAX_POLL, outlen <= OUT_LOW);
         vm_poll_add(pfd, &n, MAX_POLL);
         call_poll_add(pfd, &n, MAX_POLL);
-        /* Without a host, a guest's port reports a hang-up until one comes: looked at every 20 ms. */
-        if (poll(pfd, n, conn < 0 && guest_port >= 0 ? 20 : call_timeout_ms()) < 0) {
+        /* Without a host, a guest's port reports a hang-up until one comes: looked at every 20 ms.
+         * A read that may send now does not wait. */
+        int timeout = conn < 0 && guest_port >= 0       ? 20
+                      : files_pending() && agent_room() ? 0
+                                                        : call_timeout_ms();
+        if (poll(pfd, n, timeout) < 0) {
             if (errno == EINTR)
                 continue;
             return 1;
@@ -352,6 +371,7 @@ int agent_main(void)
             flush_out();
         if (conn >= 0 && (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)))
             read_frames();
+        files_pump(); /* reads: a chunk each, between everything else */
         if (listener >= 0 && (pfd[2].revents & POLLIN))
             take_connection();
         if (guest_port >= 0)

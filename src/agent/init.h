@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "frame.h"
 
@@ -85,8 +86,44 @@ void agent_exec_env(void);
 /* The agent's main loop (init.c): cordon-init's main, and cordon-worker's once confined. */
 int agent_main(void);
 
+/* Whether the host's queue has room for more (a read's next chunk). */
+bool agent_room(void);
+
 /* File operations: a FILE frame, and the DATA frames of a write that follow it. */
 void files_request(uint32_t channel, uint16_t flags, const uint8_t *p, size_t len);
 void files_data(uint32_t channel, uint16_t flags, const uint8_t *p, size_t len);
-/* The connection ended: drop writes in progress. */
+/* WINDOW and CANCEL frames of a read or a write in progress. */
+void files_window(uint32_t channel, const uint8_t *p, size_t len);
+void files_cancel(uint32_t channel);
+/* Reads in progress: whether one may send now, and the next chunk of each that may. */
+bool files_pending(void);
+void files_pump(void);
+/* The connection ended: drop reads and writes in progress. */
 void files_reset(void);
+
+/* Where a path of the files API leads (init-resolve.c). The PROTECTED frame's mounts, or (a VM
+ * guest) the mount of a path its init bound read-only as a protected path. */
+void files_protected(const uint8_t *p, size_t len);
+int files_protect_mount(const char *path);
+struct file_target {
+    int fd;           /* O_PATH */
+    bool direct;      /* reached without following a symlink */
+    bool mnt_unknown; /* the kernel gave no mount id */
+    uint64_t mnt_id;
+    struct stat st;
+};
+enum refusal {
+    REFUSE_NONE,
+    REFUSE_PROTECTED, /* a protected path, reached through a symlink */
+    REFUSE_KERNEL_FS, /* on proc, sysfs, …: only with content */
+};
+/* path (absolute) opened O_PATH beneath the root; flags: O_NOFOLLOW, O_DIRECTORY. -errno. */
+int target_open(const char *path, int flags, struct file_target *ret);
+void target_close(struct file_target *t);
+/* Whether the API may use what t reached; content: its bytes, not only its metadata.
+ * REFUSE_KERNEL_FS sets *ret_fs to the file system's name. */
+enum refusal target_check(const struct file_target *t, bool content, const char **ret_fs);
+/* A real open of the very file t holds (flags: O_RDONLY, O_WRONLY, …); -errno. */
+int target_reopen(const struct file_target *t, int flags);
+/* The path of what t reached, as the sandbox sees it (for messages). */
+void target_where(const struct file_target *t, char *buf, size_t size);

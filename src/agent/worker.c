@@ -35,6 +35,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "core/bind-policy.h"
 #include "core/cgroup.h"
 #include "core/protect.h"
 #include "core/paths.h"
@@ -151,15 +152,13 @@ static int make_target(const char *target, bool dir, uint32_t uid)
         return -ENAMETOOLONG;
     for (char *s = buf + 11; (s = strchr(s, '/')); s++) {
         *s = 0;
-        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+        if ((mkdir(buf, 0755) < 0 && errno != EEXIST) || lchown(buf, uid, uid) < 0)
             return -errno;
-        (void) lchown(buf, uid, uid);
         *s = '/';
     }
     if (dir ? mkdir(buf, 0755) < 0 && errno != EEXIST : mknod(buf, S_IFREG | 0644, 0) < 0 && errno != EEXIST)
         return -errno;
-    (void) lchown(buf, uid, uid);
-    return 0;
+    return lchown(buf, uid, uid) < 0 ? -errno : 0;
 }
 
 /* Protected paths: each match bound on itself read-only, as in a container (rootfs.c), so that
@@ -218,11 +217,12 @@ static int make_mounts(const struct cdn_worker_req *q, struct cdn_error *err)
     if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) < 0)
         return cdn_error_set(err, errno, "a mount namespace: %m");
     /* The spec's sources are host paths: opened (in the new namespace, whose mounts a bind may
-     * take) before /tmp and /workspace become the sandbox's. */
+     * take) before /tmp and /workspace become the sandbox's, without following a symlink: the host
+     * resolved and judged them (core/bind-policy.h). */
     int src[WORKER_MOUNTS_MAX];
     for (uint32_t i = 0; i < q->n_mounts; i++)
-        if ((src[i] = open(z.mounts[i].source, O_PATH | O_CLOEXEC)) < 0)
-            return cdn_error_field(err, errno, "mounts", "mounts[%u].source %s: %m", i, z.mounts[i].source);
+        if ((src[i] = cdn_bind_source_open(z.mounts[i].source)) < 0)
+            return cdn_error_field(err, -src[i], "mounts", "mounts[%u].source %s: %m", i, z.mounts[i].source);
     const struct {
         const char *src, *dst;
     } binds[] = {{work, "/workspace"}, {tmp, "/tmp"}, {tmp, "/var/tmp"}, {tmp, "/dev/shm"}};

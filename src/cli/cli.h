@@ -24,6 +24,8 @@ int cdn_cli_ls(int argc, char *const *argv);
 int cdn_cli_inspect(int argc, char *const *argv);
 int cdn_cli_events(int argc, char *const *argv);
 int cdn_cli_cp(int argc, char *const *argv);
+/* cordon selftest: the escape probes against this host (selftest.c, full build only). */
+int cdn_cli_selftest(int argc, char *const *argv);
 
 /* Replace this process with cordon-full, same argv and environment. Returns
  * only on failure, after printing why, with the exit status to use (125). */

@@ -2,6 +2,7 @@
  * events, cp — each one request or two to cordond through libcordon. They
  * find the daemon at $CORDON_SOCKET or the default socket. */
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -257,12 +258,41 @@ int cdn_cli_events(int argc, char *const *argv)
     return ret;
 }
 
-/* cordon cp SRC DST: one side ID:PATH, the other a host path ("-" = stdin/stdout). */
+/* A download into local ("-": stdout), streamed. A file that cannot be had whole is removed. */
+static int download(cordon_client *c, const char *id, const char *remote, const char *local, uint64_t max)
+{
+    bool out = strcmp(local, "-") == 0;
+    int fd = out ? STDOUT_FILENO : open(local, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "cordon cp: %s: %s\n", local, strerror(errno));
+        return 125;
+    }
+    int r = cordon_file_read_fd(c, id, remote, fd, max, NULL);
+    int ret = r < 0 ? fail(c, r, "cp") : 0;
+    if (!out && close(fd) < 0 && ret == 0) {
+        fprintf(stderr, "cordon cp: %s: %s\n", local, strerror(errno));
+        ret = 125;
+    }
+    if (!out && ret)
+        (void) unlink(local);
+    return ret;
+}
+
+/* cordon cp [--max-bytes SIZE] SRC DST: one side ID:PATH, the other a host path ("-" = stdin/stdout). */
 int cdn_cli_cp(int argc, char *const *argv)
 {
+    uint64_t max = 0;
+    if (argc == 4 && strcmp(argv[0], "--max-bytes") == 0) {
+        if (cdn_parse_size(argv[1], &max) < 0 || max == 0) {
+            fprintf(stderr, "cordon cp: --max-bytes: expected a size such as 512M, got '%s'\n", argv[1]);
+            return 125;
+        }
+        argc -= 2, argv += 2;
+    }
     if (argc != 2) {
         fprintf(stderr,
-                "usage: cordon cp ID:PATH HOSTPATH | cordon cp HOSTPATH ID:PATH  (- for stdin/stdout)\n");
+                "usage: cordon cp [--max-bytes SIZE] ID:PATH HOSTPATH | cordon cp HOSTPATH ID:PATH  (- for "
+                "stdin/stdout)\n");
         return 125;
     }
     const char *src = argv[0], *dst = argv[1];
@@ -302,21 +332,8 @@ int cdn_cli_cp(int argc, char *const *argv)
         free(data);
         if (r < 0)
             ret = fail(c, r, "cp");
-    } else {
-        uint8_t *data = NULL;
-        size_t len = 0;
-        r = cordon_file_read(c, id, colon + 1, &data, &len);
-        if (r < 0) {
-            ret = fail(c, r, "cp");
-        } else {
-            FILE *f = strcmp(local, "-") == 0 ? stdout : fopen(local, "wb");
-            if (!f || fwrite(data, 1, len, f) != len || (f != stdout && fclose(f) != 0)) {
-                fprintf(stderr, "cordon cp: %s: %s\n", local, strerror(errno));
-                ret = 125;
-            }
-        }
-        free(data);
-    }
+    } else
+        ret = download(c, id, colon + 1, local, max);
     cordon_client_free(c);
     return ret;
 }

@@ -28,10 +28,15 @@ static const struct {
     {"ls", cdn_cli_ls, false, "ls [--label K=V]…             list sandboxes"},
     {"inspect", cdn_cli_inspect, false, "inspect ID                    a sandbox as JSON"},
     {"events", cdn_cli_events, false, "events ID [--follow]          its event log (NDJSON)"},
-    {"cp", cdn_cli_cp, false, "cp ID:PATH HOST | HOST ID:PATH copy a file out of or into a sandbox"},
+    {"cp", cdn_cli_cp, false,
+     "cp ID:PATH HOST | HOST ID:PATH copy a file out of or into a sandbox\n"
+     "  cordon cp --max-bytes SIZE ID:PATH HOST   a download of a file over cordond's max_read"},
     {"vm", cdn_cli_vm, false,
      "vm prepare                    the VM tiers' guest kernel and initramfs (cached)\n"
      "  cordon vm status [--json]            whether they are prepared (exit 1 if not), preparing nothing"},
+    {"selftest", cdn_cli_selftest, false,
+     "selftest [--tier T]… [--json] [RUN FLAGS]  the escape probes in a sandbox of each tier (exit 1: "
+     "escaped)"},
 #else
     /* the lean build hands these to cordon-full (see main) */
     {"create", NULL, false, ""},
@@ -42,6 +47,7 @@ static const struct {
     {"events", NULL, false, ""},
     {"cp", NULL, false, ""},
     {"vm", NULL, false, ""},
+    {"selftest", NULL, false, ""},
 #endif
 };
 

@@ -5,7 +5,9 @@
  * single-threaded process), and stopped once the sandbox has ended.
  *
  * The upstream resolver is $CORDON_DNS_UPSTREAM (IP[:PORT]) or the host's
- * /etc/resolv.conf; attempts go to <state dir>/egress.log. Full build only. */
+ * /etc/resolv.conf; attempts go to <state dir>/egress.log; the DNS budget
+ * (net/dns-budget.h) is $CORDON_DNS_BUDGET, as cordond's dns_budget. Full
+ * build only. */
 #include "run.h"
 
 #include <errno.h>
@@ -36,6 +38,7 @@ struct run_egress {
     struct cdn_netns netns;
     struct cdn_egress_box box;
     struct cdn_audit_log log;
+    struct cdn_dns_budget_cfg budget;
     json_t *labels;
     char table[40];
     bool table_made, thread_started;
@@ -76,9 +79,9 @@ static void on_audit(void *arg, struct cdn_egress_box *b, const struct cdn_audit
     json_decref(f);
 }
 
-static void on_flag(void *arg, struct cdn_egress_box *b, const char *what, const char *detail)
+static void on_flag(void *arg, struct cdn_egress_box *b, const char *what, const char *detail, json_t *fields)
 {
-    (void) arg, (void) b;
+    (void) arg, (void) b, (void) fields; /* the detail says the counts too */
     fprintf(stderr, "cordon: egress alert: %s: %s\n", what, detail);
 }
 
@@ -125,7 +128,14 @@ int cdn_run_egress_prepare(struct cdn_sandbox *sb, struct outcome *out, struct r
     e->netns = (struct cdn_netns) CDN_NETNS_INIT;
     e->log = (struct cdn_audit_log) CDN_AUDIT_LOG_INIT;
     ops.arg = e;
+    ops.dns_budget = &e->budget;
+    e->budget = CDN_DNS_BUDGET_DEFAULT;
     int r;
+    const char *budget = getenv("CORDON_DNS_BUDGET");
+    if (budget && *budget && (r = cdn_dns_budget_parse(budget, &e->budget, err)) < 0) {
+        (void) cdn_error_prefix(err, EINVAL, "CORDON_DNS_BUDGET");
+        goto fail;
+    }
     if (evthread_use_pthreads() < 0 || !(e->base = event_base_new()) ||
         !(e->dns = evdns_base_new(e->base, 0)) || !(e->labels = cdn_strv_to_json_map(&spec->labels))) {
         r = cdn_error_set(err, ENOMEM, "egress: event loop: out of memory");

@@ -54,6 +54,12 @@ static int f_nofile(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
         return cdn_error_field(e, EINVAL, "limits.nofile", "--nofile '%s': not a whole number", a);
     return 0;
 }
+static int f_ptys(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    if (cdn_parse_u64(a, &o->spec.limits.ptys) < 0)
+        return cdn_error_field(e, EINVAL, "limits.ptys", "--ptys '%s': not a whole number", a);
+    return 0;
+}
 static int f_timeout(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 {
     if (cdn_parse_duration(a, &o->spec.limits.timeout_ms) < 0)
@@ -165,6 +171,17 @@ static int f_watch_writes(struct cdn_run_opts *o, const char *a, struct cdn_erro
     o->spec.watch_writes = true;
     return 0;
 }
+static int f_bind_allow(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    if (o->no_command)
+        return cdn_error_field(e, EINVAL, "",
+                               "--bind-allow: the daemon's configuration decides (bind-allow in "
+                               "cordond.conf)");
+    if (o->n_bind_allow >= ELEMENTSOF(o->bind_allow))
+        return cdn_error_field(e, E2BIG, "", "--bind-allow: at most %d", CDN_BIND_RULES_MAX);
+    o->bind_allow[o->n_bind_allow++] = a;
+    return 0;
+}
 static int f_json(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 {
     (void) a, (void) e;
@@ -204,9 +221,12 @@ static const struct flag flags[] = {
     {"--timeout", true, f_timeout, "limits.timeout_s", "DUR",
      "kill the whole sandbox after DUR, exit 124 (default 600s)"},
     {"--nofile", true, f_nofile, "limits.nofile", "N", "open file limit (default 1024)"},
+    {"--ptys", true, f_ptys, "limits.ptys", "N", "pseudo-terminals open at once (default 64)"},
     {"--net", true, f_net, "network", "MODE",
      "none (default: loopback only); open and allow=… are not built yet"},
     {"--bind", true, f_bind, "mounts", "SRC:DST[:ro]", "bind a host path into the sandbox"},
+    {"--bind-allow", true, f_bind_allow, NULL, "DIR[:ro]",
+     "bind sources only at or beneath DIR (repeatable; docs/spec.md \"Bind sources\")"},
     {"--env", true, f_env, "env", "K=V", "set an environment variable"},
     {"--workdir", true, f_workdir, "workdir", "DIR", "working directory, writable (default /workspace)"},
     {"--hostname", true, f_hostname, "hostname", "NAME", "host name inside (default cordon)"},

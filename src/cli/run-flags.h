@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "core/bind-policy.h"
 #include "core/spec.h"
 
 struct cdn_run_opts {
@@ -13,6 +14,9 @@ struct cdn_run_opts {
     bool needs_full;   /* lean build: a flag it cannot serve (--spec) was given; see cli.h */
     char *const *argv; /* the command, NULL-terminated; points into the caller's argv */
     bool no_command;   /* set by the caller: flags only (cordon create) */
+    /* --bind-allow DIR[:ro] (run only; cordond has its own): points into the caller's argv */
+    const char *bind_allow[CDN_BIND_RULES_MAX];
+    size_t n_bind_allow;
 };
 
 /* Parse argv (after the subcommand) into opts; opts->spec must be initialised.

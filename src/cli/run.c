@@ -400,6 +400,24 @@ static void run_sandbox(struct cdn_sandbox *sb, const struct cdn_run_opts *o, st
     (void) safe_close(sfd);
 }
 
+/* The bind sources `cordon run` accepts: the core's refusals, and --bind-allow's directories. The
+ * sources are resolved here, as cordond does for the API (core/bind-policy.h). */
+static int check_binds(struct cdn_run_opts *o, struct cdn_error *err)
+{
+    if (o->spec.n_mounts == 0)
+        return 0;
+    struct cdn_bind_policy p;
+    int r = cdn_bind_policy_init(&p);
+    if (r < 0)
+        return cdn_error_set(err, r, "out of memory");
+    for (size_t i = 0; r >= 0 && i < o->n_bind_allow; i++)
+        r = cdn_bind_policy_allow(&p, o->bind_allow[i], err);
+    if (r >= 0 && (r = cdn_bind_policy_check(&p, &o->spec, err)) < 0 && err->msg[0])
+        (void) cdn_error_prefix(err, r, "--bind");
+    cdn_bind_policy_free(&p);
+    return r;
+}
+
 int cdn_cli_run(int argc, char *const *argv)
 {
     struct cdn_run_opts o = {0};
@@ -418,6 +436,8 @@ int cdn_cli_run(int argc, char *const *argv)
     }
     if (r >= 0)
         r = cdn_spec_validate(&o.spec, &err);
+    if (r >= 0)
+        r = check_binds(&o, &err);
     if (r < 0) {
         report_error(&err);
         cdn_spec_free(&o.spec);

@@ -71,6 +71,8 @@ static int decode_limits(struct cdn_spec *spec, json_t *obj, struct cdn_error *e
             r = get_uint(v, field, &l->disk_mb, err);
         else if (strcmp(key, "nofile") == 0)
             r = get_uint(v, field, &l->nofile, err);
+        else if (strcmp(key, "ptys") == 0)
+            r = get_uint(v, field, &l->ptys, err);
         else if (strcmp(key, "timeout_s") == 0) {
             if (!json_is_number(v) || json_number_value(v) < 0 ||
                 json_number_value(v) > CDN_TIMEOUT_MS_MAX / 1000)
@@ -332,5 +334,8 @@ char *cdn_spec_to_json(const struct cdn_spec *spec)
         "labels", cdn_strv_to_json_map(&spec->labels), "workdir", spec->workdir, "hostname", spec->hostname,
         "read_only", spec->read_only_root, "watch_writes", spec->watch_writes, "on_violation",
         cdn_on_violation_to_string(spec->on_violation));
+    if (root &&
+        json_object_set_new(json_object_get(root, "limits"), "ptys", json_integer((json_int_t) l->ptys)))
+        return NULL;
     return root ? json_dumps(root, JSON_COMPACT) : NULL;
 }

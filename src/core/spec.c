@@ -134,7 +134,8 @@ int cdn_spec_init(struct cdn_spec *spec)
                    .pids = 256,
                    .disk_mb = 1024,
                    .timeout_ms = 600000,
-                   .nofile = 1024},
+                   .nofile = 1024,
+                   .ptys = 64},
         .net_mode = CDN_NET_NONE,
         .on_violation = CDN_VIOLATION_LOG,
     };
@@ -324,6 +325,9 @@ int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
         return cdn_error_field(err, ERANGE, "limits.timeout_s", "limits.timeout_s: at most 7 days");
     if (l->nofile < 16 || l->nofile > 1048576)
         return cdn_error_field(err, ERANGE, "limits.nofile", "limits.nofile: must be between 16 and 1048576");
+    if (l->ptys < 1 || l->ptys > CDN_PTYS_MAX)
+        return cdn_error_field(err, ERANGE, "limits.ptys", "limits.ptys: must be between 1 and %u",
+                               CDN_PTYS_MAX);
     if (spec->net_mode == CDN_NET_NONE && spec->net_allow.n > 0)
         return cdn_error_field(
             err, EINVAL, "network.allow",

@@ -33,6 +33,7 @@ struct cdn_limits {
     uint64_t disk_mb;    /* writable layer (root upper, /workspace, /tmp) */
     uint64_t timeout_ms; /* 0 = none */
     uint64_t nofile;
+    uint64_t ptys; /* pseudo-terminals open at once (the container's devpts max=) */
 };
 
 struct cdn_spec {
@@ -64,6 +65,7 @@ struct cdn_spec {
 #define CDN_DISK_MB_MIN    1
 #define CDN_DISK_MB_MAX    (1024ULL * 1024)
 #define CDN_TIMEOUT_MS_MAX (7ULL * 24 * 3600 * 1000)
+#define CDN_PTYS_MAX       (1u << 20) /* the kernel's NR_UNIX98_PTY_MAX */
 #define CDN_MAX_MOUNTS     64
 #define CDN_MAX_LIST       1024
 

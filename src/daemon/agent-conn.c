@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "agent-conn.h"
 
@@ -174,7 +176,8 @@ int agent_conn_open(struct agent_conn *c, struct event_base *base, int fd)
      * host's commands on their channels, and their frames arrive here. Numbered from 1 again, the
      * first exec would clash with them (EEXIST) and could be sent their output. */
     uint32_t start = 1;
-    (void) getrandom(&start, sizeof start, GRND_NONBLOCK);
+    if (getrandom(&start, sizeof start, GRND_NONBLOCK) != (ssize_t) sizeof start)
+        start = (uint32_t) getpid() << 16 ^ (uint32_t) time(NULL); /* the pool not yet seeded: early boot */
     *c = (struct agent_conn){
         .next_channel = start, .on_close = c->on_close, .on_event = c->on_event, .arg = c->arg};
     LIST_INIT(&c->reqs);

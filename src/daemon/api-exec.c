@@ -1,6 +1,7 @@
-/* cordond's exec and file routes: an HTTP request becomes one agent request
- * (a channel on the box's agent connection), and the frames that come back
- * become the reply — buffered into one JSON body, or streamed as NDJSON.
+/* cordond's exec route: an HTTP request becomes one agent request (a channel
+ * on the box's agent connection), and the frames that come back become the
+ * reply — buffered into one JSON body, or streamed as NDJSON. (The file
+ * routes are in api-files.c.)
  *
  * Runs in the loop. Output is bounded: a buffered exec keeps at most
  * max_output_bytes per stream and says it truncated; a streamed one passes
@@ -12,18 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-
-#include <event2/keyvalq_struct.h>
 
 #include "daemon.h"
 #include "exec-args.h"
 #include "shared/base64.h"
 
 #define STDIN_CHUNK (256u << 10)
-#define LIST_MAX    10000 /* entries of one ls answer */
-#define FILE_CHUNK  (512u << 10)
 
 struct call {
     struct agent_req areq; /* first: the agent connection hands this back */
@@ -36,9 +32,6 @@ struct call {
     bool out_trunc, err_trunc;
     struct timespec t0;
     struct event *timer;
-    char path[4096]; /* file calls */
-    int file_op;
-    json_t *entries;    /* LIST: collected until DONE */
     uint8_t tail[2][4]; /* streamed text: an unfinished UTF-8 character, per stream, for the next chunk */
     uint8_t tail_len[2];
     char cmd[128]; /* argv[0] of an exec, for the event log */
@@ -504,7 +497,7 @@ static struct call *call_new(struct evhttp_request *req, struct box *b,
     return c;
 }
 
-static bool box_usable(struct evhttp_request *req, struct box *b)
+bool api_box_usable(struct evhttp_request *req, struct box *b)
 {
     if (b->state == BOX_RUNNING)
         return true;
@@ -548,7 +541,7 @@ static int send_exec(struct call *c, struct exec_args *a)
 
 void api_exec(struct evhttp_request *req, struct box *b)
 {
-    if (!box_usable(req, b))
+    if (!api_box_usable(req, b))
         return;
     if (b->verifier != VERIFIER_NONE)
         return api_reply_error(req, 409, "verifier_running", NULL,
@@ -619,239 +612,4 @@ void api_exec(struct evhttp_request *req, struct box *b)
         api_stream_timeout(req);
         c->started = true;
     }
-}
-
-/* ---- files ---- */
-
-/* ?path=P: absolute, or relative to the sandbox's workdir. */
-static int query_path(struct evhttp_request *req, struct box *b, char *out, size_t size)
-{
-    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
-    struct evkeyvalq q;
-    TAILQ_INIT(&q);
-    if (!query || evhttp_parse_query_str(query, &q) < 0) {
-        api_reply_error(req, 400, "invalid_query", "path", "the path parameter is required: ?path=P");
-        return -EINVAL;
-    }
-    const char *p = evhttp_find_header(&q, "path");
-    int r = 0;
-    if (!p || !p[0])
-        r = -EINVAL;
-    else if ((size_t) snprintf(out, size, "%s%s%s", p[0] == '/' ? "" : b->spec.workdir,
-                               p[0] == '/' ? "" : "/", p) >= size)
-        r = -ENAMETOOLONG;
-    evhttp_clear_headers(&q);
-    if (r < 0)
-        api_reply_error(req, 400, "invalid_query", "path",
-                        r == -EINVAL ? "the path parameter is required: ?path=P" : "path is too long");
-    return r;
-}
-
-static int http_status_of(int errnum)
-{
-    switch (errnum) {
-    case ENOENT:
-    case ENOTDIR:
-        return 404;
-    case EACCES:
-    case EPERM:
-    case EROFS:
-        return 403;
-    case EISDIR:
-    case EINVAL:
-    case ENAMETOOLONG:
-        return 400;
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-        return 507;
-    default:
-        return 500;
-    }
-}
-
-static json_t *stat_json(const char *path, const struct cdn_file_stat *st)
-{
-    const char *type = S_ISDIR(st->mode)   ? "dir"
-                       : S_ISREG(st->mode) ? "file"
-                       : S_ISLNK(st->mode) ? "symlink"
-                                           : "other";
-    json_t *o = json_pack("{s:s, s:I, s:i, s:I}", "type", type, "size", (json_int_t) st->size, "mode",
-                          (int) (st->mode & 07777), "mtime", (json_int_t) st->mtime);
-    if (o && path)
-        json_object_set_new(o, "path", json_lossy_string((const uint8_t *) path, strlen(path)));
-    else if (o)
-        json_object_set_new(o, "name", json_lossy_string((const uint8_t *) st->name, strlen(st->name)));
-    return o;
-}
-
-/* Any file call's last frame: ERROR, the connection's end, or DONE (handled by the caller). */
-/* A download that fails after its 200 went out must not look complete: the
- * connection is dropped without the final chunk (which frees the request). */
-static void abort_stream(struct call *c)
-{
-    struct evhttp_connection *conn = evhttp_request_get_connection(c->req);
-    if (conn)
-        evhttp_connection_free(conn);
-    else
-        evhttp_send_reply_end(c->req);
-}
-
-static bool file_failed(struct call *c, uint16_t type, const uint8_t *p, uint32_t len)
-{
-    int e;
-    const char *msg;
-    if (type == CDN_FRAME_ERROR && cdn_errmsg_decode(p, len, &e, &msg) == 0) {
-        if (c->started) /* a read that already streamed: all we can do is cut it short */
-            abort_stream(c);
-        else
-            api_reply_error(c->req, http_status_of(e), e == ENOENT ? "not_found" : "file_error", "path", "%s",
-                            msg);
-        return true;
-    }
-    if (type == 0 || type == CDN_FRAME_ERROR) {
-        const char *failure = agent_conn_failure(&c->box->agent);
-        if (c->started)
-            abort_stream(c);
-        else if (failure)
-            api_reply_error(c->req, 502, "agent_protocol_error", NULL,
-                            "the sandbox's agent broke the protocol: %s", failure);
-        else
-            api_reply_error(c->req, 500, "sandbox_gone", NULL, "the sandbox ended during the file operation");
-        return true;
-    }
-    return false;
-}
-
-static void file_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uint32_t len)
-{
-    struct call *c = (struct call *) r;
-    if (type == CDN_FRAME_DATA && c->file_op == CDN_FILE_READ) {
-        if (!c->started) {
-            evhttp_add_header(evhttp_request_get_output_headers(c->req), "Content-Type",
-                              "application/octet-stream");
-            evhttp_send_reply_start(c->req, 200, "OK");
-            api_stream_timeout(c->req);
-            c->started = true;
-        }
-        struct evbuffer *b = evbuffer_new();
-        if (b) {
-            evbuffer_add(b, p, len);
-            send_chunk(c, b);
-            evbuffer_free(b);
-        }
-        return;
-    }
-    if (type == CDN_FRAME_DATA && c->file_op == CDN_FILE_LIST) {
-        for (uint32_t off = 0; off < len;) {
-            struct cdn_file_stat st;
-            int n = cdn_file_stat_decode(p + off, len - off, &st);
-            if (n <= 0) { /* ends every request, this one too (c is gone after it) */
-                agent_conn_fail(&c->box->agent, "a LIST entry that does not decode on channel %u",
-                                c->areq.channel);
-                return;
-            }
-            if (json_array_size(c->entries) < LIST_MAX)
-                json_array_append_new(c->entries, stat_json(NULL, &st));
-            else
-                c->out_trunc = true; /* the rest is dropped: cordond's memory is not the sandbox's to fill */
-            off += (uint32_t) n;
-        }
-        return;
-    }
-    /* DONE, ERROR, or the connection's end (0): agent-conn.c admits DATA for READ and LIST only */
-    if (!file_failed(c, type, p, len)) {
-        struct cdn_file_stat st = {0};
-        bool have = len && cdn_file_stat_decode(p, len, &st) > 0;
-        if (c->file_op == CDN_FILE_READ) {
-            if (!c->started)
-                evhttp_send_reply(c->req, 200, "OK", NULL); /* an empty file */
-            else
-                evhttp_send_reply_end(c->req);
-        } else if (c->file_op == CDN_FILE_LIST) {
-            api_reply_json(c->req, 200,
-                           json_pack("{s:o, s:O, s:b}", "path",
-                                     json_lossy_string((const uint8_t *) c->path, strlen(c->path)), "entries",
-                                     c->entries, "truncated", c->out_trunc));
-        } else if (c->file_op == CDN_FILE_REMOVE) {
-            api_reply_json(c->req, 200,
-                           json_pack("{s:o, s:b}", "path",
-                                     json_lossy_string((const uint8_t *) c->path, strlen(c->path)), "removed",
-                                     1));
-        } else {
-            api_reply_json(c->req, 200, stat_json(c->path, have ? &st : &(struct cdn_file_stat){0}));
-        }
-    }
-    json_decref(c->entries);
-    call_done(c);
-    free(c);
-}
-
-static void file_call(struct evhttp_request *req, struct box *b, int op, uint32_t mode)
-{
-    char path[4096];
-    if (!box_usable(req, b) || query_path(req, b, path, sizeof path) < 0)
-        return;
-    struct call *c = call_new(req, b, file_frame);
-    if (!c)
-        return api_reply_error(req, 500, "internal", NULL, "out of memory");
-    c->file_op = op;
-    (void) snprintf(c->path, sizeof c->path, "%s", path);
-    if (op == CDN_FILE_LIST && !(c->entries = json_array())) {
-        free(c);
-        return api_reply_error(req, 500, "internal", NULL, "out of memory");
-    }
-    struct evbuffer *body = evhttp_request_get_input_buffer(req);
-    size_t total = op == CDN_FILE_WRITE ? evbuffer_get_length(body) : 0;
-    size_t first = total < FILE_CHUNK ? total : FILE_CHUNK;
-    static uint8_t buf[CDN_FRAME_MAX];
-    int n = cdn_file_encode(buf, sizeof buf, (uint32_t) op, mode, path,
-                            evbuffer_pullup(body, (ev_ssize_t) first), first);
-    struct agent_conn *ac = &b->agent;
-    uint32_t ch = agent_conn_add(ac, &c->areq,
-                                 op == CDN_FILE_READ || op == CDN_FILE_LIST ? AGENT_FILE_DATA_FRAMES
-                                                                            : AGENT_FILE_FRAMES);
-    int r = n < 0 ? n
-                  : agent_conn_send(ac, CDN_FRAME_FILE, total > first ? CDN_FRAME_MORE : 0, ch, buf,
-                                    (uint32_t) n);
-    (void) evbuffer_drain(body, first);
-    while (r >= 0 && evbuffer_get_length(body) > 0) {
-        size_t k = evbuffer_get_length(body) < FILE_CHUNK ? evbuffer_get_length(body) : FILE_CHUNK;
-        bool more = evbuffer_get_length(body) > k;
-        r = agent_conn_send(ac, CDN_FRAME_DATA, more ? CDN_FRAME_MORE : 0, ch,
-                            evbuffer_pullup(body, (ev_ssize_t) k), (uint32_t) k);
-        (void) evbuffer_drain(body, k);
-    }
-    if (r < 0) {
-        agent_conn_remove(ac, &c->areq);
-        json_decref(c->entries);
-        free(c);
-        api_reply_error(req, r == -ENOBUFS ? 400 : 500, "file_error", "path", "%s",
-                        r == -ENOBUFS ? "path is too long" : "cannot reach the sandbox's agent");
-    }
-}
-
-void api_files(struct evhttp_request *req, struct box *b)
-{
-    enum evhttp_cmd_type m = evhttp_request_get_command(req);
-    file_call(req, b,
-              m == EVHTTP_REQ_PUT   ? CDN_FILE_WRITE
-              : m == EVHTTP_REQ_GET ? CDN_FILE_READ
-                                    : CDN_FILE_REMOVE,
-              0);
-}
-
-void api_ls(struct evhttp_request *req, struct box *b)
-{
-    file_call(req, b, CDN_FILE_LIST, 0);
-}
-
-void api_stat(struct evhttp_request *req, struct box *b)
-{
-    file_call(req, b, CDN_FILE_STAT, 0);
-}
-
-void api_mkdir(struct evhttp_request *req, struct box *b)
-{
-    file_call(req, b, CDN_FILE_MKDIR, 0755);
 }

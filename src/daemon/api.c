@@ -176,6 +176,10 @@ static void route_create(struct evhttp_request *req)
     free(body);
     if (r >= 0)
         r = cdn_spec_validate(&spec, &err);
+    if (r >= 0)
+        r = cdn_bind_policy_check(&cordond->bind_policy, &spec, &err);
+    if (r >= 0) /* a client's image path is a host path too (pool specs are the operator's) */
+        r = cdn_bind_policy_check_image(&cordond->bind_policy, &spec, &err);
     if (r < 0) {
         cdn_spec_free(&spec);
         if (!err.field[0]) /* the body as a whole: not JSON, not an object */

@@ -600,8 +600,9 @@ static void on_agent_event(struct agent_conn *c, uint16_t type, const uint8_t *p
                         b->state == BOX_STARTING ? " while starting" : "");
         return;
     }
-    if (cdn_violation_decode(p, len, &v) < 0) {
-        agent_conn_fail(c, "a VIOLATION frame that does not decode");
+    if (cdn_violation_decode(p, len, &v) < 0 || v.kind == CDN_VIOLATION_MSG_SYMLINK) {
+        /* a SYMLINK comes on its file request's channel, never here */
+        agent_conn_fail(c, "a VIOLATION frame that does not decode or is not the sandbox's");
         return;
     }
     if (v.kind == CDN_VIOLATION_MSG_PROTECT) { /* the guest's guard refused an open */

@@ -72,6 +72,12 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         c->net_pool = (unsigned) n;
         return 0;
     }
+    if (strcmp(name, "bind-allow") == 0 || strcmp(name, "bind_allow") == 0) {
+        if (c->n_bind_allow >= ELEMENTSOF(c->bind_allow))
+            return -E2BIG;
+        return v[0] == '/' ? set_string(c->bind_allow[c->n_bind_allow++], sizeof c->bind_allow[0], v)
+                           : -EINVAL;
+    }
     if (strcmp(name, "monitor-rules") == 0 || strcmp(name, "monitor_rules") == 0)
         return v[0] == '/' ? set_string(c->monitor_rules, sizeof c->monitor_rules, v) : -EINVAL;
     if (strcmp(name, "audit-rate") == 0 || strcmp(name, "audit_rate") == 0) {
@@ -83,6 +89,14 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
     }
     if (strcmp(name, "audit-rotate") == 0 || strcmp(name, "audit_rotate") == 0)
         return set_size(&c->audit_rotate, v);
+    if (strcmp(name, "dns-budget") == 0 || strcmp(name, "dns_budget") == 0) {
+        struct cdn_error err = {0};
+        if (cdn_dns_budget_parse(v, &c->dns_budget, &err) < 0) {
+            fprintf(stderr, "cordond: dns_budget: %s\n", err.msg);
+            return -EINVAL;
+        }
+        return 0;
+    }
     if (strcmp(name, "dns-upstream") == 0 || strcmp(name, "dns_upstream") == 0)
         return set_string(c->dns_upstream, sizeof c->dns_upstream, v);
     if (strcmp(name, "max-body") == 0 || strcmp(name, "max_body") == 0)
@@ -117,6 +131,8 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         c->max_connections = (unsigned) n;
         return 0;
     }
+    if (strcmp(name, "max-read") == 0 || strcmp(name, "max_read") == 0)
+        return set_size(&c->max_read_bytes, v);
     if (strcmp(name, "max-sandboxes") == 0 || strcmp(name, "max_sandboxes") == 0) {
         uint64_t n;
         if (cdn_parse_u64(v, &n) < 0 || n == 0 || n > 1000000)
@@ -179,9 +195,11 @@ static void usage(FILE *f)
         "usage: cordond [--config FILE] [--socket PATH] [--listen HOST:PORT --token-file F]\n"
         "               [--auth-timeout SECONDS] [--max-unauthenticated N] [--max-connections N]\n"
         "               [--state-dir DIR] [--sandbox-dir DIR] [--stop-sandboxes true|false]\n"
-        "               [--max-body SIZE] [--max-output SIZE] [--max-sandboxes N] [--pool SIZE[:SPECFILE]]…\n"
+        "               [--max-body SIZE] [--max-output SIZE] [--max-read SIZE] [--max-sandboxes N]\n"
+        "               [--pool SIZE[:SPECFILE]]…\n"
         "               [--dns-upstream IP[:PORT]] [--net-pool N] [--audit-rotate SIZE] [--audit-rate N]\n"
-        "               [--monitor-rules FILE] [--agent-timeout SECONDS]\n"
+        "               [--monitor-rules FILE] [--agent-timeout SECONDS] [--bind-allow DIR[:ro]]…\n"
+        "               [--dns-budget off|names=N,bytes=N,window=T,action=A]\n"
         "Defaults and the config file format: docs/cordond.md (config: %s)\n",
         DEFAULT_CONFIG);
 }
@@ -290,6 +308,30 @@ static void on_child(evutil_socket_t sig, short what, void *arg)
         ;
 }
 
+/* The bind sources the API accepts (core/bind-policy.h): the configured allowlist, and besides
+ * the core's refusals what is this daemon's own — its records and sockets, its token. */
+static int bind_policy_setup(struct daemon *d)
+{
+    struct cdn_bind_policy *p = &d->bind_policy;
+    const char *own[] = {d->cfg.state_dir, d->cfg.sandbox_dir, d->cfg.socket_path, d->cfg.token_file};
+    int r = cdn_bind_policy_init(p);
+    for (size_t i = 0; r >= 0 && i < ELEMENTSOF(own); i++)
+        if (own[i][0])
+            r = cdn_bind_policy_deny(p, own[i]);
+    if (r < 0) {
+        fprintf(stderr, "cordond: bind sources: %s\n", strerror(-r));
+        return -1;
+    }
+    for (unsigned i = 0; i < d->cfg.n_bind_allow; i++) {
+        struct cdn_error err = {0};
+        if (cdn_bind_policy_allow(p, d->cfg.bind_allow[i], &err) < 0) {
+            fprintf(stderr, "cordond: %s\n", err.msg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Each sandbox with protected paths holds a fanotify group of its own
  * (guard.c); the kernel's default of 128 groups per user would cap them. */
 static void raise_fanotify_groups(void)
@@ -307,6 +349,7 @@ int main(int argc, char **argv)
     d->cfg = (struct daemon_config){
         .max_body_bytes = 256ULL << 20,
         .max_output_bytes = 16ULL << 20,
+        .max_read_bytes = 256ULL << 20,
         .max_sandboxes = 4096,
         .agent_timeout_s = 60,
         .auth_timeout_s = 10,
@@ -315,6 +358,7 @@ int main(int argc, char **argv)
         .net_pool = 4,
         .audit_rotate = 64ULL << 20,
         .audit_rate = CDN_AUDIT_RATE,
+        .dns_budget = CDN_DNS_BUDGET_DEFAULT,
     };
     (void) snprintf(d->cfg.socket_path, sizeof d->cfg.socket_path, "%s/cordond.sock", cdn_run_dir());
     (void) snprintf(d->cfg.state_dir, sizeof d->cfg.state_dir, "%s", cdn_state_dir());
@@ -328,6 +372,8 @@ int main(int argc, char **argv)
     if (d->cfg.listen[0] && read_token(d) < 0)
         return 1;
     (void) setenv("CORDON_STATE_DIR", d->cfg.state_dir, 1); /* the core reads it */
+    if (bind_policy_setup(d) < 0)
+        return 2;
     /* Three fds per sandbox (agent socket, pidfd, slot lock) and two per client. */
     struct rlimit nofile;
     if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {

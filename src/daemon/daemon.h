@@ -18,6 +18,7 @@
 
 #include "agent/frame.h"
 #include "agent-conn.h"
+#include "core/bind-policy.h"
 #include "core/sandbox.h"
 #include "monitor/fsguard.h"
 #include "core/spec.h"
@@ -37,6 +38,7 @@ struct daemon_config {
     bool stop_sandboxes;       /* on SIGTERM end them too; default: leave them for the next cordond */
     uint64_t max_body_bytes;   /* request bodies (file uploads included) */
     uint64_t max_output_bytes; /* per stream of a buffered exec; more is dropped and flagged */
+    uint64_t max_read_bytes;   /* a file download without max_bytes: a longer file gets 413 */
     unsigned max_sandboxes;
     char pools[8][300]; /* "SIZE[:SPECFILE]" each, see pool.c */
     unsigned n_pools;
@@ -49,6 +51,9 @@ struct daemon_config {
     unsigned auth_timeout_s;  /* TCP: a client's first header block, token included, within this */
     unsigned max_unauthenticated; /* TCP: connections not authenticated yet; a new one evicts the oldest */
     unsigned max_connections;     /* TCP: connections open at once, authenticated or not */
+    char bind_allow[CDN_BIND_RULES_MAX][256]; /* "DIR[:ro]" each (core/bind-policy.h); none: "/" */
+    unsigned n_bind_allow;
+    struct cdn_dns_budget_cfg dns_budget; /* new self-chosen names per sandbox (net/dns-budget.h) */
 };
 
 /* ---- host side of the agent protocol: agent-conn.h ---- */
@@ -158,6 +163,8 @@ struct daemon {
     bool stopping;
     int *kept_slots; /* slots whose emptied cgroups wait for the next sandbox (box.c) */
     size_t n_kept, cap_kept;
+    /* What a spec's mounts[i].source may name (cordond.c; checked by api.c, pool.c). */
+    struct cdn_bind_policy bind_policy;
     /* metrics */
     uint64_t created_total, create_errors, execs_total, http_errors;
     uint64_t violations_total[_VIOLATION_MAX];
@@ -279,6 +286,9 @@ size_t monitor_rule_count(void);
 /* An "alert" event for b (rate-limited per sandbox). */
 void monitor_alert(struct box *b, const char *rule, const char *severity, const char *source,
                    const char *detail, size_t detail_len);
+/* The same with fields of its own (borrowed; may be NULL) added to the event. */
+void monitor_alert_with(struct box *b, const char *rule, const char *severity, const char *source,
+                        const char *detail, size_t detail_len, json_t *fields);
 /* Match subject against the rules of source (1 exec, 2 text); alerts for the
  * matches; returns a JSON list of them [{rule, severity, description}]. */
 json_t *monitor_match(struct box *b, int source, const char *subject, size_t len);
@@ -299,7 +309,9 @@ void api_exec(struct evhttp_request *req, struct box *b);
 void api_call(struct evhttp_request *req, struct box *b); /* api-call.c: the process tier */
 void api_throttle_end(struct box *b);                     /* the box is going */
 void api_stream_timeout(struct evhttp_request *req);      /* after evhttp_send_reply_start */
-void api_files(struct evhttp_request *req, struct box *b);
+/* 409 (answered) unless the box is running. */
+bool api_box_usable(struct evhttp_request *req, struct box *b);
+void api_files(struct evhttp_request *req, struct box *b); /* api-files.c: files, ls, stat, mkdir */
 void api_ls(struct evhttp_request *req, struct box *b);
 void api_stat(struct evhttp_request *req, struct box *b);
 void api_mkdir(struct evhttp_request *req, struct box *b);

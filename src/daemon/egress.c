@@ -39,6 +39,7 @@ static struct {
     struct cdn_netns *pool;
     unsigned n_pool, pool_fails;
     struct event *refill;
+    struct cdn_dns_budget_cfg budget; /* cordond->cfg's, read at start */
 } eg = {.log = CDN_AUDIT_LOG_INIT};
 
 /* A namespace with its veth admitted by the table. */
@@ -109,13 +110,14 @@ static void on_audit(void *arg, struct cdn_egress_box *e, const struct cdn_audit
         json_decref(f);
 }
 
-static void on_flag(void *arg, struct cdn_egress_box *e, const char *what, const char *detail)
+static void on_flag(void *arg, struct cdn_egress_box *e, const char *what, const char *detail, json_t *fields)
 {
     (void) arg;
-    monitor_alert(e->owner, what, "medium", "dns", detail, strlen(detail));
+    monitor_alert_with(e->owner, what, "medium", "dns", detail, strlen(detail), fields);
 }
 
-static const struct cdn_egress_ops ops = {.lookup = lookup, .audit = on_audit, .flag = on_flag};
+static const struct cdn_egress_ops ops = {
+    .lookup = lookup, .audit = on_audit, .flag = on_flag, .dns_budget = &eg.budget};
 
 /* The table's name: stable for a state directory and socket, so a restarted
  * cordond replaces the table its predecessor left, and two cordonds never
@@ -133,6 +135,7 @@ static void table_name(char *buf, size_t size)
 static int start(void)
 {
     table_name(eg.table, sizeof eg.table);
+    eg.budget = cordond->cfg.dns_budget;
     eg.by_lease = calloc(CDN_NET_LEASES, sizeof *eg.by_lease);
     eg.dns = evdns_base_new(cordond->base, 0);
     if (!eg.by_lease || !eg.dns) {

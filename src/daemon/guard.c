@@ -152,6 +152,21 @@ int guard_prepare(struct box *b, struct cdn_error *err)
     return 0;
 }
 
+/* Tell init which mounts are protected: its files API refuses to follow an agent's symlink into
+ * one (src/agent/init-resolve.c). Sent before any request can be, so it is in force for all. */
+static void tell_init(struct box *b)
+{
+    static uint64_t ids[CDN_PROTECTED_MAX];
+    uint32_t n = 0;
+    for (size_t i = 0; i < b->marks.n && n < CDN_PROTECTED_MAX; i++)
+        if (b->marks.v[i].kind == CDN_GUARD_PROTECT)
+            ids[n++] = (uint64_t) b->marks.v[i].mnt_id;
+    static uint8_t buf[4 + 8 * CDN_PROTECTED_MAX];
+    int len = cdn_protected_encode(buf, sizeof buf, ids, n);
+    if (len > 0)
+        (void) agent_conn_send(&b->agent, CDN_FRAME_PROTECTED, 0, 0, buf, (uint32_t) len);
+}
+
 int guard_start(struct box *b, struct cdn_error *err)
 {
     if (cdn_tier_is_vm(b->spec.tier))
@@ -162,6 +177,8 @@ int guard_start(struct box *b, struct cdn_error *err)
     int r = cdn_fsguard_mark_sandbox(group, b->sb.init_pid, &b->spec.protect, true, &b->marks, err);
     if (r < 0)
         return r;
+    if (b->spec.protect.n)
+        tell_init(b);
     if (b->guard_fd >= 0) {
         b->guard_ev = event_new(cordond->base, b->guard_fd, EV_READ | EV_PERSIST, on_events, b);
         if (!b->guard_ev || event_add(b->guard_ev, NULL) < 0)

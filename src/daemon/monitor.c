@@ -64,6 +64,12 @@ static uint64_t now_ms(void)
 void monitor_alert(struct box *b, const char *rule, const char *severity, const char *source,
                    const char *detail, size_t detail_len)
 {
+    monitor_alert_with(b, rule, severity, source, detail, detail_len, NULL);
+}
+
+void monitor_alert_with(struct box *b, const char *rule, const char *severity, const char *source,
+                        const char *detail, size_t detail_len, json_t *fields)
+{
     uint64_t now = now_ms();
     if (now - b->alert_window_ms >= 1000) {
         if (b->alerts_suppressed)
@@ -94,6 +100,8 @@ void monitor_alert(struct box *b, const char *rule, const char *severity, const 
         json_object_set_new(
             ev, "excerpt",
             json_lossy_string((const uint8_t *) detail, detail_len < EXCERPT ? detail_len : EXCERPT));
+    if (ev && fields)
+        (void) json_object_update_missing(ev, fields);
     box_event(b, "alert", ev);
 }
 

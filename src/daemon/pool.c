@@ -71,6 +71,8 @@ int pool_configure(const char *arg, struct cdn_error *err)
     }
     if (r >= 0)
         r = cdn_spec_validate(&p->spec, err);
+    if (r >= 0)
+        r = cdn_bind_policy_check(&cordond->bind_policy, &p->spec, err);
     if (r >= 0 && !(p->shape = shape_of(&p->spec)))
         r = cdn_error_set(err, ENOMEM, "out of memory");
     if (r < 0) {

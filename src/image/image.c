@@ -310,7 +310,8 @@ int cdn_image_debootstrap(const struct cdn_image_build *b, struct cdn_error *err
      * is empty): the image holds none, as Debian's own images do. */
     char p[4300];
     (void) snprintf(p, sizeof p, "%s/etc/machine-id", tmp);
-    (void) truncate(p, 0);
+    if (truncate(p, 0) < 0 && errno != ENOENT)
+        return cdn_error_set(err, errno, "empty %s: %m", p);
     if (rename(tmp, b->dir) < 0)
         return cdn_error_set(err, errno, "rename %s: %m", tmp);
     fprintf(stderr, "cordon: image: root ready: %s\n", b->dir);

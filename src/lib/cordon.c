@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "shared/base64.h"
 
@@ -30,6 +31,10 @@ struct buf {
     void (*on_line)(const char *line, size_t len, void *arg);
     void *arg;
     CURL *h;
+    /* a download to a file descriptor (2xx answers only; an error's body is kept as usual) */
+    int fd;
+    uint64_t max, got;
+    bool over; /* more than max came: the transfer was stopped */
 };
 
 static void set_error(cordon_client *c, long status, const char *code, const char *field, const char *fmt,
@@ -110,10 +115,34 @@ void cordon_client_free(cordon_client *c)
     free(c);
 }
 
+/* A download's bytes straight to its fd: nothing of the file is held here. */
+static size_t to_fd(struct buf *b, const char *p, size_t len)
+{
+    if (b->max && b->got + len > b->max) {
+        b->over = true;
+        return 0; /* curl stops the transfer */
+    }
+    for (size_t done = 0; done < len;) {
+        ssize_t w = write(b->fd, p + done, len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return 0;
+        done += (size_t) w;
+    }
+    b->got += len;
+    return len;
+}
+
 static size_t on_data(char *p, size_t size, size_t n, void *arg)
 {
     struct buf *b = arg;
     size_t len = size * n;
+    long status = 0;
+    if (b->fd > 0 || b->on_line)
+        curl_easy_getinfo(b->h, CURLINFO_RESPONSE_CODE, &status);
+    if (b->fd > 0 && status < 300)
+        return to_fd(b, p, len);
     if (b->len + len + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
         while (cap < b->len + len + 1)
@@ -126,9 +155,6 @@ static size_t on_data(char *p, size_t size, size_t n, void *arg)
     memcpy(b->p + b->len, p, len);
     b->len += len;
     b->p[b->len] = 0;
-    long status = 0;
-    if (b->on_line)
-        curl_easy_getinfo(b->h, CURLINFO_RESPONSE_CODE, &status);
     while (b->on_line && status < 300) { /* NDJSON: hand out complete lines */
         char *nl = memchr(b->p, '\n', b->len);
         if (!nl)
@@ -497,6 +523,38 @@ int cordon_file_write(cordon_client *c, const char *id, const char *path, const 
     return r < 0 ? r
                  : cordon_request(c, "PUT", p, data ? data : "", len, "application/octet-stream", NULL, NULL,
                                   NULL);
+}
+
+int cordon_file_read_fd(cordon_client *c, const char *id, const char *path, int fd, uint64_t max_bytes,
+                        uint64_t *ret_len)
+{
+    char p[2048];
+    int r = file_path(c, p, sizeof p, id, path);
+    size_t n = r < 0 ? 0 : strlen(p);
+    if (r >= 0 && max_bytes &&
+        (size_t) snprintf(p + n, sizeof p - n, "&max_bytes=%llu", (unsigned long long) max_bytes) >=
+            sizeof p - n) {
+        set_error(c, 0, "invalid_argument", "path", "path too long");
+        r = -ENAMETOOLONG;
+    }
+    if (r < 0)
+        return r;
+    if (fd <= 0) {
+        set_error(c, 0, "invalid_argument", "fd", "fd must be an open descriptor above 0");
+        return -EBADF;
+    }
+    struct buf out = {.fd = fd, .max = max_bytes, .h = c->curl};
+    long status = 0;
+    r = perform(c, "GET", p, NULL, 0, NULL, &out, &status);
+    free(out.p);
+    if (out.over) { /* the daemon's own cap says so first; this is the client's word on it */
+        set_error(c, 413, "file_too_large", "max_bytes", "%s: more than max_bytes (%llu)", path,
+                  (unsigned long long) max_bytes);
+        return -EFBIG;
+    }
+    if (r >= 0 && ret_len)
+        *ret_len = out.got;
+    return r;
 }
 
 int cordon_file_read(cordon_client *c, const char *id, const char *path, uint8_t **ret_data, size_t *ret_len)

@@ -94,11 +94,18 @@ CORDON_API int cordon_exec_stream(cordon_client *c, const char *id, const char *
                                   void (*on_output)(int stream, const uint8_t *p, size_t len, void *arg),
                                   void *arg, struct cordon_exec_result *ret);
 
-/* Files: path absolute or relative to the workdir. */
+/* Files: path absolute or relative to the workdir. A read is refused (-EPROTO, status 413, code
+ * "file_too_large") for a file longer than the daemon's max_read (256 MiB by default); a path that an
+ * agent's symlink leads into a protected path, with 403 "protected_path" (docs/cordond.md). */
 CORDON_API int cordon_file_write(cordon_client *c, const char *id, const char *path, const void *data,
                                  size_t len);
 CORDON_API int cordon_file_read(cordon_client *c, const char *id, const char *path, uint8_t **ret_data,
                                 size_t *ret_len);
+/* Download path into fd (> 0), streamed: none of it is held in memory. max_bytes: refuse a longer
+ * file (0: the daemon's max_read); more than that arriving anyway stops the transfer (-EFBIG).
+ * *ret_len (may be NULL): the bytes written. A download cut short is -EIO. */
+CORDON_API int cordon_file_read_fd(cordon_client *c, const char *id, const char *path, int fd,
+                                   uint64_t max_bytes, uint64_t *ret_len);
 
 #ifdef __cplusplus
 }

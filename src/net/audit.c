@@ -81,8 +81,9 @@ json_t *cdn_audit_fields(const struct cdn_audit *a)
 
 bool cdn_audit_is_violation(const struct cdn_audit *a)
 {
-    static const char *const exact[] = {"not-allowlisted", "ip-mismatch", "no-sni",   "no-host",
-                                        "no-name",         "bad-tls",     "bad-http", "invalid-name"};
+    static const char *const exact[] = {"not-allowlisted", "ip-mismatch",  "no-sni",
+                                        "no-host",         "no-name",      "bad-tls",
+                                        "bad-http",        "invalid-name", "dns-budget"};
     if (a->allowed || !a->reason)
         return false;
     if (strncmp(a->reason, "reserved:", 9) == 0 || strncmp(a->reason, "rebinding:", 10) == 0)

@@ -157,7 +157,7 @@ static void audit(struct cdn_dns_stub *s, struct cdn_egress_box *box, const char
 static void flag(struct cdn_dns_stub *s, struct cdn_egress_box *box, const char *what, const char *detail)
 {
     if (s->ops.flag)
-        s->ops.flag(s->ops.arg, box, what, detail);
+        s->ops.flag(s->ops.arg, box, what, detail, NULL);
 }
 
 /* Tunnelling heuristics, on every question a known box asks. */
@@ -369,6 +369,13 @@ static void handle_question(struct cdn_dns_stub *s, struct evdns_server_request 
     }
     switch (q->type) {
     case EVDNS_TYPE_A:
+        /* The one question that takes a name upstream: a name of the sandbox's
+         * own choosing is counted against its budget (dns-budget.h). */
+        if (!cdn_dns_budget_charge(box, &s->ops, name, now)) {
+            respond(req, RCODE_REFUSED);
+            audit(s, box, name, qtype, false, "dns-budget", NULL, now);
+            return;
+        }
         start_lookup(s, req, box, src, name, now);
         return;
     case EVDNS_TYPE_AAAA:

@@ -4,7 +4,9 @@
  * (DNS rebinding) unless a CIDR entry names them, pins what it answered
  * (net/pins.h), answers AAAA with no records (no IPv6 inside), and refuses
  * everything else (REFUSED). Every question is audited. Long names and high
- * question rates are flagged as possible tunnelling. */
+ * question rates are flagged as possible tunnelling, and so are names of the
+ * sandbox's own choosing beyond its budget (net/dns-budget.h), which may also
+ * be refused. */
 #pragma once
 
 #include <event2/dns.h>

@@ -3,11 +3,13 @@
  * of a packet, and where they report each attempt (DESIGN §7). */
 #pragma once
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "core/spec.h"
 #include "net/allow.h"
+#include "net/dns-budget.h"
 #include "net/pins.h"
 
 struct cdn_egress_box {
@@ -30,6 +32,7 @@ struct cdn_egress_box {
     uint64_t dns_window_start_ms;
     unsigned dns_in_window;
     bool dns_flagged;
+    struct cdn_dns_budget dns_budget; /* new names of its own choosing (dns-budget.c) */
 };
 
 /* One attempt, as written to the audit log (one JSON line) and as an egress event. */
@@ -52,9 +55,11 @@ struct cdn_egress_ops {
     /* The sandbox whose veth address is src (host byte order), or NULL. */
     struct cdn_egress_box *(*lookup)(void *arg, uint32_t src);
     void (*audit)(void *arg, struct cdn_egress_box *b, const struct cdn_audit *a);
-    /* Something worth an alert that is not one attempt (e.g. DNS tunnelling suspected). */
-    void (*flag)(void *arg, struct cdn_egress_box *b, const char *what, const char *detail);
+    /* Something worth an alert that is not one attempt (e.g. DNS tunnelling
+     * suspected); fields (borrowed, may be NULL): counts to put in the event. */
+    void (*flag)(void *arg, struct cdn_egress_box *b, const char *what, const char *detail, json_t *fields);
     void *arg;
+    const struct cdn_dns_budget_cfg *dns_budget; /* the owner's; NULL: no budget */
 };
 
 uint64_t cdn_now_ms(void); /* CLOCK_MONOTONIC in ms (pins' clock) */

@@ -7,6 +7,7 @@
  *
  * A refusal is audited at once; an admitted connection when it ends. */
 #include "net/proxy.h"
+#include "net/proxy-internal.h"
 #include "net/netns.h"
 #include "net/sniff.h"
 #include "shared/macro.h"
@@ -16,9 +17,6 @@
 #include <sys/uio.h>
 #include <netinet/tcp.h>
 #include <fcntl.h>
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/listener.h>
 #include <linux/netfilter_ipv4.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -28,50 +26,6 @@
 #include <sys/queue.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-enum pstate { P_SNIFF, P_RESOLVE, P_CONNECT, P_SPLICE, P_CLOSING };
-
-struct pconn {
-    struct cdn_proxy *px;
-    LIST_ENTRY(pconn) link;
-    enum pstate state;
-    struct bufferevent *cli, *up;
-    struct event *timer;
-    struct evdns_request *dnsreq;
-    struct plookup *lookup; /* the lookup in flight, which outlives us if we go first */
-    int cli_fd, up_fd;      /* in P_SPLICE: the sockets, out of their bufferevents */
-    struct pdir {
-        struct pconn *c;
-        int in, out;
-        struct evbuffer *buf; /* read from in, not yet written to out */
-        struct event *rev, *wev;
-        bool eof, shut;
-        uint64_t *count;
-    } dir[2];                   /* [0] sandbox → upstream, [1] upstream → sandbox */
-    struct cdn_egress_box *box; /* counted in box->tcp_conns; valid while we live (cdn_proxy_forget) */
-    uint32_t src;               /* the sandbox's address: the box is looked up by it each time */
-    uint32_t dst_ip, up_ip;     /* original destination; where we actually connect */
-    uint16_t dst_port, up_port;
-    char name[256];
-    const char *via;
-    bool http, connect_req, absolute;
-    size_t head_len; /* the request head: rewritten (HTTP) or answered and dropped (CONNECT) */
-    bool audited;
-    bool counted_out;         /* refused for a limit, not for the policy */
-    const char *allow_reason; /* for the record written when an admitted connection ends */
-    uint64_t bytes_up, bytes_down, t0_ms;
-};
-
-struct cdn_proxy {
-    struct event_base *base;
-    struct evdns_base *dns;
-    struct evconnlistener *lst;
-    uint16_t port;
-    const struct cdn_egress_ops *ops;
-    LIST_HEAD(, pconn) conns;
-    unsigned n;
-    struct event *backoff;
-};
 
 /* A lookup's callback can run after its connection is gone (evdns runs the
  * callbacks of cancelled or already answered requests from the loop): it
@@ -111,6 +65,8 @@ static void pconn_free(struct pconn *c)
         if (c->dir[i].buf)
             evbuffer_free(c->dir[i].buf);
     }
+    if (c->pend)
+        evbuffer_free(c->pend);
     if (c->cli_fd >= 0)
         (void) close(c->cli_fd);
     if (c->up_fd >= 0)
@@ -207,8 +163,8 @@ static bool is_ipv4_literal(const char *s, uint32_t *ret)
 }
 
 /* The decision for a named transparent connection to (ip, port). */
-static bool decide_named(const struct cdn_egress_box *b, const char *name, uint32_t ip, uint16_t port,
-                         bool pinned_needed, const char **reason)
+bool cdn_proxy_decide_named(const struct cdn_egress_box *b, const char *name, uint32_t ip, uint16_t port,
+                            bool pinned_needed, const char **reason)
 {
     int d = cdn_egress_decide_ip(b, ip, port, reason);
     if (d != 0)
@@ -239,7 +195,7 @@ static bool decide_named(const struct cdn_egress_box *b, const char *name, uint3
  * pauses until the writer has drained it: backpressure), and half-closes are
  * passed on. */
 
-static void finish(struct pconn *c)
+void cdn_proxy_finish(struct pconn *c)
 {
     audit(c, true, c->allow_reason ? c->allow_reason : "allowlist");
     pconn_free(c);
@@ -247,14 +203,29 @@ static void finish(struct pconn *c)
 
 static void dir_flush(struct pdir *d);
 
+/* Where a direction's reads go: for plain HTTP towards the upstream, into
+ * c->pend, where they wait to be judged (proxy-http.c). */
+static struct evbuffer *dir_inbuf(const struct pdir *d)
+{
+    return d->c->pend && d == &d->c->dir[0] ? d->c->pend : d->buf;
+}
+
+/* Bytes read but not yet written: what backpressure bounds. */
+static size_t dir_queued(const struct pdir *d)
+{
+    size_t n = evbuffer_get_length(d->buf);
+    return dir_inbuf(d) != d->buf ? n + evbuffer_get_length(d->c->pend) : n;
+}
+
 static void dir_read(evutil_socket_t fd, short what, void *arg)
 {
     (void) fd, (void) what;
     struct pdir *d = arg;
     struct pconn *c = d->c;
-    for (int k = 0; k < 4 && evbuffer_get_length(d->buf) < CDN_PROXY_BUF_HIGH; k++) {
+    struct evbuffer *in = dir_inbuf(d);
+    for (int k = 0; k < 4 && dir_queued(d) < CDN_PROXY_BUF_HIGH; k++) {
         struct evbuffer_iovec v[2];
-        int nv = evbuffer_reserve_space(d->buf, CDN_PROXY_READ, v, 2);
+        int nv = evbuffer_reserve_space(in, CDN_PROXY_READ, v, 2);
         if (nv <= 0)
             break;
         struct iovec iov[2];
@@ -262,10 +233,10 @@ static void dir_read(evutil_socket_t fd, short what, void *arg)
             iov[i] = (struct iovec){.iov_base = v[i].iov_base, .iov_len = v[i].iov_len};
         ssize_t n = readv(d->in, iov, nv);
         if (n < 0) {
-            (void) evbuffer_commit_space(d->buf, v, 0);
+            (void) evbuffer_commit_space(in, v, 0);
             if (errno == EAGAIN || errno == EINTR)
                 break;
-            finish(c); /* a reset: nothing more can be delivered either way */
+            cdn_proxy_finish(c); /* a reset: nothing more can be delivered either way */
             return;
         }
         size_t left = (size_t) n;
@@ -274,7 +245,7 @@ static void dir_read(evutil_socket_t fd, short what, void *arg)
             v[i].iov_len = take;
             left -= take;
         }
-        (void) evbuffer_commit_space(d->buf, v, nv);
+        (void) evbuffer_commit_space(in, v, nv);
         *d->count += (uint64_t) n;
         if (n == 0) {
             d->eof = true;
@@ -283,7 +254,9 @@ static void dir_read(evutil_socket_t fd, short what, void *arg)
         if ((size_t) n < CDN_PROXY_READ)
             break;
     }
-    if (d->eof || evbuffer_get_length(d->buf) >= CDN_PROXY_BUF_HIGH)
+    if (in != d->buf && cdn_proxy_http_pump(c) < 0)
+        return; /* a request was refused: the connection is gone */
+    if (d->eof || dir_queued(d) >= CDN_PROXY_BUF_HIGH)
         (void) event_del(d->rev);
     dir_flush(d);
 }
@@ -297,17 +270,26 @@ static void dir_write(evutil_socket_t fd, short what, void *arg)
 static void dir_flush(struct pdir *d)
 {
     struct pconn *c = d->c;
-    while (evbuffer_get_length(d->buf)) {
-        int n = evbuffer_write_atmost(d->buf, d->out, -1);
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EINTR) {
-                (void) event_add(d->wev, NULL);
+    for (;;) {
+        while (evbuffer_get_length(d->buf)) {
+            int n = evbuffer_write_atmost(d->buf, d->out, -1);
+            if (n < 0) {
+                if (errno == EAGAIN || errno == EINTR) {
+                    (void) event_add(d->wev, NULL);
+                    return;
+                }
+                cdn_proxy_finish(c);
                 return;
             }
-            finish(c);
-            return;
+            if (n == 0)
+                break;
         }
-        if (n == 0)
+        if (dir_inbuf(d) == d->buf)
+            break;
+        int r = cdn_proxy_http_pump(c); /* room again: judge what waits */
+        if (r < 0)
+            return;
+        if (r == 0 || !evbuffer_get_length(d->buf))
             break;
     }
     (void) event_del(d->wev);
@@ -320,41 +302,7 @@ static void dir_flush(struct pdir *d)
         (void) shutdown(d->out, SHUT_WR);
     }
     if (c->dir[0].shut && c->dir[1].shut)
-        finish(c);
-}
-
-/* ---- HTTP head rewrite: one request per connection ---- */
-
-static bool hop_header(const char *line, size_t n)
-{
-    static const char *const drop[] = {"connection:", "proxy-connection:", "keep-alive:", NULL};
-    for (size_t i = 0; drop[i]; i++) {
-        size_t k = strlen(drop[i]);
-        if (n >= k && strncasecmp(line, drop[i], k) == 0)
-            return true;
-    }
-    return false;
-}
-
-/* Copy the head (head_len bytes at p) to out without hop-by-hop headers and
- * with "Connection: close" before the empty line. */
-static void rewrite_head(const char *p, size_t len, struct evbuffer *out)
-{
-    const char *end = p + len, *line = p;
-    bool first = true;
-    while (line < end) {
-        const char *nl = memchr(line, '\n', (size_t) (end - line));
-        size_t n = nl ? (size_t) (nl - line + 1) : (size_t) (end - line);
-        size_t body = n - (n && line[n - 1] == '\n') - (n > 1 && line[n - 2] == '\r');
-        if (!first && body == 0) { /* the empty line */
-            (void) evbuffer_add(out, "Connection: close\r\n\r\n", 21);
-            return;
-        }
-        if (first || !hop_header(line, body))
-            (void) evbuffer_add(out, line, n);
-        first = false;
-        line += n;
-    }
+        cdn_proxy_finish(c);
 }
 
 /* ---- connecting upstream ---- */
@@ -388,15 +336,22 @@ static void start_splice(struct pconn *c)
     if (c->connect_req) {
         (void) evbuffer_drain(in, c->head_len);
         (void) evbuffer_add_printf(to_cli, "HTTP/1.1 200 Connection established\r\n\r\n");
-    } else if (c->http) {
-        const char *head = (const char *) evbuffer_pullup(in, (ssize_t) c->head_len);
-        if (head)
-            rewrite_head(head, c->head_len, to_up);
-        c->bytes_up += c->head_len;
-        (void) evbuffer_drain(in, c->head_len);
     }
     c->bytes_up += evbuffer_get_length(in);
-    (void) evbuffer_add_buffer(to_up, in);
+    /* What goes through a tunnel to a name on the list is read too: it must not reach another host. */
+    bool read_tunnel = c->connect_req && c->allow_reason && strcmp(c->allow_reason, "allowlist") == 0;
+    if ((c->http && !c->connect_req) || read_tunnel) {
+        /* Every request, the first included, is read from here (proxy-http.c). */
+        c->tunnel_first = read_tunnel;
+        if (!(c->pend = evbuffer_new())) {
+            evbuffer_free(to_up);
+            evbuffer_free(to_cli);
+            close_with(c, NULL);
+            return;
+        }
+        (void) evbuffer_add_buffer(c->pend, in);
+    } else
+        (void) evbuffer_add_buffer(to_up, in);
     int one = 1;
     c->cli_fd = take_fd(&c->cli);
     c->up_fd = take_fd(&c->up);
@@ -409,11 +364,13 @@ static void start_splice(struct pconn *c)
         d->wev = event_new(c->px->base, d->out, EV_WRITE | EV_PERSIST, dir_write, d);
     }
     if (c->cli_fd < 0 || c->up_fd < 0 || !up->rev || !up->wev || !down->rev || !down->wev) {
-        finish(c);
+        cdn_proxy_finish(c);
         return;
     }
     (void) setsockopt(c->cli_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     (void) setsockopt(c->up_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (c->pend && cdn_proxy_http_pump(c) < 0)
+        return;
     for (int i = 0; i < 2; i++) /* what is already buffered goes out first, then reading starts */
         (void) event_add(evbuffer_get_length(c->dir[i].buf) ? c->dir[i].wev : c->dir[i].rev, NULL);
 }
@@ -509,6 +466,10 @@ static void decide_after_sniff(struct pconn *c, struct cdn_egress_box *b)
             deny(c, "not-allowlisted");
             return;
         }
+        if (!cdn_dns_budget_charge(b, c->px->ops, c->name, cdn_now_ms())) {
+            deny(c, "dns-budget"); /* the lookup would carry the name upstream, as the stub's would */
+            return;
+        }
         c->state = P_RESOLVE;
         struct plookup *l = calloc(1, sizeof *l);
         if (!l) {
@@ -525,7 +486,7 @@ static void decide_after_sniff(struct pconn *c, struct cdn_egress_box *b)
         }
         return;
     }
-    if (decide_named(b, c->name, c->dst_ip, c->dst_port, b->mode != CDN_NET_OPEN, &reason)) {
+    if (cdn_proxy_decide_named(b, c->name, c->dst_ip, c->dst_port, b->mode != CDN_NET_OPEN, &reason)) {
         c->allow_reason = reason;
         connect_up(c, c->dst_ip, c->dst_port);
     } else
@@ -767,7 +728,7 @@ static bool still_allowed(const struct pconn *c, const struct cdn_egress_box *b)
 }
 
 /* Close with a reset, not a FIN: a cut stream must not look complete. */
-static void set_reset_on_close(struct pconn *c)
+void cdn_proxy_cut(struct pconn *c)
 {
     struct linger l = {.l_onoff = 1, .l_linger = 0};
     int fds[] = {c->cli ? bufferevent_getfd(c->cli) : c->cli_fd, c->up ? bufferevent_getfd(c->up) : c->up_fd};
@@ -784,7 +745,7 @@ void cdn_proxy_recheck(struct cdn_proxy *p, struct cdn_egress_box *b)
         if (c->box != b || c->state == P_SNIFF || c->state == P_CLOSING || still_allowed(c, b))
             continue;
         c->http = false; /* no answer: the connection is cut */
-        set_reset_on_close(c);
+        cdn_proxy_cut(c);
         deny(c, "policy-change");
     }
 }

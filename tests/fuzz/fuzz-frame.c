@@ -2,6 +2,7 @@
  * what the host reads from a (possibly compromised) sandbox. */
 #include "agent/frame.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -20,7 +21,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     (void) cdn_exit_decode(data, size, &m);
     (void) cdn_errmsg_decode(data, size, &e, &msg);
     struct cdn_file_req f;
-    (void) cdn_file_decode(data, size, &f);
+    if (cdn_file_decode(data, size, &f) == 0 && f.op != CDN_FILE_WRITE && size > 8) { /* round trip */
+        static uint8_t out[CDN_FRAME_MAX];
+        int n = cdn_file_encode_opts(out, sizeof out, f.op, f.mode, f.path, &f.opts);
+        bool had_opts = size == 8 + strlen(f.path) + 1 + CDN_FILE_OPTS;
+        if (n < 0 || (had_opts && ((size_t) n != size || memcmp(out, data, size) != 0)))
+            __builtin_trap();
+    }
+    uint32_t w;
+    (void) cdn_window_decode(data, size, &w);
+    static uint64_t ids[CDN_PROTECTED_MAX];
+    uint32_t nids;
+    if (cdn_protected_decode(data, size, ids, &nids) == 0) { /* round trip */
+        static uint8_t out[4 + 8 * CDN_PROTECTED_MAX];
+        int n = cdn_protected_encode(out, sizeof out, ids, nids);
+        if (n != (int) size || memcmp(out, data, size) != 0)
+            __builtin_trap();
+    }
     struct cdn_identity id;
     if (cdn_identity_decode(data, size, &id) == 0) { /* round trip: what decodes encodes back the same */
         static uint8_t out[16384];

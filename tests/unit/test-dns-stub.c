@@ -41,8 +41,10 @@ struct fixture {
     int lookups;
     struct audit_rec audits[128];
     int n_audits;
-    char flags[8][16], flag_detail[8][160];
+    char flags[8][16], flag_detail[8][256];
+    long flag_names[8], flag_bytes[8]; /* a dns-budget alert's counts */
     int n_flags;
+    struct cdn_dns_budget_cfg budget;
     struct answer ans;
     int raw_fd, raw_replies;
     uint8_t raw_reply[1500];
@@ -125,13 +127,15 @@ static void op_audit(void *arg, struct cdn_egress_box *b, const struct cdn_audit
     f->n_audits++;
 }
 
-static void op_flag(void *arg, struct cdn_egress_box *b, const char *what, const char *detail)
+static void op_flag(void *arg, struct cdn_egress_box *b, const char *what, const char *detail, json_t *fields)
 {
     struct fixture *f = arg;
     CHECK(b == &f->box);
     if (f->n_flags < (int) ELEMENTSOF(f->flags)) {
         snprintf(f->flags[f->n_flags], sizeof f->flags[0], "%s", what);
         snprintf(f->flag_detail[f->n_flags], sizeof f->flag_detail[0], "%s", detail);
+        f->flag_names[f->n_flags] = fields ? (long) json_integer_value(json_object_get(fields, "names")) : -1;
+        f->flag_bytes[f->n_flags] = fields ? (long) json_integer_value(json_object_get(fields, "bytes")) : -1;
     }
     f->n_flags++;
 }
@@ -246,7 +250,9 @@ static void setup(struct fixture *f)
     CHECK(f->box.pins);
     CHECK_EQ_INT(set_allow(&f->box.allow, allow), 0);
 
-    struct cdn_egress_ops ops = {.lookup = op_lookup, .audit = op_audit, .flag = op_flag, .arg = f};
+    f->budget = CDN_DNS_BUDGET_DEFAULT;
+    struct cdn_egress_ops ops = {
+        .lookup = op_lookup, .audit = op_audit, .flag = op_flag, .arg = f, .dns_budget = &f->budget};
     f->stub = cdn_dns_stub_new(f->base, f->upstream, 0, &ops);
     CHECK(f->stub && cdn_dns_stub_port(f->stub) != 0);
     f->client = resolver(f, cdn_dns_stub_port(f->stub));
@@ -670,4 +676,125 @@ TEST(free_with_lookup_in_flight)
     CHECK_EQ_INT(f.ans.done, 0);
     CHECK_EQ_INT(f.n_audits, 1);
     teardown(&f); /* ASan: no leak, no use after free */
+}
+
+/* --- the DNS budget (dns-budget.h) --------------------------------------- */
+
+TEST(budget_counts_new_names_under_a_wildcard)
+{
+    struct fixture f;
+    setup(&f);
+    f.budget = (struct cdn_dns_budget_cfg){.names = 4, .bytes = 1000, .window_s = 60};
+    /* A fixed name (exact entry) is never counted, however often. */
+    for (int i = 0; i < 6; i++)
+        CHECK(resolve(&f, "pypi.org", false));
+    /* Names under *.example.com: each new one counts; asking again does not. */
+    static const char *const names[] = {"a1.example.com", "a2.example.com", "a1.example.com",
+                                        "a3.example.com", "a4.example.com", "a2.example.com"};
+    for (size_t i = 0; i < ELEMENTSOF(names); i++)
+        CHECK(resolve(&f, names[i], false));
+    CHECK_EQ_INT(f.n_flags, 0);
+    CHECK_EQ_INT(f.box.dns_budget.names, 4);
+    CHECK_EQ_INT(f.box.dns_budget.bytes, 8); /* "a1".."a4": what lies below the wildcard's suffix */
+    CHECK(resolve(&f, "a5.example.com", false));
+    CHECK_EQ_INT(f.ans.err, DNS_ERR_NOTEXIST); /* an alert, not a refusal: still resolved */
+    CHECK_EQ_INT(f.n_flags, 1);
+    CHECK_STREQ(f.flags[0], "dns-budget");
+    CHECK_EQ_INT(f.flag_names[0], 5);
+    CHECK_EQ_INT(f.flag_bytes[0], 10);
+    CHECK(strstr(f.flag_detail[0], "last: a5.example.com") != NULL);
+    /* Next alert when the count has doubled: at 10 names, not before. */
+    char name[64];
+    for (int i = 6; i <= 9; i++) {
+        snprintf(name, sizeof name, "a%d.example.com", i);
+        CHECK(resolve(&f, name, false));
+    }
+    CHECK_EQ_INT(f.n_flags, 1);
+    CHECK(resolve(&f, "a10.example.com", false));
+    CHECK_EQ_INT(f.n_flags, 2);
+    CHECK_EQ_INT(f.flag_names[1], 10);
+    /* AAAA and refused questions never go upstream: not counted. */
+    CHECK(resolve(&f, "b1.example.com", true));
+    CHECK(resolve(&f, "b2.evil.org", false));
+    CHECK_EQ_INT(f.box.dns_budget.names, 10);
+    teardown(&f);
+}
+
+TEST(budget_counts_bytes_a_tunnel_cannot_avoid)
+{
+    struct fixture f;
+    setup(&f);
+    f.box.mode = CDN_NET_OPEN;
+    f.budget = (struct cdn_dns_budget_cfg){.names = 64, .bytes = 100, .window_s = 60};
+    /* Open mode: what lies below the last two labels is the sandbox's choice. */
+    CHECK(resolve(&f, "open.test.org", false));
+    CHECK_EQ_INT(f.box.dns_budget.bytes, 4);
+    CHECK(resolve(&f, "test.org", false));
+    CHECK_EQ_INT(f.box.dns_budget.bytes, 4);
+    CHECK_EQ_INT(f.box.dns_budget.names, 2);
+    /* Short labels, short names, a slow pace: the old heuristics say nothing; the bytes add up. */
+    char name[128];
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "%02d%s.%s.t.example.org", i, "0123456789abcdefghijklmn",
+                 "0123456789abcdefghijklmn");
+        CHECK(resolve(&f, name, false));
+    }
+    /* 4 + 0 + 53 + 53 crosses 100; the next alert comes when that doubled (4 + 0 + 4 * 53 >= 202). */
+    CHECK_EQ_INT(f.n_flags, 2);
+    CHECK_STREQ(f.flags[0], "dns-budget");
+    CHECK_EQ_INT(f.flag_bytes[0], 110);
+    CHECK_EQ_INT(f.flag_bytes[1], 216);
+    CHECK_EQ_INT(f.flag_names[1], 6);
+    teardown(&f);
+}
+
+TEST(budget_refuse_mode_and_window)
+{
+    struct fixture f;
+    setup(&f);
+    f.budget = (struct cdn_dns_budget_cfg){.names = 2, .bytes = 1000, .window_s = 1, .refuse = true};
+    CHECK(resolve(&f, "c1.example.com", false));
+    CHECK(resolve(&f, "c2.example.com", false));
+    CHECK_EQ_INT(f.fake_queries, 2);
+    CHECK(resolve(&f, "c3.example.com", false));
+    CHECK_EQ_INT(f.ans.err, DNS_ERR_REFUSED);
+    CHECK_EQ_INT(f.fake_queries, 2); /* never went upstream */
+    CHECK_STREQ(f.audits[f.n_audits - 1].reason, "dns-budget");
+    CHECK(!f.audits[f.n_audits - 1].allowed);
+    CHECK_EQ_INT(f.n_flags, 1);
+    CHECK_EQ_INT(f.flag_names[0], 3);
+    /* A name of the window still resolves; the refused one stays refused. */
+    CHECK(resolve(&f, "c1.example.com", false));
+    CHECK_EQ_INT(f.ans.err, DNS_ERR_NOTEXIST);
+    CHECK(resolve(&f, "c3.example.com", false));
+    CHECK_EQ_INT(f.ans.err, DNS_ERR_REFUSED);
+    /* The next window starts afresh. */
+    run_for(&f, 1100);
+    CHECK(resolve(&f, "c3.example.com", false));
+    CHECK_EQ_INT(f.ans.err, DNS_ERR_NOTEXIST);
+    CHECK_EQ_INT(f.box.dns_budget.names, 1);
+    teardown(&f);
+}
+
+TEST(budget_config)
+{
+    struct cdn_dns_budget_cfg c;
+    struct cdn_error err = {0};
+    CHECK_EQ_INT(cdn_dns_budget_parse("names=10,bytes=2000,window=5m,action=refuse", &c, &err), 0);
+    CHECK(c.names == 10 && c.bytes == 2000 && c.window_s == 300 && c.refuse);
+    CHECK_EQ_INT(cdn_dns_budget_parse("bytes=64", &c, &err), 0);
+    CHECK(c.names == 64 && c.bytes == 64 && c.window_s == 60 && !c.refuse);
+    CHECK_EQ_INT(cdn_dns_budget_parse("off", &c, &err), 0);
+    CHECK_EQ_INT(c.names, 0);
+    static const char *const bad[] = {"",           "names=0",     "names=257", "bytes=x",
+                                      "window=0",   "window=1.5s", "window=2d", "action=kill",
+                                      "colour=red", "names",       "names=1,,"};
+    for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
+        err = (struct cdn_error){0};
+        int r = cdn_dns_budget_parse(bad[i], &c, &err);
+        if (r != -EINVAL)
+            printf("# \"%s\": %d\n", bad[i], r);
+        CHECK_EQ_INT(r, -EINVAL);
+        CHECK(err.msg[0] != 0);
+    }
 }

@@ -81,6 +81,57 @@ TEST(file_request_roundtrip_and_rejects)
     CHECK_EQ_INT(cdn_file_encode(buf, 12, CDN_FILE_WRITE, 0, "/long/path", NULL, 0), -ENOBUFS);
 }
 
+TEST(file_options_roundtrip_and_rejects)
+{
+    uint8_t buf[256];
+    struct cdn_file_req r;
+    struct cdn_file_opts o = {.window = 2u << 20, .max_bytes = 3ULL << 30};
+    int n = cdn_file_encode_opts(buf, sizeof buf, CDN_FILE_READ, 0, "/w/big", &o);
+    CHECK_EQ_INT(n, 8 + 7 + 16);
+    CHECK_EQ_INT(cdn_file_decode(buf, (size_t) n, &r), 0);
+    CHECK(r.op == CDN_FILE_READ && r.opts.flags == 0 && r.opts.window == 2u << 20 &&
+          r.opts.max_bytes == 3ULL << 30 && r.data_len == 0);
+    CHECK_STREQ(r.path, "/w/big");
+    for (int cut = 8 + 7 + 1; cut < n; cut++) /* options cut short */
+        CHECK(cdn_file_decode(buf, (size_t) cut, &r) < 0);
+    CHECK(cdn_file_decode(buf, (size_t) n - 16, &r) == 0 && r.opts.window == 0 && r.opts.max_bytes == 0);
+    n = cdn_file_encode_opts(buf, sizeof buf, CDN_FILE_STAT, 0, "/l",
+                             &(struct cdn_file_opts){.flags = CDN_FILE_NOFOLLOW});
+    CHECK(cdn_file_decode(buf, (size_t) n, &r) == 0 && r.opts.flags == CDN_FILE_NOFOLLOW);
+    n = cdn_file_encode_opts(buf, sizeof buf, CDN_FILE_STAT, 0, "/l", &(struct cdn_file_opts){.flags = 2});
+    CHECK(cdn_file_decode(buf, (size_t) n, &r) < 0); /* an unknown flag */
+    buf[n] = 0;
+    CHECK(cdn_file_decode(buf, (size_t) n + 1, &r) < 0); /* a byte past the options */
+    CHECK_EQ_INT(cdn_file_encode_opts(buf, sizeof buf, CDN_FILE_WRITE, 0, "/x", &o), -EINVAL);
+    CHECK_EQ_INT(cdn_file_encode_opts(buf, 20, CDN_FILE_READ, 0, "/x", &o), -ENOBUFS);
+}
+
+TEST(window_and_protected_payloads)
+{
+    uint32_t w;
+    CHECK(cdn_window_decode((const uint8_t[]){0, 0, 4, 0}, 4, &w) == 0 && w == 1u << 18);
+    CHECK(cdn_window_decode((const uint8_t[]){0, 0, 0, 0}, 4, &w) < 0); /* nothing granted */
+    CHECK(cdn_window_decode((const uint8_t[]){1, 0, 0}, 3, &w) < 0);
+    CHECK(cdn_window_decode((const uint8_t[]){1, 0, 0, 0, 0}, 5, &w) < 0);
+
+    static uint64_t ids[CDN_PROTECTED_MAX], back[CDN_PROTECTED_MAX];
+    static uint8_t buf[4 + 8 * (CDN_PROTECTED_MAX + 1)];
+    ids[0] = 31, ids[1] = 1ULL << 40, ids[2] = 7;
+    uint32_t n = 0;
+    int len = cdn_protected_encode(buf, sizeof buf, ids, 3);
+    CHECK_EQ_INT(len, 4 + 24);
+    CHECK(cdn_protected_decode(buf, (size_t) len, back, &n) == 0 && n == 3 && back[1] == 1ULL << 40 &&
+          back[2] == 7);
+    CHECK(cdn_protected_decode(buf, (size_t) len - 1, back, &n) < 0); /* fewer ids than announced */
+    CHECK(cdn_protected_decode(buf, (size_t) len + 8, back, &n) < 0); /* more */
+    CHECK(cdn_protected_decode(buf, 3, back, &n) < 0);
+    len = cdn_protected_encode(buf, sizeof buf, ids, 0);
+    CHECK(cdn_protected_decode(buf, (size_t) len, back, &n) == 0 && n == 0);
+    CHECK_EQ_INT(cdn_protected_encode(buf, sizeof buf, ids, CDN_PROTECTED_MAX + 1), -ENOBUFS);
+    buf[0] = (uint8_t) (CDN_PROTECTED_MAX + 1), buf[1] = (uint8_t) ((CDN_PROTECTED_MAX + 1) >> 8);
+    CHECK(cdn_protected_decode(buf, 4 + 8 * (CDN_PROTECTED_MAX + 1), back, &n) < 0); /* too many */
+}
+
 TEST(file_stat_entries)
 {
     uint8_t buf[256];
@@ -213,6 +264,12 @@ TEST(policy_and_violation_payloads)
     CHECK_EQ_INT(cdn_violation_decode(buf, (size_t) n, &d), 0);
     CHECK_STREQ(d.path, "/workspace/tests/secret");
     CHECK_STREQ(d.op, "open");
+    v.kind = CDN_VIOLATION_MSG_SYMLINK; /* the files API: path reached, cmd the request's path */
+    (void) snprintf(v.cmd, sizeof v.cmd, "/workspace/result.txt");
+    (void) snprintf(v.op, sizeof v.op, "read");
+    n = cdn_violation_encode(buf, sizeof buf, &v);
+    CHECK(cdn_violation_decode(buf, (size_t) n, &d) == 0 && d.kind == CDN_VIOLATION_MSG_SYMLINK);
+    CHECK_STREQ(d.cmd, "/workspace/result.txt");
     buf[0] = 9; /* an unknown kind */
     CHECK(cdn_violation_decode(buf, (size_t) n, &d) < 0);
 }

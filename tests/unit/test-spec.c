@@ -92,6 +92,8 @@ TEST(validate_ranges_and_unsupported)
         {"{\"limits\":{\"memory_mb\":4}}", "limits.memory_mb"},
         {"{\"limits\":{\"pids\":1}}", "limits.pids"},
         {"{\"limits\":{\"disk_mb\":0}}", "limits.disk_mb"},
+        {"{\"limits\":{\"ptys\":0}}", "limits.ptys"},
+        {"{\"limits\":{\"ptys\":1048577}}", "limits.ptys"},
         {"{\"tier\":\"process\",\"image\":\"/srv\"}", "image"},
         {"{\"tier\":\"process\",\"network\":{\"mode\":\"allowlist\",\"allow\":[\"a.test\"]}}", "network"},
         {"{\"tier\":\"process\",\"mounts\":[{\"source\":\"/srv\",\"target\":\"/data\"}]}", "mounts"},
@@ -113,6 +115,24 @@ TEST(validate_ranges_and_unsupported)
         CHECK_STREQ(err.field, cases[i].field);
         cdn_spec_free(&s);
     }
+}
+
+TEST(ptys_default_and_round_trip)
+{
+    struct cdn_spec s, back;
+    struct cdn_error err;
+    CHECK_EQ_INT(from_json(&s, "{}", &err), 0);
+    CHECK_EQ_INT(s.limits.ptys, 64);
+    cdn_spec_free(&s);
+    CHECK_EQ_INT(from_json(&s, "{\"limits\":{\"ptys\":5}}", &err), 0);
+    CHECK_EQ_INT(cdn_spec_validate(&s, &err), 0);
+    char *j = cdn_spec_to_json(&s);
+    CHECK(j != NULL);
+    CHECK_EQ_INT(from_json(&back, j ? j : "{}", &err), 0);
+    CHECK_EQ_INT(back.limits.ptys, 5);
+    free(j);
+    cdn_spec_free(&back);
+    cdn_spec_free(&s);
 }
 
 TEST(safe_paths)

@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -74,6 +76,52 @@ static int write_id_maps(pid_t pid, uint32_t base, struct cdn_error *err)
             return cdn_error_set(err, r, "write %s: %s", path, strerror(-r));
     }
     return 0;
+}
+
+/* The user namespace clone3 makes is owned by the calling thread's effective uid, and the kernel
+ * charges what it counts per user (inotify instances and watches, queued signals, message queue
+ * bytes, user namespaces, processes) both to the user inside and, up the chain, to that owner in
+ * the initial namespace. Owned by root, every sandbox's counts were host root's: one sandbox could
+ * take all of root's inotify instances or pending signals, for the host and every other sandbox.
+ * So the thread that clones takes the slot's uid as its effective uid for the clone only: raw
+ * syscalls, so that no other thread of the process changes (glibc's and musl's wrappers change
+ * all of them); the real and saved uids stay 0, so the permitted capabilities stay too and the
+ * effective ones are raised again at once (CLONE_INTO_CGROUP, and hosts that let only
+ * CAP_SYS_ADMIN make user namespaces, still see them). What a change of euid resets on the thread
+ * as a side effect — the process's dumpable flag, the thread's parent-death signal — is put back. */
+struct clone_owner {
+    int dumpable, pdeathsig;
+};
+
+static int own_as(uid_t uid, struct clone_owner *saved, struct cdn_error *err)
+{
+    saved->dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+    saved->pdeathsig = 0;
+    (void) prctl(PR_GET_PDEATHSIG, &saved->pdeathsig, 0, 0, 0);
+    if (syscall(SYS_setresuid, -1, uid, -1) < 0)
+        return cdn_error_set(err, errno, "take the slot's uid %u to clone: %m", (unsigned) uid);
+    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+    struct __user_cap_data_struct caps[2];
+    if (syscall(SYS_capget, &h, caps) == 0) {
+        caps[0].effective = caps[0].permitted;
+        caps[1].effective = caps[1].permitted;
+        if (syscall(SYS_capset, &h, caps) == 0)
+            return 0;
+    }
+    int e = errno;
+    if (syscall(SYS_setresuid, -1, 0, -1) < 0)
+        abort(); /* never go on as another uid */
+    return cdn_error_set(err, e, "keep capabilities as uid %u: %s", (unsigned) uid, strerror(e));
+}
+
+static void own_as_root(const struct clone_owner *saved)
+{
+    if (syscall(SYS_setresuid, -1, 0, -1) < 0) /* effective capabilities come back with euid 0 */
+        abort();
+    if (saved->dumpable == 1)
+        (void) prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+    if (saved->pdeathsig > 0)
+        (void) prctl(PR_SET_PDEATHSIG, saved->pdeathsig, 0, 0, 0);
 }
 
 /* The go pipe broke: the setup child has died. Its own report, if it wrote
@@ -156,12 +204,20 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         if (host_net < 0 || setns(sb->netns_fd, CLONE_NEWNET) < 0)
             return cdn_error_set(err, errno, "enter the sandbox's network namespace: %m");
     }
-    pid_t pid = (pid_t) syscall(SYS_clone3, &ca, sizeof ca);
-    int clone_errno = errno;
-    if (pid == 0)
-        cdn_container_setup(&args);
+    struct clone_owner owner;
+    pid_t pid = -1;
+    int clone_errno = 0;
+    if ((r = own_as(sb->uid_base, &owner, err)) >= 0) {
+        pid = (pid_t) syscall(SYS_clone3, &ca, sizeof ca);
+        clone_errno = errno;
+        if (pid == 0)
+            cdn_container_setup(&args);
+        own_as_root(&owner);
+    }
     if (host_net >= 0 && setns(host_net, CLONE_NEWNET) < 0)
         abort(); /* never go on in the sandbox's namespace */
+    if (r < 0)
+        return r;
     if (pid < 0)
         return cdn_error_set(err, clone_errno, "clone3 into new namespaces: %s", strerror(clone_errno));
     sb->init_pid = pid;

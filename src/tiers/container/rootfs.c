@@ -11,6 +11,7 @@
  * new root are resolved with RESOLVE_IN_ROOT so an image's symlinks cannot
  * redirect a mount outside it. */
 #include "container-internal.h"
+#include "core/bind-policy.h"
 #include "core/protect.h"
 #include "shared/fd-util.h"
 
@@ -277,6 +278,18 @@ int cdn_proc_mask(const char *root, const char *mask, struct cdn_error *err)
     return 0;
 }
 
+/* The sandbox's own devpts instance, of at most limits.ptys terminals: the kernel's pool
+ * (kernel.pty.max less the pty.reserve kept for the host's instance) is shared by every other
+ * instance, so without max= one sandbox could take all of it and leave the next PTY exec none. */
+static int mount_devpts(const struct cdn_setup_args *a, const char *path, struct cdn_error *err)
+{
+    char opts[96];
+    (void) snprintf(opts, sizeof opts, "newinstance,ptmxmode=0666,mode=0620,gid=5,max=%llu",
+                    (unsigned long long) a->spec->limits.ptys);
+    CHECK(mount("devpts", path, "devpts", MS_NOSUID | MS_NOEXEC, opts), "mount /dev/pts: %m");
+    return 0;
+}
+
 /* /dev from the prepared tree: one bind, devpts and shm on top, then read-only. */
 static int mount_dev_prepared(const struct cdn_setup_args *a, int rootfd, int fd, struct cdn_error *err)
 {
@@ -289,8 +302,9 @@ static int mount_dev_prepared(const struct cdn_setup_args *a, int rootfd, int fd
     (void) fd_path(fdp, dev);
     char p[96];
     (void) snprintf(p, sizeof p, "%s/pts", fdp);
-    CHECK(mount("devpts", p, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"),
-          "mount /dev/pts: %m");
+    int r = mount_devpts(a, p, err);
+    if (r < 0)
+        return r;
     (void) snprintf(p, sizeof p, "%s/shm", fdp);
     CHECK(mount("shm", p, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64m,mode=1777"),
           "mount /dev/shm: %m");
@@ -324,8 +338,8 @@ static int mount_dev(const struct cdn_setup_args *a, int rootfd, const char *roo
     }
     (void) snprintf(p, sizeof p, "%s/pts", dev);
     CHECK(mkdir(p, 0755), "mkdir /dev/pts: %m");
-    CHECK(mount("devpts", p, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"),
-          "mount /dev/pts: %m");
+    if ((r = mount_devpts(a, p, err)) < 0)
+        return r;
     (void) snprintf(p, sizeof p, "%s/shm", dev);
     CHECK(mkdir(p, 01777), "mkdir /dev/shm: %m");
     CHECK(mount("shm", p, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64m,mode=1777"),
@@ -359,19 +373,24 @@ static int bind_onto(int rootfd, const char *src, int target_fd, const char *tar
     return set_mount_attrs(fd, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (readonly ? MOUNT_ATTR_RDONLY : 0),
                            target, err);
 }
+/* The sources were resolved and judged by the host (core/bind-policy.h): each is opened without
+ * following any symlink, and bound through that fd, so that a path changed since cannot redirect
+ * the bind elsewhere. */
 static int mount_binds(const struct cdn_setup_args *a, int rootfd, struct cdn_error *err)
 {
     for (size_t i = 0; i < a->spec->n_mounts; i++) {
         const struct cdn_mount *m = &a->spec->mounts[i];
-        char field[32];
+        char field[32], srcp[64];
         struct stat st;
         (void) snprintf(field, sizeof field, "mounts[%zu]", i);
-        if (stat(m->source, &st) < 0)
-            return cdn_error_field(err, errno, field, "--bind source '%s': %m", m->source);
+        _cleanup_close_ int src = cdn_bind_source_open(m->source);
+        if (src < 0 || fstat(src, &st) < 0)
+            return cdn_error_field(err, src < 0 ? -src : errno, field, "--bind source '%s': %m", m->source);
         int fd = open_in_root(rootfd, m->target, S_ISDIR(st.st_mode), S_ISDIR(st.st_mode) ? 0755 : 0644);
         if (fd < 0)
             return cdn_error_field(err, fd, field, "--bind target '%s': %s", m->target, strerror(-fd));
-        int r = bind_onto(rootfd, m->source, fd, m->target, m->readonly, err);
+        (void) fd_path(srcp, src);
+        int r = bind_onto(rootfd, srcp, fd, m->target, m->readonly, err);
         (void) close(fd);
         if (r < 0)
             return cdn_error_prefix(err, r, "%s", field);

@@ -30,7 +30,8 @@ int cdn_slot_acquire(const char *run_dir, int hint, int *ret_slot, int *ret_fd, 
             return cdn_error_set(err, errno, "open %s: %m", dir);
     }
     uint32_t start = 0;
-    (void) getrandom(&start, sizeof start, GRND_NONBLOCK);
+    if (getrandom(&start, sizeof start, GRND_NONBLOCK) != (ssize_t) sizeof start)
+        start = (uint32_t) getpid(); /* the pool not yet seeded: any start will do */
     for (int i = hint >= 0 && hint < CDN_SLOT_COUNT ? -1 : 0; i < CDN_SLOT_COUNT; i++) {
         int slot = i < 0 ? hint : (int) ((start + (uint32_t) i) % CDN_SLOT_COUNT);
         char name[16];

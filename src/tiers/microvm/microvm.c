@@ -12,6 +12,7 @@
  * network, agent protocol and limits otherwise. */
 #include "tiers/tier.h"
 #include "agent/frame.h"
+#include "core/bind-policy.h"
 #include "core/paths.h"
 #include "image/image.h"
 #include "vmprep.h"
@@ -315,7 +316,9 @@ struct qemu_fds {
 static uid_t qemu_uid(void)
 {
     uint32_t r = 0;
-    (void) getrandom(&r, sizeof r, 0);
+    if (getrandom(&r, sizeof r, 0) != (ssize_t) sizeof r)
+        r = (uint32_t)
+            getpid(); /* never once booted (blocking); the uid only has to be unlikely to be taken */
     return (uid_t) (QEMU_UID_BASE + (r & 0xffffffu));
 }
 
@@ -419,15 +422,20 @@ static int bind_share(const struct cdn_mount *m, size_t n)
         return -errno;
     for (size_t i = 0; i < n; i++) {
         struct stat st;
+        char from[64];
         (void) snprintf(p, sizeof p, "%s/%zu", share, i);
-        if (stat(m[i].source, &st) < 0)
-            return -errno;
+        /* Resolved and judged by the host (core/bind-policy.h): bound through an fd opened without
+         * following symlinks, so a path changed since cannot redirect the bind. */
+        _cleanup_close_ int src = cdn_bind_source_open(m[i].source);
+        if (src < 0 || fstat(src, &st) < 0)
+            return src < 0 ? src : -errno;
+        (void) snprintf(from, sizeof from, "/proc/self/fd/%d", src);
         int fd = S_ISDIR(st.st_mode) ? mkdir(p, 0755) : open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
         if (fd < 0)
             return -errno;
         if (!S_ISDIR(st.st_mode))
             (void) close(fd);
-        if (mount(m[i].source, p, NULL, MS_BIND | MS_REC, NULL) < 0 ||
+        if (mount(from, p, NULL, MS_BIND | MS_REC, NULL) < 0 ||
             (m[i].readonly && mount(NULL, p, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID, NULL) < 0))
             return -errno;
     }

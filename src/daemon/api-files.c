@@ -1,0 +1,453 @@
+/* cordond's file routes: PUT|GET|DELETE …/files, GET …/ls, GET …/stat and
+ * POST …/mkdir. Each is one FILE request on a channel of the box's agent
+ * connection; the frames that come back become the reply (a download streams).
+ *
+ * Runs in the loop. The client is trusted as far as the socket lets it in;
+ * init's frames are hostile input (a VM guest's init is the guest's). A
+ * download is paced by a window: init sends only what this reply has room
+ * for, and WINDOW grants more as the client takes it, so a slow client holds
+ * up its own download and nothing else of the sandbox. Its size is capped
+ * (max_read, or the request's max_bytes) by init, and again here; a client
+ * that leaves cancels it (CANCEL). A request whose path an agent's symlink
+ * led into a protected path is refused by init, which says so (VIOLATION):
+ * that counts, once the reply is out. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "daemon.h"
+#include "file-args.h"
+
+#define UPLOAD_CHUNK (512u << 10)
+#define LIST_MAX     10000      /* entries of one ls answer */
+#define READ_WINDOW  (2u << 20) /* a download's bytes granted to init or waiting for its client */
+#define GRANT_MIN    (256u << 10)
+#define UPLOAD_AHEAD (1u << 20) /* an upload's bytes queued for init at a time */
+
+struct file_call {
+    struct agent_req areq; /* first: the agent connection hands this back */
+    struct box *box;
+    struct evhttp_request *req;
+    int op;
+    char path[4096];
+    bool started;     /* a download's 200 went out */
+    bool client_gone; /* its client left: nothing more is sent to it (the request still needs ending) */
+    bool replied;     /* the request is ended (libevent frees it): req may not be touched */
+    bool cancelled;   /* CANCEL sent: only the last frame is awaited */
+    bool breach;      /* init sent more than granted or than the cap */
+    bool truncated;   /* LIST: entries past LIST_MAX dropped */
+    uint64_t max_bytes, received, inflight; /* download: its cap, bytes so far, granted and not yet here */
+    json_t *entries;                        /* LIST: collected until DONE */
+    json_t *violation;                      /* a SYMLINK violation init reported for it */
+    struct event *closed_ev;                /* a download's client hanging up (EV_CLOSED) */
+    struct evbuffer_cb_entry *upload_cb;    /* an upload's rest waits for room in init's queue */
+    bool uploading;                         /* in upload_more: its own adds do not call it again */
+};
+
+static json_t *stat_json(const char *path, const struct cdn_file_stat *st);
+
+static void forget_client(struct file_call *fc)
+{
+    if (fc->closed_ev) {
+        event_free(fc->closed_ev);
+        fc->closed_ev = NULL;
+    }
+    struct evhttp_connection *conn =
+        fc->client_gone || fc->replied ? NULL : evhttp_request_get_connection(fc->req);
+    if (conn)
+        evhttp_connection_set_closecb(conn, NULL, NULL);
+}
+
+static void cancel(struct file_call *fc)
+{
+    if (!fc->cancelled)
+        (void) agent_conn_send(&fc->box->agent, CDN_FRAME_CANCEL, 0, fc->areq.channel, NULL, 0);
+    fc->cancelled = true;
+}
+
+/* Its client left (evhttp detached the request, or the socket reports the close): the download
+ * stops in init; the request is ended when init's last frame comes. */
+static void leave(struct file_call *fc)
+{
+    forget_client(fc);
+    fc->client_gone = true;
+    cancel(fc);
+}
+
+static void on_conn_close(struct evhttp_connection *conn, void *arg)
+{
+    (void) conn;
+    leave(arg);
+}
+
+static void on_closed(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    leave(arg);
+}
+
+static size_t client_backlog(struct file_call *fc)
+{
+    struct evhttp_connection *conn =
+        fc->client_gone || fc->replied ? NULL : evhttp_request_get_connection(fc->req);
+    struct bufferevent *bev = conn ? evhttp_connection_get_bufferevent(conn) : NULL;
+    return bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
+}
+
+/* More for init to send, up to READ_WINDOW in flight or waiting for the client. */
+static void grant(struct file_call *fc)
+{
+    size_t used = client_backlog(fc) + fc->inflight;
+    if (fc->client_gone || fc->cancelled || used + GRANT_MIN > READ_WINDOW)
+        return;
+    uint32_t more = (uint32_t) (READ_WINDOW - used);
+    uint8_t le[4] = {(uint8_t) more, (uint8_t) (more >> 8), (uint8_t) (more >> 16), (uint8_t) (more >> 24)};
+    if (agent_conn_send(&fc->box->agent, CDN_FRAME_WINDOW, 0, fc->areq.channel, le, sizeof le) == 0)
+        fc->inflight += more;
+}
+
+static void on_drained(struct evhttp_connection *conn, void *arg)
+{
+    (void) conn;
+    grant(arg);
+}
+
+/* A download that cannot end well after its 200 went out must not look complete: the connection
+ * is dropped without the final chunk (which frees the request). */
+static void abort_stream(struct file_call *fc)
+{
+    forget_client(fc);
+    fc->replied = true;
+    struct evhttp_connection *conn = evhttp_request_get_connection(fc->req);
+    if (conn)
+        evhttp_connection_free(conn);
+    else
+        evhttp_send_reply_end(fc->req);
+}
+
+static void read_data(struct file_call *fc, const uint8_t *p, uint32_t len)
+{
+    if (fc->cancelled)
+        return;
+    if (len > fc->inflight || fc->received + len > fc->max_bytes) {
+        /* More than granted or than the cap: init does neither, so this is not init. */
+        fc->breach = true;
+        cancel(fc);
+        if (fc->started)
+            abort_stream(fc);
+        return;
+    }
+    fc->received += len;
+    fc->inflight -= len;
+    if (!fc->started) {
+        evhttp_add_header(evhttp_request_get_output_headers(fc->req), "Content-Type",
+                          "application/octet-stream");
+        evhttp_send_reply_start(fc->req, 200, "OK");
+        api_stream_timeout(fc->req);
+        fc->started = true;
+    }
+    struct evbuffer *b = evbuffer_new();
+    if (b) {
+        evbuffer_add(b, p, len);
+        evhttp_send_reply_chunk_with_cb(fc->req, b, on_drained, fc);
+        evbuffer_free(b);
+    }
+    grant(fc);
+}
+
+static void list_data(struct file_call *fc, const uint8_t *p, uint32_t len)
+{
+    for (uint32_t off = 0; off < len;) {
+        struct cdn_file_stat st;
+        int n = cdn_file_stat_decode(p + off, len - off, &st);
+        if (n <= 0)
+            break;
+        if (json_array_size(fc->entries) < LIST_MAX)
+            json_array_append_new(fc->entries, stat_json(NULL, &st));
+        else
+            fc->truncated = true; /* the rest is dropped: cordond's memory is not the sandbox's to fill */
+        off += (uint32_t) n;
+    }
+}
+
+static void on_violation(struct file_call *fc, const uint8_t *p, uint32_t len)
+{
+    struct cdn_violation_msg v;
+    if (fc->violation || cdn_violation_decode(p, len, &v) < 0 || v.kind != CDN_VIOLATION_MSG_SYMLINK)
+        return;
+    static const char *const ops[] = {"", "write", "read", "stat", "list", "mkdir", "remove"};
+    fc->violation = json_pack("{s:o, s:o, s:s, s:s, s:s}", "path",
+                              json_lossy_string((const uint8_t *) v.path, strlen(v.path)), "requested",
+                              json_lossy_string((const uint8_t *) fc->path, strlen(fc->path)), "op",
+                              ops[fc->op], "via", "symlink", "where", "files");
+}
+
+static int http_status_of(int errnum)
+{
+    switch (errnum) {
+    case ENOENT:
+    case ENOTDIR:
+        return 404;
+    case EACCES:
+    case EPERM:
+    case EROFS:
+        return 403;
+    case EISDIR:
+    case EINVAL:
+    case ENAMETOOLONG:
+    case ELOOP:
+        return 400;
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+        return 507;
+    default:
+        return 500;
+    }
+}
+
+static void reply_failed(struct file_call *fc, uint16_t type, const uint8_t *p, uint32_t len)
+{
+    int e;
+    const char *msg;
+    if (type != CDN_FRAME_ERROR || cdn_errmsg_decode(p, len, &e, &msg) < 0) {
+        const char *failure = agent_conn_failure(&fc->box->agent);
+        if (failure)
+            return api_reply_error(fc->req, 502, "agent_protocol_error", NULL,
+                                   "the sandbox's agent broke the protocol: %s", failure);
+        return api_reply_error(fc->req, 500, "sandbox_gone", NULL,
+                               "the sandbox ended during the file operation");
+    }
+    if (fc->violation)
+        return api_reply_error(fc->req, 403, "protected_path", "path", "%s", msg);
+    if (e == EFBIG && fc->op == CDN_FILE_READ)
+        return api_reply_error(fc->req, 413, "file_too_large", "max_bytes",
+                               "%s; pass a larger ?max_bytes= (this read's limit: %llu bytes)", msg,
+                               (unsigned long long) fc->max_bytes);
+    api_reply_error(fc->req, http_status_of(e), e == ENOENT ? "not_found" : "file_error", "path", "%s", msg);
+}
+
+static void reply_done(struct file_call *fc, const uint8_t *p, uint32_t len)
+{
+    struct cdn_file_stat st = {.name = ""};
+    if (!len || cdn_file_stat_decode(p, len, &st) <= 0)
+        st = (struct cdn_file_stat){.name = ""};
+    json_t *path = json_lossy_string((const uint8_t *) fc->path, strlen(fc->path));
+    switch (fc->op) {
+    case CDN_FILE_READ:
+        json_decref(path);
+        if (fc->started)
+            evhttp_send_reply_end(fc->req);
+        else
+            evhttp_send_reply(fc->req, 200, "OK", NULL); /* an empty file */
+        return;
+    case CDN_FILE_LIST:
+        return api_reply_json(
+            fc->req, 200,
+            json_pack("{s:o, s:O, s:b}", "path", path, "entries", fc->entries, "truncated", fc->truncated));
+    case CDN_FILE_REMOVE:
+        return api_reply_json(fc->req, 200, json_pack("{s:o, s:b}", "path", path, "removed", 1));
+    default:
+        json_decref(path);
+        return api_reply_json(fc->req, 200, stat_json(fc->path, &st));
+    }
+}
+
+/* The request's last frame (or the connection's end: type 0). */
+static void upload_stop(struct file_call *fc);
+
+static void finish(struct file_call *fc, uint16_t type, const uint8_t *p, uint32_t len)
+{
+    upload_stop(fc);
+    if (!fc->replied) {
+        forget_client(fc);
+        if (fc->client_gone || (fc->started && (type != CDN_FRAME_DONE || fc->breach)))
+            abort_stream(fc);
+        else if (fc->breach)
+            api_reply_error(fc->req, 502, "bad_agent", NULL,
+                            "the sandbox's agent sent more than it was asked");
+        else if (type == CDN_FRAME_DONE)
+            reply_done(fc, p, len);
+        else
+            reply_failed(fc, type, p, len);
+    }
+    struct box *b = fc->box;
+    json_t *violation = fc->violation;
+    json_decref(fc->entries);
+    free(fc);
+    /* Last: in kill mode it ends the sandbox, and with it every request of its connection. */
+    if (violation)
+        box_violation(b, VIOLATION_PROTECT, violation);
+}
+
+static void file_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uint32_t len)
+{
+    struct file_call *fc = (struct file_call *) r;
+    if (type == CDN_FRAME_DATA && fc->op == CDN_FILE_READ)
+        return read_data(fc, p, len);
+    if (type == CDN_FRAME_DATA && fc->op == CDN_FILE_LIST)
+        return list_data(fc, p, len);
+    if (type == CDN_FRAME_VIOLATION)
+        return on_violation(fc, p, len);
+    return finish(fc, type, p, len); /* DONE, ERROR, or the end (0): agent-conn.c admits no other */
+}
+
+/* The rest of an upload, a chunk at a time while init's queue holds less than UPLOAD_AHEAD: the
+ * frames of the sandbox's other requests go between them, not behind all of it. */
+static void upload_more(struct file_call *fc)
+{
+    struct evbuffer *body = evhttp_request_get_input_buffer(fc->req);
+    struct agent_conn *ac = &fc->box->agent;
+    int r = 0;
+    while (r == 0 && ac->bev && evbuffer_get_length(body) > 0 &&
+           evbuffer_get_length(bufferevent_get_output(ac->bev)) < UPLOAD_AHEAD) {
+        size_t k = evbuffer_get_length(body) < UPLOAD_CHUNK ? evbuffer_get_length(body) : UPLOAD_CHUNK;
+        bool more = evbuffer_get_length(body) > k;
+        r = agent_conn_send(ac, CDN_FRAME_DATA, more ? CDN_FRAME_MORE : 0, fc->areq.channel,
+                            evbuffer_pullup(body, (ev_ssize_t) k), (uint32_t) k);
+        (void) evbuffer_drain(body, k);
+    }
+    if ((r < 0 || evbuffer_get_length(body) == 0) && fc->upload_cb && ac->bev) {
+        evbuffer_remove_cb_entry(bufferevent_get_output(ac->bev), fc->upload_cb);
+        fc->upload_cb = NULL;
+    }
+}
+
+static void on_agent_output(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    (void) buf;
+    struct file_call *fc = arg;
+    if (info->n_deleted && !fc->uploading) { /* drained: room for more (its own adds call back too) */
+        fc->uploading = true;
+        upload_more(fc);
+        fc->uploading = false;
+    }
+}
+
+static void upload_stop(struct file_call *fc)
+{
+    /* A closed connection freed its buffer, callbacks and all. */
+    if (fc->upload_cb && fc->box->agent.bev)
+        evbuffer_remove_cb_entry(bufferevent_get_output(fc->box->agent.bev), fc->upload_cb);
+    fc->upload_cb = NULL;
+}
+
+static int send_request(struct file_call *fc, const struct file_args *a, uint32_t mode)
+{
+    struct evbuffer *body = evhttp_request_get_input_buffer(fc->req);
+    size_t total = fc->op == CDN_FILE_WRITE ? evbuffer_get_length(body) : 0;
+    size_t first = total < UPLOAD_CHUNK ? total : UPLOAD_CHUNK;
+    static uint8_t buf[CDN_FRAME_MAX];
+    struct cdn_file_opts o = {
+        .flags = a->nofollow ? CDN_FILE_NOFOLLOW : 0,
+        .window = fc->op == CDN_FILE_READ ? READ_WINDOW : 0,
+        .max_bytes = fc->op == CDN_FILE_READ ? fc->max_bytes : 0,
+    };
+    /* Options only where they say something: the other requests stay readable by an init from
+     * before them (a sandbox adopted across an upgrade). */
+    bool opts = fc->op == CDN_FILE_READ || o.flags;
+    int n = opts ? cdn_file_encode_opts(buf, sizeof buf, (uint32_t) fc->op, mode, fc->path, &o)
+                 : cdn_file_encode(buf, sizeof buf, (uint32_t) fc->op, mode, fc->path,
+                                   evbuffer_pullup(body, (ev_ssize_t) first), first);
+    struct agent_conn *ac = &fc->box->agent;
+    uint32_t ch = agent_conn_add(ac, &fc->areq,
+                                 fc->op == CDN_FILE_READ || fc->op == CDN_FILE_LIST ? AGENT_FILE_DATA_FRAMES
+                                                                                    : AGENT_FILE_FRAMES);
+    fc->inflight = o.window;
+    int r = n < 0 ? n
+                  : agent_conn_send(ac, CDN_FRAME_FILE, total > first ? CDN_FRAME_MORE : 0, ch, buf,
+                                    (uint32_t) n);
+    (void) evbuffer_drain(body, first);
+    if (r >= 0 && total > first &&
+        !(fc->upload_cb = evbuffer_add_cb(bufferevent_get_output(ac->bev), on_agent_output, fc)))
+        r = -ENOMEM;
+    if (r >= 0 && total > first)
+        upload_more(fc);
+    if (r < 0) {
+        upload_stop(fc);
+        agent_conn_remove(ac, &fc->areq);
+    }
+    return r;
+}
+
+static void file_call(struct evhttp_request *req, struct box *b, int op, uint32_t mode)
+{
+    struct file_args a;
+    struct cdn_error err = {0};
+    if (!api_box_usable(req, b))
+        return;
+    if (file_args_parse(evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req)), op, b->spec.workdir, &a,
+                        &err) < 0)
+        return api_reply_cdn_error(req, 400, "invalid_query", &err);
+    struct file_call *fc = calloc(1, sizeof *fc);
+    if (!fc || (op == CDN_FILE_LIST && !(fc->entries = json_array()))) {
+        free(fc);
+        return api_reply_error(req, 500, "internal", NULL, "out of memory");
+    }
+    fc->areq.on_frame = file_frame;
+    fc->box = b;
+    fc->req = req;
+    fc->op = op;
+    fc->max_bytes = a.max_bytes ? a.max_bytes : cordond->cfg.max_read_bytes;
+    (void) snprintf(fc->path, sizeof fc->path, "%s", a.path);
+    int r = send_request(fc, &a, mode);
+    if (r < 0) {
+        json_decref(fc->entries);
+        free(fc);
+        return api_reply_error(req, r == -ENOBUFS ? 400 : 500, "file_error", "path", "%s",
+                               r == -ENOBUFS ? "path is too long" : "cannot reach the sandbox's agent");
+    }
+    if (op != CDN_FILE_READ)
+        return;
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    evhttp_connection_set_closecb(conn, on_conn_close, fc);
+    /* evhttp does not read while a request is being answered: only the socket tells a hang-up
+     * before the download's first bytes. */
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(conn);
+    if (bev && (fc->closed_ev = event_new(cordond->base, bufferevent_getfd(bev), EV_CLOSED, on_closed, fc)))
+        (void) event_add(fc->closed_ev, NULL);
+}
+
+static json_t *stat_json(const char *path, const struct cdn_file_stat *st)
+{
+    const char *type = S_ISDIR(st->mode)   ? "dir"
+                       : S_ISREG(st->mode) ? "file"
+                       : S_ISLNK(st->mode) ? "symlink"
+                                           : "other";
+    json_t *o = json_pack("{s:s, s:I, s:i, s:I}", "type", type, "size", (json_int_t) st->size, "mode",
+                          (int) (st->mode & 07777), "mtime", (json_int_t) st->mtime);
+    if (o && path) {
+        json_object_set_new(o, "path", json_lossy_string((const uint8_t *) path, strlen(path)));
+        if (S_ISLNK(st->mode) && st->name && st->name[0]) /* stat with follow=false: where it points */
+            json_object_set_new(o, "target", json_lossy_string((const uint8_t *) st->name, strlen(st->name)));
+    } else if (o)
+        json_object_set_new(o, "name", json_lossy_string((const uint8_t *) st->name, strlen(st->name)));
+    return o;
+}
+
+void api_files(struct evhttp_request *req, struct box *b)
+{
+    enum evhttp_cmd_type m = evhttp_request_get_command(req);
+    file_call(req, b,
+              m == EVHTTP_REQ_PUT   ? CDN_FILE_WRITE
+              : m == EVHTTP_REQ_GET ? CDN_FILE_READ
+                                    : CDN_FILE_REMOVE,
+              0);
+}
+
+void api_ls(struct evhttp_request *req, struct box *b)
+{
+    file_call(req, b, CDN_FILE_LIST, 0);
+}
+
+void api_stat(struct evhttp_request *req, struct box *b)
+{
+    file_call(req, b, CDN_FILE_STAT, 0);
+}
+
+void api_mkdir(struct evhttp_request *req, struct box *b)
+{
+    file_call(req, b, CDN_FILE_MKDIR, 0755);
+}

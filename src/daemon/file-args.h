@@ -1,0 +1,20 @@
+/* The query of the files routes (docs/cordond.md): ?path=P, and per route
+ * max_bytes (GET …/files) or follow (GET …/stat). Anything else is refused
+ * with the parameter's name. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "shared/error.h"
+
+struct file_args {
+    char path[4096];    /* absolute: a relative one is joined to the workdir */
+    uint64_t max_bytes; /* read: 0 = the daemon's max_read */
+    bool nofollow;      /* stat: follow=false */
+};
+
+/* query: the URI's query string (NULL: none); op: enum cdn_file_op. -EINVAL
+ * (err names the parameter) or -ENAMETOOLONG; ret is written only on success. */
+int file_args_parse(const char *query, int op, const char *workdir, struct file_args *ret,
+                    struct cdn_error *err);
