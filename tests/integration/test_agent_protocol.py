@@ -15,6 +15,7 @@ import os
 import shutil
 import socket
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -39,16 +40,19 @@ int main(void)
 @pytest.fixture
 def hostile(shared_dir):
     """A cordond whose container sandboxes run hostile_agent.py as their init; returns a factory of
-    (daemon, make_sandbox)."""
-    src = os.path.join(shared_dir, "trampoline.c")
+    (daemon, make_sandbox). The agent is bound into each sandbox from a directory of its own (the
+    daemon's work directory holds its records, which no sandbox may see)."""
+    agent_dir = tempfile.mkdtemp(prefix="cordon-it-agent-", dir="/tmp")
+    os.chmod(agent_dir, 0o755)
+    src = os.path.join(agent_dir, "trampoline.c")
     with open(src, "w") as f:
         f.write(TRAMPOLINE_C)
-    tramp = os.path.join(shared_dir, "trampoline")
+    tramp = os.path.join(agent_dir, "trampoline")
     cc = shutil.which("cc") or shutil.which("gcc")
     if not cc:
         pytest.skip("no C compiler for the trampoline")
     subprocess.run([cc, "-static", "-O1", "-o", tramp, src], check=True)
-    shutil.copy(os.path.join(HERE, "hostile_agent.py"), os.path.join(shared_dir, "hostile_agent.py"))
+    shutil.copy(os.path.join(HERE, "hostile_agent.py"), os.path.join(agent_dir, "hostile_agent.py"))
     daemons = []
 
     def start(*args):
@@ -58,11 +62,12 @@ def hostile(shared_dir):
 
     def sandbox(d):
         return Sandbox.create(endpoint=d.endpoint, tier="container",
-                              mounts=[{"source": shared_dir, "target": "/hostile", "readonly": True}])
+                              mounts=[{"source": agent_dir, "target": "/hostile", "readonly": True}])
 
     yield start, sandbox
     for d in daemons:
         assert d.stop() == 0, d.output()
+    shutil.rmtree(agent_dir, ignore_errors=True)
 
 
 def exec_raw(d, sb, body, timeout=20):

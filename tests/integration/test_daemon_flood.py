@@ -5,6 +5,9 @@ exactly but writes only a sample of them as events (marked "sampled", the rest s
 flooder wait, not the daemon. The event log keeps the first event of each kind when its ring drops
 lines. How much a flood slows the others is measured by bench/run-flood, not here."""
 
+import os
+import shutil
+import tempfile
 import time
 
 import pytest
@@ -102,17 +105,18 @@ def test_a_kernel_file_open_flood_is_counted_exactly_and_throttled(daemon):
 
 
 @pytest.mark.parametrize("tier,kind", [("container", "protect"), ("process", "syscall")])
-def test_the_first_event_of_each_kind_outlives_a_flood_of_events(daemon, shared_dir, tier, kind):
+def test_the_first_event_of_each_kind_outlives_a_flood_of_events(daemon, tier, kind):
     """The log is a ring of 256 KiB: 1,200 exec events push its start out, but the first line of
     each kind (here the first violation) is still given, with how many lines were dropped.
     Seen failing before the fix: the log began with an exec event ("assert 'exec' == 'created'"):
     the created event and the first protect (container) or syscall (process) violation were gone."""
-    spec = {"tier": tier}
-    if kind == "protect":
-        with open(f"{shared_dir}/answer.txt", "w") as f:
+    spec, keys = {"tier": tier}, None
+    if kind == "protect":  # a directory of its own: the daemon's work directory may not be bound
+        keys = tempfile.mkdtemp(prefix="cordon-it-keys-", dir="/tmp")
+        os.chmod(keys, 0o755)
+        with open(f"{keys}/answer.txt", "w") as f:
             f.write("42\n")
-        spec.update(mounts=[{"source": shared_dir, "target": "/keys", "readonly": True}],
-                    protect=["/keys/answer.txt"])
+        spec.update(mounts=[{"source": keys, "target": "/keys", "readonly": True}], protect=["/keys/answer.txt"])
     with Sandbox.create(endpoint=daemon.endpoint, **spec) as sb:
         if kind == "protect":
             assert sb.exec(["cat", "/keys/answer.txt"]).exit_code != 0
@@ -133,3 +137,5 @@ def test_the_first_event_of_each_kind_outlives_a_flood_of_events(daemon, shared_
         assert kept < events.index(dropped[0]), "the kept lines come before the ring"
         follow = sb.events(follow=True)
         assert next(iter(follow))["type"] == "created"
+    if keys:
+        shutil.rmtree(keys, ignore_errors=True)
