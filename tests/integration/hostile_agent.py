@@ -14,12 +14,15 @@ What it does is chosen by the requests themselves:
                  chan0 T     a frame of type T (a number) on channel 0, then EXIT 0
                  quiesce M   how the next QUIESCEs are answered: done | result | hang; then EXIT 0
   QUIESCE        as set by `quiesce M` (default: done)
-  FILE           path "/exit": EXIT on the file's channel; else DONE with a stat
+  FILE           path "/exit": EXIT on the file's channel; "/hang": nothing, ever (nor to CANCEL);
+                 "/stall": nothing, and the agent stops reading its socket (so an upload's body stays
+                 with cordond); else DONE with a stat
 It depends on nothing but the standard library (the container's image is the host's /usr).
 """
 
 import os
 import struct
+import time
 
 MAGIC = 0x314E4443
 HEADER = struct.Struct("<IHHII")
@@ -100,6 +103,11 @@ def main():
             path = payload[8:].split(b"\0", 1)[0]
             if path == b"/exit":
                 send(EXIT, channel, exit_payload(0))
+            elif path == b"/hang":
+                pass
+            elif path == b"/stall":
+                while True:
+                    time.sleep(3600)
             else:
                 send(DONE, channel, stat_payload())
         elif ftype == PING:

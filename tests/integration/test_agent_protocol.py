@@ -236,3 +236,41 @@ def test_an_exit_on_a_file_channel_ends_the_file_request(hostile):
     assert status == 502 and body["error"]["code"] == "agent_protocol_error", body
     assert_failed_with(sb, "EXIT")
     sb.kill()
+
+
+def test_file_requests_whose_client_left_do_not_outlive_agent_timeout(hostile):
+    """An agent that stops reading (and never answers) while uploads whose clients left wait for
+    it: each request and the rest of its 4 MB body are given up after agent_timeout. Seen failing
+    before the fix (main's api-files.c): "cordond grew by 124808 kB over 30 abandoned 4 MB uploads"."""
+    start, sandbox = hostile
+    d = start("--agent-timeout", "1")
+    sb = sandbox(d)
+    body = b"w" * (4 << 20)
+
+    def put():
+        import http.client
+
+        class Conn(http.client.HTTPConnection):
+            def connect(conn):
+                conn.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                conn.sock.settimeout(0.5)
+                conn.sock.connect(d.socket)
+
+        c = Conn("cordond")
+        c.request("PUT", f"/v1/sandboxes/{sb.id}/files?path=/stall", body=body)
+        with pytest.raises((socket.timeout, TimeoutError)):
+            c.getresponse()
+        c.close()
+
+    def round_of(n):
+        for _ in range(n):
+            put()
+        time.sleep(3)
+
+    round_of(10)
+    before = rss_kb(d.proc.pid)
+    for _ in range(3):
+        round_of(10)
+    grown = rss_kb(d.proc.pid) - before
+    assert grown < 40 << 10, f"cordond grew by {grown} kB over 30 abandoned 4 MB uploads"
+    sb.kill()
