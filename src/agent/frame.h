@@ -28,7 +28,8 @@ enum cdn_frame_type {
     CDN_FRAME_EXIT = 2,   /* init→host: a command ended (payload: struct cdn_exit_msg); its last frame */
     CDN_FRAME_ERROR = 3,  /* init→host: a request failed (payload: i32 errno, message); its last frame.
                            * On channel 0: the connection is being closed for a malformed frame. */
-    CDN_FRAME_SIGNAL = 4, /* host→init: deliver a signal to a command (payload: i32 signo) */
+    CDN_FRAME_SIGNAL = 4, /* host→init: deliver a signal to a command (payload: i32 signo); SIGKILL
+                           * goes to every process the command started, wherever it went since */
     CDN_FRAME_PING = 5,   /* either way: liveness; answered by PONG with the same payload */
     CDN_FRAME_PONG = 6,
     CDN_FRAME_STDOUT = 7, /* init→host: output of a CDN_EXEC_PIPES command; empty = that stream ended */
@@ -79,6 +80,9 @@ enum cdn_exec_flags {
                                   * output comes as STDOUT, input as STDIN; RESIZE changes its size */
     CDN_EXEC_VERIFIER = 1u << 4, /* a verifier step (after QUIESCE): a VM guest's init lets it, alone,
                                   * read the protected paths while it runs */
+    CDN_EXEC_TREE = 1u << 5,     /* the command is the subreaper of what it starts (a command with a
+                                  * timeout): what orphans itself, setsid or not, stays in its tree,
+                                  * which a SIGKILL SIGNAL kills whole (init-exec.c) */
 };
 
 struct cdn_frame_header {

@@ -8,6 +8,7 @@
  * non-blocking: a command that does not read its stdin never stalls the loop
  * that serves the others; a host slow to read output stops the reading of
  * output (see init.c), not the loop. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <linux/sched.h>
 #include <sys/socket.h>
@@ -80,6 +82,8 @@ static void exec_child(const struct cdn_exec_req *r, int errfd, const int stdio[
         (void) signal(reset_signals[i], SIG_DFL);
     (void) sigprocmask(SIG_SETMASK, &none, NULL);
     (void) setsid();
+    if (r->flags & CDN_EXEC_TREE) /* kept across the exec: its orphans come to it, not to us */
+        (void) prctl(PR_SET_CHILD_SUBREAPER, 1);
     int stage = 0; /* the host connection is CLOEXEC (init.c) */
     if (pts) {
         int fd = open(pts, O_RDWR | O_CLOEXEC);
@@ -353,10 +357,90 @@ void exec_resize(uint32_t channel, const uint8_t *p, size_t len)
     (void) ioctl(j->out, TIOCSWINSZ, &ws);
 }
 
+/* The pids below root in the parent links of /proc (the sandbox's: its pid namespace, a worker's
+ * hidepid view, a guest's), that are not in done[0..n); appended to done (grown as needed).
+ * Returns how many were new, or -1 when out of memory. */
+static int scan_tree(pid_t root, pid_t **done, size_t *n, size_t *cap)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    pid_t(*link)[2] = NULL; /* {pid, parent} of every process */
+    size_t nl = 0, capl = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        char path[300], buf[512];
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        (void) snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t k = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+        if (fd >= 0)
+            (void) close(fd);
+        char *rp = k > 0 ? (buf[k] = 0, strrchr(buf, ')')) : NULL; /* the name may hold anything */
+        int ppid;
+        if (!rp || sscanf(rp, ") %*c %d", &ppid) != 1)
+            continue;
+        if (nl == capl) {
+            void *v = realloc(link, (capl = capl ? capl * 2 : 256) * sizeof *link);
+            if (!v)
+                break;
+            link = v;
+        }
+        link[nl][0] = (pid_t) atoi(e->d_name);
+        link[nl++][1] = ppid;
+    }
+    (void) closedir(d);
+    int added = 0;
+    for (bool more = true; more;) { /* until no process's parent is root or one of root's */
+        more = false;
+        for (size_t i = 0; i < nl; i++) {
+            bool in = link[i][0] == root, parent = link[i][1] == root;
+            for (size_t k = 0; k < *n && !(in && parent); k++)
+                in |= (*done)[k] == link[i][0], parent |= (*done)[k] == link[i][1];
+            if (in || !parent)
+                continue;
+            if (*n == *cap) {
+                void *v = realloc(*done, (*cap = *cap ? *cap * 2 : 64) * sizeof **done);
+                if (!v) {
+                    free(link);
+                    return -1;
+                }
+                *done = v;
+            }
+            (*done)[(*n)++] = link[i][0];
+            added++, more = true;
+        }
+    }
+    free(link);
+    return added;
+}
+
+/* SIGKILL for a command (its timeout, a client that left): every process it started, also those
+ * that left its process group and session (setsid). Those below it are killed before it, round
+ * after round while new ones turn up (a process forking meanwhile): with CDN_EXEC_TREE the command
+ * is their subreaper, so a process whose parent dies is still found below it. */
+static void kill_tree(struct job *j)
+{
+    pid_t *done = NULL;
+    size_t n = 0, cap = 0;
+    for (int round = 0; round < 16; round++) {
+        size_t from = n;
+        if (scan_tree(j->pid, &done, &n, &cap) <= 0)
+            break;
+        for (size_t i = from; i < n; i++)
+            (void) kill(done[i], SIGKILL);
+    }
+    free(done);
+    (void) kill(-j->pid, SIGKILL);
+    (void) kill(j->pid, SIGKILL);
+}
+
 void exec_signal(uint32_t channel, int sig)
 {
     struct job *j = find(channel);
-    if (j)
+    if (j && sig == SIGKILL)
+        kill_tree(j);
+    else if (j)
         (void) kill(-j->pid, sig);
 }
 

@@ -1,25 +1,49 @@
-/* Host side of the agent protocol on a bufferevent: frames out, frames in,
- * each incoming frame routed to the request that owns its channel.
+/* Host side of the agent protocol on a bufferevent (agent-conn.h).
  *
- * Runs in cordond's loop. The peer is cordon-init inside a sandbox: it is
- * ours, but the sandbox around it is not, so every frame is decoded as
- * hostile input; a frame that does not decode ends the connection. */
+ * Runs in cordond's loop. The peer is a sandbox's init: cordon-init, which
+ * is ours, but for the VM tiers it runs in a kernel the guest may own. Every
+ * frame is checked before anything acts on it: its header (magic, length),
+ * its channel's state (the request's accepts) and, for the last frames,
+ * that the payload decodes. A frame that fails is a protocol violation and
+ * closes the connection; frames for channels no request holds (a request
+ * given up on, an old host's command in a guest) are dropped. */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "agent-conn.h"
 
 static uint8_t payload[CDN_FRAME_MAX];
+
+const char *agent_frame_name(uint16_t type)
+{
+    static const char *const names[] = {
+        [CDN_FRAME_EXEC] = "EXEC",     [CDN_FRAME_EXIT] = "EXIT",           [CDN_FRAME_ERROR] = "ERROR",
+        [CDN_FRAME_SIGNAL] = "SIGNAL", [CDN_FRAME_PING] = "PING",           [CDN_FRAME_PONG] = "PONG",
+        [CDN_FRAME_STDOUT] = "STDOUT", [CDN_FRAME_STDERR] = "STDERR",       [CDN_FRAME_STDIN] = "STDIN",
+        [CDN_FRAME_FILE] = "FILE",     [CDN_FRAME_DATA] = "DATA",           [CDN_FRAME_DONE] = "DONE",
+        [CDN_FRAME_RESIZE] = "RESIZE", [CDN_FRAME_QUIESCE] = "QUIESCE",     [CDN_FRAME_IDENTITY] = "IDENTITY",
+        [CDN_FRAME_POLICY] = "POLICY", [CDN_FRAME_VIOLATION] = "VIOLATION", [CDN_FRAME_USAGE] = "USAGE",
+        [CDN_FRAME_CALL] = "CALL",     [CDN_FRAME_RESULT] = "RESULT",
+    };
+    static char unknown[16];
+    if (type < sizeof names / sizeof names[0] && names[type])
+        return names[type];
+    (void) snprintf(unknown, sizeof unknown, "type %u", type);
+    return unknown;
+}
 
 static void end_all(struct agent_conn *c)
 {
     while (!LIST_EMPTY(&c->reqs)) {
         struct agent_req *r = LIST_FIRST(&c->reqs);
         LIST_REMOVE(r, link);
+        r->listed = false;
         r->on_frame(r, 0, NULL, 0);
     }
 }
@@ -33,6 +57,22 @@ static void hang_up(struct agent_conn *c)
     end_all(c);
     if (c->on_close)
         c->on_close(c, c->arg);
+}
+
+void agent_conn_fail(struct agent_conn *c, const char *fmt, ...)
+{
+    if (!c->bev)
+        return; /* closed already: the first reason stands */
+    va_list ap;
+    va_start(ap, fmt);
+    (void) vsnprintf(c->failure, sizeof c->failure, fmt, ap);
+    va_end(ap);
+    hang_up(c);
+}
+
+const char *agent_conn_failure(const struct agent_conn *c)
+{
+    return c->failure[0] ? c->failure : NULL;
 }
 
 static struct agent_req *find(struct agent_conn *c, uint32_t channel)
@@ -50,6 +90,54 @@ static bool is_last(uint16_t type)
            type == CDN_FRAME_RESULT;
 }
 
+/* The payload of a last frame, which ends a request with what it says: whether it decodes.
+ * DONE carries nothing or one struct cdn_file_stat, exactly. */
+static bool last_payload_ok(uint16_t type, const uint8_t *p, uint32_t len)
+{
+    struct cdn_exit_msg m;
+    struct cdn_file_stat st;
+    int e;
+    const char *msg;
+    switch (type) {
+    case CDN_FRAME_EXIT:
+        return cdn_exit_decode(p, len, &m) == 0;
+    case CDN_FRAME_ERROR:
+        return cdn_errmsg_decode(p, len, &e, &msg) == 0;
+    case CDN_FRAME_DONE:
+        return len == 0 || cdn_file_stat_decode(p, len, &st) == (int) len;
+    default:
+        return true; /* RESULT: the caller checks its JSON */
+    }
+}
+
+/* One whole frame from init (header decoded, payload in the static buffer). Returns false when
+ * the connection is gone. */
+static bool deliver(struct agent_conn *c, const struct cdn_frame_header *h)
+{
+    struct agent_req *r = find(c, h->channel);
+    if (!r) {
+        if (h->channel == 0 && c->on_event)
+            c->on_event(c, h->type, payload, h->length, c->arg); /* may close c */
+        return c->bev != NULL; /* else: a request we gave up on (its client left), or an old host's */
+    }
+    if (h->type >= 32 || !(r->accepts & AGENT_FRAME(h->type))) {
+        agent_conn_fail(c, "a %s frame on channel %u, which expects none now", agent_frame_name(h->type),
+                        h->channel);
+        return false;
+    }
+    if (is_last(h->type) && !last_payload_ok(h->type, payload, h->length)) {
+        agent_conn_fail(c, "a %s frame on channel %u whose payload (%u bytes) does not decode",
+                        agent_frame_name(h->type), h->channel, h->length);
+        return false;
+    }
+    if (is_last(h->type)) {
+        LIST_REMOVE(r, link);
+        r->listed = false;
+    }
+    r->on_frame(r, h->type, payload, h->length); /* may free r, or close c */
+    return c->bev != NULL;
+}
+
 static void on_read(struct bufferevent *bev, void *arg)
 {
     struct agent_conn *c = arg;
@@ -59,8 +147,9 @@ static void on_read(struct bufferevent *bev, void *arg)
         struct cdn_frame_header h;
         if (evbuffer_copyout(in, hdr, sizeof hdr) < (ev_ssize_t) sizeof hdr)
             return;
-        if (cdn_frame_header_decode(hdr, &h) < 0) {
-            hang_up(c);
+        int r = cdn_frame_header_decode(hdr, &h);
+        if (r < 0) {
+            agent_conn_fail(c, "a frame header that does not decode (%s)", strerror(-r));
             return;
         }
         if (evbuffer_get_length(in) < CDN_FRAME_HEADER + (size_t) h.length)
@@ -68,19 +157,7 @@ static void on_read(struct bufferevent *bev, void *arg)
         (void) evbuffer_drain(in, CDN_FRAME_HEADER);
         if (h.length)
             (void) evbuffer_remove(in, payload, h.length);
-        struct agent_req *r = find(c, h.channel);
-        if (!r && h.channel == 0 && c->on_event) {
-            c->on_event(c, h.type, payload, h.length, c->arg); /* may close c */
-            if (!c->bev)
-                return;
-            continue;
-        }
-        if (!r)
-            continue; /* a request we gave up on (its client left), or channel 0 */
-        if (is_last(h.type))
-            LIST_REMOVE(r, link);
-        r->on_frame(r, h.type, payload, h.length); /* may free r, or close c */
-        if (!c->bev)
+        if (!deliver(c, &h))
             return;
     }
 }
@@ -119,11 +196,13 @@ void agent_conn_close(struct agent_conn *c)
     hang_up(c);
 }
 
-uint32_t agent_conn_add(struct agent_conn *c, struct agent_req *r)
+uint32_t agent_conn_add(struct agent_conn *c, struct agent_req *r, uint32_t accepts)
 {
     do
         r->channel = c->next_channel++;
     while (r->channel == 0 || find(c, r->channel));
+    r->accepts = accepts;
+    r->listed = true;
     LIST_INSERT_HEAD(&c->reqs, r, link);
     return r->channel;
 }
@@ -131,7 +210,10 @@ uint32_t agent_conn_add(struct agent_conn *c, struct agent_req *r)
 void agent_conn_remove(struct agent_conn *c, struct agent_req *r)
 {
     (void) c;
+    if (!r->listed)
+        return;
     LIST_REMOVE(r, link);
+    r->listed = false;
 }
 
 int agent_conn_send(struct agent_conn *c, uint16_t type, uint16_t flags, uint32_t channel, const void *p,

@@ -4,6 +4,7 @@
  * the worker's result object {"result", "stdout", "stderr", "error",
  * "duration_ms", "timed_out"}, checked to be a JSON object before it goes out. */
 #include <errno.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,28 +13,49 @@
 
 struct pending_call {
     struct agent_req areq; /* first: the agent connection hands this back */
+    struct box *box;
     struct evhttp_request *req;
     bool gone;
+    struct event *deadline_ev; /* its client left: the agent has agent_timeout to answer */
 };
+
+static void call_free(struct pending_call *c)
+{
+    agent_conn_remove(&c->box->agent, &c->areq);
+    if (c->deadline_ev)
+        event_free(c->deadline_ev);
+    free(c);
+}
+
+/* Its client left, and the agent did not answer in time: the channel is dropped (a late RESULT
+ * finds nobody) and the request answered, which is what frees a request whose connection is gone. */
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    struct pending_call *c = arg;
+    api_reply_error(c->req, 504, "agent_timeout", NULL,
+                    "the call did not end within %u s of its client leaving", cordond->cfg.agent_timeout_s);
+    call_free(c);
+}
 
 static void client_gone(struct evhttp_connection *conn, void *arg)
 {
     (void) conn;
-    ((struct pending_call *) arg)->gone = true;
+    struct pending_call *c = arg;
+    c->gone = true;
+    struct timeval tv = {.tv_sec = (time_t) cordond->cfg.agent_timeout_s};
+    if ((c->deadline_ev = evtimer_new(cordond->base, on_deadline, c)))
+        (void) evtimer_add(c->deadline_ev, &tv);
 }
 
+/* The frames of a call's channel (agent-conn.c admitted only RESULT and ERROR), or its end (0). */
 static void call_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uint32_t len)
 {
     struct pending_call *c = (struct pending_call *) r;
-    if (type != CDN_FRAME_RESULT && type != CDN_FRAME_ERROR && type != 0)
-        return;
-    if (c->gone) {
-        free(c);
-        return;
-    }
-    struct evhttp_connection *conn = evhttp_request_get_connection(c->req);
+    struct evhttp_connection *conn = c->gone ? NULL : evhttp_request_get_connection(c->req);
     if (conn)
         evhttp_connection_set_closecb(conn, NULL, NULL);
+    /* Answered even when its client is gone: that frees the request. */
     int e;
     const char *msg;
     json_t *o = type == CDN_FRAME_RESULT ? json_loadb((const char *) p, len, 0, NULL) : NULL;
@@ -58,10 +80,13 @@ static void call_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
                         : e == EAGAIN   ? "busy"
                                         : "call_failed",
                         NULL, "%s", msg);
+    else if (agent_conn_failure(&c->box->agent))
+        api_reply_error(c->req, 502, "agent_protocol_error", NULL,
+                        "the sandbox's agent broke the protocol: %s", agent_conn_failure(&c->box->agent));
     else
         api_reply_error(c->req, 500, "sandbox_gone", NULL, "the sandbox ended during the call");
     json_decref(o);
-    free(c);
+    call_free(c);
 }
 
 void api_call(struct evhttp_request *req, struct box *b)
@@ -86,11 +111,11 @@ void api_call(struct evhttp_request *req, struct box *b)
     if (!c)
         return api_reply_error(req, 500, "internal", NULL, "out of memory");
     c->areq.on_frame = call_frame;
+    c->box = b;
     c->req = req;
-    uint32_t ch = agent_conn_add(&b->agent, &c->areq);
+    uint32_t ch = agent_conn_add(&b->agent, &c->areq, AGENT_CALL_FRAMES);
     if (agent_conn_send(&b->agent, CDN_FRAME_CALL, 0, ch, buf, (uint32_t) n) < 0) {
-        agent_conn_remove(&b->agent, &c->areq);
-        free(c);
+        call_free(c);
         return api_reply_error(req, 500, "internal", NULL, "cannot reach the sandbox's agent");
     }
     evhttp_connection_set_closecb(evhttp_request_get_connection(req), client_gone, c);

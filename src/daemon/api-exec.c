@@ -26,6 +26,8 @@ struct call {
     struct box *box;
     struct evhttp_request *req;
     bool stream, b64, started, timed_out, client_gone;
+    bool departed;                    /* its client left (client_gone, or a buffered one's EV_CLOSED) */
+    bool gave_up, quiesce_unanswered; /* give_up(): the agent did not end it in time */
     struct evbuffer *out, *err;
     bool out_trunc, err_trunc;
     struct timespec t0;
@@ -41,6 +43,9 @@ struct call {
     uint8_t *last;
     uint32_t last_len;
     struct event *closed_ev; /* buffered exec: the client hanging up before the answer (EV_CLOSED) */
+    /* How long the agent gets to end what it was asked to end (a QUIESCE; the command of a client
+     * that left): past it the request is given up (give_up), whatever the agent does. */
+    struct event *deadline_ev;
 };
 
 static double ms_since(const struct timespec *t0)
@@ -67,6 +72,7 @@ static void call_done(struct call *c);
 
 static void call_free(struct call *c)
 {
+    agent_conn_remove(&c->box->agent, &c->areq);
     if (c->pending) {
         exec_args_free(c->pending);
         free(c->pending);
@@ -75,6 +81,8 @@ static void call_free(struct call *c)
     call_done(c);
     if (c->closed_ev)
         event_free(c->closed_ev);
+    if (c->deadline_ev)
+        event_free(c->deadline_ev);
     if (c->timer)
         event_free(c->timer);
     if (c->out)
@@ -97,16 +105,43 @@ static void forget_client(struct call *c)
         evhttp_connection_set_closecb(conn, NULL, NULL);
 }
 
+static void give_up(struct call *c);
+
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    give_up(arg);
+}
+
+/* The agent was asked to end something (a QUIESCE, a killed command): it has agent_timeout to
+ * answer. One deadline per call; arming it again leaves it as it is. */
+static void arm_deadline(struct call *c)
+{
+    if (!c->deadline_ev && !(c->deadline_ev = evtimer_new(cordond->base, on_deadline, c)))
+        return;
+    if (evtimer_pending(c->deadline_ev, NULL))
+        return;
+    struct timeval tv = {.tv_sec = (time_t) cordond->cfg.agent_timeout_s};
+    (void) evtimer_add(c->deadline_ev, &tv);
+}
+
+/* The command has nobody to report to: end it. Its EXIT normally comes and finishes (frees) the
+ * request; an agent that does not send it does not keep the request (and its body) for ever. */
+static void kill_for_departed_client(struct call *c)
+{
+    c->departed = true;
+    int32_t sig = SIGKILL;
+    (void) agent_conn_send(&c->box->agent, CDN_FRAME_SIGNAL, 0, c->areq.channel, &sig, sizeof sig);
+    arm_deadline(c);
+}
+
 static void client_gone(struct evhttp_connection *conn, void *arg)
 {
     (void) conn;
     struct call *c = arg;
     call_done(c); /* its connection is going: nothing to wait for */
     c->client_gone = true;
-    /* The command has nobody to report to: end it. Its EXIT still comes and
-     * finishes (frees) the request. */
-    int32_t sig = SIGKILL;
-    (void) agent_conn_send(&c->box->agent, CDN_FRAME_SIGNAL, 0, c->areq.channel, &sig, sizeof sig);
+    kill_for_departed_client(c);
 }
 
 /* ---- backpressure for streamed replies ----
@@ -177,9 +212,7 @@ static void call_done(struct call *c)
 static void on_client_closed(evutil_socket_t fd, short what, void *arg)
 {
     (void) fd, (void) what;
-    struct call *c = arg;
-    int32_t sig = SIGKILL;
-    (void) agent_conn_send(&c->box->agent, CDN_FRAME_SIGNAL, 0, c->areq.channel, &sig, sizeof sig);
+    kill_for_departed_client(arg);
 }
 
 static void stream_line(struct call *c, json_t *line)
@@ -259,10 +292,12 @@ static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_
 static int quiesce(struct call *c)
 {
     struct agent_conn *ac = &c->box->agent;
-    uint32_t ch = agent_conn_add(ac, &c->areq);
+    uint32_t ch = agent_conn_add(ac, &c->areq, AGENT_QUIESCE_FRAMES);
     int r = agent_conn_send(ac, CDN_FRAME_QUIESCE, 0, ch, NULL, 0);
     if (r < 0)
         agent_conn_remove(ac, &c->areq);
+    else
+        arm_deadline(c);
     return r;
 }
 
@@ -271,6 +306,8 @@ static void quiesce_frame(struct agent_req *r, uint16_t type, const uint8_t *p, 
     (void) p, (void) len;
     struct call *c = (struct call *) r;
     struct box *b = c->box;
+    if (c->deadline_ev && !c->departed)
+        evtimer_del(c->deadline_ev); /* answered (DONE) or over (0): no more waiting for it */
     if (type == CDN_FRAME_DONE && b->verifier == VERIFIER_STARTING) {
         b->verifier = VERIFIER_RUNNING;
         c->areq.on_frame = exec_frame;
@@ -281,18 +318,67 @@ static void quiesce_frame(struct agent_req *r, uint16_t type, const uint8_t *p, 
         if (e < 0) {
             b->verifier = VERIFIER_NONE;
             exec_finish(c, 0, NULL, 0);
+        } else if (c->departed) { /* its client left while the sandbox was quiesced */
+            kill_for_departed_client(c);
         }
         return;
     }
-    if (type != CDN_FRAME_DONE && type != 0)
-        return; /* not a last frame: nothing else is sent on this channel */
-    /* Ended (DONE), or the sandbox went away (0): the agent has the sandbox again. */
+    /* Ended (DONE), or the sandbox went away (0): the agent has the sandbox again. A sandbox that
+     * went away took the step's leftovers with it; an agent that broke the protocol did not say
+     * they are gone: no result then. */
     b->verifier = VERIFIER_NONE;
     c->verifier = false;
-    if (c->last_type)
+    if (c->last_type && (type == CDN_FRAME_DONE || !agent_conn_failure(&b->agent)))
         exec_finish(c, c->last_type, c->last, c->last_len);
     else
         exec_finish(c, 0, NULL, 0);
+}
+
+/* The deadline passed (arm_deadline): the request ends now, answered 504 (its client may have
+ * gone: the answer frees it all the same), and its channel is dropped — a late answer from the
+ * agent finds nobody. A verifier step that was waiting for its QUIESCE gives the protected
+ * paths back: they are guarded again (that state is the guard's, guard.c). */
+static void give_up(struct call *c)
+{
+    agent_conn_remove(&c->box->agent, &c->areq);
+    c->gave_up = true;
+    c->quiesce_unanswered = c->areq.on_frame == quiesce_frame;
+    if (c->verifier)
+        c->box->verifier = VERIFIER_NONE;
+    c->verifier = false;
+    exec_finish(c, 0, NULL, 0);
+}
+
+/* Why the request ends without the command's EXIT or ERROR (type 0): the sandbox ended, the agent
+ * broke the protocol, or it did not answer in time. */
+static json_t *lost_json(struct call *c, int *status)
+{
+    const char *failure = agent_conn_failure(&c->box->agent);
+    char msg[320];
+    if (c->gave_up && c->quiesce_unanswered) {
+        struct cdn_exit_msg m;
+        bool after = c->last_type == CDN_FRAME_EXIT && cdn_exit_decode(c->last, c->last_len, &m) == 0;
+        (void) snprintf(msg, sizeof msg,
+                        "the sandbox's agent did not end its other processes within %u s %s the verifier "
+                        "step%s",
+                        cordond->cfg.agent_timeout_s, after ? "after" : "before",
+                        after ? " (which had exited): its result is withheld" : ": it did not run");
+        *status = 504;
+        return api_error_json("agent_timeout", NULL, msg);
+    }
+    if (c->gave_up) {
+        *status = 504;
+        (void) snprintf(msg, sizeof msg, "the sandbox's agent did not end the command within %u s",
+                        cordond->cfg.agent_timeout_s);
+        return api_error_json("agent_timeout", NULL, msg);
+    }
+    if (failure) {
+        *status = 502;
+        (void) snprintf(msg, sizeof msg, "the sandbox's agent broke the protocol: %s", failure);
+        return api_error_json("agent_protocol_error", NULL, msg);
+    }
+    *status = 500;
+    return api_error_json("sandbox_gone", NULL, "the sandbox ended before the command did");
 }
 
 static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_t len)
@@ -337,8 +423,7 @@ static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_
         status = 400;
         res = api_error_json("exec_failed", "cmd", msg);
     } else {
-        status = 500;
-        res = api_error_json("sandbox_gone", NULL, "the sandbox ended before the command did");
+        res = lost_json(c, &status);
     }
     forget_client(c);
     for (int s = 0; c->stream && !c->client_gone && s < 2; s++)
@@ -364,6 +449,7 @@ static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_
     call_free(c);
 }
 
+/* The frames of an exec channel (agent-conn.c admitted only STDOUT, STDERR, EXIT, ERROR). */
 static void exec_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uint32_t len)
 {
     struct call *c = (struct call *) r;
@@ -386,10 +472,7 @@ static void exec_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
             evbuffer_add(b, p, len);
         return;
     }
-    /* Any last frame ends the call (agent-conn.c has unlisted it): a DONE on
-     * an exec channel is a protocol error, answered as the sandbox gone. */
-    if (type == CDN_FRAME_EXIT || type == CDN_FRAME_ERROR || type == CDN_FRAME_DONE || type == 0)
-        exec_finish(c, type == CDN_FRAME_DONE ? 0 : type, p, len);
+    exec_finish(c, type, p, len); /* EXIT, ERROR, or the connection's end (0) */
 }
 
 static void exec_timeout(evutil_socket_t fd, short what, void *arg)
@@ -430,7 +513,7 @@ static int send_exec(struct call *c, struct exec_args *a)
     if (cdn_exec_env(&c->box->spec, a->pty ? "xterm" : NULL, extra, &env) < 0)
         return -ENOMEM;
     uint32_t flags = CDN_EXEC_PIPES | (a->has_stdin ? CDN_EXEC_STDIN : 0) | (a->pty ? CDN_EXEC_PTY : 0) |
-                     (c->verifier ? CDN_EXEC_VERIFIER : 0);
+                     (c->verifier ? CDN_EXEC_VERIFIER : 0) | (a->timeout_s > 0 ? CDN_EXEC_TREE : 0);
     static uint8_t buf[CDN_FRAME_MAX];
     int n = cdn_exec_encode(buf, sizeof buf,
                             &(struct cdn_exec_args){.flags = flags,
@@ -443,7 +526,7 @@ static int send_exec(struct call *c, struct exec_args *a)
     if (n < 0)
         return n;
     struct agent_conn *ac = &c->box->agent;
-    uint32_t ch = agent_conn_add(ac, &c->areq);
+    uint32_t ch = agent_conn_add(ac, &c->areq, AGENT_EXEC_FRAMES);
     int r = agent_conn_send(ac, CDN_FRAME_EXEC, 0, ch, buf, (uint32_t) n);
     for (long off = 0; r >= 0 && a->has_stdin && off < a->stdin_len; off += STDIN_CHUNK) {
         long k = a->stdin_len - off < (long) STDIN_CHUNK ? a->stdin_len - off : (long) STDIN_CHUNK;

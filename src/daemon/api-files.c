@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 
 #include "daemon.h"
@@ -41,7 +42,8 @@ struct file_call {
     uint64_t max_bytes, received, inflight; /* download: its cap, bytes so far, granted and not yet here */
     json_t *entries;                        /* LIST: collected until DONE */
     json_t *violation;                      /* a SYMLINK violation init reported for it */
-    struct event *closed_ev;                /* a download's client hanging up (EV_CLOSED) */
+    struct event *closed_ev;                /* its client hanging up (EV_CLOSED) */
+    struct event *deadline_ev;              /* its client left: init has agent_timeout to end it */
     struct evbuffer_cb_entry *upload_cb;    /* an upload's rest waits for room in init's queue */
     bool uploading;                         /* in upload_more: its own adds do not call it again */
 };
@@ -67,13 +69,29 @@ static void cancel(struct file_call *fc)
     fc->cancelled = true;
 }
 
+static void finish(struct file_call *fc, uint16_t type, const uint8_t *p, uint32_t len);
+
+/* init did not end a request whose client left within agent_timeout: its channel is dropped (a
+ * late frame finds nobody) and the request ended, which frees it and what it holds (an upload's
+ * body) even though nobody reads the answer. */
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    struct file_call *fc = arg;
+    agent_conn_remove(&fc->box->agent, &fc->areq);
+    finish(fc, 0, NULL, 0);
+}
+
 /* Its client left (evhttp detached the request, or the socket reports the close): the download
- * stops in init; the request is ended when init's last frame comes. */
+ * stops in init; the request is ended when init's last frame comes, or at agent_timeout. */
 static void leave(struct file_call *fc)
 {
     forget_client(fc);
     fc->client_gone = true;
     cancel(fc);
+    struct timeval tv = {.tv_sec = (time_t) cordond->cfg.agent_timeout_s};
+    if (!fc->deadline_ev && (fc->deadline_ev = evtimer_new(cordond->base, on_deadline, fc)))
+        (void) evtimer_add(fc->deadline_ev, &tv);
 }
 
 static void on_conn_close(struct evhttp_connection *conn, void *arg)
@@ -212,9 +230,14 @@ static void reply_failed(struct file_call *fc, uint16_t type, const uint8_t *p, 
 {
     int e;
     const char *msg;
-    if (type != CDN_FRAME_ERROR || cdn_errmsg_decode(p, len, &e, &msg) < 0)
+    if (type != CDN_FRAME_ERROR || cdn_errmsg_decode(p, len, &e, &msg) < 0) {
+        const char *failure = agent_conn_failure(&fc->box->agent);
+        if (failure)
+            return api_reply_error(fc->req, 502, "agent_protocol_error", NULL,
+                                   "the sandbox's agent broke the protocol: %s", failure);
         return api_reply_error(fc->req, 500, "sandbox_gone", NULL,
                                "the sandbox ended during the file operation");
+    }
     if (fc->violation)
         return api_reply_error(fc->req, 403, "protected_path", "path", "%s", msg);
     if (e == EFBIG && fc->op == CDN_FILE_READ)
@@ -271,6 +294,8 @@ static void finish(struct file_call *fc, uint16_t type, const uint8_t *p, uint32
     struct box *b = fc->box;
     json_t *violation = fc->violation;
     json_decref(fc->entries);
+    if (fc->deadline_ev)
+        event_free(fc->deadline_ev);
     free(fc);
     /* Last: in kill mode it ends the sandbox, and with it every request of its connection. */
     if (violation)
@@ -286,10 +311,7 @@ static void file_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
         return list_data(fc, p, len);
     if (type == CDN_FRAME_VIOLATION)
         return on_violation(fc, p, len);
-    if (type == CDN_FRAME_DONE || type == CDN_FRAME_ERROR || type == 0)
-        return finish(fc, type, p, len);
-    if (type == CDN_FRAME_EXIT || type == CDN_FRAME_RESULT)
-        return finish(fc, 0, NULL, 0); /* last frames, but not a file operation's: a protocol error */
+    return finish(fc, type, p, len); /* DONE, ERROR, or the end (0): agent-conn.c admits no other */
 }
 
 /* The rest of an upload, a chunk at a time while init's queue holds less than UPLOAD_AHEAD: the
@@ -350,7 +372,9 @@ static int send_request(struct file_call *fc, const struct file_args *a, uint32_
                  : cdn_file_encode(buf, sizeof buf, (uint32_t) fc->op, mode, fc->path,
                                    evbuffer_pullup(body, (ev_ssize_t) first), first);
     struct agent_conn *ac = &fc->box->agent;
-    uint32_t ch = agent_conn_add(ac, &fc->areq);
+    uint32_t ch = agent_conn_add(ac, &fc->areq,
+                                 fc->op == CDN_FILE_READ || fc->op == CDN_FILE_LIST ? AGENT_FILE_DATA_FRAMES
+                                                                                    : AGENT_FILE_FRAMES);
     fc->inflight = o.window;
     int r = n < 0 ? n
                   : agent_conn_send(ac, CDN_FRAME_FILE, total > first ? CDN_FRAME_MORE : 0, ch, buf,
@@ -395,12 +419,10 @@ static void file_call(struct evhttp_request *req, struct box *b, int op, uint32_
         return api_reply_error(req, r == -ENOBUFS ? 400 : 500, "file_error", "path", "%s",
                                r == -ENOBUFS ? "path is too long" : "cannot reach the sandbox's agent");
     }
-    if (op != CDN_FILE_READ)
-        return;
     struct evhttp_connection *conn = evhttp_request_get_connection(req);
     evhttp_connection_set_closecb(conn, on_conn_close, fc);
     /* evhttp does not read while a request is being answered: only the socket tells a hang-up
-     * before the download's first bytes. */
+     * before a download's first bytes, or before any other operation's answer. */
     struct bufferevent *bev = evhttp_connection_get_bufferevent(conn);
     if (bev && (fc->closed_ev = event_new(cordond->base, bufferevent_getfd(bev), EV_CLOSED, on_closed, fc)))
         (void) event_add(fc->closed_ev, NULL);

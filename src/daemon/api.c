@@ -347,6 +347,13 @@ static void route_metrics(struct evhttp_request *req)
         evbuffer_add_printf(b, "cordon_violations_total{kind=\"%s\"} %llu\n", violation_names[k],
                             (unsigned long long) cordond->violations_total[k]);
     evbuffer_add_printf(b,
+                        "# HELP cordon_http_unauthenticated_connections TCP connections whose first request "
+                        "has not shown the token yet.\n# TYPE cordon_http_unauthenticated_connections gauge\n"
+                        "cordon_http_unauthenticated_connections %u\n"
+                        "# HELP cordon_http_tcp_connections TCP connections open.\n"
+                        "# TYPE cordon_http_tcp_connections gauge\ncordon_http_tcp_connections %u\n",
+                        api_tcp_unauthenticated(), api_tcp_connections());
+    evbuffer_add_printf(b,
                         "# HELP cordon_alerts_total Alerts of the monitor's rules and the DNS heuristics.\n"
                         "# TYPE cordon_alerts_total counter\ncordon_alerts_total %llu\n",
                         (unsigned long long) cordond->alerts_total);
@@ -414,7 +421,7 @@ void api_events(struct evhttp_request *req, struct box *b)
     if (!follow) { /* a copy: evhttp_send_reply drains the buffer it is given */
         struct evbuffer *copy = evbuffer_new();
         if (copy)
-            evbuffer_add_buffer_reference(copy, b->events);
+            box_events_write(b, copy);
         evhttp_send_reply(req, 200, "OK", copy);
         if (copy)
             evbuffer_free(copy);
@@ -430,7 +437,7 @@ void api_events(struct evhttp_request *req, struct box *b)
     api_stream_timeout(req);
     struct evbuffer *copy = evbuffer_new();
     if (copy) {
-        evbuffer_add_buffer_reference(copy, b->events);
+        box_events_write(b, copy);
         evhttp_send_reply_chunk(req, copy);
         evbuffer_free(copy);
     }
@@ -540,6 +547,8 @@ static struct evhttp *new_http(bool tcp)
     evhttp_set_allowed_methods(h, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
                                       EVHTTP_REQ_PATCH);
     evhttp_set_gencb(h, route, tcp ? (void *) 1 : NULL);
+    if (tcp)
+        api_tcp_gate(h);
     return h;
 }
 

@@ -34,8 +34,6 @@
 #include "shared/fd-util.h"
 #include "tiers/tier.h"
 
-#define EVENTS_MAX (256u << 10) /* per box; the oldest lines go first */
-
 static const char *const state_names[_BOX_STATE_MAX] = {"starting", "running", "exited"};
 
 const char *box_state_name(enum box_state s)
@@ -58,34 +56,6 @@ struct box *box_find(const char *id)
         return b;
     return NULL;
 }
-
-void box_event(struct box *b, const char *type, json_t *fields)
-{
-    json_t *ev = json_pack("{s:f, s:s, s:s}", "time", now_unix(), "sandbox", b->sb.id, "type", type);
-    if (ev && fields)
-        (void) json_object_update(ev, fields);
-    json_decref(fields);
-    char *line = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
-    json_decref(ev);
-    if (!line)
-        return;
-    size_t n = strlen(line);
-    line[n] = '\n'; /* replaces the NUL; the length below says where it ends */
-    (void) evbuffer_add(b->events, line, n + 1);
-    while (evbuffer_get_length(b->events) > EVENTS_MAX) {
-        struct evbuffer_ptr nl = evbuffer_search(b->events, "\n", 1, NULL);
-        if (nl.pos < 0)
-            break;
-        (void) evbuffer_drain(b->events, (size_t) nl.pos + 1);
-    }
-    api_events_push(b, line, n + 1);
-    free(line);
-}
-
-static void box_stop(struct box *b, const char *reason);
-
-const char *const violation_names[_VIOLATION_MAX] = {"egress", "syscall", "oom",    "pids",
-                                                     "disk",   "protect", "kernel", "system_write"};
 
 /* ---- the seccomp supervisor: watched denials become violations ---- */
 
@@ -114,12 +84,15 @@ static void on_reported(struct box *b, int fd, const struct cdn_seccomp_event *e
             if (k == _VIOLATION_MAX)
                 continue;
             char cmd[256];
-            cdn_read_cmdline(ev->pid, cmd, sizeof cmd);
+            if (box_violation_logged(b, k)) /* read while the caller waits: only for an event */
+                cdn_read_cmdline(ev->pid, cmd, sizeof cmd);
             box_violation(b, k,
-                          json_pack("{s:o, s:s, s:i, s:o}", "path",
-                                    json_lossy_string((const uint8_t *) w.path[i], strlen(w.path[i])), "op",
-                                    w.op, "pid", ev->pid, "cmd",
-                                    json_lossy_string((const uint8_t *) cmd, strlen(cmd))));
+                          box_violation_logged(b, k)
+                              ? json_pack("{s:o, s:s, s:i, s:o}", "path",
+                                          json_lossy_string((const uint8_t *) w.path[i], strlen(w.path[i])),
+                                          "op", w.op, "pid", ev->pid, "cmd",
+                                          json_lossy_string((const uint8_t *) cmd, strlen(cmd)))
+                              : NULL);
             deny = b->spec.on_violation != CDN_VIOLATION_LOG;
             break; /* one record per call */
         }
@@ -131,14 +104,35 @@ static void on_reported(struct box *b, int fd, const struct cdn_seccomp_event *e
         (void) cdn_seccomp_notify_continue(fd, ev);
 }
 
+/* A watched denial: a syscall violation, its event's details read only when it gets one. */
+static json_t *syscall_fields(struct box *b, const struct cdn_seccomp_event *ev)
+{
+    if (!box_violation_logged(b, VIOLATION_SYSCALL))
+        return NULL;
+    char cmd[256];
+    cdn_read_cmdline(ev->pid, cmd, sizeof cmd); /* the caller waits in the call meanwhile */
+    char *name = seccomp_syscall_resolve_num_arch(ev->arch, ev->nr);
+    json_t *args = json_array();
+    for (int k = 0; args && k < 6; k++)
+        json_array_append_new(args, json_integer((json_int_t) ev->args[k]));
+    json_t *f = json_pack("{s:s, s:i, s:i, s:o, s:o}", "syscall", name ? name : "?", "nr", ev->nr, "pid",
+                          ev->pid, "cmd", json_lossy_string((const uint8_t *) cmd, strlen(cmd)), "args",
+                          args ? args : json_array());
+    free(name);
+    return f;
+}
+
+/* At most 16 notifications per call (the loop serves every other event between two calls), and
+ * what they cost is charged to the box's budget (box-events.c), which stops this event when spent. */
 static void on_monitor(evutil_socket_t fd, short what, void *arg)
 {
     (void) what;
     struct box *b = arg;
-    for (int i = 0; i < 16 && b->monitor_ev; i++) {
+    uint64_t t0 = box_supervise_start();
+    for (int i = 0; i < 16 && b->monitor_ev && !b->budget.paused; i++) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, 0) <= 0)
-            return;
+            break;
         if (!(p.revents & POLLIN)) { /* HUP: nothing in the sandbox can call any more */
             monitor_stop(b);
             return;
@@ -148,23 +142,14 @@ static void on_monitor(evutil_socket_t fd, short what, void *arg)
         if (r == -ENOENT)
             continue;
         if (r < 0)
-            return;
+            break;
         if (cdn_seccomp_is_reported(ev.nr)) {
             on_reported(b, fd, &ev);
             continue;
         }
         /* The violation first (in kill mode it kills), then the answer: a
          * killed caller never runs on after its attempt. */
-        char *name = seccomp_syscall_resolve_num_arch(ev.arch, ev.nr);
-        json_t *args = json_array();
-        for (int k = 0; args && k < 6; k++)
-            json_array_append_new(args, json_integer((json_int_t) ev.args[k]));
-        box_violation(b, VIOLATION_SYSCALL,
-                      json_pack("{s:s, s:i, s:i, s:o, s:o}", "syscall", name ? name : "?", "nr", ev.nr, "pid",
-                                ev.pid, "cmd",
-                                json_lossy_string((const uint8_t *) ev.cmdline, strlen(ev.cmdline)), "args",
-                                args ? args : json_array()));
-        free(name);
+        box_violation(b, VIOLATION_SYSCALL, syscall_fields(b, &ev));
         /* Killed on it: no answer at all. The caller stays in its wait until
          * the pid namespace's end takes it; an EPERM now would let it run on
          * for the moment the kill takes to arrive. */
@@ -172,6 +157,8 @@ static void on_monitor(evutil_socket_t fd, short what, void *arg)
             return;
         (void) cdn_seccomp_notify_deny(fd, &ev);
     }
+    if (b->monitor_ev)
+        box_supervised(b, t0);
 }
 
 /* Once init runs: supervise its watched denials. Without it they would block. */
@@ -190,38 +177,6 @@ static void monitor_start(struct box *b)
             event_free(b->monitor_ev);
         b->monitor_ev = NULL;
         (void) close(fd);
-    }
-}
-
-json_t *box_violations_json(const struct box *b)
-{
-    json_t *counts = json_object();
-    for (int k = 0; counts && k < _VIOLATION_MAX; k++)
-        json_object_set_new(counts, violation_names[k], json_integer((json_int_t) b->viol.counts[k]));
-    return json_pack("{s:o, s:o, s:o}", "counts", counts ? counts : json_object(), "first",
-                     b->viol.first ? json_real(b->viol.first) : json_null(), "last",
-                     b->viol.last ? json_real(b->viol.last) : json_null());
-}
-
-void box_violation(struct box *b, enum violation_kind kind, json_t *fields)
-{
-    double now = now_unix();
-    b->viol.counts[kind]++;
-    if (!b->viol.first)
-        b->viol.first = now;
-    b->viol.last = now;
-    cordond->violations_total[kind]++;
-    json_t *ev = json_pack("{s:s}", "kind", violation_names[kind]);
-    if (ev && fields)
-        (void) json_object_update(ev, fields);
-    json_decref(fields);
-    box_event(b, "violation", ev);
-    if (b->spec.on_violation == CDN_VIOLATION_KILL && b->state == BOX_RUNNING) {
-        char reason[64];
-        (void) snprintf(reason, sizeof reason, "killed on violation: %s", violation_names[kind]);
-        b->violation_killed = true;
-        box_stop(b, reason); /* the state says why; init's exit then cleans up */
-        (void) b->sb.tier->kill(&b->sb, SIGKILL);
     }
 }
 
@@ -310,8 +265,7 @@ static void box_free(struct box *b)
         event_free(b->lifetime_ev);
     if (b->start_ev)
         event_free(b->start_ev);
-    if (b->events)
-        evbuffer_free(b->events);
+    box_events_free(b);
     cdn_spec_free(&b->spec);
     free(b);
 }
@@ -371,12 +325,13 @@ static void cleanup(struct box *b)
 }
 
 /* The box cannot be used any more; it stays as a record of what happened
- * until it is deleted. Kills init if it still runs. */
-static void box_stop(struct box *b, const char *reason)
+ * until it is deleted. */
+void box_stop(struct box *b, const char *reason)
 {
     if (b->state == BOX_EXITED)
         return;
     b->state = BOX_EXITED;
+    box_violations_flush(b); /* the last count of suppressed violation events, before "exited" */
     (void) snprintf(b->exit_reason, sizeof b->exit_reason, "%s", reason);
     agent_conn_close(&b->agent); /* pending execs and file ops end with an error */
     if (b->setup_ev)
@@ -465,8 +420,10 @@ static void vm_setup_answer(struct box *b, uint16_t type, const uint8_t *p, uint
             box_started(b);
         return;
     }
-    if (type != CDN_FRAME_ERROR || cdn_errmsg_decode(p, len, &e, &msg) < 0)
+    if (cdn_errmsg_decode(p, len, &e, &msg) < 0) {
+        agent_conn_fail(&b->agent, "an ERROR frame that does not decode on channel 0");
         return;
+    }
     cordond->create_errors++;
     bool spec = strstr(msg, "protected paths") != NULL;
     if (b->create_req)
@@ -503,7 +460,7 @@ static int warm_start(struct box *b)
     if (n < 0)
         return n;
     b->warm = (struct agent_req){.on_frame = warm_frame};
-    uint32_t ch = agent_conn_add(&b->agent, &b->warm);
+    uint32_t ch = agent_conn_add(&b->agent, &b->warm, AGENT_EXEC_FRAMES);
     int r = agent_conn_send(&b->agent, CDN_FRAME_EXEC, 0, ch, buf, (uint32_t) n);
     if (r < 0)
         agent_conn_remove(&b->agent, &b->warm);
@@ -562,7 +519,7 @@ static void on_init_exit(evutil_socket_t fd, short what, void *arg)
         maybe_finish_stop();
         return;
     }
-    bool started = b->state == BOX_RUNNING || b->violation_killed;
+    bool started = b->state == BOX_RUNNING || b->violation_killed || b->agent_failed;
     char reason[sizeof b->exit_reason] = "init exited";
     /* Dying while starting, it may have said why on the setup pipe, which
      * this event can overtake: that report is the answer to the create. */
@@ -590,8 +547,24 @@ static void on_init_exit(evutil_socket_t fd, short what, void *arg)
 
 static void on_agent_close(struct agent_conn *c, void *arg)
 {
-    (void) c;
     struct box *b = arg;
+    const char *failure = agent_conn_failure(c);
+    /* init broke the protocol: it is not the cordon-init we started (a VM guest whose kernel the
+     * agent owns). Nothing it says can be trusted any more: the box fails, with the reason. */
+    if (failure && b->state != BOX_EXITED) {
+        char reason[sizeof b->exit_reason];
+        (void) snprintf(reason, sizeof reason, "agent protocol violation: %s", failure);
+        box_event(b, "agent_error", json_pack("{s:s}", "reason", failure));
+        fprintf(stderr, "cordond: sandbox %s: its agent broke the protocol (%s): ending it\n", b->sb.id,
+                failure);
+        if (b->state == BOX_STARTING)
+            cordond->create_errors++;
+        else
+            b->agent_failed = true; /* kept, exited, for the client to see why */
+        box_stop(b, reason);
+        (void) b->sb.tier->kill(&b->sb, SIGKILL);
+        return;
+    }
     /* init hung up: it is ending, or it is not ours any more. Either way the
      * box cannot be used; the pidfd event tells the exit when it comes. */
     if (b->state != BOX_EXITED)
@@ -603,28 +576,49 @@ static void on_agent_close(struct agent_conn *c, void *arg)
  * guest left the call unanswered, and box_violation ends the guest. */
 static void on_agent_event(struct agent_conn *c, uint16_t type, const uint8_t *p, uint32_t len, void *arg)
 {
-    (void) c;
     struct box *b = arg;
     struct cdn_violation_msg v;
-    if (!cdn_tier_is_vm(b->spec.tier))
-        return; /* a container's or a worker's agent sends none */
-    if (b->state == BOX_STARTING && (type == CDN_FRAME_DONE || type == CDN_FRAME_ERROR)) {
+    bool vm = cdn_tier_is_vm(b->spec.tier);
+    /* Commands a restarted cordond forgot (exec_forget_channels) report on channel 0; init says
+     * ERROR there before it closes the connection over a frame of ours it could not decode. */
+    if (type == CDN_FRAME_STDOUT || type == CDN_FRAME_STDERR || type == CDN_FRAME_EXIT ||
+        (type == CDN_FRAME_ERROR && (!vm || b->state != BOX_STARTING)))
+        return;
+    if (vm && b->state == BOX_STARTING && (type == CDN_FRAME_DONE || type == CDN_FRAME_ERROR)) {
         vm_setup_answer(b, type, p, len);
         return;
     }
-    if (type == CDN_FRAME_USAGE) { /* the guest's accounting changed: an OOM, a pids hit, a full disk */
-        if (cdn_microvm_usage_frame(&b->sb, p, len) == 0)
+    if (vm && type == CDN_FRAME_USAGE) { /* the guest's accounting changed: an OOM, a pids hit, a full disk */
+        if (cdn_microvm_usage_frame(&b->sb, p, len) < 0)
+            agent_conn_fail(c, "a USAGE frame that does not decode");
+        else
             box_check_limits(b);
         return;
     }
-    if (type != CDN_FRAME_VIOLATION || cdn_violation_decode(p, len, &v) < 0 ||
-        v.kind == CDN_VIOLATION_MSG_SYMLINK)
-        return; /* a DONE or ERROR of IDENTITY/POLICY needs nothing; a SYMLINK belongs to a file request */
+    if (!vm || type != CDN_FRAME_VIOLATION) { /* a container's or a worker's agent sends none of these */
+        agent_conn_fail(c, "a %s frame on channel 0%s", agent_frame_name(type),
+                        b->state == BOX_STARTING ? " while starting" : "");
+        return;
+    }
+    if (cdn_violation_decode(p, len, &v) < 0 || v.kind == CDN_VIOLATION_MSG_SYMLINK) {
+        /* a SYMLINK comes on its file request's channel, never here */
+        agent_conn_fail(c, "a VIOLATION frame that does not decode or is not the sandbox's");
+        return;
+    }
     if (v.kind == CDN_VIOLATION_MSG_PROTECT) { /* the guest's guard refused an open */
         box_violation(b, VIOLATION_PROTECT,
-                      json_pack("{s:s, s:s, s:i, s:o, s:s}", "path", v.path, "op", v.op, "pid", (int) v.pid,
-                                "cmd", json_lossy_string((const uint8_t *) v.cmd, strlen(v.cmd)), "where",
-                                "guest"));
+                      !box_violation_logged(b, VIOLATION_PROTECT)
+                          ? NULL
+                          : json_pack("{s:o, s:o, s:i, s:o, s:s}", "path",
+                                      json_lossy_string((const uint8_t *) v.path, strlen(v.path)), "op",
+                                      json_lossy_string((const uint8_t *) v.op, strlen(v.op)), "pid",
+                                      (int) v.pid, "cmd",
+                                      json_lossy_string((const uint8_t *) v.cmd, strlen(v.cmd)), "where",
+                                      "guest"));
+        return;
+    }
+    if (!box_violation_logged(b, VIOLATION_SYSCALL)) {
+        box_violation(b, VIOLATION_SYSCALL, NULL);
         return;
     }
     char *name = seccomp_syscall_resolve_num_arch(v.arch, (int) v.nr);

@@ -103,6 +103,34 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         return set_size(&c->max_body_bytes, v);
     if (strcmp(name, "max-output") == 0 || strcmp(name, "max_output") == 0)
         return set_size(&c->max_output_bytes, v);
+    if (strcmp(name, "agent-timeout") == 0 || strcmp(name, "agent_timeout") == 0) {
+        uint64_t n;
+        if (cdn_parse_u64(v, &n) < 0 || n == 0 || n > 86400)
+            return -EINVAL;
+        c->agent_timeout_s = (unsigned) n;
+        return 0;
+    }
+    if (strcmp(name, "auth-timeout") == 0 || strcmp(name, "auth_timeout") == 0) {
+        uint64_t n;
+        if (cdn_parse_u64(v, &n) < 0 || n == 0 || n > 3600)
+            return -EINVAL;
+        c->auth_timeout_s = (unsigned) n;
+        return 0;
+    }
+    if (strcmp(name, "max-unauthenticated") == 0 || strcmp(name, "max_unauthenticated") == 0) {
+        uint64_t n;
+        if (cdn_parse_u64(v, &n) < 0 || n == 0 || n > 65536)
+            return -EINVAL;
+        c->max_unauthenticated = (unsigned) n;
+        return 0;
+    }
+    if (strcmp(name, "max-connections") == 0 || strcmp(name, "max_connections") == 0) {
+        uint64_t n;
+        if (cdn_parse_u64(v, &n) < 0 || n == 0 || n > 1000000)
+            return -EINVAL;
+        c->max_connections = (unsigned) n;
+        return 0;
+    }
     if (strcmp(name, "max-read") == 0 || strcmp(name, "max_read") == 0)
         return set_size(&c->max_read_bytes, v);
     if (strcmp(name, "max-sandboxes") == 0 || strcmp(name, "max_sandboxes") == 0) {
@@ -165,11 +193,12 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: cordond [--config FILE] [--socket PATH] [--listen HOST:PORT --token-file F]\n"
+        "               [--auth-timeout SECONDS] [--max-unauthenticated N] [--max-connections N]\n"
         "               [--state-dir DIR] [--sandbox-dir DIR] [--stop-sandboxes true|false]\n"
         "               [--max-body SIZE] [--max-output SIZE] [--max-read SIZE] [--max-sandboxes N]\n"
         "               [--pool SIZE[:SPECFILE]]…\n"
         "               [--dns-upstream IP[:PORT]] [--net-pool N] [--audit-rotate SIZE] [--audit-rate N]\n"
-        "               [--monitor-rules FILE] [--bind-allow DIR[:ro]]…\n"
+        "               [--monitor-rules FILE] [--agent-timeout SECONDS] [--bind-allow DIR[:ro]]…\n"
         "               [--dns-budget off|names=N,bytes=N,window=T,action=A]\n"
         "Defaults and the config file format: docs/cordond.md (config: %s)\n",
         DEFAULT_CONFIG);
@@ -322,6 +351,10 @@ int main(int argc, char **argv)
         .max_output_bytes = 16ULL << 20,
         .max_read_bytes = 256ULL << 20,
         .max_sandboxes = 4096,
+        .agent_timeout_s = 60,
+        .auth_timeout_s = 10,
+        .max_unauthenticated = 64,
+        .max_connections = 1024,
         .net_pool = 4,
         .audit_rotate = 64ULL << 20,
         .audit_rate = CDN_AUDIT_RATE,

@@ -17,6 +17,7 @@
 #include <sys/queue.h>
 
 #include "agent/frame.h"
+#include "agent-conn.h"
 #include "core/bind-policy.h"
 #include "core/sandbox.h"
 #include "monitor/fsguard.h"
@@ -26,7 +27,6 @@
 #include "shared/error.h"
 
 struct box;
-struct agent_req;
 
 /* ---- configuration (cordond.c; file format in docs/cordond.md) ---- */
 struct daemon_config {
@@ -47,42 +47,16 @@ struct daemon_config {
     uint64_t audit_rotate;   /* egress.log is rotated past this size */
     unsigned audit_rate;     /* audit lines per sandbox and second (0: no limit) */
     char monitor_rules[256]; /* rule file (src/monitor/rules.h); empty: the shipped default */
+    unsigned agent_timeout_s; /* how long a sandbox's agent has to end what it was asked to (api-exec.c) */
+    unsigned auth_timeout_s;  /* TCP: a client's first header block, token included, within this */
+    unsigned max_unauthenticated; /* TCP: connections not authenticated yet; a new one evicts the oldest */
+    unsigned max_connections;     /* TCP: connections open at once, authenticated or not */
     char bind_allow[CDN_BIND_RULES_MAX][256]; /* "DIR[:ro]" each (core/bind-policy.h); none: "/" */
     unsigned n_bind_allow;
     struct cdn_dns_budget_cfg dns_budget; /* new self-chosen names per sandbox (net/dns-budget.h) */
 };
 
-/* ---- host side of the agent protocol over a bufferevent (agent-conn.c) ---- */
-
-/* One request in flight on an agent connection (an exec or a file op). Each
- * frame for its channel goes to on_frame; the last one (EXIT/ERROR/DONE), or
- * the connection's end (type 0, payload NULL), is followed by nothing. */
-struct agent_req {
-    uint32_t channel;
-    void (*on_frame)(struct agent_req *r, uint16_t type, const uint8_t *p, uint32_t len);
-    LIST_ENTRY(agent_req) link;
-};
-
-struct agent_conn {
-    struct bufferevent *bev;
-    uint32_t next_channel;
-    LIST_HEAD(, agent_req) reqs;
-    void (*on_close)(struct agent_conn *c, void *arg); /* init hung up or spoke garbage */
-    /* A frame on channel 0 from init (a VM guest's VIOLATION); p is valid during the call. */
-    void (*on_event)(struct agent_conn *c, uint16_t type, const uint8_t *p, uint32_t len, void *arg);
-    void *arg;
-};
-
-int agent_conn_open(struct agent_conn *c, struct event_base *base, int fd);
-void agent_conn_close(struct agent_conn *c); /* ends every request with type 0 */
-/* Register r under a new channel; returns the channel. */
-uint32_t agent_conn_add(struct agent_conn *c, struct agent_req *r);
-void agent_conn_remove(struct agent_conn *c, struct agent_req *r);
-int agent_conn_send(struct agent_conn *c, uint16_t type, uint16_t flags, uint32_t channel, const void *p,
-                    uint32_t len);
-/* Stop/resume reading frames from init (a slow streaming client: init then
- * stops reading its commands' output, and they block). */
-void agent_conn_pause(struct agent_conn *c, bool pause);
+/* ---- host side of the agent protocol: agent-conn.h ---- */
 
 /* ---- violations (box.c): the reward signal ---- */
 enum violation_kind {
@@ -103,6 +77,30 @@ struct violations {
     double first, last;           /* unix time of the first and the last; 0 = none yet */
     uint64_t oom_seen, pids_seen; /* cgroup counters already counted */
     bool disk_full;               /* the writable layer was full at the last look */
+    /* Their events (box-events.c): written, and counted but not written since the last summary */
+    uint64_t logged[_VIOLATION_MAX], suppressed[_VIOLATION_MAX];
+    double tokens[_VIOLATION_MAX], refilled[_VIOLATION_MAX]; /* the sample of each kind */
+    struct event *flush_ev;                                  /* the next "violations_suppressed" */
+};
+
+/* What supervising a box (its seccomp notifications, fanotify events) costs the loop in the
+ * current second, against its budget (box-events.c). */
+struct box_budget {
+    uint64_t window_ns, spent_ns; /* the second's start (monotonic), the time spent in it */
+    unsigned violations;          /* counted in it */
+    bool paused;                  /* over budget: its listeners are not read until resume_ev */
+    struct event *resume_ev;
+    int *held; /* fanotify events of the shared group refused but not answered yet */
+    size_t n_held, cap_held;
+};
+
+/* The first event line of a kind (an event type, a violation kind), kept when the ring drops it. */
+#define EVENTS_PINNED 40
+struct pinned_event {
+    char key[32];
+    uint64_t seq; /* its number in the log */
+    char *line;
+    size_t len;
 };
 
 /* ---- sandboxes (box.c) ---- */
@@ -136,6 +134,7 @@ struct box {
         unsigned n;
     } alert_buckets[16];   /* alerts per rule in the current second (monitor.c) */
     bool violation_killed; /* on_violation kill acted: exited, but kept for the client to see why */
+    bool agent_failed;     /* its agent broke the protocol (agent-conn.h): exited, kept likewise */
     /* The file-access guard (guard.c) */
     int guard_fd;                 /* its own fanotify group (protected paths), else -1 */
     struct event *guard_ev;       /* … and its events */
@@ -143,8 +142,12 @@ struct box {
     bool guarded;
     LIST_ENTRY(box) guard_link;
     enum { VERIFIER_NONE, VERIFIER_STARTING, VERIFIER_RUNNING, VERIFIER_ENDING } verifier; /* api-exec.c */
-    bool cleaned;                    /* cleanup() ran: init reaped, tier resources released */
-    struct evbuffer *events;         /* NDJSON lines, oldest dropped past a cap */
+    bool cleaned;                        /* cleanup() ran: init reaped, tier resources released */
+    struct evbuffer *events;             /* NDJSON lines, oldest dropped past a cap (box-events.c) */
+    uint64_t events_seq, events_dropped; /* lines logged, and dropped from the ring's front */
+    struct pinned_event pinned[EVENTS_PINNED];
+    size_t n_pinned;
+    struct box_budget budget;
     LIST_HEAD(, follower) followers; /* GET …/events?follow=true (api.c) */
     LIST_ENTRY(box) link;
 };
@@ -206,13 +209,31 @@ void box_drop_kept_slots(void);
 struct box *box_find(const char *id);
 /* Tear down (asynchronously) and forget. reason goes to the event log. */
 void box_delete(struct box *b, const char *reason);
+/* The box cannot be used any more (reason goes to the log and its state); init is killed by the caller. */
+void box_stop(struct box *b, const char *reason);
+const char *box_state_name(enum box_state s);
+
+/* ---- a box's events and violations (box-events.c) ---- */
 /* Append an event (NDJSON line: time, sandbox, type, then fields, stolen) to
  * the box's log and push it to followers. */
 void box_event(struct box *b, const char *type, json_t *fields);
-const char *box_state_name(enum box_state s);
+/* The log as GET …/events gives it: the first line of each kind the ring dropped, how many it
+ * dropped, then the ring. */
+void box_events_write(struct box *b, struct evbuffer *out);
+void box_events_free(struct box *b);
 /* Record a violation: count it, emit a "violation" event (kind, then fields,
- * stolen), and with on_violation "kill" end the sandbox at once. */
+ * stolen; NULL when box_violation_logged said no) if its kind's sample allows it, and with
+ * on_violation "kill" end the sandbox at once. */
 void box_violation(struct box *b, enum violation_kind kind, json_t *fields);
+/* Whether the next violation of kind will be written as an event: its details are worth reading
+ * (a command line, a path) only then. */
+bool box_violation_logged(struct box *b, enum violation_kind kind);
+/* A "violations_suppressed" event for the ones counted but not written (also once a second). */
+void box_violations_flush(struct box *b);
+/* A batch of a box's supervision work began at box_supervise_start(): charged to its budget, which
+ * pauses its listeners (guard_pause) when spent, until the second is over (guard_resume). */
+uint64_t box_supervise_start(void);
+void box_supervised(struct box *b, uint64_t t0_ns);
 /* The cgroup's OOM kills and pids-limit hits since the last look become violations. */
 void box_check_limits(struct box *b);
 /* {"counts": {kind: n, …}, "first": t|null, "last": t|null} */
@@ -253,6 +274,10 @@ int guard_start(struct box *b, struct cdn_error *err);
 /* After a restart: take the group back from init (protected paths) and mark again. */
 int guard_adopt(struct box *b, struct cdn_error *err);
 void guard_stop(struct box *b);
+/* Its supervision budget is spent (box-events.c): its own group is not read, and its refusals from
+ * the shared group are held (their openers wait) until guard_resume. */
+void guard_pause(struct box *b);
+void guard_resume(struct box *b);
 
 /* ---- the monitor's rules (monitor.c) ---- */
 int monitor_load_rules(const char *path, struct cdn_error *err);
@@ -268,8 +293,12 @@ void monitor_alert_with(struct box *b, const char *rule, const char *severity, c
  * matches; returns a JSON list of them [{rule, severity, description}]. */
 json_t *monitor_match(struct box *b, int source, const char *subject, size_t len);
 
-/* ---- HTTP (api.c, api-exec.c) ---- */
+/* ---- HTTP (api.c, api-exec.c, api-tcp.c) ---- */
 int api_start(void);
+/* The TCP listener's gate (api-tcp.c): each connection authenticated on its first header block. */
+void api_tcp_gate(struct evhttp *http);
+unsigned api_tcp_unauthenticated(void); /* connections waiting at the gate */
+unsigned api_tcp_connections(void);     /* TCP connections open */
 void api_reply_json(struct evhttp_request *req, int status, json_t *body); /* steals body */
 void api_reply_error(struct evhttp_request *req, int status, const char *code, const char *field,
                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));

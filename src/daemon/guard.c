@@ -25,6 +25,25 @@ static bool allowed(const struct box *b, const struct cdn_fsguard_event *ev)
            !cdn_pid_in_sandbox(ev->pid, b->sb.init_pid);
 }
 
+/* A refusal in the shared group for a box whose budget is spent: held, its opener waiting, until
+ * guard_resume (as a box's own group is not read meanwhile). Answered at once if it cannot be held. */
+static bool hold(struct box *b, struct cdn_fsguard_event *ev)
+{
+    struct box_budget *g = &b->budget;
+    if (!g->paused || b->guard_fd >= 0)
+        return false;
+    if (g->n_held == g->cap_held) {
+        size_t cap = g->cap_held ? g->cap_held * 2 : 64;
+        int *v = cap <= 65536 ? realloc(g->held, cap * sizeof *v) : NULL;
+        if (!v)
+            return false;
+        g->held = v, g->cap_held = cap;
+    }
+    g->held[g->n_held++] = ev->fd;
+    ev->fd = -1;
+    return true;
+}
+
 static void decide(struct box *b, int group, struct cdn_fsguard_event *ev)
 {
     const struct cdn_guard_mark *m = b ? cdn_guard_marks_find(&b->marks, ev->mnt_id) : NULL;
@@ -33,12 +52,18 @@ static void decide(struct box *b, int group, struct cdn_fsguard_event *ev)
         return;
     }
     /* The violation first (kill mode kills), then the refusal. */
-    box_violation(b, m->kind == CDN_GUARD_PROTECT ? VIOLATION_PROTECT : VIOLATION_KERNEL,
-                  json_pack("{s:o, s:s, s:i, s:o}", "path",
-                            json_lossy_string((const uint8_t *) ev->path, strlen(ev->path)), "op",
-                            ev->exec ? "exec" : "open", "pid", ev->pid, "cmd",
-                            json_lossy_string((const uint8_t *) ev->cmdline, strlen(ev->cmdline))));
-    (void) cdn_fsguard_answer(group, ev, false);
+    enum violation_kind kind = m->kind == CDN_GUARD_PROTECT ? VIOLATION_PROTECT : VIOLATION_KERNEL;
+    json_t *fields = NULL;
+    if (box_violation_logged(b, kind)) { /* its details, only for an event */
+        cdn_fsguard_describe(ev);
+        fields = json_pack("{s:o, s:s, s:i, s:o}", "path",
+                           json_lossy_string((const uint8_t *) ev->path, strlen(ev->path)), "op",
+                           ev->exec ? "exec" : "open", "pid", ev->pid, "cmd",
+                           json_lossy_string((const uint8_t *) ev->cmdline, strlen(ev->cmdline)));
+    }
+    box_violation(b, kind, fields);
+    if (!hold(b, ev))
+        (void) cdn_fsguard_answer(group, ev, false);
 }
 
 static struct box *owner_of(int mnt_id)
@@ -50,14 +75,44 @@ static struct box *owner_of(int mnt_id)
     return NULL;
 }
 
+/* At most 16 events per call; each one's cost is charged to the budget of the box it is about. */
 static void on_events(evutil_socket_t fd, short what, void *arg)
 {
     (void) what;
     struct box *own = arg;
     struct cdn_fsguard_event ev[16];
+    uint64_t t0 = box_supervise_start();
     int n = cdn_fsguard_read(fd, ev, ELEMENTSOF(ev));
-    for (int i = 0; i < n; i++)
-        decide(own ? own : owner_of(ev[i].mnt_id), fd, &ev[i]);
+    for (int i = 0; i < n; i++) {
+        struct box *b = own ? own : owner_of(ev[i].mnt_id);
+        decide(b, fd, &ev[i]);
+        if (b && b->guarded) { /* still guarded: kill mode may have ended it */
+            box_supervised(b, t0);
+            t0 = box_supervise_start();
+        }
+    }
+}
+
+void guard_pause(struct box *b)
+{
+    if (b->guard_ev)
+        (void) event_del(b->guard_ev);
+}
+
+static void answer_held(struct box *b)
+{
+    for (size_t i = 0; i < b->budget.n_held; i++) {
+        struct cdn_fsguard_event ev = {.fd = b->budget.held[i]};
+        (void) cdn_fsguard_answer(global_fd, &ev, false);
+    }
+    b->budget.n_held = 0;
+}
+
+void guard_resume(struct box *b)
+{
+    if (b->guard_ev)
+        (void) event_add(b->guard_ev, NULL);
+    answer_held(b);
 }
 
 int guard_global_start(void)
@@ -153,6 +208,10 @@ int guard_adopt(struct box *b, struct cdn_error *err)
 
 void guard_stop(struct box *b)
 {
+    answer_held(b);
+    free(b->budget.held);
+    b->budget.held = NULL;
+    b->budget.cap_held = 0;
     if (b->guarded)
         LIST_REMOVE(b, guard_link);
     b->guarded = false;

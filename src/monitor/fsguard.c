@@ -261,13 +261,17 @@ int cdn_fsguard_read(int group, struct cdn_fsguard_event *ev, size_t max)
         struct cdn_fsguard_event *e = &ev[n++];
         *e = (struct cdn_fsguard_event){.fd = m->fd, .pid = m->pid, .exec = m->mask & FAN_OPEN_EXEC_PERM};
         e->mnt_id = fd_mnt_id(m->fd);
-        char p[64];
-        (void) snprintf(p, sizeof p, "/proc/self/fd/%d", m->fd);
-        ssize_t k = readlink(p, e->path, sizeof e->path - 1);
-        e->path[k > 0 ? k : 0] = 0;
-        cdn_read_cmdline(m->pid, e->cmdline, sizeof e->cmdline);
     }
     return (int) n;
+}
+
+void cdn_fsguard_describe(struct cdn_fsguard_event *ev)
+{
+    char p[64];
+    (void) snprintf(p, sizeof p, "/proc/self/fd/%d", ev->fd);
+    ssize_t k = readlink(p, ev->path, sizeof ev->path - 1);
+    ev->path[k > 0 ? k : 0] = 0;
+    cdn_read_cmdline(ev->pid, ev->cmdline, sizeof ev->cmdline);
 }
 
 int cdn_fsguard_answer(int group, struct cdn_fsguard_event *ev, bool allow)

@@ -45,8 +45,9 @@ int cdn_fsguard_mark_sandbox(int group, pid_t init_pid, const struct cdn_strv *p
 const struct cdn_guard_mark *cdn_guard_marks_find(const struct cdn_guard_marks *m, int mnt_id);
 void cdn_guard_marks_free(struct cdn_guard_marks *m);
 
-/* One permission event: the opener is blocked until it is answered. path is
- * as the opener's root sees it; cmdline read while it waits. */
+/* One permission event: the opener is blocked until it is answered. path (as
+ * the opener's root sees it) and cmdline are filled by cdn_fsguard_describe(),
+ * while it waits, for a caller that records it. */
 struct cdn_fsguard_event {
     int fd; /* the file being opened, ours until the answer */
     int pid;
@@ -58,6 +59,8 @@ struct cdn_fsguard_event {
 
 /* Read pending events into ev[0..max); returns how many (0: none), -errno. */
 int cdn_fsguard_read(int group, struct cdn_fsguard_event *ev, size_t max);
+/* The path and command line of ev, read while its opener waits. */
+void cdn_fsguard_describe(struct cdn_fsguard_event *ev);
 /* Answer (allow or refuse with EPERM) and close ev->fd. */
 int cdn_fsguard_answer(int group, struct cdn_fsguard_event *ev, bool allow);
 /* Whether pid lives in the pid namespace of init_pid (a sandbox process). */

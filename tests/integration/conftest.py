@@ -144,6 +144,7 @@ PROCESS_TIER_NA = {
 # deselected for it.
 VM_TIER_TESTS = {
     "test_exec_buffered", "test_exec_stream", "test_files_roundtrip", "test_exec_timeout_kills_the_command",
+    "test_exec_timeout_kills_what_the_command_started_setsid_or_not",
     "test_events", "test_allowed_http_and_https", "test_name_off_the_list", "test_direct_ip_and_metadata",
     "test_watched_syscalls_are_violations", "test_egress_oom_and_pids_are_counted",
     "test_oom_kill_of_the_command_is_137_and_recorded", "test_pids_limit_makes_fork_fail",

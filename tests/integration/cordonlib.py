@@ -498,7 +498,7 @@ class Daemon:
     ends its sandboxes; keep=True leaves them for the next Daemon on the same
     workdir, as a restart of the real service does."""
 
-    def __init__(self, workdir, *args, keep=False):
+    def __init__(self, workdir, *args, keep=False, env=None):
         self.socket = os.path.join(workdir, "cordond.sock")
         self.log_path = os.path.join(workdir, "cordond.log")
         self.log = open(self.log_path, "wb")
@@ -506,7 +506,8 @@ class Daemon:
             os.unlink(self.socket)  # a killed predecessor's: its file stays behind
         # A sanitizer build keeps freed memory in quarantine (256 MB by
         # default), which would hide whether cordond's own memory is bounded.
-        env = dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=16")
+        env = dict(os.environ, **(env or {}),
+                   ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=16")
         argv = [CORDOND_BIN, "--config", "/dev/null", "--socket", self.socket,
                 "--sandbox-dir", os.path.join(workdir, "sandboxes"), "--stop-sandboxes", "false" if keep else "true"]
         self.proc = subprocess.Popen([*argv, *args],

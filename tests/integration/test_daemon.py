@@ -145,6 +145,28 @@ def test_exec_timeout_kills_the_command(daemon, tier):
         assert sb.exec("echo alive").stdout == "alive\n"
 
 
+def test_exec_timeout_kills_what_the_command_started_setsid_or_not(daemon, tier):
+    """A command's timeout takes every process it started: one that left its session (setsid),
+    one that did and orphaned itself (its parent exited), one that only orphaned itself. What a
+    command that ends by itself leaves running stays (a server started with &).
+    Seen failing before the fix: "sleep 1001" and "sleep 1002" (the setsid ones) outlived the
+    timeout in every tier (container, process, microvm, vm)."""
+    with create(daemon, tier=tier) as sb:
+        r = sb.exec(["sh", "-c", "setsid sleep 1001 & (setsid sleep 1002 &); (sleep 1003 &); sleep 60"],
+                    timeout_s=2)
+        assert (r.exit_code, r.timed_out) == (124, True), r
+
+        def left():
+            return sb.exec(["sh", "-c", "pgrep -a -f 'sleep 100[123]' || true"]).stdout.strip()
+
+        try:
+            wait_for(lambda: left() == "", timeout=5, what="the timed-out command's processes to end")
+        except AssertionError:
+            raise AssertionError(f"left running after the timeout: {left()!r}") from None
+        assert sb.exec(["sh", "-c", "setsid sleep 1004 >/dev/null 2>&1 &"], timeout_s=30).exit_code == 0
+        assert sb.exec(["pgrep", "-f", "sleep 1004"]).exit_code == 0
+
+
 def test_exec_stream(daemon, tier):
     with create(daemon, tier=tier) as sb:
         t0 = time.monotonic()

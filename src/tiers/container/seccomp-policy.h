@@ -70,11 +70,13 @@ struct cdn_seccomp_event {
     int nr;
     uint32_t arch;
     uint64_t args[6];
-    char cmdline[256];
 };
 int cdn_seccomp_notify_eperm(int listener, struct cdn_seccomp_event *ev);
 /* The same in two steps, for a supervisor that may kill the caller before it
- * gets its answer (on_violation kill): the caller never runs on. */
+ * gets its answer (on_violation kill): the caller never runs on. Between the
+ * two the caller waits in the call: what the supervisor wants to know of it
+ * (cdn_read_cmdline) is read then, and only when it will be used — a
+ * sandbox decides how many notifications it makes. */
 int cdn_seccomp_notify_recv(int listener, struct cdn_seccomp_event *ev);
 int cdn_seccomp_notify_deny(int listener, const struct cdn_seccomp_event *ev);
 /* Answer a reported call (cdn_seccomp_is_reported): let it run; the kernel decides. */

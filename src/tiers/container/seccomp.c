@@ -157,10 +157,6 @@ int cdn_seccomp_notify_recv(int listener, struct cdn_seccomp_event *ev)
     *ev = (struct cdn_seccomp_event){
         .id = req.n.id, .pid = (int) req.n.pid, .nr = req.n.data.nr, .arch = req.n.data.arch};
     memcpy(ev->args, req.n.data.args, sizeof ev->args);
-    /* Read while the caller is stopped in the syscall; not for the reported
-     * writes (most are no violation: their reader asks when one is). */
-    if (ev->pid > 0 && !cdn_seccomp_is_reported(ev->nr))
-        cdn_read_cmdline(ev->pid, ev->cmdline, sizeof ev->cmdline);
     return 0;
 }
 
