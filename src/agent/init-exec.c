@@ -44,8 +44,9 @@ struct job {
 static struct job jobs[MAX_EXECS];
 static struct cdn_exec_req req;
 static bool shutdown_due;
-/* Signals for "everything" that came while nothing ran yet (a SIGTERM right
- * after start): held here and delivered to the next command once it exists. */
+/* The host's signals for "everything" that came while nothing ran yet (cordon run's SIGTERM
+ * right after start): held here for its one command (CDN_EXEC_SHUTDOWN_ON_EXIT) once it exists.
+ * Any other command drops them: a signal never crosses into a command it was not sent to. */
 static uint64_t held_signals;
 
 static const int reset_signals[] = {SIGHUP,   SIGINT,  SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
@@ -166,6 +167,10 @@ static void release(struct job *j)
 
 static void deliver_held(const struct job *j)
 {
+    if (!(j->flags & CDN_EXEC_SHUTDOWN_ON_EXIT)) {
+        held_signals = 0;
+        return;
+    }
     for (int sig = 1; held_signals && sig < 64; sig++)
         if (held_signals & (1ULL << sig)) {
             held_signals &= ~(1ULL << sig);

@@ -24,7 +24,8 @@ void exec_start(uint32_t channel, const uint8_t *p, size_t len);
 void exec_stdin(uint32_t channel, const uint8_t *p, size_t len);
 void exec_resize(uint32_t channel, const uint8_t *p, size_t len);
 void exec_signal(uint32_t channel, int sig);
-/* sig to every command; held for the next one when none runs yet. */
+/* A signal from the host (init.c) to every command; held for a one-shot command (cordon run's) when
+ * none runs yet. */
 void exec_signal_all(int sig);
 /* Reap every exited child; report the commands among them. */
 void exec_reap(void);
