@@ -32,6 +32,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <linux/securebits.h>
+#include <linux/stat.h> /* struct statx: musl's headers have none */
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/reboot.h>
@@ -39,6 +40,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -1185,6 +1187,57 @@ static int expand(const char *pattern, char (*out)[256], size_t *n, size_t max)
     return r;
 }
 
+/* The mount path is on (following symlinks, as a command naming it would), and whether path is
+ * that mount's root. */
+static int mount_of(const char *path, uint64_t *id, bool *root)
+{
+    struct statx stx;
+    if (syscall(SYS_statx, AT_FDCWD, path, 0, STATX_MNT_ID, &stx) < 0)
+        return -errno;
+    *id = stx.stx_mnt_id;
+    *root = (stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) && (stx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
+    return stx.stx_mask & STATX_MNT_ID ? 0 : -EOPNOTSUPP;
+}
+
+/* Every parent of path below / made a mount point (bound on itself), unless it is one already or
+ * read-only: renaming or removing it fails then (EBUSY), so no command can move a protected path
+ * aside with its parent and put a directory of its own in its place. */
+static int pin_parents(const char *path)
+{
+    char p[256];
+    for (const char *slash = strchr(path + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+        (void) snprintf(p, sizeof p, "%.*s", (int) (slash - path), path);
+        uint64_t id;
+        bool root = false;
+        struct statfs fs;
+        if (mount_of(p, &id, &root) < 0 || root || statfs(p, &fs) < 0 || (fs.f_flags & ST_RDONLY))
+            continue;
+        if (mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0)
+            return -errno;
+    }
+    return 0;
+}
+
+/* Each protected path and the mount bound there (vm_protect_check). */
+static struct {
+    char path[256];
+    uint64_t mnt_id;
+} pinned[MAX_GUARDS];
+static size_t n_pinned;
+
+int vm_protect_check(char *moved, size_t size)
+{
+    for (size_t i = 0; i < n_pinned; i++) {
+        uint64_t id = 0;
+        bool root = false;
+        if (mount_of(pinned[i].path, &id, &root) < 0 || !root || id != pinned[i].mnt_id) {
+            (void) snprintf(moved, size, "%s", pinned[i].path);
+            return -ESTALE;
+        }
+    }
+    return 0;
+}
+
 int vm_protect(const struct cdn_identity *id)
 {
     static char paths[MAX_GUARDS][256];
@@ -1198,16 +1251,24 @@ int vm_protect(const struct cdn_identity *id)
     int fan = fanotify_init(FAN_CLASS_CONTENT | FAN_CLOEXEC, O_RDONLY | O_LARGEFILE | O_CLOEXEC);
     if (fan < 0)
         return -errno;
+    struct stat st;
+    for (size_t i = 0; i < n && r == 0; i++) /* the parents first: the protected binds land on them */
+        if (lstat(paths[i], &st) == 0 && !S_ISLNK(st.st_mode))
+            r = pin_parents(paths[i]);
     for (size_t i = 0; i < n && r == 0; i++) {
-        struct stat st;
         /* A symlink is not followed: the bind goes onto the link's own path only if it is not one. */
         if (lstat(paths[i], &st) < 0 || S_ISLNK(st.st_mode))
             continue;
+        bool root = false;
         if (mount(paths[i], paths[i], NULL, MS_BIND | MS_REC, NULL) < 0 ||
             mount(NULL, paths[i], NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0 ||
             fanotify_mark(fan, FAN_MARK_ADD | FAN_MARK_MOUNT, FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM | FAN_ONDIR,
                           AT_FDCWD, paths[i]) < 0)
             r = -errno;
+        else if ((r = mount_of(paths[i], &pinned[n_pinned].mnt_id, &root)) == 0) {
+            (void) snprintf(pinned[n_pinned].path, sizeof pinned[n_pinned].path, "%s", paths[i]);
+            n_pinned++;
+        }
     }
     int sv[2];
     if (r == 0 && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)

@@ -40,6 +40,10 @@ int vm_identity(const struct cdn_identity *id);
  * lets every open through while a verifier step runs (on) and guards again after it (off). */
 int vm_protect(const struct cdn_identity *id);
 void vm_verifier(bool on);
+/* Before a verifier step: whether every protected path is still the mount bound there (not moved
+ * aside with a parent by something outside the guest's reach): 0, or -ESTALE with the first that
+ * is not in moved. Always 0 where vm_protect() guards nothing (a container's init). */
+int vm_protect_check(char *moved, size_t size);
 /* What vm_identity() was doing when it failed ("identity: the disk", …). */
 const char *vm_failed_step(void);
 /* Before a guest's first command or file operation: its image (the host's /usr over 9p). */

@@ -140,7 +140,7 @@ static void supervise_syscalls(struct cdn_sandbox *sb, struct outcome *o, struct
 #if !CDN_LEAN /* the lean build keeps no record: it lets them run, the kernel refuses them there */
         struct cdn_write_attempt w;
         for (int i = 0; cdn_write_attempt_read(&ev, &w) == 0 && i < w.n && !violation; i++) {
-            if (cdn_path_is_protected(w.path[i], &sb->spec->protect))
+            if (cdn_write_is_protected(&w, i, &sb->spec->protect))
                 violation = true, o->violations_protect++;
             else if (cdn_path_is_system(w.path[i]))
                 violation = true, o->violations_system_write++;

@@ -43,6 +43,11 @@ struct call {
     /* A verifier step: the sandbox is quiesced before it (its args wait in
      * pending) and after it (its last frame waits in last*). */
     bool verifier;
+    bool verifier_step; /* … and stays so once the sandbox is the agent's again */
+    /* Refused before it ran: the answer (status, code, message) instead of a frame's. */
+    int fail_status;
+    const char *fail_code;
+    char fail_msg[400];
     struct exec_args *pending;
     uint16_t last_type;
     uint8_t *last;
@@ -263,6 +268,13 @@ static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_
  * agent's runs beside it; when it ends, whatever it left goes the same way
  * before the sandbox is the agent's again. While the box's verifier state is
  * not NONE, other execs are refused (409). */
+static void refuse(struct call *c, int status, const char *code, const char *msg)
+{
+    c->fail_status = status;
+    c->fail_code = code;
+    (void) snprintf(c->fail_msg, sizeof c->fail_msg, "%s", msg);
+}
+
 static int quiesce(struct call *c)
 {
     struct agent_conn *ac = &c->box->agent;
@@ -279,6 +291,14 @@ static void quiesce_frame(struct agent_req *r, uint16_t type, const uint8_t *p, 
     struct call *c = (struct call *) r;
     struct box *b = c->box;
     if (type == CDN_FRAME_DONE && b->verifier == VERIFIER_STARTING) {
+        struct cdn_error moved = {0};
+        if (guard_check_moved(b, &moved) < 0) { /* the step would read what is there now: not the key */
+            b->verifier = VERIFIER_NONE;
+            c->verifier = false;
+            refuse(c, 409, "protected_path_moved", moved.msg);
+            exec_finish(c, 0, NULL, 0);
+            return;
+        }
         b->verifier = VERIFIER_RUNNING;
         c->areq.on_frame = exec_frame;
         int e = send_exec(c, c->pending);
@@ -340,9 +360,17 @@ static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_
                             json_lossy_string((const uint8_t *) c->cmd, strlen(c->cmd)), "exit_code", code,
                             "duration_ms", ms, "timed_out", c->timed_out));
         box_check_limits(c->box); /* an OOM kill or a pids-limit hit during it is a violation */
+    } else if (c->fail_code) {
+        status = c->fail_status;
+        res = api_error_json(c->fail_code, NULL, c->fail_msg);
     } else if (type == CDN_FRAME_ERROR && cdn_errmsg_decode(p, len, &e, &msg) == 0) {
-        status = 400;
-        res = api_error_json("exec_failed", "cmd", msg);
+        /* A verifier step the guest's init refused (frame.h): the sandbox's state, not the command. */
+        bool refused = c->verifier_step && (e == CDN_VERIFIER_MOVED || e == CDN_VERIFIER_UNSAFE);
+        status = refused ? 409 : 400;
+        res = api_error_json(!refused                  ? "exec_failed"
+                             : e == CDN_VERIFIER_MOVED ? "protected_path_moved"
+                                                       : "verifier_unsafe",
+                             refused ? NULL : "cmd", msg);
     } else {
         status = 500;
         res = api_error_json("sandbox_gone", NULL, "the sandbox ended before the command did");
@@ -495,7 +523,7 @@ void api_exec(struct evhttp_request *req, struct box *b)
     }
     if (c && c->out && c->err &&
         a.verifier) { /* the command is sent once the sandbox is quiet (quiesce_frame) */
-        c->verifier = true;
+        c->verifier = c->verifier_step = true;
         c->pending = malloc(sizeof *c->pending);
         if (c->pending) {
             *c->pending = a;

@@ -108,9 +108,9 @@ static void on_reported(struct box *b, int fd, const struct cdn_seccomp_event *e
     bool deny = false;
     if (cdn_write_attempt_read(ev, &w) == 0)
         for (int i = 0; i < w.n && b->state == BOX_RUNNING; i++) {
-            enum violation_kind k = cdn_path_is_protected(w.path[i], &b->spec.protect) ? VIOLATION_PROTECT
-                                    : cdn_path_is_system(w.path[i]) ? VIOLATION_SYSTEM_WRITE
-                                                                    : _VIOLATION_MAX;
+            enum violation_kind k = cdn_write_is_protected(&w, i, &b->spec.protect) ? VIOLATION_PROTECT
+                                    : cdn_path_is_system(w.path[i])                 ? VIOLATION_SYSTEM_WRITE
+                                                                                    : _VIOLATION_MAX;
             if (k == _VIOLATION_MAX)
                 continue;
             char cmd[256];

@@ -245,6 +245,8 @@ int guard_prepare(struct box *b, struct cdn_error *err);
 int guard_start(struct box *b, struct cdn_error *err);
 /* After a restart: take the group back from init (protected paths) and mark again. */
 int guard_adopt(struct box *b, struct cdn_error *err);
+/* Before a verifier step: -ESTALE (err says which) if a protected path is not its mount any more. */
+int guard_check_moved(struct box *b, struct cdn_error *err);
 void guard_stop(struct box *b);
 
 /* ---- the monitor's rules (monitor.c) ---- */
