@@ -66,6 +66,13 @@ void vm_usage_report(bool force);
 void vm_add_listener(int fd);
 void vm_poll_add(struct pollfd *pfd, size_t *n, size_t max);
 void vm_poll_handle(const struct pollfd *pfd, size_t n);
+/* A verifier step (init-verifier.c). In init, before its EXEC: refuse it (an ERROR on channel
+ * already sent, -errno) if a protected path moved; else make its HOME unless the request has one.
+ * In its child, once confined: HOME and PATH set (-CDN_VERIFIER_UNSAFE: refuse to run it).
+ * verifier_cleanup(): once no process is left, the HOME goes with what the step left there. */
+int verifier_prepare(const struct cdn_exec_req *r, uint32_t channel);
+int verifier_child_env(const struct cdn_exec_req *r, const char *req_home);
+void verifier_cleanup(void);
 /* QUIESCE: kill everything but init; DONE on channel once all are reaped. */
 void exec_quiesce(uint32_t channel);
 /* Poll set: add the fds of running commands at pfd[*n…] (up to max; their

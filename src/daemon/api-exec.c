@@ -462,7 +462,7 @@ static int send_exec(struct call *c, struct exec_args *a)
 {
     struct cdn_strv env = {0};
     char *const *extra = a->env.n ? a->env.v : NULL;
-    if (cdn_exec_env(&c->box->spec, a->pty ? "xterm" : NULL, extra, &env) < 0)
+    if (cdn_exec_env_for(&c->box->spec, a->pty ? "xterm" : NULL, extra, c->verifier, &env) < 0)
         return -ENOMEM;
     uint32_t flags = CDN_EXEC_PIPES | (a->has_stdin ? CDN_EXEC_STDIN : 0) | (a->pty ? CDN_EXEC_PTY : 0) |
                      (c->verifier ? CDN_EXEC_VERIFIER : 0);
