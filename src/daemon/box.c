@@ -54,7 +54,7 @@ struct box *box_find(const char *id)
 {
     struct box *b;
     LIST_FOREACH(b, &cordond->boxes, link)
-    if (strcmp(b->sb.id, id) == 0)
+    if (!b->sibling && strcmp(b->sb.id, id) == 0)
         return b;
     return NULL;
 }
@@ -205,6 +205,20 @@ json_t *box_violations_json(const struct box *b)
 
 void box_violation(struct box *b, enum violation_kind kind, json_t *fields)
 {
+    if (b->sibling) {
+        /* A verifier's sibling: the sandbox it verifies counts it, and its policy decides. */
+        struct box *o = b->verifies;
+        bool kill = o && o->spec.on_violation == CDN_VIOLATION_KILL;
+        if (o)
+            box_violation(o, kind, fields);
+        else
+            json_decref(fields);
+        if (kill && b->state == BOX_RUNNING) {
+            box_stop(b, "killed on violation");
+            (void) b->sb.tier->kill(&b->sb, SIGKILL);
+        }
+        return;
+    }
     double now = now_unix();
     b->viol.counts[kind]++;
     if (!b->viol.first)
@@ -300,6 +314,8 @@ json_t *box_to_json(struct box *b)
 
 static void box_free(struct box *b)
 {
+    if (b->step)
+        sibling_box_gone(b, "cordond let it go");
     api_throttle_end(b);
     guard_stop(b);
     if (b->setup_ev)
@@ -389,6 +405,8 @@ static void box_stop(struct box *b, const char *reason)
         b->create_req = NULL;
     }
     box_event(b, "exited", json_pack("{s:s}", "reason", reason));
+    if (b->step)
+        sibling_box_gone(b, reason);
 }
 
 static void maybe_finish_stop(void)
@@ -430,6 +448,8 @@ static bool read_setup_failure(struct box *b, int fd)
     err.msg[sizeof err.msg - 1] = 0;
     err.field[sizeof err.field - 1] = 0;
     cordond->create_errors++;
+    if (b->step) /* a verifier's sibling: its step says why */
+        sibling_box_gone(b, err.msg);
     if (b->pool)
         fprintf(stderr, "cordond: a pooled sandbox failed to start: %s\n", err.msg);
     if (b->create_req)
@@ -536,6 +556,8 @@ static void box_started(struct box *b)
         api_reply_json(b->create_req, 201, box_to_json(b));
         b->create_req = NULL;
     }
+    if (b->step)
+        sibling_box_ready(b);
 }
 
 /* Whether the process behind pidfd has exited (a zombie counts). Only our
@@ -831,6 +853,15 @@ void box_create(struct cdn_spec *spec, struct evhttp_request *req)
 
 /* ---- restarts ---- */
 
+static bool is_sibling(const struct cdn_spec *spec)
+{
+    size_t n = strlen(SIBLING_LABEL);
+    for (size_t i = 0; i < spec->labels.n; i++)
+        if (strncmp(spec->labels.v[i], SIBLING_LABEL, n) == 0 && spec->labels.v[i][n] == '=')
+            return true;
+    return false;
+}
+
 static void adopt_one(const char *id, const char *path)
 {
     struct record rec;
@@ -875,6 +906,10 @@ static void adopt_one(const char *id, const char *path)
         LIST_INSERT_HEAD(&cordond->boxes, b, link);
         cordond->n_boxes++;
         if (watch(b) >= 0) {
+            if (is_sibling(&b->spec)) { /* its step ended with the last cordond: nobody wants it */
+                box_delete(b, "a verifier's sibling left by the last cordond");
+                return;
+            }
             monitor_start(b);
             if (guard_adopt(b, &err) < 0 && b->spec.protect.n) {
                 fprintf(stderr, "cordond: sandbox %s: %s; ending it\n", id, err.msg);

@@ -138,6 +138,12 @@ struct box {
     bool guarded;
     LIST_ENTRY(box) guard_link;
     enum { VERIFIER_NONE, VERIFIER_STARTING, VERIFIER_RUNNING, VERIFIER_ENDING } verifier; /* api-exec.c */
+    /* A clean sibling's verifier step (api-sibling.c): step on both sandboxes while it lasts;
+     * sibling on the fresh one, which no route lists or finds and no restart adopts; verifies
+     * (while that sandbox exists) the one whose violations it counts. */
+    struct sibling_step *step;
+    bool sibling;
+    struct box *verifies;
     bool cleaned;                    /* cleanup() ran: init reaped, tier resources released */
     struct evbuffer *events;         /* NDJSON lines, oldest dropped past a cap */
     LIST_HEAD(, follower) followers; /* GET …/events?follow=true (api.c) */
@@ -249,6 +255,13 @@ int guard_adopt(struct box *b, struct cdn_error *err);
 int guard_check_moved(struct box *b, struct cdn_error *err);
 void guard_stop(struct box *b);
 
+/* ---- a clean sibling's verifier step (api-sibling.c) ---- */
+/* The label a sibling's spec carries (its value: the id of the sandbox it verifies). */
+#define SIBLING_LABEL "cordon.sibling_of"
+/* From box.c: the sibling runs; b (either side of a step) has stopped or is being freed. */
+void sibling_box_ready(struct box *b);
+void sibling_box_gone(struct box *b, const char *reason);
+
 /* ---- the monitor's rules (monitor.c) ---- */
 int monitor_load_rules(const char *path, struct cdn_error *err);
 void monitor_free(void);
@@ -269,6 +282,14 @@ void api_reply_error(struct evhttp_request *req, int status, const char *code, c
 json_t *api_error_json(const char *code, const char *field, const char *msg);
 void api_reply_cdn_error(struct evhttp_request *req, int status, const char *code, const struct cdn_error *e);
 void api_exec(struct evhttp_request *req, struct box *b);
+struct exec_args;
+/* Run a (parsed) exec on b and answer req; its args are moved out. For a clean sibling's step
+ * (api-sibling.c) owner is the sandbox it verifies: the exec event, the alerts and the count are
+ * its; done(done_arg) runs once req is answered (also when the exec could not start). */
+void api_exec_begin(struct evhttp_request *req, struct box *b, struct exec_args *args, struct box *owner,
+                    void (*done)(void *arg), void *done_arg);
+/* POST …/exec with "verifier": {"mode": "sibling", "copy": […]} (api-sibling.c): args moved out. */
+void api_sibling_start(struct evhttp_request *req, struct box *b, struct exec_args *args);
 void api_call(struct evhttp_request *req, struct box *b); /* api-call.c: the process tier */
 void api_throttle_end(struct box *b);                     /* the box is going */
 void api_stream_timeout(struct evhttp_request *req);      /* after evhttp_send_reply_start */
