@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "init.h"
+#include "monitor/watch.h"
 
 /* <linux/random.h>, which the musl build of init has no copy of. */
 #ifndef RNDADDENTROPY
@@ -1009,6 +1010,54 @@ static void read_cmdline(int pid, char *buf, size_t size)
     buf[k > 0 ? k : 0] = 0;
 }
 
+static bool verifier_on;                      /* a verifier step runs (vm_verifier) */
+static bool protected_path(const char *path); /* beneath one of vm_protect's */
+static bool protects_anything(void);
+
+/* inotify_add_watch by a command (src/monitor/watch.h): made by init on the object it resolved,
+ * without init's capabilities (the command has none), or refused on a protected path (a
+ * VIOLATION: the watch would tell the names the harness reads there). Without protected paths,
+ * or while a verifier step runs, the kernel makes it. */
+static void guest_watch(int fd, const struct seccomp_notif *n)
+{
+    struct cdn_watch w;
+    if (!protects_anything() || verifier_on) {
+        (void) cdn_watch_answer(fd, n->id, 0, 0, true);
+        return;
+    }
+    int r = cdn_watch_open(fd, n->id, (int) n->pid, (const uint64_t *) n->data.args, &w);
+    if (r < 0) {
+        (void) cdn_watch_answer(fd, n->id, 0, -r, false);
+        return;
+    }
+    if (protected_path(w.path)) {
+        static struct cdn_violation_msg v;
+        v = (struct cdn_violation_msg){.kind = CDN_VIOLATION_MSG_PROTECT, .pid = n->pid};
+        (void) snprintf(v.path, sizeof v.path, "%.255s", w.path);
+        (void) snprintf(v.op, sizeof v.op, "inotify");
+        read_cmdline((int) n->pid, v.cmd, sizeof v.cmd);
+        static uint8_t buf[1024];
+        int k = cdn_violation_encode(buf, sizeof buf, &v);
+        if (k > 0)
+            agent_send(CDN_FRAME_VIOLATION, 0, buf, (uint32_t) k);
+        if (!(policy_flags & CDN_POLICY_KILL)) /* to be killed: no answer */
+            (void) cdn_watch_answer(fd, n->id, 0, EPERM, false);
+    } else {
+        struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+        struct __user_cap_data_struct caps[2], none[2];
+        r = (int) syscall(SYS_capget, &h, caps);
+        memcpy(none, caps, sizeof none);
+        none[0].effective = none[1].effective = 0;
+        if (r == 0 && syscall(SYS_capset, &h, none) == 0) {
+            r = cdn_watch_add(&w);
+            (void) syscall(SYS_capset, &h, caps);
+        } else
+            r = -EPERM;
+        (void) cdn_watch_answer(fd, n->id, r < 0 ? 0 : r, r < 0 ? -r : 0, false);
+    }
+    cdn_watch_close(&w);
+}
+
 /* One watched denial: to the host as a VIOLATION, then EPERM (or, to be killed, no answer). */
 static void notification(int fd)
 {
@@ -1028,6 +1077,10 @@ static void notification(int fd)
     memset(&req, 0, sz.seccomp_notif);
     if (ioctl(fd, SECCOMP_IOCTL_NOTIF_RECV, &req) < 0)
         return;
+    if (req.n.data.nr == __NR_inotify_add_watch) {
+        guest_watch(fd, &req.n);
+        return;
+    }
     static struct cdn_violation_msg v;
     v = (struct cdn_violation_msg){.kind = CDN_VIOLATION_MSG_SYSCALL,
                                    .nr = (uint32_t) req.n.data.nr,
@@ -1225,6 +1278,21 @@ static struct {
 } pinned[MAX_GUARDS];
 static size_t n_pinned;
 
+static bool protects_anything(void)
+{
+    return n_pinned > 0;
+}
+
+static bool protected_path(const char *path)
+{
+    for (size_t i = 0; i < n_pinned; i++) {
+        size_t n = strlen(pinned[i].path);
+        if (strncmp(path, pinned[i].path, n) == 0 && (path[n] == 0 || path[n] == '/'))
+            return true;
+    }
+    return false;
+}
+
 int vm_protect_check(char *moved, size_t size)
 {
     for (size_t i = 0; i < n_pinned; i++) {
@@ -1299,6 +1367,7 @@ int vm_protect(const struct cdn_identity *id)
 
 void vm_verifier(bool on)
 {
+    verifier_on = on;
     if (guard_sock >= 0)
         (void) !write(guard_sock, on ? "V" : "v", 1);
 }

@@ -22,12 +22,14 @@
 #include <string.h>
 #include <time.h>
 #include <sys/syscall.h>
+#include <sys/fsuid.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "daemon.h"
 #include "core/paths.h"
+#include "monitor/watch.h"
 #include "monitor/writes.h"
 #include "tiers/container/seccomp-policy.h"
 #include "record.h"
@@ -131,6 +133,45 @@ static void on_reported(struct box *b, int fd, const struct cdn_seccomp_event *e
         (void) cdn_seccomp_notify_continue(fd, ev);
 }
 
+/* inotify_add_watch by a sandbox process (watch.h): made here, on the object resolved here, or
+ * refused on a protected path (a violation: the watch would tell the names the harness reads
+ * there). A sandbox without protected paths, or a verifier step (everything is open to it),
+ * lets the kernel do it. */
+static void on_watch(struct box *b, int fd, const struct cdn_seccomp_event *ev)
+{
+    if (!b->spec.protect.n || b->verifier == VERIFIER_RUNNING) {
+        (void) cdn_watch_answer(fd, ev->id, 0, 0, true);
+        return;
+    }
+    struct cdn_watch w;
+    int r = cdn_watch_open(fd, ev->id, ev->pid, ev->args, &w);
+    if (r < 0) {
+        (void) cdn_watch_answer(fd, ev->id, 0, -r, false);
+        return;
+    }
+    const struct cdn_guard_mark *m = cdn_guard_marks_find(&b->marks, (int) w.mnt_id);
+    if (m && m->kind == CDN_GUARD_PROTECT) {
+        char cmd[256];
+        cdn_read_cmdline(ev->pid, cmd, sizeof cmd);
+        box_violation(b, VIOLATION_PROTECT,
+                      json_pack("{s:o, s:s, s:i, s:o}", "path",
+                                json_lossy_string((const uint8_t *) w.path, strlen(w.path)), "op",
+                                "inotify", "pid", ev->pid, "cmd",
+                                json_lossy_string((const uint8_t *) cmd, strlen(cmd))));
+        if (b->state == BOX_RUNNING) /* killed on it: no answer, as for a watched denial */
+            (void) cdn_watch_answer(fd, ev->id, 0, EPERM, false);
+    } else {
+        /* With the caller's file credentials: a watch needs read permission on the object. */
+        (void) setfsgid(w.fsgid);
+        (void) setfsuid(w.fsuid);
+        r = cdn_watch_add(&w);
+        (void) setfsuid(0);
+        (void) setfsgid(0);
+        (void) cdn_watch_answer(fd, ev->id, r < 0 ? 0 : r, r < 0 ? -r : 0, false);
+    }
+    cdn_watch_close(&w);
+}
+
 static void on_monitor(evutil_socket_t fd, short what, void *arg)
 {
     (void) what;
@@ -151,6 +192,10 @@ static void on_monitor(evutil_socket_t fd, short what, void *arg)
             return;
         if (cdn_seccomp_is_reported(ev.nr)) {
             on_reported(b, fd, &ev);
+            continue;
+        }
+        if (cdn_seccomp_is_watch(ev.nr)) {
+            on_watch(b, fd, &ev);
             continue;
         }
         /* The violation first (in kill mode it kills), then the answer: a

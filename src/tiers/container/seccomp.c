@@ -21,8 +21,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* 3: watched denials are user notifications; 5: the variant that reports path writes */
-#define POLICY_VERSION 5
+/* 3: watched denials are user notifications; 5: the variant that reports path writes;
+ * 6: inotify_add_watch goes to the supervisor */
+#define POLICY_VERSION 6
 
 uint64_t cdn_seccomp_policy_hash(void)
 {
@@ -159,7 +160,7 @@ int cdn_seccomp_notify_recv(int listener, struct cdn_seccomp_event *ev)
     memcpy(ev->args, req.n.data.args, sizeof ev->args);
     /* Read while the caller is stopped in the syscall; not for the reported
      * writes (most are no violation: their reader asks when one is). */
-    if (ev->pid > 0 && !cdn_seccomp_is_reported(ev->nr))
+    if (ev->pid > 0 && !cdn_seccomp_is_reported(ev->nr) && !cdn_seccomp_is_watch(ev->nr))
         cdn_read_cmdline(ev->pid, ev->cmdline, sizeof ev->cmdline);
     return 0;
 }
