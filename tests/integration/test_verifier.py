@@ -346,3 +346,57 @@ def test_inotify_cannot_watch_a_protected_directory(shared_dir, ws, tier):
         sb.kill()
     finally:
         assert d.stop() == 0, d.output()
+
+
+def test_sibling_step_edges(shared_dir, ws, tier):
+    """A sibling's violations are the sandbox's; a copy far bigger than what cordond buffers
+    arrives whole; a client that hangs up while the sibling is made, or a sandbox deleted while
+    its step runs, leaves no sibling behind (the leak check after the test looks for its
+    processes, mounts and cgroups)."""
+    import socket
+    d = Daemon(shared_dir)
+    try:
+        sb = sandbox(d, ws, tier)
+        r = sb.exec("mkdir -p /workspace/repo/big && head -c 24000000 /dev/urandom > /workspace/repo/big/blob && "
+                    "sha256sum /workspace/repo/big/blob")
+        digest = r.stdout.split()[0]
+        r = sb.exec(["sh", "-c", "sha256sum /workspace/repo/big/blob; unshare -r true; echo rc=$?"],
+                    verifier="sibling", copy=["/workspace/repo"])
+        assert r.stdout.split()[0] == digest and "rc=1" in r.stdout, r
+        v = sb.violations()["counts"]
+        assert v["syscall"] >= 1, v  # the sibling's unshare, counted here
+        ev = [e for e in sb.events() if e["type"] in ("verifier", "exec")]
+        assert ev[-2]["type"] == "verifier" and ev[-2]["copied_bytes"] > 24000000, ev[-2:]
+        assert ev[-1].get("verifier") == "sibling", ev[-1]
+        # a client gone while the sibling is made
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(d.socket)
+        body = b'{"cmd": ["true"], "verifier": {"mode": "sibling", "copy": ["/workspace/repo"]}}'
+        s.sendall(b"POST /v1/sandboxes/%s/exec HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                  % (sb.id.encode(), len(body), body))
+        time.sleep(0.05)
+        s.close()
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            status, _ = d.http("POST", f"/v1/sandboxes/{sb.id}/exec", {"cmd": ["true"]})
+            if status == 200:
+                break
+            time.sleep(0.2)
+        assert status == 200
+        # the sandbox deleted while its sibling's step runs
+        import threading
+        out = {}
+        t = threading.Thread(target=lambda: out.update(r=d.http(
+            "POST", f"/v1/sandboxes/{sb.id}/exec",
+            {"cmd": ["sh", "-c", "echo started; sleep 30"], "verifier": {"mode": "sibling", "copy": ["/workspace/repo"]},
+             "stream": True})))
+        t.start()
+        deadline = time.time() + 60
+        while time.time() < deadline and not any(e["type"] == "verifier" for e in sb.events()[-3:]):
+            time.sleep(0.2)
+        time.sleep(1)
+        sb.kill()
+        t.join(60)
+        assert not t.is_alive()
+    finally:
+        assert d.stop() == 0, d.output()
