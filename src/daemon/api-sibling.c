@@ -37,7 +37,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "core/protect.h"
 #include "daemon.h"
 #include "exec-args.h"
 #include "shared/fd-util.h"
@@ -81,122 +80,20 @@ static struct sibling_step *of_sreq(struct agent_req *r)
     return (struct sibling_step *) (void *) ((char *) r - offsetof(struct sibling_step, sreq));
 }
 
-/* ---- the sibling's spec ---- */
-
-struct bind_ctx {
-    json_t *mounts;
-    const struct cdn_mount *m;
-    int rootfd;
-    struct cdn_error *err;
-};
-
-/* A protected path found beneath a read-write bind's host source: bound read-only in the
- * sibling, by a host path that holds no symlink (the agent writes that directory: a symlink of
- * its own must not lead the bind out of it). */
-static int add_protected(void *ud, const char *path, int fd)
-{
-    struct bind_ctx *c = ud;
-    struct open_how how = {.flags = O_PATH | O_CLOEXEC | O_NOFOLLOW,
-                           .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS};
-    _cleanup_close_ int direct = path[1] ? (int) syscall(SYS_openat2, c->rootfd, path + 1, &how, sizeof how)
-                                         : fcntl(c->rootfd, F_DUPFD_CLOEXEC, 0);
-    struct stat a, b;
-    if (direct < 0 || fstat(direct, &a) < 0 || fstat(fd, &b) < 0 || a.st_dev != b.st_dev ||
-        a.st_ino != b.st_ino)
-        return cdn_error_set(c->err, ELOOP, "protected path %s%s: its host path %s%s goes through a symlink",
-                             c->m->target, path, c->m->source, path);
-    char src[4200], dst[4200];
-    (void) snprintf(src, sizeof src, "%s%s", c->m->source, path[1] ? path : "");
-    (void) snprintf(dst, sizeof dst, "%s%s", c->m->target, path[1] ? path : "");
-    json_array_append_new(c->mounts,
-                          json_pack("{s:s, s:s, s:b}", "source", src, "target", dst, "readonly", 1));
-    return 0;
-}
-
-/* Up to max components of path, in place (path is cut); returns how many. */
-static size_t split(char *path, char **comp, size_t max)
-{
-    size_t n = 0;
-    char *save = NULL;
-    for (char *c = strtok_r(path, "/", &save); c && n < max; c = strtok_r(NULL, "/", &save))
-        comp[n++] = c;
-    return n;
-}
-
-/* The protected paths pattern names beneath the read-write bind m, into mounts. */
-static int protected_in(const struct cdn_mount *m, const char *pattern, json_t *mounts, struct cdn_error *err)
-{
-    char pat[1100], tgt[4200], *pc[300], *tc[300];
-    (void) snprintf(pat, sizeof pat, "%s", pattern);
-    size_t pl = strlen(pat);
-    if (pl >= 3 && strcmp(pat + pl - 3, "/**") == 0)
-        pat[pl - 3] = 0;
-    (void) snprintf(tgt, sizeof tgt, "%s", m->target);
-    size_t np = split(pat, pc, 300), nt = split(tgt, tc, 300);
-    for (size_t i = 0; i < nt && i < np; i++)
-        if (fnmatch(pc[i], tc[i], FNM_PERIOD) != 0)
-            return 0; /* not beneath this bind */
-    if (np <= nt)     /* the whole bind lies within a protected path */
-        return json_array_append_new(
-            mounts, json_pack("{s:s, s:s, s:b}", "source", m->source, "target", m->target, "readonly", 1));
-    char rel[1100] = "";
-    for (size_t i = nt; i < np; i++)
-        (void) snprintf(rel + strlen(rel), sizeof rel - strlen(rel), "/%s", pc[i]);
-    struct bind_ctx c = {mounts, m, open(m->source, O_PATH | O_DIRECTORY | O_CLOEXEC), err};
-    if (c.rootfd < 0)
-        return cdn_error_set(err, errno, "the bind source %s: %m", m->source);
-    int r = cdn_protect_expand(c.rootfd, rel, add_protected, &c);
-    (void) close(c.rootfd);
-    return r < 0 && err->msg[0] ? r : 0; /* a pattern that names nothing there names it elsewhere */
-}
-
-/* The spec of b, with its read-write binds replaced by their protected parts (read-only) and a
- * label that says what the sandbox is. */
-static int sibling_spec(const struct box *b, struct cdn_spec *ret, struct cdn_error *err)
-{
-    char *text = cdn_spec_to_json(&b->spec);
-    json_t *o = text ? json_loads(text, 0, NULL) : NULL;
-    free(text);
-    json_t *mounts = json_array(), *labels = o ? json_object_get(o, "labels") : NULL;
-    int r = o && mounts && json_is_object(labels) ? 0 : cdn_error_set(err, ENOMEM, "out of memory");
-    for (size_t i = 0; r == 0 && i < b->spec.n_mounts; i++) {
-        const struct cdn_mount *m = &b->spec.mounts[i];
-        if (m->readonly)
-            json_array_append_new(mounts, json_pack("{s:s, s:s, s:b}", "source", m->source, "target",
-                                                    m->target, "readonly", 1));
-        else
-            for (size_t k = 0; r == 0 && k < b->spec.protect.n; k++)
-                r = protected_in(m, b->spec.protect.v[k], mounts, err);
-    }
-    if (r == 0) {
-        json_object_set(o, "mounts", mounts);
-        json_object_set_new(labels, SIBLING_LABEL, json_string(b->sb.id));
-        char *s = json_dumps(o, JSON_COMPACT);
-        bool made = s && cdn_spec_init(ret) == 0;
-        r = !made ? cdn_error_set(err, ENOMEM, "out of memory") : cdn_spec_from_json(ret, s, strlen(s), err);
-        if (r >= 0)
-            r = cdn_spec_validate(ret, err);
-        if (r < 0 && made)
-            cdn_spec_free(ret);
-        free(s);
-    }
-    json_decref(mounts);
-    json_decref(o);
-    return r < 0 ? r : 0;
-}
-
 /* ---- frames out ---- */
 
+/* tar, as a plain command (never with the verifier's access: in the agent's sandbox it is no
+ * more to be trusted than anything else there), with the step's environment and a system PATH. */
 static int send_exec(struct agent_conn *ac, struct agent_req *r, const struct box *b, char **argv)
 {
     struct cdn_strv env = {0};
-    if (cdn_exec_env_for(&b->spec, NULL, NULL, true, &env) < 0)
+    char *extra[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/", NULL};
+    if (cdn_exec_env_for(&b->spec, NULL, extra, true, &env) < 0)
         return -ENOMEM;
     static uint8_t buf[CDN_FRAME_MAX];
     int n = cdn_exec_encode(
         buf, sizeof buf,
-        &(struct cdn_exec_args){
-            .flags = CDN_EXEC_PIPES | CDN_EXEC_VERIFIER, .cwd = "/", .argv = argv, .envp = env.v});
+        &(struct cdn_exec_args){.flags = CDN_EXEC_PIPES, .cwd = "/", .argv = argv, .envp = env.v});
     cdn_strv_free(&env);
     if (n < 0)
         return n;
@@ -476,7 +373,10 @@ static void make_sibling(struct sibling_step *s)
     struct cdn_spec spec;
     if (guard_check_moved(s->orig, &err) < 0)
         return fail(s, 409, "protected_path_moved", NULL, "%s", err.msg);
-    if (sibling_spec(s->orig, &spec, &err) < 0)
+    int r = sibling_spec(s->orig, &spec, &err);
+    if (r == -ESTALE)
+        return fail(s, 409, "protected_path_moved", NULL, "%s", err.msg);
+    if (r < 0)
         return fail(s, 500, "sibling_failed", NULL, "the sibling's spec: %s", err.msg);
     if (!(s->sib = box_spawn(&spec, NULL, &err)))
         return fail(s, 500, "sibling_failed", NULL, "the verifier's sibling: %s", err.msg);
@@ -493,12 +393,11 @@ static void orig_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
         s->oreq_on = false;
     s->depth++;
     char why[600];
-    int e;
-    const char *msg;
     switch (s->ostate) {
     case O_QUIESCING: /* 1: everything of the agent's has ended */
         if (type == CDN_FRAME_DONE) {
-            s->orig->verifier = VERIFIER_RUNNING;
+            /* The lock stays VERIFIER_STARTING: nothing in the agent's sandbox ever reads a protected
+             * path in this mode, so its guard goes on refusing (the tar leaves them out). */
             s->ostate = O_PACKING;
             make_sibling(s);
         } else if (last)
@@ -509,9 +408,6 @@ static void orig_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
             relay(s, p, len);
         else if (type == CDN_FRAME_STDERR)
             keep_stderr(s, p, len);
-        else if (type == CDN_FRAME_ERROR && cdn_errmsg_decode(p, len, &e, &msg) == 0 &&
-                 e == CDN_VERIFIER_MOVED)
-            fail(s, 409, "protected_path_moved", NULL, "%s", msg);
         else if (last && exec_outcome(type, p, len, why, sizeof why) < 0)
             copy_failed(s, why);
         else if (last) { /* the whole archive is on its way: the file ends with an empty DATA */
@@ -572,8 +468,20 @@ static void sib_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uint
         if (type == CDN_FRAME_DONE && s->ostate == O_PACKED) {
             s->sstate = S_EXTRACTING;
             release_orig(s);
-            char *argv[] = {"tar", "--extract", "--file=" ARCHIVE, "--no-same-owner", NULL};
-            start_exec(s, argv);
+            /* Only the named paths: an archive that the agent's code made (it ran in tar's process
+             * there) cannot put anything elsewhere in the sibling. */
+            struct cdn_strv argv = {0};
+            const char *const head[] = {"tar", "--extract", "--file=" ARCHIVE, "--no-same-owner", "--"};
+            int e = 0;
+            for (size_t i = 0; e == 0 && i < sizeof head / sizeof head[0]; i++)
+                e = cdn_strv_push(&argv, head[i]);
+            for (size_t i = 0; e == 0 && i < s->args.copy.n; i++)
+                e = cdn_strv_push(&argv, s->args.copy.v[i] + 1);
+            if (e == 0)
+                start_exec(s, argv.v);
+            else
+                fail(s, 500, "internal", NULL, "out of memory");
+            cdn_strv_free(&argv);
         } else if (last)
             copy_failed(s, exec_outcome(type, p, len, why, sizeof why) < 0 ? why : "the file ended early");
         break;

@@ -155,8 +155,8 @@ static void on_watch(struct box *b, int fd, const struct cdn_seccomp_event *ev)
         cdn_read_cmdline(ev->pid, cmd, sizeof cmd);
         box_violation(b, VIOLATION_PROTECT,
                       json_pack("{s:o, s:s, s:i, s:o}", "path",
-                                json_lossy_string((const uint8_t *) w.path, strlen(w.path)), "op",
-                                "inotify", "pid", ev->pid, "cmd",
+                                json_lossy_string((const uint8_t *) w.path, strlen(w.path)), "op", "inotify",
+                                "pid", ev->pid, "cmd",
                                 json_lossy_string((const uint8_t *) cmd, strlen(cmd))));
         if (b->state == BOX_RUNNING) /* killed on it: no answer, as for a watched denial */
             (void) cdn_watch_answer(fd, ev->id, 0, EPERM, false);
@@ -361,6 +361,7 @@ static void box_free(struct box *b)
 {
     if (b->step)
         sibling_box_gone(b, "cordond let it go");
+    sibling_sources_free(b);
     api_throttle_end(b);
     guard_stop(b);
     if (b->setup_ev)
@@ -808,7 +809,10 @@ struct box *box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_error
     } else if ((b->sb.slot_hint = cordond->n_kept ? cordond->kept_slots[--cordond->n_kept] : -1),
                b->sb.tier->create(&b->sb, err) >= 0) {
         b->sb.keep_cgroup = true; /* from now on its cgroup is worth keeping */
-        struct cdn_usage u0;      /* a reused cgroup keeps its counters: count from here */
+        /* What a verifier's sibling will bind of its read-write binds, before the agent runs. */
+        if (b->spec.protect.n && b->spec.n_mounts)
+            (void) sibling_sources_note(b);
+        struct cdn_usage u0; /* a reused cgroup keeps its counters: count from here */
         if (b->sb.tier->usage(&b->sb, &u0) == 0) {
             b->viol.oom_seen = u0.oom_kills;
             b->viol.pids_seen = u0.pids_max_hits;

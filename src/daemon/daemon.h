@@ -144,6 +144,10 @@ struct box {
     struct sibling_step *step;
     bool sibling;
     struct box *verifies;
+    /* The protected parts of its read-write binds as they were at creation (sibling-spec.c). */
+    struct protected_src *psrc;
+    size_t n_psrc;
+    bool psrc_noted;
     bool cleaned;                    /* cleanup() ran: init reaped, tier resources released */
     struct evbuffer *events;         /* NDJSON lines, oldest dropped past a cap */
     LIST_HEAD(, follower) followers; /* GET …/events?follow=true (api.c) */
@@ -255,7 +259,21 @@ int guard_adopt(struct box *b, struct cdn_error *err);
 int guard_check_moved(struct box *b, struct cdn_error *err);
 void guard_stop(struct box *b);
 
-/* ---- a clean sibling's verifier step (api-sibling.c) ---- */
+/* ---- a clean sibling's verifier step (api-sibling.c, sibling-spec.c) ---- */
+/* A protected path beneath a read-write bind: where on the host, and what it was at creation. */
+struct protected_src {
+    size_t mount; /* index in spec.mounts */
+    char *rel;    /* beneath its source ("" for all of it) */
+    dev_t dev;
+    ino_t ino;
+    bool plain; /* reached without a symlink (else no identity: a step refuses it) */
+};
+/* At creation: record them (0 or -errno). */
+int sibling_sources_note(struct box *b);
+void sibling_sources_free(struct box *b);
+/* The sibling's spec: b's, its read-write binds replaced by the recorded protected parts (each
+ * checked to be the same object: -ESTALE if not), labelled SIBLING_LABEL. */
+int sibling_spec(struct box *b, struct cdn_spec *ret, struct cdn_error *err);
 /* The label a sibling's spec carries (its value: the id of the sandbox it verifies). */
 #define SIBLING_LABEL "cordon.sibling_of"
 /* From box.c: the sibling runs; b (either side of a step) has stopped or is being freed. */

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+import cordonlib
 from cordonlib import Daemon
 from cordon import Sandbox, CordonError, ServerError
 
@@ -48,8 +49,8 @@ def intact(w):
 
 
 def sandbox(d, ws, tier, **kw):
-    return Sandbox.create(endpoint=d.endpoint, mounts=[{"source": ws, "target": "/workspace"}], tier=tier,
-                          **{**SPEC, **kw})
+    return Sandbox.create(endpoint=d.endpoint, tier=tier,
+                          **{"mounts": [{"source": ws, "target": "/workspace"}], **SPEC, **kw})
 
 
 def loot(ws):
@@ -398,5 +399,63 @@ def test_sibling_step_edges(shared_dir, ws, tier):
         sb.kill()
         t.join(60)
         assert not t.is_alive()
+    finally:
+        assert d.stop() == 0, d.output()
+
+
+PRELOAD_C = r"""
+#include <fcntl.h>
+#include <unistd.h>
+__attribute__((constructor)) static void steal(void)
+{
+    char buf[256];
+    int in = open("/workspace/answer.key", O_RDONLY);
+    ssize_t n = in >= 0 ? read(in, buf, sizeof buf) : -1;
+    if (n > 0) {
+        int out = open("/workspace/loot-preload", O_WRONLY | O_CREAT | O_APPEND, 0666);
+        (void) !write(out, buf, (size_t) n);
+    }
+}
+"""
+
+
+@pytest.mark.needs_vm
+def test_a_writable_preload_list_stops_an_in_place_step(shared_dir, ws):
+    """A bind that makes /etc/ld.so.preload writable lets the agent load its code into every
+    process, the verifier's included: the in-place step refuses (409 verifier_unsafe); the
+    sibling has no read-write bind, so no preload list of the agent's. (A microvm: the container
+    tier refuses a read-write bind of a file at setup, landlock; the process tier binds only
+    beneath /workspace.) Seen failing before the fix: the step ran, the agent's library copied
+    the key (loot-preload)."""
+    cordonlib.need_vm()
+    import shutil
+    import subprocess
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "a C compiler is needed to build the agent's library"
+    src = os.path.join(shared_dir, "steal.c")
+    with open(src, "w") as f:
+        f.write(PRELOAD_C)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", os.path.join(ws, "steal.so"), src], check=True)
+    os.chmod(os.path.join(ws, "steal.so"), 0o755)
+    preload = os.path.join(shared_dir, "preload")
+    open(preload, "w").close()
+    os.chmod(preload, 0o666)
+    d = Daemon(shared_dir)
+    try:
+        sb = sandbox(d, ws, "microvm", mounts=[{"source": ws, "target": "/workspace"},
+                                                 {"source": preload, "target": "/etc/ld.so.preload"}])
+        r = sb.exec("echo /workspace/steal.so >> /etc/ld.so.preload")  # (no O_TRUNC: 9p refuses it here)
+        assert r.exit_code == 0, r
+        assert loot(ws) == {}  # the agent's own processes cannot read the key
+        with pytest.raises(CordonError) as e:
+            sb.exec(["cat", "/workspace/answer.key"], verifier=True)
+        assert e.value.status == 409 and e.value.code == "verifier_unsafe", e.value
+        assert "ld.so.preload" in e.value.message and "sibling" in e.value.message, e.value
+        assert loot(ws) == {}, loot(ws)
+        r = sb.exec(["sh", "-c", "cat /workspace/answer.key; echo; cat /etc/ld.so.preload 2>&1"],
+                    verifier="sibling", copy=["/workspace/repo"])
+        assert r.exit_code != 0 and r.stdout.startswith(SECRET + "\n") and "steal" not in r.stdout, r
+        assert loot(ws) == {}, loot(ws)
+        sb.kill()
     finally:
         assert d.stop() == 0, d.output()
