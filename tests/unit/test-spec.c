@@ -242,11 +242,12 @@ TEST(a_verifier_step_leaves_out_what_loads_code)
 {
     struct cdn_spec s;
     struct cdn_error err;
-    CHECK_EQ_INT(from_json(&s,
-                           "{\"env\": {\"PYTHONPATH\": \"/workspace/lib\", \"LD_PRELOAD\": \"/w/x.so\", "
-                           "\"BASH_ENV\": \"/w/e\", \"GIT_DIR\": \"/w\", \"HOME\": \"/w\", \"MODE\": \"test\"}}",
-                           &err),
-                 0);
+    CHECK_EQ_INT(
+        from_json(&s,
+                  "{\"env\": {\"PYTHONPATH\": \"/workspace/lib\", \"LD_PRELOAD\": \"/w/x.so\", "
+                  "\"BASH_ENV\": \"/w/e\", \"GIT_DIR\": \"/w\", \"HOME\": \"/w\", \"MODE\": \"test\"}}",
+                  &err),
+        0);
     char *extra[] = {"GIT_CONFIG_GLOBAL=/etc/mine", "PYTHONPATH=/opt/x", NULL};
     struct cdn_strv env = {0};
     CHECK_EQ_INT(cdn_exec_env_for(&s, NULL, extra, true, &env), 0);
