@@ -8,38 +8,31 @@
  * binds of the spec are the agent's too, so the sibling has only their protected parts, bound
  * read-only. In order, all in the loop:
  *
- *   1. the agent's sandbox is quiesced (every process ended, other execs 409) and its protected
- *      paths checked to be where they were (guard_check_moved);
+ *   1. the agent's sandbox is quiesced (every process ended, other execs 409; its guard goes on
+ *      refusing every open of a protected path) and its protected paths checked to be where
+ *      they were (guard_check_moved, and sibling_spec() for the binds' host paths);
  *   2. the sibling is made (box_spawn) and started;
- *   3. `tar --create` of the named paths runs in the agent's sandbox as a verifier command,
- *      leaving out the protected paths; its output is relayed, as it comes, into a file of the
- *      sibling (FILE write; the agent's connection is paused while the sibling's is behind);
+ *   3. `tar --create` of the named paths runs in the agent's sandbox as a plain command, leaving
+ *      out the protected paths; its output is relayed, as it comes, into a file of the sibling
+ *      (FILE write; the agent's connection is paused while the sibling's is behind);
  *   4. the agent's sandbox is quiesced again and is the agent's once more; in the sibling,
- *      `tar --extract` unpacks the file, which is then removed;
+ *      `tar --extract` unpacks the named paths from the file, which is then removed;
  *   5. the verifier's command runs in the sibling as an in-place step would (api_exec_begin),
  *      its events and violations counted on the agent's sandbox; then the sibling is deleted.
  *
- * What crosses: the bytes of the archive, which tar in the sibling unpacks (the system's tar of
- * the image, not the agent's; an archive made by tar from a real tree holds nothing beneath a
- * symlink). Trusted: the request (the operator's); the host paths of the spec's binds. Not
- * trusted: everything the two inits send. */
+ * What crosses: the bytes of the archive. The tar that made it ran in the agent's sandbox and
+ * is trusted for nothing (a loader the agent controls may have run in it); the sibling's own tar
+ * (the image's) unpacks only the named paths. Trusted: the request (the operator's); the host
+ * paths of the spec's binds. Not trusted: everything the two inits send. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
-#include <fnmatch.h>
-#include <linux/openat2.h>
-#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "daemon.h"
 #include "exec-args.h"
-#include "shared/fd-util.h"
 
 #define ARCHIVE     "/tmp/.cordon-sibling-copy.tar"
 #define RELAY_HIGH  (4u << 20) /* the sibling's connection this far behind: the agent's waits */
