@@ -47,7 +47,21 @@ def _spec(kw):
     return spec
 
 
-def _exec_body(cmd, env, cwd, stdin, timeout_s, stream, verifier=False):
+def _verifier(verifier, copy):
+    """verifier=True or "in_place": a step in the sandbox itself; "sibling": in a fresh sandbox of the
+    same spec into which only the paths of copy are copied (docs/events.md)."""
+    if verifier == "sibling":  # cordond checks copy (InvalidArgument, field "verifier.copy…")
+        return {"mode": "sibling", "copy": [copy] if isinstance(copy, str) else list(copy or [])}
+    if copy:
+        raise ValueError("copy is for verifier='sibling'")
+    if verifier in (True, "in_place"):
+        return True
+    if verifier in (False, None):
+        return None
+    raise ValueError(f"verifier: True, 'in_place' or 'sibling', not {verifier!r}")
+
+
+def _exec_body(cmd, env, cwd, stdin, timeout_s, stream, verifier=False, copy=None):
     if isinstance(cmd, str):
         cmd = ["sh", "-c", cmd]
     body = {"cmd": list(cmd), "encoding": "base64"}
@@ -61,8 +75,9 @@ def _exec_body(cmd, env, cwd, stdin, timeout_s, stream, verifier=False):
         body["timeout_s"] = timeout_s
     if stream:
         body["stream"] = True
-    if verifier:
-        body["verifier"] = True
+    v = _verifier(verifier, copy)
+    if v is not None:
+        body["verifier"] = v
     return body
 
 
@@ -260,12 +275,13 @@ class Sandbox:
     def labels(self):
         return self._info.get("labels", {})
 
-    def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False):
+    def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None):
         """Run cmd (a list, or a string for sh -c) to completion. verifier=True: a verifier
         step, which ends the sandbox's other processes first, runs alone and may read the
-        protected paths (docs/events.md)."""
+        protected paths; verifier="sibling", copy=[paths]: the same in a fresh sandbox of the
+        same spec that gets only those paths from this one (docs/events.md)."""
         return ExecResult(self._ep.json("POST", f"{self._path}/exec",
-                                        _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier)))
+                                        _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier, copy)))
 
     def call(self, code, input=None, timeout_s=None, fresh=False):
         """Run Python code in the sandbox's warm interpreter (tier process): the variable
@@ -273,11 +289,11 @@ class Sandbox:
         the interpreter is discarded after this call (docs/process.md)."""
         return CallResult(self._ep.json("POST", f"{self._path}/call", _call_body(code, input, timeout_s, fresh)))
 
-    def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False):
+    def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None):
         """Yield events as they come: {"type": "stdout"|"stderr", "data", "data_bytes"}, then
         {"type": "exit", "exit_code", …} (or {"type": "error", "error": {…}})."""
         _, resp = self._ep.request("POST", f"{self._path}/exec",
-                                   _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier), stream=True)
+                                   _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy), stream=True)
         decoders = {}
         try:
             for line in resp:
@@ -415,18 +431,18 @@ class AsyncSandbox:
         self._info = await self._ep.ajson("GET", self._path)
         return self._info
 
-    async def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False):
+    async def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None):
         return ExecResult(await self._ep.ajson("POST", f"{self._path}/exec",
-                                               _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier)))
+                                               _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier, copy)))
 
     async def call(self, code, input=None, timeout_s=None, fresh=False):
         return CallResult(await self._ep.ajson("POST", f"{self._path}/call", _call_body(code, input, timeout_s, fresh)))
 
-    async def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False):
+    async def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None):
         buf = b""
         decoders = {}
         async for chunk in self._ep.astream("POST", f"{self._path}/exec",
-                                            _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier)):
+                                            _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy)):
             buf += chunk
             *lines, buf = buf.split(b"\n")
             for line in lines:

@@ -11,6 +11,7 @@
  * branch: strings are NUL-terminated and counted up front. */
 #pragma once
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -79,11 +80,19 @@ enum cdn_exec_flags {
     CDN_EXEC_PTY = 1u << 3,      /* with PIPES: a pseudo-terminal of rows×cols is stdin/out/err; its
                                   * output comes as STDOUT, input as STDIN; RESIZE changes its size */
     CDN_EXEC_VERIFIER = 1u << 4, /* a verifier step (after QUIESCE): a VM guest's init lets it, alone,
-                                  * read the protected paths while it runs */
+                                  * read the protected paths while it runs; init gives it a HOME and
+                                  * a PATH of its own when the request has none (init-exec.c) */
     CDN_EXEC_TREE = 1u << 5,     /* the command is the subreaper of what it starts (a command with a
                                   * timeout): what orphans itself, setsid or not, stays in its tree,
                                   * which a SIGKILL SIGNAL kills whole (init-exec.c) */
 };
+
+/* The ERROR that refuses a verifier step (CDN_EXEC_VERIFIER) before it runs, by errnum (the
+ * host answers 409): a protected path is not the mount bound there at creation any more (moved
+ * aside with a parent); the sandbox is not fit for an in-place step (the dynamic loader's preload
+ * list is writable by its commands). */
+#define CDN_VERIFIER_MOVED  ESTALE
+#define CDN_VERIFIER_UNSAFE ENOTRECOVERABLE
 
 struct cdn_frame_header {
     uint16_t type;

@@ -46,8 +46,9 @@ struct job {
 static struct job jobs[MAX_EXECS];
 static struct cdn_exec_req req;
 static bool shutdown_due;
-/* Signals for "everything" that came while nothing ran yet (a SIGTERM right
- * after start): held here and delivered to the next command once it exists. */
+/* The host's signals for "everything" that came while nothing ran yet (cordon run's SIGTERM
+ * right after start): held here for its one command (CDN_EXEC_SHUTDOWN_ON_EXIT) once it exists.
+ * Any other command drops them: a signal never crosses into a command it was not sent to. */
 static uint64_t held_signals;
 
 static const int reset_signals[] = {SIGHUP,   SIGINT,  SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
@@ -100,10 +101,17 @@ static void exec_child(const struct cdn_exec_req *r, int errfd, const int stdio[
         stage = 4; /* a VM guest's command: confined as a container's init is, or not run */
     } else if (!stage) {
         extern char **environ;
+        bool verifier = r->flags & CDN_EXEC_VERIFIER;
         environ = (char **) r->envp; /* execvp searches PATH in the command's own environment */
+        const char *req_home = verifier ? getenv("HOME") : NULL; /* the request's, or none */
         agent_exec_env();
-        execvp(r->argv[0], (char *const *) r->argv);
-        stage = 2;
+        if (verifier && verifier_child_env(r, req_home) < 0) {
+            stage = 5;
+            errno = CDN_VERIFIER_UNSAFE;
+        } else {
+            execvp(r->argv[0], (char *const *) r->argv);
+            stage = 2;
+        }
     }
     int msg[2] = {stage, errno};
     (void) !write(errfd, msg, sizeof msg);
@@ -170,6 +178,10 @@ static void release(struct job *j)
 
 static void deliver_held(const struct job *j)
 {
+    if (!(j->flags & CDN_EXEC_SHUTDOWN_ON_EXIT)) {
+        held_signals = 0;
+        return;
+    }
     for (int sig = 1; held_signals && sig < 64; sig++)
         if (held_signals & (1ULL << sig)) {
             held_signals &= ~(1ULL << sig);
@@ -279,6 +291,8 @@ void exec_start(uint32_t channel, const uint8_t *p, size_t len)
         agent_error(channel, EAGAIN, "exec: too many commands running");
         return;
     }
+    if ((req.flags & CDN_EXEC_VERIFIER) && verifier_prepare(&req, channel) < 0)
+        return; /* refused: it said why */
     *j = (struct job){.channel = channel, .flags = req.flags, .out = -1, .err = -1, .in = -1};
     int stage = 0, r = spawn(j, &req, &stage);
     if (r < 0 && j->pid <= 0) {
@@ -295,11 +309,20 @@ void exec_start(uint32_t channel, const uint8_t *p, size_t len)
                         stage == 1   ? "working directory '%.200s'"
                         : stage == 3 ? "stdio for '%.200s'"
                         : stage == 4 ? "confining '%.200s'"
-                                     : "'%.200s'",
+                        : stage == 5
+                            ? "in-place verifier step refused: /etc/ld.so.preload is writable by the "
+                              "sandbox's commands (run it in a clean sibling)"
+                            : "'%.200s'",
                         stage == 1 ? req.cwd : req.argv[0]);
         bool shutdown = j->flags & CDN_EXEC_SHUTDOWN_ON_EXIT;
         release(j);
-        agent_error(channel, -r, what);
+        if (stage == 5) {
+            uint8_t buf[512];
+            int n = cdn_errmsg_encode(buf, sizeof buf, -r, what);
+            if (n > 0)
+                agent_send(CDN_FRAME_ERROR, channel, buf, (uint32_t) n);
+        } else
+            agent_error(channel, -r, what);
         if (shutdown)
             shutdown_due = true;
     }
@@ -516,6 +539,7 @@ void exec_reap(void)
         /* Every process but us is gone (in a guest: every command; its guard stays). */
         if (quiesce_pending && ((pid < 0 && errno == ECHILD) || (pid == 0 && vm_commands_gone()))) {
             quiesce_pending = false;
+            verifier_cleanup(); /* before the sandbox is the agent's again */
             agent_send(CDN_FRAME_DONE, quiesce_channel, NULL, 0);
         }
         if (pid <= 0)

@@ -32,6 +32,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <linux/securebits.h>
+#include <linux/stat.h> /* struct statx: musl's headers have none */
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/reboot.h>
@@ -39,6 +40,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -46,6 +48,7 @@
 #include <unistd.h>
 
 #include "init.h"
+#include "monitor/watch.h"
 
 /* <linux/random.h>, which the musl build of init has no copy of. */
 #ifndef RNDADDENTROPY
@@ -1007,6 +1010,54 @@ static void read_cmdline(int pid, char *buf, size_t size)
     buf[k > 0 ? k : 0] = 0;
 }
 
+static bool verifier_on;                      /* a verifier step runs (vm_verifier) */
+static bool protected_path(const char *path); /* beneath one of vm_protect's */
+static bool protects_anything(void);
+
+/* inotify_add_watch by a command (src/monitor/watch.h): made by init on the object it resolved,
+ * without init's capabilities (the command has none), or refused on a protected path (a
+ * VIOLATION: the watch would tell the names the harness reads there). Without protected paths,
+ * or while a verifier step runs, the kernel makes it. */
+static void guest_watch(int fd, const struct seccomp_notif *n)
+{
+    struct cdn_watch w;
+    if (!protects_anything() || verifier_on) {
+        (void) cdn_watch_answer(fd, n->id, 0, 0, true);
+        return;
+    }
+    int r = cdn_watch_open(fd, n->id, (int) n->pid, (const uint64_t *) n->data.args, &w);
+    if (r < 0) {
+        (void) cdn_watch_answer(fd, n->id, 0, -r, false);
+        return;
+    }
+    if (protected_path(w.path)) {
+        static struct cdn_violation_msg v;
+        v = (struct cdn_violation_msg){.kind = CDN_VIOLATION_MSG_PROTECT, .pid = n->pid};
+        (void) snprintf(v.path, sizeof v.path, "%.255s", w.path);
+        (void) snprintf(v.op, sizeof v.op, "inotify");
+        read_cmdline((int) n->pid, v.cmd, sizeof v.cmd);
+        static uint8_t buf[1024];
+        int k = cdn_violation_encode(buf, sizeof buf, &v);
+        if (k > 0)
+            agent_send(CDN_FRAME_VIOLATION, 0, buf, (uint32_t) k);
+        if (!(policy_flags & CDN_POLICY_KILL)) /* to be killed: no answer */
+            (void) cdn_watch_answer(fd, n->id, 0, EPERM, false);
+    } else {
+        struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+        struct __user_cap_data_struct caps[2], none[2];
+        r = (int) syscall(SYS_capget, &h, caps);
+        memcpy(none, caps, sizeof none);
+        none[0].effective = none[1].effective = 0;
+        if (r == 0 && syscall(SYS_capset, &h, none) == 0) {
+            r = cdn_watch_add(&w);
+            (void) syscall(SYS_capset, &h, caps);
+        } else
+            r = -EPERM;
+        (void) cdn_watch_answer(fd, n->id, r < 0 ? 0 : r, r < 0 ? -r : 0, false);
+    }
+    cdn_watch_close(&w);
+}
+
 /* One watched denial: to the host as a VIOLATION, then EPERM (or, to be killed, no answer). */
 static void notification(int fd)
 {
@@ -1026,6 +1077,10 @@ static void notification(int fd)
     memset(&req, 0, sz.seccomp_notif);
     if (ioctl(fd, SECCOMP_IOCTL_NOTIF_RECV, &req) < 0)
         return;
+    if (req.n.data.nr == __NR_inotify_add_watch) {
+        guest_watch(fd, &req.n);
+        return;
+    }
     static struct cdn_violation_msg v;
     v = (struct cdn_violation_msg){.kind = CDN_VIOLATION_MSG_SYSCALL,
                                    .nr = (uint32_t) req.n.data.nr,
@@ -1185,6 +1240,72 @@ static int expand(const char *pattern, char (*out)[256], size_t *n, size_t max)
     return r;
 }
 
+/* The mount path is on (following symlinks, as a command naming it would), and whether path is
+ * that mount's root. */
+static int mount_of(const char *path, uint64_t *id, bool *root)
+{
+    struct statx stx;
+    if (syscall(SYS_statx, AT_FDCWD, path, 0, STATX_MNT_ID, &stx) < 0)
+        return -errno;
+    *id = stx.stx_mnt_id;
+    *root = (stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) && (stx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
+    return stx.stx_mask & STATX_MNT_ID ? 0 : -EOPNOTSUPP;
+}
+
+/* Every parent of path below / made a mount point (bound on itself), unless it is one already or
+ * read-only: renaming or removing it fails then (EBUSY), so no command can move a protected path
+ * aside with its parent and put a directory of its own in its place. */
+static int pin_parents(const char *path)
+{
+    char p[256];
+    for (const char *slash = strchr(path + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+        (void) snprintf(p, sizeof p, "%.*s", (int) (slash - path), path);
+        uint64_t id;
+        bool root = false;
+        struct statfs fs;
+        if (mount_of(p, &id, &root) < 0 || root || statfs(p, &fs) < 0 || (fs.f_flags & ST_RDONLY))
+            continue;
+        if (mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0)
+            return -errno;
+    }
+    return 0;
+}
+
+/* Each protected path and the mount bound there (vm_protect_check). */
+static struct {
+    char path[256];
+    uint64_t mnt_id;
+} pinned[MAX_GUARDS];
+static size_t n_pinned;
+
+static bool protects_anything(void)
+{
+    return n_pinned > 0;
+}
+
+static bool protected_path(const char *path)
+{
+    for (size_t i = 0; i < n_pinned; i++) {
+        size_t n = strlen(pinned[i].path);
+        if (strncmp(path, pinned[i].path, n) == 0 && (path[n] == 0 || path[n] == '/'))
+            return true;
+    }
+    return false;
+}
+
+int vm_protect_check(char *moved, size_t size)
+{
+    for (size_t i = 0; i < n_pinned; i++) {
+        uint64_t id = 0;
+        bool root = false;
+        if (mount_of(pinned[i].path, &id, &root) < 0 || !root || id != pinned[i].mnt_id) {
+            (void) snprintf(moved, size, "%s", pinned[i].path);
+            return -ESTALE;
+        }
+    }
+    return 0;
+}
+
 int vm_protect(const struct cdn_identity *id)
 {
     static char paths[MAX_GUARDS][256];
@@ -1198,18 +1319,25 @@ int vm_protect(const struct cdn_identity *id)
     int fan = fanotify_init(FAN_CLASS_CONTENT | FAN_CLOEXEC, O_RDONLY | O_LARGEFILE | O_CLOEXEC);
     if (fan < 0)
         return -errno;
+    struct stat st;
+    for (size_t i = 0; i < n && r == 0; i++) /* the parents first: the protected binds land on them */
+        if (lstat(paths[i], &st) == 0 && !S_ISLNK(st.st_mode))
+            r = pin_parents(paths[i]);
     for (size_t i = 0; i < n && r == 0; i++) {
-        struct stat st;
         /* A symlink is not followed: the bind goes onto the link's own path only if it is not one. */
         if (lstat(paths[i], &st) < 0 || S_ISLNK(st.st_mode))
             continue;
+        bool root = false;
         if (mount(paths[i], paths[i], NULL, MS_BIND | MS_REC, NULL) < 0 ||
             mount(NULL, paths[i], NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0 ||
             fanotify_mark(fan, FAN_MARK_ADD | FAN_MARK_MOUNT, FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM | FAN_ONDIR,
                           AT_FDCWD, paths[i]) < 0)
             r = -errno;
-        else /* the files API's own check: no symlink of the agent's leads it into this mount */
-            r = files_protect_mount(paths[i]);
+        else if ((r = files_protect_mount(paths[i])) == 0 && /* the files API's own check */
+                 (r = mount_of(paths[i], &pinned[n_pinned].mnt_id, &root)) == 0) {
+            (void) snprintf(pinned[n_pinned].path, sizeof pinned[n_pinned].path, "%s", paths[i]);
+            n_pinned++;
+        }
     }
     int sv[2];
     if (r == 0 && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
@@ -1240,6 +1368,7 @@ int vm_protect(const struct cdn_identity *id)
 
 void vm_verifier(bool on)
 {
+    verifier_on = on;
     if (guard_sock >= 0)
         (void) !write(guard_sock, on ? "V" : "v", 1);
 }

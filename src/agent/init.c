@@ -290,6 +290,22 @@ static void dispatch(const struct cdn_frame_header *hp, const uint8_t *payload)
     }
 }
 
+/* Whether a signal that reached init came from its host, the only sender whose signals are
+ * meant for the commands (cordon run passes on its own SIGINT, SIGTERM, …). A sandbox process can
+ * signal init too (`kill -USR1 1`, or its worker's pid on the process tier): that signal is aimed
+ * at init, so it goes to no command — never to the one running then, nor, held, to the next one
+ * (a verifier step). Only kill(2) and pidfd_send_signal(2) make SI_USER, which a sender cannot
+ * forge (rt_sigqueueinfo refuses si_code >= 0 for another process). The host is outside the
+ * sandbox's pid namespace (no pid in ours: 0) where init is PID 1; on the process tier, with no
+ * pid namespace, it is root, while every sandbox process has the worker's uid. A VM guest's host
+ * never signals: it sends SIGNAL frames. */
+static bool from_host(const struct signalfd_siginfo *si, bool vm)
+{
+    if (vm || si->ssi_code != SI_USER)
+        return false;
+    return getpid() == 1 ? si->ssi_pid == 0 : si->ssi_uid != getuid();
+}
+
 static int setup_signals(void)
 {
     sigset_t mask;
@@ -358,7 +374,7 @@ int agent_main(void)
         if (pfd[1].revents & POLLIN) {
             struct signalfd_siginfo si;
             while (read(sfd, &si, sizeof si) == (ssize_t) sizeof si)
-                if (si.ssi_signo != SIGCHLD && si.ssi_signo != SIGPIPE)
+                if (si.ssi_signo != SIGCHLD && si.ssi_signo != SIGPIPE && from_host(&si, vm))
                     exec_signal_all((int) si.ssi_signo);
         }
         exec_poll_handle(pfd, n);

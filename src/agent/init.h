@@ -25,7 +25,8 @@ void exec_start(uint32_t channel, const uint8_t *p, size_t len);
 void exec_stdin(uint32_t channel, const uint8_t *p, size_t len);
 void exec_resize(uint32_t channel, const uint8_t *p, size_t len);
 void exec_signal(uint32_t channel, int sig);
-/* sig to every command; held for the next one when none runs yet. */
+/* A signal from the host (init.c) to every command; held for a one-shot command (cordon run's) when
+ * none runs yet. */
 void exec_signal_all(int sig);
 /* Reap every exited child; report the commands among them. */
 void exec_reap(void);
@@ -40,6 +41,10 @@ int vm_identity(const struct cdn_identity *id);
  * lets every open through while a verifier step runs (on) and guards again after it (off). */
 int vm_protect(const struct cdn_identity *id);
 void vm_verifier(bool on);
+/* Before a verifier step: whether every protected path is still the mount bound there (not moved
+ * aside with a parent by something outside the guest's reach): 0, or -ESTALE with the first that
+ * is not in moved. Always 0 where vm_protect() guards nothing (a container's init). */
+int vm_protect_check(char *moved, size_t size);
 /* What vm_identity() was doing when it failed ("identity: the disk", …). */
 const char *vm_failed_step(void);
 /* Before a guest's first command or file operation: its image (the host's /usr over 9p). */
@@ -62,6 +67,13 @@ void vm_usage_report(bool force);
 void vm_add_listener(int fd);
 void vm_poll_add(struct pollfd *pfd, size_t *n, size_t max);
 void vm_poll_handle(const struct pollfd *pfd, size_t n);
+/* A verifier step (init-verifier.c). In init, before its EXEC: refuse it (an ERROR on channel
+ * already sent, -errno) if a protected path moved; else make its HOME unless the request has one.
+ * In its child, once confined: HOME and PATH set (-CDN_VERIFIER_UNSAFE: refuse to run it).
+ * verifier_cleanup(): once no process is left, the HOME goes with what the step left there. */
+int verifier_prepare(const struct cdn_exec_req *r, uint32_t channel);
+int verifier_child_env(const struct cdn_exec_req *r, const char *req_home);
+void verifier_cleanup(void);
 /* QUIESCE: kill everything but init; DONE on channel once all are reaped. */
 void exec_quiesce(uint32_t channel);
 /* Poll set: add the fds of running commands at pfd[*n…] (up to max; their

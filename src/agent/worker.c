@@ -162,7 +162,8 @@ static int make_target(const char *target, bool dir, uint32_t uid)
 }
 
 /* Protected paths: each match bound on itself read-only, as in a container (rootfs.c), so that
- * nothing can write, replace, rename or unlink it; reads are the host's to refuse (fsguard.h). */
+ * nothing can write, replace, rename or unlink it, after its parents were made mount points (no
+ * moving it aside with them); reads are the host's to refuse (fsguard.h). */
 static int protect_root = -1;
 
 static int protect_one(void *ud, const char *path, int fd)
@@ -188,7 +189,7 @@ static int protect_paths(const struct cdn_worker_req *q, struct cdn_error *err)
     int root = protect_root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (root < 0)
         return cdn_error_set(err, errno, "open /: %m");
-    int ret = 0;
+    int ret = cdn_protect_pin_parents(root, z.protect, q->n_protect, err);
     for (uint32_t i = 0; i < q->n_protect && ret >= 0; i++) {
         int r = cdn_protect_expand(root, z.protect[i], protect_one, err);
         if (r >= 0 || err->msg[0]) {

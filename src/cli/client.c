@@ -76,22 +76,25 @@ static void write_out(int stream, const uint8_t *p, size_t len, void *arg)
     fflush(f);
 }
 
-/* cordon exec ID [--env K=V]… [--workdir DIR] [--timeout DUR] [--verifier] [--] CMD [ARG…] */
+/* cordon exec ID [--env K=V]… [--workdir DIR] [--timeout DUR] [--verifier[=sibling] [--copy PATH]…]
+ *               [--] CMD [ARG…] */
 int cdn_cli_exec(int argc, char *const *argv)
 {
     if (argc < 2) {
-        fprintf(
-            stderr,
-            "usage: cordon exec ID [--env K=V] [--workdir DIR] [--timeout DUR] [--verifier] [--] CMD [ARG…]\n"
-            "  --verifier: a verifier step: ends the sandbox's other processes, runs alone and may\n"
-            "              read its protected paths\n");
+        fprintf(stderr,
+                "usage: cordon exec ID [--env K=V] [--workdir DIR] [--timeout DUR]\n"
+                "                      [--verifier[=sibling] [--copy PATH]…] [--] CMD [ARG…]\n"
+                "  --verifier: a verifier step: ends the sandbox's other processes, runs alone and may\n"
+                "              read its protected paths\n"
+                "  --verifier=sibling --copy PATH…: the same in a fresh sandbox of the same spec that\n"
+                "              gets only the PATHs from this one\n");
         return 125;
     }
     const char *id = argv[0];
-    const char *env[256] = {0}, *cwd = NULL;
-    size_t n_env = 0;
+    const char *env[256] = {0}, *copy[17] = {0}, *cwd = NULL;
+    size_t n_env = 0, n_copy = 0;
     double timeout_s = 0;
-    bool verifier = false;
+    bool verifier = false, sibling = false;
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
@@ -99,8 +102,10 @@ int cdn_cli_exec(int argc, char *const *argv)
             i++;
             break;
         }
-        if (strcmp(a, "--verifier") == 0) {
+        if (strcmp(a, "--verifier") == 0 || strcmp(a, "--verifier=in_place") == 0 ||
+            strcmp(a, "--verifier=sibling") == 0) {
             verifier = true;
+            sibling = strcmp(a, "--verifier=sibling") == 0;
             continue;
         }
         if (i + 1 >= argc) {
@@ -115,6 +120,8 @@ int cdn_cli_exec(int argc, char *const *argv)
             cwd = v;
         else if (strcmp(a, "--timeout") == 0 && cdn_parse_duration(v, &ms) == 0 && ms > 0)
             timeout_s = (double) ms / 1000.0;
+        else if (strcmp(a, "--copy") == 0 && n_copy < ELEMENTSOF(copy) - 1)
+            copy[n_copy++] = v;
         else {
             fprintf(stderr, "cordon exec: %s '%s': unknown flag or bad value\n", a, v);
             return 125;
@@ -124,11 +131,19 @@ int cdn_cli_exec(int argc, char *const *argv)
         fprintf(stderr, "cordon exec: no command given\n");
         return 125;
     }
+    if (sibling != (n_copy > 0)) {
+        fprintf(stderr,
+                "cordon exec: --verifier=sibling takes one --copy PATH or more, and --copy needs it\n");
+        return 125;
+    }
     cordon_client *c = connect_daemon();
     if (!c)
         return 125;
-    struct cordon_exec_opts opts = {
-        .env = n_env ? env : NULL, .cwd = cwd, .timeout_s = timeout_s, .verifier = verifier};
+    struct cordon_exec_opts opts = {.env = n_env ? env : NULL,
+                                    .cwd = cwd,
+                                    .timeout_s = timeout_s,
+                                    .verifier = verifier,
+                                    .verifier_copy = sibling ? copy : NULL};
     struct cordon_exec_result res;
     int r = cordon_exec_stream(c, id, (const char *const *) argv + i, &opts, write_out, NULL, &res);
     int ret = r < 0 ? fail(c, r, "exec") : res.exit_code;

@@ -7,10 +7,14 @@
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <linux/openat2.h>
+#include <linux/stat.h> /* struct statx: musl's headers have none */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -147,4 +151,63 @@ int cdn_protect_expand(int rootfd, const char *pattern, cdn_protect_fn fn, void 
     if (w.found == 0 && !has_wildcard(p, strlen(p)))
         return -ENOENT;
     return w.found;
+}
+
+/* Whether fd is the root of a mount (something is mounted on its path in the
+ * parent mount: rename(2) and rmdir(2) of that path fail with EBUSY). */
+static bool mount_root(int fd)
+{
+    struct statx stx;
+    return syscall(SYS_statx, fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, 0, &stx) == 0 &&
+           (stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) && (stx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
+}
+
+struct pin {
+    int rootfd;
+    struct cdn_error *err;
+};
+
+/* Every ancestor of path below the root, outermost first, made a mount point: bound on itself
+ * (with what is mounted beneath it) unless it is one already or lies on a read-only mount (no
+ * rename there anyway). Bound before the protected paths themselves, so that their binds land
+ * on these. */
+static int pin_parents(void *ud, const char *path, int fd)
+{
+    (void) fd;
+    struct pin *p = ud;
+    char prefix[PATTERN_MAX + 512];
+    for (const char *slash = strchr(path + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+        size_t n = (size_t) (slash - path);
+        if (n >= sizeof prefix)
+            return -ENAMETOOLONG;
+        memcpy(prefix, path, n);
+        prefix[n] = 0;
+        int dfd = open_beneath(p->rootfd, prefix, O_PATH | O_DIRECTORY);
+        if (dfd < 0)
+            return cdn_error_set(p->err, -dfd, "protect %s: its parent %s: %s", path, prefix, strerror(-dfd));
+        struct statvfs vfs;
+        int r = 0;
+        if (!mount_root(dfd) && fstatvfs(dfd, &vfs) == 0 && !(vfs.f_flag & ST_RDONLY)) {
+            char fdp[64];
+            (void) snprintf(fdp, sizeof fdp, "/proc/self/fd/%d", dfd);
+            if (mount(fdp, fdp, NULL, MS_BIND | MS_REC, NULL) < 0)
+                r = cdn_error_set(p->err, errno, "protect %s: pin its parent %s: %m", path, prefix);
+        }
+        (void) close(dfd);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+int cdn_protect_pin_parents(int rootfd, const char *const *patterns, size_t n, struct cdn_error *err)
+{
+    struct pin p = {rootfd, err};
+    for (size_t i = 0; i < n; i++) {
+        int r = cdn_protect_expand(rootfd, patterns[i], pin_parents, &p);
+        if (r < 0 && err->msg[0])
+            return r;
+        /* A pattern that names nothing (or too much) is the binding pass's to report, by field. */
+    }
+    return 0;
 }

@@ -24,3 +24,10 @@ int cdn_protect_pattern_check(const char *pattern, size_t idx, struct cdn_error 
  * there; -E2BIG past CDN_PROTECT_MATCH_MAX. */
 typedef int (*cdn_protect_fn)(void *ud, const char *path, int fd);
 int cdn_protect_expand(int rootfd, const char *pattern, cdn_protect_fn fn, void *ud);
+
+/* Before the protected paths are bound: every parent directory of every match (below the
+ * root) becomes a mount point, bound on itself read-write, so that no sandbox process can rename
+ * or remove it (EBUSY) — moving a protected directory aside with its parent, then putting one of
+ * its own in its place. 0, or -errno with err set; patterns that name nothing are left to the
+ * binding pass. */
+int cdn_protect_pin_parents(int rootfd, const char *const *patterns, size_t n, struct cdn_error *err);

@@ -78,14 +78,58 @@ static int env_put(struct cdn_strv *l, const char *kv)
     return cdn_strv_push(l, kv);
 }
 
+/* What a verifier step does not take from the spec (it names them for the agent's phase, and
+ * they may point at what the agent wrote): variables that load code into a shell, a dynamic
+ * linker, an interpreter or git, and HOME and PATH, which init makes for the step. Prefixes end
+ * in '_' or are whole words ("PYTHON" takes PYTHONPATH, PYTHONSTARTUP, …). */
+static bool verifier_drops(const char *kv)
+{
+    static const char *const prefixes[] = {
+        "LD_",   "PYTHON",     "GIT_",      "PERL5", "PERLLIB",         "RUBY",
+        "NODE_", "GCONV_PATH", "BASH_ENV",  "ENV=",  "BASH_FUNC_",      "HOME=",
+        "PATH=", "SHELLOPTS=", "BASHOPTS=", "PS4=",  "PROMPT_COMMAND=", "IFS="};
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+        if (strncmp(kv, prefixes[i], strlen(prefixes[i])) == 0)
+            return true;
+    return false;
+}
+
+/* What a verifier step always gets (unless the request sets it): no user site for Python, no
+ * bytecode written where the agent reads it later, git without the global or system config and
+ * with the hooks a repository's own config could name switched off (command-line scope, which
+ * wins over the repository's). */
+static const char *const verifier_base[] = {
+    "LANG=C.UTF-8",
+    "PYTHONNOUSERSITE=1",
+    "PYTHONDONTWRITEBYTECODE=1",
+    "GIT_CONFIG_NOSYSTEM=1",
+    "GIT_CONFIG_GLOBAL=/dev/null",
+    "GIT_CONFIG_COUNT=3",
+    "GIT_CONFIG_KEY_0=core.fsmonitor",
+    "GIT_CONFIG_VALUE_0=false",
+    "GIT_CONFIG_KEY_1=core.hooksPath",
+    "GIT_CONFIG_VALUE_1=/dev/null",
+    "GIT_CONFIG_KEY_2=core.pager",
+    "GIT_CONFIG_VALUE_2=cat",
+};
+
 int cdn_exec_env(const struct cdn_spec *spec, const char *term, char *const *extra, struct cdn_strv *ret)
 {
-    static const char *const base[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                                       "HOME=/root", "LANG=C.UTF-8"};
+    return cdn_exec_env_for(spec, term, extra, false, ret);
+}
+
+int cdn_exec_env_for(const struct cdn_spec *spec, const char *term, char *const *extra, bool verifier,
+                     struct cdn_strv *ret)
+{
+    static const char *const agent_base[] = {
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"};
+    const char *const *base = verifier ? verifier_base : agent_base;
+    size_t n_base =
+        verifier ? sizeof verifier_base / sizeof *verifier_base : sizeof agent_base / sizeof *agent_base;
     struct cdn_strv l = {0};
     char buf[320];
     int r = 0;
-    for (size_t i = 0; r >= 0 && i < sizeof base / sizeof base[0]; i++)
+    for (size_t i = 0; r >= 0 && i < n_base; i++)
         r = env_put(&l, base[i]);
     if (r >= 0 && term && strlen(term) < 200) {
         (void) snprintf(buf, sizeof buf, "TERM=%s", term);
@@ -95,7 +139,8 @@ int cdn_exec_env(const struct cdn_spec *spec, const char *term, char *const *ext
     if (r >= 0)
         r = env_put(&l, buf);
     for (size_t i = 0; r >= 0 && i < spec->env.n; i++)
-        r = env_put(&l, spec->env.v[i]);
+        if (!verifier || !verifier_drops(spec->env.v[i]))
+            r = env_put(&l, spec->env.v[i]);
     for (size_t i = 0; r >= 0 && extra && extra[i]; i++)
         r = env_put(&l, extra[i]);
     if (r < 0) {

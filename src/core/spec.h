@@ -108,6 +108,12 @@ int cdn_strv_push(struct cdn_strv *l, const char *s);
  * HOSTNAME, the spec's env, then extra ("K=V", NULL-terminated, may be NULL);
  * a later K replaces an earlier one. -ENOMEM or -E2BIG. */
 int cdn_exec_env(const struct cdn_spec *spec, const char *term, char *const *extra, struct cdn_strv *ret);
+/* The same, or with verifier that of a verifier step: no PATH or HOME (init makes them), none of
+ * the spec's variables that make a shell, the dynamic linker, an interpreter or git load code,
+ * and switches that keep Python and git from reading the agent's files (docs/events.md); the
+ * request's own (extra) as always, last. */
+int cdn_exec_env_for(const struct cdn_spec *spec, const char *term, char *const *extra, bool verifier,
+                     struct cdn_strv *ret);
 void cdn_strv_free(struct cdn_strv *l);
 /* Absolute, normalised-enough path check used for targets, workdir, images. */
 bool cdn_path_is_safe_absolute(const char *p);

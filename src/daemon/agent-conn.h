@@ -26,8 +26,7 @@
 #define AGENT_EXEC_FRAMES                                                                                    \
     (AGENT_FRAME(CDN_FRAME_STDOUT) | AGENT_FRAME(CDN_FRAME_STDERR) | AGENT_FRAME(CDN_FRAME_EXIT) |           \
      AGENT_FRAME(CDN_FRAME_ERROR))
-#define AGENT_FILE_DATA_FRAMES                                                                               \
-    (AGENT_FRAME(CDN_FRAME_DATA) | AGENT_FILE_FRAMES)
+#define AGENT_FILE_DATA_FRAMES (AGENT_FRAME(CDN_FRAME_DATA) | AGENT_FILE_FRAMES)
 /* A file operation's VIOLATION: init refused an agent's symlink into a protected path (api-files.c) */
 #define AGENT_FILE_FRAMES                                                                                    \
     (AGENT_FRAME(CDN_FRAME_DONE) | AGENT_FRAME(CDN_FRAME_ERROR) | AGENT_FRAME(CDN_FRAME_VIOLATION))

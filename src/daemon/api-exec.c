@@ -38,6 +38,16 @@ struct call {
     /* A verifier step: the sandbox is quiesced before it (its args wait in
      * pending) and after it (its last frame waits in last*). */
     bool verifier;
+    bool verifier_step; /* … and stays so once the sandbox is the agent's again */
+    /* Refused before it ran: the answer (status, code, message) instead of a frame's. */
+    int fail_status;
+    const char *fail_code;
+    char fail_msg[400];
+    /* A clean sibling's step (api-sibling.c): box is the sibling, owner the sandbox it verifies
+     * (its events, alerts and exec count); done(done_arg) once the reply has gone. */
+    struct box *owner;
+    void (*done)(void *arg);
+    void *done_arg;
     struct exec_args *pending;
     uint16_t last_type;
     uint8_t *last;
@@ -289,6 +299,13 @@ static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_
  * agent's runs beside it; when it ends, whatever it left goes the same way
  * before the sandbox is the agent's again. While the box's verifier state is
  * not NONE, other execs are refused (409). */
+static void refuse(struct call *c, int status, const char *code, const char *msg)
+{
+    c->fail_status = status;
+    c->fail_code = code;
+    (void) snprintf(c->fail_msg, sizeof c->fail_msg, "%s", msg);
+}
+
 static int quiesce(struct call *c)
 {
     struct agent_conn *ac = &c->box->agent;
@@ -309,6 +326,14 @@ static void quiesce_frame(struct agent_req *r, uint16_t type, const uint8_t *p, 
     if (c->deadline_ev && !c->departed)
         evtimer_del(c->deadline_ev); /* answered (DONE) or over (0): no more waiting for it */
     if (type == CDN_FRAME_DONE && b->verifier == VERIFIER_STARTING) {
+        struct cdn_error moved = {0};
+        if (guard_check_moved(b, &moved) < 0) { /* the step would read what is there now: not the key */
+            b->verifier = VERIFIER_NONE;
+            c->verifier = false;
+            refuse(c, 409, "protected_path_moved", moved.msg);
+            exec_finish(c, 0, NULL, 0);
+            return;
+        }
         b->verifier = VERIFIER_RUNNING;
         c->areq.on_frame = exec_frame;
         int e = send_exec(c, c->pending);
@@ -413,15 +438,26 @@ static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_
                         "duration_ms", ms, "cpu_user_ms", (double) m.user_us / 1e3, "cpu_system_ms",
                         (double) m.sys_us / 1e3, "max_rss_kb", (json_int_t) m.maxrss_kb);
         record_latency(ms);
-        c->box->execs++;
-        box_event(c->box, "exec",
-                  json_pack("{s:o, s:i, s:f, s:b}", "cmd",
-                            json_lossy_string((const uint8_t *) c->cmd, strlen(c->cmd)), "exit_code", code,
-                            "duration_ms", ms, "timed_out", c->timed_out));
+        struct box *owner = c->owner ? c->owner : c->box;
+        owner->execs++;
+        json_t *ev = json_pack("{s:o, s:i, s:f, s:b}", "cmd",
+                               json_lossy_string((const uint8_t *) c->cmd, strlen(c->cmd)), "exit_code", code,
+                               "duration_ms", ms, "timed_out", c->timed_out);
+        if (ev && c->verifier_step)
+            json_object_set_new(ev, "verifier", json_string(c->owner ? "sibling" : "in_place"));
+        box_event(owner, "exec", ev);
         box_check_limits(c->box); /* an OOM kill or a pids-limit hit during it is a violation */
+    } else if (c->fail_code) {
+        status = c->fail_status;
+        res = api_error_json(c->fail_code, NULL, c->fail_msg);
     } else if (type == CDN_FRAME_ERROR && cdn_errmsg_decode(p, len, &e, &msg) == 0) {
-        status = 400;
-        res = api_error_json("exec_failed", "cmd", msg);
+        /* A verifier step the guest's init refused (frame.h): the sandbox's state, not the command. */
+        bool refused = c->verifier_step && (e == CDN_VERIFIER_MOVED || e == CDN_VERIFIER_UNSAFE);
+        status = refused ? 409 : 400;
+        res = api_error_json(!refused                  ? "exec_failed"
+                             : e == CDN_VERIFIER_MOVED ? "protected_path_moved"
+                                                       : "verifier_unsafe",
+                             refused ? NULL : "cmd", msg);
     } else {
         res = lost_json(c, &status);
     }
@@ -446,7 +482,11 @@ static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_
             json_object_set_new(res, "truncated", json_true());
         api_reply_json(c->req, 200, res);
     }
+    void (*done)(void *) = c->done;
+    void *done_arg = c->done_arg;
     call_free(c);
+    if (done)
+        done(done_arg);
 }
 
 /* The frames of an exec channel (agent-conn.c admitted only STDOUT, STDERR, EXIT, ERROR). */
@@ -510,7 +550,7 @@ static int send_exec(struct call *c, struct exec_args *a)
 {
     struct cdn_strv env = {0};
     char *const *extra = a->env.n ? a->env.v : NULL;
-    if (cdn_exec_env(&c->box->spec, a->pty ? "xterm" : NULL, extra, &env) < 0)
+    if (cdn_exec_env_for(&c->box->spec, a->pty ? "xterm" : NULL, extra, c->verifier, &env) < 0)
         return -ENOMEM;
     uint32_t flags = CDN_EXEC_PIPES | (a->has_stdin ? CDN_EXEC_STDIN : 0) | (a->pty ? CDN_EXEC_PTY : 0) |
                      (c->verifier ? CDN_EXEC_VERIFIER : 0) | (a->timeout_s > 0 ? CDN_EXEC_TREE : 0);
@@ -555,23 +595,35 @@ void api_exec(struct evhttp_request *req, struct box *b)
         exec_args_free(&a);
         return api_reply_cdn_error(req, 400, r == -EBADMSG ? "invalid_json" : "invalid_argument", &e);
     }
+    if (a.verifier == EXEC_VERIFIER_SIBLING)
+        return api_sibling_start(req, b, &a);
+    api_exec_begin(req, b, &a, NULL, NULL, NULL);
+}
+
+void api_exec_begin(struct evhttp_request *req, struct box *b, struct exec_args *args, struct box *owner,
+                    void (*done)(void *arg), void *done_arg)
+{
+    struct exec_args a = *args;
+    *args = (struct exec_args){0};
+    int r = 0;
     struct call *c = call_new(req, b, exec_frame);
     if (c) {
         c->stream = a.stream;
         c->b64 = a.b64;
+        c->owner = owner;
         (void) snprintf(c->cmd, sizeof c->cmd, "%s", a.argv.v[0]);
         /* The whole command line, for the monitor's exec rules. */
         char line[4096];
         size_t len = 0;
         for (size_t i = 0; a.argv.v[i] && len < sizeof line - 1; i++)
             len += (size_t) snprintf(line + len, sizeof line - len, "%s%s", i ? " " : "", a.argv.v[i]);
-        json_decref(monitor_match(b, 1, line, len < sizeof line ? len : sizeof line - 1));
+        json_decref(monitor_match(owner ? owner : b, 1, line, len < sizeof line ? len : sizeof line - 1));
         c->out = evbuffer_new();
         c->err = evbuffer_new();
     }
     if (c && c->out && c->err &&
-        a.verifier) { /* the command is sent once the sandbox is quiet (quiesce_frame) */
-        c->verifier = true;
+        a.verifier != EXEC_PLAIN) { /* the command is sent once the sandbox is quiet (quiesce_frame) */
+        c->verifier = c->verifier_step = true;
         c->pending = malloc(sizeof *c->pending);
         if (c->pending) {
             *c->pending = a;
@@ -587,11 +639,15 @@ void api_exec(struct evhttp_request *req, struct box *b)
         exec_args_free(&a);
         if (c)
             call_free(c);
-        return api_reply_error(
-            req, r == -ENOBUFS ? 400 : 500, r == -ENOBUFS ? "invalid_argument" : "internal",
-            r == -ENOBUFS ? "cmd" : NULL, "%s",
-            r == -ENOBUFS ? "cmd and env exceed 1 MiB" : "cannot reach the sandbox's agent");
+        api_reply_error(req, r == -ENOBUFS ? 400 : 500, r == -ENOBUFS ? "invalid_argument" : "internal",
+                        r == -ENOBUFS ? "cmd" : NULL, "%s",
+                        r == -ENOBUFS ? "cmd and env exceed 1 MiB" : "cannot reach the sandbox's agent");
+        if (done)
+            done(done_arg);
+        return;
     }
+    c->done = done;
+    c->done_arg = done_arg;
     if (a.timeout_s > 0) {
         struct timeval tv = {.tv_sec = (time_t) a.timeout_s,
                              .tv_usec = (suseconds_t) ((a.timeout_s - (double) (time_t) a.timeout_s) * 1e6)};

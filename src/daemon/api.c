@@ -280,7 +280,7 @@ static void route_list(struct evhttp_request *req)
     json_t *arr = json_array();
     struct box *b;
     LIST_FOREACH(b, &cordond->boxes, link)
-    if (labels_match(b, &q))
+    if (!b->sibling && labels_match(b, &q))
         json_array_append_new(arr, box_to_json(b));
     evhttp_clear_headers(&q);
     api_reply_json(req, 200, json_pack("{s:o}", "sandboxes", arr));

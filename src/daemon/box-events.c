@@ -150,6 +150,8 @@ static bool sample(struct box *b, enum violation_kind kind, bool take)
 
 bool box_violation_logged(struct box *b, enum violation_kind kind)
 {
+    if (b->sibling) /* counted and logged on the sandbox it verifies */
+        return b->verifies && box_violation_logged(b->verifies, kind);
     return sample(b, kind, false);
 }
 
@@ -178,6 +180,21 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
 
 void box_violation(struct box *b, enum violation_kind kind, json_t *fields)
 {
+    if (b->sibling) {
+        /* A verifier's sibling (api-sibling.c): the sandbox it verifies counts it, and its policy
+         * decides; the sibling goes with it in kill mode. */
+        struct box *o = b->verifies;
+        bool kill = o && o->spec.on_violation == CDN_VIOLATION_KILL;
+        if (o)
+            box_violation(o, kind, fields);
+        else
+            json_decref(fields);
+        if (kill && b->state == BOX_RUNNING) {
+            box_stop(b, "killed on violation");
+            (void) b->sb.tier->kill(&b->sb, SIGKILL);
+        }
+        return;
+    }
     double now = now_unix();
     b->viol.counts[kind]++;
     if (!b->viol.first)

@@ -22,12 +22,14 @@
 #include <string.h>
 #include <time.h>
 #include <sys/syscall.h>
+#include <sys/fsuid.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "daemon.h"
 #include "core/paths.h"
+#include "monitor/watch.h"
 #include "monitor/writes.h"
 #include "tiers/container/seccomp-policy.h"
 #include "record.h"
@@ -52,7 +54,7 @@ struct box *box_find(const char *id)
 {
     struct box *b;
     LIST_FOREACH(b, &cordond->boxes, link)
-    if (strcmp(b->sb.id, id) == 0)
+    if (!b->sibling && strcmp(b->sb.id, id) == 0)
         return b;
     return NULL;
 }
@@ -78,9 +80,9 @@ static void on_reported(struct box *b, int fd, const struct cdn_seccomp_event *e
     bool deny = false;
     if (cdn_write_attempt_read(ev, &w) == 0)
         for (int i = 0; i < w.n && b->state == BOX_RUNNING; i++) {
-            enum violation_kind k = cdn_path_is_protected(w.path[i], &b->spec.protect) ? VIOLATION_PROTECT
-                                    : cdn_path_is_system(w.path[i]) ? VIOLATION_SYSTEM_WRITE
-                                                                    : _VIOLATION_MAX;
+            enum violation_kind k = cdn_write_is_protected(&w, i, &b->spec.protect) ? VIOLATION_PROTECT
+                                    : cdn_path_is_system(w.path[i])                 ? VIOLATION_SYSTEM_WRITE
+                                                                                    : _VIOLATION_MAX;
             if (k == _VIOLATION_MAX)
                 continue;
             char cmd[256];
@@ -124,6 +126,45 @@ static json_t *syscall_fields(struct box *b, const struct cdn_seccomp_event *ev)
 
 /* At most 16 notifications per call (the loop serves every other event between two calls), and
  * what they cost is charged to the box's budget (box-events.c), which stops this event when spent. */
+
+/* inotify_add_watch by a sandbox process (watch.h): made here, on the object resolved here, or
+ * refused on a protected path (a violation: the watch would tell the names the harness reads
+ * there). A sandbox without protected paths, or a verifier step (everything is open to it),
+ * lets the kernel do it. */
+static void on_watch(struct box *b, int fd, const struct cdn_seccomp_event *ev)
+{
+    if (!b->spec.protect.n || b->verifier == VERIFIER_RUNNING) {
+        (void) cdn_watch_answer(fd, ev->id, 0, 0, true);
+        return;
+    }
+    struct cdn_watch w;
+    int r = cdn_watch_open(fd, ev->id, ev->pid, ev->args, &w);
+    if (r < 0) {
+        (void) cdn_watch_answer(fd, ev->id, 0, -r, false);
+        return;
+    }
+    const struct cdn_guard_mark *m = cdn_guard_marks_find(&b->marks, (int) w.mnt_id);
+    if (m && m->kind == CDN_GUARD_PROTECT) {
+        char cmd[256];
+        cdn_read_cmdline(ev->pid, cmd, sizeof cmd);
+        box_violation(b, VIOLATION_PROTECT,
+                      json_pack("{s:o, s:s, s:i, s:o}", "path",
+                                json_lossy_string((const uint8_t *) w.path, strlen(w.path)), "op", "inotify",
+                                "pid", ev->pid, "cmd",
+                                json_lossy_string((const uint8_t *) cmd, strlen(cmd))));
+        if (b->state == BOX_RUNNING) /* killed on it: no answer, as for a watched denial */
+            (void) cdn_watch_answer(fd, ev->id, 0, EPERM, false);
+    } else {
+        /* With the caller's file credentials: a watch needs read permission on the object. */
+        (void) setfsgid(w.fsgid);
+        (void) setfsuid(w.fsuid);
+        r = cdn_watch_add(&w);
+        (void) setfsuid(0);
+        (void) setfsgid(0);
+        (void) cdn_watch_answer(fd, ev->id, r < 0 ? 0 : r, r < 0 ? -r : 0, false);
+    }
+    cdn_watch_close(&w);
+}
 static void on_monitor(evutil_socket_t fd, short what, void *arg)
 {
     (void) what;
@@ -145,6 +186,10 @@ static void on_monitor(evutil_socket_t fd, short what, void *arg)
             break;
         if (cdn_seccomp_is_reported(ev.nr)) {
             on_reported(b, fd, &ev);
+            continue;
+        }
+        if (cdn_seccomp_is_watch(ev.nr)) {
+            on_watch(b, fd, &ev);
             continue;
         }
         /* The violation first (in kill mode it kills), then the answer: a
@@ -255,6 +300,9 @@ json_t *box_to_json(struct box *b)
 
 static void box_free(struct box *b)
 {
+    if (b->step)
+        sibling_box_gone(b, "cordond let it go");
+    sibling_sources_free(b);
     api_throttle_end(b);
     guard_stop(b);
     if (b->setup_ev)
@@ -344,6 +392,8 @@ void box_stop(struct box *b, const char *reason)
         b->create_req = NULL;
     }
     box_event(b, "exited", json_pack("{s:s}", "reason", reason));
+    if (b->step)
+        sibling_box_gone(b, reason);
 }
 
 static void maybe_finish_stop(void)
@@ -385,6 +435,8 @@ static bool read_setup_failure(struct box *b, int fd)
     err.msg[sizeof err.msg - 1] = 0;
     err.field[sizeof err.field - 1] = 0;
     cordond->create_errors++;
+    if (b->step) /* a verifier's sibling: its step says why */
+        sibling_box_gone(b, err.msg);
     if (b->pool)
         fprintf(stderr, "cordond: a pooled sandbox failed to start: %s\n", err.msg);
     if (b->create_req)
@@ -493,6 +545,8 @@ static void box_started(struct box *b)
         api_reply_json(b->create_req, 201, box_to_json(b));
         b->create_req = NULL;
     }
+    if (b->step)
+        sibling_box_ready(b);
 }
 
 /* Whether the process behind pidfd has exited (a zombie counts). Only our
@@ -736,7 +790,10 @@ struct box *box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_error
     } else if ((b->sb.slot_hint = cordond->n_kept ? cordond->kept_slots[--cordond->n_kept] : -1),
                b->sb.tier->create(&b->sb, err) >= 0) {
         b->sb.keep_cgroup = true; /* from now on its cgroup is worth keeping */
-        struct cdn_usage u0;      /* a reused cgroup keeps its counters: count from here */
+        /* What a verifier's sibling will bind of its read-write binds, before the agent runs. */
+        if (b->spec.protect.n && b->spec.n_mounts)
+            (void) sibling_sources_note(b);
+        struct cdn_usage u0; /* a reused cgroup keeps its counters: count from here */
         if (b->sb.tier->usage(&b->sb, &u0) == 0) {
             b->viol.oom_seen = u0.oom_kills;
             b->viol.pids_seen = u0.pids_max_hits;
@@ -826,6 +883,15 @@ void box_create(struct cdn_spec *spec, struct evhttp_request *req)
 
 /* ---- restarts ---- */
 
+static bool is_sibling(const struct cdn_spec *spec)
+{
+    size_t n = strlen(SIBLING_LABEL);
+    for (size_t i = 0; i < spec->labels.n; i++)
+        if (strncmp(spec->labels.v[i], SIBLING_LABEL, n) == 0 && spec->labels.v[i][n] == '=')
+            return true;
+    return false;
+}
+
 static void adopt_one(const char *id, const char *path)
 {
     struct record rec;
@@ -870,6 +936,10 @@ static void adopt_one(const char *id, const char *path)
         LIST_INSERT_HEAD(&cordond->boxes, b, link);
         cordond->n_boxes++;
         if (watch(b) >= 0) {
+            if (is_sibling(&b->spec)) { /* its step ended with the last cordond: nobody wants it */
+                box_delete(b, "a verifier's sibling left by the last cordond");
+                return;
+            }
             monitor_start(b);
             if (guard_adopt(b, &err) < 0 && b->spec.protect.n) {
                 fprintf(stderr, "cordond: sandbox %s: %s; ending it\n", id, err.msg);

@@ -142,6 +142,16 @@ struct box {
     bool guarded;
     LIST_ENTRY(box) guard_link;
     enum { VERIFIER_NONE, VERIFIER_STARTING, VERIFIER_RUNNING, VERIFIER_ENDING } verifier; /* api-exec.c */
+    /* A clean sibling's verifier step (api-sibling.c): step on both sandboxes while it lasts;
+     * sibling on the fresh one, which no route lists or finds and no restart adopts; verifies
+     * (while that sandbox exists) the one whose violations it counts. */
+    struct sibling_step *step;
+    bool sibling;
+    struct box *verifies;
+    /* The protected parts of its read-write binds as they were at creation (sibling-spec.c). */
+    struct protected_src *psrc;
+    size_t n_psrc;
+    bool psrc_noted;
     bool cleaned;                        /* cleanup() ran: init reaped, tier resources released */
     struct evbuffer *events;             /* NDJSON lines, oldest dropped past a cap (box-events.c) */
     uint64_t events_seq, events_dropped; /* lines logged, and dropped from the ring's front */
@@ -273,11 +283,34 @@ int guard_prepare(struct box *b, struct cdn_error *err);
 int guard_start(struct box *b, struct cdn_error *err);
 /* After a restart: take the group back from init (protected paths) and mark again. */
 int guard_adopt(struct box *b, struct cdn_error *err);
+/* Before a verifier step: -ESTALE (err says which) if a protected path is not its mount any more. */
+int guard_check_moved(struct box *b, struct cdn_error *err);
 void guard_stop(struct box *b);
 /* Its supervision budget is spent (box-events.c): its own group is not read, and its refusals from
  * the shared group are held (their openers wait) until guard_resume. */
 void guard_pause(struct box *b);
 void guard_resume(struct box *b);
+
+/* ---- a clean sibling's verifier step (api-sibling.c, sibling-spec.c) ---- */
+/* A protected path beneath a read-write bind: where on the host, and what it was at creation. */
+struct protected_src {
+    size_t mount; /* index in spec.mounts */
+    char *rel;    /* beneath its source ("" for all of it) */
+    dev_t dev;
+    ino_t ino;
+    bool plain; /* reached without a symlink (else no identity: a step refuses it) */
+};
+/* At creation: record them (0 or -errno). */
+int sibling_sources_note(struct box *b);
+void sibling_sources_free(struct box *b);
+/* The sibling's spec: b's, its read-write binds replaced by the recorded protected parts (each
+ * checked to be the same object: -ESTALE if not), labelled SIBLING_LABEL. */
+int sibling_spec(struct box *b, struct cdn_spec *ret, struct cdn_error *err);
+/* The label a sibling's spec carries (its value: the id of the sandbox it verifies). */
+#define SIBLING_LABEL "cordon.sibling_of"
+/* From box.c: the sibling runs; b (either side of a step) has stopped or is being freed. */
+void sibling_box_ready(struct box *b);
+void sibling_box_gone(struct box *b, const char *reason);
 
 /* ---- the monitor's rules (monitor.c) ---- */
 int monitor_load_rules(const char *path, struct cdn_error *err);
@@ -306,6 +339,14 @@ void api_reply_error(struct evhttp_request *req, int status, const char *code, c
 json_t *api_error_json(const char *code, const char *field, const char *msg);
 void api_reply_cdn_error(struct evhttp_request *req, int status, const char *code, const struct cdn_error *e);
 void api_exec(struct evhttp_request *req, struct box *b);
+struct exec_args;
+/* Run a (parsed) exec on b and answer req; its args are moved out. For a clean sibling's step
+ * (api-sibling.c) owner is the sandbox it verifies: the exec event, the alerts and the count are
+ * its; done(done_arg) runs once req is answered (also when the exec could not start). */
+void api_exec_begin(struct evhttp_request *req, struct box *b, struct exec_args *args, struct box *owner,
+                    void (*done)(void *arg), void *done_arg);
+/* POST …/exec with "verifier": {"mode": "sibling", "copy": […]} (api-sibling.c): args moved out. */
+void api_sibling_start(struct evhttp_request *req, struct box *b, struct exec_args *args);
 void api_call(struct evhttp_request *req, struct box *b); /* api-call.c: the process tier */
 void api_throttle_end(struct box *b);                     /* the box is going */
 void api_stream_timeout(struct evhttp_request *req);      /* after evhttp_send_reply_start */

@@ -75,6 +75,69 @@ static int parse_stdin(json_t *v, bool b64, struct exec_args *a, struct cdn_erro
     return 0;
 }
 
+/* One path to copy into a sibling: absolute, literal, no '.', '..' or empty component, not the
+ * whole root and not the kernel's views (they are the sibling's own). */
+static int parse_copy_path(json_t *v, size_t i, struct exec_args *a, struct cdn_error *e)
+{
+    char field[40];
+    (void) snprintf(field, sizeof field, "verifier.copy[%zu]", i);
+    const char *p = json_string_value(v);
+    if (!json_is_string(v) || strlen(p) != json_string_length(v) || p[0] != '/' || strlen(p) > 1024)
+        return bad(e, field, "must be an absolute path of at most 1024 bytes");
+    if (strcmp(p, "/") == 0)
+        return bad(e, field, "cannot be the whole root: name what the verifier needs (e.g. the repository)");
+    for (const char *c = p + 1; *c;) {
+        size_t n = strcspn(c, "/");
+        if (n == 0 || (n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
+            return bad(e, field, "has an empty, '.' or '..' component");
+        c += n + (c[n] == '/');
+    }
+    static const char *const kernel[] = {"/proc", "/sys", "/dev"};
+    for (size_t k = 0; k < sizeof kernel / sizeof kernel[0]; k++) {
+        size_t n = strlen(kernel[k]);
+        if (strncmp(p, kernel[k], n) == 0 && (p[n] == 0 || p[n] == '/'))
+            return bad(e, field, "cannot be beneath /proc, /sys or /dev (the sibling has its own)");
+    }
+    return cdn_strv_push(&a->copy, p) < 0 ? cdn_error_set(e, ENOMEM, "out of memory") : 0;
+}
+
+/* "verifier": true/false (in place), or {"mode": "in_place"|"sibling", "copy": [paths]}. */
+static int parse_verifier(json_t *v, struct exec_args *a, struct cdn_error *e)
+{
+    if (json_is_boolean(v)) {
+        a->verifier = json_is_true(v) ? EXEC_VERIFIER_IN_PLACE : EXEC_PLAIN;
+        return 0;
+    }
+    if (!json_is_object(v))
+        return bad(e, "verifier",
+                   "must be true, false or {\"mode\": \"in_place\"|\"sibling\", \"copy\": [...]}");
+    const char *k;
+    json_t *x;
+    json_object_foreach(v, k, x) if (strcmp(k, "mode") != 0 && strcmp(k, "copy") != 0) return cdn_error_field(
+        e, EINVAL, "verifier", "verifier: unknown field '%s' (mode, copy)", k);
+    json_t *mode = json_object_get(v, "mode"), *copy = json_object_get(v, "copy");
+    const char *m = mode ? json_string_value(mode) : "in_place";
+    if (!m || (strcmp(m, "in_place") != 0 && strcmp(m, "sibling") != 0))
+        return bad(e, "verifier.mode", "must be \"in_place\" or \"sibling\"");
+    a->verifier = m[0] == 's' ? EXEC_VERIFIER_SIBLING : EXEC_VERIFIER_IN_PLACE;
+    if (a->verifier == EXEC_VERIFIER_IN_PLACE)
+        return copy ? bad(e, "verifier.copy", "is for mode \"sibling\" only") : 0;
+    if (!json_is_array(copy) || json_array_size(copy) == 0 || json_array_size(copy) > EXEC_COPY_MAX)
+        return cdn_error_field(
+            e, EINVAL, "verifier.copy",
+            "verifier.copy: must be a non-empty array of at most %d paths (what the sibling "
+            "gets from the sandbox)",
+            EXEC_COPY_MAX);
+    size_t i;
+    json_array_foreach(copy, i, x)
+    {
+        int r = parse_copy_path(x, i, a, e);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
 static int parse_object(json_t *o, struct exec_args *a, struct cdn_error *e)
 {
     if (!json_is_object(o))
@@ -101,8 +164,7 @@ static int parse_object(json_t *o, struct exec_args *a, struct cdn_error *e)
                     ? (a->timeout_s = json_number_value(v), 0)
                     : bad(e, "timeout_s", "must be a number of seconds, > 0 and at most 604800");
         else if (strcmp(k, "verifier") == 0)
-            r = json_is_boolean(v) ? (a->verifier = json_is_true(v), 0)
-                                   : bad(e, "verifier", "must be true or false");
+            r = parse_verifier(v, a, e);
         else if (strcmp(k, "stream") == 0)
             r = json_is_boolean(v) ? (a->stream = json_is_true(v), 0)
                                    : bad(e, "stream", "must be true or false");
@@ -134,6 +196,7 @@ void exec_args_free(struct exec_args *a)
 {
     cdn_strv_free(&a->argv);
     cdn_strv_free(&a->env);
+    cdn_strv_free(&a->copy);
     free(a->stdin_data);
     free(a->cwd);
 }

@@ -9,6 +9,9 @@
 #include "core/spec.h"
 #include "shared/error.h"
 
+/* Paths one sibling step may copy. */
+#define EXEC_COPY_MAX 16
+
 /* Largest stdin of one exec: what cordon-init keeps for a command that has
  * not read it yet (src/agent/init-exec.c STDIN_MAX). */
 #define EXEC_STDIN_MAX (8u << 20)
@@ -20,7 +23,10 @@ struct exec_args {
     uint8_t *stdin_data;
     long stdin_len;
     bool has_stdin, stream, b64, pty;
-    bool verifier; /* a verifier step: runs alone, may read protected paths (api-exec.c) */
+    /* A verifier step: runs alone, may read protected paths (api-exec.c); in place, or in a clean
+     * sibling into which copy (absolute paths) is copied from the sandbox (api-sibling.c). */
+    enum { EXEC_PLAIN, EXEC_VERIFIER_IN_PLACE, EXEC_VERIFIER_SIBLING } verifier;
+    struct cdn_strv copy;
     double timeout_s;
     uint16_t rows, cols;
 };

@@ -206,6 +206,13 @@ int guard_adopt(struct box *b, struct cdn_error *err)
     return guard_start(b, err);
 }
 
+int guard_check_moved(struct box *b, struct cdn_error *err)
+{
+    if (cdn_tier_is_vm(b->spec.tier) || b->sb.init_pid <= 0)
+        return 0; /* a guest checks its own, at the step's EXEC (init-verifier.c) */
+    return cdn_fsguard_check_moved(b->sb.init_pid, &b->marks, err);
+}
+
 void guard_stop(struct box *b)
 {
     answer_held(b);

@@ -351,7 +351,13 @@ static json_t *exec_body(cordon_client *c, const char *const argv[], const struc
         ok = put(b, "cwd", json_string(o->cwd)), bad = "cwd";
     if (ok && o && o->timeout_s > 0)
         ok = put(b, "timeout_s", json_real(o->timeout_s)), bad = "timeout_s";
-    if (ok && o && o->verifier)
+    if (ok && o && o->verifier && o->verifier_copy) {
+        json_t *copy = json_array();
+        for (size_t i = 0; copy && o->verifier_copy[i]; i++)
+            json_array_append_new(copy, json_string(o->verifier_copy[i]));
+        ok = copy && put(b, "verifier", json_pack("{s:s, s:o}", "mode", "sibling", "copy", copy)),
+        bad = "verifier";
+    } else if (ok && o && o->verifier)
         ok = put(b, "verifier", json_true()), bad = "verifier";
     if (ok && o && o->stdin_data) {
         char *s = malloc(cdn_base64_len(o->stdin_len) + 1);

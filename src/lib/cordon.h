@@ -70,6 +70,9 @@ struct cordon_exec_opts {
      * of the sandbox, runs this command alone, with read access to the
      * protected paths, and ends what it leaves behind. */
     bool verifier;
+    /* With verifier: run it in a clean sibling instead (a fresh sandbox of the same spec) into
+     * which these absolute paths (NULL-terminated) are copied from the sandbox; NULL: in place. */
+    const char *const *verifier_copy;
 };
 
 struct cordon_exec_result {

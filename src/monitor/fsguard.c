@@ -31,18 +31,23 @@ int cdn_fsguard_open(void)
     return fd < 0 ? -errno : fd;
 }
 
-static int add(struct cdn_guard_marks *m, int mnt_id, enum cdn_guard_kind kind)
+static int add(struct cdn_guard_marks *m, int mnt_id, enum cdn_guard_kind kind, const char *path)
 {
     if (cdn_guard_marks_find(m, mnt_id))
         return 0;
+    char *copy = path ? strdup(path) : NULL;
+    if (path && !copy)
+        return -ENOMEM;
     if (m->n == m->cap) {
         size_t cap = m->cap ? m->cap * 2 : 8;
         struct cdn_guard_mark *v = realloc(m->v, cap * sizeof *v);
-        if (!v)
+        if (!v) {
+            free(copy);
             return -ENOMEM;
+        }
         m->v = v, m->cap = cap;
     }
-    m->v[m->n++] = (struct cdn_guard_mark){mnt_id, kind};
+    m->v[m->n++] = (struct cdn_guard_mark){mnt_id, kind, copy};
     return 0;
 }
 
@@ -56,6 +61,8 @@ const struct cdn_guard_mark *cdn_guard_marks_find(const struct cdn_guard_marks *
 
 void cdn_guard_marks_free(struct cdn_guard_marks *m)
 {
+    for (size_t i = 0; i < m->n; i++)
+        free(m->v[i].path);
     free(m->v);
     *m = (struct cdn_guard_marks){0};
 }
@@ -106,7 +113,7 @@ static int mark_protected(void *ud, const char *path, int fd)
         return cdn_error_set(c->err, EINVAL, "protect %s: not bound on itself in the sandbox", path);
     if ((r = mark_fd(c->group, fd, PROTECT_MASK)) < 0)
         return cdn_error_set(c->err, r, "protect %s: fanotify_mark: %s", path, strerror(-r));
-    if ((r = add(c->out, id, CDN_GUARD_PROTECT)) < 0)
+    if ((r = add(c->out, id, CDN_GUARD_PROTECT, path)) < 0)
         return cdn_error_set(c->err, r, "protect %s: out of memory", path);
     return 0;
 }
@@ -177,7 +184,7 @@ static int mark_submounts(int group, pid_t init_pid, int rootfd, struct cdn_guar
             bool root = false;
             if (fd >= 0 && mount_of(fd, &id, &root) == 0 && id == v[i].id && root) {
                 if ((r = mark_fd(group, fd, PROTECT_MASK)) == 0)
-                    r = add(out, id, CDN_GUARD_PROTECT);
+                    r = add(out, id, CDN_GUARD_PROTECT, NULL);
                 more = true;
             }
             if (fd >= 0)
@@ -226,8 +233,32 @@ int cdn_fsguard_mark_sandbox(int group, pid_t init_pid, const struct cdn_strv *p
         if (fd < 0 || mount_of(fd, &id, &root) < 0 || !root || id == proc_id)
             continue;
         int r = mark_fd(group, fd, FAN_OPEN_PERM);
-        if (r < 0 || (r = add(out, id, CDN_GUARD_KERNEL)) < 0)
+        if (r < 0 || (r = add(out, id, CDN_GUARD_KERNEL, NULL)) < 0)
             return cdn_error_set(err, r, "guard %s: %s", kernel_files[i], strerror(-r));
+    }
+    return 0;
+}
+
+int cdn_fsguard_check_moved(pid_t init_pid, const struct cdn_guard_marks *m, struct cdn_error *err)
+{
+    char p[64];
+    (void) snprintf(p, sizeof p, "/proc/%d/root", (int) init_pid);
+    _cleanup_close_ int rootfd = open(p, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rootfd < 0)
+        return cdn_error_set(err, errno, "open %s: %m", p);
+    for (size_t i = 0; i < m->n; i++) {
+        if (!m->v[i].path)
+            continue;
+        struct open_how how = {.flags = O_PATH | O_CLOEXEC,
+                               .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+        _cleanup_close_ int fd = (int) syscall(SYS_openat2, rootfd, m->v[i].path, &how, sizeof how);
+        int id = -1;
+        bool root = false;
+        if (fd < 0 || mount_of(fd, &id, &root) < 0 || !root || id != m->v[i].mnt_id)
+            return cdn_error_set(err, ESTALE,
+                                 "protected path %s is not the mount bound there when the sandbox was made: "
+                                 "it was moved aside (with a parent, from outside the sandbox)",
+                                 m->v[i].path);
     }
     return 0;
 }

@@ -25,6 +25,7 @@ enum cdn_guard_kind {
 struct cdn_guard_mark {
     int mnt_id;
     enum cdn_guard_kind kind;
+    char *path; /* a match of a protect pattern (owned), as the sandbox sees it; NULL for the rest */
 };
 
 struct cdn_guard_marks {
@@ -44,6 +45,10 @@ int cdn_fsguard_mark_sandbox(int group, pid_t init_pid, const struct cdn_strv *p
                              struct cdn_guard_marks *out, struct cdn_error *err);
 const struct cdn_guard_mark *cdn_guard_marks_find(const struct cdn_guard_marks *m, int mnt_id);
 void cdn_guard_marks_free(struct cdn_guard_marks *m);
+/* Whether each protected path marked for the sandbox of init_pid still leads (as a command would
+ * follow it) to the root of the mount marked for it: 0, or -ESTALE naming the first that does not
+ * in err (moved aside with a parent from outside the sandbox, which cannot rename them itself). */
+int cdn_fsguard_check_moved(pid_t init_pid, const struct cdn_guard_marks *m, struct cdn_error *err);
 
 /* One permission event: the opener is blocked until it is answered. path (as
  * the opener's root sees it) and cmdline are filled by cdn_fsguard_describe(),

@@ -82,6 +82,41 @@ bool cdn_path_is_protected(const char *path, const struct cdn_strv *protect)
     return false;
 }
 
+/* Whether path is a proper parent of what pattern (without a trailing slash-star-star) names:
+ * each of its components matches the pattern's component at that depth, and the pattern has more. */
+static bool parent_of_pattern(const char *path, const char *pattern)
+{
+    char p[1024], pat[1100];
+    (void) snprintf(p, sizeof p, "%s", path);
+    (void) snprintf(pat, sizeof pat, "%s", pattern);
+    char *ps = NULL, *qs = NULL;
+    char *pc = strtok_r(p, "/", &ps), *qc = strtok_r(pat, "/", &qs);
+    for (; pc && qc; pc = strtok_r(NULL, "/", &ps), qc = strtok_r(NULL, "/", &qs))
+        if (fnmatch(qc, pc, FNM_PERIOD) != 0)
+            return false;
+    return !pc && qc && path[0] == '/' && path[1];
+}
+
+bool cdn_write_is_protected(const struct cdn_write_attempt *w, int i, const struct cdn_strv *protect)
+{
+    if (cdn_path_is_protected(w->path[i], protect))
+        return true;
+    /* Renaming or removing a parent moves what is protected out of its place (the kernel refuses:
+     * the parents are mount points, rootfs.c), so the attempt is one on the protected path. */
+    if (strncmp(w->op, "rename", 6) != 0 && strncmp(w->op, "unlink", 6) != 0)
+        return false;
+    for (size_t k = 0; k < protect->n; k++) {
+        char pat[1100];
+        (void) snprintf(pat, sizeof pat, "%s", protect->v[k]);
+        size_t pl = strlen(pat);
+        if (pl >= 3 && strcmp(pat + pl - 3, "/**") == 0)
+            pat[pl - 3] = 0;
+        if (parent_of_pattern(w->path[i], pat))
+            return true;
+    }
+    return false;
+}
+
 /* A NUL-terminated string at addr in pid's memory, page by page. */
 static int read_string(int pid, uint64_t addr, char *buf, size_t size)
 {

@@ -26,6 +26,9 @@ int cdn_write_attempt_read(const struct cdn_seccomp_event *ev, struct cdn_write_
 bool cdn_path_is_system(const char *path);
 /* Named by a protect pattern, or beneath a path one names. */
 bool cdn_path_is_protected(const char *path, const struct cdn_strv *protect);
+/* Whether the i-th path of w is an attempt on a protected path: one named (or beneath one named)
+ * by protect, or, for a rename or an unlink, a parent of one. */
+bool cdn_write_is_protected(const struct cdn_write_attempt *w, int i, const struct cdn_strv *protect);
 /* Lexically: join rel to base (when relative), drop "." and empty
  * components, resolve "..". Into out (size bytes); false if too long. */
 bool cdn_path_normalize(const char *base, const char *rel, char *out, size_t size);

@@ -151,6 +151,9 @@ VM_TIER_TESTS = {
     "test_disk_limit_write_fails_with_no_space", "test_timeout_not_reached", "test_protected_paths_hold_in_cordond",
     "test_sandboxes_survive_a_restart_and_are_adopted", "test_all_contained",
     "test_symlinks_into_protected_paths_are_refused_and_counted", "test_a_stalled_or_departed_download_does_not_hold_up_the_sandbox",
+    "test_a_signal_to_init_reaches_no_command", "test_a_protected_directory_cannot_be_moved_aside",
+    "test_the_verifier_does_not_run_what_the_agent_planted", "test_a_sibling_verifier_sees_only_what_was_copied",
+    "test_inotify_cannot_watch_a_protected_directory",
 }
 
 

@@ -17,6 +17,20 @@ def cli(daemon, *args, input=None):
     return subprocess.run([CORDON_BIN, *args], input=input, capture_output=True, env=env, timeout=60)
 
 
+def test_exec_verifier_modes(daemon):
+    sid = cli(daemon, "create").stdout.decode().strip()
+    assert cli(daemon, "exec", sid, "--", "sh", "-c",
+               "mkdir -p /workspace/repo && echo hi > /workspace/repo/f && touch /workspace/other").returncode == 0
+    r = cli(daemon, "exec", sid, "--verifier", "--", "ls", "/workspace")
+    assert (r.returncode, r.stdout) == (0, b"other\nrepo\n"), r
+    r = cli(daemon, "exec", sid, "--verifier=sibling", "--copy", "/workspace/repo", "--", "sh", "-c",
+            "ls /workspace; cat /workspace/repo/f")
+    assert (r.returncode, r.stdout) == (0, b"repo\nhi\n"), r  # the sibling has only what was copied
+    r = cli(daemon, "exec", sid, "--verifier=sibling", "--", "true")
+    assert r.returncode == EXIT_CORDON and b"--copy" in r.stderr, r
+    assert cli(daemon, "kill", sid).returncode == 0
+
+
 def test_create_exec_ls_inspect_events_kill(daemon):
     r = cli(daemon, "create", "--memory", "128M", "--label", "job=cli", "--env", "FROM_SPEC=yes")
     assert r.returncode == 0, r.stderr

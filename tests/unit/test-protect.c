@@ -113,3 +113,30 @@ TEST(lexical_write_targets)
     CHECK(!cdn_path_is_protected("/workspace/tests2/x", &protect));
     CHECK(!cdn_path_is_protected("/workspace/solution.py", &protect));
 }
+
+TEST(renaming_a_parent_is_an_attempt_on_what_it_holds)
+{
+    char *pats[] = {"/workspace/repo/tests/**", "/w/*/key", NULL};
+    struct cdn_strv protect = {pats, 2};
+    struct cdn_write_attempt w = {.op = "renameat2", .n = 2};
+    const char *const parents[] = {"/workspace/repo", "/workspace", "/w", "/w/x"};
+    for (size_t i = 0; i < sizeof parents / sizeof parents[0]; i++) {
+        (void) snprintf(w.path[0], sizeof w.path[0], "%s", parents[i]);
+        (void) snprintf(w.path[1], sizeof w.path[1], "/workspace/.orig");
+        CHECK(cdn_write_is_protected(&w, 0, &protect));
+        CHECK(!cdn_write_is_protected(&w, 1, &protect));
+    }
+    (void) snprintf(w.path[0], sizeof w.path[0], "/workspace/repo/solution.py");
+    CHECK(!cdn_write_is_protected(&w, 0, &protect));
+    (void) snprintf(w.path[0], sizeof w.path[0], "/w/.x"); /* '*' does not match a leading dot */
+    CHECK(!cdn_write_is_protected(&w, 0, &protect));
+    (void) snprintf(w.path[0], sizeof w.path[0], "/");
+    CHECK(!cdn_write_is_protected(&w, 0, &protect));
+    w.op = "unlinkat";
+    (void) snprintf(w.path[0], sizeof w.path[0], "/workspace/repo");
+    CHECK(cdn_write_is_protected(&w, 0, &protect));
+    w.op = "openat"; /* creating a file in a parent moves nothing */
+    CHECK(!cdn_write_is_protected(&w, 0, &protect));
+    (void) snprintf(w.path[0], sizeof w.path[0], "/workspace/repo/tests/x");
+    CHECK(cdn_write_is_protected(&w, 0, &protect));
+}

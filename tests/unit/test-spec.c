@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int from_json(struct cdn_spec *s, const char *json, struct cdn_error *err)
 {
@@ -246,4 +247,43 @@ TEST(flags_errors)
     CHECK(parse(&o, &err, missing) < 0);
     CHECK_STREQ(err.field, "limits.memory_mb");
     cdn_spec_free(&o.spec);
+}
+
+static const char *env_get(const struct cdn_strv *env, const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; i < env->n; i++)
+        if (strncmp(env->v[i], name, n) == 0 && env->v[i][n] == '=')
+            return env->v[i] + n + 1;
+    return NULL;
+}
+
+TEST(a_verifier_step_leaves_out_what_loads_code)
+{
+    struct cdn_spec s;
+    struct cdn_error err;
+    CHECK_EQ_INT(
+        from_json(&s,
+                  "{\"env\": {\"PYTHONPATH\": \"/workspace/lib\", \"LD_PRELOAD\": \"/w/x.so\", "
+                  "\"BASH_ENV\": \"/w/e\", \"GIT_DIR\": \"/w\", \"HOME\": \"/w\", \"MODE\": \"test\"}}",
+                  &err),
+        0);
+    char *extra[] = {"GIT_CONFIG_GLOBAL=/etc/mine", "PYTHONPATH=/opt/x", NULL};
+    struct cdn_strv env = {0};
+    CHECK_EQ_INT(cdn_exec_env_for(&s, NULL, extra, true, &env), 0);
+    CHECK(!env_get(&env, "LD_PRELOAD") && !env_get(&env, "BASH_ENV") && !env_get(&env, "GIT_DIR"));
+    CHECK(!env_get(&env, "HOME") && !env_get(&env, "PATH")); /* init makes them */
+    CHECK_STREQ(env_get(&env, "MODE"), "test");
+    CHECK_STREQ(env_get(&env, "PYTHONNOUSERSITE"), "1");
+    CHECK_STREQ(env_get(&env, "GIT_CONFIG_NOSYSTEM"), "1");
+    CHECK_STREQ(env_get(&env, "GIT_CONFIG_KEY_0"), "core.fsmonitor");
+    CHECK_STREQ(env_get(&env, "GIT_CONFIG_GLOBAL"), "/etc/mine"); /* the request's own wins */
+    CHECK_STREQ(env_get(&env, "PYTHONPATH"), "/opt/x");
+    cdn_strv_free(&env);
+    CHECK_EQ_INT(cdn_exec_env_for(&s, NULL, NULL, false, &env), 0); /* an agent's command: the spec's */
+    CHECK_STREQ(env_get(&env, "PYTHONPATH"), "/workspace/lib");
+    CHECK_STREQ(env_get(&env, "HOME"), "/w");
+    CHECK(!env_get(&env, "PYTHONNOUSERSITE"));
+    cdn_strv_free(&env);
+    cdn_spec_free(&s);
 }

@@ -454,7 +454,9 @@ static int make_writable_dirs(const struct cdn_setup_args *a, int rootfd, struct
 /* Protected paths: each match bound on itself (with what is mounted beneath
  * it) and made read-only, so that nothing in the sandbox can write, replace,
  * rename, unlink or link it (a mount point is busy, a bind is a separate
- * mount for link()); reads are the host's to refuse (fsguard.h). */
+ * mount for link()); reads are the host's to refuse (fsguard.h). Their parents
+ * are mount points first (cdn_protect_pin_parents), so that none can be moved
+ * aside with a protected path in it. */
 struct protect_ctx {
     int rootfd;
     struct cdn_error *err;
@@ -477,6 +479,10 @@ static int protect_one(void *ud, const char *path, int fd)
 static int protect_paths(const struct cdn_setup_args *a, int rootfd, struct cdn_error *err)
 {
     struct protect_ctx c = {rootfd, err};
+    int pr =
+        cdn_protect_pin_parents(rootfd, (const char *const *) a->spec->protect.v, a->spec->protect.n, err);
+    if (pr < 0)
+        return pr;
     for (size_t i = 0; i < a->spec->protect.n; i++) {
         const char *pat = a->spec->protect.v[i];
         int r = cdn_protect_expand(rootfd, pat, protect_one, &c);

@@ -52,6 +52,8 @@ static int add_allowed(scmp_filter_ctx ctx, bool writes, struct cdn_error *err)
             continue; /* not on this arch */
         if (monitor && is_reported_name(cdn_seccomp_allowed[i]))
             continue; /* add_reported(): an unconditional ALLOW would override its rules */
+        if (cdn_seccomp_monitor_enabled() && cdn_seccomp_is_watch(nr))
+            continue; /* add_watched(): the supervisor adds the watch (src/monitor/watch.h) */
         int r = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0);
         if (r < 0)
             return cdn_error_set(err, r, "seccomp: allow %s: %s", cdn_seccomp_allowed[i], strerror(-r));
@@ -107,6 +109,8 @@ static int add_watched(scmp_filter_ctx ctx, struct cdn_error *err)
         r |= seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(clone), 1,
                               SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]));
     r |= seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, AF_PACKET));
+    /* Not a denial: the supervisor makes the watch itself, or refuses one on a protected path. */
+    r |= seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(inotify_add_watch), 0);
     const int inet[] = {AF_INET, AF_INET6};
     for (size_t f = 0; f < 2; f++)
         r |= seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(socket), 2, SCMP_A0(SCMP_CMP_EQ, inet[f]),

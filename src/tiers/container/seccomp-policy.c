@@ -377,6 +377,11 @@ const char *const cdn_seccomp_reported[] = {
 };
 const size_t cdn_seccomp_n_reported = sizeof cdn_seccomp_reported / sizeof cdn_seccomp_reported[0];
 
+bool cdn_seccomp_is_watch(int nr)
+{
+    return nr == __NR_inotify_add_watch;
+}
+
 bool cdn_seccomp_is_reported(int nr)
 {
     static const int nrs[] = {

@@ -34,6 +34,9 @@ extern const size_t cdn_seccomp_n_denied;
 extern const char *const cdn_seccomp_reported[];
 extern const size_t cdn_seccomp_n_reported;
 bool cdn_seccomp_is_reported(int nr);
+/* inotify_add_watch, which (with the monitor) goes to the supervisor in every variant: it adds
+ * the watch for the caller unless the path is a protected one (src/monitor/watch.h). */
+bool cdn_seccomp_is_watch(int nr);
 /* The compiled policy: two raw BPF programs back to back (the allowlist, then
  * the ioctl denials), ready for seccomp(SECCOMP_SET_MODE_FILTER). The cache
  * file holds the two u16 lengths followed by the instructions. */
