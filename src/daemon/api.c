@@ -311,6 +311,14 @@ static void route_metrics(struct evhttp_request *req)
         for (int s = 0; s < _BOX_STATE_MAX; s++)
             evbuffer_add_printf(b, "cordon_sandboxes{state=\"%s\",tier=\"%s\"} %u\n", box_state_name(s),
                                 cdn_tier_to_string(tiers[t]), by_state[t][s]);
+    unsigned dying = 0;
+    LIST_FOREACH(x, &cordond->dying, link)
+    dying++;
+    evbuffer_add_printf(
+        b,
+        "# HELP cordon_sandboxes_tearing_down Deleted sandboxes whose teardown has not finished.\n"
+        "# TYPE cordon_sandboxes_tearing_down gauge\ncordon_sandboxes_tearing_down %u\n",
+        dying);
     evbuffer_add_printf(b,
                         "# HELP cordon_sandboxes_created_total Sandboxes that reached running.\n"
                         "# TYPE cordon_sandboxes_created_total counter\ncordon_sandboxes_created_total %llu\n"

@@ -88,13 +88,20 @@ def test_fifty_concurrent_execs_keep_their_own_output(agent):
 
 
 def test_signal_reaches_only_its_command(agent):
-    agent.send(EXEC, 6, exec_payload(["sleep", "30"]))
+    agent.send(EXEC, 6, exec_payload(["sh", "-c", "echo started; exec sleep 30"]))
     agent.send(EXEC, 7, exec_payload(["sh", "-c", "sleep 0.5; echo alive"]))
-    time.sleep(0.2)
+    early = []  # until command 6 runs (then the signal finds it), keeping channel 7's frames
+    while True:
+        f = agent.recv()
+        assert f is not None, "init hung up"
+        if f[2] == 6:
+            assert (f[0], f[3]) == (STDOUT, b"started\n"), f
+            break
+        early.append(f)
     agent.send(SIGNAL, 6, struct.pack("<i", signal.SIGTERM))
     end6 = agent.until_end(6)[-1]
     assert end6[0] == EXIT and decode_exit(end6[3])["signal"] == signal.SIGTERM
-    frames7 = agent.pending + agent.until_end(7)
+    frames7 = early + agent.pending + agent.until_end(7)
     assert b"".join(p for t, _, c, p in frames7 if t == STDOUT and c == 7) == b"alive\n"
 
 

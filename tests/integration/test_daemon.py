@@ -438,7 +438,9 @@ def test_churn_leak_5000_cycles(daemon):
 
     assert asyncio.run(cycles(200)) == [0] * 200
     wait_for(lambda: daemon.http("GET", "/v1/sandboxes")[1]["sandboxes"] == [], what="no sandboxes")
-    time.sleep(0.5)  # deletions finish in the background
+    # Deletions finish in the background.
+    wait_for(lambda: "cordon_sandboxes_tearing_down 0\n" in daemon.http("GET", "/metrics")[1].decode(),
+             what="no teardown left")
     fds0, rss0 = fds(), rss_kb()
     assert asyncio.run(cycles(n - 200)) == [0] * (n - 200)
     wait_for(lambda: fds() <= fds0, timeout=20, what=f"cordond's fds back to {fds0} (now {fds()})")

@@ -454,7 +454,7 @@ PROBE = r"""
 import socket, sys, time, urllib.request
 gw = open("/etc/resolv.conf").read().split()[1]
 end = time.time() + float(sys.argv[1])
-with open("/tmp/probe.log", "w", buffering=1) as log:
+with open(sys.argv[2], "w", buffering=1) as log:
     while time.time() < end:
         try:
             s = socket.create_connection((gw, 18081), timeout=0.3); s.close()
@@ -518,28 +518,44 @@ def test_fails_closed_while_cordond_is_stopped_or_restarting(shared_dir, net):
     passes unless an owner redirected it."""
     state = os.path.join(shared_dir, "state")
     args = ("--state-dir", state, "--dns-upstream", fakenet.DNS_IP)
+    # The probe logs into a bind the test reads on the host, also while no cordond runs.
+    logdir = os.path.join(shared_dir, "probe")
+    os.mkdir(logdir)
+    os.chmod(logdir, 0o777)
+    log = os.path.join(logdir, "probe.log")
+
+    def rounds():
+        try:
+            with open(log) as f:
+                lines = [ln.split() for ln in f.read().splitlines()]
+            return [(float(ln[0]), int(ln[1])) for ln in lines if len(ln) == 2]
+        except OSError:
+            return []
+
     host = HostListeners()
     try:
         d = cordonlib.Daemon(shared_dir, *args, keep=True)
         try:
-            sb = make(d, allow=["pypi.test:80"])
+            sb = make(d, allow=["pypi.test:80"], mounts=[{"source": logdir, "target": "/workspace/probe"}])
             sb.files.write("/tmp/probe.py", PROBE.encode())
-            r = sh(sb, "nohup python3 /tmp/probe.py 11 >/dev/null 2>&1 &")
+            r = sh(sb, "nohup python3 /tmp/probe.py 60 /workspace/probe/probe.log >/dev/null 2>&1 &")
             assert r.exit_code == 0, r
-            time.sleep(1.5)
+            cordonlib.wait_for(lambda: any(ok for _, ok in rounds()), timeout=30, what="a round that got through")
         finally:
             stopping_at = time.time()
             d.stop()  # SIGTERM, sandboxes kept
         stopped_at = time.time()
-        # Longer than one blocked name lookup (resolv.conf: timeout 2 s, 2 attempts), so that
-        # the probe logs at least one round while no cordond runs, however slow the machine.
-        time.sleep(5.5)
+        # At least one whole round while no cordond runs (a blocked name lookup takes its resolver's
+        # 2 attempts of 2 s), however slow the machine.
+        cordonlib.wait_for(lambda: len([t for t, _ in rounds() if t > stopped_at + 0.3]) >= 2, timeout=60,
+                 what="two rounds logged while no cordond runs")
         d2 = cordonlib.Daemon(shared_dir, *args)
         try:
             restarted_at = time.time()
-            time.sleep(5)
+            cordonlib.wait_for(lambda: any(ok for t, ok in rounds() if t > restarted_at + 1.5), timeout=60,
+                     what="a round that got through after the restart")
             sb2 = Sandbox.connect(sb.id, endpoint=d2.endpoint)
-            lines = [ln.split() for ln in sb2.files.read("/tmp/probe.log").decode().splitlines()]
+            lines = rounds()
             sb2.kill()
         finally:
             assert d2.stop() == 0, d2.output()
@@ -548,9 +564,9 @@ def test_fails_closed_while_cordond_is_stopped_or_restarting(shared_dir, net):
     assert host.hits == [], f"the sandbox reached the host's own services: {host.hits}"
     # Rounds that ended before the stop began; one of them may still time out on a loaded host
     # (its lookup and request get 0.5 s), so the proof that allowed traffic gets through is any success.
-    before = [int(ok) for t, ok in lines if float(t) < stopping_at]
-    during = [int(ok) for t, ok in lines if stopped_at + 0.3 < float(t) < restarted_at]
-    after = [int(ok) for t, ok in lines if float(t) > restarted_at + 1.5]
+    before = [ok for t, ok in lines if t < stopping_at]
+    during = [ok for t, ok in lines if stopped_at + 0.3 < t < restarted_at]
+    after = [ok for t, ok in lines if t > restarted_at + 1.5]
     assert any(before), before  # the probe works: allowed traffic got through
     assert during and not any(during), during  # no owner: nothing gets through
     assert after and any(after), after  # taken back: allowed traffic flows again
