@@ -150,7 +150,7 @@ def test_python3_stdlib_and_ssl_certs_work():
 
 def test_json_record_fields_and_types():
     r = run(["--json", "--memory", "256M", "--pids", "64", "--cpus", "0.5", "--disk", "100M",
-             "--", "sh", "-c", "echo out; exit 5"])
+             "--", "sh", "-c", "echo out; i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; exit 5"])
     assert r.code == 5
     assert r.stdout == "out\n"  # the record goes to stderr only
     rec = r.record
@@ -166,7 +166,8 @@ def test_json_record_fields_and_types():
     assert rec["timed_out"] is False and rec["oom_killed"] is False
     assert rec["id"]
     assert rec["wall_ms"] > 0
-    assert rec["cpu_user_ms"] >= 0 and rec["cpu_system_ms"] >= 0
+    # The loop above is user time (about half a second here): the record measures the command's CPU.
+    assert rec["cpu_user_ms"] >= 50 and rec["cpu_user_ms"] + rec["cpu_system_ms"] <= rec["wall_ms"] + 50, rec
     assert rec["memory_peak_bytes"] > 0
     assert rec["pids_limit_hits"] == 0
     assert rec["violations"] == {"egress": 0, "syscall": 0, "oom": 0, "pids": 0, "protect": 0, "kernel": 0,
