@@ -44,9 +44,16 @@
 #define MAX_TIERS  8
 
 /* The bounds the suite gives a sandbox unless the operator's flags or spec say otherwise: each resource
- * probe tries well above them (tests/security/README.md), so it is contained only if the limit holds. */
-static const struct cdn_limits suite_limits = {
-    .cpus = 1.0, .memory_mb = 256, .pids = 128, .disk_mb = 64, .timeout_ms = 300000, .nofile = 1024};
+ * probe tries well above them (tests/security/README.md), so it is contained only if the limit holds.
+ * The other limits keep the spec's defaults. */
+static void suite_limits(struct cdn_limits *l)
+{
+    l->memory_mb = 256;
+    l->pids = 128;
+    l->disk_mb = 64;
+    l->timeout_ms = 300000;
+    l->nofile = 1024;
+}
 
 struct bait {
     char dir[64], canary[96], text[64], port[8], abstract[48], pid[16];
@@ -368,7 +375,7 @@ static int make_spec(const struct bait *b, enum cdn_tier tier, int argc, char *c
     int r = cdn_spec_init(&o.spec);
     if (r < 0)
         return cdn_error_set(err, -r, "spec: %m");
-    o.spec.limits = suite_limits;
+    suite_limits(&o.spec.limits);
     const char *vars[][2] = {{"CORDON_PROBE_CANARY", b->canary},
                              {"CORDON_PROBE_CANARY_TEXT", b->text},
                              {"CORDON_PROBE_HOST_PID", b->pid},
