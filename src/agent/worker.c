@@ -61,8 +61,8 @@ static struct {
     const char *protect[CDN_PROTECT_MAX];
     const struct cdn_cgroup_ops *cgroup_ops;
     struct cdn_seccomp_prog policy[2]; /* the container tier's, plain and with reported writes */
-    /* The tier's own filter: SysV IPC refused (the host's IPC namespace is shared), and with it
-     * socket(2) for network.mode none ([1]) or not ([0]). */
+    /* The tier's own filter: SysV IPC and POSIX message queues refused (the host's IPC namespace is
+     * shared), and with them socket(2) for network.mode none ([1]) or not ([0]). */
     struct sock_fprog filter[2];
     bool python;
 } z;
@@ -108,10 +108,15 @@ static int zygote_prepare(const char *runtime, struct cdn_error *err)
     int r = cdn_seccomp_load_cached(cache, &z.policy[0], err);
     if (r < 0 || (r = cdn_seccomp_load_variant(cache, true, &z.policy[1], err)) < 0)
         return r;
-    static const int nrs[] = {SCMP_SYS(shmget), SCMP_SYS(shmat),  SCMP_SYS(shmctl), SCMP_SYS(shmdt),
-                              SCMP_SYS(msgget), SCMP_SYS(msgsnd), SCMP_SYS(msgrcv), SCMP_SYS(msgctl),
-                              SCMP_SYS(semget), SCMP_SYS(semop),  SCMP_SYS(semctl), SCMP_SYS(semtimedop),
-                              SCMP_SYS(socket)};
+    /* POSIX message queues live in the IPC namespace too (its internal mqueue mount, not /dev/mqueue),
+     * the host's here: mq_open would create a queue there (and then fail to open it, Landlock) that
+     * outlives the sandbox, counts against the host's limit and names a channel between sandboxes. */
+    static const int nrs[] = {
+        SCMP_SYS(shmget),    SCMP_SYS(shmat),         SCMP_SYS(shmctl),       SCMP_SYS(shmdt),
+        SCMP_SYS(msgget),    SCMP_SYS(msgsnd),        SCMP_SYS(msgrcv),       SCMP_SYS(msgctl),
+        SCMP_SYS(semget),    SCMP_SYS(semop),         SCMP_SYS(semctl),       SCMP_SYS(semtimedop),
+        SCMP_SYS(mq_open),   SCMP_SYS(mq_unlink),     SCMP_SYS(mq_timedsend), SCMP_SYS(mq_timedreceive),
+        SCMP_SYS(mq_notify), SCMP_SYS(mq_getsetattr), SCMP_SYS(socket)};
     const size_t n = sizeof nrs / sizeof nrs[0];
     if ((r = cdn_worker_filter(nrs, n - 1, &z.filter[0])) < 0 ||
         (r = cdn_worker_filter(nrs, n, &z.filter[1])) < 0)
