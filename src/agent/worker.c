@@ -67,8 +67,7 @@ static struct {
     bool python;
 } z;
 
-/* A libseccomp filter as raw BPF, to be installed in a clone without compiling there. */
-static int export_bpf(scmp_filter_ctx ctx, struct sock_fprog *ret)
+int cdn_worker_export_bpf(scmp_filter_ctx ctx, struct sock_fprog *ret)
 {
     int fd = memfd_create("bpf", MFD_CLOEXEC);
     if (fd < 0)
@@ -95,7 +94,7 @@ int cdn_worker_filter(const int *nrs, size_t n, struct sock_fprog *ret)
     for (size_t i = 0; r == 0 && i < n; i++)
         r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nrs[i], 0);
     if (r == 0)
-        r = export_bpf(ctx, ret);
+        r = cdn_worker_export_bpf(ctx, ret);
     seccomp_release(ctx);
     return r;
 }
@@ -302,7 +301,8 @@ static int confine(const struct cdn_worker_req *q, struct cdn_error *err)
         return r;
     if ((r = set_environment()) < 0)
         return cdn_error_set(err, -r, "the working directory /workspace: %s", strerror(-r));
-    if ((r = apply_landlock(q, err)) < 0 || (r = cdn_drop_capabilities(q->uid, err)) < 0)
+    /* Saved uid + 1: the call template's (worker-template.c), which the agent never uses itself. */
+    if ((r = apply_landlock(q, err)) < 0 || (r = cdn_drop_capabilities_saved(q->uid, q->uid + 1, err)) < 0)
         return r;
     if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &z.filter[q->flags & CDN_WORKER_NET ? 0 : 1]) < 0)
         return cdn_error_set(err, errno, "install the tier's filter: %m");
@@ -335,7 +335,10 @@ static _Noreturn void worker_main(const struct cdn_worker_req *q, int agent, int
         (void) cdn_write_all(5, &err, sizeof err);
         _exit(1);
     }
-    worker_call_setup(q->dir, z.python);
+    /* Its own session now (agent_main would make it anyway): the call template and executors must
+     * be in the agent's, where it can move executors between process groups (worker-call.c). */
+    (void) setsid();
+    worker_call_setup(q->dir, q->uid, z.python);
     (void) close(5); /* EOF: the agent runs */
     _exit(agent_main());
 }
