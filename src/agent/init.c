@@ -236,6 +236,7 @@ static void dispatch(const struct cdn_frame_header *hp, const uint8_t *payload)
         files_data(h.channel, h.flags, payload, len);
         break;
     case CDN_FRAME_QUIESCE:
+        call_quiesce();
         exec_quiesce(h.channel);
         break;
     case CDN_FRAME_IDENTITY: {

@@ -350,6 +350,32 @@ void call_start(uint32_t channel, const uint8_t *p, size_t len)
     w.qlen++;
 }
 
+void call_quiesce(void)
+{
+    /* Nothing of the agent's may run beside a verifier step, which may read the protected paths:
+     * the call that runs ends here, and those that wait are refused, not run once it is quiet. */
+    static const char msg[] = "the sandbox's processes were ended for a verifier step; the call did not run "
+                              "to its end";
+    end_executor();
+    if (w.channel)
+        send_failure("WorkerDied", msg, false);
+    while (w.qlen) {
+        size_t i = w.qhead;
+        w.qhead = (w.qhead + 1) % QUEUE_MAX;
+        w.qlen--;
+        w.channel = w.queue[i].channel;
+        send_failure("WorkerDied", msg, false);
+        explicit_bzero(w.queue[i].p, w.queue[i].len);
+        free(w.queue[i].p);
+    }
+    drop_request();
+    if (w.res)
+        explicit_bzero(w.res, w.reslen);
+    w.channel = 0;
+    w.deadline = 0;
+    w.reslen = 0;
+}
+
 void call_poll_add(struct pollfd *pfd, size_t *n, size_t max)
 {
     if (w.ex.fd >= 0 && *n < max)

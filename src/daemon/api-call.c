@@ -74,6 +74,10 @@ void api_call(struct evhttp_request *req, struct box *b)
     if (b->state != BOX_RUNNING)
         return api_reply_error(req, 409, "sandbox_not_running", NULL, "sandbox %s is %s", b->sb.id,
                                box_state_name(b->state));
+    /* A verifier step runs alone (api-exec.c): a call beside it could read the protected paths. */
+    if (b->verifier != VERIFIER_NONE)
+        return api_reply_error(req, 409, "verifier_running", NULL,
+                               "a verifier step runs in sandbox %s; calls wait for its end", b->sb.id);
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     static uint8_t buf[CDN_FRAME_MAX];
     size_t n = 0;

@@ -23,6 +23,9 @@ call of the sandbox until it chose to leave; each test run once against it):
   own memory ([1, 1, 0]: once, and the call's own marker once);
 - test_no_posix_message_queue_reaches_the_host: both queues (the call's and the command's) existed in
   the host's IPC namespace afterwards, although mq_open had failed inside;
+- test_no_call_runs_beside_a_verifier_step: the call got 200 with the protected key as its result;
+- test_calls_waiting_for_a_verifier_step_do_not_run: the verifier step never started (its stream
+  timed out after 120 s): the queued call's new server kept the QUIESCE from completing.
 """
 import ctypes
 import json
@@ -277,6 +280,59 @@ def test_no_posix_message_queue_reaches_the_host(daemon):
         created = [n for n in names if _host_has_queue(n)]
     assert created == [], f"queues made in the host's IPC namespace: {created}"
 
+
+
+def _protected_ws(shared_dir):
+    ws = os.path.join(shared_dir, "ws")
+    os.makedirs(ws)
+    with open(os.path.join(ws, "answer.key"), "w") as f:
+        f.write(SECRET)
+    os.chmod(ws, 0o777)
+    return dict(tier="process", mounts=[{"source": ws, "target": "/workspace"}], protect=["/workspace/answer.key"])
+
+
+READ_KEY = "open('/workspace/answer.key').read()"
+
+
+def test_no_call_runs_beside_a_verifier_step(daemon, shared_dir):
+    """A verifier step runs alone and may read the protected paths: a call while it runs is refused
+    (409), as other commands are."""
+    with Sandbox.create(endpoint=daemon.endpoint, **_protected_ws(shared_dir)) as sb:
+        events = sb.exec_stream(["sh", "-c", "echo start; sleep 2; echo end"], verifier=True)
+        assert next(events)["data"] == "start\n"
+        status, body = daemon.http("POST", f"/v1/sandboxes/{sb.id}/call", {"code": READ_KEY})
+        assert status == 409 and body["error"]["code"] == "verifier_running", (status, body)
+        assert list(events)[-1]["exit_code"] == 0
+        c = sb.call(READ_KEY)
+        assert c.error and c.error["type"] == "PermissionError", c.result
+
+
+def test_calls_waiting_for_a_verifier_step_do_not_run(daemon, shared_dir):
+    """Calls running or queued in the sandbox when a verifier step begins end in an error: none runs
+    once the sandbox is quiet, and the step is not held up by them."""
+    import threading
+    with Sandbox.create(endpoint=daemon.endpoint, **_protected_ws(shared_dir)) as sb:
+        results = {}
+
+        def call(name, code):
+            results[name] = sb.call(code, timeout_s=30)
+
+        slow = threading.Thread(target=call, args=("slow", "import time\ntime.sleep(1.5)\n1"))
+        slow.start()
+        time.sleep(0.5)
+        queued = threading.Thread(target=call, args=("queued", "import time\ntime.sleep(0.5)\n" + READ_KEY))
+        queued.start()
+        time.sleep(0.3)
+        events = sb.exec_stream(["sh", "-c", "echo start; sleep 1; echo end"], verifier=True, timeout_s=20)
+        assert next(events)["data"] == "start\n"
+        assert list(events)[-1]["exit_code"] == 0
+        slow.join()
+        queued.join()
+        for name in ("slow", "queued"):
+            r = results[name]
+            assert SECRET not in json.dumps(r.result), (name, r.result)
+            assert r.error and r.error["type"] == "WorkerDied", (name, r.error)
+        assert sb.call("1 + 1").result == 2
 
 
 REACH = r"""
