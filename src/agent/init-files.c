@@ -156,6 +156,7 @@ static void do_read(uint32_t channel, const char *path)
         if (n == 0)
             break;
         agent_send(CDN_FRAME_DATA, channel, buf, (uint32_t) n);
+        explicit_bzero(buf, (size_t) n); /* a protected file's bytes are not kept in init's memory */
     }
     (void) close(fd);
     send_stat(channel, CDN_FRAME_DONE, &st, "");

@@ -435,6 +435,8 @@ static int serve(void)
             rep.pid = spawn(&msg.q, msg.bytes + sizeof msg.q, fds, nfds);
         for (int i = 0; i < nfds; i++)
             (void) close(fds[i]);
+        /* Later workers are clones of this memory: none keeps another sandbox's binds or patterns. */
+        explicit_bzero(msg.bytes, (size_t) n);
         if (send(CTL_FD, &rep, sizeof rep, MSG_NOSIGNAL) != (ssize_t) sizeof rep)
             return 1;
     }
