@@ -286,7 +286,8 @@ class Sandbox:
     def call(self, code, input=None, timeout_s=None, fresh=False):
         """Run Python code in the sandbox's warm interpreter (tier process): the variable
         `input` holds input; the value of the last expression is the result. fresh=True:
-        the interpreter is discarded after this call (docs/process.md)."""
+        a pristine interpreter made for this call alone, ended after it with everything it
+        started; use it for any call whose result must be trusted (docs/process.md)."""
         return CallResult(self._ep.json("POST", f"{self._path}/call", _call_body(code, input, timeout_s, fresh)))
 
     def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None):

@@ -65,7 +65,7 @@ enum cdn_frame_type {
 
 /* CALL payload: u32 timeout (ms, 0 = none) | u32 flags | the request's JSON ({"code", "input"}). */
 #define CDN_CALL_FIXED 8u
-#define CDN_CALL_FRESH 1u /* discard the interpreter after this call */
+#define CDN_CALL_FRESH 1u /* a pristine interpreter for this call alone, ended after it */
 
 /* Frame header flags. */
 enum cdn_frame_flags {

@@ -487,6 +487,7 @@ static bool pump(struct job *j, int *fd, uint16_t type)
         ssize_t n = read(*fd, buf, sizeof buf);
         if (n > 0) {
             agent_send(type, j->channel, buf, (uint32_t) n);
+            explicit_bzero(buf, (size_t) n); /* a verifier step's output is not kept in init's memory */
             continue;
         }
         if (n < 0 && (errno == EINTR))

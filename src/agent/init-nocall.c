@@ -25,6 +25,10 @@ int call_timeout_ms(void)
     return -1;
 }
 
+void call_quiesce(void)
+{
+}
+
 void agent_exec_env(void)
 {
 }

@@ -98,6 +98,7 @@ static void flush_out(void)
     }
     memmove(out, out + done, outlen - done);
     outlen -= done;
+    explicit_bzero(out + outlen, done); /* what went out (file contents, output) is not kept */
 }
 
 static void wait_for_host(void)
@@ -120,11 +121,16 @@ void agent_send(uint16_t type, uint32_t channel, const void *p, uint32_t len)
         size_t cap = outcap ? outcap : 65536;
         while (cap < need)
             cap *= 2;
-        uint8_t *b = realloc(out, cap);
+        uint8_t *b = malloc(cap); /* not realloc: the old block is wiped before it is freed */
         if (!b) {
             close_conn(); /* cannot keep the stream whole: better to end it */
             return;
         }
+        if (outlen)
+            memcpy(b, out, outlen);
+        if (out)
+            explicit_bzero(out, outcap);
+        free(out);
         out = b, outcap = cap;
     }
     cdn_frame_header_encode(out + outlen,
@@ -198,6 +204,7 @@ static void read_frames(void)
                     return;
                 memmove(inbuf, inbuf + want, inlen - want);
                 inlen -= want;
+                explicit_bzero(inbuf + inlen, want); /* a file written, a call's input: not kept */
                 continue;
             }
         }
@@ -251,6 +258,7 @@ static void dispatch(const struct cdn_frame_header *hp, const uint8_t *payload)
             files_protected(payload, len);
         break;
     case CDN_FRAME_QUIESCE:
+        call_quiesce();
         exec_quiesce(h.channel);
         break;
     case CDN_FRAME_IDENTITY: {

@@ -93,6 +93,8 @@ void call_start(uint32_t channel, const uint8_t *p, size_t len);
 void call_poll_add(struct pollfd *pfd, size_t *n, size_t max);
 void call_poll_handle(const struct pollfd *pfd, size_t n);
 int call_timeout_ms(void);
+/* QUIESCE (before and after a verifier step): no call runs or waits past it; each ends in an error. */
+void call_quiesce(void);
 /* In a command's child, its environment set: what the worker adds (HOME, TMPDIR in its directory). */
 void agent_exec_env(void);
 /* The agent's main loop (init.c): cordon-init's main, and cordon-worker's once confined. */

@@ -1,10 +1,14 @@
-# cordon-worker's call server (worker-call.c): compiled into the zygote, run
-# by each clone of a sandbox's agent that serves its calls. Stdlib only.
+# cordon-worker's call server (worker-python.c, worker-template.c): compiled
+# into the zygote, run by each executor, a clone of the sandbox's call template
+# (never of its agent). Stdlib only.
 #
 # Protocol on fd 3 (the agent): u32 length | u32 flags | JSON request in;
-# u32 length | u32 flags | JSON result out. After answering, the server
-# scrubs what the call left; if it cannot, it exits and the agent makes a
-# fresh one for the next call.
+# u32 length | u32 flags | JSON result out. A fresh executor serves one call
+# and exits. Any other serves calls until it leaves: after each one it scrubs
+# what the call left; if it cannot, or the call changed a class it cannot put
+# back, it says so (flag 1) and exits, and the agent clones another from the
+# template for the next call. The agent checks for itself that nothing the
+# call started is left (worker-call.c).
 import ast
 import builtins
 import _signal
@@ -37,6 +41,7 @@ MAX_CALLS = 1000  # a server is replaced after this many calls, however clean it
 OUT_MAX = 1 << 20  # bytes of stdout and of stderr kept per call
 FRESH = 1
 _compiled = {}
+_streams = []
 
 
 def _compile(code):
@@ -70,17 +75,29 @@ def _write(fd, data):
         view = view[os.write(fd, view):]
 
 
+_IMMUTABLE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: a class whose attributes cannot be set
+
+
 class _State:
     """What a call may change, as it was before the first call."""
 
     def __init__(self):
         self.dicts = [sys.modules]
+        classes, seen = [], set()
         for m in list(sys.modules.values()):
             d = getattr(m, "__dict__", None)
             if type(d) is dict:
                 self.dicts.append(d)
+                for v in d.values():
+                    if isinstance(v, type) and not v.__flags__ & _IMMUTABLE and id(v) not in seen:
+                        seen.add(id(v))
+                        classes.append(v)
         self.dicts.append(os.environ._data)
         self.copies = [d.copy() for d in self.dicts]
+        # The classes of every module loaded (json.JSONEncoder and the like): a call that sets an
+        # attribute of one changes its dict's tag, and the executor leaves.
+        self.classes_changed = _cordon_native.classes_changed
+        _cordon_native.watch_classes(classes)
         self.environ = dict(os.environ._data)
         self.changed, self.snapshot = _cordon_native.changed, _cordon_native.snapshot
         self.lists = [(lst, list(lst)) for lst in (sys.path, sys.argv, sys.meta_path, sys.path_hooks)]
@@ -93,7 +110,7 @@ class _State:
         # fd 4: the call's directory, to return to (fds above it are closed after each call)
         fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         if fd != 4:
-            os.dup2(fd, 4)
+            os.dup2(fd, 4, inheritable=False)
             os.close(fd)
         self.cwd = 4
         self.calldir = os.getcwd()
@@ -101,7 +118,6 @@ class _State:
         self.umask = os.umask(0o022)
         os.umask(self.umask)
         self.recursion = sys.getrecursionlimit()
-        self.stdout, self.stderr = sys.stdout, sys.stderr
         self.snapshot(self.dicts)
 
     def restore_dicts(self):
@@ -126,14 +142,16 @@ class _State:
 
     def scrub(self):
         """Put the rest back; False when that is not possible (the server must go)."""
-        clean = True
-        # Child processes still there (alive, or orphans reparented here): the server goes, and the
-        # agent kills its process group, which none of them can leave (seccomp).
+        clean = not self.classes_changed()
+        # Child processes still there: the server goes, and the agent kills its process group, which
+        # none of them can leave (seccomp). The agent also looks for itself (worker-call.c).
         try:
             os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             clean = False
         except ChildProcessError:
             pass
+        # Python threads still there. (Native ones are not looked for: a thread is part of the
+        # executor, which later non-fresh calls share anyway; it ends with it.)
         if threading.active_count() > 1 or len(sys._current_frames()) > 1:
             clean = False
         for lst, saved in self.lists:
@@ -201,9 +219,9 @@ def _run(req):
     return result, err, (time.perf_counter() - t0) * 1e3
 
 
-def serve(fd):
+def serve(fd, fresh):
     try:
-        state = _start()
+        state = _start(fresh)
     except BaseException as e:  # say why to the call that is waiting, then go
         tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
         length, _ = struct.unpack("<II", _read(fd, 8))
@@ -215,7 +233,7 @@ def serve(fd):
     _loop(fd, state)
 
 
-def _start():
+def _start(fresh):
     out_fd, err_fd = _cordon_native.memfd("stdout"), _cordon_native.memfd("stderr")
     os.dup2(out_fd, 1)
     os.dup2(err_fd, 2)
@@ -224,7 +242,8 @@ def _start():
     sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1 << 16)
     sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1 << 16)
     sys.stdin = open(0, "r", closefd=False)
-    return _State()
+    _streams[:] = [sys.stdout, sys.stderr]  # what the server flushes, whatever a call rebinds
+    return None if fresh else _State()  # a fresh executor serves one call: nothing to put back
 
 
 def _loop(fd, state):
@@ -233,8 +252,9 @@ def _loop(fd, state):
         length, flags = struct.unpack("<II", _read(fd, 8))
         req = json.loads(_read(fd, length))
         result, err, ms = _run(req)
-        state.restore_dicts()
-        out = {"result": result, "stdout": _capture(1, state.stdout), "stderr": _capture(2, state.stderr),
+        if state:
+            state.restore_dicts()
+        out = {"result": result, "stdout": _capture(1, _streams[0]), "stderr": _capture(2, _streams[1]),
                "error": err, "duration_ms": round(ms, 3), "timed_out": False}
         try:
             body = json.dumps(out).encode()
@@ -243,9 +263,9 @@ def _loop(fd, state):
             body = json.dumps(out).encode()
         served += 1
         result = out = None
-        leaving = not state.scrub() or (flags & FRESH) or served >= MAX_CALLS
-        # Flag 1: this server ends now; the agent kills its process group and makes a new one
-        # for the next call (which must not be sent here).
+        leaving = state is None or (flags & FRESH) or not state.scrub() or served >= MAX_CALLS
+        # Flag 1: this executor ends now; the agent kills its process group and clones another for
+        # the next call (which must not be sent here).
         _write(fd, struct.pack("<II", len(body), 1 if leaving else 0) + body)
         if leaving:
             os._exit(0)

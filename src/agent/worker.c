@@ -62,14 +62,13 @@ static struct {
     const char *protect[CDN_PROTECT_MAX];
     const struct cdn_cgroup_ops *cgroup_ops;
     struct cdn_seccomp_prog policy[2]; /* the container tier's, plain and with reported writes */
-    /* The tier's own filter: SysV IPC refused (the host's IPC namespace is shared), and with it
-     * socket(2) for network.mode none ([1]) or not ([0]). */
+    /* The tier's own filter: SysV IPC and POSIX message queues refused (the host's IPC namespace is
+     * shared), and with them socket(2) for network.mode none ([1]) or not ([0]). */
     struct sock_fprog filter[2];
     bool python;
 } z;
 
-/* A libseccomp filter as raw BPF, to be installed in a clone without compiling there. */
-static int export_bpf(scmp_filter_ctx ctx, struct sock_fprog *ret)
+int cdn_worker_export_bpf(scmp_filter_ctx ctx, struct sock_fprog *ret)
 {
     int fd = memfd_create("bpf", MFD_CLOEXEC);
     if (fd < 0)
@@ -96,7 +95,7 @@ int cdn_worker_filter(const int *nrs, size_t n, struct sock_fprog *ret)
     for (size_t i = 0; r == 0 && i < n; i++)
         r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nrs[i], 0);
     if (r == 0)
-        r = export_bpf(ctx, ret);
+        r = cdn_worker_export_bpf(ctx, ret);
     seccomp_release(ctx);
     return r;
 }
@@ -109,10 +108,15 @@ static int zygote_prepare(const char *runtime, struct cdn_error *err)
     int r = cdn_seccomp_load_cached(cache, &z.policy[0], err);
     if (r < 0 || (r = cdn_seccomp_load_variant(cache, true, &z.policy[1], err)) < 0)
         return r;
-    static const int nrs[] = {SCMP_SYS(shmget), SCMP_SYS(shmat),  SCMP_SYS(shmctl), SCMP_SYS(shmdt),
-                              SCMP_SYS(msgget), SCMP_SYS(msgsnd), SCMP_SYS(msgrcv), SCMP_SYS(msgctl),
-                              SCMP_SYS(semget), SCMP_SYS(semop),  SCMP_SYS(semctl), SCMP_SYS(semtimedop),
-                              SCMP_SYS(socket)};
+    /* POSIX message queues live in the IPC namespace too (its internal mqueue mount, not /dev/mqueue),
+     * the host's here: mq_open would create a queue there (and then fail to open it, Landlock) that
+     * outlives the sandbox, counts against the host's limit and names a channel between sandboxes. */
+    static const int nrs[] = {
+        SCMP_SYS(shmget),    SCMP_SYS(shmat),         SCMP_SYS(shmctl),       SCMP_SYS(shmdt),
+        SCMP_SYS(msgget),    SCMP_SYS(msgsnd),        SCMP_SYS(msgrcv),       SCMP_SYS(msgctl),
+        SCMP_SYS(semget),    SCMP_SYS(semop),         SCMP_SYS(semctl),       SCMP_SYS(semtimedop),
+        SCMP_SYS(mq_open),   SCMP_SYS(mq_unlink),     SCMP_SYS(mq_timedsend), SCMP_SYS(mq_timedreceive),
+        SCMP_SYS(mq_notify), SCMP_SYS(mq_getsetattr), SCMP_SYS(socket)};
     const size_t n = sizeof nrs / sizeof nrs[0];
     if ((r = cdn_worker_filter(nrs, n - 1, &z.filter[0])) < 0 ||
         (r = cdn_worker_filter(nrs, n, &z.filter[1])) < 0)
@@ -298,7 +302,8 @@ static int confine(const struct cdn_worker_req *q, struct cdn_error *err)
         return r;
     if ((r = set_environment()) < 0)
         return cdn_error_set(err, -r, "the working directory /workspace: %s", strerror(-r));
-    if ((r = apply_landlock(q, err)) < 0 || (r = cdn_drop_capabilities(q->uid, err)) < 0)
+    /* Saved uid + 1: the call template's (worker-template.c), which the agent never uses itself. */
+    if ((r = apply_landlock(q, err)) < 0 || (r = cdn_drop_capabilities_saved(q->uid, q->uid + 1, err)) < 0)
         return r;
     if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &z.filter[q->flags & CDN_WORKER_NET ? 0 : 1]) < 0)
         return cdn_error_set(err, errno, "install the tier's filter: %m");
@@ -331,7 +336,10 @@ static _Noreturn void worker_main(const struct cdn_worker_req *q, int agent, int
         (void) cdn_write_all(5, &err, sizeof err);
         _exit(1);
     }
-    worker_call_setup(q->dir, z.python);
+    /* Its own session now (agent_main would make it anyway): the call template and executors must
+     * be in the agent's, where it can move executors between process groups (worker-call.c). */
+    (void) setsid();
+    worker_call_setup(q->dir, q->uid, z.python);
     (void) close(5); /* EOF: the agent runs */
     _exit(agent_main());
 }
@@ -428,6 +436,8 @@ static int serve(void)
             rep.pid = spawn(&msg.q, msg.bytes + sizeof msg.q, fds, nfds);
         for (int i = 0; i < nfds; i++)
             (void) close(fds[i]);
+        /* Later workers are clones of this memory: none keeps another sandbox's binds or patterns. */
+        explicit_bzero(msg.bytes, (size_t) n);
         if (send(CTL_FD, &rep, sizeof rep, MSG_NOSIGNAL) != (ssize_t) sizeof rep)
             return 1;
     }

@@ -44,6 +44,8 @@ int cdn_set_rlimits(uint64_t nofile, uint64_t disk_mb, struct cdn_error *err);
 /* No capability (bounding set, ambient, effective), securebits locked, no_new_privs; with uid != 0
  * the process also becomes uid (and gid uid, no groups) on the way. */
 int cdn_drop_capabilities(uint32_t uid, struct cdn_error *err);
+/* The same, with saved_uid as the saved set-user-ID (the process tier's worker: worker-template.c). */
+int cdn_drop_capabilities_saved(uint32_t uid, uint32_t saved_uid, struct cdn_error *err);
 
 /* The OCI masks on the /proc at root + "/proc" (rootfs.c): masked files get mask (an empty
  * regular file) bound read-only on them, masked directories an empty tmpfs, and /proc/sys and

@@ -127,6 +127,11 @@ static int apply_landlock(const struct cdn_spec *spec, struct cdn_error *err)
 
 int cdn_drop_capabilities(uint32_t uid, struct cdn_error *err)
 {
+    return cdn_drop_capabilities_saved(uid, uid, err);
+}
+
+int cdn_drop_capabilities_saved(uint32_t uid, uint32_t saved_uid, struct cdn_error *err)
+{
     /* Root (of a userns) keeps no capability across exec: lock that in first (needs CAP_SETPCAP, so
      * before dropping it). Another uid loses them all at setresuid. */
     unsigned long bits =
@@ -141,7 +146,7 @@ int cdn_drop_capabilities(uint32_t uid, struct cdn_error *err)
                 break; /* past the kernel's last capability */
             return cdn_error_set(err, errno, "drop capability %d from the bounding set: %m", cap);
         }
-    if (uid && (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, uid) < 0))
+    if (uid && (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, saved_uid) < 0))
         return cdn_error_set(err, errno, "become uid %u: %m", uid);
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
         return cdn_error_set(err, errno, "clear ambient capabilities: %m");
