@@ -542,18 +542,25 @@ def test_fails_closed_while_cordond_is_stopped_or_restarting(shared_dir, net):
             assert r.exit_code == 0, r
             cordonlib.wait_for(lambda: any(ok for _, ok in rounds()), timeout=30, what="a round that got through")
         finally:
-            stopping_at = time.time()
-            d.stop()  # SIGTERM, sandboxes kept
-        stopped_at = time.time()
-        # At least one whole round while no cordond runs (a blocked name lookup takes its resolver's
+            # Rounds are told apart by their place in the log, never by the time they carry: the sandbox's
+            # clock and the host's are read at different moments of a round, and once (a CI run) a round
+            # that ended after the new cordond had taken its sandboxes back still carried a time below the
+            # host's time.time() read just after that cordond came up, so it was counted as "while stopped".
+            early = rounds()
+            d.stop()  # SIGTERM, sandboxes kept; returns once that cordond has exited
+        # The first round not yet logged may have begun while cordond still ran: skip it. Every later round
+        # began after the stop.
+        n_stopped = len(rounds()) + 1
+        # At least two whole rounds while no cordond runs (a blocked name lookup takes its resolver's
         # 2 attempts of 2 s), however slow the machine.
-        cordonlib.wait_for(lambda: len([t for t, _ in rounds() if t > stopped_at + 0.3]) >= 2, timeout=60,
-                 what="two rounds logged while no cordond runs")
+        cordonlib.wait_for(lambda: len(rounds()) >= n_stopped + 2, timeout=60,
+                           what="two rounds logged while no cordond runs")
+        n_restarting = len(rounds())  # these rounds all ended before the next cordond was started
         d2 = cordonlib.Daemon(shared_dir, *args)
         try:
-            restarted_at = time.time()
-            cordonlib.wait_for(lambda: any(ok for t, ok in rounds() if t > restarted_at + 1.5), timeout=60,
-                     what="a round that got through after the restart")
+            n_up = len(rounds())  # later rounds ended once the new cordond was up
+            cordonlib.wait_for(lambda: any(ok for _, ok in rounds()[n_up:]), timeout=60,
+                               what="a round that got through after the restart")
             sb2 = Sandbox.connect(sb.id, endpoint=d2.endpoint)
             lines = rounds()
             sb2.kill()
@@ -564,10 +571,11 @@ def test_fails_closed_while_cordond_is_stopped_or_restarting(shared_dir, net):
     assert host.hits == [], f"the sandbox reached the host's own services: {host.hits}"
     # Rounds that ended before the stop began; one of them may still time out on a loaded host
     # (its lookup and request get 0.5 s), so the proof that allowed traffic gets through is any success.
-    before = [ok for t, ok in lines if t < stopping_at]
-    during = [ok for t, ok in lines if stopped_at + 0.3 < t < restarted_at]
-    after = [ok for t, ok in lines if t > restarted_at + 1.5]
-    assert any(before), before  # the probe works: allowed traffic got through
+    assert lines[: len(early)] == early, (early, lines)  # the log kept its first rounds (not rewritten)
+    before = [ok for _, ok in early]
+    during = [ok for _, ok in lines[n_stopped:n_restarting]]
+    after = [ok for _, ok in lines[n_up:]]
+    assert any(before), lines  # the probe works: allowed traffic got through
     assert during and not any(during), during  # no owner: nothing gets through
     assert after and any(after), after  # taken back: allowed traffic flows again
 
