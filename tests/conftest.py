@@ -12,7 +12,46 @@ import os
 
 import pytest
 
+import suitelock
 import testenv
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """CORDON_TEST_PHASE=vm: only the tests that boot guests (marked needs_vm); =rest: only the
+    others. tests/run-all runs a pass in these two parts so that one pass's guests (one CPU of
+    TCG each) overlap the other pass's tests. Not reported as deselected: the parts' counts add
+    up to the whole pass's (tests/counts.py). First, so that a deselection below is reported
+    by the one part that holds the test."""
+    phase = os.environ.get("CORDON_TEST_PHASE")
+    if phase not in (None, "", "vm", "rest"):
+        raise pytest.UsageError(f"CORDON_TEST_PHASE={phase!r}: vm or rest")
+    if phase:
+        items[:] = [i for i in items if (i.get_closest_marker("needs_vm") is not None) == (phase == "vm")]
+
+
+def pytest_configure(config):
+    # A shell without job control starts background jobs with SIGINT and SIGQUIT ignored, and every
+    # cordon the tests start would inherit that: a SIGINT before `cordon run` blocks its signals
+    # would then vanish (test_lifecycle.py saw "still running 5s later" from `run-all &`). The tests
+    # expect what a terminal gives: the default disposition, which exec passes on.
+    import signal
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) == signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
+@pytest.fixture(autouse=True)
+def suite_lock(request):
+    """The room lock of suitelock.py for the whole test: shared, or exclusive for a test marked
+    `serial`. integration/conftest.py's no_leaks takes it exclusively again for its check."""
+    lk = suitelock.lock()
+    serial = request.node.get_closest_marker("serial") is not None
+    lk.exclusive() if serial else lk.shared()
+    request.node.cordon_serial = serial
+    yield lk
+    lk.release()
 
 
 def pytest_runtest_setup(item):

@@ -3,8 +3,9 @@
 each pass's passed count against its floor in tests/floors.json — so that a harness change that
 makes tests vanish (a skip, a deselection, a module no longer collected) cannot go green.
 
-usage: tests/counts.py FLOORS 'NAME=FILE' …
+usage: tests/counts.py FLOORS 'NAME=FILE[+FILE…]' …
 FILE: what tests/conftest.py wrote for a pytest pass (CORDON_TEST_COUNTS), or a meson testlog.json.
+A pass run in parts (run-all's phases, CORDON_TEST_PHASE) names each part's file: they are summed.
 Exit 1 when a pass has no counts, failed tests, or fewer passed than its floor. Raise a floor
 whenever tests are added (the table says by how much a pass is above it).
 """
@@ -40,6 +41,17 @@ def read_counts(path):
     return c
 
 
+def read_all(paths):
+    total = {"passed": 0, "failed": 0, "error": 0, "skipped": 0, "deselected": 0, "skips": {}}
+    for p in paths.split("+"):
+        c = read_counts(p)
+        for k in ("passed", "failed", "error", "skipped", "deselected"):
+            total[k] += c[k]
+        for reason, n in c["skips"].items():
+            total["skips"][reason] = total["skips"].get(reason, 0) + n
+    return total
+
+
 def main(argv):
     if len(argv) < 3:
         print(__doc__, file=sys.stderr)
@@ -53,7 +65,7 @@ def main(argv):
         name, _, path = arg.partition("=")
         floor = floors.get(name)
         try:
-            c = read_counts(path)
+            c = read_all(path)
         except (OSError, ValueError) as e:
             bad.append(f"{name}: no counts ({e})")
             rows.append((name, "-", "-", "-", "-", "-", floor))

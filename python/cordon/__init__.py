@@ -25,7 +25,7 @@ __all__ = ["Sandbox", "AsyncSandbox", "ExecResult", "Endpoint", "CordonError", "
 
 _LIMITS = ("cpus", "memory_mb", "pids", "disk_mb", "timeout_s", "nofile", "ptys")
 _TOP = ("tier", "image", "network", "mounts", "protect", "env", "workdir", "labels", "hostname", "read_only", "watch_writes",
-        "on_violation")
+        "on_violation", "disk")
 
 
 def _spec(kw):
@@ -248,7 +248,7 @@ class Sandbox:
     def create(cls, endpoint=None, **fields):
         """Create a sandbox; keyword arguments are the spec's fields (tier,
         image, memory_mb, cpus, pids, disk_mb, timeout_s, network, mounts,
-        protect, env, workdir, labels, …)."""
+        protect, env, workdir, labels, disk="disk"|"memory", …)."""
         ep = endpoint or Endpoint()
         return cls(ep.json("POST", "/v1/sandboxes", _spec(fields)), ep)
 

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "init.h"
+#include "shared/macro.h"
 
 #define MAX_EXECS    256
 #define STDIN_MAX    (8u << 20) /* input buffered for a command that is not reading; more is dropped */
@@ -64,7 +65,7 @@ static void close_fd(int *fd)
 static struct job *find(uint32_t channel)
 {
     if (channel == 0)
-        return NULL; /* forgotten commands (exec_forget_channels) */
+        return NULL; /* forgotten commands (cdn_exec_forget_channels) */
     for (size_t i = 0; i < MAX_EXECS; i++)
         if (jobs[i].pid > 0 && jobs[i].channel == channel)
             return &jobs[i];
@@ -97,15 +98,15 @@ static void exec_child(const struct cdn_exec_req *r, int errfd, const int stdio[
     }
     if (!stage && r->cwd[0] && chdir(r->cwd) < 0) {
         stage = 1;
-    } else if (!stage && vm_confines() && (vm_set_rlimits() < 0 || vm_confine_child(errfd) < 0)) {
+    } else if (!stage && cdn_vm_confines() && (cdn_vm_set_rlimits() < 0 || cdn_vm_confine_child(errfd) < 0)) {
         stage = 4; /* a VM guest's command: confined as a container's init is, or not run */
     } else if (!stage) {
         extern char **environ;
         bool verifier = r->flags & CDN_EXEC_VERIFIER;
         environ = (char **) r->envp; /* execvp searches PATH in the command's own environment */
         const char *req_home = verifier ? getenv("HOME") : NULL; /* the request's, or none */
-        agent_exec_env();
-        if (verifier && verifier_child_env(r, req_home) < 0) {
+        cdn_agent_exec_env();
+        if (verifier && cdn_verifier_child_env(r, req_home) < 0) {
             stage = 5;
             errno = CDN_VERIFIER_UNSAFE;
         } else {
@@ -149,18 +150,15 @@ static int make_pipes(struct job *j, int stdio[3])
 /* A pseudo-terminal: the master is both our out and in; returns the slave's name. */
 static int make_pty(struct job *j, const struct cdn_exec_req *r, char *pts, size_t size)
 {
-    int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    _cleanup_close_ int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
     if (m < 0)
         return -errno;
     struct winsize ws = {.ws_row = r->rows ? r->rows : 24, .ws_col = r->cols ? r->cols : 80};
-    if (grantpt(m) < 0 || unlockpt(m) < 0 || ptsname_r(m, pts, size) != 0 || ioctl(m, TIOCSWINSZ, &ws) < 0) {
-        int e = errno;
-        (void) close(m);
-        return -e;
-    }
+    if (grantpt(m) < 0 || unlockpt(m) < 0 || ptsname_r(m, pts, size) != 0 || ioctl(m, TIOCSWINSZ, &ws) < 0)
+        return -errno;
     (void) set_nonblock(m);
-    j->out = m;
     j->in = fcntl(m, F_DUPFD_CLOEXEC, 0);
+    j->out = TAKE_FD(m);
     j->err = -1;
     return 0;
 }
@@ -168,7 +166,7 @@ static int make_pty(struct job *j, const struct cdn_exec_req *r, char *pts, size
 static void release(struct job *j)
 {
     if (j->flags & CDN_EXEC_VERIFIER)
-        vm_verifier(false);
+        cdn_vm_verifier(false);
     close_fd(&j->out);
     close_fd(&j->err);
     close_fd(&j->in);
@@ -191,7 +189,8 @@ static void deliver_held(const struct job *j)
 
 static int spawn(struct job *j, const struct cdn_exec_req *r, int *ret_stage)
 {
-    int stdio[3] = {-1, -1, -1}, errpipe[2], e = 0;
+    int stdio[3] = {-1, -1, -1}, e = 0;
+    _cleanup_close_pair_ int errpipe[2] = {-EBADF, -EBADF};
     char pts[64] = "";
     bool pty = (r->flags & CDN_EXEC_PIPES) && (r->flags & CDN_EXEC_PTY);
     if (pty)
@@ -201,7 +200,7 @@ static int spawn(struct job *j, const struct cdn_exec_req *r, int *ret_stage)
     if (e < 0)
         return e;
     /* A socket rather than a pipe when the command is confined: its seccomp listener comes over it. */
-    bool confined = vm_confines();
+    bool confined = cdn_vm_confines();
     if ((confined ? socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, errpipe)
                   : pipe2(errpipe, O_CLOEXEC)) < 0) {
         e = -errno;
@@ -210,10 +209,10 @@ static int spawn(struct job *j, const struct cdn_exec_req *r, int *ret_stage)
         return e;
     }
     if (r->flags & CDN_EXEC_VERIFIER)
-        vm_verifier(true); /* a guest's: its opens of protected paths go through while it runs */
+        cdn_vm_verifier(true); /* a guest's: its opens of protected paths go through while it runs */
     /* A guest's command is born in its cgroup (CLONE_INTO_CGROUP: no migration, which costs tens of
      * ms under TCG); elsewhere a plain fork. */
-    int cg = vm_commands_cgroup();
+    int cg = cdn_vm_commands_cgroup();
     pid_t pid;
     if (cg >= 0) {
         struct clone_args ca = {.flags = CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t) cg};
@@ -223,13 +222,12 @@ static int spawn(struct job *j, const struct cdn_exec_req *r, int *ret_stage)
     if (pid == 0)
         exec_child(r, errpipe[1], stdio, pty ? pts : NULL);
     e = pid < 0 ? -errno : 0;
+    /* The child's ends go now: the pipe reads EOF once its exec closes the last copy of errpipe[1]. */
     for (int i = 0; i < 3; i++)
         close_fd(&stdio[i]);
-    (void) close(errpipe[1]);
-    if (e < 0) {
-        (void) close(errpipe[0]);
+    errpipe[1] = safe_close(errpipe[1]);
+    if (e < 0)
         return e;
-    }
     j->pid = pid;
     /* The child reports a failed exec at once, or the pipe closes when the
      * exec succeeds. A sandbox process could stop the child in between
@@ -260,12 +258,12 @@ static int spawn(struct job *j, const struct cdn_exec_req *r, int *ret_stage)
         if (h && h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS) {
             int fd;
             memcpy(&fd, CMSG_DATA(h), sizeof fd);
-            vm_add_listener(fd); /* a confined command's seccomp listener; its exec (or failure) follows */
+            cdn_vm_add_listener(
+                fd); /* a confined command's seccomp listener; its exec (or failure) follows */
             continue;
         }
         break;
     }
-    (void) close(errpipe[0]);
     if (n == (ssize_t) sizeof msg) {
         *ret_stage = msg[0];
         return -msg[1];
@@ -273,14 +271,14 @@ static int spawn(struct job *j, const struct cdn_exec_req *r, int *ret_stage)
     return 0;
 }
 
-void exec_start(uint32_t channel, const uint8_t *p, size_t len)
+void cdn_exec_start(uint32_t channel, const uint8_t *p, size_t len)
 {
     if (cdn_exec_decode(p, len, &req) < 0) {
-        agent_error(channel, EBADMSG, "exec request");
+        cdn_agent_error(channel, EBADMSG, "exec request");
         return;
     }
     if (channel == 0 || find(channel)) {
-        agent_error(channel, EEXIST, "exec channel");
+        cdn_agent_error(channel, EEXIST, "exec channel");
         return;
     }
     struct job *j = NULL;
@@ -288,16 +286,16 @@ void exec_start(uint32_t channel, const uint8_t *p, size_t len)
         if (jobs[i].pid == 0)
             j = &jobs[i];
     if (!j) {
-        agent_error(channel, EAGAIN, "exec: too many commands running");
+        cdn_agent_error(channel, EAGAIN, "exec: too many commands running");
         return;
     }
-    if ((req.flags & CDN_EXEC_VERIFIER) && verifier_prepare(&req, channel) < 0)
+    if ((req.flags & CDN_EXEC_VERIFIER) && cdn_verifier_prepare(&req, channel) < 0)
         return; /* refused: it said why */
     *j = (struct job){.channel = channel, .flags = req.flags, .out = -1, .err = -1, .in = -1};
     int stage = 0, r = spawn(j, &req, &stage);
     if (r < 0 && j->pid <= 0) {
         release(j);
-        agent_error(channel, -r, "exec");
+        cdn_agent_error(channel, -r, "exec");
         return;
     }
     deliver_held(j);
@@ -320,9 +318,9 @@ void exec_start(uint32_t channel, const uint8_t *p, size_t len)
             uint8_t buf[512];
             int n = cdn_errmsg_encode(buf, sizeof buf, -r, what);
             if (n > 0)
-                agent_send(CDN_FRAME_ERROR, channel, buf, (uint32_t) n);
+                cdn_agent_send(CDN_FRAME_ERROR, channel, buf, (uint32_t) n);
         } else
-            agent_error(channel, -r, what);
+            cdn_agent_error(channel, -r, what);
         if (shutdown)
             shutdown_due = true;
     }
@@ -350,7 +348,7 @@ static void flush_stdin(struct job *j)
     }
 }
 
-void exec_stdin(uint32_t channel, const uint8_t *p, size_t len)
+void cdn_exec_stdin(uint32_t channel, const uint8_t *p, size_t len)
 {
     struct job *j = find(channel);
     if (!j || j->in < 0 || j->in_close)
@@ -370,7 +368,7 @@ void exec_stdin(uint32_t channel, const uint8_t *p, size_t len)
     flush_stdin(j);
 }
 
-void exec_resize(uint32_t channel, const uint8_t *p, size_t len)
+void cdn_exec_resize(uint32_t channel, const uint8_t *p, size_t len)
 {
     struct job *j = find(channel);
     if (!j || !(j->flags & CDN_EXEC_PTY) || len != 4 || j->out < 0)
@@ -388,17 +386,15 @@ static int scan_tree(pid_t root, pid_t **done, size_t *n, size_t *cap)
     DIR *d = opendir("/proc");
     if (!d)
         return 0;
-    pid_t(*link)[2] = NULL; /* {pid, parent} of every process */
+    _cleanup_free_ pid_t(*link)[2] = NULL; /* {pid, parent} of every process */
     size_t nl = 0, capl = 0;
     for (struct dirent *e; (e = readdir(d));) {
         char path[300], buf[512];
         if (e->d_name[0] < '1' || e->d_name[0] > '9')
             continue;
         (void) snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
         ssize_t k = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
-        if (fd >= 0)
-            (void) close(fd);
         char *rp = k > 0 ? (buf[k] = 0, strrchr(buf, ')')) : NULL; /* the name may hold anything */
         int ppid;
         if (!rp || sscanf(rp, ") %*c %d", &ppid) != 1)
@@ -424,17 +420,14 @@ static int scan_tree(pid_t root, pid_t **done, size_t *n, size_t *cap)
                 continue;
             if (*n == *cap) {
                 void *v = realloc(*done, (*cap = *cap ? *cap * 2 : 64) * sizeof **done);
-                if (!v) {
-                    free(link);
+                if (!v)
                     return -1;
-                }
                 *done = v;
             }
             (*done)[(*n)++] = link[i][0];
             added++, more = true;
         }
     }
-    free(link);
     return added;
 }
 
@@ -444,7 +437,7 @@ static int scan_tree(pid_t root, pid_t **done, size_t *n, size_t *cap)
  * is their subreaper, so a process whose parent dies is still found below it. */
 static void kill_tree(struct job *j)
 {
-    pid_t *done = NULL;
+    _cleanup_free_ pid_t *done = NULL;
     size_t n = 0, cap = 0;
     for (int round = 0; round < 16; round++) {
         size_t from = n;
@@ -453,12 +446,11 @@ static void kill_tree(struct job *j)
         for (size_t i = from; i < n; i++)
             (void) kill(done[i], SIGKILL);
     }
-    free(done);
     (void) kill(-j->pid, SIGKILL);
     (void) kill(j->pid, SIGKILL);
 }
 
-void exec_signal(uint32_t channel, int sig)
+void cdn_exec_signal(uint32_t channel, int sig)
 {
     struct job *j = find(channel);
     if (j && sig == SIGKILL)
@@ -467,7 +459,7 @@ void exec_signal(uint32_t channel, int sig)
         (void) kill(-j->pid, sig);
 }
 
-void exec_signal_all(int sig)
+void cdn_exec_signal_all(int sig)
 {
     bool sent = false;
     for (size_t i = 0; i < MAX_EXECS; i++)
@@ -486,7 +478,7 @@ static bool pump(struct job *j, int *fd, uint16_t type)
     for (int rounds = 0; rounds < 16; rounds++) { /* bounded: one flood must not starve the rest */
         ssize_t n = read(*fd, buf, sizeof buf);
         if (n > 0) {
-            agent_send(type, j->channel, buf, (uint32_t) n);
+            cdn_agent_send(type, j->channel, buf, (uint32_t) n);
             explicit_bzero(buf, (size_t) n); /* a verifier step's output is not kept in init's memory */
             continue;
         }
@@ -495,7 +487,7 @@ static bool pump(struct job *j, int *fd, uint16_t type)
         if (n < 0 && errno == EAGAIN)
             return true;
         /* EOF, or EIO: a terminal whose last slave fd closed */
-        agent_send(type, j->channel, NULL, 0);
+        cdn_agent_send(type, j->channel, NULL, 0);
         close_fd(fd);
         if (fd == &j->out && (j->flags & CDN_EXEC_PTY))
             close_fd(&j->in);
@@ -519,10 +511,10 @@ static void report_exit(struct job *j, int status, const struct rusage *ru)
         .sys_us = (uint64_t) ru->ru_stime.tv_sec * 1000000 + (uint64_t) ru->ru_stime.tv_usec,
         .maxrss_kb = (uint64_t) ru->ru_maxrss,
     };
-    vm_usage_report(true); /* a guest's: the host sees the command's OOM or pids hits with its exit */
+    cdn_vm_usage_report(true); /* a guest's: the host sees the command's OOM or pids hits with its exit */
     uint8_t buf[64];
     int n = cdn_exit_encode(buf, sizeof buf, &m);
-    agent_send(CDN_FRAME_EXIT, j->channel, buf, (uint32_t) n);
+    cdn_agent_send(CDN_FRAME_EXIT, j->channel, buf, (uint32_t) n);
     if (j->flags & CDN_EXEC_SHUTDOWN_ON_EXIT)
         shutdown_due = true;
     release(j);
@@ -531,17 +523,17 @@ static void report_exit(struct job *j, int status, const struct rusage *ru)
 static bool quiesce_pending;
 static uint32_t quiesce_channel;
 
-void exec_reap(void)
+void cdn_exec_reap(void)
 {
     for (;;) {
         int status;
         struct rusage ru;
         pid_t pid = wait4(-1, &status, WNOHANG, &ru);
-        /* Every process but us is gone (in a guest: every command; its guard stays). */
-        if (quiesce_pending && ((pid < 0 && errno == ECHILD) || (pid == 0 && vm_commands_gone()))) {
+        /* Every process but us is gone (in a guest: every command; its fanotify process stays). */
+        if (quiesce_pending && ((pid < 0 && errno == ECHILD) || (pid == 0 && cdn_vm_commands_gone()))) {
             quiesce_pending = false;
-            verifier_cleanup(); /* before the sandbox is the agent's again */
-            agent_send(CDN_FRAME_DONE, quiesce_channel, NULL, 0);
+            cdn_verifier_cleanup(); /* before the sandbox is the agent's again */
+            cdn_agent_send(CDN_FRAME_DONE, quiesce_channel, NULL, 0);
         }
         if (pid <= 0)
             return;
@@ -551,27 +543,27 @@ void exec_reap(void)
     }
 }
 
-void exec_quiesce(uint32_t channel)
+void cdn_exec_quiesce(uint32_t channel)
 {
     /* From PID 1: every other process of the namespace, orphans and
      * daemons included; one that was forking dies with its fork. A guest
-     * kills its cgroup of commands instead (its guard of protected paths
+     * kills its cgroup of commands instead (its fanotify process of protected paths
      * lives outside it). */
-    if (!vm_kill_commands())
+    if (!cdn_vm_kill_commands())
         (void) kill(-1, SIGKILL);
     quiesce_pending = true;
     quiesce_channel = channel;
-    exec_reap(); /* nothing there: answered at once */
+    cdn_exec_reap(); /* nothing there: answered at once */
 }
 
-void exec_forget_channels(void)
+void cdn_exec_forget_channels(void)
 {
     for (size_t i = 0; i < MAX_EXECS; i++)
         if (jobs[i].pid > 0)
             jobs[i].channel = 0; /* frames on channel 0 are nobody's; find() never matches it */
 }
 
-bool exec_shutdown_due(void)
+bool cdn_exec_shutdown_due(void)
 {
     return shutdown_due;
 }
@@ -582,7 +574,7 @@ static struct {
 } polled[MAX_EXECS * POLL_PER_JOB];
 static size_t polled_base, polled_n;
 
-void exec_poll_add(struct pollfd *pfd, size_t *n, size_t max, bool output)
+void cdn_exec_poll_add(struct pollfd *pfd, size_t *n, size_t max, bool output)
 {
     polled_base = *n;
     polled_n = 0;
@@ -601,7 +593,7 @@ void exec_poll_add(struct pollfd *pfd, size_t *n, size_t max, bool output)
     }
 }
 
-void exec_poll_handle(const struct pollfd *pfd, size_t n)
+void cdn_exec_poll_handle(const struct pollfd *pfd, size_t n)
 {
     for (size_t i = 0; i < polled_n && polled_base + i < n; i++) {
         const struct pollfd *p = &pfd[polled_base + i];

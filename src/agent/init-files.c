@@ -8,7 +8,7 @@
  *
  * A write is a FILE frame carrying the first bytes and, with CDN_FRAME_MORE,
  * DATA frames with the rest; the file stays open between them. A read is
- * served a chunk at a time from the main loop (files_pump), round robin with
+ * served a chunk at a time from the main loop (cdn_files_pump), round robin with
  * the other reads and between the loop's other work, only while the host's
  * queue has room and within the window the host granted: one big or slow
  * read never holds up the sandbox's commands or other requests. CANCEL ends
@@ -54,7 +54,7 @@ static void send_stat(uint32_t channel, uint16_t type, const struct stat *st, co
         .mode = st->st_mode, .size = (uint64_t) st->st_size, .mtime = st->st_mtime, .name = name};
     int n = cdn_file_stat_encode(buf, sizeof buf, &fs);
     if (n > 0)
-        agent_send(type, channel, buf, (uint32_t) n);
+        cdn_agent_send(type, channel, buf, (uint32_t) n);
 }
 
 static void fail_why(uint32_t channel, int errnum, const char *op, const char *path, const char *why)
@@ -62,7 +62,7 @@ static void fail_why(uint32_t channel, int errnum, const char *op, const char *p
     char what[400];
     (void) snprintf(what, sizeof what, "%s '%.256s'%s%.100s%s", op, path, why ? " (" : "", why ? why : "",
                     why ? ")" : "");
-    agent_error(channel, errnum, what);
+    cdn_agent_error(channel, errnum, what);
 }
 
 static void fail(uint32_t channel, int errnum, const char *op, const char *path)
@@ -78,41 +78,41 @@ static void refuse(uint32_t channel, const char *op, const char *path, const str
     char what[700];
     if (why == REFUSE_PROTECTED) {
         struct cdn_violation_msg v = {.kind = CDN_VIOLATION_MSG_SYMLINK};
-        target_where(t, v.path, sizeof v.path);
+        cdn_target_where(t, v.path, sizeof v.path);
         (void) snprintf(v.cmd, sizeof v.cmd, "%.255s", path);
         (void) snprintf(v.op, sizeof v.op, "%.15s", op);
         uint8_t buf[1024];
         int n = cdn_violation_encode(buf, sizeof buf, &v);
         if (n > 0)
-            agent_send(CDN_FRAME_VIOLATION, channel, buf, (uint32_t) n);
+            cdn_agent_send(CDN_FRAME_VIOLATION, channel, buf, (uint32_t) n);
         (void) snprintf(what, sizeof what,
                         "%s '%.256s': a symlink on the way leads into the protected path '%.256s', which the "
                         "files API does not follow",
                         op, path, v.path);
-        agent_error(channel, EACCES, what);
+        cdn_agent_error(channel, EACCES, what);
         return;
     }
     (void) snprintf(what, sizeof what,
                     "%s '%.256s': on %s, a kernel file system the files API does not read or write", op, path,
                     fs);
-    agent_error(channel, EPERM, what);
+    cdn_agent_error(channel, EPERM, what);
 }
 
-/* Open path (target_open) and judge it for op; on a refusal or an error, the ERROR is sent, naming
+/* Open path (cdn_target_open) and judge it for op; on a refusal or an error, the ERROR is sent, naming
  * shown (the request's path). */
 static int open_judged(uint32_t channel, const char *op, const char *path, const char *shown, int flags,
                        bool content, struct file_target *ret)
 {
-    int r = target_open(path, flags, ret);
+    int r = cdn_target_open(path, flags, ret);
     if (r < 0) {
         fail(channel, -r, op, shown);
         return r;
     }
     const char *fs = NULL;
-    enum refusal why = target_check(ret, content, &fs);
+    enum refusal why = cdn_target_check(ret, content, &fs);
     if (why != REFUSE_NONE) {
         refuse(channel, op, shown, ret, why, fs);
-        target_close(ret);
+        cdn_target_close(ret);
         return -EACCES;
     }
     return 0;
@@ -129,7 +129,7 @@ static int walk_dirs(uint32_t channel, const char *op, const char *path, bool wh
         fail(channel, ENAMETOOLONG, op, path);
         return -ENAMETOOLONG;
     }
-    struct file_target cur = {.fd = -EBADF};
+    _cleanup_(cdn_target_close) struct file_target cur = {.fd = -EBADF};
     int r = open_judged(channel, op, "/", path, O_DIRECTORY, false, &cur);
     for (char *s = buf + 1; r == 0 && *s;) {
         char *end = strchrnul(s, '/');
@@ -138,34 +138,33 @@ static int walk_dirs(uint32_t channel, const char *op, const char *path, bool wh
         char saved = *end;
         *end = 0;
         struct file_target next;
-        if (end > s && (r = target_open(buf, O_DIRECTORY, &next)) == -ENOENT) {
+        if (end > s && (r = cdn_target_open(buf, O_DIRECTORY, &next)) == -ENOENT) {
             if (mkdirat(cur.fd, s, mode) < 0 && errno != EEXIST)
                 r = -errno;
             else
-                r = target_open(buf, O_DIRECTORY, &next);
+                r = cdn_target_open(buf, O_DIRECTORY, &next);
         }
         if (end > s && r < 0)
             fail_why(channel, -r, op, path, buf);
         else if (end > s) {
             const char *fs = NULL;
-            enum refusal why = target_check(&next, false, &fs);
+            enum refusal why = cdn_target_check(&next, false, &fs);
             if (why != REFUSE_NONE) {
                 refuse(channel, op, path, &next, why, fs);
-                target_close(&next);
+                cdn_target_close(&next);
                 r = -EACCES;
             } else {
-                target_close(&cur);
+                cdn_target_close(&cur);
                 cur = next;
             }
         }
         *end = saved;
         s = *end ? end + 1 : end;
     }
-    if (r < 0) {
-        target_close(&cur);
+    if (r < 0)
         return r;
-    }
     *ret = cur;
+    cur.fd = -EBADF; /* ret's now */
     return 0;
 }
 
@@ -184,12 +183,12 @@ static void refuse_dangling(uint32_t channel, const struct cdn_file_req *r, int 
         (void) snprintf(dir, sizeof dir, "%.*s%.*s/", (int) (base - r->path), r->path, len, target);
     struct file_target t;
     const char *fs = NULL;
-    if (n > 0 && target_open(dir, O_DIRECTORY, &t) == 0) {
+    if (n > 0 && cdn_target_open(dir, O_DIRECTORY, &t) == 0) {
         t.direct = false;
-        enum refusal why = target_check(&t, false, &fs);
+        enum refusal why = cdn_target_check(&t, false, &fs);
         if (why == REFUSE_PROTECTED)
             refuse(channel, "write", r->path, &t, why, fs);
-        target_close(&t);
+        cdn_target_close(&t);
         if (why == REFUSE_PROTECTED)
             return;
     }
@@ -203,13 +202,13 @@ static int open_for_write(uint32_t channel, const struct cdn_file_req *r)
     const char *base = strrchr(r->path, '/') + 1;
     for (int tries = 0; tries < 4; tries++) {
         struct file_target t;
-        int e = target_open(r->path, 0, &t);
+        int e = cdn_target_open(r->path, 0, &t);
         if (e == 0) {
             const char *fs = NULL;
-            enum refusal why = target_check(&t, true, &fs);
+            enum refusal why = cdn_target_check(&t, true, &fs);
             int fd = why != REFUSE_NONE       ? -EACCES
                      : !S_ISREG(t.st.st_mode) ? -EINVAL
-                                              : target_reopen(&t, O_WRONLY | O_NONBLOCK);
+                                              : cdn_target_reopen(&t, O_WRONLY | O_NONBLOCK);
             if (why != REFUSE_NONE)
                 refuse(channel, "write", r->path, &t, why, fs);
             else if (fd == -EINVAL)
@@ -217,20 +216,19 @@ static int open_for_write(uint32_t channel, const struct cdn_file_req *r)
                          S_ISDIR(t.st.st_mode) ? NULL : "not a regular file");
             else if (fd < 0)
                 fail(channel, -fd, "write", r->path);
-            target_close(&t);
+            cdn_target_close(&t);
             return fd;
         }
         if (e != -ENOENT || !*base) {
             fail(channel, !*base ? EISDIR : -e, "write", r->path);
             return e < 0 ? e : -EISDIR;
         }
-        struct file_target parent;
+        _cleanup_(cdn_target_close) struct file_target parent = {.fd = -EBADF};
         if ((e = walk_dirs(channel, "write", r->path, false, 0755, &parent)) < 0)
             return e;
         const char *fs = NULL;
-        if (target_check(&parent, true, &fs) == REFUSE_KERNEL_FS) {
+        if (cdn_target_check(&parent, true, &fs) == REFUSE_KERNEL_FS) {
             refuse(channel, "write", r->path, &parent, REFUSE_KERNEL_FS, fs);
-            target_close(&parent);
             return -EPERM;
         }
         int fd = openat(parent.fd, base,
@@ -244,7 +242,6 @@ static int open_for_write(uint32_t channel, const struct cdn_file_req *r)
             refuse_dangling(channel, r, parent.fd, base);
         else if (fd < 0 && e != -EEXIST)
             fail(channel, -e, "write", r->path);
-        target_close(&parent);
         if (fd >= 0 || e != -EEXIST || dangling)
             return fd >= 0 ? fd : e;
         /* made by someone else meanwhile: look again */
@@ -263,23 +260,22 @@ static void do_write(uint32_t channel, uint16_t flags, const struct cdn_file_req
         fail(channel, slot == MAX_WRITES ? EAGAIN : EEXIST, "write", r->path);
         return;
     }
-    int fd = open_for_write(channel, r);
+    _cleanup_close_ int fd = open_for_write(channel, r);
     if (fd < 0)
         return;
     /* Non-blocking until here: a fifo planted at the path must not stall init (only regular files
      * get this far). */
     if (ftruncate(fd, 0) < 0 || fcntl(fd, F_SETFL, O_WRONLY) < 0) {
         fail(channel, errno, "write", r->path);
-        (void) close(fd);
         return;
     }
     writes[slot].channel = channel;
-    writes[slot].fd = fd;
+    writes[slot].fd = TAKE_FD(fd);
     (void) snprintf(writes[slot].path, sizeof writes[slot].path, "%s", r->path);
-    files_data(channel, flags, r->data, r->data_len);
+    cdn_files_data(channel, flags, r->data, r->data_len);
 }
 
-void files_data(uint32_t channel, uint16_t flags, const uint8_t *p, size_t len)
+void cdn_files_data(uint32_t channel, uint16_t flags, const uint8_t *p, size_t len)
 {
     size_t i = 0;
     while (i < MAX_WRITES && writes[i].channel != channel)
@@ -318,7 +314,7 @@ static void do_read(uint32_t channel, const struct cdn_file_req *r)
         fail(channel, slot == MAX_READS ? EAGAIN : EEXIST, "read", r->path);
         return;
     }
-    struct file_target t;
+    _cleanup_(cdn_target_close) struct file_target t = {.fd = -EBADF};
     if (open_judged(channel, "read", r->path, r->path, 0, true, &t) < 0)
         return;
     int fd = -EINVAL;
@@ -330,8 +326,8 @@ static void do_read(uint32_t channel, const struct cdn_file_req *r)
         (void) snprintf(what, sizeof what,
                         "read '%.256s': %" PRIu64 " bytes, more than max_bytes (%" PRIu64 ")", r->path,
                         (uint64_t) t.st.st_size, r->opts.max_bytes);
-        agent_error(channel, EFBIG, what);
-    } else if ((fd = target_reopen(&t, O_RDONLY | O_NONBLOCK)) < 0)
+        cdn_agent_error(channel, EFBIG, what);
+    } else if ((fd = cdn_target_reopen(&t, O_RDONLY | O_NONBLOCK)) < 0)
         fail(channel, -fd, "read", r->path);
     if (fd >= 0) {
         reads[slot].channel = channel;
@@ -341,7 +337,6 @@ static void do_read(uint32_t channel, const struct cdn_file_req *r)
         reads[slot].st = t.st;
         (void) snprintf(reads[slot].path, sizeof reads[slot].path, "%s", r->path);
     }
-    target_close(&t);
 }
 
 static void read_end(size_t i)
@@ -371,10 +366,10 @@ static void read_chunk(size_t i)
         char what[400];
         (void) snprintf(what, sizeof what, "read '%.256s': it grew past max_bytes while it was read",
                         reads[i].path);
-        agent_error(reads[i].channel, EFBIG, what);
+        cdn_agent_error(reads[i].channel, EFBIG, what);
         read_end(i);
     } else {
-        agent_send(CDN_FRAME_DATA, reads[i].channel, buf, (uint32_t) n);
+        cdn_agent_send(CDN_FRAME_DATA, reads[i].channel, buf, (uint32_t) n);
         explicit_bzero(buf, (size_t) n); /* a protected file's bytes must not linger in init's memory */
         if (reads[i].window != UINT64_MAX)
             reads[i].window -= (uint64_t) n;
@@ -383,7 +378,7 @@ static void read_chunk(size_t i)
     }
 }
 
-bool files_pending(void)
+bool cdn_files_pending(void)
 {
     for (size_t i = 0; i < MAX_READS; i++)
         if (reads[i].channel && reads[i].window)
@@ -391,10 +386,10 @@ bool files_pending(void)
     return false;
 }
 
-void files_pump(void)
+void cdn_files_pump(void)
 {
     static size_t next; /* round robin: each read in turn gets the first chance */
-    for (size_t k = 0; k < MAX_READS && agent_room(); k++) {
+    for (size_t k = 0; k < MAX_READS && cdn_agent_room(); k++) {
         size_t i = (next + k) % MAX_READS;
         if (reads[i].channel && reads[i].window)
             read_chunk(i);
@@ -402,7 +397,7 @@ void files_pump(void)
     next = (next + 1) % MAX_READS;
 }
 
-void files_window(uint32_t channel, const uint8_t *p, size_t len)
+void cdn_files_window(uint32_t channel, const uint8_t *p, size_t len)
 {
     uint32_t more;
     if (cdn_window_decode(p, len, &more) < 0)
@@ -412,7 +407,7 @@ void files_window(uint32_t channel, const uint8_t *p, size_t len)
             reads[i].window += more; /* at most 2^32 per frame: no overflow before 2^32 frames */
 }
 
-void files_cancel(uint32_t channel)
+void cdn_files_cancel(uint32_t channel)
 {
     for (size_t i = 0; channel && i < MAX_READS; i++)
         if (reads[i].channel == channel) {
@@ -430,18 +425,16 @@ void files_cancel(uint32_t channel)
 static void do_list(uint32_t channel, const char *path)
 {
     static uint8_t buf[LIST_BATCH];
-    struct file_target t;
+    _cleanup_(cdn_target_close) struct file_target t = {.fd = -EBADF};
     if (open_judged(channel, "list", path, path, O_DIRECTORY, false, &t) < 0)
         return;
-    int fd = target_reopen(&t, O_RDONLY | O_DIRECTORY);
+    _cleanup_close_ int fd = cdn_target_reopen(&t, O_RDONLY | O_DIRECTORY);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d) {
         fail(channel, fd < 0 ? -fd : errno, "list", path);
-        if (fd >= 0)
-            (void) close(fd);
-        target_close(&t);
         return;
     }
+    TAKE_FD(fd); /* d's now, closed before the answer goes */
     size_t off = 0;
     struct dirent *de;
     while ((de = readdir(d))) {
@@ -453,7 +446,7 @@ static void do_list(uint32_t channel, const char *path)
             .mode = es.st_mode, .size = (uint64_t) es.st_size, .mtime = es.st_mtime, .name = de->d_name};
         int n = cdn_file_stat_encode(buf + off, sizeof buf - off, &fs);
         if (n < 0) { /* batch full */
-            agent_send(CDN_FRAME_DATA, channel, buf, (uint32_t) off);
+            cdn_agent_send(CDN_FRAME_DATA, channel, buf, (uint32_t) off);
             off = 0;
             n = cdn_file_stat_encode(buf, sizeof buf, &fs);
         }
@@ -461,9 +454,8 @@ static void do_list(uint32_t channel, const char *path)
     }
     closedir(d);
     if (off)
-        agent_send(CDN_FRAME_DATA, channel, buf, (uint32_t) off);
+        cdn_agent_send(CDN_FRAME_DATA, channel, buf, (uint32_t) off);
     send_stat(channel, CDN_FRAME_DONE, &t.st, "");
-    target_close(&t);
 }
 
 static int remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
@@ -482,7 +474,7 @@ static void do_remove(uint32_t channel, const char *path)
         return;
     }
     (void) snprintf(dir, sizeof dir, "%.*s", (int) (base - path), path);
-    struct file_target parent;
+    _cleanup_(cdn_target_close) struct file_target parent = {.fd = -EBADF};
     if (open_judged(channel, "remove", dir, path, O_DIRECTORY, false, &parent) < 0)
         return;
     struct stat st;
@@ -496,13 +488,12 @@ static void do_remove(uint32_t channel, const char *path)
     if (r < 0)
         fail(channel, errno, "remove", path);
     else
-        agent_send(CDN_FRAME_DONE, channel, NULL, 0);
-    target_close(&parent);
+        cdn_agent_send(CDN_FRAME_DONE, channel, NULL, 0);
 }
 
 static void do_stat(uint32_t channel, const struct cdn_file_req *r)
 {
-    struct file_target t;
+    _cleanup_(cdn_target_close) struct file_target t = {.fd = -EBADF};
     bool nofollow = r->opts.flags & CDN_FILE_NOFOLLOW;
     if (open_judged(channel, "stat", r->path, r->path, nofollow ? O_NOFOLLOW : 0, false, &t) < 0)
         return;
@@ -512,14 +503,13 @@ static void do_stat(uint32_t channel, const struct cdn_file_req *r)
         link[n > 0 ? (size_t) n : 0] = 0;
     }
     send_stat(channel, CDN_FRAME_DONE, &t.st, link);
-    target_close(&t);
 }
 
-void files_request(uint32_t channel, uint16_t flags, const uint8_t *p, size_t len)
+void cdn_files_request(uint32_t channel, uint16_t flags, const uint8_t *p, size_t len)
 {
     struct cdn_file_req r;
     if (cdn_file_decode(p, len, &r) < 0) {
-        agent_error(channel, EBADMSG, "file request");
+        cdn_agent_error(channel, EBADMSG, "file request");
         return;
     }
     if (r.path[0] != '/') {
@@ -543,7 +533,7 @@ void files_request(uint32_t channel, uint16_t flags, const uint8_t *p, size_t le
     case CDN_FILE_MKDIR:
         if (walk_dirs(channel, "mkdir", r.path, true, r.mode ? r.mode : 0755, &t) == 0) {
             send_stat(channel, CDN_FRAME_DONE, &t.st, "");
-            target_close(&t);
+            cdn_target_close(&t);
         }
         break;
     case CDN_FILE_STAT:
@@ -552,7 +542,7 @@ void files_request(uint32_t channel, uint16_t flags, const uint8_t *p, size_t le
     }
 }
 
-void files_reset(void)
+void cdn_files_reset(void)
 {
     for (size_t i = 0; i < MAX_WRITES; i++)
         if (writes[i].channel) {

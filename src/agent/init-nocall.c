@@ -4,36 +4,36 @@
 
 #include "init.h"
 
-void call_start(uint32_t channel, const uint8_t *p, size_t len)
+void cdn_call_start(uint32_t channel, const uint8_t *p, size_t len)
 {
     (void) p, (void) len;
-    agent_error(channel, EOPNOTSUPP, "call: only the process tier runs calls");
+    cdn_agent_error(channel, EOPNOTSUPP, "call: only the process tier runs calls");
 }
 
-void call_poll_add(struct pollfd *pfd, size_t *n, size_t max)
+void cdn_call_poll_add(struct pollfd *pfd, size_t *n, size_t max)
 {
     (void) pfd, (void) n, (void) max;
 }
 
-void call_poll_handle(const struct pollfd *pfd, size_t n)
+void cdn_call_poll_handle(const struct pollfd *pfd, size_t n)
 {
     (void) pfd, (void) n;
 }
 
-int call_timeout_ms(void)
+int cdn_call_timeout_ms(void)
 {
     return -1;
 }
 
-void call_quiesce(void)
+void cdn_call_quiesce(void)
 {
 }
 
-void agent_exec_env(void)
+void cdn_agent_exec_env(void)
 {
 }
 
 int main(void)
 {
-    return agent_main();
+    return cdn_agent_main();
 }

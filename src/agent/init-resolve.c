@@ -12,7 +12,7 @@
  *
  * The protected paths are mounts (each match bound read-only on itself, on every tier), so "a
  * protected path" is "on one of these mounts": the host says which (PROTECTED: the mounts its
- * fanotify guard marked), a VM guest's init knows its own (vm_protect). */
+ * fanotify guard marked), a VM guest's init knows its own (cdn_vm_protect). */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
@@ -27,17 +27,18 @@
 #include <unistd.h>
 
 #include "init.h"
+#include "shared/fd-util.h"
 #include "shared/macro.h"
 
 static uint64_t protected_mnt[CDN_PROTECTED_MAX];
 static uint32_t n_protected;
 
-void files_protected(const uint8_t *p, size_t len)
+void cdn_files_protected(const uint8_t *p, size_t len)
 {
     static uint64_t ids[CDN_PROTECTED_MAX];
     uint32_t n;
     if (cdn_protected_decode(p, len, ids, &n) < 0) {
-        agent_error(0, EBADMSG, "protected mounts");
+        cdn_agent_error(0, EBADMSG, "protected mounts");
         return;
     }
     memcpy(protected_mnt, ids, n * sizeof ids[0]);
@@ -46,21 +47,14 @@ void files_protected(const uint8_t *p, size_t len)
 
 static int mount_id(int fd, uint64_t *ret)
 {
-    struct statx stx;
-    if (syscall(SYS_statx, fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &stx) < 0)
-        return -errno;
-    if (!(stx.stx_mask & STATX_MNT_ID))
-        return -EOPNOTSUPP;
-    *ret = stx.stx_mnt_id;
-    return 0;
+    return cdn_mount_of(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, ret, NULL);
 }
 
-int files_protect_mount(const char *path)
+int cdn_files_protect_mount(const char *path)
 {
-    int fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    _cleanup_close_ int fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     uint64_t id;
     int r = fd < 0 ? -errno : mount_id(fd, &id);
-    (void) safe_close(fd);
     if (r < 0)
         return r;
     if (n_protected >= CDN_PROTECTED_MAX)
@@ -123,7 +117,7 @@ static int openat2_retry(int dirfd, const char *path, struct open_how *how)
     }
 }
 
-int target_open(const char *path, int flags, struct file_target *ret)
+int cdn_target_open(const char *path, int flags, struct file_target *ret)
 {
     _cleanup_close_ int root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (root < 0)
@@ -131,7 +125,7 @@ int target_open(const char *path, int flags, struct file_target *ret)
     struct open_how how = {.flags = O_PATH | O_CLOEXEC | (uint64_t) flags,
                            .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS};
     struct file_target t = {.direct = true};
-    int fd = openat2_retry(root, path, &how);
+    _cleanup_close_ int fd = openat2_retry(root, path, &how);
     if (fd == -ELOOP) { /* a symlink on the way: now followed, and what it reaches judged */
         t.direct = false;
         how.resolve &= ~(uint64_t) RESOLVE_NO_SYMLINKS;
@@ -139,24 +133,22 @@ int target_open(const char *path, int flags, struct file_target *ret)
     }
     if (fd < 0)
         return fd;
-    t.fd = fd;
     int r = fstat(fd, &t.st) < 0 ? -errno : mount_id(fd, &t.mnt_id);
     if (r == -EOPNOTSUPP) /* no mount ids: every mount is taken for a protected one */
         t.mnt_unknown = true, r = 0;
-    if (r < 0) {
-        (void) close(fd);
+    if (r < 0)
         return r;
-    }
+    t.fd = TAKE_FD(fd);
     *ret = t;
     return 0;
 }
 
-void target_close(struct file_target *t)
+void cdn_target_close(struct file_target *t)
 {
     t->fd = safe_close(t->fd);
 }
 
-enum refusal target_check(const struct file_target *t, bool content, const char **ret_what)
+enum refusal cdn_target_check(const struct file_target *t, bool content, const char **ret_what)
 {
     if (!t->direct && n_protected && (t->mnt_unknown || is_protected(t->mnt_id)))
         return REFUSE_PROTECTED;
@@ -168,23 +160,28 @@ enum refusal target_check(const struct file_target *t, bool content, const char 
     return REFUSE_NONE;
 }
 
-int target_reopen(const struct file_target *t, int flags)
+int cdn_target_reopen(const struct file_target *t, int flags)
 {
     char p[64];
     (void) snprintf(p, sizeof p, "/proc/self/fd/%d", t->fd);
-    int fd = open(p, flags | O_CLOEXEC | O_NOCTTY);
+    _cleanup_close_ int fd = open(p, flags | O_CLOEXEC | O_NOCTTY);
     if (fd < 0)
         return -errno;
     struct stat st;
-    /* The same file, not whatever /proc showed (it is ours, but it costs one fstat to be sure). */
-    if (fstat(fd, &st) < 0 || st.st_dev != t->st.st_dev || st.st_ino != t->st.st_ino) {
-        (void) close(fd);
+    struct statfs sf;
+    /* The same file, not whatever /proc showed (it is ours, but it costs one fstat to be sure). An
+     * open for writing copies an image file up on overlayfs, and a file of an image on another file
+     * system than the upper layer (or a hard-linked one) then shows the upper file's device and inode
+     * numbers: the same overlay dentry, reached through the same magic link. */
+    if (fstat(fd, &st) < 0)
         return -ESTALE;
-    }
-    return fd;
+    if ((st.st_dev != t->st.st_dev || st.st_ino != t->st.st_ino) &&
+        ((flags & O_ACCMODE) == O_RDONLY || fstatfs(fd, &sf) < 0 || sf.f_type != OVERLAYFS_SUPER_MAGIC))
+        return -ESTALE;
+    return TAKE_FD(fd);
 }
 
-void target_where(const struct file_target *t, char *buf, size_t size)
+void cdn_target_where(const struct file_target *t, char *buf, size_t size)
 {
     char p[64];
     (void) snprintf(p, sizeof p, "/proc/self/fd/%d", t->fd);

@@ -1,7 +1,7 @@
 /* cordon-init: what a verifier step (CDN_EXEC_VERIFIER) gets that other commands do not.
  *
- * Runs in init (verifier_prepare, verifier_cleanup) and in the step's forked child
- * (verifier_child_env), after QUIESCE: no other process of the sandbox runs. Everything the
+ * Runs in init (cdn_verifier_prepare, cdn_verifier_cleanup) and in the step's forked child
+ * (cdn_verifier_child_env), after QUIESCE: no other process of the sandbox runs. Everything the
  * sandbox holds may have been written by the agent for this moment, so the step is given
  * nothing of it that the request did not name: a HOME made for it (empty, removed with
  * everything the step left there before the sandbox is the agent's again) and a PATH of system
@@ -40,13 +40,13 @@ static void refuse(uint32_t channel, int errnum, const char *msg)
     uint8_t buf[512];
     int n = cdn_errmsg_encode(buf, sizeof buf, errnum, msg);
     if (n > 0)
-        agent_send(CDN_FRAME_ERROR, channel, buf, (uint32_t) n);
+        cdn_agent_send(CDN_FRAME_ERROR, channel, buf, (uint32_t) n);
 }
 
-int verifier_prepare(const struct cdn_exec_req *r, uint32_t channel)
+int cdn_verifier_prepare(const struct cdn_exec_req *r, uint32_t channel)
 {
     char moved[256], msg[400];
-    if (vm_protect_check(moved, sizeof moved) < 0) {
+    if (cdn_vm_protect_check(moved, sizeof moved) < 0) {
         (void) snprintf(msg, sizeof msg,
                         "protected path %s is not the mount bound there when the sandbox was made: "
                         "it was moved aside (with a parent, from outside the sandbox)",
@@ -54,7 +54,7 @@ int verifier_prepare(const struct cdn_exec_req *r, uint32_t channel)
         refuse(channel, CDN_VERIFIER_MOVED, msg);
         return -CDN_VERIFIER_MOVED;
     }
-    verifier_cleanup(); /* a step that was cut short */
+    cdn_verifier_cleanup(); /* a step that was cut short */
     if (has_var(r, "HOME"))
         return 0;
     /* mkdtemp makes a new directory (O_EXCL): nothing planted at a guessed name is used. */
@@ -86,7 +86,7 @@ static bool writable(const char *path)
     }
 }
 
-int verifier_child_env(const struct cdn_exec_req *r, const char *req_home)
+int cdn_verifier_child_env(const struct cdn_exec_req *r, const char *req_home)
 {
     /* An in-place step cannot trust the dynamic loader if the sandbox could have told it what to
      * load into every process (the sibling mode starts from the image instead). */
@@ -113,7 +113,7 @@ static int remove_one(const char *path, const struct stat *st, int type, struct 
     return 0;
 }
 
-void verifier_cleanup(void)
+void cdn_verifier_cleanup(void)
 {
     /* Only once no process is left (after QUIESCE): nothing can race the walk. FTW_PHYS: a
      * symlink the step made is removed, never followed. (Not FTW_MOUNT: an overlay's files report

@@ -48,7 +48,11 @@
 #include <unistd.h>
 
 #include "init.h"
+#include "confine/proc-mask.h"
 #include "monitor/watch.h"
+#include "supervise/policy.h"
+#include "shared/fd-util.h"
+#include "shared/macro.h"
 
 /* <linux/random.h>, which the musl build of init has no copy of. */
 #ifndef RNDADDENTROPY
@@ -62,7 +66,7 @@ static bool vm_guest_mode;
 static bool agent_mode; /* started by the image's init (tier vm), not the guest's first process */
 
 /* In a container the host hands init fd 3; in a VM guest nothing does. */
-bool vm_guest(void)
+bool cdn_vm_guest(void)
 {
     if (fcntl(AGENT_FD, F_GETFD) >= 0)
         return false;
@@ -81,22 +85,19 @@ static void load_modules(int dirfd)
     for (int i = 0; i < 64; i++) {
         char p[16];
         (void) snprintf(p, sizeof p, "%d.ko", i);
-        int fd = openat(dirfd, p, O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int fd = openat(dirfd, p, O_RDONLY | O_CLOEXEC);
         if (fd < 0)
             break;
         (void) syscall(SYS_finit_module, fd, "", 0);
-        (void) close(fd);
         (void) unlinkat(dirfd, p, 0);
     }
 }
 
 static void load_modules_at(const char *dir)
 {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
+    _cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0)
         load_modules(fd);
-        (void) close(fd);
-    }
 }
 
 /* The network's modules while not loaded (a cold boot's, until its identity says whether it has a
@@ -126,11 +127,24 @@ static bool agent_port(const char *p)
 {
     char path[300], name[64] = "";
     (void) snprintf(path, sizeof path, "/sys/class/virtio-ports/%s/name", p);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
     ssize_t n = fd >= 0 ? read(fd, name, sizeof name - 1) : -1;
-    if (fd >= 0)
-        (void) close(fd);
     return n > 0 && strncmp(name, "cordon.agent", 12) == 0;
+}
+
+/* Into found: the device of the port named cordon.agent ("" while there is none). */
+static void find_port(char *found, size_t size)
+{
+    found[0] = 0;
+    if (agent_port("vport0p1")) {
+        (void) snprintf(found, size, "/dev/vport0p1");
+        return;
+    }
+    _cleanup_closedir_ DIR *d = opendir("/sys/class/virtio-ports");
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        if (de->d_name[0] != '.' && agent_port(de->d_name))
+            (void) snprintf(found, size, "/dev/%s", de->d_name);
 }
 
 /* The port the host named cordon.agent: vport0p1 (the only port of the one device, numbered from
@@ -138,16 +152,8 @@ static bool agent_port(const char *p)
 static int open_port(void)
 {
     for (int tries = 0; tries < 800; tries++) { /* devices appear as their drivers probe: up to 4 s */
-        char found[300] = "";
-        if (agent_port("vport0p1"))
-            (void) snprintf(found, sizeof found, "/dev/vport0p1");
-        DIR *d = found[0] ? NULL : opendir("/sys/class/virtio-ports");
-        struct dirent *de;
-        while (d && (de = readdir(d)))
-            if (de->d_name[0] != '.' && agent_port(de->d_name))
-                (void) snprintf(found, sizeof found, "/dev/%s", de->d_name);
-        if (d)
-            closedir(d);
+        char found[300];
+        find_port(found, sizeof found);
         if (found[0]) {
             int fd = open(found, O_RDWR | O_CLOEXEC | O_NOCTTY);
             if (fd >= 0)
@@ -178,21 +184,17 @@ static void put_addr(struct sockaddr *sa, uint32_t ip)
 
 static int write_file(const char *path, const char *text)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return -errno;
     ssize_t n = write(fd, text, strlen(text));
-    int r = n == (ssize_t) strlen(text) ? 0 : -EIO;
-    (void) close(fd);
-    return r;
+    return n == (ssize_t) strlen(text) ? 0 : -EIO;
 }
 
-/* eth0 as the container tier's eth0 is: the sandbox's address on its /30, the host end as the
- * default route and the resolver, no IPv6. */
-static int vm_network(const struct cdn_identity *id)
+/* eth0's address, its link up, the default route through the host end. */
+static int eth0_config(const struct cdn_identity *id)
 {
-    vm_net_modules(true);
-    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    _cleanup_close_ int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (s < 0)
         return -errno;
     struct ifreq ifr = {0};
@@ -210,7 +212,15 @@ static int vm_network(const struct cdn_identity *id)
     put_addr(&rt.rt_gateway, id->gateway);
     if (r == 0 && ioctl(s, SIOCADDRT, &rt) < 0)
         r = -errno;
-    (void) close(s);
+    return r;
+}
+
+/* eth0 as the container tier's eth0 is: the sandbox's address on its /30, the host end as the
+ * default route and the resolver, no IPv6. */
+static int vm_network(const struct cdn_identity *id)
+{
+    vm_net_modules(true);
+    int r = eth0_config(id);
     if (r < 0)
         return r;
     char conf[64];
@@ -232,18 +242,20 @@ static bool cmdline_has(const char *word)
 {
     static char cmdline[1024];
     if (!cmdline[0]) {
-        int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
+        _cleanup_close_ int fd = open("/proc/cmdline", O_RDONLY | O_CLOEXEC);
         ssize_t n = fd >= 0 ? read(fd, cmdline, sizeof cmdline - 1) : -1;
         cmdline[n > 0 ? n : 0] = 0;
-        if (fd >= 0)
-            (void) close(fd);
     }
     return strstr(cmdline, word) != NULL;
 }
 
-static bool image_root;           /* an image's root disk is the root (else the host's /usr comes over 9p) */
-static bool full_vm;              /* tier vm (cordon.tier=vm): q35, the image's own init */
-static const char *step = "boot"; /* what vm_setup or vm_identity was doing (vm_failed_step) */
+static bool image_root; /* an image's root disk is the root (else the host's /usr comes over 9p) */
+static bool full_vm;    /* tier vm (cordon.tier=vm): q35, the image's own init */
+/* A microvm's image root (erofs under an overlay): its upper tmpfs, kept open across switch_root to
+ * be sized to disk_mb at identity; commands write the image's own directories there in place. */
+static int image_upper_fd = -1;
+static bool image_in_place;       /* such a root: its system directories are made read-only, not all of it */
+static const char *step = "boot"; /* what cdn_vm_setup or cdn_vm_identity was doing (cdn_vm_failed_step) */
 
 /* The kernel's filesystems moved into /.root, which becomes the root. */
 static int switch_root(void)
@@ -275,11 +287,21 @@ static int vm_image_root(void)
     if (mkdir("/.lower", 0755) < 0 || mkdir("/.upper", 0755) < 0 || mkdir("/.root", 0755) < 0 ||
         mount("/dev/vda", "/.lower", "erofs", MS_RDONLY | fl, NULL) < 0 ||
         /* A full VM's system writes its logs and state there too. */
-        mount("tmpfs", "/.upper", "tmpfs", fl, full_vm ? "size=256m,mode=0755" : "size=16m,mode=0755") < 0 ||
+        mount("tmpfs", "/.upper", "tmpfs", fl, full_vm ? "size=256m,mode=0755" : "size=1024m,mode=0755") <
+            0 ||
         mkdir("/.upper/u", 0755) < 0 || mkdir("/.upper/w", 0755) < 0 ||
         mount("overlay", "/.root", "overlay", fl, "lowerdir=/.lower,upperdir=/.upper/u,workdir=/.upper/w") <
             0)
         return -errno;
+    if (!full_vm) {
+        image_in_place = true;
+        int fd = open("/.upper", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        image_upper_fd = fd >= 0 ? fcntl(fd, F_DUPFD_CLOEXEC, 20) : -1;
+        if (fd >= 0)
+            (void) close(fd);
+        if (image_upper_fd < 0)
+            return -errno;
+    }
     return switch_root();
 }
 
@@ -320,7 +342,7 @@ static bool image_init_is_systemd(void)
 }
 
 /* What systemd starts as the agent: this binary's copy in /run, at once (sysinit.target, without
- * the default dependencies), with the environment that says agent mode (vm_guest). */
+ * the default dependencies), with the environment that says agent mode (cdn_vm_guest). */
 static const char agent_unit[] = "[Unit]\n"
                                  "Description=cordon agent: the host's commands, files and events\n"
                                  "DefaultDependencies=no\n"
@@ -436,7 +458,7 @@ static int vm_agent_setup(void)
     if (pid > 0) {
         while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
             ;
-        vm_poweroff();
+        cdn_vm_poweroff();
         _exit(0);
     }
     /* Its own /proc (its namespace's processes only), over whatever the system mounted beneath the
@@ -449,7 +471,7 @@ static int vm_agent_setup(void)
     return 0;
 }
 
-int vm_setup(void)
+int cdn_vm_setup(void)
 {
     if ((agent_mode ? vm_agent_setup() : vm_boot()) < 0)
         return -1;
@@ -482,7 +504,7 @@ int vm_setup(void)
     return 0;
 }
 
-void vm_poweroff(void)
+void cdn_vm_poweroff(void)
 {
     sync();
     (void) reboot(RB_POWER_OFF);
@@ -553,29 +575,25 @@ static bool usage_sent;
 
 static int write_at(int dirfd, const char *name, const char *text)
 {
-    int fd = openat(dirfd, name, O_WRONLY | O_CLOEXEC);
+    _cleanup_close_ int fd = openat(dirfd, name, O_WRONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     ssize_t n = write(fd, text, strlen(text));
-    int r = n == (ssize_t) strlen(text) ? 0 : -errno;
-    (void) close(fd);
-    return r;
+    return n == (ssize_t) strlen(text) ? 0 : -errno;
 }
 
 static uint64_t meminfo_total(void)
 {
     char buf[256] = "";
-    int fd = open("/proc/meminfo", O_RDONLY | O_CLOEXEC);
+    _cleanup_close_ int fd = open("/proc/meminfo", O_RDONLY | O_CLOEXEC);
     ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-    if (fd >= 0)
-        (void) close(fd);
     unsigned long long kb = 0;
     return n > 0 && sscanf(buf, "MemTotal: %llu kB", &kb) == 1 ? (uint64_t) kb << 10 : 0;
 }
 
 /* cgroup v2 of the commands: pids.max = the spec's pids, memory.max = the spec's memory (the
- * guest has more: microvm.c), at most the guest's memory less what its kernel and init keep. Mounted aside,
- * opened, detached: commands (uid 0, no capabilities) find no path to raise their own limits. */
+ * guest has more: tiers/qemu/guest.c), at most the guest's memory less what its kernel and init keep. Mounted
+ * aside, opened, detached: commands (uid 0, no capabilities) find no path to raise their own limits. */
 /* At boot (in the snapshot): the cgroup, mounted aside, its controllers enabled (the slow part). */
 static int vm_cgroup_base(void)
 {
@@ -631,6 +649,8 @@ static const char *const disk_dirs[] = {"/tmp", "/var/tmp", "/root", "/home", "/
 static int vm_disk_base(void)
 {
     char src[64];
+    if (image_upper_fd >= 0) /* the image's own directories, written in place (vm_image_disk) */
+        return 0;
     if (make_path(disk, true) < 0 ||
         mount("tmpfs", disk, "tmpfs", MS_NOSUID | MS_NODEV, "size=1024m,mode=0755") < 0)
         return -errno;
@@ -643,9 +663,69 @@ static int vm_disk_base(void)
     return 0;
 }
 
+/* An image root's disk: the overlay's upper tmpfs sized to disk_mb; the writable directories and
+ * the workdir are the image's own where it has them (an SWE task's /testbed keeps its files), made
+ * in the upper layer where it has not. */
+static int vm_image_disk(const char *workdir, uint32_t disk_mb)
+{
+    char opt[64], fdp[64];
+    (void) snprintf(opt, sizeof opt, "size=%um,mode=0755", disk_mb ? disk_mb : 1024);
+    (void) snprintf(fdp, sizeof fdp, "/proc/self/fd/%d", image_upper_fd);
+    if (mount(NULL, fdp, NULL, MS_REMOUNT | MS_NOSUID | MS_NODEV, opt) < 0)
+        return -errno;
+    (void) close(image_upper_fd);
+    image_upper_fd = -1;
+    for (size_t i = 0; i < sizeof disk_dirs / sizeof disk_dirs[0]; i++) {
+        struct stat st;
+        if (lstat(disk_dirs[i], &st) == 0)
+            continue;
+        if (make_path(disk_dirs[i], true) < 0 || (i < 2 && chmod(disk_dirs[i], 01777) < 0))
+            return -errno;
+    }
+    return make_path(workdir, true) < 0 ? -errno : 0;
+}
+
+/* An image root as landlock keeps a container's: writable beneath every top-level directory but the
+ * system ones (and the workdir wherever it is), nothing else. Each such directory becomes a mount of
+ * its own (bound on itself), so that the root's read-only remount that follows leaves them writable. */
+static bool is_system_top(const char *name)
+{
+    static const char *const sys[] = {"usr",  "bin", "sbin", "lib", "lib32", "lib64", "libx32",
+                                      "boot", "etc", "proc", "sys", "dev",   NULL};
+    for (size_t i = 0; sys[i]; i++)
+        if (strcmp(name, sys[i]) == 0)
+            return true;
+    return false;
+}
+
+static int vm_image_writable_tops(const char *workdir)
+{
+    DIR *d = opendir("/");
+    if (!d)
+        return -errno;
+    int r = 0;
+    for (struct dirent *de; r == 0 && (de = readdir(d));) {
+        char p[300];
+        if (de->d_type != DT_DIR || de->d_name[0] == '.' || is_system_top(de->d_name))
+            continue;
+        (void) snprintf(p, sizeof p, "/%s", de->d_name);
+        if (mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0)
+            r = -errno;
+    }
+    closedir(d);
+    char top[256];
+    size_t n = strcspn(workdir + 1, "/");
+    (void) snprintf(top, sizeof top, "%.*s", (int) n, workdir + 1);
+    if (r == 0 && is_system_top(top) && mount(workdir, workdir, NULL, MS_BIND | MS_REC, NULL) < 0)
+        r = -errno;
+    return r;
+}
+
 static int vm_disk(const char *workdir, uint32_t disk_mb)
 {
     char opt[64], src[64];
+    if (image_upper_fd >= 0)
+        return vm_image_disk(workdir, disk_mb);
     (void) snprintf(opt, sizeof opt, "size=%um", disk_mb ? disk_mb : 1024);
     if (mount(NULL, disk, NULL, MS_REMOUNT | MS_NOSUID | MS_NODEV, opt) < 0)
         return -errno;
@@ -661,7 +741,7 @@ static int vm_disk(const char *workdir, uint32_t disk_mb)
     return r;
 }
 
-int vm_set_rlimits(void)
+int cdn_vm_set_rlimits(void)
 {
     if (limit_nofile) {
         struct rlimit l = {limit_nofile, limit_nofile};
@@ -677,23 +757,21 @@ int vm_set_rlimits(void)
     return 0;
 }
 
-int vm_commands_cgroup(void)
+int cdn_vm_commands_cgroup(void)
 {
     return cg_fd;
 }
 
-bool vm_kill_commands(void)
+bool cdn_vm_kill_commands(void)
 {
     return cg_fd >= 0 && write_at(cg_fd, "cgroup.kill", "1") == 0;
 }
 
-bool vm_commands_gone(void)
+bool cdn_vm_commands_gone(void)
 {
     char buf[256] = "";
-    int fd = cg_fd >= 0 ? openat(cg_fd, "cgroup.events", O_RDONLY | O_CLOEXEC) : -1;
+    _cleanup_close_ int fd = cg_fd >= 0 ? openat(cg_fd, "cgroup.events", O_RDONLY | O_CLOEXEC) : -EBADF;
     ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-    if (fd >= 0)
-        (void) close(fd);
     return n > 0 && strstr(buf, "populated 0") != NULL;
 }
 
@@ -710,19 +788,22 @@ static uint64_t event_count(int fd, const char *key)
     return 0;
 }
 
-void vm_usage_report(bool force)
+/* The commands' cgroup's memory.peak (0 when it cannot be read). */
+static uint64_t memory_peak(void)
+{
+    char buf[32] = "";
+    _cleanup_close_ int fd = openat(cg_fd, "memory.peak", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    return n > 0 ? strtoull(buf, NULL, 10) : 0;
+}
+
+void cdn_vm_usage_report(bool force)
 {
     if (cg_fd < 0)
         return;
     struct cdn_usage_msg u = {.oom_kills = event_count(cg_events[0], "oom_kill"),
                               .pids_max_hits = event_count(cg_events[1], "max")};
-    char buf[32] = "";
-    int fd = openat(cg_fd, "memory.peak", O_RDONLY | O_CLOEXEC);
-    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
-    if (fd >= 0)
-        (void) close(fd);
-    if (n > 0)
-        u.memory_peak_bytes = strtoull(buf, NULL, 10);
+    u.memory_peak_bytes = memory_peak();
     struct statfs fs;
     u.disk_full = statfs("/tmp", &fs) == 0 && fs.f_bavail == 0;
     if (!force && usage_sent && u.oom_kills == last_usage.oom_kills &&
@@ -733,7 +814,7 @@ void vm_usage_report(bool force)
     uint8_t b[32];
     int len = cdn_usage_encode(b, sizeof b, &u);
     if (len > 0)
-        agent_send(CDN_FRAME_USAGE, 0, b, (uint32_t) len);
+        cdn_agent_send(CDN_FRAME_USAGE, 0, b, (uint32_t) len);
 }
 
 /* The guest's kernel interfaces as a container sees the host's (OCI defaults, rootfs.c): masked
@@ -742,11 +823,6 @@ void vm_usage_report(bool force)
  * needed of them; its commands have no capability to undo any of it. */
 static int vm_harden(void)
 {
-    static const char *const masked[] = {"/proc/acpi",        "/proc/asound",        "/proc/kcore",
-                                         "/proc/keys",        "/proc/latency_stats", "/proc/timer_list",
-                                         "/proc/timer_stats", "/proc/sched_debug",   "/proc/scsi",
-                                         "/proc/kallsyms",    "/proc/sysrq-trigger"};
-    static const char *const readonly[] = {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys"};
     static const struct {
         const char *name;
         unsigned major, minor;
@@ -758,23 +834,10 @@ static int vm_harden(void)
     if (fd < 0)
         return -errno;
     (void) close(fd);
-    for (size_t i = 0; i < sizeof masked / sizeof masked[0]; i++) {
-        struct stat st;
-        if (stat(masked[i], &st) < 0)
-            continue;
-        int r = S_ISDIR(st.st_mode) ? mount("tmpfs", masked[i], "tmpfs",
-                                            MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=0555")
-                                    : mount(mask, masked[i], NULL, MS_BIND, NULL);
-        if (r < 0 || (!S_ISDIR(st.st_mode) &&
-                      mount(NULL, masked[i], NULL,
-                            MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0))
-            return -errno;
-    }
-    for (size_t i = 0; i < sizeof readonly / sizeof readonly[0]; i++)
-        if (mount(readonly[i], readonly[i], NULL, MS_BIND | MS_REC, NULL) < 0 ||
-            mount(NULL, readonly[i], NULL,
-                  MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
-            return -errno;
+    struct cdn_error err = {0};
+    int r = cdn_proc_mask("", mask, &err);
+    if (r < 0)
+        return r;
     /* The whole sysfs read-only (an agent's: its own mount of it, vm_agent_setup). */
     if (mount(NULL, "/sys", NULL,
               (agent_mode ? MS_BIND : 0) | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
@@ -815,12 +878,44 @@ static int vm_harden(void)
     return 0;
 }
 
-const char *vm_failed_step(void)
+const char *cdn_vm_failed_step(void)
 {
     return step;
 }
 
-int vm_identity(const struct cdn_identity *id)
+/* The identity's seed mixed into the pool (credited), then the CRNG reseeded from it at once:
+ * without the reseed, siblings from one snapshot would keep producing the same bytes until the
+ * kernel's next scheduled reseed. */
+static int seed_random(const struct cdn_identity *id)
+{
+    struct {
+        int entropy_count, buf_size; /* struct rand_pool_info */
+        uint8_t bytes[CDN_IDENTITY_SEED];
+    } e = {.entropy_count = CDN_IDENTITY_SEED * 8, .buf_size = CDN_IDENTITY_SEED};
+    memcpy(e.bytes, id->seed, CDN_IDENTITY_SEED);
+    _cleanup_close_ int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || ioctl(fd, RNDADDENTROPY, &e) < 0 || ioctl(fd, RNDRESEEDCRNG) < 0)
+        return -errno;
+    return 0;
+}
+
+/* /etc/machine-id: the identity's, as hex. */
+static int write_machine_id(const struct cdn_identity *id)
+{
+    char hex[34];
+    for (int i = 0; i < 16; i++)
+        (void) snprintf(hex + 2 * i, 3, "%02x", id->machine_id[i]);
+    hex[32] = '\n';
+    hex[33] = 0;
+    if (agent_mode) /* systemd may have bound its own over it, read-only: ours goes to the file */
+        (void) umount2("/etc/machine-id", MNT_DETACH);
+    _cleanup_close_ int fd = open("/etc/machine-id", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0444);
+    if (fd < 0 || write(fd, hex, 33) != 33)
+        return -errno;
+    return 0;
+}
+
+int cdn_vm_identity(const struct cdn_identity *id)
 {
     if (!vm_guest_mode)
         return -EPERM; /* a container's init has no business with these */
@@ -829,65 +924,39 @@ int vm_identity(const struct cdn_identity *id)
                           .tv_nsec = (long) (id->time_ns % 1000000000u)};
     if (clock_settime(CLOCK_REALTIME, &ts) < 0)
         return -errno;
-    /* Mixed into the pool (credited), then the CRNG reseeded from it at once:
-     * without the reseed, siblings from one snapshot would keep producing the
-     * same bytes until the kernel's next scheduled reseed. */
-    struct {
-        int entropy_count, buf_size; /* struct rand_pool_info */
-        uint8_t bytes[CDN_IDENTITY_SEED];
-    } e = {.entropy_count = CDN_IDENTITY_SEED * 8, .buf_size = CDN_IDENTITY_SEED};
-    memcpy(e.bytes, id->seed, CDN_IDENTITY_SEED);
-    int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
-    if (fd < 0 || ioctl(fd, RNDADDENTROPY, &e) < 0 || ioctl(fd, RNDRESEEDCRNG) < 0) {
-        int r = -errno;
-        if (fd >= 0)
-            (void) close(fd);
+    int r = seed_random(id);
+    if (r < 0)
         return r;
-    }
-    (void) close(fd);
-    char hex[34];
-    for (int i = 0; i < 16; i++)
-        (void) snprintf(hex + 2 * i, 3, "%02x", id->machine_id[i]);
-    hex[32] = '\n';
-    hex[33] = 0;
     (void) mkdir("/etc", 0755);
     step = "identity: the machine id";
-    if (agent_mode) /* systemd may have bound its own over it, read-only: ours goes to the file */
-        (void) umount2("/etc/machine-id", MNT_DETACH);
-    fd = open("/etc/machine-id", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0444);
-    if (fd < 0 || write(fd, hex, 33) != 33) {
-        int r = -errno;
-        if (fd >= 0)
-            (void) close(fd);
+    if ((r = write_machine_id(id)) < 0)
         return r;
-    }
-    (void) close(fd);
     if (sethostname(id->hostname, strlen(id->hostname)) < 0)
         return -errno;
     step = "identity: the network";
     if (!id->ip)
         vm_net_modules(false);
-    if (id->ip) {
-        int r = vm_network(id);
-        if (r < 0)
-            return r;
-    }
-    vm_mount_image(); /* before the binds, which may lie beneath /usr */
+    if (id->ip && (r = vm_network(id)) < 0)
+        return r;
+    cdn_vm_mount_image(); /* before the binds, which may lie beneath /usr */
     limit_nofile = id->nofile;
     limit_disk_mb = id->disk_mb;
     /* The disk first: a bind may lie beneath one of its directories (a bind onto the workdir). */
     step = "identity: the cgroup of commands";
-    int r = vm_cgroup(id->pids, id->memory_mb);
+    r = vm_cgroup(id->pids, id->memory_mb);
     if (r < 0 || (step = "identity: the disk", r = vm_disk(id->workdir, id->disk_mb)) < 0 ||
         (step = "identity: the binds", r = vm_binds(id)) < 0 ||
-        (step = "identity: the protected paths", r = vm_protect(id)) < 0)
+        (step = "identity: the protected paths", r = cdn_vm_protect(id)) < 0)
         return r;
     step = "identity: the read-only root";
-    /* The rest of the root (the initramfs) read-only, as a container's image is to its commands. */
+    if (image_in_place && (r = vm_image_writable_tops(id->workdir)) < 0)
+        return r;
+    /* The rest of the root (the initramfs, or the system directories of an image root) read-only,
+     * as a container's image is to its commands. */
     return mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0 ? -errno : 0;
 }
 
-void vm_mount_image(void)
+void cdn_vm_mount_image(void)
 {
     static bool done;
     if (!vm_guest_mode || done)
@@ -911,7 +980,10 @@ static int listeners[MAX_LISTENERS];
 static size_t n_listeners;
 static size_t polled_base, polled_n;
 
-int vm_policy(const uint8_t *p, size_t len)
+/* init's end of the socket to the protected paths' fanotify process (cdn_vm_protect) */
+static int fan_sock = -1;
+
+int cdn_vm_policy(const uint8_t *p, size_t len)
 {
     struct cdn_policy pol;
     if (!vm_guest_mode)
@@ -922,15 +994,17 @@ int vm_policy(const uint8_t *p, size_t len)
     filter_len[0] = pol.len[0];
     filter_len[1] = pol.len[1];
     policy_flags = pol.flags;
+    if (fan_sock >= 0 && (policy_flags & CDN_POLICY_KILL)) /* its opens are held in kill mode */
+        (void) !write(fan_sock, "K", 1);
     return 0;
 }
 
-bool vm_confines(void)
+bool cdn_vm_confines(void)
 {
     return filter_len[0] > 0;
 }
 
-int vm_confine_child(int sock)
+int cdn_vm_confine_child(int sock)
 {
     /* As the container tier's setup does for its init (setup.c): root keeps no capability across
      * exec, none is left to raise, and no exec can gain privileges. */
@@ -950,7 +1024,8 @@ int vm_confine_child(int sock)
     struct sock_fprog first = {.len = filter_len[0], .filter = filters};
     if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &second) < 0)
         return -errno;
-    int lfd = (int) syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &first);
+    _cleanup_close_ int lfd =
+        (int) syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &first);
     if (lfd < 0)
         return -errno;
     /* The listener goes to init (the command must never hold it: it could answer for itself). */
@@ -966,12 +1041,10 @@ int vm_confine_child(int sock)
     ch->cmsg_type = SCM_RIGHTS;
     ch->cmsg_len = CMSG_LEN(sizeof(int));
     memcpy(CMSG_DATA(ch), &lfd, sizeof lfd);
-    int r = sendmsg(sock, &m, MSG_NOSIGNAL) == 1 ? 0 : -errno;
-    (void) close(lfd);
-    return r;
+    return sendmsg(sock, &m, MSG_NOSIGNAL) == 1 ? 0 : -errno;
 }
 
-void vm_add_listener(int fd)
+void cdn_vm_add_listener(int fd)
 {
     if (n_listeners < MAX_LISTENERS && fcntl(fd, F_SETFD, FD_CLOEXEC) == 0)
         listeners[n_listeners++] = fd;
@@ -979,12 +1052,10 @@ void vm_add_listener(int fd)
         (void) close(fd); /* its callers' watched calls then fail (ENOSYS): denied, not recorded */
 }
 
-static int guard_sock = -1; /* init's end of the socket to the protected paths' guard (vm_protect) */
-
-void vm_poll_add(struct pollfd *pfd, size_t *n, size_t max)
+void cdn_vm_poll_add(struct pollfd *pfd, size_t *n, size_t max)
 {
-    if (guard_sock >= 0 && *n + 3 < max) /* the guard's records of refused opens */
-        pfd[(*n)++] = (struct pollfd){.fd = guard_sock, .events = POLLIN};
+    if (fan_sock >= 0 && *n + 3 < max) /* the fanotify process's records of refused opens */
+        pfd[(*n)++] = (struct pollfd){.fd = fan_sock, .events = POLLIN};
     for (int i = 0; i < 2 && *n + 2 < max; i++) /* a change of a cgroup events file: POLLPRI */
         pfd[(*n)++] = (struct pollfd){.fd = cg_events[i], .events = POLLPRI};
     polled_base = *n;
@@ -998,10 +1069,8 @@ static void read_cmdline(int pid, char *buf, size_t size)
 {
     char p[64];
     (void) snprintf(p, sizeof p, "/proc/%d/cmdline", pid);
-    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    _cleanup_close_ int fd = open(p, O_RDONLY | O_CLOEXEC);
     ssize_t k = fd >= 0 ? read(fd, buf, size - 1) : -1;
-    if (fd >= 0)
-        (void) close(fd);
     for (ssize_t i = 0; i < k; i++)
         if ((unsigned char) buf[i] < 32)
             buf[i] = ' ';
@@ -1010,8 +1079,17 @@ static void read_cmdline(int pid, char *buf, size_t size)
     buf[k > 0 ? k : 0] = 0;
 }
 
-static bool verifier_on;                      /* a verifier step runs (vm_verifier) */
-static bool protected_path(const char *path); /* beneath one of vm_protect's */
+/* The host's rule for a violating call (supervise/policy.h): a guest is told only whether its host
+ * kills (POLICY's CDN_POLICY_KILL), and for a refused call `log` and `deny` agree. Held in kill
+ * mode: the host ends the guest on the VIOLATION frame, and the caller never runs on. */
+static enum cdn_answer answer_violation(void)
+{
+    bool kill = policy_flags & CDN_POLICY_KILL;
+    return cdn_violation_answer(kill ? CDN_VIOLATION_KILL : CDN_VIOLATION_DENY, CDN_ATTEMPT_CALL, kill);
+}
+
+static bool verifier_on;                      /* a verifier step runs (cdn_vm_verifier) */
+static bool protected_path(const char *path); /* beneath one of cdn_vm_protect's */
 static bool protects_anything(void);
 
 /* inotify_add_watch by a command (src/monitor/watch.h): made by init on the object it resolved,
@@ -1039,8 +1117,8 @@ static void guest_watch(int fd, const struct seccomp_notif *n)
         static uint8_t buf[1024];
         int k = cdn_violation_encode(buf, sizeof buf, &v);
         if (k > 0)
-            agent_send(CDN_FRAME_VIOLATION, 0, buf, (uint32_t) k);
-        if (!(policy_flags & CDN_POLICY_KILL)) /* to be killed: no answer */
+            cdn_agent_send(CDN_FRAME_VIOLATION, 0, buf, (uint32_t) k);
+        if (answer_violation() == CDN_ANSWER_DENY)
             (void) cdn_watch_answer(fd, n->id, 0, EPERM, false);
     } else {
         struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
@@ -1091,8 +1169,8 @@ static void notification(int fd)
     static uint8_t buf[1024];
     int n = cdn_violation_encode(buf, sizeof buf, &v);
     if (n > 0)
-        agent_send(CDN_FRAME_VIOLATION, 0, buf, (uint32_t) n);
-    if (policy_flags & CDN_POLICY_KILL)
+        cdn_agent_send(CDN_FRAME_VIOLATION, 0, buf, (uint32_t) n);
+    if (answer_violation() == CDN_ANSWER_HOLD)
         return; /* the host ends the guest; the caller never runs on */
     memset(&resp, 0, sz.seccomp_notif_resp);
     resp.r.id = req.n.id;
@@ -1100,34 +1178,34 @@ static void notification(int fd)
     (void) ioctl(fd, SECCOMP_IOCTL_NOTIF_SEND, &resp);
 }
 
-static void guard_records(short revents)
+static void fan_records(short revents)
 {
     if (revents & POLLIN) {
         static uint8_t buf[1024];
         static struct cdn_violation_msg v;
-        ssize_t k = recv(guard_sock, buf, sizeof buf, MSG_DONTWAIT);
+        ssize_t k = recv(fan_sock, buf, sizeof buf, MSG_DONTWAIT);
         if (k > 0 && cdn_violation_decode(buf, (size_t) k, &v) == 0 && v.kind == CDN_VIOLATION_MSG_PROTECT)
-            agent_send(CDN_FRAME_VIOLATION, 0, buf, (uint32_t) k);
+            cdn_agent_send(CDN_FRAME_VIOLATION, 0, buf, (uint32_t) k);
         if (k != 0)
             return;
     }
     if (revents & (POLLHUP | POLLERR | POLLIN)) {
-        /* The guard is gone: the marks went with it, and unanswered opens are let through. Fail
+        /* The fanotify process is gone: the marks went with it, and unanswered opens are let through. Fail
          * closed: the guest ends (its host sees init's end). */
         (void) kill(-1, SIGKILL);
-        vm_poweroff();
+        cdn_vm_poweroff();
     }
 }
 
-void vm_poll_handle(const struct pollfd *pfd, size_t n)
+void cdn_vm_poll_handle(const struct pollfd *pfd, size_t n)
 {
     for (size_t i = 0; i < n && i < polled_base; i++)
-        if (guard_sock >= 0 && pfd[i].fd == guard_sock && pfd[i].revents)
-            guard_records(pfd[i].revents);
+        if (fan_sock >= 0 && pfd[i].fd == fan_sock && pfd[i].revents)
+            fan_records(pfd[i].revents);
     for (size_t i = 0; i < n && i < polled_base; i++)
         if ((pfd[i].fd == cg_events[0] || pfd[i].fd == cg_events[1]) && pfd[i].fd >= 0 &&
             (pfd[i].revents & (POLLPRI | POLLERR)))
-            vm_usage_report(false);
+            cdn_vm_usage_report(false);
     for (size_t i = polled_n; i-- > 0;) { /* backwards: a closed listener is swapped with the last */
         if (polled_base + i >= n)
             continue;
@@ -1146,7 +1224,7 @@ void vm_poll_handle(const struct pollfd *pfd, size_t n)
 /* ---- protected paths in a guest (spec "protect") ----
  * Each match of a pattern is bound read-only onto itself (writes, renames,
  * links, new entries: refused by the kernel), and its mount carries a
- * fanotify permission mark. The answers come from a guard: a child of init
+ * fanotify permission mark. The answers come from the fanotify process: a child of init
  * running as a uid of its own, which the commands (uid 0 without capabilities)
  * can neither signal nor trace. It lets init (the files API) and a verifier
  * step through and refuses every other open, reporting it to init, which
@@ -1156,10 +1234,11 @@ void vm_poll_handle(const struct pollfd *pfd, size_t n)
 #define GUARD_UID  65533
 #define MAX_GUARDS 256
 
-static void guard_loop(int fan, int sock) __attribute__((noreturn));
-static void guard_loop(int fan, int sock)
+static void fan_loop(int fan, int sock) __attribute__((noreturn));
+static void fan_loop(int fan, int sock)
 {
-    bool verifier = false;
+    bool verifier = false, kill = false;
+    unsigned held = 0; /* kill mode: refused opens left unanswered (their fds kept) */
     static uint8_t events[8192];
     const pid_t init = getppid(); /* 1, or a full VM's agent (not its guest's first process) */
     for (;;) {
@@ -1171,8 +1250,10 @@ static void guard_loop(int fan, int sock)
             ssize_t k = read(sock, &c, 1);
             if (k == 0 || (k < 0 && errno != EINTR && errno != EAGAIN))
                 _exit(0); /* init is gone: so is the guest */
-            if (k == 1)
+            if (k == 1 && (c == 'V' || c == 'v'))
                 verifier = c == 'V';
+            else if (k == 1 && c == 'K')
+                kill = true;
         }
         if (!(p[0].revents & POLLIN))
             continue;
@@ -1197,6 +1278,12 @@ static void guard_loop(int fan, int sock)
                 int n = cdn_violation_encode(buf, sizeof buf, &v);
                 if (n > 0)
                     (void) send(sock, buf, (size_t) n, MSG_NOSIGNAL);
+            }
+            /* Kill mode: the host ends the guest on the VIOLATION; the opener waits in its open
+             * until then, and neither reads the file nor runs on (the host's rule, policy.h). */
+            if (!allow && kill && m->fd >= 0 && held < 1024) {
+                held++;
+                continue;
             }
             struct fanotify_response r = {.fd = m->fd, .response = allow ? FAN_ALLOW : FAN_DENY};
             (void) !write(fan, &r, sizeof r);
@@ -1244,12 +1331,7 @@ static int expand(const char *pattern, char (*out)[256], size_t *n, size_t max)
  * that mount's root. */
 static int mount_of(const char *path, uint64_t *id, bool *root)
 {
-    struct statx stx;
-    if (syscall(SYS_statx, AT_FDCWD, path, 0, STATX_MNT_ID, &stx) < 0)
-        return -errno;
-    *id = stx.stx_mnt_id;
-    *root = (stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) && (stx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
-    return stx.stx_mask & STATX_MNT_ID ? 0 : -EOPNOTSUPP;
+    return cdn_mount_of(AT_FDCWD, path, 0, id, root);
 }
 
 /* Every parent of path below / made a mount point (bound on itself), unless it is one already or
@@ -1271,7 +1353,7 @@ static int pin_parents(const char *path)
     return 0;
 }
 
-/* Each protected path and the mount bound there (vm_protect_check). */
+/* Each protected path and the mount bound there (cdn_vm_protect_check). */
 static struct {
     char path[256];
     uint64_t mnt_id;
@@ -1293,7 +1375,7 @@ static bool protected_path(const char *path)
     return false;
 }
 
-int vm_protect_check(char *moved, size_t size)
+int cdn_vm_protect_check(char *moved, size_t size)
 {
     for (size_t i = 0; i < n_pinned; i++) {
         uint64_t id = 0;
@@ -1306,7 +1388,7 @@ int vm_protect_check(char *moved, size_t size)
     return 0;
 }
 
-int vm_protect(const struct cdn_identity *id)
+int cdn_vm_protect(const struct cdn_identity *id)
 {
     static char paths[MAX_GUARDS][256];
     size_t n = 0;
@@ -1316,7 +1398,8 @@ int vm_protect(const struct cdn_identity *id)
             r = expand(id->paths[i].path, paths, &n, MAX_GUARDS);
     if (r < 0 || n == 0)
         return r;
-    int fan = fanotify_init(FAN_CLASS_CONTENT | FAN_CLOEXEC, O_RDONLY | O_LARGEFILE | O_CLOEXEC);
+    _cleanup_close_ int fan =
+        fanotify_init(FAN_CLASS_CONTENT | FAN_CLOEXEC, O_RDONLY | O_LARGEFILE | O_CLOEXEC);
     if (fan < 0)
         return -errno;
     struct stat st;
@@ -1333,19 +1416,17 @@ int vm_protect(const struct cdn_identity *id)
             fanotify_mark(fan, FAN_MARK_ADD | FAN_MARK_MOUNT, FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM | FAN_ONDIR,
                           AT_FDCWD, paths[i]) < 0)
             r = -errno;
-        else if ((r = files_protect_mount(paths[i])) == 0 && /* the files API's own check */
+        else if ((r = cdn_files_protect_mount(paths[i])) == 0 && /* the files API's own check */
                  (r = mount_of(paths[i], &pinned[n_pinned].mnt_id, &root)) == 0) {
             (void) snprintf(pinned[n_pinned].path, sizeof pinned[n_pinned].path, "%s", paths[i]);
             n_pinned++;
         }
     }
-    int sv[2];
+    _cleanup_close_pair_ int sv[2] = {-EBADF, -EBADF};
     if (r == 0 && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
         r = -errno;
-    if (r < 0) {
-        (void) close(fan);
+    if (r < 0)
         return r;
-    }
     pid_t pid = fork();
     if (pid == 0) {
         (void) close(sv[0]);
@@ -1354,21 +1435,21 @@ int vm_protect(const struct cdn_identity *id)
             setresuid(GUARD_UID, GUARD_UID, GUARD_UID) < 0)
             _exit(1);
         (void) prctl(PR_SET_DUMPABLE, 0);
-        guard_loop(fan, sv[1]);
+        fan_loop(fan, sv[1]);
     }
-    (void) close(fan);
-    (void) close(sv[1]);
-    if (pid < 0) {
-        (void) close(sv[0]);
+    /* Init's copies of the fanotify process's ends go now: its end of the pair must have no other
+     * holder, so that its exit reads as EOF on init's. */
+    fan = safe_close(fan);
+    sv[1] = safe_close(sv[1]);
+    if (pid < 0)
         return -errno;
-    }
-    guard_sock = sv[0];
+    fan_sock = TAKE_FD(sv[0]);
     return 0;
 }
 
-void vm_verifier(bool on)
+void cdn_vm_verifier(bool on)
 {
     verifier_on = on;
-    if (guard_sock >= 0)
-        (void) !write(guard_sock, on ? "V" : "v", 1);
+    if (fan_sock >= 0)
+        (void) !write(fan_sock, on ? "V" : "v", 1);
 }

@@ -46,10 +46,8 @@
 #define OUT_LOW  (1u << 20)
 #define OUT_HIGH (4u << 20)
 
-#define LISTEN_FD 7
-
 static int conn = AGENT_FD; /* -1 once closed */
-static int listener = -1;   /* persistent sandboxes: LISTEN_FD */
+static int listener = -1;   /* persistent sandboxes: CDN_FD_LISTEN */
 static int guest_port = -1; /* a VM guest: the agent port, which stays open while no host is there */
 static uint8_t inbuf[CDN_FRAME_HEADER + CDN_FRAME_MAX];
 static size_t inlen;
@@ -64,12 +62,12 @@ static void close_conn(void)
     if (conn >= 0 && guest_port >= 0) {
         /* A VM guest's port is not closed when the host hangs up: the next host (a restarted
          * cordond) arrives on it. What runs keeps running, unreported, as with a new connection. */
-        exec_forget_channels();
+        cdn_exec_forget_channels();
     } else if (conn >= 0)
         (void) close(conn);
     conn = -1;
     outlen = inlen = 0;
-    files_reset();
+    cdn_files_reset();
 }
 
 /* A VM guest whose host hung up: whether one is there again (the port no longer reports a hang-up). */
@@ -112,7 +110,7 @@ static void wait_for_host(void)
     }
 }
 
-void agent_send(uint16_t type, uint32_t channel, const void *p, uint32_t len)
+void cdn_agent_send(uint16_t type, uint32_t channel, const void *p, uint32_t len)
 {
     if (conn < 0)
         return;
@@ -143,19 +141,19 @@ void agent_send(uint16_t type, uint32_t channel, const void *p, uint32_t len)
         wait_for_host();
 }
 
-bool agent_room(void)
+bool cdn_agent_room(void)
 {
     return conn >= 0 && outlen <= OUT_LOW;
 }
 
-void agent_error(uint32_t channel, int errnum, const char *what)
+void cdn_agent_error(uint32_t channel, int errnum, const char *what)
 {
     uint8_t buf[512];
     char msg[400];
     (void) snprintf(msg, sizeof msg, "%s: %s", what, strerror(errnum));
     int n = cdn_errmsg_encode(buf, sizeof buf, errnum, msg);
     if (n > 0)
-        agent_send(CDN_FRAME_ERROR, channel, buf, (uint32_t) n);
+        cdn_agent_send(CDN_FRAME_ERROR, channel, buf, (uint32_t) n);
 }
 
 static void dispatch(const struct cdn_frame_header *h, const uint8_t *payload);
@@ -168,18 +166,18 @@ static void take_connection(void)
     close_conn(); /* the newest host wins */
     conn = fd;
     /* It numbers its channels afresh: what runs keeps running, unreported. */
-    exec_forget_channels();
+    cdn_exec_forget_channels();
 }
 
 static void find_listener(void)
 {
     int v = 0;
     socklen_t len = sizeof v;
-    if (getsockopt(LISTEN_FD, SOL_SOCKET, SO_ACCEPTCONN, &v, &len) == 0 && v) {
-        int fl = fcntl(LISTEN_FD, F_GETFL);
-        if (fl >= 0 && fcntl(LISTEN_FD, F_SETFL, fl | O_NONBLOCK) == 0 &&
-            fcntl(LISTEN_FD, F_SETFD, FD_CLOEXEC) == 0)
-            listener = LISTEN_FD;
+    if (getsockopt(CDN_FD_LISTEN, SOL_SOCKET, SO_ACCEPTCONN, &v, &len) == 0 && v) {
+        int fl = fcntl(CDN_FD_LISTEN, F_GETFL);
+        if (fl >= 0 && fcntl(CDN_FD_LISTEN, F_SETFL, fl | O_NONBLOCK) == 0 &&
+            fcntl(CDN_FD_LISTEN, F_SETFD, FD_CLOEXEC) == 0)
+            listener = CDN_FD_LISTEN;
     }
 }
 
@@ -192,7 +190,7 @@ static void read_frames(void)
         if (inlen >= CDN_FRAME_HEADER) {
             int r = cdn_frame_header_decode(inbuf, &h);
             if (r < 0) { /* garbage: say so, then hang up */
-                agent_error(0, -r, "malformed frame");
+                cdn_agent_error(0, -r, "malformed frame");
                 flush_out();
                 close_conn();
                 return;
@@ -227,74 +225,74 @@ static void dispatch(const struct cdn_frame_header *hp, const uint8_t *payload)
     size_t len = h.length;
     switch (h.type) {
     case CDN_FRAME_EXEC:
-        vm_mount_image();
-        exec_start(h.channel, payload, len);
+        cdn_vm_mount_image();
+        cdn_exec_start(h.channel, payload, len);
         break;
     case CDN_FRAME_STDIN:
-        exec_stdin(h.channel, payload, len);
+        cdn_exec_stdin(h.channel, payload, len);
         break;
     case CDN_FRAME_RESIZE:
-        exec_resize(h.channel, payload, len);
+        cdn_exec_resize(h.channel, payload, len);
         break;
     case CDN_FRAME_SIGNAL:
         if (len == 4 && payload[0] > 0 && payload[0] < 65 && !payload[1] && !payload[2] && !payload[3])
-            exec_signal(h.channel, payload[0]);
+            cdn_exec_signal(h.channel, payload[0]);
         break;
     case CDN_FRAME_FILE:
-        vm_mount_image();
-        files_request(h.channel, h.flags, payload, len);
+        cdn_vm_mount_image();
+        cdn_files_request(h.channel, h.flags, payload, len);
         break;
     case CDN_FRAME_DATA:
-        files_data(h.channel, h.flags, payload, len);
+        cdn_files_data(h.channel, h.flags, payload, len);
         break;
     case CDN_FRAME_WINDOW:
-        files_window(h.channel, payload, len);
+        cdn_files_window(h.channel, payload, len);
         break;
     case CDN_FRAME_CANCEL:
-        files_cancel(h.channel);
+        cdn_files_cancel(h.channel);
         break;
     case CDN_FRAME_PROTECTED:
-        if (h.channel == 0 && guest_port < 0) /* a guest knows its own (vm_protect) */
-            files_protected(payload, len);
+        if (h.channel == 0 && guest_port < 0) /* a guest knows its own (cdn_vm_protect) */
+            cdn_files_protected(payload, len);
         break;
     case CDN_FRAME_QUIESCE:
-        call_quiesce();
-        exec_quiesce(h.channel);
+        cdn_call_quiesce();
+        cdn_exec_quiesce(h.channel);
         break;
     case CDN_FRAME_IDENTITY: {
         struct cdn_identity id;
         int r = cdn_identity_decode(payload, len, &id);
         if (r == 0)
-            r = vm_identity(&id);
+            r = cdn_vm_identity(&id);
         if (r < 0 && r != -EPERM) {
             /* Half set up (its limits, protected paths): the guest must not run commands. It says
              * why, and ends. */
-            agent_error(h.channel, -r, vm_failed_step());
+            cdn_agent_error(h.channel, -r, cdn_vm_failed_step());
             flush_out();
-            vm_poweroff();
+            cdn_vm_poweroff();
         }
         if (r < 0)
-            agent_error(h.channel, -r, vm_failed_step());
+            cdn_agent_error(h.channel, -r, cdn_vm_failed_step());
         else
-            agent_send(CDN_FRAME_DONE, h.channel, NULL, 0);
+            cdn_agent_send(CDN_FRAME_DONE, h.channel, NULL, 0);
         break;
     }
     case CDN_FRAME_POLICY: {
-        int r = vm_policy(payload, len);
+        int r = cdn_vm_policy(payload, len);
         if (r < 0)
-            agent_error(h.channel, -r, "policy");
+            cdn_agent_error(h.channel, -r, "policy");
         else
-            agent_send(CDN_FRAME_DONE, h.channel, NULL, 0);
+            cdn_agent_send(CDN_FRAME_DONE, h.channel, NULL, 0);
         break;
     }
     case CDN_FRAME_PING:
-        agent_send(CDN_FRAME_PONG, h.channel, payload, (uint32_t) len);
+        cdn_agent_send(CDN_FRAME_PONG, h.channel, payload, (uint32_t) len);
         break;
     case CDN_FRAME_CALL:
-        call_start(h.channel, payload, len);
+        cdn_call_start(h.channel, payload, len);
         break;
     default:
-        agent_error(h.channel, EOPNOTSUPP, "frame type");
+        cdn_agent_error(h.channel, EOPNOTSUPP, "frame type");
     }
 }
 
@@ -327,23 +325,23 @@ static int setup_signals(void)
     return signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 }
 
-int agent_main(void)
+int cdn_agent_main(void)
 {
-    const bool vm = vm_guest();
-    if (vm && vm_setup() < 0) {
-        fprintf(stderr, "cordon-init: guest setup: %s: %m\n", vm_failed_step());
-        vm_poweroff();
+    const bool vm = cdn_vm_guest();
+    if (vm && cdn_vm_setup() < 0) {
+        fprintf(stderr, "cordon-init: guest setup: %s: %m\n", cdn_vm_failed_step());
+        cdn_vm_poweroff();
         return 1;
     }
     (void) prctl(PR_SET_DUMPABLE, 0); /* keep sandbox processes out of /proc/1/{mem,environ,fd} */
-    /* fd 9: the seccomp listener, held for the host (which supervises through
+    /* The seccomp listener, held for the host (which supervises through
      * its own copy); a command that inherited it could answer its own
      * notifications, so it is CLOEXEC before anything else runs. */
-    (void) fcntl(9, F_SETFD, FD_CLOEXEC);
-    /* fd 10 (sandboxes with protected paths): the host's fanotify group, held
+    (void) fcntl(CDN_FD_MONITOR, F_SETFD, FD_CLOEXEC);
+    /* (Sandboxes with protected paths:): the host's fanotify group, held
      * so that its marks outlive a restarting host; a command holding it could
      * answer for its own opens. */
-    (void) fcntl(10, F_SETFD, FD_CLOEXEC);
+    (void) fcntl(CDN_FD_FANOTIFY, F_SETFD, FD_CLOEXEC);
     /* Out of the caller's terminal process group: a Ctrl-C reaches the host
      * side once, which forwards it; it must not also arrive here directly. */
     (void) setsid();
@@ -354,26 +352,26 @@ int agent_main(void)
     if (fl < 0 || fcntl(conn, F_SETFL, fl | O_NONBLOCK) < 0 || fcntl(conn, F_SETFD, FD_CLOEXEC) < 0)
         return 1; /* CLOEXEC: no command inherits a connection to the host */
     find_listener();
-    /* The slot lock (fd 8 of a persistent sandbox) is only held, never used:
+    /* The slot lock (of a persistent sandbox) is only held, never used:
      * CLOEXEC keeps it out of commands. */
     if (listener >= 0)
-        (void) fcntl(8, F_SETFD, FD_CLOEXEC);
+        (void) fcntl(CDN_FD_SLOT, F_SETFD, FD_CLOEXEC);
     static struct pollfd pfd[MAX_POLL];
     if (vm)
         guest_port = conn;
-    while ((conn >= 0 || listener >= 0 || guest_port >= 0) && !exec_shutdown_due()) {
+    while ((conn >= 0 || listener >= 0 || guest_port >= 0) && !cdn_exec_shutdown_due()) {
         size_t n = 3;
         pfd[0] = (struct pollfd){.fd = conn, .events = POLLIN | (outlen ? POLLOUT : 0)};
         pfd[1] = (struct pollfd){.fd = sfd, .events = POLLIN};
         pfd[2] = (struct pollfd){.fd = listener, .events = POLLIN}; /* fd -1 is ignored by poll */
-        exec_poll_add(pfd, &n, MAX_POLL, outlen <= OUT_LOW);
-        vm_poll_add(pfd, &n, MAX_POLL);
-        call_poll_add(pfd, &n, MAX_POLL);
+        cdn_exec_poll_add(pfd, &n, MAX_POLL, outlen <= OUT_LOW);
+        cdn_vm_poll_add(pfd, &n, MAX_POLL);
+        cdn_call_poll_add(pfd, &n, MAX_POLL);
         /* Without a host, a guest's port reports a hang-up until one comes: looked at every 20 ms.
          * A read that may send now does not wait. */
-        int timeout = conn < 0 && guest_port >= 0       ? 20
-                      : files_pending() && agent_room() ? 0
-                                                        : call_timeout_ms();
+        int timeout = conn < 0 && guest_port >= 0               ? 20
+                      : cdn_files_pending() && cdn_agent_room() ? 0
+                                                                : cdn_call_timeout_ms();
         if (poll(pfd, n, timeout) < 0) {
             if (errno == EINTR)
                 continue;
@@ -383,19 +381,19 @@ int agent_main(void)
             struct signalfd_siginfo si;
             while (read(sfd, &si, sizeof si) == (ssize_t) sizeof si)
                 if (si.ssi_signo != SIGCHLD && si.ssi_signo != SIGPIPE && from_host(&si, vm))
-                    exec_signal_all((int) si.ssi_signo);
+                    cdn_exec_signal_all((int) si.ssi_signo);
         }
-        exec_poll_handle(pfd, n);
-        vm_poll_handle(pfd, n);
-        call_poll_handle(pfd, n);
+        cdn_exec_poll_handle(pfd, n);
+        cdn_vm_poll_handle(pfd, n);
+        cdn_call_poll_handle(pfd, n);
         /* Reap after output: a command's last bytes go out before its EXIT. */
         if (pfd[1].revents & POLLIN)
-            exec_reap();
+            cdn_exec_reap();
         if (conn >= 0 && (pfd[0].revents & POLLOUT))
             flush_out();
         if (conn >= 0 && (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)))
             read_frames();
-        files_pump(); /* reads: a chunk each, between everything else */
+        cdn_files_pump(); /* reads: a chunk each, between everything else */
         if (listener >= 0 && (pfd[2].revents & POLLIN))
             take_connection();
         if (guest_port >= 0)
@@ -405,6 +403,6 @@ int agent_main(void)
     if (conn >= 0 && fcntl(conn, F_SETFL, fl) == 0)
         flush_out();
     if (vm) /* PID 1 of a guest must not return: the guest ends here */
-        vm_poweroff();
+        cdn_vm_poweroff();
     return 0; /* the kernel kills what is left in the pid namespace */
 }

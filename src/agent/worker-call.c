@@ -21,7 +21,7 @@
  * reparented.
  *
  * Executors are the agent's children (CLONE_PARENT) without an exit signal:
- * exec_reap() never reaps them. This file does, once it has killed their
+ * cdn_exec_reap() never reaps them. This file does, once it has killed their
  * group, so the pid that names a group is never another process's while the
  * group may still be signalled. Everything here trusts nothing an executor
  * sends beyond relaying it as the answer of the call that runs. */
@@ -41,6 +41,7 @@
 
 #include "init.h"
 #include "worker-call.h"
+#include "shared/macro.h"
 
 #define QUEUE_MAX        64
 #define RESULT_MAX       (CDN_FRAME_MAX - 64)
@@ -89,18 +90,18 @@ static int64_t now_ms(void)
     return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void worker_call_setup(const char *dir, uint32_t uid, bool python)
+void cdn_worker_call_setup(const char *dir, uint32_t uid, bool python)
 {
     (void) snprintf(w.dir, sizeof w.dir, "%s", dir);
     w.python = python;
     if (!python)
         return;
     struct cdn_error err = {0};
-    if (worker_template_start(uid, &w.tmpl, &err) < 0) /* calls then fail with why; commands still run */
+    if (cdn_worker_template_start(uid, &w.tmpl, &err) < 0) /* calls then fail with why; commands still run */
         (void) snprintf(w.broken, sizeof w.broken, "%s", err.msg);
 }
 
-void agent_exec_env(void)
+void cdn_agent_exec_env(void)
 {
     /* The spec's HOME is a container's /root, which is the host's here: the work directory instead. */
     if (w.dir[0])
@@ -190,27 +191,27 @@ static int make_executor(bool fresh, char *why, size_t size)
         (void) snprintf(why, size, "make %s: %s", d, strerror(errno));
         return -EIO;
     }
-    int sv[2];
+    _cleanup_close_pair_ int sv[2] = {-EBADF, -EBADF};
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
         (void) snprintf(why, size, "socketpair: %s", strerror(errno));
         (void) rmdir(d);
         return -EIO;
     }
     (void) fcntl(sv[0], F_SETFL, O_NONBLOCK | O_RDWR); /* ours only: the executor reads blocking */
-    int pid = worker_template_spawn(&w.tmpl, d, sv[1], fresh, SPAWN_TIMEOUT_MS);
-    (void) close(sv[1]);
+    int pid = cdn_worker_template_spawn(&w.tmpl, d, sv[1], fresh, SPAWN_TIMEOUT_MS);
+    sv[1] = safe_close(sv[1]); /* the executor's (a copy went with the spawn request) */
     if (pid <= 0) {
-        (void) close(sv[0]);
+        sv[0] = safe_close(sv[0]);
         (void) rmdir(d);
         if (pid == -EPIPE) { /* it is gone (only root or the OOM killer can end it): so are calls */
-            worker_template_stop(&w.tmpl);
+            cdn_worker_template_stop(&w.tmpl);
             (void) snprintf(w.broken, sizeof w.broken, "the sandbox's call template is gone");
         }
         (void) snprintf(why, size, "%s", pid == -EPIPE ? w.broken : strerror(pid ? -pid : EIO));
         return -EIO;
     }
     (void) setpgid(pid, pid); /* whichever of the two comes first */
-    w.ex = (struct executor){.pid = pid, .fd = sv[0], .id = id, .fresh = fresh};
+    w.ex = (struct executor){.pid = pid, .fd = TAKE_FD(sv[0]), .id = id, .fresh = fresh};
     return 0;
 }
 
@@ -227,8 +228,8 @@ static void send_failure(const char *type, const char *msg, bool timed_out)
                      "{\"result\":null,\"stdout\":\"\",\"stderr\":\"\",\"error\":{\"type\":\"%s\","
                      "\"message\":\"%s\",\"traceback\":\"\"},\"duration_ms\":null,\"timed_out\":%s}",
                      type, text, timed_out ? "true" : "false");
-    agent_send(CDN_FRAME_RESULT, w.channel, buf,
-               (uint32_t) (n < (int) sizeof buf ? n : (int) sizeof buf - 1));
+    cdn_agent_send(CDN_FRAME_RESULT, w.channel, buf,
+                   (uint32_t) (n < (int) sizeof buf ? n : (int) sizeof buf - 1));
 }
 
 static void drop_request(void)
@@ -282,7 +283,8 @@ static void run(uint32_t channel, const uint8_t *p, size_t len)
 {
     w.channel = channel;
     if (!w.python) {
-        agent_error(channel, EOPNOTSUPP, "call: this sandbox's runtime has no interpreter (runtime shell)");
+        cdn_agent_error(channel, EOPNOTSUPP,
+                        "call: this sandbox's runtime has no interpreter (runtime shell)");
         w.channel = 0;
         return;
     }
@@ -324,10 +326,10 @@ static void next_call(void)
     }
 }
 
-void call_start(uint32_t channel, const uint8_t *p, size_t len)
+void cdn_call_start(uint32_t channel, const uint8_t *p, size_t len)
 {
     if (len < CDN_CALL_FIXED) {
-        agent_error(channel, EBADMSG, "call request");
+        cdn_agent_error(channel, EBADMSG, "call request");
         return;
     }
     if (!w.channel) {
@@ -335,13 +337,13 @@ void call_start(uint32_t channel, const uint8_t *p, size_t len)
         return;
     }
     if (w.qlen == QUEUE_MAX) {
-        agent_error(channel, EAGAIN, "call: 64 calls already wait in this sandbox");
+        cdn_agent_error(channel, EAGAIN, "call: 64 calls already wait in this sandbox");
         return;
     }
     size_t i = (w.qhead + w.qlen) % QUEUE_MAX;
     w.queue[i].p = malloc(len);
     if (!w.queue[i].p) {
-        agent_error(channel, ENOMEM, "call");
+        cdn_agent_error(channel, ENOMEM, "call");
         return;
     }
     memcpy(w.queue[i].p, p, len);
@@ -350,7 +352,7 @@ void call_start(uint32_t channel, const uint8_t *p, size_t len)
     w.qlen++;
 }
 
-void call_quiesce(void)
+void cdn_call_quiesce(void)
 {
     /* Nothing of the agent's may run beside a verifier step, which may read the protected paths:
      * the call that runs ends here, and those that wait are refused, not run once it is quiet. */
@@ -376,13 +378,13 @@ void call_quiesce(void)
     w.reslen = 0;
 }
 
-void call_poll_add(struct pollfd *pfd, size_t *n, size_t max)
+void cdn_call_poll_add(struct pollfd *pfd, size_t *n, size_t max)
 {
     if (w.ex.fd >= 0 && *n < max)
         pfd[(*n)++] = (struct pollfd){.fd = w.ex.fd, .events = POLLIN | (w.reqoff < w.reqlen ? POLLOUT : 0)};
 }
 
-int call_timeout_ms(void)
+int cdn_call_timeout_ms(void)
 {
     int t = w.ndying ? REAP_POLL_MS : -1; /* an ended executor is reaped once it is gone */
     if (!w.channel || !w.deadline)
@@ -428,7 +430,7 @@ static void answered(void)
     uint32_t len, flags;
     memcpy(&len, w.res, 4);
     memcpy(&flags, w.res + 4, 4);
-    agent_send(CDN_FRAME_RESULT, w.channel, w.res + 8, len);
+    cdn_agent_send(CDN_FRAME_RESULT, w.channel, w.res + 8, len);
     /* Before the next call: an executor that leaves (dirty, worn), ran a fresh call, or left a
      * process behind goes, with what it started. */
     if (w.ex.fresh || (flags & 1) || !alone())
@@ -436,7 +438,7 @@ static void answered(void)
     finish();
 }
 
-void call_poll_handle(const struct pollfd *pfd, size_t n)
+void cdn_call_poll_handle(const struct pollfd *pfd, size_t n)
 {
     if (w.ndying)
         reap(false);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "worker-call.h"
+#include "shared/macro.h"
 
 /* The call server, in Python: compiled once in the zygote. */
 static const char server_py[] =
@@ -57,17 +58,13 @@ static PyObject *take(struct watch *wt, PyObject *list)
     if (!PyList_Check(list))
         return PyErr_Format(PyExc_TypeError, "snapshot: a list of dicts or classes");
     Py_ssize_t n = PyList_GET_SIZE(list);
-    PyObject **d = malloc((size_t) (n ? n : 1) * sizeof *d);
-    uint64_t *t = malloc((size_t) (n ? n : 1) * sizeof *t);
-    if (!d || !t) {
-        free(d), free(t);
+    _cleanup_free_ PyObject **d = malloc((size_t) (n ? n : 1) * sizeof *d);
+    _cleanup_free_ uint64_t *t = malloc((size_t) (n ? n : 1) * sizeof *t);
+    if (!d || !t)
         return PyErr_NoMemory();
-    }
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (!(d[i] = item_dict(PyList_GET_ITEM(list, i)))) {
-            free(d), free(t);
+        if (!(d[i] = item_dict(PyList_GET_ITEM(list, i))))
             return PyErr_Format(PyExc_TypeError, "snapshot: item %zd is neither a dict nor a class", i);
-        }
         t[i] = dict_tag(d[i]);
     }
     /* A class's dict is not replaced while the class lives (only its contents change), and the
@@ -75,7 +72,7 @@ static PyObject *take(struct watch *wt, PyObject *list)
     Py_INCREF(list);
     Py_XSETREF(wt->list, list);
     free(wt->dicts), free(wt->tags);
-    *wt = (struct watch){.list = wt->list, .dicts = d, .tags = t, .n = n};
+    *wt = (struct watch){.list = wt->list, .dicts = TAKE_PTR(d), .tags = TAKE_PTR(t), .n = n};
     Py_RETURN_NONE;
 }
 
@@ -139,7 +136,7 @@ static PyObject *native_init(void)
     return PyModule_Create(&native_module);
 }
 
-int worker_python_init(struct cdn_error *err)
+int cdn_worker_python_init(struct cdn_error *err)
 {
     if (PyImport_AppendInittab("_cordon_native", native_init) < 0)
         return cdn_error_set(err, ENOMEM, "python: register the native module");
@@ -167,22 +164,22 @@ int worker_python_init(struct cdn_error *err)
     return 0;
 }
 
-void worker_python_before_fork(void)
+void cdn_worker_python_before_fork(void)
 {
     PyOS_BeforeFork();
 }
 
-void worker_python_after_fork(void)
+void cdn_worker_python_after_fork(void)
 {
     PyOS_AfterFork_Child();
 }
 
-void worker_python_after_fork_parent(void)
+void cdn_worker_python_after_fork_parent(void)
 {
     PyOS_AfterFork_Parent();
 }
 
-void worker_python_serve(int fd, bool fresh)
+void cdn_worker_python_serve(int fd, bool fresh)
 {
     char cmd[80];
     (void) snprintf(cmd, sizeof cmd, "import _cordon_server; _cordon_server.serve(%d, %s)", fd,

@@ -40,8 +40,9 @@
 #include <unistd.h>
 
 #include "init.h"
-#include "tiers/container/landlock.h"
+#include "confine/landlock.h"
 #include "worker-call.h"
+#include "shared/macro.h"
 
 #define SPAWN_MAGIC 0x58454343u /* "CCEX" */
 
@@ -117,21 +118,21 @@ static _Noreturn void executor_main(const struct spawn_req *q, int sock)
         dprintf(2, "cordon-worker: an executor could not start: %s: %m\n", step);
         _exit(111);
     }
-    worker_python_after_fork();
-    worker_python_serve(3, q->fresh);
+    cdn_worker_python_after_fork();
+    cdn_worker_python_serve(3, q->fresh);
 }
 
 /* ---- the template ---- */
 
 static pid_t spawn(const struct spawn_req *q, int sock)
 {
-    worker_python_before_fork();
+    cdn_worker_python_before_fork();
     /* The legacy clone: the container policy's seccomp filter reads its flags (clone3 is ENOSYS). */
     pid_t pid = (pid_t) syscall(SYS_clone, CLONE_PARENT, 0, 0, 0, 0);
     if (pid == 0)
         executor_main(q, sock);
     int e = errno;
-    worker_python_after_fork_parent();
+    cdn_worker_python_after_fork_parent();
     return pid < 0 ? -e : pid;
 }
 
@@ -168,7 +169,7 @@ static int receive(int ctl, struct spawn_req *q, bool *eof)
  * closes. Trusts the agent (its parent, the only holder of the other end). Never returns. */
 static _Noreturn void template_main(int ctl)
 {
-    worker_python_after_fork();
+    cdn_worker_python_after_fork();
     /* Only its socket (at 4) and stderr: not the host's connection (3), the seccomp listener (9),
      * the setup pipe, nor anything else of the agent's. */
     if (ctl != 4 && dup3(ctl, 4, O_CLOEXEC) < 0)
@@ -199,16 +200,16 @@ static _Noreturn void template_main(int ctl)
 
 /* ---- the agent's side ---- */
 
-int worker_template_start(uint32_t uid, struct worker_template *ret, struct cdn_error *err)
+int cdn_worker_template_start(uint32_t uid, struct worker_template *ret, struct cdn_error *err)
 {
     t.uid = uid;
     int r = executor_filter(&t.filter);
     if (r < 0)
         return cdn_error_set(err, -r, "compile the executors' seccomp filter: %s", strerror(-r));
-    int sv[2];
+    _cleanup_close_pair_ int sv[2] = {-EBADF, -EBADF};
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
         return cdn_error_set(err, errno, "socketpair: %m");
-    worker_python_before_fork();
+    cdn_worker_python_before_fork();
     /* No exit signal: wait4(-1) of the agent's command reaping never sees it nor the executors
      * (CLONE_PARENT gives them the template's), so their pids stay ours until we reap them. */
     pid_t pid = (pid_t) syscall(SYS_clone, 0, 0, 0, 0, 0);
@@ -217,17 +218,16 @@ int worker_template_start(uint32_t uid, struct worker_template *ret, struct cdn_
         template_main(sv[1]);
     }
     int e = errno;
-    worker_python_after_fork_parent();
-    (void) close(sv[1]);
-    if (pid < 0) {
-        (void) close(sv[0]);
+    cdn_worker_python_after_fork_parent();
+    sv[1] = safe_close(sv[1]); /* the template's: without our copy, ours reads EOF once it is gone */
+    if (pid < 0)
         return cdn_error_set(err, e, "clone the call template: %s", strerror(e));
-    }
-    *ret = (struct worker_template){.pid = pid, .ctl = sv[0]};
+    *ret = (struct worker_template){.pid = pid, .ctl = TAKE_FD(sv[0])};
     return 0;
 }
 
-int worker_template_spawn(struct worker_template *tp, const char *dir, int sock, bool fresh, int timeout_ms)
+int cdn_worker_template_spawn(struct worker_template *tp, const char *dir, int sock, bool fresh,
+                              int timeout_ms)
 {
     if (tp->pid <= 0)
         return -EPIPE;
@@ -258,7 +258,7 @@ int worker_template_spawn(struct worker_template *tp, const char *dir, int sock,
     return pid;
 }
 
-void worker_template_stop(struct worker_template *tp)
+void cdn_worker_template_stop(struct worker_template *tp)
 {
     if (tp->ctl >= 0)
         (void) close(tp->ctl); /* its end reads EOF: it exits */

@@ -42,9 +42,11 @@
 #include "init.h"
 #include "shared/error.h"
 #include "shared/fd-util.h"
-#include "tiers/container/container-internal.h"
-#include "tiers/container/landlock.h"
-#include "tiers/container/seccomp-policy.h"
+#include "shared/macro.h"
+#include "confine/privileges.h"
+#include "confine/proc-mask.h"
+#include "confine/landlock.h"
+#include "confine/seccomp-policy.h"
 #include "worker-call.h"
 #include "worker.h"
 
@@ -70,19 +72,16 @@ static struct {
 
 int cdn_worker_export_bpf(scmp_filter_ctx ctx, struct sock_fprog *ret)
 {
-    int fd = memfd_create("bpf", MFD_CLOEXEC);
+    _cleanup_close_ int fd = memfd_create("bpf", MFD_CLOEXEC);
     if (fd < 0)
         return -errno;
     int r = seccomp_export_bpf(ctx, fd);
     off_t size = r == 0 ? lseek(fd, 0, SEEK_END) : -1;
-    struct sock_filter *insns = size > 0 ? malloc((size_t) size) : NULL;
-    if (!insns || pread(fd, insns, (size_t) size, 0) != size) {
-        free(insns);
-        (void) close(fd);
+    _cleanup_free_ struct sock_filter *insns = size > 0 ? malloc((size_t) size) : NULL;
+    if (!insns || pread(fd, insns, (size_t) size, 0) != size)
         return r < 0 ? r : -EIO;
-    }
-    (void) close(fd);
-    *ret = (struct sock_fprog){.len = (unsigned short) ((size_t) size / sizeof *insns), .filter = insns};
+    *ret = (struct sock_fprog){.len = (unsigned short) ((size_t) size / sizeof *insns),
+                               .filter = TAKE_PTR(insns)};
     return 0;
 }
 
@@ -122,7 +121,7 @@ static int zygote_prepare(const char *runtime, struct cdn_error *err)
         (r = cdn_worker_filter(nrs, n, &z.filter[1])) < 0)
         return cdn_error_set(err, -r, "compile the tier's filter: %s", strerror(-r));
     z.python = strcmp(runtime, "python") == 0;
-    if (z.python && (r = worker_python_init(err)) < 0)
+    if (z.python && (r = cdn_worker_python_init(err)) < 0)
         return r;
     return 0;
 }
@@ -167,7 +166,7 @@ static int make_target(const char *target, bool dir, uint32_t uid)
 
 /* Protected paths: each match bound on itself read-only, as in a container (rootfs.c), so that
  * nothing can write, replace, rename or unlink it, after its parents were made mount points (no
- * moving it aside with them); reads are the host's to refuse (fsguard.h). */
+ * moving it aside with them); reads are the host's to refuse (fanotify.h). */
 static int protect_root = -1;
 
 static int protect_one(void *ud, const char *path, int fd)
@@ -178,14 +177,13 @@ static int protect_one(void *ud, const char *path, int fd)
     if (mount(fdp, fdp, NULL, MS_BIND | MS_REC, NULL) < 0)
         return cdn_error_set(err, errno, "protect %s: bind: %m", path);
     struct open_how how = {.flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
-    int nfd = (int) syscall(SYS_openat2, protect_root, path, &how, sizeof how);
+    _cleanup_close_ int nfd = (int) syscall(SYS_openat2, protect_root, path, &how, sizeof how);
     if (nfd < 0)
         return cdn_error_set(err, errno, "protect %s: reopen: %m", path);
     (void) snprintf(fdp, sizeof fdp, "/proc/self/fd/%d", nfd);
-    int r = mount(NULL, fdp, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL);
-    int e = errno;
-    (void) close(nfd);
-    return r < 0 ? cdn_error_set(err, e, "protect %s: read-only: %s", path, strerror(e)) : 0;
+    if (mount(NULL, fdp, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+        return cdn_error_set(err, errno, "protect %s: read-only: %s", path, strerror(errno));
+    return 0;
 }
 
 static int protect_paths(const struct cdn_worker_req *q, struct cdn_error *err)
@@ -257,7 +255,7 @@ static int make_mounts(const struct cdn_worker_req *q, struct cdn_error *err)
      * namespace here, and the host's /proc would show every process's command line. */
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible") < 0)
         return cdn_error_set(err, errno, "mount a /proc with hidepid=invisible: %m");
-    /* The container tier's masks on it (its kernel files: reads are violations, fsguard.h). */
+    /* The container tier's masks on it (its kernel files: reads are violations, fanotify.h). */
     char mask[300];
     (void) snprintf(mask, sizeof mask, "%s/mask", q->dir);
     return cdn_proc_mask("", mask, err);
@@ -282,7 +280,7 @@ static int arrange_fds(int agent, int errw, int stdio)
     for (int i = 0; stdio >= 0 && i < 3; i++)
         if (dup2(stdio, i) < 0)
             return -errno;
-    if (dup3(a, AGENT_FD, 0) < 0 || dup3(e, 5, O_CLOEXEC) < 0)
+    if (dup3(a, AGENT_FD, 0) < 0 || dup3(e, CDN_FD_SETUP_ERR, O_CLOEXEC) < 0)
         return -errno;
     if (close(4) < 0 && errno != EBADF)
         return -errno;
@@ -310,8 +308,8 @@ static int confine(const struct cdn_worker_req *q, struct cdn_error *err)
     r = cdn_seccomp_install(&z.policy[q->flags & CDN_WORKER_WRITES ? 1 : 0]);
     if (r < 0)
         return cdn_error_set(err, -r, "install seccomp filter: %s", strerror(-r));
-    /* The listener of watched denials: the agent keeps it at fd 9, the host takes a copy. */
-    if (dup3(r, 9, O_CLOEXEC) < 0)
+    /* The listener of watched denials: the agent keeps it at CDN_FD_MONITOR, the host takes a copy. */
+    if (dup3(r, CDN_FD_MONITOR, O_CLOEXEC) < 0)
         return cdn_error_set(err, errno, "keep the seccomp listener: %m");
     (void) close(r);
     return 0;
@@ -321,7 +319,7 @@ static _Noreturn void worker_main(const struct cdn_worker_req *q, int agent, int
 {
     struct cdn_error err = {0};
     if (z.python)
-        worker_python_after_fork();
+        cdn_worker_python_after_fork();
     int r = arrange_fds(agent, errw, stdio);
     if (r < 0) {
         cdn_error_set(&err, r, "arrange the worker's fds: %s", strerror(-r));
@@ -336,12 +334,12 @@ static _Noreturn void worker_main(const struct cdn_worker_req *q, int agent, int
         (void) cdn_write_all(5, &err, sizeof err);
         _exit(1);
     }
-    /* Its own session now (agent_main would make it anyway): the call template and executors must
+    /* Its own session now (cdn_agent_main would make it anyway): the call template and executors must
      * be in the agent's, where it can move executors between process groups (worker-call.c). */
     (void) setsid();
-    worker_call_setup(q->dir, q->uid, z.python);
+    cdn_worker_call_setup(q->dir, q->uid, z.python);
     (void) close(5); /* EOF: the agent runs */
-    _exit(agent_main());
+    _exit(cdn_agent_main());
 }
 
 /* ---- the zygote ---- */
@@ -390,7 +388,7 @@ static int spawn(const struct cdn_worker_req *q, const uint8_t *extra, const int
         q->uid < 1000 || parse_mounts(q, extra, z.mounts) < 0)
         return -EINVAL;
     if (z.python)
-        worker_python_before_fork();
+        cdn_worker_python_before_fork();
     /* With CLONE_PARENT the child inherits the zygote's exit signal (SIGCHLD): clone3 wants 0 here. */
     struct clone_args ca = {.flags = CLONE_PARENT};
     pid_t pid = (pid_t) syscall(SYS_clone3, &ca, sizeof ca);
@@ -398,7 +396,7 @@ static int spawn(const struct cdn_worker_req *q, const uint8_t *extra, const int
         worker_main(q, fds[0], fds[1], nfds == 3 ? fds[2] : -1);
     int e = errno;
     if (z.python)
-        worker_python_after_fork_parent();
+        cdn_worker_python_after_fork_parent();
     return pid < 0 ? -e : pid;
 }
 

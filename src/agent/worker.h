@@ -7,7 +7,7 @@
  * a clone of the zygote born as the host's child (CLONE_PARENT), which
  * confines itself (cgroup, rlimits, landlock, no capabilities, its sandbox's
  * uid, no_new_privs, seccomp) and then is the sandbox's agent, speaking the
- * protocol of src/agent/frame.h on the socket it was given. */
+ * protocol of src/proto/frame.h on the socket it was given. */
 #pragma once
 
 #include <stdint.h>

@@ -14,6 +14,8 @@
 
 int cdn_cli_run(int argc, char *const *argv);
 int cdn_cli_image(int argc, char *const *argv);
+/* cordon image pull|ls|inspect|rm|prune (image-oci.c, full build only); -1: not one of those. */
+int cdn_cli_image_oci(int argc, char *const *argv);
 /* cordon vm prepare (image.c, full build only) */
 int cdn_cli_vm(int argc, char *const *argv);
 /* Client commands (client.c, full build only: libcordon). */

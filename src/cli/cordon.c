@@ -7,6 +7,9 @@
 
 #include "cli.h"
 #include "core/paths.h"
+#if !CDN_LEAN
+#include "oci/resolve.h"
+#endif
 #include "shared/macro.h"
 
 static char **cli_argv;
@@ -20,6 +23,7 @@ static const struct {
     {"run", cdn_cli_run, true, "run [FLAGS] [--] CMD [ARG…]   one command in a fresh sandbox, no daemon"},
     {"image", cdn_cli_image, false,
      "image rebuild host            rebuild the host image skeleton from this host's /etc\n"
+     "  cordon image pull REF…               an OCI image into the store (ls, inspect, rm, prune)\n"
      "  cordon image build DIR [--disk F]    a Debian root by debootstrap (and a disk of it for --tier vm)"},
 #if !CDN_LEAN
     {"create", cdn_cli_create, false, "create [FLAGS]                a sandbox in cordond; prints its id"},
@@ -74,6 +78,9 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     cli_argv = argv;
+#if !CDN_LEAN
+    cdn_oci_install_resolver(); /* OCI references as images (the lean build hands them over) */
+#endif
     if (argc < 2) {
         usage(stderr);
         return 125;

@@ -6,11 +6,11 @@
 #include "cli.h"
 #include "core/paths.h"
 #include "image/image.h"
-#include "tiers/container/seccomp-policy.h"
+#include "confine/seccomp-policy.h"
 #if !CDN_LEAN
 #include <jansson.h>
 
-#include "tiers/microvm/vmprep.h"
+#include "tiers/qemu/vmprep.h"
 #endif
 
 int cdn_cli_image(int argc, char *const *argv)
@@ -30,6 +30,9 @@ int cdn_cli_image(int argc, char *const *argv)
         return 0;
     }
 #if !CDN_LEAN
+    int oci = cdn_cli_image_oci(argc, argv);
+    if (oci >= 0)
+        return oci;
     if (argc >= 2 && strcmp(argv[0], "build") == 0) {
         struct cdn_image_build b = {.dir = argv[1]};
         struct cdn_error err = {0};
@@ -69,6 +72,8 @@ usage:
 #if !CDN_LEAN
                     "       cordon image build DIR [--suite S] [--mirror URL] [--include PKG,…] [--disk FILE "
                     "[--disk-size MIB]]\n"
+                    "       cordon image pull REF…   (registry/name:tag, name@sha256:…, oci:DIR[:TAG])\n"
+                    "       cordon image ls [--json] | inspect REF | rm REF… | prune\n"
 #endif
     );
     return 125;

@@ -3,7 +3,7 @@
  * cache removed between that check and its use) from becoming a crash. */
 #include <errno.h>
 
-#include "tiers/container/seccomp-policy.h"
+#include "confine/seccomp-policy.h"
 
 int cdn_seccomp_compile_variant(struct cdn_seccomp_prog *ret, bool writes, struct cdn_error *err)
 {

@@ -2,7 +2,10 @@
  * same proxy, DNS stub, nftables table and per-sandbox namespace as cordond,
  * owned by this process for the run. The libevent loop runs in a thread of
  * its own, started after the sandbox is cloned (so the clone copies a
- * single-threaded process), and stopped once the sandbox has ended.
+ * single-threaded process), and stopped once the sandbox has ended. That
+ * thread touches no state of the run: a refused attempt is one more on an
+ * eventfd, which the main loop counts in the run's session (run.c), so that
+ * the policy and its counters live on one thread.
  *
  * The upstream resolver is $CORDON_DNS_UPSTREAM (IP[:PORT]) or the host's
  * /etc/resolv.conf; attempts go to <state dir>/egress.log; the DNS budget
@@ -19,30 +22,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "core/paths.h"
 #include "net/audit.h"
-#include "net/dns-stub.h"
+#include "net/listeners.h"
 #include "net/netns.h"
 #include "net/nft.h"
-#include "net/proxy.h"
-#include "net/udp-relay.h"
+#include "shared/fd-util.h"
 
 struct run_egress {
     struct event_base *base;
-    struct evdns_base *dns;
-    struct cdn_dns_stub *stub;
-    struct cdn_proxy *proxy;
-    struct cdn_udp_relay *relay;
+    struct cdn_egress_listeners ls; /* resolver, stub, proxy, relay, table (net/listeners.h) */
     struct cdn_netns netns;
     struct cdn_egress_box box;
     struct cdn_audit_log log;
     struct cdn_dns_budget_cfg budget;
     json_t *labels;
-    char table[40];
-    bool table_made, thread_started;
-    struct cdn_sandbox *sb;
+    bool thread_started;
+    int violations_fd; /* eventfd: refused attempts not yet counted by the main loop */
     pthread_t thread;
 };
 
@@ -55,16 +54,9 @@ static struct cdn_egress_box *lookup(void *arg, uint32_t src)
 static void on_audit(void *arg, struct cdn_egress_box *b, const struct cdn_audit *a)
 {
     struct run_egress *e = arg;
-    struct outcome *out = b->owner;
-    if (cdn_audit_is_violation(a)) {
-        out->violations_egress++;
-        /* --on-violation kill: the whole sandbox goes at the first one (pidfd_send_signal: fine from this
-         * thread) */
-        if (e->sb->spec->on_violation == CDN_VIOLATION_KILL && !out->violation_killed) {
-            out->violation_killed = true;
-            (void) e->sb->tier->kill(e->sb, SIGKILL);
-        }
-    }
+    /* Counted (and in kill mode acted on) by the main loop. An eventfd write fails only past 2^64-2. */
+    if (cdn_audit_is_violation(a) && write(e->violations_fd, &(uint64_t){1}, sizeof(uint64_t)) < 0)
+        fprintf(stderr, "cordon: egress: a refusal went uncounted: %s\n", strerror(errno));
     uint64_t flushed;
     bool write = cdn_audit_admit(b, cdn_now_ms(), CDN_AUDIT_RATE, &flushed);
     if (flushed) {
@@ -87,24 +79,32 @@ static void on_flag(void *arg, struct cdn_egress_box *b, const char *what, const
 
 static struct cdn_egress_ops ops = {.lookup = lookup, .audit = on_audit, .flag = on_flag};
 
+int cdn_run_egress_violations_fd(const struct run_egress *e)
+{
+    return e ? e->violations_fd : -EBADF;
+}
+
+uint64_t cdn_run_egress_stop(struct run_egress *e)
+{
+    if (!e)
+        return 0;
+    if (e->thread_started) {
+        (void) event_base_loopbreak(e->base);
+        (void) pthread_join(e->thread, NULL);
+        e->thread_started = false;
+    }
+    uint64_t n = 0;
+    if (read(e->violations_fd, &n, sizeof n) != (ssize_t) sizeof n)
+        n = 0; /* EAGAIN: none since the main loop's last look */
+    return n;
+}
+
 void cdn_run_egress_free(struct run_egress *e)
 {
     if (!e)
         return;
-    if (e->thread_started) {
-        (void) event_base_loopbreak(e->base);
-        (void) pthread_join(e->thread, NULL);
-    }
-    if (e->table_made)
-        cdn_nft_teardown(e->table);
-    cdn_udp_relay_free(e->relay);
-    cdn_proxy_free(e->proxy);
-    if (e->stub)
-        cdn_dns_stub_free(e->stub);
-    if (e->base)
-        (void) event_base_loop(e->base, EVLOOP_NONBLOCK); /* cancelled lookups end (dns-stub.h) */
-    if (e->dns)
-        evdns_base_free(e->dns, 0);
+    (void) cdn_run_egress_stop(e);
+    cdn_egress_listeners_stop(&e->ls);
     if (e->base)
         event_base_free(e->base);
     cdn_netns_destroy(&e->netns);
@@ -112,11 +112,11 @@ void cdn_run_egress_free(struct run_egress *e)
     cdn_pins_free(e->box.pins);
     cdn_audit_log_close(&e->log);
     json_decref(e->labels);
+    (void) safe_close(e->violations_fd);
     free(e);
 }
 
-int cdn_run_egress_prepare(struct cdn_sandbox *sb, struct outcome *out, struct run_egress **ret,
-                           struct cdn_error *err)
+int cdn_run_egress_prepare(struct cdn_sandbox *sb, struct run_egress **ret, struct cdn_error *err)
 {
     *ret = NULL;
     const struct cdn_spec *spec = sb->spec;
@@ -127,6 +127,7 @@ int cdn_run_egress_prepare(struct cdn_sandbox *sb, struct outcome *out, struct r
         return cdn_error_set(err, ENOMEM, "out of memory");
     e->netns = (struct cdn_netns) CDN_NETNS_INIT;
     e->log = (struct cdn_audit_log) CDN_AUDIT_LOG_INIT;
+    e->violations_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     ops.arg = e;
     ops.dns_budget = &e->budget;
     e->budget = CDN_DNS_BUDGET_DEFAULT;
@@ -136,39 +137,22 @@ int cdn_run_egress_prepare(struct cdn_sandbox *sb, struct outcome *out, struct r
         (void) cdn_error_prefix(err, EINVAL, "CORDON_DNS_BUDGET");
         goto fail;
     }
-    if (evthread_use_pthreads() < 0 || !(e->base = event_base_new()) ||
-        !(e->dns = evdns_base_new(e->base, 0)) || !(e->labels = cdn_strv_to_json_map(&spec->labels))) {
+    if (e->violations_fd < 0 || evthread_use_pthreads() < 0 || !(e->base = event_base_new()) ||
+        !(e->labels = cdn_strv_to_json_map(&spec->labels)) || !(e->box.pins = cdn_pins_new(1024))) {
         r = cdn_error_set(err, ENOMEM, "egress: event loop: out of memory");
         goto fail;
     }
-    const char *up = getenv("CORDON_DNS_UPSTREAM");
-    r = up && *up ? evdns_base_nameserver_ip_add(e->dns, up)
-                  : evdns_base_resolv_conf_parse(e->dns, DNS_OPTION_NAMESERVERS, "/etc/resolv.conf");
-    if (r != 0 || evdns_base_count_nameservers(e->dns) == 0) {
-        r = cdn_error_field(err, ENOENT, "network.mode",
-                            "egress: no upstream DNS server (%s; set CORDON_DNS_UPSTREAM=IP[:PORT])",
-                            up && *up ? up : "none in /etc/resolv.conf");
-        goto fail;
-    }
-    (void) evdns_base_set_option(e->dns, "timeout:", "2");
-    (void) evdns_base_set_option(e->dns, "attempts:", "2");
     if ((r = cdn_allowlist_parse(&spec->net_allow, &e->box.allow, err)) < 0)
         goto fail;
-    if (!(e->box.pins = cdn_pins_new(1024)) || !(e->stub = cdn_dns_stub_new(e->base, e->dns, 0, &ops)) ||
-        !(e->proxy = cdn_proxy_new(e->base, e->dns, 0, &ops)) ||
-        !(e->relay = cdn_udp_relay_new(e->base, 0, &ops))) {
-        r = cdn_error_set(err, errno ? errno : ENOMEM, "egress: DNS stub or proxy: %m");
+    char table[40];
+    (void) snprintf(table, sizeof table, "cordon_run_%d", (int) getpid());
+    if ((r = cdn_egress_listeners_start(&e->ls, e->base, table, getenv("CORDON_DNS_UPSTREAM"),
+                                        "CORDON_DNS_UPSTREAM=IP[:PORT]", &ops, err)) < 0)
         goto fail;
-    }
-    cdn_nft_sweep_runs(); /* a killed run leaves its table; its interface name may come back */
-    (void) snprintf(e->table, sizeof e->table, "cordon_run_%d", (int) getpid());
-    if ((r = cdn_nft_setup(e->table, cdn_proxy_port(e->proxy), cdn_dns_stub_port(e->stub),
-                           cdn_udp_relay_port(e->relay), err)) < 0)
-        goto fail;
-    e->table_made = true;
     if ((r = cdn_netns_create(&e->netns, true, err)) < 0 ||
-        (r = cdn_nft_add_if(e->table, e->netns.host_if, err)) < 0 ||
-        (spec->net_mode == CDN_NET_OPEN && (r = cdn_nft_set_open(e->table, e->netns.host_if, true, err)) < 0))
+        (r = cdn_nft_add_if(e->ls.table, e->netns.host_if, err)) < 0 ||
+        (spec->net_mode == CDN_NET_OPEN &&
+         (r = cdn_nft_set_open(e->ls.table, e->netns.host_if, true, err)) < 0))
         goto fail;
     char path[512];
     (void) snprintf(path, sizeof path, "%s/egress.log", cdn_state_dir());
@@ -178,8 +162,6 @@ int cdn_run_egress_prepare(struct cdn_sandbox *sb, struct outcome *out, struct r
     e->box.sandbox_ip = e->netns.sandbox_ip;
     e->box.host_ip = e->netns.host_ip;
     e->box.mode = spec->net_mode;
-    e->box.owner = out;
-    e->sb = sb;
     sb->netns_fd = e->netns.fd;
     sb->resolver_ip = e->netns.host_ip;
     sb->sandbox_ip = e->netns.sandbox_ip;

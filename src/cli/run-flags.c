@@ -88,11 +88,23 @@ static int f_tier(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 static int f_image(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 {
     (void) e;
+    /* Not host, not a directory: an OCI reference, which the full build resolves (cli.h). */
+    o->image_oci = strcmp(a, "host") != 0 && a[0] != '/';
+    o->needs_full |= o->image_oci;
     return set_str(&o->spec.image, a);
+}
+static int f_pull(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    if (strcmp(a, "missing") != 0 && strcmp(a, "always") != 0 && strcmp(a, "never") != 0)
+        return cdn_error_field(e, EINVAL, "pull", "--pull '%s': not one of missing, always, never", a);
+    o->pull = a;
+    o->needs_full = true;
+    return 0;
 }
 static int f_workdir(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 {
     (void) e;
+    o->workdir_given = true;
     return set_str(&o->spec.workdir, a);
 }
 static int f_hostname(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
@@ -139,10 +151,7 @@ static int f_env(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 }
 static int f_label(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 {
-    const char *eq = strchr(a, '=');
-    if (!eq || eq == a || strlen(a) > 1100)
-        return cdn_error_field(e, EINVAL, "labels", "--label '%s': expected KEY=VALUE", a);
-    return cdn_strv_push(&o->spec.labels, a);
+    return cdn_spec_parse_label(&o->spec, a, e);
 }
 static int f_protect(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 {
@@ -157,6 +166,14 @@ static int f_on_violation(struct cdn_run_opts *o, const char *a, struct cdn_erro
         return cdn_error_field(e, EINVAL, "on_violation", "--on-violation '%s': not one of log, deny, kill",
                                a);
     o->spec.on_violation = (enum cdn_on_violation) v;
+    return 0;
+}
+static int f_disk_kind(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    int v = cdn_disk_kind_from_string(a);
+    if (v < 0)
+        return cdn_error_field(e, EINVAL, "disk", "--disk-kind '%s': not one of disk, memory", a);
+    o->spec.disk = (enum cdn_disk_kind) v;
     return 0;
 }
 static int f_read_only(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
@@ -212,12 +229,16 @@ static int f_spec(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 static const struct flag flags[] = {
     {"--spec", true, f_spec, "", "FILE", "start from a JSON spec (docs/spec.md); later flags override it"},
     {"--tier", true, f_tier, "tier", "T", "container (default), process, microvm, vm"},
-    {"--image", true, f_image, "image", "I", "host (default) or a directory holding a root filesystem"},
+    {"--image", true, f_image, "image", "I",
+     "host (default), a directory holding a root filesystem, or an OCI image (registry/name:tag, oci:DIR…)"},
+    {"--pull", true, f_pull, "pull", "WHEN", "pull an OCI image: missing (default), always, never"},
     {"--cpus", true, f_cpus, "limits.cpus", "N", "CPU quota, fractional allowed (default 1)"},
     {"--memory", true, f_memory, "limits.memory_mb", "SIZE", "memory limit, no swap (default 512M)"},
     {"--pids", true, f_pids, "limits.pids", "N", "process/thread limit (default 256)"},
     {"--disk", true, f_disk, "limits.disk_mb", "SIZE",
      "writable layer: root changes, workdir, /tmp (default 1G)"},
+    {"--disk-kind", true, f_disk_kind, "disk", "K",
+     "disk (default: a filesystem of its own, full = ENOSPC) | memory (tmpfs, charged to --memory)"},
     {"--timeout", true, f_timeout, "limits.timeout_s", "DUR",
      "kill the whole sandbox after DUR, exit 124 (default 600s)"},
     {"--nofile", true, f_nofile, "limits.nofile", "N", "open file limit (default 1024)"},
@@ -296,6 +317,8 @@ int cdn_run_parse(int argc, char *const *argv, struct cdn_run_opts *opts, struct
         return i < argc
                    ? cdn_error_field(err, EINVAL, "", "unexpected argument '%s': only flags here", argv[i])
                    : 0;
+    if (i >= argc && opts->image_oci)
+        return 0; /* the image's Entrypoint and Cmd (run.c) */
     if (i >= argc)
         return cdn_error_field(err, EINVAL, "", "no command given (cordon run [FLAGS] -- CMD [ARG…])");
     opts->argv = argv + i;

@@ -11,9 +11,12 @@
 struct cdn_run_opts {
     struct cdn_spec spec;
     bool json;
-    bool needs_full;   /* lean build: a flag it cannot serve (--spec) was given; see cli.h */
-    char *const *argv; /* the command, NULL-terminated; points into the caller's argv */
-    bool no_command;   /* set by the caller: flags only (cordon create) */
+    bool needs_full;    /* lean build: a flag it cannot serve (--spec) was given; see cli.h */
+    char *const *argv;  /* the command, NULL-terminated; points into the caller's argv */
+    bool no_command;    /* set by the caller: flags only (cordon create) */
+    bool image_oci;     /* --image is an OCI reference: its config applies, the command may be omitted */
+    bool workdir_given; /* --workdir: the image's WorkingDir does not apply */
+    const char *pull;   /* --pull missing|always|never, or NULL */
     /* --bind-allow DIR[:ro] (run only; cordond has its own): points into the caller's argv */
     const char *bind_allow[CDN_BIND_RULES_MAX];
     size_t n_bind_allow;

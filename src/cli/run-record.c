@@ -33,6 +33,7 @@ void cdn_run_print_record(const struct cdn_sandbox *sb, const struct outcome *o,
                              : (double) o->ru.ru_utime.tv_sec * 1e3 + (double) o->ru.ru_utime.tv_usec / 1e3;
     double st = o->have_exit ? (double) o->exit.sys_us / 1e3
                              : (double) o->ru.ru_stime.tv_sec * 1e3 + (double) o->ru.ru_stime.tv_usec / 1e3;
+    const uint64_t *n = o->session.counts;
     json_t *rec = json_pack(
         "{s:s, s:s, s:i, s:o, s:o, s:b, s:b, s:f, s:f, s:f, s:I, s:I, s:o, s:{s:I, s:I, s:I, s:I, s:I, s:I, "
         "s:I}}",
@@ -45,14 +46,14 @@ void cdn_run_print_record(const struct cdn_sandbox *sb, const struct outcome *o,
         json_pack("{s:f, s:I, s:I, s:I}", "cpus", sb->spec->limits.cpus, "memory_mb",
                   (json_int_t) sb->spec->limits.memory_mb, "pids", (json_int_t) sb->spec->limits.pids,
                   "disk_mb", (json_int_t) sb->spec->limits.disk_mb),
-        "violations", "egress", (json_int_t) o->violations_egress, "syscall",
-        (json_int_t) o->violations_syscall, "oom", (json_int_t) o->usage.oom_kills, "pids",
-        (json_int_t) o->usage.pids_max_hits, "protect", (json_int_t) o->violations_protect, "kernel",
-        (json_int_t) o->violations_kernel, "system_write", (json_int_t) o->violations_system_write);
+        "violations", "egress", (json_int_t) n[CDN_VK_EGRESS], "syscall", (json_int_t) n[CDN_VK_SYSCALL],
+        "oom", (json_int_t) o->usage.oom_kills, "pids", (json_int_t) o->usage.pids_max_hits, "protect",
+        (json_int_t) n[CDN_VK_PROTECT], "kernel", (json_int_t) n[CDN_VK_KERNEL], "system_write",
+        (json_int_t) n[CDN_VK_SYSTEM_WRITE]);
     if (!rec)
         return;
-    if (sb->accel[0]) /* a VM tier: "kvm" or "tcg" */
-        json_object_set_new(rec, "accel", json_string(sb->accel));
+    if (sb->tier->describe) /* a VM tier's: what runs the guest, "kvm" or "tcg" */
+        sb->tier->describe(sb, rec, CDN_DESCRIBE_RUN);
     char *s = json_dumps(rec, JSON_COMPACT | JSON_REAL_PRECISION(9));
     if (s)
         fprintf(stderr, "%s\n", s);

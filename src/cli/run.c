@@ -3,14 +3,15 @@
 #include "run.h"
 #include "cli.h"
 #include "run-flags.h"
-#include "agent/frame.h"
+#include "proto/frame.h"
 #include "shared/fd-util.h"
 #include "core/paths.h"
-#include "tiers/container/seccomp-policy.h"
+#include "confine/seccomp-policy.h"
+#include "supervise/session.h"
 #include "tiers/tier.h"
+
 #if !CDN_LEAN
-#include "monitor/fsguard.h"
-#include "monitor/writes.h"
+#include "oci/resolve.h"
 #endif
 
 #include <errno.h>
@@ -35,9 +36,25 @@ static double ms_since(const struct timespec *t0)
     return (double) (t.tv_sec - t0->tv_sec) * 1e3 + (double) (t.tv_nsec - t0->tv_nsec) / 1e6;
 }
 
+/* The run's session (session.h): supervising from init's start until it is reaped or the session
+ * killed it; kill mode ends the whole sandbox. No record beyond the counts (--json prints them). */
+static enum cdn_session_phase run_phase(struct cdn_session *s)
+{
+    return s->killed || s->sb->init_pid <= 0 ? CDN_SESSION_ENDED : CDN_SESSION_RUNNING;
+}
+
+static int run_kill(struct cdn_session *s, enum cdn_vk kind)
+{
+    (void) kind;
+    return s->sb->tier->kill(s->sb, SIGKILL);
+}
+
+static const struct cdn_session_ops session_ops = {.phase = run_phase, .kill = run_kill};
+
 /* Encode the EXEC frame up front: a command too large for one frame is
  * refused before any sandbox exists. Returns the payload length. */
-static int encode_exec(const struct cdn_spec *spec, char *const *argv, uint8_t **ret, struct cdn_error *err)
+static int encode_exec(const struct cdn_spec *spec, char *const *argv, bool pipes, uint8_t **ret,
+                       struct cdn_error *err)
 {
     _cleanup_(cdn_strv_free) struct cdn_strv envv = {0};
     if (cdn_exec_env(spec, getenv("TERM"), NULL, &envv) < 0)
@@ -54,12 +71,11 @@ static int encode_exec(const struct cdn_spec *spec, char *const *argv, uint8_t *
         return cdn_error_set(err, ENOMEM, "out of memory");
     int n = cdn_exec_encode(
         buf, size,
-        &(struct cdn_exec_args){
-            /* A guest cannot share our stdio: its output comes as frames (read_agent). */
-            .flags = CDN_EXEC_SHUTDOWN_ON_EXIT | (cdn_tier_is_vm(spec->tier) ? CDN_EXEC_PIPES : 0),
-            .cwd = spec->workdir,
-            .argv = argv,
-            .envp = env});
+        &(struct cdn_exec_args){/* A guest cannot share our stdio: its output comes as frames (read_agent). */
+                                .flags = CDN_EXEC_SHUTDOWN_ON_EXIT | (pipes ? CDN_EXEC_PIPES : 0),
+                                .cwd = spec->workdir,
+                                .argv = argv,
+                                .envp = env});
     if (n == -ENOBUFS)
         return cdn_error_field(err, E2BIG, "cmd",
                                "the command, its arguments and environment exceed %u KiB (or %d entries)",
@@ -86,21 +102,10 @@ static void read_agent(struct cdn_sandbox *sb, struct outcome *o, struct pollfd 
         (void) cdn_write_all(h.type == CDN_FRAME_STDOUT ? 1 : 2, buf, (size_t) n);
     else if (h.type == CDN_FRAME_EXIT && cdn_exit_decode(buf, (size_t) n, &o->exit) == 0)
         o->have_exit = true;
-#if !CDN_LEAN /* the lean build runs containers only */
-    else if (h.type == CDN_FRAME_USAGE && h.channel == 0 && cdn_tier_is_vm(sb->spec->tier))
-        (void) cdn_microvm_usage_frame(sb, buf, (size_t) n);
-#endif
+    else if (h.channel == 0 && sb->tier->frame && sb->tier->frame(sb, h.type, buf, (size_t) n) != 0)
+        return;                                                 /* the tier's own (a guest's USAGE) */
     else if (h.type == CDN_FRAME_VIOLATION && h.channel == 0) { /* a guest's watched denial */
-        struct cdn_violation_msg v;
-        if (cdn_violation_decode(buf, (size_t) n, &v) < 0)
-            return;
-        if (v.kind == CDN_VIOLATION_MSG_PROTECT)
-            o->violations_protect++;
-        else
-            o->violations_syscall++;
-        if (sb->spec->on_violation == CDN_VIOLATION_KILL && !o->violation_killed &&
-            sb->tier->kill(sb, SIGKILL) == 0)
-            o->violation_killed = true; /* the guest left the call unanswered: it never runs on */
+        (void) cdn_session_guest_violation(&o->session, buf, (uint32_t) n);
     } else if (h.type == CDN_FRAME_ERROR) {
         int e;
         const char *msg;
@@ -124,92 +129,43 @@ static void read_setup(struct cdn_sandbox *sb, struct outcome *o, struct pollfd 
     pfd->fd = -1; /* EOF: cordon-init is running */
 }
 
-/* A watched denial (seccomp user notification): EPERM, and a violation. */
-static void supervise_syscalls(struct cdn_sandbox *sb, struct outcome *o, struct pollfd *pfd)
+/* The seccomp listener's notifications: the session decides and answers (session.h). */
+static void supervise_syscalls(struct outcome *o, struct pollfd *pfd)
 {
     if (!(pfd->revents & POLLIN)) { /* HUP: no process left under the filter */
         (void) safe_close(pfd->fd);
         pfd->fd = -1;
         return;
     }
-    struct cdn_seccomp_event ev;
-    if (cdn_seccomp_notify_recv(pfd->fd, &ev) < 0)
-        return;
-    if (cdn_seccomp_is_watch(ev.nr)) {
-        /* No harness opens a protected path during a run (no files API, no verifier step): a
-         * watch there tells nothing, and the kernel makes it. */
-        (void) cdn_seccomp_notify_continue(pfd->fd, &ev);
-        return;
-    }
-    if (cdn_seccomp_is_reported(ev.nr)) {
-        bool violation = false;
-#if !CDN_LEAN /* the lean build keeps no record: it lets them run, the kernel refuses them there */
-        struct cdn_write_attempt w;
-        for (int i = 0; cdn_write_attempt_read(&ev, &w) == 0 && i < w.n && !violation; i++) {
-            if (cdn_write_is_protected(&w, i, &sb->spec->protect))
-                violation = true, o->violations_protect++;
-            else if (cdn_path_is_system(w.path[i]))
-                violation = true, o->violations_system_write++;
-        }
-        if (violation && sb->spec->on_violation == CDN_VIOLATION_KILL) {
-            if (!o->violation_killed && sb->tier->kill(sb, SIGKILL) == 0)
-                o->violation_killed = true;
-            if (o->violation_killed)
-                return; /* no answer: the caller waits until the kill takes it (as below) */
-        }
-#endif
-        if (violation && sb->spec->on_violation != CDN_VIOLATION_LOG)
-            (void) cdn_seccomp_notify_deny(pfd->fd, &ev);
-        else
-            (void) cdn_seccomp_notify_continue(pfd->fd, &ev);
-        return;
-    }
-    o->violations_syscall++;
-    if (sb->spec->on_violation == CDN_VIOLATION_KILL) {
-        if (!o->violation_killed && sb->tier->kill(sb, SIGKILL) == 0)
-            o->violation_killed = true;
-        /* No answer at all: the caller stays in its wait until the end of
-         * the pid namespace takes it. Answering EPERM after the kill would
-         * let it run on for the moment the kill takes to reach it. */
-        if (o->violation_killed)
-            return;
-    }
-    (void) cdn_seccomp_notify_deny(pfd->fd, &ev);
+    (void) cdn_session_seccomp(&o->session, pfd->fd);
 }
 
-#if !CDN_LEAN
-/* Opens of the marked mounts (fsguard.h): a sandbox process is refused and
- * that is a violation; init and host processes pass. */
-static void supervise_files(struct cdn_sandbox *sb, struct outcome *o, const struct cdn_guard_marks *marks,
-                            struct pollfd *pfd)
+/* Opens of the marked mounts (fanotify.h): the session decides, we answer. */
+static void supervise_files(struct outcome *o, struct pollfd *pfd)
 {
-    struct cdn_fsguard_event ev[16];
-    int n = cdn_fsguard_read(pfd->fd, ev, ELEMENTSOF(ev));
+    struct cdn_fanotify_event ev[16];
+    int n = cdn_fanotify_read(pfd->fd, ev, ELEMENTSOF(ev));
     for (int i = 0; i < n; i++) {
-        const struct cdn_guard_mark *m = cdn_guard_marks_find(marks, ev[i].mnt_id);
-        bool allow = !m || ev[i].pid == sb->init_pid || !cdn_pid_in_sandbox(ev[i].pid, sb->init_pid);
-        if (!allow) {
-            if (m->kind == CDN_GUARD_PROTECT)
-                o->violations_protect++;
-            else
-                o->violations_kernel++;
-            if (sb->spec->on_violation == CDN_VIOLATION_KILL && !o->violation_killed) {
-                o->violation_killed = true;
-                (void) sb->tier->kill(sb, SIGKILL);
-            }
-        }
-        (void) cdn_fsguard_answer(pfd->fd, &ev[i], allow);
+        enum cdn_answer a = cdn_session_file_open(&o->session, &ev[i]);
+        if (a != CDN_ANSWER_HOLD)
+            (void) cdn_fanotify_answer(pfd->fd, &ev[i], a == CDN_ANSWER_CONTINUE);
     }
+}
+
+/* Refused egress attempts, passed on by the egress thread (run-egress.c): counted here, on the
+ * thread that counts every other violation. */
+static void count_egress(struct outcome *o, uint64_t n)
+{
+    while (n-- > 0)
+        (void) cdn_session_violation(&o->session, CDN_VK_EGRESS, NULL);
 }
 
 /* Once init runs, before the command does: mark what the monitor guards.
  * Without marks a protected path would be readable, so that failing ends the run. */
-static void guard_files(struct cdn_sandbox *sb, struct outcome *o, int group, struct cdn_guard_marks *marks,
-                        struct pollfd *pfd)
+static void mark_files(struct cdn_sandbox *sb, struct outcome *o, int group, struct pollfd *pfd)
 {
     struct cdn_error e = {0};
-    if (group >= 0 &&
-        cdn_fsguard_mark_sandbox(group, sb->init_pid, &sb->spec->protect, true, marks, &e) == 0) {
+    if (group >= 0 && cdn_session_mark(&o->session, group, &e) == 0) {
         pfd->fd = group;
         return;
     }
@@ -221,25 +177,20 @@ static void guard_files(struct cdn_sandbox *sb, struct outcome *o, int group, st
         cdn_error_field(&o->error, EPERM, "protect", "protect: no fanotify group (needs root)");
     (void) sb->tier->kill(sb, SIGKILL);
 }
-#endif
 
 /* Poll until init has exited and been reaped. The command's EXEC frame is
  * sent here when deferred (exec != NULL): after the monitor's marks. */
 static int supervise(struct cdn_sandbox *sb, int sfd, struct outcome *o, const struct timespec *t0,
-                     const uint8_t *exec, int exec_len, int group)
+                     const uint8_t *exec, int exec_len, int group, int egress_fd)
 {
-#if !CDN_LEAN
-    struct cdn_guard_marks marks = {0};
-#else
-    (void) group;
-#endif
-    struct pollfd pfd[6] = {
+    struct pollfd pfd[7] = {
         {.fd = sb->init_pidfd, .events = POLLIN},
         {.fd = sb->agent_fd, .events = POLLIN},
         {.fd = sb->setup_fd, .events = POLLIN},
         {.fd = sfd, .events = POLLIN},
         {.fd = -1, .events = POLLIN}, /* the seccomp listener, once init runs */
         {.fd = -1, .events = POLLIN}, /* the fanotify group, once marked */
+        {.fd = egress_fd, .events = POLLIN},
     };
     uint64_t timeout = sb->spec->limits.timeout_ms;
     for (;;) {
@@ -248,7 +199,7 @@ static int supervise(struct cdn_sandbox *sb, int sfd, struct outcome *o, const s
             double left = (double) timeout - ms_since(t0);
             wait_ms = left <= 0 ? 0 : (int) left + 1;
         }
-        int r = poll(pfd, 6, wait_ms);
+        int r = poll(pfd, ELEMENTSOF(pfd), wait_ms);
         if (r < 0 && errno != EINTR)
             break;
         if (r == 0 && timeout && !o->timed_out && ms_since(t0) >= (double) timeout) {
@@ -260,19 +211,18 @@ static int supervise(struct cdn_sandbox *sb, int sfd, struct outcome *o, const s
             read_setup(sb, o, &pfd[2]);
             if (!o->setup_failed && sb->tier->monitor_fd && (pfd[4].fd = sb->tier->monitor_fd(sb)) < 0)
                 pfd[4].fd = -1; /* no supervisor: a watched syscall would wait; end rather than hang */
-#if !CDN_LEAN
-            if (!o->setup_failed && !cdn_tier_is_vm(sb->spec->tier)) /* a VM guest guards its own */
-                guard_files(sb, o, group, &marks, &pfd[5]);
-#endif
+            if (!o->setup_failed && !sb->tier->guest_supervises) /* a VM guest guards its own */
+                mark_files(sb, o, group, &pfd[5]);
             if (exec && !o->setup_failed)
                 (void) cdn_frame_send(sb->agent_fd, CDN_FRAME_EXEC, EXEC_CHANNEL, exec, (uint32_t) exec_len);
         }
-#if !CDN_LEAN
         if (pfd[5].revents)
-            supervise_files(sb, o, &marks, &pfd[5]);
-#endif
+            supervise_files(o, &pfd[5]);
         if (pfd[4].revents)
-            supervise_syscalls(sb, o, &pfd[4]);
+            supervise_syscalls(o, &pfd[4]);
+        uint64_t refused;
+        if (pfd[6].revents && read(egress_fd, &refused, sizeof refused) == (ssize_t) sizeof refused)
+            count_egress(o, refused);
         if (pfd[1].revents)
             read_agent(sb, o, &pfd[1]);
         if (o->have_exit && pfd[2].fd < 0)
@@ -295,9 +245,6 @@ static int supervise(struct cdn_sandbox *sb, int sfd, struct outcome *o, const s
             break;
         }
     }
-#if !CDN_LEAN
-    cdn_guard_marks_free(&marks);
-#endif
     return 0;
 }
 
@@ -307,7 +254,7 @@ static int exit_status(const struct outcome *o)
         return EXIT_CORDON;
     if (o->timed_out)
         return EXIT_TIMEOUT;
-    if (o->violation_killed)
+    if (o->session.killed)
         return 128 + SIGKILL;
     if (o->have_exit)
         return o->exit.signal ? 128 + o->exit.signal : o->exit.exit_code;
@@ -320,7 +267,7 @@ static bool needs_full(const struct cdn_run_opts *o)
     char cache[4096];
     cdn_cache_dir(cache, sizeof cache);
     return o->json || o->needs_full || o->spec.net_mode != CDN_NET_NONE || o->spec.protect.n > 0 ||
-           o->spec.tier != CDN_TIER_CONTAINER || o->spec.watch_writes || !cdn_seccomp_cache_present(cache);
+           !cdn_tier_lookup(o->spec.tier) || o->spec.watch_writes || !cdn_seccomp_cache_present(cache);
 }
 
 static void report_error(const struct cdn_error *e)
@@ -351,19 +298,19 @@ static void run_sandbox(struct cdn_sandbox *sb, const struct cdn_run_opts *o, st
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     _cleanup_free_ uint8_t *exec_frame = NULL;
-    int exec_len = encode_exec(&o->spec, o->argv, &exec_frame, &out->error);
+    int exec_len = encode_exec(&o->spec, o->argv, sb->tier->exec_pipes, &exec_frame, &out->error);
     int sfd = exec_len < 0 ? -EBADF : block_signals();
 #if !CDN_LEAN
     struct run_egress *egress = NULL;
-    if (exec_len >= 0 && cdn_run_egress_prepare(sb, out, &egress, &out->error) < 0)
+    if (exec_len >= 0 && cdn_run_egress_prepare(sb, &egress, &out->error) < 0)
         exec_len = -1;
 #endif
-    int group = -EBADF; /* the monitor's fanotify group (fsguard.h) */
+    int group = -EBADF; /* the monitor's fanotify group (fanotify.h) */
 #if !CDN_LEAN
-    if (!cdn_tier_is_vm(sb->spec->tier)) /* a VM guest's files are the guest kernel's */
-        group = cdn_fsguard_open();
+    if (!sb->tier->guest_supervises) /* a VM guest's files are the guest kernel's */
+        group = cdn_fanotify_open();
     if (sb->spec->protect.n > 0)
-        sb->fsguard_fd = group;
+        sb->fanotify_fd = group;
 #endif
     if (exec_len < 0 || sb->tier->create(sb, &out->error) < 0) {
         (void) safe_close(group);
@@ -381,18 +328,23 @@ static void run_sandbox(struct cdn_sandbox *sb, const struct cdn_run_opts *o, st
         cdn_run_egress_free(egress); /* fails closed: the redirect goes with the table */
         egress = NULL;
     }
+    int egress_fd = cdn_run_egress_violations_fd(egress);
+#else
+    int egress_fd = -EBADF;
 #endif
     /* A failed send means init is gone; supervise() learns why from the pidfd and setup pipe. */
     /* With protected paths the command waits for the monitor's marks (supervise()). */
     bool defer = sb->spec->protect.n > 0;
     if (!defer)
         (void) cdn_frame_send(sb->agent_fd, CDN_FRAME_EXEC, EXEC_CHANNEL, exec_frame, (uint32_t) exec_len);
-    (void) supervise(sb, sfd, out, &t0, defer ? exec_frame : NULL, exec_len, group);
+    (void) supervise(sb, sfd, out, &t0, defer ? exec_frame : NULL, exec_len, group, egress_fd);
+    if (group >= 0) /* init is reaped: the held openers are gone */
+        cdn_session_answer_held(&out->session, group);
     (void) safe_close(group);
 #if !CDN_LEAN
-    /* First: its thread may still act on the sandbox (a kill on violation),
-     * whose pidfd the teardown below closes. The veth goes now; the
-     * namespace with the sandbox's last process. */
+    /* First: its last refusals are counted (a kill on violation acts on the sandbox, whose pidfd
+     * the teardown below closes). The veth goes now; the namespace with the sandbox's last process. */
+    count_egress(out, cdn_run_egress_stop(egress));
     cdn_run_egress_free(egress);
 #endif
     /* Accounting is for the record, and for telling an OOM kill when no status came back. */
@@ -405,6 +357,34 @@ static void run_sandbox(struct cdn_sandbox *sb, const struct cdn_run_opts *o, st
     out->wall_ms = ms_since(&t0);
     (void) safe_close(sfd);
 }
+
+#if !CDN_LEAN
+/* An OCI image: in the store (pulled per --pull), its config under the flags' spec, its Entrypoint
+ * and Cmd as the command when none was given (kept in *cmd). */
+static int prepare_oci_image(struct cdn_run_opts *o, struct cdn_strv *cmd, struct cdn_error *err)
+{
+    struct cdn_pull_env e = {0};
+    struct cdn_pull_options po;
+    struct cdn_oci_config c = {0};
+    int r = cdn_pull_options_from_env(&po, &e);
+    if (r >= 0)
+        r = cdn_oci_ensure(o->spec.image, o->pull ? cdn_pull_policy_from_string(o->pull) : CDN_PULL_MISSING,
+                           &po, &c, err);
+    cdn_pull_env_free(&e);
+    if (r >= 0)
+        r = cdn_oci_apply_config(&c, &o->spec, o->workdir_given, err);
+    for (size_t i = 0; r >= 0 && !o->argv && i < c.entrypoint.n + c.cmd.n; i++)
+        r = cdn_strv_push(cmd, i < c.entrypoint.n ? c.entrypoint.v[i] : c.cmd.v[i - c.entrypoint.n]);
+    cdn_oci_config_free(&c);
+    if (r >= 0 && !o->argv) {
+        if (cmd->n == 0)
+            return cdn_error_field(err, EINVAL, "image",
+                                   "image: %s has neither Entrypoint nor Cmd: give a command", o->spec.image);
+        o->argv = cmd->v;
+    }
+    return r == -ENOMEM ? cdn_error_set(err, ENOMEM, "out of memory") : r;
+}
+#endif
 
 /* The bind sources `cordon run` accepts: the core's refusals, and --bind-allow's directories. The
  * sources are resolved here, as cordond does for the API (core/bind-policy.h). */
@@ -440,6 +420,11 @@ int cdn_cli_run(int argc, char *const *argv)
         cdn_spec_free(&o.spec);
         return cdn_cli_exec_full();
     }
+#if !CDN_LEAN
+    _cleanup_(cdn_strv_free) struct cdn_strv image_cmd = {0};
+    if (r >= 0 && o.image_oci)
+        r = prepare_oci_image(&o, &image_cmd, &err);
+#endif
     if (r >= 0)
         r = cdn_spec_validate(&o.spec, &err);
     if (r >= 0)
@@ -453,11 +438,12 @@ int cdn_cli_run(int argc, char *const *argv)
     struct outcome out = {0};
     cdn_sandbox_init(&sb, &o.spec);
     sb.tier = cdn_tier_lookup(o.spec.tier);
+    cdn_session_init(&out.session, &sb, &session_ops, NULL);
     run_sandbox(&sb, &o, &out);
     int status = exit_status(&out);
     if (out.setup_failed || out.exec_failed)
         report_error(&out.error);
-    else if (out.violation_killed)
+    else if (out.session.killed)
         fprintf(stderr, "cordon: the sandbox was killed on a violation (--on-violation kill)\n");
     else if (!out.have_exit && !out.timed_out)
         fprintf(stderr, "cordon: the sandbox ended without reporting an exit status%s\n",
@@ -466,6 +452,8 @@ int cdn_cli_run(int argc, char *const *argv)
     if (o.json)
         cdn_run_print_record(&sb, &out, status);
 #endif
+    cdn_session_free(&out.session);
+    cdn_tier_release(&sb);
     cdn_spec_free(&o.spec);
     return status;
 }

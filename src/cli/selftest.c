@@ -37,7 +37,7 @@
 #include "run-flags.h"
 #include "shared/fd-util.h"
 #include "shared/macro.h"
-#include "tiers/microvm/vmprep.h"
+#include "tiers/tier.h"
 
 #define OUT_MAX    (8u << 20) /* bytes of the probe's stdout and stderr kept */
 #define MIN_PROBES 30
@@ -296,18 +296,10 @@ static int parse_output(char *out, struct tier_result *r)
 /* Why an escape of probe name is by design for this tier and spec, or NULL. */
 static const char *by_design(const char *name, const struct cdn_spec *s)
 {
-    static const char *const no_userns[] = {"uid_map_root", "gid_map_root"};
-    static const char *const process_only[] = {"host_pid_visible", "net_default_route", "net_interfaces"};
-    for (size_t i = 0; i < ELEMENTSOF(no_userns); i++)
-        if (strcmp(name, no_userns[i]) == 0) {
-            if (s->tier == CDN_TIER_PROCESS)
-                return "tier process has no user namespace (docs/process.md)";
-            if (cdn_tier_is_vm(s->tier))
-                return "uid 0 in a VM guest is the guest kernel's root, not the host's (docs/microvm.md)";
-        }
-    for (size_t i = 0; i < ELEMENTSOF(process_only); i++)
-        if (s->tier == CDN_TIER_PROCESS && strcmp(name, process_only[i]) == 0)
-            return "tier process has no pid or network namespace (docs/process.md)";
+    const struct cdn_tier_ops *t = cdn_tier_lookup(s->tier);
+    for (const struct cdn_tier_escape *e = t ? t->by_design : NULL; e && e->probe; e++)
+        if (strcmp(name, e->probe) == 0)
+            return e->why;
     if (s->net_mode != CDN_NET_NONE &&
         (strcmp(name, "net_interfaces") == 0 || strcmp(name, "net_default_route") == 0))
         return "the spec gives the sandbox a network (its veth leads only to cordon's proxy and DNS stub)";
@@ -366,6 +358,13 @@ static char **bait_env(const struct bait *b, bool baseline)
     return env;
 }
 
+/* Where the probe is bound in a sandbox of tier t: beneath where the tier binds (/workspace for
+ * the process tier), else at /probe. */
+static void probe_path(const struct cdn_tier_ops *t, char *buf, size_t size)
+{
+    (void) snprintf(buf, size, "%s/probe", t && t->binds_under ? t->binds_under : "");
+}
+
 /* The spec of one tier's run: the suite's bounds, then the operator's flags (and --spec), then the tier,
  * the probe's bind and the bait's variables. */
 static int make_spec(const struct bait *b, enum cdn_tier tier, int argc, char *const *argv, const char *probe,
@@ -384,8 +383,9 @@ static int make_spec(const struct bait *b, enum cdn_tier tier, int argc, char *c
     r = cdn_run_parse(argc, argv, &o, err);
     if (r >= 0) {
         o.spec.tier = tier;
-        r = cdn_spec_add_mount(&o.spec, probe, tier == CDN_TIER_PROCESS ? "/workspace/probe" : "/probe", true,
-                               err);
+        char inside[64];
+        probe_path(cdn_tier_lookup(tier), inside, sizeof inside);
+        r = cdn_spec_add_mount(&o.spec, probe, inside, true, err);
     }
     for (size_t i = 0; i < ELEMENTSOF(vars) && r >= 0; i++)
         r = cdn_spec_set_env(&o.spec, vars[i][0], vars[i][1], err);
@@ -423,7 +423,8 @@ static void run_one(const char *probe, const char *spec_path, const struct bait 
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     self[n > 0 ? n : 0] = 0;
-    const char *inside = r->tier && strcmp(r->tier, "process") == 0 ? "/workspace/probe" : "/probe";
+    char inside[64];
+    probe_path(r->tier ? cdn_tier_by_name(r->tier) : NULL, inside, sizeof inside);
     const char *argv[64] = {self, "run", "--spec", spec_path, "--", inside};
     size_t k = 6;
     if (!spec_path) {
@@ -550,18 +551,16 @@ static int parse_opts(int argc, char *const *argv, struct selftest_opts *o)
     return 0;
 }
 
-/* Every tier this host can run: container and process always, the VM tiers once prepared. */
+/* Every tier of this build this host can run now (a VM tier once its guest is prepared). */
 static void default_tiers(struct selftest_opts *o)
 {
-    struct cdn_vm_status st;
-    struct cdn_error err = {0};
-    o->tiers[o->ntiers++] = "container";
-    o->tiers[o->ntiers++] = "process";
-    if (cdn_vm_status(&st, &err) == 0 && st.qemu[0] && st.kernel_ready && st.initramfs_ready) {
-        o->tiers[o->ntiers++] = "microvm";
-        o->tiers[o->ntiers++] = "vm";
-    } else
-        fprintf(stderr, "cordon selftest: the VM tiers are not prepared here (cordon vm status): not run\n");
+    for (const struct cdn_tier_ops *const *t = cdn_tiers; *t && o->ntiers < MAX_TIERS; t++) {
+        struct cdn_error err = {0};
+        if ((*t)->ready && (*t)->ready(&err) < 0)
+            fprintf(stderr, "cordon selftest: tier %s not run: %s\n", (*t)->name, err.msg);
+        else
+            o->tiers[o->ntiers++] = (*t)->name;
+    }
 }
 
 /* The control: without a sandbox the probes must report escapes in these areas, else they cannot tell. */

@@ -101,7 +101,7 @@ static int v2_stats(struct cdn_cgroup *cg, struct cdn_cgroup_stats *ret)
 
 static int v2_kill_all(struct cdn_cgroup *cg)
 {
-    if (cg->dirfd < 0) { /* e.g. in the guard, which closed every inherited fd */
+    if (cg->dirfd < 0) { /* e.g. in the reaper, which closed every inherited fd */
         char p[512];
         if (cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V2, NULL, cg->name) < 0)
             return 0;

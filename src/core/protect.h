@@ -1,6 +1,6 @@
 /* Protected paths (the spec's "protect"): what a pattern names inside a
  * sandbox's root. The setup child binds each match on itself read-only; the
- * host marks the same matches for fanotify (src/monitor/fsguard.h). Both
+ * host marks the same matches for fanotify (src/monitor/fanotify.h). Both
  * expand the patterns the same way, before any sandbox process runs. */
 #pragma once
 

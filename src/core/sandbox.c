@@ -30,9 +30,9 @@ void cdn_sandbox_init(struct cdn_sandbox *sb, const struct cdn_spec *spec)
         .slot = -1,
         .slot_hint = -1,
         .slot_fd = -EBADF,
-        .guard_fd = -EBADF,
+        .reaper_fd = -EBADF,
         .netns_fd = -EBADF,
-        .fsguard_fd = -EBADF,
+        .fanotify_fd = -EBADF,
     };
     cdn_sandbox_new_id(sb->id);
     sb->cgroup.dirfd = -EBADF;

@@ -19,13 +19,13 @@ struct cdn_sandbox {
     const struct cdn_spec *spec; /* borrowed; outlives the sandbox */
     const struct cdn_tier_ops *tier;
 
-    int agent_fd; /* host end of the agent socket (frames of src/agent/frame.h) */
+    int agent_fd; /* host end of the agent socket (frames of src/proto/frame.h) */
     pid_t init_pid;
     int init_pidfd;
     int setup_fd; /* reports a setup failure from the pre-exec child; EOF once init runs */
     int stdio_fd; /* set by the caller before create: init's fds 0-2 (-EBADF: the caller's own) */
     /* Set by the caller before create. A persistent sandbox outlives its
-     * creator (cordond restarts): no guard and no parent-death signal; its
+     * creator (cordond restarts): no reaper and no parent-death signal; its
      * init holds the slot lock itself and accepts a new host connection on
      * listen_fd (a listening unix socket) whenever the old one is gone. */
     bool persistent;
@@ -45,18 +45,15 @@ struct cdn_sandbox {
      * the resolver its /etc/resolv.conf names (host byte order, 0 = none). */
     int netns_fd;
     uint32_t resolver_ip;
-    uint32_t sandbox_ip; /* VM tiers: the sandbox's address there (the guest takes it), 0 = none */
-    /* The monitor's fanotify group (src/monitor/fsguard.h), when >= 0: init
+    uint32_t sandbox_ip; /* its address there, for a tier whose guest takes it (the VM tiers); 0 = none */
+    /* The monitor's fanotify group (src/monitor/fanotify.h), when >= 0: init
      * keeps a copy (fd 10) so that the marks on a sandbox's protected paths,
      * and the opens waiting for an answer, outlive a restarting cordond. */
-    int fsguard_fd;
-    /* VM tiers: the accelerator QEMU runs the guest with ("kvm" or "tcg"), and
-     * whether the guest was restored from a snapshot (else booted cold). */
-    char accel[8];
-    bool vm_restored;
-    /* VM tiers: the guest's last USAGE report (its cgroup of commands, its disk). */
-    uint64_t vm_memory_peak, vm_oom_kills, vm_pids_max_hits;
-    bool vm_disk_full;
+    int fanotify_fd;
+    /* The tier's own state (its accelerator, a guest's last usage report, …), owned by the tier:
+     * made by create or restore/adopt, kept after destroy for describe(), freed by release()
+     * (tiers/tier.h). NULL for tiers without any. */
+    void *tier_data;
 
     /* host resources held for the sandbox's lifetime */
     int slot;    /* index of the uid range and cgroup name */
@@ -64,8 +61,8 @@ struct cdn_sandbox {
     uint32_t uid_base;
     struct cdn_cgroup cgroup;
     uint64_t oom_base; /* oom_kill count of a reused cgroup at creation */
-    int guard_fd;      /* write end of the guard pipe: EOF without "done" = clean up */
-    pid_t guard_pid;
+    int reaper_fd;     /* write end of the reaper pipe: EOF without "done" = clean up */
+    pid_t reaper_pid;
     struct timespec created;
 };
 

@@ -1,13 +1,12 @@
 /* JSON <-> spec. Decoding walks the document against tables of known fields,
  * so an unknown or mistyped field is reported by its dotted name. */
 #include "spec.h"
+#include "json-util.h"
 
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-#define _cleanup_json_ _cleanup_(json_decrefp) /* jansson's own NULL-safe destructor */
 
 static int get_uint(json_t *v, const char *field, uint64_t *ret, struct cdn_error *err)
 {
@@ -196,17 +195,7 @@ static int decode_map(struct cdn_spec *spec, json_t *obj, const char *name, stru
         int r = get_string(v, field, &s, err);
         if (r < 0)
             return r;
-        if (is_env) {
-            r = cdn_spec_set_env(spec, key, s, err);
-        } else {
-            if (!key[0] || strchr(key, '=') || strlen(key) > 128 || strlen(s) > 1024)
-                return cdn_error_field(err, EINVAL, field,
-                                       "%s: label keys are 1-128 chars without '=', values up to 1024",
-                                       field);
-            char kv[1200];
-            (void) snprintf(kv, sizeof kv, "%s=%s", key, s);
-            r = cdn_strv_push(&spec->labels, kv);
-        }
+        r = is_env ? cdn_spec_set_env(spec, key, s, err) : cdn_spec_add_label(spec, key, s, err);
         if (r < 0)
             return r;
     }
@@ -241,6 +230,16 @@ static int decode_field(struct cdn_spec *spec, const char *key, json_t *v, struc
         if (r >= 0)
             spec->on_violation = (enum cdn_on_violation) e;
         return r;
+    }
+    if (strcmp(key, "disk") == 0) {
+        int r = decode_enum(v, "disk", cdn_disk_kind_from_string, &e, err);
+        if (r < 0)
+            return cdn_error_field(err, EINVAL, "disk",
+                                   "disk: must be \"disk\" (a filesystem of its own) or "
+                                   "\"memory\" (tmpfs), not %.40s",
+                                   json_is_string(v) ? json_string_value(v) : "a non-string");
+        spec->disk = (enum cdn_disk_kind) e;
+        return 0;
     }
     if (strcmp(key, "image") == 0)
         return set_string(&spec->image, v, "image", err);
@@ -335,7 +334,8 @@ char *cdn_spec_to_json(const struct cdn_spec *spec)
         "read_only", spec->read_only_root, "watch_writes", spec->watch_writes, "on_violation",
         cdn_on_violation_to_string(spec->on_violation));
     if (root &&
-        json_object_set_new(json_object_get(root, "limits"), "ptys", json_integer((json_int_t) l->ptys)))
+        (json_object_set_new(json_object_get(root, "limits"), "ptys", json_integer((json_int_t) l->ptys)) ||
+         json_object_set_new(root, "disk", json_string(cdn_disk_kind_to_string(spec->disk)))))
         return NULL;
     return root ? json_dumps(root, JSON_COMPACT) : NULL;
 }

@@ -1,7 +1,7 @@
 /* Sandbox spec: defaults, JSON decoding with field-naming errors, validation. */
 #include "spec.h"
 #include "protect.h"
-#include "net/allow.h"
+#include "core/allow.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +10,7 @@
 static const char *const tier_names[_CDN_TIER_MAX] = {"process", "container", "microvm", "vm"};
 static const char *const net_names[_CDN_NET_MAX] = {"none", "allowlist", "open"};
 static const char *const violation_names[_CDN_VIOLATION_MAX] = {"log", "deny", "kill"};
+static const char *const disk_names[_CDN_DISK_MAX] = {"disk", "memory"};
 
 static int lookup(const char *const *names, int n, const char *s)
 {
@@ -44,22 +45,13 @@ int cdn_on_violation_from_string(const char *s)
     return lookup(violation_names, _CDN_VIOLATION_MAX, s);
 }
 
-int cdn_strv_push(struct cdn_strv *l, const char *s)
+const char *cdn_disk_kind_to_string(enum cdn_disk_kind k)
 {
-    if (l->n >= CDN_MAX_LIST)
-        return -E2BIG;
-    char *copy = strdup(s);
-    char **v = realloc(l->v, (l->n + 2) * sizeof(char *));
-    if (!copy || !v) {
-        free(copy);
-        if (v)
-            l->v = v;
-        return -ENOMEM;
-    }
-    v[l->n++] = copy;
-    v[l->n] = NULL;
-    l->v = v;
-    return 0;
+    return (unsigned) k < _CDN_DISK_MAX ? disk_names[k] : NULL;
+}
+int cdn_disk_kind_from_string(const char *s)
+{
+    return lookup(disk_names, _CDN_DISK_MAX, s);
 }
 
 /* Set "K=V" in l, replacing an earlier K. */
@@ -151,15 +143,6 @@ int cdn_exec_env_for(const struct cdn_spec *spec, const char *term, char *const 
     return 0;
 }
 
-void cdn_strv_free(struct cdn_strv *l)
-{
-    for (size_t i = 0; i < l->n; i++)
-        free(l->v[i]);
-    free(l->v);
-    l->v = NULL;
-    l->n = 0;
-}
-
 static int replace_str(char **dst, const char *s)
 {
     char *copy = strdup(s);
@@ -183,6 +166,7 @@ int cdn_spec_init(struct cdn_spec *spec)
                    .ptys = 64},
         .net_mode = CDN_NET_NONE,
         .on_violation = CDN_VIOLATION_LOG,
+        .disk = CDN_DISK_MEMORY, /* "disk" costs a create ~2 ms more (docs/disk.md) */
     };
     if (replace_str(&spec->image, "host") < 0 || replace_str(&spec->workdir, "/workspace") < 0 ||
         replace_str(&spec->hostname, "cordon") < 0) {
@@ -324,6 +308,32 @@ int cdn_spec_parse_env(struct cdn_spec *spec, const char *arg, struct cdn_error 
     return cdn_spec_set_env(spec, key, eq + 1, err);
 }
 
+int cdn_spec_add_label(struct cdn_spec *spec, const char *key, const char *value, struct cdn_error *err)
+{
+    char field[48];
+    (void) snprintf(field, sizeof field, "labels.%.30s", key);
+    if (!key[0] || strchr(key, '=') || strlen(key) > 128 || strlen(value) > 1024)
+        return cdn_error_field(err, EINVAL, field,
+                               "%s: label keys are 1-128 chars without '=', values up to 1024", field);
+    char kv[1200];
+    (void) snprintf(kv, sizeof kv, "%s=%s", key, value);
+    return cdn_strv_push(&spec->labels, kv);
+}
+
+int cdn_spec_parse_label(struct cdn_spec *spec, const char *arg, struct cdn_error *err)
+{
+    const char *eq = strchr(arg, '=');
+    if (!eq)
+        return cdn_error_field(err, EINVAL, "labels", "--label '%.64s': expected KEY=VALUE", arg);
+    char key[130];
+    size_t klen = (size_t) (eq - arg);
+    if (klen >= sizeof key) /* too long for a key: let the check say so */
+        klen = sizeof key - 1;
+    memcpy(key, arg, klen);
+    key[klen] = 0;
+    return cdn_spec_add_label(spec, key, eq + 1, err);
+}
+
 int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
 {
     const struct cdn_limits *l = &spec->limits;
@@ -393,9 +403,17 @@ int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
     if (!cdn_path_is_safe_absolute(spec->workdir) || strcmp(spec->workdir, "/") == 0)
         return cdn_error_field(err, EINVAL, "workdir", "workdir: '%s' must be an absolute path below /",
                                spec->workdir);
-    if (strcmp(spec->image, "host") != 0 && !cdn_path_is_safe_absolute(spec->image))
-        return cdn_error_field(err, EINVAL, "image",
-                               "image: '%s' is neither 'host' nor an absolute directory", spec->image);
+    if (spec->image[0] == '/' && !cdn_path_is_safe_absolute(spec->image))
+        return cdn_error_field(err, EINVAL, "image", "image: '%s' is not a clean absolute path", spec->image);
+    /* Anything else but host is an OCI reference, parsed where images resolve (oci/ref.h). */
+    size_t il = strlen(spec->image);
+    if (il == 0 || il > 4600 || strcspn(spec->image, " \t\n\r\v\f") != il)
+        return cdn_error_field(
+            err, EINVAL, "image",
+            "image: '%.64s' is neither 'host', an absolute directory nor an image reference", spec->image);
+    for (size_t i = 0; i < il; i++)
+        if ((unsigned char) spec->image[i] < 0x20 || spec->image[i] == 0x7f)
+            return cdn_error_field(err, EINVAL, "image", "image: a control character in the reference");
     size_t hl = strlen(spec->hostname);
     if (hl == 0 || hl > 63 ||
         strspn(spec->hostname, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") != hl)

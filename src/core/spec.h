@@ -10,20 +10,19 @@
 #include <stdint.h>
 
 #include "shared/error.h"
+#include "shared/strv.h"
 
 enum cdn_tier { CDN_TIER_PROCESS, CDN_TIER_CONTAINER, CDN_TIER_MICROVM, CDN_TIER_VM, _CDN_TIER_MAX };
 enum cdn_net_mode { CDN_NET_NONE, CDN_NET_ALLOWLIST, CDN_NET_OPEN, _CDN_NET_MAX };
 enum cdn_on_violation { CDN_VIOLATION_LOG, CDN_VIOLATION_DENY, CDN_VIOLATION_KILL, _CDN_VIOLATION_MAX };
+/* Where the container tier's writable layer lives: a filesystem of its own on the host's disk (the
+ * default), or a tmpfs charged to the memory limit ("memory"). */
+enum cdn_disk_kind { CDN_DISK_DISK, CDN_DISK_MEMORY, _CDN_DISK_MAX };
 
 struct cdn_mount {
     char *source; /* absolute host path */
     char *target; /* absolute path inside the sandbox */
     bool readonly;
-};
-
-struct cdn_strv {
-    char **v; /* NULL-terminated */
-    size_t n;
 };
 
 struct cdn_limits {
@@ -55,6 +54,7 @@ struct cdn_spec {
      * round trip to the supervisor; always on with protect (docs/events.md). */
     bool watch_writes;
     enum cdn_on_violation on_violation;
+    enum cdn_disk_kind disk;
 };
 
 /* Limits of accepted values; documented in docs/spec.md. */
@@ -67,19 +67,16 @@ struct cdn_spec {
 #define CDN_TIMEOUT_MS_MAX (7ULL * 24 * 3600 * 1000)
 #define CDN_PTYS_MAX       (1u << 20) /* the kernel's NR_UNIX98_PTY_MAX */
 #define CDN_MAX_MOUNTS     64
-#define CDN_MAX_LIST       1024
+#define CDN_MAX_LIST       CDN_STRV_MAX
 
 const char *cdn_tier_to_string(enum cdn_tier t);
-/* microvm and vm: a guest kernel, its agent over a port. */
-static inline bool cdn_tier_is_vm(enum cdn_tier t)
-{
-    return t == CDN_TIER_MICROVM || t == CDN_TIER_VM;
-}
 int cdn_tier_from_string(const char *s);
 const char *cdn_net_mode_to_string(enum cdn_net_mode m);
 int cdn_net_mode_from_string(const char *s);
 const char *cdn_on_violation_to_string(enum cdn_on_violation v);
 int cdn_on_violation_from_string(const char *s);
+const char *cdn_disk_kind_to_string(enum cdn_disk_kind k);
+int cdn_disk_kind_from_string(const char *s);
 
 /* Fill with the safe defaults of DESIGN §2. Returns -ENOMEM only. */
 int cdn_spec_init(struct cdn_spec *spec);
@@ -102,7 +99,10 @@ int cdn_spec_add_mount(struct cdn_spec *spec, const char *source, const char *ta
 int cdn_spec_parse_bind(struct cdn_spec *spec, const char *arg, struct cdn_error *err);
 int cdn_spec_set_env(struct cdn_spec *spec, const char *key, const char *value, struct cdn_error *err);
 int cdn_spec_parse_env(struct cdn_spec *spec, const char *arg, struct cdn_error *err);
-int cdn_strv_push(struct cdn_strv *l, const char *s);
+/* One label: keys of 1-128 bytes without '=', values up to 1024 ("labels" in JSON, --label K=V);
+ * field names the label ("labels.KEY") in err. */
+int cdn_spec_add_label(struct cdn_spec *spec, const char *key, const char *value, struct cdn_error *err);
+int cdn_spec_parse_label(struct cdn_spec *spec, const char *arg, struct cdn_error *err);
 /* The environment of a command in a sandbox of spec, into ret (owned, freed
  * with cdn_strv_free): a sane base (PATH, HOME, LANG), TERM=term unless NULL,
  * HOSTNAME, the spec's env, then extra ("K=V", NULL-terminated, may be NULL);
@@ -114,6 +114,5 @@ int cdn_exec_env(const struct cdn_spec *spec, const char *term, char *const *ext
  * request's own (extra) as always, last. */
 int cdn_exec_env_for(const struct cdn_spec *spec, const char *term, char *const *extra, bool verifier,
                      struct cdn_strv *ret);
-void cdn_strv_free(struct cdn_strv *l);
 /* Absolute, normalised-enough path check used for targets, workdir, images. */
 bool cdn_path_is_safe_absolute(const char *p);

@@ -20,7 +20,7 @@
 
 static uint8_t payload[CDN_FRAME_MAX];
 
-const char *agent_frame_name(uint16_t type)
+const char *cdn_agent_frame_name(uint16_t type)
 {
     static const char *const names[] = {
         [CDN_FRAME_EXEC] = "EXEC",     [CDN_FRAME_EXIT] = "EXIT",           [CDN_FRAME_ERROR] = "ERROR",
@@ -59,7 +59,7 @@ static void hang_up(struct agent_conn *c)
         c->on_close(c, c->arg);
 }
 
-void agent_conn_fail(struct agent_conn *c, const char *fmt, ...)
+void cdn_agent_conn_fail(struct agent_conn *c, const char *fmt, ...)
 {
     if (!c->bev)
         return; /* closed already: the first reason stands */
@@ -70,7 +70,7 @@ void agent_conn_fail(struct agent_conn *c, const char *fmt, ...)
     hang_up(c);
 }
 
-const char *agent_conn_failure(const struct agent_conn *c)
+const char *cdn_agent_conn_failure(const struct agent_conn *c)
 {
     return c->failure[0] ? c->failure : NULL;
 }
@@ -121,13 +121,13 @@ static bool deliver(struct agent_conn *c, const struct cdn_frame_header *h)
         return c->bev != NULL; /* else: a request we gave up on (its client left), or an old host's */
     }
     if (h->type >= 32 || !(r->accepts & AGENT_FRAME(h->type))) {
-        agent_conn_fail(c, "a %s frame on channel %u, which expects none now", agent_frame_name(h->type),
-                        h->channel);
+        cdn_agent_conn_fail(c, "a %s frame on channel %u, which expects none now",
+                            cdn_agent_frame_name(h->type), h->channel);
         return false;
     }
     if (is_last(h->type) && !last_payload_ok(h->type, payload, h->length)) {
-        agent_conn_fail(c, "a %s frame on channel %u whose payload (%u bytes) does not decode",
-                        agent_frame_name(h->type), h->channel, h->length);
+        cdn_agent_conn_fail(c, "a %s frame on channel %u whose payload (%u bytes) does not decode",
+                            cdn_agent_frame_name(h->type), h->channel, h->length);
         return false;
     }
     if (is_last(h->type)) {
@@ -149,7 +149,7 @@ static void on_read(struct bufferevent *bev, void *arg)
             return;
         int r = cdn_frame_header_decode(hdr, &h);
         if (r < 0) {
-            agent_conn_fail(c, "a frame header that does not decode (%s)", strerror(-r));
+            cdn_agent_conn_fail(c, "a frame header that does not decode (%s)", strerror(-r));
             return;
         }
         if (evbuffer_get_length(in) < CDN_FRAME_HEADER + (size_t) h.length)
@@ -169,7 +169,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         hang_up(arg);
 }
 
-int agent_conn_open(struct agent_conn *c, struct event_base *base, int fd)
+int cdn_agent_conn_open(struct agent_conn *c, struct event_base *base, int fd)
 {
     /* Channels are numbered from a random start. A VM guest's port is one stream across hosts: a
      * guest that did not see the last host hang up (the reconnection came first) still runs that
@@ -190,13 +190,13 @@ int agent_conn_open(struct agent_conn *c, struct event_base *base, int fd)
     return bufferevent_enable(c->bev, EV_READ) < 0 ? -EIO : 0;
 }
 
-void agent_conn_close(struct agent_conn *c)
+void cdn_agent_conn_close(struct agent_conn *c)
 {
     c->on_close = NULL;
     hang_up(c);
 }
 
-uint32_t agent_conn_add(struct agent_conn *c, struct agent_req *r, uint32_t accepts)
+uint32_t cdn_agent_conn_add(struct agent_conn *c, struct agent_req *r, uint32_t accepts)
 {
     do
         r->channel = c->next_channel++;
@@ -207,7 +207,7 @@ uint32_t agent_conn_add(struct agent_conn *c, struct agent_req *r, uint32_t acce
     return r->channel;
 }
 
-void agent_conn_remove(struct agent_conn *c, struct agent_req *r)
+void cdn_agent_conn_remove(struct agent_conn *c, struct agent_req *r)
 {
     (void) c;
     if (!r->listed)
@@ -216,8 +216,8 @@ void agent_conn_remove(struct agent_conn *c, struct agent_req *r)
     r->listed = false;
 }
 
-int agent_conn_send(struct agent_conn *c, uint16_t type, uint16_t flags, uint32_t channel, const void *p,
-                    uint32_t len)
+int cdn_agent_conn_send(struct agent_conn *c, uint16_t type, uint16_t flags, uint32_t channel, const void *p,
+                        uint32_t len)
 {
     if (!c->bev)
         return -ENOTCONN;
@@ -230,7 +230,7 @@ int agent_conn_send(struct agent_conn *c, uint16_t type, uint16_t flags, uint32_
     return 0;
 }
 
-void agent_conn_pause(struct agent_conn *c, bool pause)
+void cdn_agent_conn_pause(struct agent_conn *c, bool pause)
 {
     if (!c->bev)
         return;

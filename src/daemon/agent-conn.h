@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <sys/queue.h>
 
-#include "agent/frame.h"
+#include "proto/frame.h"
 
 #define AGENT_FRAME(type) (1u << (type))
 /* What init sends on a channel: an exec (and a pooled guest's first command), a file operation that
@@ -41,7 +41,7 @@
 struct agent_req {
     uint32_t channel;
     uint32_t accepts; /* AGENT_FRAME bits */
-    bool listed;      /* registered on a connection (agent_conn_add), not ended yet */
+    bool listed;      /* registered on a connection (cdn_agent_conn_add), not ended yet */
     void (*on_frame)(struct agent_req *r, uint16_t type, const uint8_t *p, uint32_t len);
     LIST_ENTRY(agent_req) link;
 };
@@ -53,27 +53,27 @@ struct agent_conn {
     /* init hung up, spoke garbage or broke the protocol (then failure says how) */
     void (*on_close)(struct agent_conn *c, void *arg);
     /* A frame on channel 0 from init (a VM guest's VIOLATION); p is valid during the call. The
-     * callee checks it and calls agent_conn_fail() for one init never sends. */
+     * callee checks it and calls cdn_agent_conn_fail() for one init never sends. */
     void (*on_event)(struct agent_conn *c, uint16_t type, const uint8_t *p, uint32_t len, void *arg);
     void *arg;
     char failure[192]; /* the protocol violation that closed it; empty otherwise */
 };
 
-int agent_conn_open(struct agent_conn *c, struct event_base *base, int fd);
-void agent_conn_close(struct agent_conn *c); /* ends every request with type 0 */
+int cdn_agent_conn_open(struct agent_conn *c, struct event_base *base, int fd);
+void cdn_agent_conn_close(struct agent_conn *c); /* ends every request with type 0 */
 /* Register r under a new channel, admitting the frame types of accepts; returns the channel. */
-uint32_t agent_conn_add(struct agent_conn *c, struct agent_req *r, uint32_t accepts);
+uint32_t cdn_agent_conn_add(struct agent_conn *c, struct agent_req *r, uint32_t accepts);
 /* Take r off the connection (no-op when it is not listed any more): later frames on its
  * channel are dropped as a departed request's. */
-void agent_conn_remove(struct agent_conn *c, struct agent_req *r);
-int agent_conn_send(struct agent_conn *c, uint16_t type, uint16_t flags, uint32_t channel, const void *p,
-                    uint32_t len);
+void cdn_agent_conn_remove(struct agent_conn *c, struct agent_req *r);
+int cdn_agent_conn_send(struct agent_conn *c, uint16_t type, uint16_t flags, uint32_t channel, const void *p,
+                        uint32_t len);
 /* Stop/resume reading frames from init (a slow streaming client: init then
  * stops reading its commands' output, and they block). */
-void agent_conn_pause(struct agent_conn *c, bool pause);
+void cdn_agent_conn_pause(struct agent_conn *c, bool pause);
 /* A protocol violation (fmt says which): the connection is closed as described above. */
-void agent_conn_fail(struct agent_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cdn_agent_conn_fail(struct agent_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Why the connection was closed for a protocol violation, or NULL (it is open, or init hung up). */
-const char *agent_conn_failure(const struct agent_conn *c);
+const char *cdn_agent_conn_failure(const struct agent_conn *c);
 /* The frame type's name ("EXIT", "RESULT", …; "type N" for an unknown one). */
-const char *agent_frame_name(uint16_t type);
+const char *cdn_agent_frame_name(uint16_t type);

@@ -9,7 +9,9 @@
 #include <string.h>
 
 #include "call-args.h"
-#include "daemon.h"
+#include "api.h"
+#include "core/json-util.h"
+#include "tiers/tier.h"
 
 struct pending_call {
     struct agent_req areq; /* first: the agent connection hands this back */
@@ -21,7 +23,7 @@ struct pending_call {
 
 static void call_free(struct pending_call *c)
 {
-    agent_conn_remove(&c->box->agent, &c->areq);
+    cdn_agent_conn_remove(&c->box->agent, &c->areq);
     if (c->deadline_ev)
         event_free(c->deadline_ev);
     free(c);
@@ -33,8 +35,9 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
     (void) fd, (void) what;
     struct pending_call *c = arg;
-    api_reply_error(c->req, 504, "agent_timeout", NULL,
-                    "the call did not end within %u s of its client leaving", cordond->cfg.agent_timeout_s);
+    cdn_api_reply_error(c->req, 504, "agent_timeout", NULL,
+                        "the call did not end within %u s of its client leaving",
+                        cdn_daemon->cfg.agent_timeout_s);
     call_free(c);
 }
 
@@ -43,8 +46,8 @@ static void client_gone(struct evhttp_connection *conn, void *arg)
     (void) conn;
     struct pending_call *c = arg;
     c->gone = true;
-    struct timeval tv = {.tv_sec = (time_t) cordond->cfg.agent_timeout_s};
-    if ((c->deadline_ev = evtimer_new(cordond->base, on_deadline, c)))
+    struct timeval tv = {.tv_sec = (time_t) cdn_daemon->cfg.agent_timeout_s};
+    if ((c->deadline_ev = evtimer_new(cdn_daemon->base, on_deadline, c)))
         (void) evtimer_add(c->deadline_ev, &tv);
 }
 
@@ -58,69 +61,67 @@ static void call_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
     /* Answered even when its client is gone: that frees the request. */
     int e;
     const char *msg;
-    json_t *o = type == CDN_FRAME_RESULT ? json_loadb((const char *) p, len, 0, NULL) : NULL;
+    _cleanup_json_ json_t *o = type == CDN_FRAME_RESULT ? json_loadb((const char *) p, len, 0, NULL) : NULL;
     if (type == CDN_FRAME_RESULT && json_is_object(o)) {
-        struct evbuffer *b = evbuffer_new();
+        _cleanup_evbuffer_ struct evbuffer *b = evbuffer_new();
         if (b && evbuffer_add(b, p, len) == 0) {
             evhttp_add_header(evhttp_request_get_output_headers(c->req), "Content-Type", "application/json");
             evhttp_send_reply(c->req, 200, "OK", b);
         } else
-            api_reply_error(c->req, 500, "internal", NULL, "out of memory");
-        if (b)
-            evbuffer_free(b);
+            cdn_api_reply_error(c->req, 500, "internal", NULL, "out of memory");
     } else if (type == CDN_FRAME_RESULT)
-        api_reply_error(c->req, 502, "bad_result", NULL,
-                        "the sandbox's interpreter answered with no JSON object");
+        cdn_api_reply_error(c->req, 502, "bad_result", NULL,
+                            "the sandbox's interpreter answered with no JSON object");
     else if (type == CDN_FRAME_ERROR && cdn_errmsg_decode(p, len, &e, &msg) == 0)
-        api_reply_error(c->req,
-                        e == EOPNOTSUPP ? 400
-                        : e == EAGAIN   ? 429
-                                        : 500,
-                        e == EOPNOTSUPP ? "unsupported"
-                        : e == EAGAIN   ? "busy"
-                                        : "call_failed",
-                        NULL, "%s", msg);
-    else if (agent_conn_failure(&c->box->agent))
-        api_reply_error(c->req, 502, "agent_protocol_error", NULL,
-                        "the sandbox's agent broke the protocol: %s", agent_conn_failure(&c->box->agent));
+        cdn_api_reply_error(c->req,
+                            e == EOPNOTSUPP ? 400
+                            : e == EAGAIN   ? 429
+                                            : 500,
+                            e == EOPNOTSUPP ? "unsupported"
+                            : e == EAGAIN   ? "busy"
+                                            : "call_failed",
+                            NULL, "%s", msg);
+    else if (cdn_agent_conn_failure(&c->box->agent))
+        cdn_api_reply_error(c->req, 502, "agent_protocol_error", NULL,
+                            "the sandbox's agent broke the protocol: %s",
+                            cdn_agent_conn_failure(&c->box->agent));
     else
-        api_reply_error(c->req, 500, "sandbox_gone", NULL, "the sandbox ended during the call");
-    json_decref(o);
+        cdn_api_reply_error(c->req, 500, "sandbox_gone", NULL, "the sandbox ended during the call");
     call_free(c);
 }
 
-void api_call(struct evhttp_request *req, struct box *b)
+void cdn_api_call(struct evhttp_request *req, struct box *b)
 {
-    if (b->spec.tier != CDN_TIER_PROCESS)
-        return api_reply_error(req, 400, "unsupported", "tier",
-                               "call: sandbox %s is of tier %s; calls run in "
-                               "tier process",
-                               b->sb.id, cdn_tier_to_string(b->spec.tier));
+    if (!b->sb.tier->calls)
+        return cdn_api_reply_error(req, 400, "unsupported", "tier",
+                                   "call: sandbox %s is of tier %s; calls run in "
+                                   "tier process",
+                                   b->sb.id, cdn_tier_to_string(b->spec.tier));
     if (b->state != BOX_RUNNING)
-        return api_reply_error(req, 409, "sandbox_not_running", NULL, "sandbox %s is %s", b->sb.id,
-                               box_state_name(b->state));
+        return cdn_api_reply_error(req, 409, "sandbox_not_running", NULL, "sandbox %s is %s", b->sb.id,
+                                   cdn_box_state_name(b->state));
     /* A verifier step runs alone: while it does, every open of a protected path is let through. */
     if (b->verifier != VERIFIER_NONE)
-        return api_reply_error(req, 409, "verifier_running", NULL,
-                               "a verifier step runs in sandbox %s; calls wait for its end", b->sb.id);
+        return cdn_api_reply_error(req, 409, "verifier_running", NULL,
+                                   "a verifier step runs in sandbox %s; calls wait for its end", b->sb.id);
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     static uint8_t buf[CDN_FRAME_MAX];
     size_t n = 0;
     struct cdn_error e = {0};
-    int r = call_args_parse((const char *) evbuffer_pullup(in, -1), evbuffer_get_length(in), buf, sizeof buf,
-                            &n, &e);
+    int r = cdn_call_args_parse((const char *) evbuffer_pullup(in, -1), evbuffer_get_length(in), buf,
+                                sizeof buf, &n, &e);
     if (r < 0)
-        return api_reply_cdn_error(req, 400, r == -EBADMSG ? "invalid_json" : "invalid_argument", &e);
+        return cdn_api_reply_cdn_error(req, 400, r == -EBADMSG ? "invalid_json" : "invalid_argument", &e);
     struct pending_call *c = calloc(1, sizeof *c);
     if (!c)
-        return api_reply_error(req, 500, "internal", NULL, "out of memory");
+        return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
     c->areq.on_frame = call_frame;
     c->box = b;
     c->req = req;
-    uint32_t ch = agent_conn_add(&b->agent, &c->areq, AGENT_CALL_FRAMES);
-    if (agent_conn_send(&b->agent, CDN_FRAME_CALL, 0, ch, buf, (uint32_t) n) < 0) {
+    uint32_t ch = cdn_agent_conn_add(&b->agent, &c->areq, AGENT_CALL_FRAMES);
+    if (cdn_agent_conn_send(&b->agent, CDN_FRAME_CALL, 0, ch, buf, (uint32_t) n) < 0) {
         call_free(c);
-        return api_reply_error(req, 500, "internal", NULL, "cannot reach the sandbox's agent");
+        return cdn_api_reply_error(req, 500, "internal", NULL, "cannot reach the sandbox's agent");
     }
     evhttp_connection_set_closecb(evhttp_request_get_connection(req), client_gone, c);
 }

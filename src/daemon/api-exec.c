@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "daemon.h"
+#include "api.h"
 #include "exec-args.h"
 #include "shared/base64.h"
 
@@ -68,23 +68,21 @@ static double ms_since(const struct timespec *t0)
 static json_t *bytes_json(const struct call *c, const uint8_t *p, size_t n)
 {
     if (!c->b64)
-        return json_lossy_string(p, n);
-    char *s = malloc(cdn_base64_len(n) + 1);
+        return cdn_json_lossy_string(p, n);
+    _cleanup_free_ char *s = malloc(cdn_base64_len(n) + 1);
     if (!s)
         return json_null();
     cdn_base64_encode(p, n, s);
-    json_t *j = json_string(s);
-    free(s);
-    return j;
+    return json_string(s);
 }
 
 static void call_done(struct call *c);
 
 static void call_free(struct call *c)
 {
-    agent_conn_remove(&c->box->agent, &c->areq);
+    cdn_agent_conn_remove(&c->box->agent, &c->areq);
     if (c->pending) {
-        exec_args_free(c->pending);
+        cdn_exec_args_free(c->pending);
         free(c->pending);
     }
     free(c->last);
@@ -127,11 +125,11 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
  * answer. One deadline per call; arming it again leaves it as it is. */
 static void arm_deadline(struct call *c)
 {
-    if (!c->deadline_ev && !(c->deadline_ev = evtimer_new(cordond->base, on_deadline, c)))
+    if (!c->deadline_ev && !(c->deadline_ev = evtimer_new(cdn_daemon->base, on_deadline, c)))
         return;
     if (evtimer_pending(c->deadline_ev, NULL))
         return;
-    struct timeval tv = {.tv_sec = (time_t) cordond->cfg.agent_timeout_s};
+    struct timeval tv = {.tv_sec = (time_t) cdn_daemon->cfg.agent_timeout_s};
     (void) evtimer_add(c->deadline_ev, &tv);
 }
 
@@ -141,7 +139,7 @@ static void kill_for_departed_client(struct call *c)
 {
     c->departed = true;
     int32_t sig = SIGKILL;
-    (void) agent_conn_send(&c->box->agent, CDN_FRAME_SIGNAL, 0, c->areq.channel, &sig, sizeof sig);
+    (void) cdn_agent_conn_send(&c->box->agent, CDN_FRAME_SIGNAL, 0, c->areq.channel, &sig, sizeof sig);
     arm_deadline(c);
 }
 
@@ -177,10 +175,10 @@ static void throttle_stop(struct box *b)
     b->throttle = NULL;
     if (b->throttle_ev)
         evtimer_del(b->throttle_ev);
-    agent_conn_pause(&b->agent, false);
+    cdn_agent_conn_pause(&b->agent, false);
 }
 
-void api_throttle_end(struct box *b)
+void cdn_api_throttle_end(struct box *b)
 {
     throttle_stop(b);
     if (b->throttle_ev)
@@ -202,11 +200,11 @@ static void send_chunk(struct call *c, struct evbuffer *buf)
     struct box *b = c->box;
     if (b->throttle || client_backlog(c) <= CLIENT_HIGH)
         return;
-    if (!b->throttle_ev && !(b->throttle_ev = event_new(cordond->base, -1, EV_PERSIST, throttle_check, b)))
+    if (!b->throttle_ev && !(b->throttle_ev = event_new(cdn_daemon->base, -1, EV_PERSIST, throttle_check, b)))
         return;
     struct timeval tv = {.tv_usec = 5000};
     b->throttle = c;
-    agent_conn_pause(&b->agent, true);
+    cdn_agent_conn_pause(&b->agent, true);
     (void) evtimer_add(b->throttle_ev, &tv);
 }
 
@@ -227,18 +225,16 @@ static void on_client_closed(evutil_socket_t fd, short what, void *arg)
 
 static void stream_line(struct call *c, json_t *line)
 {
-    char *s = line ? json_dumps(line, JSON_COMPACT) : NULL;
+    _cleanup_free_ char *s = line ? json_dumps(line, JSON_COMPACT) : NULL;
     json_decref(line);
     if (!s)
         return;
-    struct evbuffer *b = evbuffer_new();
+    _cleanup_evbuffer_ struct evbuffer *b = evbuffer_new();
     if (b) {
         evbuffer_add(b, s, strlen(s));
         evbuffer_add(b, "\n", 1);
         send_chunk(c, b);
-        evbuffer_free(b);
     }
-    free(s);
 }
 
 /* Where a chunk must be cut so that no UTF-8 character is split: the start
@@ -265,7 +261,7 @@ static void stream_text(struct call *c, int s, const uint8_t *p, size_t len)
         stream_line(c, json_pack("{s:s, s:o}", "type", name, "data_b64", bytes_json(c, p, len)));
         return;
     }
-    uint8_t *buf = malloc(c->tail_len[s] + len + 1);
+    _cleanup_free_ uint8_t *buf = malloc(c->tail_len[s] + len + 1);
     if (!buf)
         return;
     memcpy(buf, c->tail[s], c->tail_len[s]);
@@ -275,8 +271,7 @@ static void stream_text(struct call *c, int s, const uint8_t *p, size_t len)
     c->tail_len[s] = (uint8_t) (n - cut);
     memcpy(c->tail[s], buf + cut, n - cut);
     if (cut)
-        stream_line(c, json_pack("{s:s, s:o}", "type", name, "data", json_lossy_string(buf, cut)));
-    free(buf);
+        stream_line(c, json_pack("{s:s, s:o}", "type", name, "data", cdn_json_lossy_string(buf, cut)));
 }
 
 static void record_latency(double ms)
@@ -285,8 +280,8 @@ static void record_latency(double ms)
     size_t i = 0;
     while (i < sizeof bounds_ms / sizeof bounds_ms[0] && ms > bounds_ms[i])
         i++;
-    cordond->exec_hist[i]++;
-    cordond->exec_sum_ms += ms;
+    cdn_daemon->exec_hist[i]++;
+    cdn_daemon->exec_sum_ms += ms;
 }
 
 static int send_exec(struct call *c, struct exec_args *a);
@@ -309,10 +304,10 @@ static void refuse(struct call *c, int status, const char *code, const char *msg
 static int quiesce(struct call *c)
 {
     struct agent_conn *ac = &c->box->agent;
-    uint32_t ch = agent_conn_add(ac, &c->areq, AGENT_QUIESCE_FRAMES);
-    int r = agent_conn_send(ac, CDN_FRAME_QUIESCE, 0, ch, NULL, 0);
+    uint32_t ch = cdn_agent_conn_add(ac, &c->areq, AGENT_QUIESCE_FRAMES);
+    int r = cdn_agent_conn_send(ac, CDN_FRAME_QUIESCE, 0, ch, NULL, 0);
     if (r < 0)
-        agent_conn_remove(ac, &c->areq);
+        cdn_agent_conn_remove(ac, &c->areq);
     else
         arm_deadline(c);
     return r;
@@ -327,7 +322,8 @@ static void quiesce_frame(struct agent_req *r, uint16_t type, const uint8_t *p, 
         evtimer_del(c->deadline_ev); /* answered (DONE) or over (0): no more waiting for it */
     if (type == CDN_FRAME_DONE && b->verifier == VERIFIER_STARTING) {
         struct cdn_error moved = {0};
-        if (guard_check_moved(b, &moved) < 0) { /* the step would read what is there now: not the key */
+        if (cdn_box_fanotify_check_moved(b, &moved) <
+            0) { /* the step would read what is there now: not the key */
             b->verifier = VERIFIER_NONE;
             c->verifier = false;
             refuse(c, 409, "protected_path_moved", moved.msg);
@@ -337,7 +333,7 @@ static void quiesce_frame(struct agent_req *r, uint16_t type, const uint8_t *p, 
         b->verifier = VERIFIER_RUNNING;
         c->areq.on_frame = exec_frame;
         int e = send_exec(c, c->pending);
-        exec_args_free(c->pending);
+        cdn_exec_args_free(c->pending);
         free(c->pending);
         c->pending = NULL;
         if (e < 0) {
@@ -353,7 +349,7 @@ static void quiesce_frame(struct agent_req *r, uint16_t type, const uint8_t *p, 
      * they are gone: no result then. */
     b->verifier = VERIFIER_NONE;
     c->verifier = false;
-    if (c->last_type && (type == CDN_FRAME_DONE || !agent_conn_failure(&b->agent)))
+    if (c->last_type && (type == CDN_FRAME_DONE || !cdn_agent_conn_failure(&b->agent)))
         exec_finish(c, c->last_type, c->last, c->last_len);
     else
         exec_finish(c, 0, NULL, 0);
@@ -362,10 +358,10 @@ static void quiesce_frame(struct agent_req *r, uint16_t type, const uint8_t *p, 
 /* The deadline passed (arm_deadline): the request ends now, answered 504 (its client may have
  * gone: the answer frees it all the same), and its channel is dropped — a late answer from the
  * agent finds nobody. A verifier step that was waiting for its QUIESCE gives the protected
- * paths back: they are guarded again (that state is the guard's, guard.c). */
+ * paths back: they are guarded again (that state is the guard's, box-fanotify.c). */
 static void give_up(struct call *c)
 {
-    agent_conn_remove(&c->box->agent, &c->areq);
+    cdn_agent_conn_remove(&c->box->agent, &c->areq);
     c->gave_up = true;
     c->quiesce_unanswered = c->areq.on_frame == quiesce_frame;
     if (c->verifier)
@@ -378,7 +374,7 @@ static void give_up(struct call *c)
  * broke the protocol, or it did not answer in time. */
 static json_t *lost_json(struct call *c, int *status)
 {
-    const char *failure = agent_conn_failure(&c->box->agent);
+    const char *failure = cdn_agent_conn_failure(&c->box->agent);
     char msg[320];
     if (c->gave_up && c->quiesce_unanswered) {
         struct cdn_exit_msg m;
@@ -386,24 +382,24 @@ static json_t *lost_json(struct call *c, int *status)
         (void) snprintf(msg, sizeof msg,
                         "the sandbox's agent did not end its other processes within %u s %s the verifier "
                         "step%s",
-                        cordond->cfg.agent_timeout_s, after ? "after" : "before",
+                        cdn_daemon->cfg.agent_timeout_s, after ? "after" : "before",
                         after ? " (which had exited): its result is withheld" : ": it did not run");
         *status = 504;
-        return api_error_json("agent_timeout", NULL, msg);
+        return cdn_api_error_json("agent_timeout", NULL, msg);
     }
     if (c->gave_up) {
         *status = 504;
         (void) snprintf(msg, sizeof msg, "the sandbox's agent did not end the command within %u s",
-                        cordond->cfg.agent_timeout_s);
-        return api_error_json("agent_timeout", NULL, msg);
+                        cdn_daemon->cfg.agent_timeout_s);
+        return cdn_api_error_json("agent_timeout", NULL, msg);
     }
     if (failure) {
         *status = 502;
         (void) snprintf(msg, sizeof msg, "the sandbox's agent broke the protocol: %s", failure);
-        return api_error_json("agent_protocol_error", NULL, msg);
+        return cdn_api_error_json("agent_protocol_error", NULL, msg);
     }
     *status = 500;
-    return api_error_json("sandbox_gone", NULL, "the sandbox ended before the command did");
+    return cdn_api_error_json("sandbox_gone", NULL, "the sandbox ended before the command did");
 }
 
 static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_t len)
@@ -441,23 +437,23 @@ static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_
         struct box *owner = c->owner ? c->owner : c->box;
         owner->execs++;
         json_t *ev = json_pack("{s:o, s:i, s:f, s:b}", "cmd",
-                               json_lossy_string((const uint8_t *) c->cmd, strlen(c->cmd)), "exit_code", code,
-                               "duration_ms", ms, "timed_out", c->timed_out);
+                               cdn_json_lossy_string((const uint8_t *) c->cmd, strlen(c->cmd)), "exit_code",
+                               code, "duration_ms", ms, "timed_out", c->timed_out);
         if (ev && c->verifier_step)
             json_object_set_new(ev, "verifier", json_string(c->owner ? "sibling" : "in_place"));
-        box_event(owner, "exec", ev);
-        box_check_limits(c->box); /* an OOM kill or a pids-limit hit during it is a violation */
+        cdn_box_event(owner, "exec", ev);
+        cdn_box_check_limits(c->box); /* an OOM kill or a pids-limit hit during it is a violation */
     } else if (c->fail_code) {
         status = c->fail_status;
-        res = api_error_json(c->fail_code, NULL, c->fail_msg);
+        res = cdn_api_error_json(c->fail_code, NULL, c->fail_msg);
     } else if (type == CDN_FRAME_ERROR && cdn_errmsg_decode(p, len, &e, &msg) == 0) {
         /* A verifier step the guest's init refused (frame.h): the sandbox's state, not the command. */
         bool refused = c->verifier_step && (e == CDN_VERIFIER_MOVED || e == CDN_VERIFIER_UNSAFE);
         status = refused ? 409 : 400;
-        res = api_error_json(!refused                  ? "exec_failed"
-                             : e == CDN_VERIFIER_MOVED ? "protected_path_moved"
-                                                       : "verifier_unsafe",
-                             refused ? NULL : "cmd", msg);
+        res = cdn_api_error_json(!refused                  ? "exec_failed"
+                                 : e == CDN_VERIFIER_MOVED ? "protected_path_moved"
+                                                           : "verifier_unsafe",
+                                 refused ? NULL : "cmd", msg);
     } else {
         res = lost_json(c, &status);
     }
@@ -473,14 +469,14 @@ static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_
         stream_line(c, res);
         evhttp_send_reply_end(c->req);
     } else if (status != 200) {
-        api_reply_json(c->req, status, res);
+        cdn_api_reply_json(c->req, status, res);
     } else {
         const char *ko = c->b64 ? "stdout_b64" : "stdout", *ke = c->b64 ? "stderr_b64" : "stderr";
         json_object_set_new(res, ko, bytes_json(c, evbuffer_pullup(c->out, -1), evbuffer_get_length(c->out)));
         json_object_set_new(res, ke, bytes_json(c, evbuffer_pullup(c->err, -1), evbuffer_get_length(c->err)));
         if (c->out_trunc || c->err_trunc)
             json_object_set_new(res, "truncated", json_true());
-        api_reply_json(c->req, 200, res);
+        cdn_api_reply_json(c->req, 200, res);
     }
     void (*done)(void *) = c->done;
     void *done_arg = c->done_arg;
@@ -503,7 +499,7 @@ static void exec_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
         }
         struct evbuffer *b = type == CDN_FRAME_STDOUT ? c->out : c->err;
         bool *trunc = type == CDN_FRAME_STDOUT ? &c->out_trunc : &c->err_trunc;
-        size_t have = evbuffer_get_length(b), cap = cordond->cfg.max_output_bytes;
+        size_t have = evbuffer_get_length(b), cap = cdn_daemon->cfg.max_output_bytes;
         if (have + len > cap) {
             *trunc = true;
             len = have < cap ? (uint32_t) (cap - have) : 0;
@@ -521,7 +517,7 @@ static void exec_timeout(evutil_socket_t fd, short what, void *arg)
     struct call *c = arg;
     c->timed_out = true;
     int32_t sig = SIGKILL;
-    (void) agent_conn_send(&c->box->agent, CDN_FRAME_SIGNAL, 0, c->areq.channel, &sig, sizeof sig);
+    (void) cdn_agent_conn_send(&c->box->agent, CDN_FRAME_SIGNAL, 0, c->areq.channel, &sig, sizeof sig);
 }
 
 static struct call *call_new(struct evhttp_request *req, struct box *b,
@@ -537,18 +533,18 @@ static struct call *call_new(struct evhttp_request *req, struct box *b,
     return c;
 }
 
-bool api_box_usable(struct evhttp_request *req, struct box *b)
+bool cdn_api_box_usable(struct evhttp_request *req, struct box *b)
 {
     if (b->state == BOX_RUNNING)
         return true;
-    api_reply_error(req, 409, "sandbox_not_running", NULL, "sandbox %s is %s%s%s", b->sb.id,
-                    box_state_name(b->state), b->exit_reason[0] ? ": " : "", b->exit_reason);
+    cdn_api_reply_error(req, 409, "sandbox_not_running", NULL, "sandbox %s is %s%s%s", b->sb.id,
+                        cdn_box_state_name(b->state), b->exit_reason[0] ? ": " : "", b->exit_reason);
     return false;
 }
 
 static int send_exec(struct call *c, struct exec_args *a)
 {
-    struct cdn_strv env = {0};
+    _cleanup_(cdn_strv_free) struct cdn_strv env = {0};
     char *const *extra = a->env.n ? a->env.v : NULL;
     if (cdn_exec_env_for(&c->box->spec, a->pty ? "xterm" : NULL, extra, c->verifier, &env) < 0)
         return -ENOMEM;
@@ -562,48 +558,45 @@ static int send_exec(struct call *c, struct exec_args *a)
                                                     .cwd = a->cwd ? a->cwd : c->box->spec.workdir,
                                                     .argv = a->argv.v,
                                                     .envp = env.v});
-    cdn_strv_free(&env);
     if (n < 0)
         return n;
     struct agent_conn *ac = &c->box->agent;
-    uint32_t ch = agent_conn_add(ac, &c->areq, AGENT_EXEC_FRAMES);
-    int r = agent_conn_send(ac, CDN_FRAME_EXEC, 0, ch, buf, (uint32_t) n);
+    uint32_t ch = cdn_agent_conn_add(ac, &c->areq, AGENT_EXEC_FRAMES);
+    int r = cdn_agent_conn_send(ac, CDN_FRAME_EXEC, 0, ch, buf, (uint32_t) n);
     for (long off = 0; r >= 0 && a->has_stdin && off < a->stdin_len; off += STDIN_CHUNK) {
         long k = a->stdin_len - off < (long) STDIN_CHUNK ? a->stdin_len - off : (long) STDIN_CHUNK;
-        r = agent_conn_send(ac, CDN_FRAME_STDIN, 0, ch, a->stdin_data + off, (uint32_t) k);
+        r = cdn_agent_conn_send(ac, CDN_FRAME_STDIN, 0, ch, a->stdin_data + off, (uint32_t) k);
     }
     if (r >= 0 && a->has_stdin)
-        r = agent_conn_send(ac, CDN_FRAME_STDIN, 0, ch, NULL, 0);
+        r = cdn_agent_conn_send(ac, CDN_FRAME_STDIN, 0, ch, NULL, 0);
     if (r < 0)
-        agent_conn_remove(ac, &c->areq);
+        cdn_agent_conn_remove(ac, &c->areq);
     return r;
 }
 
-void api_exec(struct evhttp_request *req, struct box *b)
+void cdn_api_exec(struct evhttp_request *req, struct box *b)
 {
-    if (!api_box_usable(req, b))
+    if (!cdn_api_box_usable(req, b))
         return;
     if (b->verifier != VERIFIER_NONE)
-        return api_reply_error(req, 409, "verifier_running", NULL,
-                               "a verifier step runs in sandbox %s; other commands wait for its end",
-                               b->sb.id);
+        return cdn_api_reply_error(req, 409, "verifier_running", NULL,
+                                   "a verifier step runs in sandbox %s; other commands wait for its end",
+                                   b->sb.id);
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    struct exec_args a = {0};
+    _cleanup_(cdn_exec_args_free) struct exec_args a = {0}; /* moved out by what starts the exec */
     struct cdn_error e = {0};
-    int r = exec_args_parse((const char *) evbuffer_pullup(in, -1), evbuffer_get_length(in), &a, &e);
-    if (r < 0) {
-        exec_args_free(&a);
-        return api_reply_cdn_error(req, 400, r == -EBADMSG ? "invalid_json" : "invalid_argument", &e);
-    }
+    int r = cdn_exec_args_parse((const char *) evbuffer_pullup(in, -1), evbuffer_get_length(in), &a, &e);
+    if (r < 0)
+        return cdn_api_reply_cdn_error(req, 400, r == -EBADMSG ? "invalid_json" : "invalid_argument", &e);
     if (a.verifier == EXEC_VERIFIER_SIBLING)
-        return api_sibling_start(req, b, &a);
-    api_exec_begin(req, b, &a, NULL, NULL, NULL);
+        return cdn_api_sibling_start(req, b, &a);
+    cdn_api_exec_begin(req, b, &a, NULL, NULL, NULL);
 }
 
-void api_exec_begin(struct evhttp_request *req, struct box *b, struct exec_args *args, struct box *owner,
-                    void (*done)(void *arg), void *done_arg)
+void cdn_api_exec_begin(struct evhttp_request *req, struct box *b, struct exec_args *args, struct box *owner,
+                        void (*done)(void *arg), void *done_arg)
 {
-    struct exec_args a = *args;
+    _cleanup_(cdn_exec_args_free) struct exec_args a = *args;
     *args = (struct exec_args){0};
     int r = 0;
     struct call *c = call_new(req, b, exec_frame);
@@ -617,7 +610,7 @@ void api_exec_begin(struct evhttp_request *req, struct box *b, struct exec_args 
         size_t len = 0;
         for (size_t i = 0; a.argv.v[i] && len < sizeof line - 1; i++)
             len += (size_t) snprintf(line + len, sizeof line - len, "%s%s", i ? " " : "", a.argv.v[i]);
-        json_decref(monitor_match(owner ? owner : b, 1, line, len < sizeof line ? len : sizeof line - 1));
+        json_decref(cdn_monitor_match(owner ? owner : b, 1, line, len < sizeof line ? len : sizeof line - 1));
         c->out = evbuffer_new();
         c->err = evbuffer_new();
     }
@@ -636,12 +629,11 @@ void api_exec_begin(struct evhttp_request *req, struct box *b, struct exec_args 
             r = -ENOMEM;
     }
     if (!c || !c->out || !c->err || (!c->verifier && (r = send_exec(c, &a)) < 0) || r < 0) {
-        exec_args_free(&a);
         if (c)
             call_free(c);
-        api_reply_error(req, r == -ENOBUFS ? 400 : 500, r == -ENOBUFS ? "invalid_argument" : "internal",
-                        r == -ENOBUFS ? "cmd" : NULL, "%s",
-                        r == -ENOBUFS ? "cmd and env exceed 1 MiB" : "cannot reach the sandbox's agent");
+        cdn_api_reply_error(req, r == -ENOBUFS ? 400 : 500, r == -ENOBUFS ? "invalid_argument" : "internal",
+                            r == -ENOBUFS ? "cmd" : NULL, "%s",
+                            r == -ENOBUFS ? "cmd and env exceed 1 MiB" : "cannot reach the sandbox's agent");
         if (done)
             done(done_arg);
         return;
@@ -651,21 +643,20 @@ void api_exec_begin(struct evhttp_request *req, struct box *b, struct exec_args 
     if (a.timeout_s > 0) {
         struct timeval tv = {.tv_sec = (time_t) a.timeout_s,
                              .tv_usec = (suseconds_t) ((a.timeout_s - (double) (time_t) a.timeout_s) * 1e6)};
-        c->timer = evtimer_new(cordond->base, exec_timeout, c);
+        c->timer = evtimer_new(cdn_daemon->base, exec_timeout, c);
         if (c->timer)
             evtimer_add(c->timer, &tv);
     }
-    exec_args_free(&a);
-    cordond->execs_total++;
+    cdn_daemon->execs_total++;
     evhttp_connection_set_closecb(evhttp_request_get_connection(req), client_gone, c);
     struct bufferevent *bev = evhttp_connection_get_bufferevent(evhttp_request_get_connection(req));
     if (!c->stream && bev &&
-        (c->closed_ev = event_new(cordond->base, bufferevent_getfd(bev), EV_CLOSED, on_client_closed, c)))
+        (c->closed_ev = event_new(cdn_daemon->base, bufferevent_getfd(bev), EV_CLOSED, on_client_closed, c)))
         (void) event_add(c->closed_ev, NULL);
     if (c->stream) {
         evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/x-ndjson");
         evhttp_send_reply_start(req, 200, "OK");
-        api_stream_timeout(req);
+        cdn_api_stream_timeout(req);
         c->started = true;
     }
 }

@@ -18,7 +18,7 @@
 #include <time.h>
 #include <sys/stat.h>
 
-#include "daemon.h"
+#include "api.h"
 #include "file-args.h"
 
 #define UPLOAD_CHUNK (512u << 10)
@@ -65,7 +65,7 @@ static void forget_client(struct file_call *fc)
 static void cancel(struct file_call *fc)
 {
     if (!fc->cancelled)
-        (void) agent_conn_send(&fc->box->agent, CDN_FRAME_CANCEL, 0, fc->areq.channel, NULL, 0);
+        (void) cdn_agent_conn_send(&fc->box->agent, CDN_FRAME_CANCEL, 0, fc->areq.channel, NULL, 0);
     fc->cancelled = true;
 }
 
@@ -78,7 +78,7 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
     (void) fd, (void) what;
     struct file_call *fc = arg;
-    agent_conn_remove(&fc->box->agent, &fc->areq);
+    cdn_agent_conn_remove(&fc->box->agent, &fc->areq);
     finish(fc, 0, NULL, 0);
 }
 
@@ -89,8 +89,8 @@ static void leave(struct file_call *fc)
     forget_client(fc);
     fc->client_gone = true;
     cancel(fc);
-    struct timeval tv = {.tv_sec = (time_t) cordond->cfg.agent_timeout_s};
-    if (!fc->deadline_ev && (fc->deadline_ev = evtimer_new(cordond->base, on_deadline, fc)))
+    struct timeval tv = {.tv_sec = (time_t) cdn_daemon->cfg.agent_timeout_s};
+    if (!fc->deadline_ev && (fc->deadline_ev = evtimer_new(cdn_daemon->base, on_deadline, fc)))
         (void) evtimer_add(fc->deadline_ev, &tv);
 }
 
@@ -122,7 +122,7 @@ static void grant(struct file_call *fc)
         return;
     uint32_t more = (uint32_t) (READ_WINDOW - used);
     uint8_t le[4] = {(uint8_t) more, (uint8_t) (more >> 8), (uint8_t) (more >> 16), (uint8_t) (more >> 24)};
-    if (agent_conn_send(&fc->box->agent, CDN_FRAME_WINDOW, 0, fc->areq.channel, le, sizeof le) == 0)
+    if (cdn_agent_conn_send(&fc->box->agent, CDN_FRAME_WINDOW, 0, fc->areq.channel, le, sizeof le) == 0)
         fc->inflight += more;
 }
 
@@ -163,14 +163,13 @@ static void read_data(struct file_call *fc, const uint8_t *p, uint32_t len)
         evhttp_add_header(evhttp_request_get_output_headers(fc->req), "Content-Type",
                           "application/octet-stream");
         evhttp_send_reply_start(fc->req, 200, "OK");
-        api_stream_timeout(fc->req);
+        cdn_api_stream_timeout(fc->req);
         fc->started = true;
     }
-    struct evbuffer *b = evbuffer_new();
+    _cleanup_evbuffer_ struct evbuffer *b = evbuffer_new();
     if (b) {
         evbuffer_add(b, p, len);
         evhttp_send_reply_chunk_with_cb(fc->req, b, on_drained, fc);
-        evbuffer_free(b);
     }
     grant(fc);
 }
@@ -197,8 +196,8 @@ static void on_violation(struct file_call *fc, const uint8_t *p, uint32_t len)
         return;
     static const char *const ops[] = {"", "write", "read", "stat", "list", "mkdir", "remove"};
     fc->violation = json_pack("{s:o, s:o, s:s, s:s, s:s}", "path",
-                              json_lossy_string((const uint8_t *) v.path, strlen(v.path)), "requested",
-                              json_lossy_string((const uint8_t *) fc->path, strlen(fc->path)), "op",
+                              cdn_json_lossy_string((const uint8_t *) v.path, strlen(v.path)), "requested",
+                              cdn_json_lossy_string((const uint8_t *) fc->path, strlen(fc->path)), "op",
                               ops[fc->op], "via", "symlink", "where", "files");
 }
 
@@ -231,20 +230,21 @@ static void reply_failed(struct file_call *fc, uint16_t type, const uint8_t *p, 
     int e;
     const char *msg;
     if (type != CDN_FRAME_ERROR || cdn_errmsg_decode(p, len, &e, &msg) < 0) {
-        const char *failure = agent_conn_failure(&fc->box->agent);
+        const char *failure = cdn_agent_conn_failure(&fc->box->agent);
         if (failure)
-            return api_reply_error(fc->req, 502, "agent_protocol_error", NULL,
-                                   "the sandbox's agent broke the protocol: %s", failure);
-        return api_reply_error(fc->req, 500, "sandbox_gone", NULL,
-                               "the sandbox ended during the file operation");
+            return cdn_api_reply_error(fc->req, 502, "agent_protocol_error", NULL,
+                                       "the sandbox's agent broke the protocol: %s", failure);
+        return cdn_api_reply_error(fc->req, 500, "sandbox_gone", NULL,
+                                   "the sandbox ended during the file operation");
     }
     if (fc->violation)
-        return api_reply_error(fc->req, 403, "protected_path", "path", "%s", msg);
+        return cdn_api_reply_error(fc->req, 403, "protected_path", "path", "%s", msg);
     if (e == EFBIG && fc->op == CDN_FILE_READ)
-        return api_reply_error(fc->req, 413, "file_too_large", "max_bytes",
-                               "%s; pass a larger ?max_bytes= (this read's limit: %llu bytes)", msg,
-                               (unsigned long long) fc->max_bytes);
-    api_reply_error(fc->req, http_status_of(e), e == ENOENT ? "not_found" : "file_error", "path", "%s", msg);
+        return cdn_api_reply_error(fc->req, 413, "file_too_large", "max_bytes",
+                                   "%s; pass a larger ?max_bytes= (this read's limit: %llu bytes)", msg,
+                                   (unsigned long long) fc->max_bytes);
+    cdn_api_reply_error(fc->req, http_status_of(e), e == ENOENT ? "not_found" : "file_error", "path", "%s",
+                        msg);
 }
 
 static void reply_done(struct file_call *fc, const uint8_t *p, uint32_t len)
@@ -252,7 +252,7 @@ static void reply_done(struct file_call *fc, const uint8_t *p, uint32_t len)
     struct cdn_file_stat st = {.name = ""};
     if (!len || cdn_file_stat_decode(p, len, &st) <= 0)
         st = (struct cdn_file_stat){.name = ""};
-    json_t *path = json_lossy_string((const uint8_t *) fc->path, strlen(fc->path));
+    json_t *path = cdn_json_lossy_string((const uint8_t *) fc->path, strlen(fc->path));
     switch (fc->op) {
     case CDN_FILE_READ:
         json_decref(path);
@@ -262,14 +262,14 @@ static void reply_done(struct file_call *fc, const uint8_t *p, uint32_t len)
             evhttp_send_reply(fc->req, 200, "OK", NULL); /* an empty file */
         return;
     case CDN_FILE_LIST:
-        return api_reply_json(
+        return cdn_api_reply_json(
             fc->req, 200,
             json_pack("{s:o, s:O, s:b}", "path", path, "entries", fc->entries, "truncated", fc->truncated));
     case CDN_FILE_REMOVE:
-        return api_reply_json(fc->req, 200, json_pack("{s:o, s:b}", "path", path, "removed", 1));
+        return cdn_api_reply_json(fc->req, 200, json_pack("{s:o, s:b}", "path", path, "removed", 1));
     default:
         json_decref(path);
-        return api_reply_json(fc->req, 200, stat_json(fc->path, &st));
+        return cdn_api_reply_json(fc->req, 200, stat_json(fc->path, &st));
     }
 }
 
@@ -284,8 +284,8 @@ static void finish(struct file_call *fc, uint16_t type, const uint8_t *p, uint32
         if (fc->client_gone || (fc->started && (type != CDN_FRAME_DONE || fc->breach)))
             abort_stream(fc);
         else if (fc->breach)
-            api_reply_error(fc->req, 502, "bad_agent", NULL,
-                            "the sandbox's agent sent more than it was asked");
+            cdn_api_reply_error(fc->req, 502, "bad_agent", NULL,
+                                "the sandbox's agent sent more than it was asked");
         else if (type == CDN_FRAME_DONE)
             reply_done(fc, p, len);
         else
@@ -299,7 +299,7 @@ static void finish(struct file_call *fc, uint16_t type, const uint8_t *p, uint32
     free(fc);
     /* Last: in kill mode it ends the sandbox, and with it every request of its connection. */
     if (violation)
-        box_violation(b, VIOLATION_PROTECT, violation);
+        cdn_box_violation(b, CDN_VK_PROTECT, violation);
 }
 
 static void file_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uint32_t len)
@@ -325,8 +325,8 @@ static void upload_more(struct file_call *fc)
            evbuffer_get_length(bufferevent_get_output(ac->bev)) < UPLOAD_AHEAD) {
         size_t k = evbuffer_get_length(body) < UPLOAD_CHUNK ? evbuffer_get_length(body) : UPLOAD_CHUNK;
         bool more = evbuffer_get_length(body) > k;
-        r = agent_conn_send(ac, CDN_FRAME_DATA, more ? CDN_FRAME_MORE : 0, fc->areq.channel,
-                            evbuffer_pullup(body, (ev_ssize_t) k), (uint32_t) k);
+        r = cdn_agent_conn_send(ac, CDN_FRAME_DATA, more ? CDN_FRAME_MORE : 0, fc->areq.channel,
+                                evbuffer_pullup(body, (ev_ssize_t) k), (uint32_t) k);
         (void) evbuffer_drain(body, k);
     }
     if ((r < 0 || evbuffer_get_length(body) == 0) && fc->upload_cb && ac->bev) {
@@ -372,13 +372,13 @@ static int send_request(struct file_call *fc, const struct file_args *a, uint32_
                  : cdn_file_encode(buf, sizeof buf, (uint32_t) fc->op, mode, fc->path,
                                    evbuffer_pullup(body, (ev_ssize_t) first), first);
     struct agent_conn *ac = &fc->box->agent;
-    uint32_t ch = agent_conn_add(ac, &fc->areq,
-                                 fc->op == CDN_FILE_READ || fc->op == CDN_FILE_LIST ? AGENT_FILE_DATA_FRAMES
-                                                                                    : AGENT_FILE_FRAMES);
+    uint32_t ch = cdn_agent_conn_add(
+        ac, &fc->areq,
+        fc->op == CDN_FILE_READ || fc->op == CDN_FILE_LIST ? AGENT_FILE_DATA_FRAMES : AGENT_FILE_FRAMES);
     fc->inflight = o.window;
     int r = n < 0 ? n
-                  : agent_conn_send(ac, CDN_FRAME_FILE, total > first ? CDN_FRAME_MORE : 0, ch, buf,
-                                    (uint32_t) n);
+                  : cdn_agent_conn_send(ac, CDN_FRAME_FILE, total > first ? CDN_FRAME_MORE : 0, ch, buf,
+                                        (uint32_t) n);
     (void) evbuffer_drain(body, first);
     if (r >= 0 && total > first &&
         !(fc->upload_cb = evbuffer_add_cb(bufferevent_get_output(ac->bev), on_agent_output, fc)))
@@ -387,45 +387,51 @@ static int send_request(struct file_call *fc, const struct file_args *a, uint32_
         upload_more(fc);
     if (r < 0) {
         upload_stop(fc);
-        agent_conn_remove(ac, &fc->areq);
+        cdn_agent_conn_remove(ac, &fc->areq);
     }
     return r;
+}
+
+/* A call that never reached the agent (file_call()'s error paths). */
+static void file_call_freep(struct file_call **p)
+{
+    if (*p) {
+        json_decref((*p)->entries);
+        free(*p);
+    }
 }
 
 static void file_call(struct evhttp_request *req, struct box *b, int op, uint32_t mode)
 {
     struct file_args a;
     struct cdn_error err = {0};
-    if (!api_box_usable(req, b))
+    if (!cdn_api_box_usable(req, b))
         return;
-    if (file_args_parse(evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req)), op, b->spec.workdir, &a,
-                        &err) < 0)
-        return api_reply_cdn_error(req, 400, "invalid_query", &err);
-    struct file_call *fc = calloc(1, sizeof *fc);
-    if (!fc || (op == CDN_FILE_LIST && !(fc->entries = json_array()))) {
-        free(fc);
-        return api_reply_error(req, 500, "internal", NULL, "out of memory");
-    }
+    if (cdn_file_args_parse(evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req)), op, b->spec.workdir, &a,
+                            &err) < 0)
+        return cdn_api_reply_cdn_error(req, 400, "invalid_query", &err);
+    _cleanup_(file_call_freep) struct file_call *fc = calloc(1, sizeof *fc);
+    if (!fc || (op == CDN_FILE_LIST && !(fc->entries = json_array())))
+        return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
     fc->areq.on_frame = file_frame;
     fc->box = b;
     fc->req = req;
     fc->op = op;
-    fc->max_bytes = a.max_bytes ? a.max_bytes : cordond->cfg.max_read_bytes;
+    fc->max_bytes = a.max_bytes ? a.max_bytes : cdn_daemon->cfg.max_read_bytes;
     (void) snprintf(fc->path, sizeof fc->path, "%s", a.path);
     int r = send_request(fc, &a, mode);
-    if (r < 0) {
-        json_decref(fc->entries);
-        free(fc);
-        return api_reply_error(req, r == -ENOBUFS ? 400 : 500, "file_error", "path", "%s",
-                               r == -ENOBUFS ? "path is too long" : "cannot reach the sandbox's agent");
-    }
+    if (r < 0)
+        return cdn_api_reply_error(req, r == -ENOBUFS ? 400 : 500, "file_error", "path", "%s",
+                                   r == -ENOBUFS ? "path is too long" : "cannot reach the sandbox's agent");
+    struct file_call *sent = TAKE_PTR(fc); /* the agent's frames finish() it */
     struct evhttp_connection *conn = evhttp_request_get_connection(req);
-    evhttp_connection_set_closecb(conn, on_conn_close, fc);
+    evhttp_connection_set_closecb(conn, on_conn_close, sent);
     /* evhttp does not read while a request is being answered: only the socket tells a hang-up
      * before a download's first bytes, or before any other operation's answer. */
     struct bufferevent *bev = evhttp_connection_get_bufferevent(conn);
-    if (bev && (fc->closed_ev = event_new(cordond->base, bufferevent_getfd(bev), EV_CLOSED, on_closed, fc)))
-        (void) event_add(fc->closed_ev, NULL);
+    if (bev &&
+        (sent->closed_ev = event_new(cdn_daemon->base, bufferevent_getfd(bev), EV_CLOSED, on_closed, sent)))
+        (void) event_add(sent->closed_ev, NULL);
 }
 
 static json_t *stat_json(const char *path, const struct cdn_file_stat *st)
@@ -437,15 +443,16 @@ static json_t *stat_json(const char *path, const struct cdn_file_stat *st)
     json_t *o = json_pack("{s:s, s:I, s:i, s:I}", "type", type, "size", (json_int_t) st->size, "mode",
                           (int) (st->mode & 07777), "mtime", (json_int_t) st->mtime);
     if (o && path) {
-        json_object_set_new(o, "path", json_lossy_string((const uint8_t *) path, strlen(path)));
+        json_object_set_new(o, "path", cdn_json_lossy_string((const uint8_t *) path, strlen(path)));
         if (S_ISLNK(st->mode) && st->name && st->name[0]) /* stat with follow=false: where it points */
-            json_object_set_new(o, "target", json_lossy_string((const uint8_t *) st->name, strlen(st->name)));
+            json_object_set_new(o, "target",
+                                cdn_json_lossy_string((const uint8_t *) st->name, strlen(st->name)));
     } else if (o)
-        json_object_set_new(o, "name", json_lossy_string((const uint8_t *) st->name, strlen(st->name)));
+        json_object_set_new(o, "name", cdn_json_lossy_string((const uint8_t *) st->name, strlen(st->name)));
     return o;
 }
 
-void api_files(struct evhttp_request *req, struct box *b)
+void cdn_api_files(struct evhttp_request *req, struct box *b)
 {
     enum evhttp_cmd_type m = evhttp_request_get_command(req);
     file_call(req, b,
@@ -455,17 +462,17 @@ void api_files(struct evhttp_request *req, struct box *b)
               0);
 }
 
-void api_ls(struct evhttp_request *req, struct box *b)
+void cdn_api_ls(struct evhttp_request *req, struct box *b)
 {
     file_call(req, b, CDN_FILE_LIST, 0);
 }
 
-void api_stat(struct evhttp_request *req, struct box *b)
+void cdn_api_stat(struct evhttp_request *req, struct box *b)
 {
     file_call(req, b, CDN_FILE_STAT, 0);
 }
 
-void api_mkdir(struct evhttp_request *req, struct box *b)
+void cdn_api_mkdir(struct evhttp_request *req, struct box *b)
 {
     file_call(req, b, CDN_FILE_MKDIR, 0755);
 }

@@ -8,16 +8,16 @@
  * binds of the spec are the agent's too, so the sibling has only their protected parts, bound
  * read-only. In order, all in the loop:
  *
- *   1. the agent's sandbox is quiesced (every process ended, other execs 409; its guard goes on
+ *   1. the agent's sandbox is quiesced (every process ended, other execs 409; its fanotify group goes on
  *      refusing every open of a protected path) and its protected paths checked to be where
- *      they were (guard_check_moved, and sibling_spec() for the binds' host paths);
- *   2. the sibling is made (box_spawn) and started;
+ *      they were (cdn_box_fanotify_check_moved, and cdn_sibling_spec() for the binds' host paths);
+ *   2. the sibling is made (cdn_box_spawn) and started;
  *   3. `tar --create` of the named paths runs in the agent's sandbox as a plain command, leaving
  *      out the protected paths; its output is relayed, as it comes, into a file of the sibling
  *      (FILE write; the agent's connection is paused while the sibling's is behind);
  *   4. the agent's sandbox is quiesced again and is the agent's once more; in the sibling,
  *      `tar --extract` unpacks the named paths from the file, which is then removed;
- *   5. the verifier's command runs in the sibling as an in-place step would (api_exec_begin),
+ *   5. the verifier's command runs in the sibling as an in-place step would (cdn_api_exec_begin),
  *      its events and violations counted on the agent's sandbox; then the sibling is deleted.
  *
  * What crosses: the bytes of the archive. The tar that made it ran in the agent's sandbox and
@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon.h"
+#include "api.h"
 #include "exec-args.h"
 
 #define ARCHIVE     "/tmp/.cordon-sibling-copy.tar"
@@ -79,7 +79,7 @@ static struct sibling_step *of_sreq(struct agent_req *r)
  * more to be trusted than anything else there), with the step's environment and a system PATH. */
 static int send_exec(struct agent_conn *ac, struct agent_req *r, const struct box *b, char **argv)
 {
-    struct cdn_strv env = {0};
+    _cleanup_(cdn_strv_free) struct cdn_strv env = {0};
     char *extra[] = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/", NULL};
     if (cdn_exec_env_for(&b->spec, NULL, extra, true, &env) < 0)
         return -ENOMEM;
@@ -87,23 +87,22 @@ static int send_exec(struct agent_conn *ac, struct agent_req *r, const struct bo
     int n = cdn_exec_encode(
         buf, sizeof buf,
         &(struct cdn_exec_args){.flags = CDN_EXEC_PIPES, .cwd = "/", .argv = argv, .envp = env.v});
-    cdn_strv_free(&env);
     if (n < 0)
         return n;
-    agent_conn_add(ac, r, AGENT_EXEC_FRAMES);
-    int e = agent_conn_send(ac, CDN_FRAME_EXEC, 0, r->channel, buf, (uint32_t) n);
+    cdn_agent_conn_add(ac, r, AGENT_EXEC_FRAMES);
+    int e = cdn_agent_conn_send(ac, CDN_FRAME_EXEC, 0, r->channel, buf, (uint32_t) n);
     if (e < 0)
-        agent_conn_remove(ac, r);
+        cdn_agent_conn_remove(ac, r);
     return e;
 }
 
 static int send_plain(struct agent_conn *ac, struct agent_req *r, uint32_t accepts, uint16_t type,
                       uint16_t flags, const void *p, uint32_t len)
 {
-    agent_conn_add(ac, r, accepts);
-    int e = agent_conn_send(ac, type, flags, r->channel, p, len);
+    cdn_agent_conn_add(ac, r, accepts);
+    int e = cdn_agent_conn_send(ac, type, flags, r->channel, p, len);
     if (e < 0)
-        agent_conn_remove(ac, r);
+        cdn_agent_conn_remove(ac, r);
     return e;
 }
 
@@ -129,14 +128,14 @@ static void maybe_free(struct sibling_step *s)
     if (s->throttle_ev)
         event_free(s->throttle_ev);
     evbuffer_free(s->tar_err);
-    exec_args_free(&s->args);
+    cdn_exec_args_free(&s->args);
     free(s);
 }
 
 static void resume_orig(struct sibling_step *s)
 {
     if (s->paused && s->orig)
-        agent_conn_pause(&s->orig->agent, false);
+        cdn_agent_conn_pause(&s->orig->agent, false);
     s->paused = false;
     if (s->throttle_ev)
         evtimer_del(s->throttle_ev);
@@ -151,7 +150,7 @@ static void release_orig(struct sibling_step *s)
     if (!o || s->ostate == O_RELEASING || s->ostate == O_FREE)
         return;
     if (s->oreq_on) /* the first QUIESCE or the tar: what comes of it no longer matters */
-        agent_conn_remove(&o->agent, &s->oreq);
+        cdn_agent_conn_remove(&o->agent, &s->oreq);
     s->oreq_on = false;
     if (o->state == BOX_RUNNING &&
         send_plain(&o->agent, &s->oreq, AGENT_QUIESCE_FRAMES, CDN_FRAME_QUIESCE, 0, NULL, 0) == 0) {
@@ -182,14 +181,14 @@ static void end(struct sibling_step *s)
 {
     s->depth++;
     if (s->sreq_on && s->sib)
-        agent_conn_remove(&s->sib->agent, &s->sreq);
+        cdn_agent_conn_remove(&s->sib->agent, &s->sreq);
     s->sreq_on = false;
     if (s->sib) {
         struct box *sib = s->sib;
         s->sib = NULL;
         sib->step = NULL;
         sib->verifies = NULL;
-        box_delete(sib, "its verifier step ended");
+        cdn_box_delete(sib, "its verifier step ended");
     }
     release_orig(s);
     s->depth--;
@@ -236,7 +235,7 @@ static void settle(struct sibling_step *s)
         return;
     if (s->failed) {
         forget_client(s);
-        api_reply_error(s->req, s->fail_status, s->fail_code, s->fail_field, "%s", s->fail_msg);
+        cdn_api_reply_error(s->req, s->fail_status, s->fail_code, s->fail_field, "%s", s->fail_msg);
         s->req = NULL;
     } else if (s->sstate == S_READY)
         hand_over(s);
@@ -282,7 +281,7 @@ static void pack(struct sibling_step *s)
      * process tier's landlock lets no command read /): the paths relative to it, the protected
      * ones left out (their patterns, anchored, '*' within one component as in the spec); the
      * sibling has them bound already. */
-    struct cdn_strv argv = {0};
+    _cleanup_(cdn_strv_free) struct cdn_strv argv = {0};
     const struct cdn_strv *protect = &s->orig->spec.protect;
     int r = 0;
     const char *const head[] = {"tar", "--create", "--file=-", "--anchored", "--no-wildcards-match-slash"};
@@ -301,7 +300,6 @@ static void pack(struct sibling_step *s)
         r = cdn_strv_push(&argv, s->args.copy.v[i] + 1);
     if (r == 0)
         r = send_exec(&s->orig->agent, &s->oreq, s->orig, argv.v);
-    cdn_strv_free(&argv);
     if (r < 0)
         return fail(s, 500, "internal", NULL, "cannot start the copy in sandbox %s", s->orig->sb.id);
     s->oreq_on = true;
@@ -324,15 +322,15 @@ static void relay(struct sibling_step *s, const uint8_t *p, uint32_t len)
 {
     if (!s->sreq_on || !s->sib || !s->sib->agent.bev)
         return;
-    if (agent_conn_send(&s->sib->agent, CDN_FRAME_DATA, CDN_FRAME_MORE, s->sreq.channel, p, len) < 0)
+    if (cdn_agent_conn_send(&s->sib->agent, CDN_FRAME_DATA, CDN_FRAME_MORE, s->sreq.channel, p, len) < 0)
         return fail(s, 500, "sibling_failed", NULL, "cannot reach the sibling's agent");
     s->bytes += len;
     if (s->paused || evbuffer_get_length(bufferevent_get_output(s->sib->agent.bev)) <= RELAY_HIGH)
         return;
-    if (!s->throttle_ev && !(s->throttle_ev = evtimer_new(cordond->base, throttle_check, s)))
+    if (!s->throttle_ev && !(s->throttle_ev = evtimer_new(cdn_daemon->base, throttle_check, s)))
         return;
     s->paused = true;
-    agent_conn_pause(&s->orig->agent, true);
+    cdn_agent_conn_pause(&s->orig->agent, true);
     (void) evtimer_add(s->throttle_ev, &(struct timeval){.tv_usec = 5000});
 }
 
@@ -367,14 +365,14 @@ static void make_sibling(struct sibling_step *s)
 {
     struct cdn_error err = {0};
     struct cdn_spec spec;
-    if (guard_check_moved(s->orig, &err) < 0)
+    if (cdn_box_fanotify_check_moved(s->orig, &err) < 0)
         return fail(s, 409, "protected_path_moved", NULL, "%s", err.msg);
-    int r = sibling_spec(s->orig, &spec, &err);
+    int r = cdn_sibling_spec(s->orig, &spec, &err);
     if (r == -ESTALE)
         return fail(s, 409, "protected_path_moved", NULL, "%s", err.msg);
     if (r < 0)
         return fail(s, 500, "sibling_failed", NULL, "the sibling's spec: %s", err.msg);
-    if (!(s->sib = box_spawn(&spec, NULL, &err)))
+    if (!(s->sib = cdn_box_spawn(&spec, NULL, &err)))
         return fail(s, 500, "sibling_failed", NULL, "the verifier's sibling: %s", err.msg);
     s->sib->sibling = true;
     s->sib->verifies = s->orig;
@@ -393,7 +391,7 @@ static void orig_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
     case O_QUIESCING: /* 1: everything of the agent's has ended */
         if (type == CDN_FRAME_DONE) {
             /* The lock stays VERIFIER_STARTING: nothing in the agent's sandbox ever reads a protected
-             * path in this mode, so its guard goes on refusing (the tar leaves them out). */
+             * path in this mode, so its fanotify group goes on refusing (the tar leaves them out). */
             s->ostate = O_PACKING;
             make_sibling(s);
         } else if (last)
@@ -409,7 +407,7 @@ static void orig_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
         else if (last) { /* the whole archive is on its way: the file ends with an empty DATA */
             s->ostate = O_PACKED;
             if (s->sreq_on &&
-                agent_conn_send(&s->sib->agent, CDN_FRAME_DATA, 0, s->sreq.channel, NULL, 0) < 0)
+                cdn_agent_conn_send(&s->sib->agent, CDN_FRAME_DATA, 0, s->sreq.channel, NULL, 0) < 0)
                 fail(s, 500, "sibling_failed", NULL, "cannot reach the sibling's agent");
         }
         break;
@@ -441,14 +439,14 @@ static void hand_over(struct sibling_step *s)
     if (!s->orig)
         return fail(s, 409, "sandbox_not_running", NULL, "the sandbox ended during its verifier step");
     s->sstate = S_RUNNING;
-    box_event(s->orig, "verifier",
-              json_pack("{s:s, s:s, s:I}", "mode", "sibling", "sibling", s->sib->sb.id, "copied_bytes",
-                        (json_int_t) s->bytes));
+    cdn_box_event(s->orig, "verifier",
+                  json_pack("{s:s, s:s, s:I}", "mode", "sibling", "sibling", s->sib->sb.id, "copied_bytes",
+                            (json_int_t) s->bytes));
     forget_client(s);
     struct evhttp_request *req = s->req;
     s->req = NULL;
     /* Owned by the exec from here: it answers, then step_done() ends the step. */
-    api_exec_begin(req, s->sib, &s->args, s->orig, step_done, s);
+    cdn_api_exec_begin(req, s->sib, &s->args, s->orig, step_done, s);
 }
 
 static void sib_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uint32_t len)
@@ -466,7 +464,7 @@ static void sib_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uint
             release_orig(s);
             /* Only the named paths: an archive that the agent's code made (it ran in tar's process
              * there) cannot put anything elsewhere in the sibling. */
-            struct cdn_strv argv = {0};
+            _cleanup_(cdn_strv_free) struct cdn_strv argv = {0};
             const char *const head[] = {"tar", "--extract", "--file=" ARCHIVE, "--no-same-owner", "--"};
             int e = 0;
             for (size_t i = 0; e == 0 && i < sizeof head / sizeof head[0]; i++)
@@ -477,7 +475,6 @@ static void sib_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uint
                 start_exec(s, argv.v);
             else
                 fail(s, 500, "internal", NULL, "out of memory");
-            cdn_strv_free(&argv);
         } else if (last)
             copy_failed(s, exec_outcome(type, p, len, why, sizeof why) < 0 ? why : "the file ended early");
         break;
@@ -508,7 +505,7 @@ static void sib_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uint
     maybe_free(s);
 }
 
-void sibling_box_ready(struct box *b)
+void cdn_sibling_box_ready(struct box *b)
 {
     struct sibling_step *s = b->step;
     if (!s || s->sib != b)
@@ -521,7 +518,7 @@ void sibling_box_ready(struct box *b)
     maybe_free(s);
 }
 
-void sibling_box_gone(struct box *b, const char *reason)
+void cdn_sibling_box_gone(struct box *b, const char *reason)
 {
     struct sibling_step *s = b->step;
     b->step = NULL;
@@ -548,13 +545,13 @@ void sibling_box_gone(struct box *b, const char *reason)
     maybe_free(s);
 }
 
-void api_sibling_start(struct evhttp_request *req, struct box *b, struct exec_args *args)
+void cdn_api_sibling_start(struct evhttp_request *req, struct box *b, struct exec_args *args)
 {
     struct sibling_step *s = calloc(1, sizeof *s);
     if (!s || !(s->tar_err = evbuffer_new())) {
         free(s);
-        exec_args_free(args);
-        return api_reply_error(req, 500, "internal", NULL, "out of memory");
+        cdn_exec_args_free(args);
+        return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
     }
     s->args = *args;
     *args = (struct exec_args){0};
@@ -565,9 +562,9 @@ void api_sibling_start(struct evhttp_request *req, struct box *b, struct exec_ar
     s->depth++;
     s->oreq.on_frame = orig_frame;
     s->sreq.on_frame = sib_frame;
-    if (cordond->n_boxes >= cordond->cfg.max_sandboxes) /* the sibling is one more */
+    if (cdn_daemon->n_boxes >= cdn_daemon->cfg.max_sandboxes) /* the sibling is one more */
         fail(s, 429, "too_many_sandboxes", NULL,
-             "%u sandboxes exist, the configured maximum: no room for a sibling", cordond->n_boxes);
+             "%u sandboxes exist, the configured maximum: no room for a sibling", cdn_daemon->n_boxes);
     else if (send_plain(&b->agent, &s->oreq, AGENT_QUIESCE_FRAMES, CDN_FRAME_QUIESCE, 0, NULL, 0) < 0)
         fail(s, 500, "internal", NULL, "cannot reach the sandbox's agent");
     else
@@ -576,8 +573,8 @@ void api_sibling_start(struct evhttp_request *req, struct box *b, struct exec_ar
         struct evhttp_connection *conn = evhttp_request_get_connection(req);
         evhttp_connection_set_closecb(conn, client_gone, s);
         struct bufferevent *bev = evhttp_connection_get_bufferevent(conn);
-        if (bev &&
-            (s->closed_ev = event_new(cordond->base, bufferevent_getfd(bev), EV_CLOSED, on_client_closed, s)))
+        if (bev && (s->closed_ev =
+                        event_new(cdn_daemon->base, bufferevent_getfd(bev), EV_CLOSED, on_client_closed, s)))
             (void) event_add(s->closed_ev, NULL);
     }
     s->depth--;

@@ -25,7 +25,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
-#include "daemon.h"
+#include "api.h"
 
 #define GATE_HEADER_MAX (16u << 10) /* a first header block longer than this is refused (431) */
 
@@ -82,9 +82,9 @@ static bool conn_admit(int fd)
             conns[i] = (struct conn_id){fd, st.st_dev, st.st_ino};
             return true;
         }
-    if (n_conns >= cordond->cfg.max_connections)
+    if (n_conns >= cdn_daemon->cfg.max_connections)
         prune_conns();
-    if (n_conns >= cordond->cfg.max_connections)
+    if (n_conns >= cdn_daemon->cfg.max_connections)
         return false;
     if (n_conns == cap_conns) {
         size_t cap = cap_conns ? cap_conns * 2 : 64;
@@ -137,23 +137,22 @@ static void gate_close(struct gate *g, int status, const char *why)
                              : status == 408 ? "Request Timeout"
                              : status == 503 ? "Service Unavailable"
                                              : "Request Header Fields Too Large";
-        json_t *body = api_error_json(status == 401   ? "unauthorized"
-                                      : status == 503 ? "too_many_connections"
-                                                      : "bad_request",
-                                      NULL, why);
-        char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+        json_t *body = cdn_api_error_json(status == 401   ? "unauthorized"
+                                          : status == 503 ? "too_many_connections"
+                                                          : "bad_request",
+                                          NULL, why);
+        _cleanup_free_ char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
         json_decref(body);
         char msg[1024];
         int n = snprintf(msg, sizeof msg,
                          "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
                          "Connection: close\r\n\r\n%s\n",
                          status, reason, s ? strlen(s) + 1 : 1, s ? s : "");
-        free(s);
         if (n > 0 && (size_t) n < sizeof msg)
             (void) send(bufferevent_getfd(bev), msg, (size_t) n, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
     if (status >= 400)
-        cordond->http_errors++;
+        cdn_daemon->http_errors++;
     gate_release(g);
     bufferevent_disable(bev, EV_READ);
     (void) evbuffer_drain(bufferevent_get_input(bev), evbuffer_get_length(bufferevent_get_input(bev)));
@@ -175,7 +174,7 @@ static bool header_authorized(const char *h, size_t n)
             while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t' || ve[-1] == '\r'))
                 ve--;
             char want[300];
-            int w = snprintf(want, sizeof want, "Bearer %s", cordond->token);
+            int w = snprintf(want, sizeof want, "Bearer %s", cdn_daemon->token);
             if (w < 0 || (size_t) (ve - v) != (size_t) w)
                 return false;
             unsigned diff = 0; /* constant time: the token is a secret */
@@ -251,7 +250,7 @@ static void gate_deadline(evutil_socket_t fd, short what, void *arg)
     (void) fd, (void) what;
     char why[128];
     (void) snprintf(why, sizeof why, "no complete request header with a valid token within %u s",
-                    cordond->cfg.auth_timeout_s);
+                    cdn_daemon->cfg.auth_timeout_s);
     gate_close(arg, 408, why);
 }
 
@@ -271,12 +270,12 @@ static void gate_attach(evutil_socket_t fd, short what, void *arg)
     if (!g->doomed && !conn_admit(bufferevent_getfd(g->bev))) {
         char why[128];
         (void) snprintf(why, sizeof why, "%u connections are open, the configured maximum (max_connections)",
-                        cordond->cfg.max_connections);
+                        cdn_daemon->cfg.max_connections);
         gate_close(g, 503, why);
         return;
     }
-    struct timeval tv = {.tv_sec = (time_t) cordond->cfg.auth_timeout_s};
-    if (g->doomed || !(g->deadline_ev = evtimer_new(cordond->base, gate_deadline, g)) ||
+    struct timeval tv = {.tv_sec = (time_t) cdn_daemon->cfg.auth_timeout_s};
+    if (g->doomed || !(g->deadline_ev = evtimer_new(cdn_daemon->base, gate_deadline, g)) ||
         evtimer_add(g->deadline_ev, &tv) < 0)
         gate_close(g, 0, NULL);
 }
@@ -305,7 +304,7 @@ static struct bufferevent *new_conn(struct event_base *base, void *arg)
     /* Same priority as the listener's event, activated from within it: runs in this pass of the
      * loop, after evhttp_get_request() has returned and before the socket is first read. */
     event_active(g->attach_ev, EV_TIMEOUT, 0);
-    while (n_gates - n_doomed > cordond->cfg.max_unauthenticated) { /* the oldest stranger makes room */
+    while (n_gates - n_doomed > cdn_daemon->cfg.max_unauthenticated) { /* the oldest stranger makes room */
         struct gate *old = TAILQ_FIRST(&gates);
         while (old->doomed)
             old = TAILQ_NEXT(old, link);
@@ -314,17 +313,17 @@ static struct bufferevent *new_conn(struct event_base *base, void *arg)
     return bev;
 }
 
-void api_tcp_gate(struct evhttp *http)
+void cdn_api_tcp_gate(struct evhttp *http)
 {
     evhttp_set_bevcb(http, new_conn, NULL);
 }
 
-unsigned api_tcp_unauthenticated(void)
+unsigned cdn_api_tcp_unauthenticated(void)
 {
     return n_gates - n_doomed;
 }
 
-unsigned api_tcp_connections(void)
+unsigned cdn_api_tcp_connections(void)
 {
     prune_conns();
     return (unsigned) n_conns;

@@ -17,7 +17,9 @@
 
 #include <event2/keyvalq_struct.h>
 
-#include "daemon.h"
+#include "api.h"
+#include "core/json-util.h"
+#include "tiers/tier.h"
 
 struct follower {
     struct evhttp_request *req;
@@ -27,100 +29,51 @@ struct follower {
 
 /* ---- replies ---- */
 
-void api_reply_json(struct evhttp_request *req, int status, json_t *body)
+void cdn_api_reply_json(struct evhttp_request *req, int status, json_t *body)
 {
-    struct evbuffer *buf = evbuffer_new();
-    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    _cleanup_evbuffer_ struct evbuffer *buf = evbuffer_new();
+    _cleanup_free_ char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     if (!buf || !s) {
-        free(s);
-        if (buf)
-            evbuffer_free(buf);
         evhttp_send_error(req, 500, "out of memory");
         return;
     }
     evbuffer_add(buf, s, strlen(s));
     evbuffer_add(buf, "\n", 1);
-    free(s);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
     if (status >= 400)
-        cordond->http_errors++;
+        cdn_daemon->http_errors++;
     evhttp_send_reply(req, status, status < 300 ? "OK" : status < 500 ? "Bad Request" : "Error", buf);
-    evbuffer_free(buf);
 }
 
-json_t *api_error_json(const char *code, const char *field, const char *msg)
+json_t *cdn_api_error_json(const char *code, const char *field, const char *msg)
 {
     /* message and field may quote the client's bytes, cut anywhere: never let them break the JSON */
     json_t *e = json_pack("{s:s, s:o}", "code", code, "message",
-                          json_lossy_string((const uint8_t *) msg, strlen(msg)));
+                          cdn_json_lossy_string((const uint8_t *) msg, strlen(msg)));
     if (e && field && field[0])
-        json_object_set_new(e, "field", json_lossy_string((const uint8_t *) field, strlen(field)));
+        json_object_set_new(e, "field", cdn_json_lossy_string((const uint8_t *) field, strlen(field)));
     return json_pack("{s:o}", "error", e);
 }
 
-void api_reply_error(struct evhttp_request *req, int status, const char *code, const char *field,
-                     const char *fmt, ...)
+void cdn_api_reply_error(struct evhttp_request *req, int status, const char *code, const char *field,
+                         const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
     (void) vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    api_reply_json(req, status, api_error_json(code, field, msg));
+    cdn_api_reply_json(req, status, cdn_api_error_json(code, field, msg));
 }
 
-void api_reply_cdn_error(struct evhttp_request *req, int status, const char *code, const struct cdn_error *e)
+void cdn_api_reply_cdn_error(struct evhttp_request *req, int status, const char *code,
+                             const struct cdn_error *e)
 {
-    api_reply_error(req, status, code, e->field, "%s", e->msg);
+    cdn_api_reply_error(req, status, code, e->field, "%s", e->msg);
 }
 
-/* Length of the valid UTF-8 sequence at p (n bytes available), 0 if invalid:
- * no overlong forms, no surrogates, nothing past U+10FFFF. */
-static size_t utf8_seq(const uint8_t *p, size_t n)
-{
-    uint8_t c = p[0];
-    size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-    if (len == 0 || len > n)
-        return 0;
-    uint32_t cp = len == 1 ? c : c & (0x7F >> len);
-    for (size_t k = 1; k < len; k++) {
-        if ((p[k] & 0xC0) != 0x80)
-            return 0;
-        cp = cp << 6 | (p[k] & 0x3F);
-    }
-    static const uint32_t min[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return len;
-}
-
-json_t *json_lossy_string(const uint8_t *p, size_t n)
-{
-    json_t *j = json_stringn((const char *) p, n);
-    if (j)
-        return j;
-    /* Not UTF-8: rebuild with U+FFFD for each byte that does not start a valid sequence. */
-    char *out = malloc(n * 3 + 1);
-    if (!out)
-        return json_null();
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        size_t len = utf8_seq(p + i, n - i);
-        if (len) {
-            memcpy(out + o, p + i, len);
-            o += len, i += len;
-        } else {
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
-            o += 3, i++;
-        }
-    }
-    j = json_stringn(out, o);
-    free(out);
-    return j ? j : json_null();
-}
-
-void api_stream_timeout(struct evhttp_request *req)
+void cdn_api_stream_timeout(struct evhttp_request *req)
 {
     /* A stream may be quiet for as long as its command: the 300 s request
      * timeout must not cut it (and kill the command). A day, not forever. */
@@ -144,6 +97,14 @@ static char *body_string(struct evhttp_request *req, size_t *ret_len)
     return s;
 }
 
+/* The request's body as JSON; NULL when it is empty or does not parse. */
+static json_t *body_json(struct evhttp_request *req)
+{
+    size_t n;
+    _cleanup_free_ char *body = body_string(req, &n);
+    return body && n ? json_loadb(body, n, 0, NULL) : NULL;
+}
+
 /* Label filter "k=v" from ?label=…; several labels must all match. */
 static bool labels_match(const struct box *b, const struct evkeyvalq *q)
 {
@@ -159,106 +120,114 @@ static bool labels_match(const struct box *b, const struct evkeyvalq *q)
     return true;
 }
 
+/* How a create ended, as the API answers it. */
+static void create_answered(void *arg, struct box *b, enum cdn_box_created how, const struct cdn_error *err)
+{
+    struct evhttp_request *req = arg;
+    switch (how) {
+    case CDN_BOX_CREATED:
+        cdn_api_reply_json(req, 201, cdn_box_to_json(b));
+        break;
+    case CDN_BOX_STOPPING:
+        cdn_api_reply_cdn_error(req, 503, "stopping", err);
+        break;
+    case CDN_BOX_TOO_MANY:
+        cdn_api_reply_cdn_error(req, 429, "too_many_sandboxes", err);
+        break;
+    case CDN_BOX_INVALID_SPEC:
+        cdn_api_reply_cdn_error(req, 400, "invalid_spec", err);
+        break;
+    case CDN_BOX_FAILED:
+        cdn_api_reply_cdn_error(req, 500, "sandbox_failed", err);
+        break;
+    }
+}
+
 /* ---- routes ---- */
 
 static void route_create(struct evhttp_request *req)
 {
     size_t n;
-    char *body = body_string(req, &n);
+    _cleanup_free_ char *body = body_string(req, &n);
     struct cdn_spec spec;
     struct cdn_error err = {0};
     if (!body || cdn_spec_init(&spec) < 0) {
-        free(body);
-        api_reply_error(req, 500, "internal", NULL, "out of memory");
+        cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
         return;
     }
     int r = n ? cdn_spec_from_json(&spec, body, n, &err) : 0;
-    free(body);
     if (r >= 0)
         r = cdn_spec_validate(&spec, &err);
     if (r >= 0)
-        r = cdn_bind_policy_check(&cordond->bind_policy, &spec, &err);
+        r = cdn_bind_policy_check(&cdn_daemon->bind_policy, &spec, &err);
     if (r >= 0) /* a client's image path is a host path too (pool specs are the operator's) */
-        r = cdn_bind_policy_check_image(&cordond->bind_policy, &spec, &err);
+        r = cdn_bind_policy_check_image(&cdn_daemon->bind_policy, &spec, &err);
     if (r < 0) {
         cdn_spec_free(&spec);
         if (!err.field[0]) /* the body as a whole: not JSON, not an object */
             (void) snprintf(err.field, sizeof err.field, "body");
-        api_reply_cdn_error(req, 400, "invalid_spec", &err);
+        cdn_api_reply_cdn_error(req, 400, "invalid_spec", &err);
         return;
     }
-    box_create(&spec, req);
+    cdn_box_create(&spec, (struct cdn_box_waiter){.done = create_answered, .arg = req});
 }
 
 /* PATCH /v1/sandboxes/{id}/network: {"mode": "allowlist"|"open", "allow": [...]}
  * replaces the sandbox's egress policy (a missing "allow" is the empty list). */
 static void api_network(struct evhttp_request *req, struct box *b)
 {
-    size_t n;
-    char *body = body_string(req, &n);
-    json_t *o = body && n ? json_loadb(body, n, 0, NULL) : NULL;
-    free(body);
+    json_t *o = body_json(req);
     if (!json_is_object(o)) {
         json_decref(o);
-        return api_reply_error(req, 400, "invalid_network", "body",
-                               "body: expected a JSON object {\"mode\": …, \"allow\": […]}");
+        return cdn_api_reply_error(req, 400, "invalid_network", "body",
+                                   "body: expected a JSON object {\"mode\": …, \"allow\": […]}");
     }
-    json_t *wrap = json_pack("{s:o}", "network", o);
-    char *text = wrap ? json_dumps(wrap, JSON_COMPACT) : NULL;
-    json_decref(wrap);
+    _cleanup_json_ json_t *wrap = json_pack("{s:o}", "network", o);
+    _cleanup_free_ char *text = wrap ? json_dumps(wrap, JSON_COMPACT) : NULL;
     struct cdn_spec tmp;
     struct cdn_error err = {0};
-    if (!text || cdn_spec_init(&tmp) < 0) {
-        free(text);
-        return api_reply_error(req, 500, "internal", NULL, "out of memory");
-    }
+    if (!text || cdn_spec_init(&tmp) < 0)
+        return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
     tmp.net_mode = b->spec.net_mode;
     int r = cdn_spec_from_json(&tmp, text, strlen(text), &err);
-    free(text);
     if (r >= 0 && b->state != BOX_RUNNING) {
         cdn_spec_free(&tmp);
-        return api_reply_error(req, 409, "sandbox_not_running", NULL, "sandbox %s is %s", b->sb.id,
-                               box_state_name(b->state));
+        return cdn_api_reply_error(req, 409, "sandbox_not_running", NULL, "sandbox %s is %s", b->sb.id,
+                                   cdn_box_state_name(b->state));
     }
     if (r >= 0)
-        r = egress_set(b, tmp.net_mode, &tmp.net_allow, &err);
+        r = cdn_egress_set(b, tmp.net_mode, &tmp.net_allow, &err);
     cdn_spec_free(&tmp);
     if (r < 0)
-        return api_reply_cdn_error(req, 400, "invalid_network", &err);
+        return cdn_api_reply_cdn_error(req, 400, "invalid_network", &err);
     json_t *allow = json_array();
     for (size_t i = 0; allow && i < b->spec.net_allow.n; i++)
         json_array_append_new(allow, json_string(b->spec.net_allow.v[i]));
-    api_reply_json(req, 200,
-                   json_pack("{s:s, s:s, s:o, s:I}", "id", b->sb.id, "mode",
-                             cdn_net_mode_to_string(b->spec.net_mode), "allow", allow, "generation",
-                             (json_int_t) b->egress->generation));
+    cdn_api_reply_json(req, 200,
+                       json_pack("{s:s, s:s, s:o, s:I}", "id", b->sb.id, "mode",
+                                 cdn_net_mode_to_string(b->spec.net_mode), "allow", allow, "generation",
+                                 (json_int_t) b->egress->generation));
 }
 
 /* POST …/monitor/text {"text": "…"}: free text about the sandbox (an agent's
  * message) matched against the monitor's text rules; answers the matches. */
 static void api_monitor_text(struct evhttp_request *req, struct box *b)
 {
-    size_t n;
-    char *body = body_string(req, &n);
-    json_t *o = body && n ? json_loadb(body, n, 0, NULL) : NULL;
-    free(body);
+    _cleanup_json_ json_t *o = body_json(req);
     json_t *t = json_object_get(o, "text");
-    if (!json_is_object(o) || !json_is_string(t) || json_object_size(o) != 1) {
-        json_decref(o);
-        return api_reply_error(req, 400, "invalid_argument", "text", "body: expected {\"text\": \"…\"}");
-    }
-    json_t *matches = monitor_match(b, 2, json_string_value(t), json_string_length(t));
-    json_decref(o);
-    api_reply_json(req, 200,
-                   json_pack("{s:s, s:o}", "id", b->sb.id, "alerts", matches ? matches : json_array()));
+    if (!json_is_object(o) || !json_is_string(t) || json_object_size(o) != 1)
+        return cdn_api_reply_error(req, 400, "invalid_argument", "text", "body: expected {\"text\": \"…\"}");
+    json_t *matches = cdn_monitor_match(b, 2, json_string_value(t), json_string_length(t));
+    cdn_api_reply_json(req, 200,
+                       json_pack("{s:s, s:o}", "id", b->sb.id, "alerts", matches ? matches : json_array()));
 }
 
 static void api_violations(struct evhttp_request *req, struct box *b)
 {
-    json_t *v = box_violations_json(b);
+    json_t *v = cdn_box_violations_json(b);
     if (v)
         json_object_set_new(v, "id", json_string(b->sb.id));
-    api_reply_json(req, 200, v);
+    cdn_api_reply_json(req, 200, v);
 }
 
 static void route_list(struct evhttp_request *req)
@@ -267,52 +236,50 @@ static void route_list(struct evhttp_request *req)
     TAILQ_INIT(&q);
     const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
     if (query && evhttp_parse_query_str(query, &q) < 0) {
-        api_reply_error(req, 400, "invalid_query", "label", "the query string does not parse");
+        cdn_api_reply_error(req, 400, "invalid_query", "label", "the query string does not parse");
         return;
     }
     for (const struct evkeyval *kv = q.tqh_first; kv; kv = kv->next.tqe_next)
         if (strcmp(kv->key, "label") != 0 || !strchr(kv->value, '=')) {
-            api_reply_error(req, 400, "invalid_query", kv->key,
-                            "unknown parameter or not label=KEY=VALUE: '%s'", kv->key);
+            cdn_api_reply_error(req, 400, "invalid_query", kv->key,
+                                "unknown parameter or not label=KEY=VALUE: '%s'", kv->key);
             evhttp_clear_headers(&q);
             return;
         }
     json_t *arr = json_array();
     struct box *b;
-    LIST_FOREACH(b, &cordond->boxes, link)
+    LIST_FOREACH(b, &cdn_daemon->boxes, link)
     if (!b->sibling && labels_match(b, &q))
-        json_array_append_new(arr, box_to_json(b));
+        json_array_append_new(arr, cdn_box_to_json(b));
     evhttp_clear_headers(&q);
-    api_reply_json(req, 200, json_pack("{s:o}", "sandboxes", arr));
+    cdn_api_reply_json(req, 200, json_pack("{s:o}", "sandboxes", arr));
 }
 
 static void route_health(struct evhttp_request *req)
 {
-    api_reply_json(req, 200,
-                   json_pack("{s:s, s:s, s:i}", "status", "ok", "version", CORDON_VERSION, "sandboxes",
-                             (int) cordond->n_boxes));
+    cdn_api_reply_json(req, 200,
+                       json_pack("{s:s, s:s, s:i}", "status", "ok", "version", CORDON_VERSION, "sandboxes",
+                                 (int) cdn_daemon->n_boxes));
 }
 
 /* Prometheus text exposition. */
 static void route_metrics(struct evhttp_request *req)
 {
     static const double bounds_ms[] = {0.25, 0.5, 1, 2, 5, 10, 25, 50, 100, 1000, 10000};
-    struct evbuffer *b = evbuffer_new();
-    static const enum cdn_tier tiers[] = {CDN_TIER_PROCESS, CDN_TIER_CONTAINER, CDN_TIER_MICROVM,
-                                          CDN_TIER_VM};
-    unsigned by_state[ELEMENTSOF(tiers)][_BOX_STATE_MAX] = {{0}};
-    struct box *x;
-    LIST_FOREACH(x, &cordond->boxes, link)
-    for (size_t t = 0; t < ELEMENTSOF(tiers); t++)
-        by_state[t][x->state] += x->spec.tier == tiers[t];
+    _cleanup_evbuffer_ struct evbuffer *b = evbuffer_new();
     evbuffer_add_printf(
         b, "# HELP cordon_sandboxes Sandboxes by state and tier.\n# TYPE cordon_sandboxes gauge\n");
-    for (size_t t = 0; t < ELEMENTSOF(tiers); t++)
+    struct box *x;
+    for (const struct cdn_tier_ops *const *t = cdn_tiers; *t; t++) {
+        unsigned by_state[_BOX_STATE_MAX] = {0};
+        LIST_FOREACH(x, &cdn_daemon->boxes, link)
+        by_state[x->state] += *t == x->sb.tier; /* grouped by table entry */
         for (int s = 0; s < _BOX_STATE_MAX; s++)
-            evbuffer_add_printf(b, "cordon_sandboxes{state=\"%s\",tier=\"%s\"} %u\n", box_state_name(s),
-                                cdn_tier_to_string(tiers[t]), by_state[t][s]);
+            evbuffer_add_printf(b, "cordon_sandboxes{state=\"%s\",tier=\"%s\"} %u\n", cdn_box_state_name(s),
+                                (*t)->name, by_state[s]);
+    }
     unsigned dying = 0;
-    LIST_FOREACH(x, &cordond->dying, link)
+    LIST_FOREACH(x, &cdn_daemon->dying, link)
     dying++;
     evbuffer_add_printf(
         b,
@@ -333,41 +300,40 @@ static void route_metrics(struct evhttp_request *req)
                         "# TYPE cordon_pool_size gauge\ncordon_pool_size %u\n"
                         "# HELP cordon_exec_duration_ms Exec round trips, request to exit.\n"
                         "# TYPE cordon_exec_duration_ms histogram\n",
-                        (unsigned long long) cordond->created_total,
-                        (unsigned long long) cordond->create_errors,
-                        (unsigned long long) cordond->http_errors, (unsigned long long) cordond->execs_total,
-                        pool_ready_total());
+                        (unsigned long long) cdn_daemon->created_total,
+                        (unsigned long long) cdn_daemon->create_errors,
+                        (unsigned long long) cdn_daemon->http_errors,
+                        (unsigned long long) cdn_daemon->execs_total, cdn_pool_ready_total());
     uint64_t cum = 0;
     for (size_t i = 0; i < sizeof bounds_ms / sizeof bounds_ms[0]; i++) {
-        cum += cordond->exec_hist[i];
+        cum += cdn_daemon->exec_hist[i];
         evbuffer_add_printf(b, "cordon_exec_duration_ms_bucket{le=\"%g\"} %llu\n", bounds_ms[i],
                             (unsigned long long) cum);
     }
-    cum += cordond->exec_hist[11];
+    cum += cdn_daemon->exec_hist[11];
     evbuffer_add_printf(b,
                         "cordon_exec_duration_ms_bucket{le=\"+Inf\"} %llu\ncordon_exec_duration_ms_sum %.3f\n"
                         "cordon_exec_duration_ms_count %llu\n",
-                        (unsigned long long) cum, cordond->exec_sum_ms, (unsigned long long) cum);
+                        (unsigned long long) cum, cdn_daemon->exec_sum_ms, (unsigned long long) cum);
     evbuffer_add_printf(b,
                         "# HELP cordon_violations_total Violations recorded, by kind (the reward signal).\n"
                         "# TYPE cordon_violations_total counter\n");
-    for (int k = 0; k < _VIOLATION_MAX; k++)
-        evbuffer_add_printf(b, "cordon_violations_total{kind=\"%s\"} %llu\n", violation_names[k],
-                            (unsigned long long) cordond->violations_total[k]);
+    for (int k = 0; k < _CDN_VK_MAX; k++)
+        evbuffer_add_printf(b, "cordon_violations_total{kind=\"%s\"} %llu\n", cdn_vk_name(k),
+                            (unsigned long long) cdn_daemon->violations_total[k]);
     evbuffer_add_printf(b,
                         "# HELP cordon_http_unauthenticated_connections TCP connections whose first request "
                         "has not shown the token yet.\n# TYPE cordon_http_unauthenticated_connections gauge\n"
                         "cordon_http_unauthenticated_connections %u\n"
                         "# HELP cordon_http_tcp_connections TCP connections open.\n"
                         "# TYPE cordon_http_tcp_connections gauge\ncordon_http_tcp_connections %u\n",
-                        api_tcp_unauthenticated(), api_tcp_connections());
+                        cdn_api_tcp_unauthenticated(), cdn_api_tcp_connections());
     evbuffer_add_printf(b,
                         "# HELP cordon_alerts_total Alerts of the monitor's rules and the DNS heuristics.\n"
                         "# TYPE cordon_alerts_total counter\ncordon_alerts_total %llu\n",
-                        (unsigned long long) cordond->alerts_total);
+                        (unsigned long long) cdn_daemon->alerts_total);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain; version=0.0.4");
     evhttp_send_reply(req, 200, "OK", b);
-    evbuffer_free(b);
 }
 
 /* ---- events ---- */
@@ -383,21 +349,20 @@ static void follower_gone(struct evhttp_connection *conn, void *arg)
     free(f);
 }
 
-void api_events_push(struct box *b, const char *line, size_t len)
+void cdn_api_events_push(struct box *b, const char *line, size_t len)
 {
     struct follower *f;
     LIST_FOREACH(f, &b->followers, link)
     {
-        struct evbuffer *chunk = evbuffer_new();
+        _cleanup_evbuffer_ struct evbuffer *chunk = evbuffer_new();
         if (!chunk)
             continue;
         evbuffer_add(chunk, line, len);
         evhttp_send_reply_chunk(f->req, chunk);
-        evbuffer_free(chunk);
     }
 }
 
-void api_events_end(struct box *b)
+void cdn_api_events_end(struct box *b)
 {
     while (!LIST_EMPTY(&b->followers)) {
         struct follower *f = LIST_FIRST(&b->followers);
@@ -408,13 +373,13 @@ void api_events_end(struct box *b)
     }
 }
 
-void api_events(struct evhttp_request *req, struct box *b)
+void cdn_api_events(struct evhttp_request *req, struct box *b)
 {
     const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
     struct evkeyvalq q;
     TAILQ_INIT(&q);
     if (query && evhttp_parse_query_str(query, &q) < 0) {
-        api_reply_error(req, 400, "invalid_query", NULL, "the query string does not parse");
+        cdn_api_reply_error(req, 400, "invalid_query", NULL, "the query string does not parse");
         return;
     }
     const char *fv = evhttp_find_header(&q, "follow");
@@ -422,32 +387,29 @@ void api_events(struct evhttp_request *req, struct box *b)
     bool bad = fv && !follow && strcmp(fv, "false") != 0 && strcmp(fv, "0") != 0;
     evhttp_clear_headers(&q);
     if (bad) {
-        api_reply_error(req, 400, "invalid_query", "follow", "follow must be true or false");
+        cdn_api_reply_error(req, 400, "invalid_query", "follow", "follow must be true or false");
         return;
     }
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/x-ndjson");
     if (!follow) { /* a copy: evhttp_send_reply drains the buffer it is given */
-        struct evbuffer *copy = evbuffer_new();
+        _cleanup_evbuffer_ struct evbuffer *copy = evbuffer_new();
         if (copy)
-            box_events_write(b, copy);
+            cdn_box_events_write(b, copy);
         evhttp_send_reply(req, 200, "OK", copy);
-        if (copy)
-            evbuffer_free(copy);
         return;
     }
     struct follower *f = calloc(1, sizeof *f);
     if (!f) {
-        api_reply_error(req, 500, "internal", NULL, "out of memory");
+        cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
         return;
     }
     *f = (struct follower){.req = req, .box = b};
     evhttp_send_reply_start(req, 200, "OK");
-    api_stream_timeout(req);
-    struct evbuffer *copy = evbuffer_new();
+    cdn_api_stream_timeout(req);
+    _cleanup_evbuffer_ struct evbuffer *copy = evbuffer_new();
     if (copy) {
-        box_events_write(b, copy);
+        cdn_box_events_write(b, copy);
         evhttp_send_reply_chunk(req, copy);
-        evbuffer_free(copy);
     }
     LIST_INSERT_HEAD(&b->followers, f, link);
     evhttp_connection_set_closecb(evhttp_request_get_connection(req), follower_gone, f);
@@ -461,7 +423,7 @@ static bool authorized(struct evhttp_request *req, bool tcp)
         return true; /* the unix socket's mode is the access control */
     const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
     char want[300];
-    (void) snprintf(want, sizeof want, "Bearer %s", cordond->token);
+    (void) snprintf(want, sizeof want, "Bearer %s", cdn_daemon->token);
     size_t n = strlen(want);
     if (!h || strlen(h) != n)
         return false;
@@ -475,7 +437,7 @@ static void route(struct evhttp_request *req, void *arg)
 {
     bool tcp = arg != NULL;
     if (!authorized(req, tcp)) {
-        api_reply_error(req, 401, "unauthorized", NULL, "missing or wrong bearer token");
+        cdn_api_reply_error(req, 401, "unauthorized", NULL, "missing or wrong bearer token");
         return;
     }
     enum evhttp_cmd_type m = evhttp_request_get_command(req);
@@ -493,7 +455,7 @@ static void route(struct evhttp_request *req, void *arg)
             return route_create(req);
         if (m == EVHTTP_REQ_GET)
             return route_list(req);
-        return api_reply_error(req, 405, "method_not_allowed", NULL, "%s takes GET or POST", path);
+        return cdn_api_reply_error(req, 405, "method_not_allowed", NULL, "%s takes GET or POST", path);
     }
     rest[0] = 0;
     /* rest: one segment, or "monitor/text" */
@@ -501,36 +463,30 @@ static void route(struct evhttp_request *req, void *arg)
         (path[n] && sscanf(path + n, "/%63s", rest) != 1) ||
         (path[n] && strlen(path + n) != strlen(rest) + 1) ||
         (strchr(rest, '/') && strcmp(rest, "monitor/text") != 0))
-        return api_reply_error(req, 404, "not_found", NULL, "no route for %s", path);
-    struct box *b = box_find(id);
+        return cdn_api_reply_error(req, 404, "not_found", NULL, "no route for %s", path);
+    struct box *b = cdn_box_find(id);
     if (!b)
-        return api_reply_error(req, 404, "sandbox_not_found", "id", "no sandbox '%s'", id);
+        return cdn_api_reply_error(req, 404, "sandbox_not_found", "id", "no sandbox '%s'", id);
     static const struct {
         const char *rest;
         enum evhttp_cmd_type m;
         void (*fn)(struct evhttp_request *, struct box *);
     } sub[] = {
-        {"exec", EVHTTP_REQ_POST, api_exec},
-        {"call", EVHTTP_REQ_POST, api_call},
-        {"files", EVHTTP_REQ_PUT, api_files},
-        {"files", EVHTTP_REQ_GET, api_files},
-        {"files", EVHTTP_REQ_DELETE, api_files},
-        {"ls", EVHTTP_REQ_GET, api_ls},
-        {"events", EVHTTP_REQ_GET, api_events},
-        {"stat", EVHTTP_REQ_GET, api_stat},
-        {"mkdir", EVHTTP_REQ_POST, api_mkdir},
-        {"network", EVHTTP_REQ_PATCH, api_network},
-        {"violations", EVHTTP_REQ_GET, api_violations},
-        {"monitor/text", EVHTTP_REQ_POST, api_monitor_text},
+        {"exec", EVHTTP_REQ_POST, cdn_api_exec},        {"call", EVHTTP_REQ_POST, cdn_api_call},
+        {"files", EVHTTP_REQ_PUT, cdn_api_files},       {"files", EVHTTP_REQ_GET, cdn_api_files},
+        {"files", EVHTTP_REQ_DELETE, cdn_api_files},    {"ls", EVHTTP_REQ_GET, cdn_api_ls},
+        {"events", EVHTTP_REQ_GET, cdn_api_events},     {"stat", EVHTTP_REQ_GET, cdn_api_stat},
+        {"mkdir", EVHTTP_REQ_POST, cdn_api_mkdir},      {"network", EVHTTP_REQ_PATCH, api_network},
+        {"violations", EVHTTP_REQ_GET, api_violations}, {"monitor/text", EVHTTP_REQ_POST, api_monitor_text},
     };
     if (!rest[0]) {
         if (m == EVHTTP_REQ_GET)
-            return api_reply_json(req, 200, box_to_json(b));
+            return cdn_api_reply_json(req, 200, cdn_box_to_json(b));
         if (m == EVHTTP_REQ_DELETE) {
-            box_delete(b, "deleted by request");
-            return api_reply_json(req, 200, json_pack("{s:s, s:b}", "id", id, "deleted", 1));
+            cdn_box_delete(b, "deleted by request");
+            return cdn_api_reply_json(req, 200, json_pack("{s:s, s:b}", "id", id, "deleted", 1));
         }
-        return api_reply_error(req, 405, "method_not_allowed", NULL, "%s takes GET or DELETE", path);
+        return cdn_api_reply_error(req, 405, "method_not_allowed", NULL, "%s takes GET or DELETE", path);
     }
     bool known = false; /* the route exists, with other methods: 405 */
     for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++) {
@@ -540,23 +496,23 @@ static void route(struct evhttp_request *req, void *arg)
             return sub[i].fn(req, b);
         known = true;
     }
-    api_reply_error(req, known ? 405 : 404, known ? "method_not_allowed" : "not_found", NULL,
-                    "no route for %s with this method", path);
+    cdn_api_reply_error(req, known ? 405 : 404, known ? "method_not_allowed" : "not_found", NULL,
+                        "no route for %s with this method", path);
 }
 
 static struct evhttp *new_http(bool tcp)
 {
-    struct evhttp *h = evhttp_new(cordond->base);
+    struct evhttp *h = evhttp_new(cdn_daemon->base);
     if (!h)
         return NULL;
-    evhttp_set_max_body_size(h, (ev_ssize_t) cordond->cfg.max_body_bytes);
+    evhttp_set_max_body_size(h, (ev_ssize_t) cdn_daemon->cfg.max_body_bytes);
     evhttp_set_max_headers_size(h, 64 << 10);
     evhttp_set_timeout(h, 300); /* a client that stops mid-request is dropped */
     evhttp_set_allowed_methods(h, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
                                       EVHTTP_REQ_PATCH);
     evhttp_set_gencb(h, route, tcp ? (void *) 1 : NULL);
     if (tcp)
-        api_tcp_gate(h);
+        cdn_api_tcp_gate(h);
     return h;
 }
 
@@ -568,7 +524,7 @@ static int listen_unix(const char *path)
     if (strlen(path) + 5 >= sizeof sa.sun_path)
         return -ENAMETOOLONG;
     (void) snprintf(sa.sun_path, sizeof sa.sun_path, "%s.new", path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return -errno;
     (void) unlink(sa.sun_path);
@@ -579,38 +535,45 @@ static int listen_unix(const char *path)
     if (r < 0 || chmod(sa.sun_path, 0600) < 0 || listen(fd, 1024) < 0 || rename(sa.sun_path, path) < 0) {
         r = -errno;
         (void) unlink(sa.sun_path);
-        (void) close(fd);
         return r;
     }
-    return fd;
+    return TAKE_FD(fd);
 }
 
-int api_start(void)
+int cdn_api_start(void)
 {
     /* TCP first: the unix socket appearing is what tells waiting clients (and
      * the tests) that everything listens. */
-    if (cordond->cfg.listen[0]) {
+    if (cdn_daemon->cfg.listen[0]) {
         char host[128];
-        (void) snprintf(host, sizeof host, "%s", cordond->cfg.listen);
+        (void) snprintf(host, sizeof host, "%s", cdn_daemon->cfg.listen);
         char *colon = strrchr(host, ':');
         int port = colon ? atoi(colon + 1) : 0;
         if (!colon || port <= 0 || port > 65535) {
-            fprintf(stderr, "cordond: --listen '%s': expected HOST:PORT\n", cordond->cfg.listen);
+            fprintf(stderr, "cordond: --listen '%s': expected HOST:PORT\n", cdn_daemon->cfg.listen);
             return -1;
         }
         *colon = 0;
         struct evhttp *t = new_http(true);
         if (!t || !evhttp_bind_socket_with_handle(t, host, (uint16_t) port)) {
-            fprintf(stderr, "cordond: listen on %s: %s\n", cordond->cfg.listen, strerror(errno));
+            fprintf(stderr, "cordond: listen on %s: %s\n", cdn_daemon->cfg.listen, strerror(errno));
             return -1;
         }
     }
     struct evhttp *h = new_http(false);
-    int fd = listen_unix(cordond->cfg.socket_path);
+    int fd = listen_unix(cdn_daemon->cfg.socket_path);
     if (!h || fd < 0 || !evhttp_accept_socket_with_handle(h, fd)) {
-        fprintf(stderr, "cordond: listen on %s: %s\n", cordond->cfg.socket_path,
+        fprintf(stderr, "cordond: listen on %s: %s\n", cdn_daemon->cfg.socket_path,
                 strerror(fd < 0 ? -fd : EIO));
         return -1;
     }
     return 0;
 }
+
+const struct cdn_box_listener cdn_api_box_listener = {
+    .event = cdn_api_events_push,
+    .ended = cdn_api_events_end,
+    .freed = cdn_api_throttle_end,
+    .step_ready = cdn_sibling_box_ready,
+    .step_gone = cdn_sibling_box_gone,
+};

@@ -13,7 +13,6 @@
  * and when init's pidfd reports its exit (every process of the sandbox is
  * gone then) the tier removes the cgroup and the record goes. */
 #include <errno.h>
-#include <seccomp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <signal.h>
@@ -22,23 +21,20 @@
 #include <string.h>
 #include <time.h>
 #include <sys/syscall.h>
-#include <sys/fsuid.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "registry.h"
+#include "core/json-util.h"
 #include "core/paths.h"
-#include "monitor/watch.h"
-#include "monitor/writes.h"
-#include "tiers/container/seccomp-policy.h"
 #include "record.h"
 #include "shared/fd-util.h"
 #include "tiers/tier.h"
 
 static const char *const state_names[_BOX_STATE_MAX] = {"starting", "running", "exited"};
 
-const char *box_state_name(enum box_state s)
+const char *cdn_box_state_name(enum box_state s)
 {
     return state_names[s];
 }
@@ -50,10 +46,10 @@ static double now_unix(void)
     return (double) t.tv_sec + (double) t.tv_nsec / 1e9;
 }
 
-struct box *box_find(const char *id)
+struct box *cdn_box_find(const char *id)
 {
     struct box *b;
-    LIST_FOREACH(b, &cordond->boxes, link)
+    LIST_FOREACH(b, &cdn_daemon->boxes, link)
     if (!b->sibling && strcmp(b->sb.id, id) == 0)
         return b;
     return NULL;
@@ -71,105 +67,14 @@ static void monitor_stop(struct box *b)
     (void) close(fd);
 }
 
-/* A reported path write (seccomp-policy.h): a violation when it aims at a
- * protected or a system path, else nothing. The kernel refuses those itself
- * (read-only binds, landlock); deny and kill modes also answer EPERM. */
-static void on_reported(struct box *b, int fd, const struct cdn_seccomp_event *ev)
-{
-    struct cdn_write_attempt w;
-    bool deny = false;
-    if (cdn_write_attempt_read(ev, &w) == 0)
-        for (int i = 0; i < w.n && b->state == BOX_RUNNING; i++) {
-            enum violation_kind k = cdn_write_is_protected(&w, i, &b->spec.protect) ? VIOLATION_PROTECT
-                                    : cdn_path_is_system(w.path[i])                 ? VIOLATION_SYSTEM_WRITE
-                                                                                    : _VIOLATION_MAX;
-            if (k == _VIOLATION_MAX)
-                continue;
-            char cmd[256];
-            if (box_violation_logged(b, k)) /* read while the caller waits: only for an event */
-                cdn_read_cmdline(ev->pid, cmd, sizeof cmd);
-            box_violation(b, k,
-                          box_violation_logged(b, k)
-                              ? json_pack("{s:o, s:s, s:i, s:o}", "path",
-                                          json_lossy_string((const uint8_t *) w.path[i], strlen(w.path[i])),
-                                          "op", w.op, "pid", ev->pid, "cmd",
-                                          json_lossy_string((const uint8_t *) cmd, strlen(cmd)))
-                              : NULL);
-            deny = b->spec.on_violation != CDN_VIOLATION_LOG;
-            break; /* one record per call */
-        }
-    if (b->state != BOX_RUNNING)
-        return; /* killed on it: no answer (see on_monitor) */
-    if (deny)
-        (void) cdn_seccomp_notify_deny(fd, ev);
-    else
-        (void) cdn_seccomp_notify_continue(fd, ev);
-}
-
-/* A watched denial: a syscall violation, its event's details read only when it gets one. */
-static json_t *syscall_fields(struct box *b, const struct cdn_seccomp_event *ev)
-{
-    if (!box_violation_logged(b, VIOLATION_SYSCALL))
-        return NULL;
-    char cmd[256];
-    cdn_read_cmdline(ev->pid, cmd, sizeof cmd); /* the caller waits in the call meanwhile */
-    char *name = seccomp_syscall_resolve_num_arch(ev->arch, ev->nr);
-    json_t *args = json_array();
-    for (int k = 0; args && k < 6; k++)
-        json_array_append_new(args, json_integer((json_int_t) ev->args[k]));
-    json_t *f = json_pack("{s:s, s:i, s:i, s:o, s:o}", "syscall", name ? name : "?", "nr", ev->nr, "pid",
-                          ev->pid, "cmd", json_lossy_string((const uint8_t *) cmd, strlen(cmd)), "args",
-                          args ? args : json_array());
-    free(name);
-    return f;
-}
-
 /* At most 16 notifications per call (the loop serves every other event between two calls), and
- * what they cost is charged to the box's budget (box-events.c), which stops this event when spent. */
-
-/* inotify_add_watch by a sandbox process (watch.h): made here, on the object resolved here, or
- * refused on a protected path (a violation: the watch would tell the names the harness reads
- * there). A sandbox without protected paths, or a verifier step (everything is open to it),
- * lets the kernel do it. */
-static void on_watch(struct box *b, int fd, const struct cdn_seccomp_event *ev)
-{
-    if (!b->spec.protect.n || b->verifier == VERIFIER_RUNNING) {
-        (void) cdn_watch_answer(fd, ev->id, 0, 0, true);
-        return;
-    }
-    struct cdn_watch w;
-    int r = cdn_watch_open(fd, ev->id, ev->pid, ev->args, &w);
-    if (r < 0) {
-        (void) cdn_watch_answer(fd, ev->id, 0, -r, false);
-        return;
-    }
-    const struct cdn_guard_mark *m = cdn_guard_marks_find(&b->marks, (int) w.mnt_id);
-    if (m && m->kind == CDN_GUARD_PROTECT) {
-        char cmd[256];
-        cdn_read_cmdline(ev->pid, cmd, sizeof cmd);
-        box_violation(b, VIOLATION_PROTECT,
-                      json_pack("{s:o, s:s, s:i, s:o}", "path",
-                                json_lossy_string((const uint8_t *) w.path, strlen(w.path)), "op", "inotify",
-                                "pid", ev->pid, "cmd",
-                                json_lossy_string((const uint8_t *) cmd, strlen(cmd))));
-        if (b->state == BOX_RUNNING) /* killed on it: no answer, as for a watched denial */
-            (void) cdn_watch_answer(fd, ev->id, 0, EPERM, false);
-    } else {
-        /* With the caller's file credentials: a watch needs read permission on the object. */
-        (void) setfsgid(w.fsgid);
-        (void) setfsuid(w.fsuid);
-        r = cdn_watch_add(&w);
-        (void) setfsuid(0);
-        (void) setfsgid(0);
-        (void) cdn_watch_answer(fd, ev->id, r < 0 ? 0 : r, r < 0 ? -r : 0, false);
-    }
-    cdn_watch_close(&w);
-}
+ * what they cost is charged to the box's budget (box-events.c), which stops this event when spent.
+ * The session (supervise/session.h) decides and answers each. */
 static void on_monitor(evutil_socket_t fd, short what, void *arg)
 {
     (void) what;
     struct box *b = arg;
-    uint64_t t0 = box_supervise_start();
+    uint64_t t0 = cdn_box_supervise_start();
     for (int i = 0; i < 16 && b->monitor_ev && !b->budget.paused; i++) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, 0) <= 0)
@@ -178,32 +83,16 @@ static void on_monitor(evutil_socket_t fd, short what, void *arg)
             monitor_stop(b);
             return;
         }
-        struct cdn_seccomp_event ev;
-        int r = cdn_seccomp_notify_recv(fd, &ev);
+        int r = cdn_session_seccomp(&b->session, fd);
         if (r == -ENOENT)
             continue;
         if (r < 0)
             break;
-        if (cdn_seccomp_is_reported(ev.nr)) {
-            on_reported(b, fd, &ev);
-            continue;
-        }
-        if (cdn_seccomp_is_watch(ev.nr)) {
-            on_watch(b, fd, &ev);
-            continue;
-        }
-        /* The violation first (in kill mode it kills), then the answer: a
-         * killed caller never runs on after its attempt. */
-        box_violation(b, VIOLATION_SYSCALL, syscall_fields(b, &ev));
-        /* Killed on it: no answer at all. The caller stays in its wait until
-         * the pid namespace's end takes it; an EPERM now would let it run on
-         * for the moment the kill takes to arrive. */
         if (b->state != BOX_RUNNING)
-            return;
-        (void) cdn_seccomp_notify_deny(fd, &ev);
+            return; /* killed on it */
     }
     if (b->monitor_ev)
-        box_supervised(b, t0);
+        cdn_box_supervised(b, t0);
 }
 
 /* Once init runs: supervise its watched denials. Without it they would block. */
@@ -211,21 +100,22 @@ static void monitor_start(struct box *b)
 {
     if (b->monitor_ev || !b->sb.tier->monitor_fd)
         return;
-    int fd = b->sb.tier->monitor_fd(&b->sb);
+    _cleanup_close_ int fd = b->sb.tier->monitor_fd(&b->sb);
     if (fd < 0) {
         fprintf(stderr, "cordond: sandbox %s: no seccomp listener: %s\n", b->sb.id, strerror(-fd));
         return;
     }
-    b->monitor_ev = event_new(cordond->base, fd, EV_READ | EV_PERSIST, on_monitor, b);
+    b->monitor_ev = event_new(cdn_daemon->base, fd, EV_READ | EV_PERSIST, on_monitor, b);
     if (!b->monitor_ev || event_add(b->monitor_ev, NULL) < 0) {
         if (b->monitor_ev)
             event_free(b->monitor_ev);
         b->monitor_ev = NULL;
-        (void) close(fd);
+        return;
     }
+    TAKE_FD(fd); /* monitor_stop() closes it */
 }
 
-void box_check_limits(struct box *b)
+void cdn_box_check_limits(struct box *b)
 {
     struct cdn_usage u;
     if (b->state != BOX_RUNNING || b->sb.tier->usage(&b->sb, &u) < 0)
@@ -233,25 +123,18 @@ void box_check_limits(struct box *b)
     if (u.oom_kills > b->viol.oom_seen) {
         uint64_t n = u.oom_kills - b->viol.oom_seen;
         b->viol.oom_seen = u.oom_kills;
-        box_violation(b, VIOLATION_OOM,
-                      json_pack("{s:I, s:I}", "oom_kills", (json_int_t) n, "memory_mb",
-                                (json_int_t) b->spec.limits.memory_mb));
+        cdn_box_violation(b, CDN_VK_OOM,
+                          json_pack("{s:I, s:I}", "oom_kills", (json_int_t) n, "memory_mb",
+                                    (json_int_t) b->spec.limits.memory_mb));
     }
     if (b->state != BOX_RUNNING)
         return; /* killed on it */
-    /* The writable layer (its tmpfs, of limits.disk_mb): full now, and not at the last look. A VM
-     * guest's disk is the guest's: as it last reported. */
-    char root[4200];
-    struct statfs fs;
-    (void) snprintf(root, sizeof root, "/proc/%d/root/", (int) b->sb.init_pid);
-    if (b->spec.tier == CDN_TIER_PROCESS) /* its tmpfs is its directory (src/tiers/process) */
-        (void) snprintf(root, sizeof root, "%s/process/%d", cdn_run_dir(), b->sb.slot);
-    bool vm = cdn_tier_is_vm(b->spec.tier);
-    if (vm || (b->sb.init_pid > 0 && statfs(root, &fs) == 0)) {
-        bool full = vm ? b->sb.vm_disk_full : fs.f_bavail == 0;
+    /* The writable layer (of limits.disk_mb): full now, and not at the last look. */
+    bool full;
+    if (b->sb.tier->disk_full && b->sb.tier->disk_full(&b->sb, &full) == 0) {
         if (full && !b->viol.disk_full)
-            box_violation(b, VIOLATION_DISK,
-                          json_pack("{s:I}", "disk_mb", (json_int_t) b->spec.limits.disk_mb));
+            cdn_box_violation(b, CDN_VK_DISK,
+                              json_pack("{s:I}", "disk_mb", (json_int_t) b->spec.limits.disk_mb));
         b->viol.disk_full = full;
         if (b->state != BOX_RUNNING)
             return;
@@ -260,30 +143,27 @@ void box_check_limits(struct box *b)
         uint64_t n = u.pids_max_hits - b->viol.pids_seen;
         b->viol.pids_seen = u.pids_max_hits;
         if (b->state == BOX_RUNNING)
-            box_violation(b, VIOLATION_PIDS,
-                          json_pack("{s:I, s:I}", "pids_limit_hits", (json_int_t) n, "pids",
-                                    (json_int_t) b->spec.limits.pids));
+            cdn_box_violation(b, CDN_VK_PIDS,
+                              json_pack("{s:I, s:I}", "pids_limit_hits", (json_int_t) n, "pids",
+                                        (json_int_t) b->spec.limits.pids));
     }
 }
 
-json_t *box_to_json(struct box *b)
+json_t *cdn_box_to_json(struct box *b)
 {
     json_t *labels = cdn_strv_to_json_map(&b->spec.labels);
-    char *spec = cdn_spec_to_json(&b->spec);
+    _cleanup_free_ char *spec = cdn_spec_to_json(&b->spec);
     json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:f, s:o, s:I}", "id", b->sb.id, "state",
-                          box_state_name(b->state), "tier", b->sb.tier->name, "image", b->spec.image,
+                          cdn_box_state_name(b->state), "tier", b->sb.tier->name, "image", b->spec.image,
                           "created_at", b->created_unix, "labels", labels, "execs", (json_int_t) b->execs);
     if (o && spec)
         json_object_set_new(o, "spec", json_loads(spec, 0, NULL));
-    free(spec);
     if (o && b->exit_reason[0])
         json_object_set_new(o, "exit_reason", json_string(b->exit_reason));
-    if (o && b->sb.accel[0]) /* VM tiers: what runs the guest, and how it started */
-        json_object_set_new(
-            o, "vm",
-            json_pack("{s:s, s:s}", "accel", b->sb.accel, "boot", b->sb.vm_restored ? "snapshot" : "cold"));
+    if (o && b->sb.tier->describe) /* a VM's: what runs the guest, and how it started */
+        b->sb.tier->describe(&b->sb, o, CDN_DESCRIBE_API);
     if (o)
-        json_object_set_new(o, "violations", box_violations_json(b));
+        json_object_set_new(o, "violations", cdn_box_violations_json(b));
     if (o && b->egress) {
         char ip[16];
         uint32_t a = b->netns.sandbox_ip;
@@ -298,13 +178,23 @@ json_t *box_to_json(struct box *b)
     return o;
 }
 
+/* The end of a create, told once to whoever waits for it (the API: its HTTP answer). */
+static void created(struct box *b, enum cdn_box_created how, const struct cdn_error *err)
+{
+    struct cdn_box_waiter w = b->waiter;
+    b->waiter = (struct cdn_box_waiter){0};
+    if (w.done)
+        w.done(w.arg, how == CDN_BOX_CREATED ? b : NULL, how, err);
+}
+
 static void box_free(struct box *b)
 {
-    if (b->step)
-        sibling_box_gone(b, "cordond let it go");
-    sibling_sources_free(b);
-    api_throttle_end(b);
-    guard_stop(b);
+    if (b->step && cdn_daemon->listener)
+        cdn_daemon->listener->step_gone(b, "cordond let it go");
+    cdn_sibling_sources_free(b);
+    if (cdn_daemon->listener)
+        cdn_daemon->listener->freed(b);
+    cdn_box_fanotify_stop(b);
     if (b->setup_ev)
         event_free(b->setup_ev);
     if (b->pidfd_ev)
@@ -313,35 +203,35 @@ static void box_free(struct box *b)
         event_free(b->lifetime_ev);
     if (b->start_ev)
         event_free(b->start_ev);
-    box_events_free(b);
+    cdn_box_events_free(b);
+    cdn_tier_release(&b->sb);
     cdn_spec_free(&b->spec);
     free(b);
 }
 
 static bool grow_kept(void)
 {
-    size_t cap = cordond->cap_kept ? cordond->cap_kept * 2 : 64;
-    int *p = realloc(cordond->kept_slots, cap * sizeof *p);
+    size_t cap = cdn_daemon->cap_kept ? cdn_daemon->cap_kept * 2 : 64;
+    int *p = realloc(cdn_daemon->kept_slots, cap * sizeof *p);
     if (!p)
         return false;
-    cordond->kept_slots = p;
-    cordond->cap_kept = cap;
+    cdn_daemon->kept_slots = p;
+    cdn_daemon->cap_kept = cap;
     return true;
 }
 
 static void keep_slot(int slot)
 {
-    struct daemon *d = cordond;
+    struct daemon *d = cdn_daemon;
     if (d->n_kept < d->cap_kept || grow_kept())
         d->kept_slots[d->n_kept++] = slot;
 }
 
-void box_drop_kept_slots(void)
+void cdn_box_drop_kept_slots(void)
 {
-    const struct cdn_tier_ops *t = cdn_tier_lookup(CDN_TIER_CONTAINER);
-    while (cordond->n_kept)
-        t->drop_slot(cordond->kept_slots[--cordond->n_kept]);
-    t->sweep_slots(); /* and any whose hint was lost in a race */
+    while (cdn_daemon->n_kept)
+        cdn_tier_drop_slot(cdn_daemon->kept_slots[--cdn_daemon->n_kept]);
+    cdn_tier_sweep_slots(); /* and any whose hint was lost in a race */
 }
 
 /* init has exited (or never started): release the tier's resources. */
@@ -349,7 +239,7 @@ static void cleanup(struct box *b)
 {
     b->cleaned = true;
     monitor_stop(b);
-    guard_stop(b);
+    cdn_box_fanotify_stop(b);
     if (b->pidfd_ev)
         event_del(b->pidfd_ev);
     /* Reap through the pidfd (init may not be our child after a restart);
@@ -365,59 +255,60 @@ static void cleanup(struct box *b)
     int slot = b->sb.slot;
     bool kept = b->sb.keep_cgroup;
     (void) b->sb.tier->destroy(&b->sb);
-    egress_detach(b);
+    cdn_egress_detach(b);
     /* The cgroup directories stay (emptied) for the next sandbox: remember the slot. */
     if (kept && slot >= 0)
         keep_slot(slot);
-    record_remove(b->sb.id);
+    cdn_record_remove(b->sb.id);
 }
 
 /* The box cannot be used any more; it stays as a record of what happened
  * until it is deleted. */
-void box_stop(struct box *b, const char *reason)
+void cdn_box_stop(struct box *b, const char *reason)
 {
     if (b->state == BOX_EXITED)
         return;
     b->state = BOX_EXITED;
-    box_violations_flush(b); /* the last count of suppressed violation events, before "exited" */
+    cdn_box_violations_flush(b); /* the last count of suppressed violation events, before "exited" */
     (void) snprintf(b->exit_reason, sizeof b->exit_reason, "%s", reason);
-    agent_conn_close(&b->agent); /* pending execs and file ops end with an error */
+    cdn_agent_conn_close(&b->agent); /* pending execs and file ops end with an error */
     if (b->setup_ev)
         event_del(b->setup_ev);
     /* The lifetime timer stays: it also removes the record of an exited box
      * that nobody deletes. */
-    if (b->create_req) {
-        api_reply_error(b->create_req, 500, "sandbox_failed", NULL, "the sandbox ended while starting: %s",
-                        reason);
-        b->create_req = NULL;
+    if (b->waiter.done) {
+        struct cdn_error e = {0};
+        (void) snprintf(e.msg, sizeof e.msg, "the sandbox ended while starting: %s", reason);
+        created(b, CDN_BOX_FAILED, &e);
     }
-    box_event(b, "exited", json_pack("{s:s}", "reason", reason));
-    if (b->step)
-        sibling_box_gone(b, reason);
+    cdn_box_event(b, "exited", json_pack("{s:s}", "reason", reason));
+    if (b->step && cdn_daemon->listener)
+        cdn_daemon->listener->step_gone(b, reason);
 }
 
 static void maybe_finish_stop(void)
 {
-    if (cordond->stopping && LIST_EMPTY(&cordond->dying))
-        event_base_loopbreak(cordond->base);
+    if (cdn_daemon->stopping && LIST_EMPTY(&cdn_daemon->dying))
+        event_base_loopbreak(cdn_daemon->base);
 }
 
-void box_delete(struct box *b, const char *reason)
+void cdn_box_delete(struct box *b, const char *reason)
 {
     /* Not cleaned up yet: still running, or stopped (a kill on violation)
      * with its init's exit still to come. */
     bool running = !b->cleaned;
-    box_stop(b, reason);
-    box_event(b, "deleted", json_pack("{s:s}", "reason", reason));
-    api_events_end(b);
+    cdn_box_stop(b, reason);
+    cdn_box_event(b, "deleted", json_pack("{s:s}", "reason", reason));
+    if (cdn_daemon->listener)
+        cdn_daemon->listener->ended(b);
     LIST_REMOVE(b, link);
     if (b->pool)
-        pool_box_gone(b);
+        cdn_pool_box_gone(b);
     else
-        cordond->n_boxes--;
+        cdn_daemon->n_boxes--;
     if (running && b->sb.init_pidfd >= 0 && b->sb.tier->kill(&b->sb, SIGKILL) == 0) {
         b->dying = true; /* on_init_exit finishes it */
-        LIST_INSERT_HEAD(&cordond->dying, b, link);
+        LIST_INSERT_HEAD(&cdn_daemon->dying, b, link);
         return;
     }
     if (running)
@@ -434,15 +325,12 @@ static bool read_setup_failure(struct box *b, int fd)
         return false;
     err.msg[sizeof err.msg - 1] = 0;
     err.field[sizeof err.field - 1] = 0;
-    cordond->create_errors++;
-    if (b->step) /* a verifier's sibling: its step says why */
-        sibling_box_gone(b, err.msg);
+    cdn_daemon->create_errors++;
+    if (b->step && cdn_daemon->listener) /* a verifier's sibling: its step says why */
+        cdn_daemon->listener->step_gone(b, err.msg);
     if (b->pool)
         fprintf(stderr, "cordond: a pooled sandbox failed to start: %s\n", err.msg);
-    if (b->create_req)
-        api_reply_cdn_error(b->create_req, err.field[0] ? 400 : 500,
-                            err.field[0] ? "invalid_spec" : "sandbox_failed", &err);
-    b->create_req = NULL;
+    created(b, err.field[0] ? CDN_BOX_INVALID_SPEC : CDN_BOX_FAILED, &err);
     return true;
 }
 
@@ -454,52 +342,52 @@ static void on_setup(evutil_socket_t fd, short what, void *arg)
     struct box *b = arg;
     event_del(b->setup_ev);
     if (read_setup_failure(b, fd)) {
-        box_delete(b, "setup failed");
+        cdn_box_delete(b, "setup failed");
         return;
     }
     box_started(b); /* EOF: the setup pipe is CLOEXEC, so cordon-init runs */
 }
 
-/* A VM guest's answers to IDENTITY and POLICY (channel 0): running after both; an ERROR (its
- * init could not set itself up: a protected path missing, …) fails the create, and the guest
- * ends by itself. */
-static void vm_setup_answer(struct box *b, uint16_t type, const uint8_t *p, uint32_t len)
+/* init's answers on channel 0 while it sets itself up (a VM guest's to IDENTITY and POLICY,
+ * tier.h start_answers): running after all of them; an ERROR (its init could not set itself up:
+ * a protected path missing, …) fails the create, and the guest ends by itself. */
+static void start_answer(struct box *b, uint16_t type, const uint8_t *p, uint32_t len)
 {
     int e;
     const char *msg;
     if (type == CDN_FRAME_DONE) {
-        if (++b->vm_answers == 2)
+        if (++b->start_answers == b->sb.tier->start_answers)
             box_started(b);
         return;
     }
     if (cdn_errmsg_decode(p, len, &e, &msg) < 0) {
-        agent_conn_fail(&b->agent, "an ERROR frame that does not decode on channel 0");
+        cdn_agent_conn_fail(&b->agent, "an ERROR frame that does not decode on channel 0");
         return;
     }
-    cordond->create_errors++;
+    cdn_daemon->create_errors++;
     bool spec = strstr(msg, "protected paths") != NULL;
-    if (b->create_req)
-        api_reply_error(b->create_req, spec ? 400 : 500, spec ? "invalid_spec" : "sandbox_failed",
-                        spec ? "protect" : NULL, "%s%s", spec ? "protect: " : "the guest: ", msg);
-    b->create_req = NULL;
-    box_delete(b, "the guest could not set itself up");
+    struct cdn_error why = {0};
+    (void) snprintf(why.field, sizeof why.field, "%s", spec ? "protect" : "");
+    (void) snprintf(why.msg, sizeof why.msg, "%s%s", spec ? "protect: " : "the guest: ", msg);
+    created(b, spec ? CDN_BOX_INVALID_SPEC : CDN_BOX_FAILED, &why);
+    cdn_box_delete(b, "the guest could not set itself up");
 }
 
 /* A pooled VM guest runs `true` once before it counts as ready. The first command of a restored
  * guest costs about 200 ms more than the next ones under TCG (its kernel's code is translated again,
  * the 9p page cache is empty): the pool pays it, not the request. Its end (EXIT or ERROR) makes the
- * guest ready; a connection that ends first takes the guest with it (pool_box_gone). */
+ * guest ready; a connection that ends first takes the guest with it (cdn_pool_box_gone). */
 static void warm_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uint32_t len)
 {
     (void) p, (void) len;
     struct box *b = (struct box *) (void *) ((char *) r - offsetof(struct box, warm));
     if ((type == CDN_FRAME_EXIT || type == CDN_FRAME_ERROR) && b->pool && !b->pool_ready)
-        pool_box_ready(b);
+        cdn_pool_box_ready(b);
 }
 
 static int warm_start(struct box *b)
 {
-    struct cdn_strv env = {0};
+    _cleanup_(cdn_strv_free) struct cdn_strv env = {0};
     char *argv[] = {"true", NULL};
     if (cdn_exec_env(&b->spec, NULL, NULL, &env) < 0)
         return -ENOMEM;
@@ -508,14 +396,13 @@ static int warm_start(struct box *b)
         cdn_exec_encode(buf, sizeof buf,
                         &(struct cdn_exec_args){
                             .flags = CDN_EXEC_PIPES, .cwd = b->spec.workdir, .argv = argv, .envp = env.v});
-    cdn_strv_free(&env);
     if (n < 0)
         return n;
     b->warm = (struct agent_req){.on_frame = warm_frame};
-    uint32_t ch = agent_conn_add(&b->agent, &b->warm, AGENT_EXEC_FRAMES);
-    int r = agent_conn_send(&b->agent, CDN_FRAME_EXEC, 0, ch, buf, (uint32_t) n);
+    uint32_t ch = cdn_agent_conn_add(&b->agent, &b->warm, AGENT_EXEC_FRAMES);
+    int r = cdn_agent_conn_send(&b->agent, CDN_FRAME_EXEC, 0, ch, buf, (uint32_t) n);
     if (r < 0)
-        agent_conn_remove(&b->agent, &b->warm);
+        cdn_agent_conn_remove(&b->agent, &b->warm);
     return r;
 }
 
@@ -526,27 +413,22 @@ static void box_started(struct box *b)
         event_del(b->start_ev);
     monitor_start(b);
     struct cdn_error gerr = {0};
-    if (guard_start(b, &gerr) < 0) {
+    if (cdn_box_fanotify_start(b, &gerr) < 0) {
         if (b->spec.protect.n) { /* unguarded, a protected path would be readable */
-            cordond->create_errors++;
-            if (b->create_req)
-                api_reply_cdn_error(b->create_req, 500, "sandbox_failed", &gerr);
-            b->create_req = NULL;
-            box_delete(b, "protected paths could not be guarded");
+            cdn_daemon->create_errors++;
+            created(b, CDN_BOX_FAILED, &gerr);
+            cdn_box_delete(b, "protected paths could not be guarded");
             return;
         }
         fprintf(stderr, "cordond: sandbox %s: masked kernel files unguarded: %s\n", b->sb.id, gerr.msg);
     }
-    cordond->created_total++;
-    box_event(b, "running", NULL);
-    if (b->pool && (!cdn_tier_is_vm(b->spec.tier) || warm_start(b) < 0))
-        pool_box_ready(b);
-    if (b->create_req) {
-        api_reply_json(b->create_req, 201, box_to_json(b));
-        b->create_req = NULL;
-    }
-    if (b->step)
-        sibling_box_ready(b);
+    cdn_daemon->created_total++;
+    cdn_box_event(b, "running", NULL);
+    if (b->pool && (!b->sb.tier->warm_exec || warm_start(b) < 0))
+        cdn_pool_box_ready(b);
+    created(b, CDN_BOX_CREATED, NULL);
+    if (b->step && cdn_daemon->listener)
+        cdn_daemon->listener->step_ready(b);
 }
 
 /* Whether the process behind pidfd has exited (a zombie counts). Only our
@@ -573,7 +455,8 @@ static void on_init_exit(evutil_socket_t fd, short what, void *arg)
         maybe_finish_stop();
         return;
     }
-    bool started = b->state == BOX_RUNNING || b->violation_killed || b->agent_failed;
+    /* A verifier's sibling is forgotten at its end, whatever ended it (api-sibling.c). */
+    bool started = b->state == BOX_RUNNING || (b->session.killed && !b->sibling) || b->agent_failed;
     char reason[sizeof b->exit_reason] = "init exited";
     /* Dying while starting, it may have said why on the setup pipe, which
      * this event can overtake: that report is the answer to the create. */
@@ -585,16 +468,17 @@ static void on_init_exit(evutil_socket_t fd, short what, void *arg)
         if (u.oom_kills)
             (void) snprintf(reason, sizeof reason, "init exited: out of memory");
     }
-    box_stop(b, reason);
+    cdn_box_stop(b, reason);
     cleanup(b);
     if (b->pool || !started) { /* nobody knows its id (or it was pooled): forget it now */
         LIST_REMOVE(b, link);
         if (b->pool)
-            pool_box_gone(b);
+            cdn_pool_box_gone(b);
         else
-            cordond->n_boxes--;
-        box_event(b, "deleted", json_pack("{s:s}", "reason", reason));
-        api_events_end(b);
+            cdn_daemon->n_boxes--;
+        cdn_box_event(b, "deleted", json_pack("{s:s}", "reason", reason));
+        if (cdn_daemon->listener)
+            cdn_daemon->listener->ended(b);
         box_free(b);
     }
 }
@@ -602,20 +486,20 @@ static void on_init_exit(evutil_socket_t fd, short what, void *arg)
 static void on_agent_close(struct agent_conn *c, void *arg)
 {
     struct box *b = arg;
-    const char *failure = agent_conn_failure(c);
+    const char *failure = cdn_agent_conn_failure(c);
     /* init broke the protocol: it is not the cordon-init we started (a VM guest whose kernel the
      * agent owns). Nothing it says can be trusted any more: the box fails, with the reason. */
     if (failure && b->state != BOX_EXITED) {
         char reason[sizeof b->exit_reason];
         (void) snprintf(reason, sizeof reason, "agent protocol violation: %s", failure);
-        box_event(b, "agent_error", json_pack("{s:s}", "reason", failure));
+        cdn_box_event(b, "agent_error", json_pack("{s:s}", "reason", failure));
         fprintf(stderr, "cordond: sandbox %s: its agent broke the protocol (%s): ending it\n", b->sb.id,
                 failure);
         if (b->state == BOX_STARTING)
-            cordond->create_errors++;
+            cdn_daemon->create_errors++;
         else
             b->agent_failed = true; /* kept, exited, for the client to see why */
-        box_stop(b, reason);
+        cdn_box_stop(b, reason);
         (void) b->sb.tier->kill(&b->sb, SIGKILL);
         return;
     }
@@ -627,72 +511,45 @@ static void on_agent_close(struct agent_conn *c, void *arg)
 
 /* A VM guest's watched denial (its init supervises the seccomp listeners of its commands): a
  * syscall violation, as the container tier's listener reports one (on_monitor). In kill mode the
- * guest left the call unanswered, and box_violation ends the guest. */
+ * guest left the call unanswered, and cdn_box_violation ends the guest. */
 static void on_agent_event(struct agent_conn *c, uint16_t type, const uint8_t *p, uint32_t len, void *arg)
 {
     struct box *b = arg;
-    struct cdn_violation_msg v;
-    bool vm = cdn_tier_is_vm(b->spec.tier);
-    /* Commands a restarted cordond forgot (exec_forget_channels) report on channel 0; init says
+    const struct cdn_tier_ops *t = b->sb.tier;
+    bool answering = t->start_answers && b->state == BOX_STARTING;
+    /* Commands a restarted cordond forgot (cdn_exec_forget_channels) report on channel 0; init says
      * ERROR there before it closes the connection over a frame of ours it could not decode. */
     if (type == CDN_FRAME_STDOUT || type == CDN_FRAME_STDERR || type == CDN_FRAME_EXIT ||
-        (type == CDN_FRAME_ERROR && (!vm || b->state != BOX_STARTING)))
+        (type == CDN_FRAME_ERROR && !answering))
         return;
-    if (vm && b->state == BOX_STARTING && (type == CDN_FRAME_DONE || type == CDN_FRAME_ERROR)) {
-        vm_setup_answer(b, type, p, len);
-        return;
-    }
-    if (vm && type == CDN_FRAME_USAGE) { /* the guest's accounting changed: an OOM, a pids hit, a full disk */
-        if (cdn_microvm_usage_frame(&b->sb, p, len) < 0)
-            agent_conn_fail(c, "a USAGE frame that does not decode");
-        else
-            box_check_limits(b);
+    if (answering && (type == CDN_FRAME_DONE || type == CDN_FRAME_ERROR)) {
+        start_answer(b, type, p, len);
         return;
     }
-    if (!vm || type != CDN_FRAME_VIOLATION) { /* a container's or a worker's agent sends none of these */
-        agent_conn_fail(c, "a %s frame on channel 0%s", agent_frame_name(type),
-                        b->state == BOX_STARTING ? " while starting" : "");
+    /* The tier's own (a guest's USAGE: its accounting changed: an OOM, a pids hit, a full disk). */
+    int r = t->frame ? t->frame(&b->sb, type, p, len) : 0;
+    if (r < 0)
+        cdn_agent_conn_fail(c, "a %s frame that does not decode", cdn_agent_frame_name(type));
+    if (r > 0)
+        cdn_box_check_limits(b);
+    if (r != 0)
+        return;
+    /* A container's or a worker's agent sends none of the rest. */
+    if (!t->guest_supervises || type != CDN_FRAME_VIOLATION) {
+        cdn_agent_conn_fail(c, "a %s frame on channel 0%s", cdn_agent_frame_name(type),
+                            b->state == BOX_STARTING ? " while starting" : "");
         return;
     }
-    if (cdn_violation_decode(p, len, &v) < 0 || v.kind == CDN_VIOLATION_MSG_SYMLINK) {
-        /* a SYMLINK comes on its file request's channel, never here */
-        agent_conn_fail(c, "a VIOLATION frame that does not decode or is not the sandbox's");
-        return;
-    }
-    if (v.kind == CDN_VIOLATION_MSG_PROTECT) { /* the guest's guard refused an open */
-        box_violation(b, VIOLATION_PROTECT,
-                      !box_violation_logged(b, VIOLATION_PROTECT)
-                          ? NULL
-                          : json_pack("{s:o, s:o, s:i, s:o, s:s}", "path",
-                                      json_lossy_string((const uint8_t *) v.path, strlen(v.path)), "op",
-                                      json_lossy_string((const uint8_t *) v.op, strlen(v.op)), "pid",
-                                      (int) v.pid, "cmd",
-                                      json_lossy_string((const uint8_t *) v.cmd, strlen(v.cmd)), "where",
-                                      "guest"));
-        return;
-    }
-    if (!box_violation_logged(b, VIOLATION_SYSCALL)) {
-        box_violation(b, VIOLATION_SYSCALL, NULL);
-        return;
-    }
-    char *name = seccomp_syscall_resolve_num_arch(v.arch, (int) v.nr);
-    json_t *args = json_array();
-    for (int k = 0; args && k < 6; k++)
-        json_array_append_new(args, json_integer((json_int_t) v.args[k]));
-    box_violation(b, VIOLATION_SYSCALL,
-                  json_pack("{s:s, s:i, s:i, s:o, s:o, s:s}", "syscall", name ? name : "?", "nr", (int) v.nr,
-                            "pid", (int) v.pid, "cmd",
-                            json_lossy_string((const uint8_t *) v.cmd, strlen(v.cmd)), "args",
-                            args ? args : json_array(), "where", "guest"));
-    free(name);
+    if (cdn_session_guest_violation(&b->session, p, len) < 0)
+        cdn_agent_conn_fail(c, "a VIOLATION frame that does not decode or is not the sandbox's");
 }
 
 static void on_lifetime(evutil_socket_t fd, short what, void *arg)
 {
     (void) fd, (void) what;
     struct box *b = arg;
-    box_event(b, "timeout", json_pack("{s:I}", "timeout_ms", (json_int_t) b->spec.limits.timeout_ms));
-    box_delete(b, "lifetime (limits.timeout_s) reached");
+    cdn_box_event(b, "timeout", json_pack("{s:I}", "timeout_ms", (json_int_t) b->spec.limits.timeout_ms));
+    cdn_box_delete(b, "lifetime (limits.timeout_s) reached");
 }
 
 /* A VM guest that has not answered its IDENTITY and POLICY in time (a guest that hangs booting or
@@ -703,15 +560,15 @@ static void on_start_timeout(evutil_socket_t fd, short what, void *arg)
     struct box *b = arg;
     if (b->state != BOX_STARTING)
         return;
-    cordond->create_errors++;
-    box_delete(b, "the guest did not answer within its start timeout ($CORDON_VM_START_TIMEOUT_S)");
+    cdn_daemon->create_errors++;
+    cdn_box_delete(b, "the guest did not answer within its start timeout ($CORDON_VM_START_TIMEOUT_S)");
 }
 
 /* Events of a box: setup report (new boxes only), init's exit, the agent
  * connection, the lifetime timer (what is left of it for an adopted box), a VM guest's start timer. */
 static int watch(struct box *b)
 {
-    struct event_base *base = cordond->base;
+    struct event_base *base = cdn_daemon->base;
     if (b->sb.setup_fd >= 0) {
         b->setup_ev = event_new(base, b->sb.setup_fd, EV_READ | EV_PERSIST, on_setup, b);
         if (!b->setup_ev || event_add(b->setup_ev, NULL) < 0)
@@ -723,10 +580,10 @@ static int watch(struct box *b)
     b->agent.on_close = on_agent_close;
     b->agent.on_event = on_agent_event;
     b->agent.arg = b;
-    int r = agent_conn_open(&b->agent, base, b->sb.agent_fd);
+    int r = cdn_agent_conn_open(&b->agent, base, b->sb.agent_fd);
     if (r < 0)
         return r;
-    if (b->state == BOX_STARTING && cdn_tier_is_vm(b->spec.tier)) {
+    if (b->state == BOX_STARTING && b->sb.tier->start_answers) {
         const char *env = getenv("CORDON_VM_START_TIMEOUT_S");
         struct timeval tv = {.tv_sec = env && atoi(env) > 0 ? atoi(env) : 60};
         b->start_ev = evtimer_new(base, on_start_timeout, b);
@@ -752,11 +609,11 @@ static int spawned(struct cdn_sandbox *sb, void *arg)
 {
     struct box *b = arg;
     (void) sb;
-    b->init_start = record_start_time(b->sb.init_pid);
-    return record_write(b);
+    b->init_start = cdn_record_start_time(b->sb.init_pid);
+    return cdn_record_write(b);
 }
 
-struct box *box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_error *err)
+struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_error *err)
 {
     struct box *b = calloc(1, sizeof *b);
     if (!b || !(b->events = evbuffer_new())) {
@@ -767,32 +624,33 @@ struct box *box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_error
     }
     b->spec = *spec;
     *spec = (struct cdn_spec){0};
-    b->guard_fd = -1;
+    b->fanotify_fd = -1;
     b->pool = pool;
     LIST_INIT(&b->followers);
     cdn_sandbox_init(&b->sb, &b->spec);
-    b->sb.stdio_fd = cordond->devnull;
+    cdn_session_init(&b->session, &b->sb, &cdn_box_session_ops, b);
+    b->sb.stdio_fd = cdn_daemon->devnull;
     b->sb.tier = cdn_tier_lookup(b->spec.tier);
     b->created_unix = now_unix();
     b->sb.persistent = true;
     b->sb.on_spawned = spawned;
     b->sb.on_spawned_arg = b;
-    b->sb.listen_fd = record_listen(b->sb.id);
+    b->sb.listen_fd = cdn_record_listen(b->sb.id);
     b->netns = (struct cdn_netns) CDN_NETNS_INIT;
     if (!b->sb.tier) {
         cdn_error_field(err, EOPNOTSUPP, "tier", "tier '%s' is not built yet",
                         cdn_tier_to_string(b->spec.tier));
     } else if (b->sb.listen_fd < 0) {
-        cdn_error_set(err, -b->sb.listen_fd, "agent socket in %s: %s", cordond->cfg.sandbox_dir,
+        cdn_error_set(err, -b->sb.listen_fd, "agent socket in %s: %s", cdn_daemon->cfg.sandbox_dir,
                       strerror(-b->sb.listen_fd));
-    } else if (egress_attach(b, err) < 0 || guard_prepare(b, err) < 0) {
+    } else if (cdn_egress_attach(b, err) < 0 || cdn_box_fanotify_prepare(b, err) < 0) {
         /* err says why */
-    } else if ((b->sb.slot_hint = cordond->n_kept ? cordond->kept_slots[--cordond->n_kept] : -1),
+    } else if ((b->sb.slot_hint = cdn_daemon->n_kept ? cdn_daemon->kept_slots[--cdn_daemon->n_kept] : -1),
                b->sb.tier->create(&b->sb, err) >= 0) {
         b->sb.keep_cgroup = true; /* from now on its cgroup is worth keeping */
         /* What a verifier's sibling will bind of its read-write binds, before the agent runs. */
         if (b->spec.protect.n && b->spec.n_mounts)
-            (void) sibling_sources_note(b);
+            (void) cdn_sibling_sources_note(b);
         struct cdn_usage u0; /* a reused cgroup keeps its counters: count from here */
         if (b->sb.tier->usage(&b->sb, &u0) == 0) {
             b->viol.oom_seen = u0.oom_kills;
@@ -807,30 +665,30 @@ struct box *box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_error
          * stays ours until cleanup() has removed its cgroup. */
         b->sb.listen_fd = safe_close(b->sb.listen_fd);
         if (pool) {
-            pool_box_add(pool, b);
+            cdn_pool_box_add(pool, b);
         } else {
-            LIST_INSERT_HEAD(&cordond->boxes, b, link);
-            cordond->n_boxes++;
+            LIST_INSERT_HEAD(&cdn_daemon->boxes, b, link);
+            cdn_daemon->n_boxes++;
         }
-        box_event(b, "created", json_pack("{s:s}", "tier", b->sb.tier->name));
+        cdn_box_event(b, "created", json_pack("{s:s}", "tier", b->sb.tier->name));
         int r = watch(b);
         if (r < 0) {
             cdn_error_set(err, -r, "recording or watching the sandbox: %s", strerror(-r));
-            box_delete(b, "internal error");
+            cdn_box_delete(b, "internal error");
             return NULL;
         }
         return b;
     }
     /* err says why; the tier left nothing behind */
-    egress_detach(b);
+    cdn_egress_detach(b);
     b->sb.listen_fd = safe_close(b->sb.listen_fd);
-    record_remove(b->sb.id);
-    cordond->create_errors++;
+    cdn_record_remove(b->sb.id);
+    cdn_daemon->create_errors++;
     box_free(b);
     return NULL;
 }
 
-void box_hand_over(struct box *b, struct cdn_spec *spec)
+void cdn_box_hand_over(struct box *b, struct cdn_spec *spec)
 {
     /* Same shape (pool.c compared it); what differs is the client's: labels,
      * env (used at each exec), the lifetime, which starts now. */
@@ -839,46 +697,47 @@ void box_hand_over(struct box *b, struct cdn_spec *spec)
     *spec = (struct cdn_spec){0};
     b->pool = NULL;
     b->created_unix = now_unix();
-    LIST_INSERT_HEAD(&cordond->boxes, b, link);
-    cordond->n_boxes++;
-    (void) record_write(b);
-    box_event(b, "handed_over", json_pack("{s:b}", "pooled", 1));
+    LIST_INSERT_HEAD(&cdn_daemon->boxes, b, link);
+    cdn_daemon->n_boxes++;
+    (void) cdn_record_write(b);
+    cdn_box_event(b, "handed_over", json_pack("{s:b}", "pooled", 1));
     if (b->spec.limits.timeout_ms) {
         struct timeval tv = {.tv_sec = (time_t) (b->spec.limits.timeout_ms / 1000),
                              .tv_usec = (suseconds_t) (b->spec.limits.timeout_ms % 1000) * 1000};
-        b->lifetime_ev = evtimer_new(cordond->base, on_lifetime, b);
+        b->lifetime_ev = evtimer_new(cdn_daemon->base, on_lifetime, b);
         if (b->lifetime_ev)
             (void) evtimer_add(b->lifetime_ev, &tv);
     }
 }
 
-void box_create(struct cdn_spec *spec, struct evhttp_request *req)
+void cdn_box_create(struct cdn_spec *spec, struct cdn_box_waiter w)
 {
-    if (cordond->stopping) {
-        cdn_spec_free(spec);
-        api_reply_error(req, 503, "stopping", NULL, "cordond is stopping");
-        return;
-    }
-    if (cordond->n_boxes >= cordond->cfg.max_sandboxes) {
-        cdn_spec_free(spec);
-        api_reply_error(req, 429, "too_many_sandboxes", NULL, "%u sandboxes exist, the configured maximum",
-                        cordond->n_boxes);
-        return;
-    }
-    struct box *b = pool_take(spec);
-    if (b) {
-        box_hand_over(b, spec);
-        api_reply_json(req, 201, box_to_json(b));
-        return;
-    }
     struct cdn_error err = {0};
-    b = box_spawn(spec, NULL, &err);
-    if (b) {
-        b->create_req = req; /* answered by on_setup */
+    if (cdn_daemon->stopping) {
+        cdn_spec_free(spec);
+        (void) snprintf(err.msg, sizeof err.msg, "cordond is stopping");
+        w.done(w.arg, NULL, CDN_BOX_STOPPING, &err);
         return;
     }
-    api_reply_cdn_error(req, err.field[0] ? 400 : 500, err.field[0] ? "invalid_spec" : "sandbox_failed",
-                        &err);
+    if (cdn_daemon->n_boxes >= cdn_daemon->cfg.max_sandboxes) {
+        cdn_spec_free(spec);
+        (void) snprintf(err.msg, sizeof err.msg, "%u sandboxes exist, the configured maximum",
+                        cdn_daemon->n_boxes);
+        w.done(w.arg, NULL, CDN_BOX_TOO_MANY, &err);
+        return;
+    }
+    struct box *b = cdn_pool_take(spec);
+    if (b) {
+        cdn_box_hand_over(b, spec);
+        w.done(w.arg, b, CDN_BOX_CREATED, NULL);
+        return;
+    }
+    b = cdn_box_spawn(spec, NULL, &err);
+    if (b) {
+        b->waiter = w; /* told by on_setup */
+        return;
+    }
+    w.done(w.arg, NULL, err.field[0] ? CDN_BOX_INVALID_SPEC : CDN_BOX_FAILED, &err);
 }
 
 /* ---- restarts ---- */
@@ -892,15 +751,28 @@ static bool is_sibling(const struct cdn_spec *spec)
     return false;
 }
 
+/* A live init that is ours (pid and start time match: a pooled one, or one we could not connect
+ * to) is killed, and its whole pid namespace waited for; never a stranger that reuses the pid. */
+static void kill_if_ours(pid_t pid, uint64_t start)
+{
+    _cleanup_close_ int fd = (int) syscall(SYS_pidfd_open, pid, 0);
+    if (fd >= 0 && cdn_record_start_time(pid) == start &&
+        syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0) == 0) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        (void) poll(&p, 1, 5000);
+    }
+}
+
 static void adopt_one(const char *id, const char *path)
 {
     struct record rec;
     struct cdn_error err = {0};
-    if (record_load(path, &rec, &err) < 0) {
+    if (cdn_record_load(path, &rec, &err) < 0) {
         fprintf(stderr, "cordond: %s; removing it\n", err.msg);
-        record_remove(id);
+        cdn_record_remove(id);
         return;
     }
+    _cleanup_json_ json_t *rec_json = TAKE_PTR(rec.json);
     struct box *b = calloc(1, sizeof *b);
     if (!b || !(b->events = evbuffer_new())) {
         free(b);
@@ -908,65 +780,62 @@ static void adopt_one(const char *id, const char *path)
         return;
     }
     b->spec = rec.spec;
-    b->guard_fd = -1;
+    b->fanotify_fd = -1;
     LIST_INIT(&b->followers);
     cdn_sandbox_init(&b->sb, &b->spec);
+    cdn_session_init(&b->session, &b->sb, &cdn_box_session_ops, b);
     (void) snprintf(b->sb.id, sizeof b->sb.id, "%s", rec.id);
     b->sb.tier = cdn_tier_lookup(b->spec.tier);
+    /* What the tier wrote into the record (a VM's: what runs the guest, how it started). */
+    int r = b->sb.tier && b->sb.tier->restore ? b->sb.tier->restore(&b->sb, rec_json) : 0;
+    if (r < 0) {
+        fprintf(stderr, "cordond: %s: not a sandbox record; removing it\n", path);
+        cdn_record_remove(id);
+        box_free(b);
+        return;
+    }
     b->sb.persistent = true;
     b->sb.slot = rec.slot;
     b->sb.init_pid = rec.init_pid;
-    (void) snprintf(b->sb.accel, sizeof b->sb.accel, "%s", rec.accel);
-    b->sb.vm_restored = rec.vm_restored;
     b->created_unix = rec.created_unix;
     b->init_start = rec.init_start;
     b->state = BOX_RUNNING;
-    int r = -ESRCH;
+    r = -ESRCH;
     b->netns = (struct cdn_netns) CDN_NETNS_INIT;
     if (rec.pooled)
         (void) snprintf(err.msg, sizeof err.msg, "it was in a warm pool");
-    else if (b->sb.tier && record_start_time(rec.init_pid) == rec.init_start &&
+    else if (b->sb.tier && cdn_record_start_time(rec.init_pid) == rec.init_start &&
              b->sb.tier->adopt(&b->sb, &err) >= 0 &&
-             record_start_time(rec.init_pid) ==
+             cdn_record_start_time(rec.init_pid) ==
                  rec.init_start) /* checked again: the pidfd pins the process now */
-        r = b->sb.agent_fd = record_connect(id);
-    if (r >= 0 && b->spec.net_mode != CDN_NET_NONE && (r = egress_adopt(b, rec.net_lease, &err)) < 0)
+        r = b->sb.agent_fd = cdn_record_connect(id);
+    if (r >= 0 && b->spec.net_mode != CDN_NET_NONE && (r = cdn_egress_adopt(b, rec.net_lease, &err)) < 0)
         b->sb.agent_fd = safe_close(b->sb.agent_fd);
     if (r >= 0) {
-        LIST_INSERT_HEAD(&cordond->boxes, b, link);
-        cordond->n_boxes++;
+        LIST_INSERT_HEAD(&cdn_daemon->boxes, b, link);
+        cdn_daemon->n_boxes++;
         if (watch(b) >= 0) {
             if (is_sibling(&b->spec)) { /* its step ended with the last cordond: nobody wants it */
-                box_delete(b, "a verifier's sibling left by the last cordond");
+                cdn_box_delete(b, "a verifier's sibling left by the last cordond");
                 return;
             }
             monitor_start(b);
-            if (guard_adopt(b, &err) < 0 && b->spec.protect.n) {
+            if (cdn_box_fanotify_adopt(b, &err) < 0 && b->spec.protect.n) {
                 fprintf(stderr, "cordond: sandbox %s: %s; ending it\n", id, err.msg);
-                box_delete(b, "protected paths could not be guarded after a restart");
+                cdn_box_delete(b, "protected paths could not be guarded after a restart");
                 return;
             }
-            box_event(b, "adopted", json_pack("{s:i}", "init_pid", (int) rec.init_pid));
+            cdn_box_event(b, "adopted", json_pack("{s:i}", "init_pid", (int) rec.init_pid));
             return;
         }
-        box_delete(b, "could not be watched after a restart");
+        cdn_box_delete(b, "could not be watched after a restart");
         return;
     }
     /* init is gone (or is not ours): kill what may be left in its slot, free it */
     fprintf(stderr, "cordond: sandbox %s could not be adopted (%s); cleaning up\n", id,
             err.msg[0] ? err.msg : "init is gone");
     if (b->sb.tier) {
-        /* A live init that is ours (pid and start time match: a pooled one,
-         * or one we could not connect to) is killed, and its whole pid
-         * namespace waited for; never a stranger that reuses the pid. */
-        int fd = (int) syscall(SYS_pidfd_open, rec.init_pid, 0);
-        if (fd >= 0 && record_start_time(rec.init_pid) == rec.init_start &&
-            syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0) == 0) {
-            struct pollfd p = {.fd = fd, .events = POLLIN};
-            (void) poll(&p, 1, 5000);
-        }
-        if (fd >= 0)
-            (void) close(fd);
+        kill_if_ours(rec.init_pid, rec.init_start);
         b->sb.agent_fd = safe_close(b->sb.agent_fd);
         b->sb.init_pidfd = safe_close(b->sb.init_pidfd);
         b->sb.slot_fd = safe_close(b->sb.slot_fd);
@@ -977,7 +846,7 @@ static void adopt_one(const char *id, const char *path)
         if (b->sb.tier->forget)
             b->sb.tier->forget(&b->sb);
     }
-    record_remove(id);
+    cdn_record_remove(id);
     box_free(b);
 }
 
@@ -985,39 +854,42 @@ static int adopted;
 
 static void adopt_counted(const char *id, const char *path)
 {
-    unsigned before = cordond->n_boxes;
+    unsigned before = cdn_daemon->n_boxes;
     adopt_one(id, path);
-    adopted += cordond->n_boxes > before;
+    adopted += cdn_daemon->n_boxes > before;
 }
 
-int box_adopt_all(void)
+int cdn_box_adopt_all(void)
 {
     adopted = 0;
-    (void) record_scan(adopt_counted);
+    (void) cdn_record_scan(adopt_counted);
     return adopted;
 }
 
-void box_release_all(void)
+void cdn_box_release_all(void)
 {
-    while (!LIST_EMPTY(&cordond->boxes)) {
-        struct box *b = LIST_FIRST(&cordond->boxes);
-        if (cordond->cfg.stop_sandboxes) {
-            box_delete(b, "cordond stopped");
+    while (!LIST_EMPTY(&cdn_daemon->boxes)) {
+        struct box *b = LIST_FIRST(&cdn_daemon->boxes);
+        if (cdn_daemon->cfg.stop_sandboxes) {
+            cdn_box_delete(b, "cordond stopped");
             continue;
         }
         /* Left running for the next cordond: only our side goes. */
-        if (b->create_req)
-            api_reply_error(b->create_req, 503, "stopping", NULL, "cordond is stopping");
-        b->create_req = NULL;
+        if (b->waiter.done) {
+            struct cdn_error e = {0};
+            (void) snprintf(e.msg, sizeof e.msg, "cordond is stopping");
+            created(b, CDN_BOX_STOPPING, &e);
+        }
         b->agent.on_close = NULL;
-        agent_conn_close(&b->agent);
-        api_events_end(b);
+        cdn_agent_conn_close(&b->agent);
+        if (cdn_daemon->listener)
+            cdn_daemon->listener->ended(b);
         LIST_REMOVE(b, link);
-        cordond->n_boxes--;
+        cdn_daemon->n_boxes--;
         b->sb.agent_fd = safe_close(b->sb.agent_fd);
         b->sb.init_pidfd = safe_close(b->sb.init_pidfd);
         b->sb.setup_fd = safe_close(b->sb.setup_fd);
-        egress_release(b);
+        cdn_egress_release(b);
         box_free(b);
     }
 }

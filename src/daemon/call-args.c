@@ -3,8 +3,9 @@
 #include <jansson.h>
 #include <string.h>
 
-#include "agent/frame.h"
+#include "proto/frame.h"
 #include "call-args.h"
+#include "core/json-util.h"
 
 static int parse(json_t *body, json_t **code_input, double *timeout_s, bool *fresh, struct cdn_error *e)
 {
@@ -35,30 +36,26 @@ static int parse(json_t *body, json_t **code_input, double *timeout_s, bool *fre
     return *code_input ? 0 : cdn_error_set(e, ENOMEM, "out of memory");
 }
 
-int call_args_parse(const char *body, size_t len, uint8_t *out, size_t cap, size_t *ret_len,
-                    struct cdn_error *e)
+int cdn_call_args_parse(const char *body, size_t len, uint8_t *out, size_t cap, size_t *ret_len,
+                        struct cdn_error *e)
 {
     json_error_t je;
-    json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    _cleanup_json_ json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!o)
         return cdn_error_field(e, EBADMSG, "body", "body: %s", je.text);
-    json_t *ci = NULL;
+    _cleanup_json_ json_t *ci = NULL;
     double timeout_s = 0;
     bool fresh = false;
     int r = parse(o, &ci, &timeout_s, &fresh, e);
-    json_decref(o);
     if (r < 0)
         return r;
     uint32_t hdr[2] = {(uint32_t) (timeout_s * 1000 + 0.5), fresh ? CDN_CALL_FRESH : 0};
     if (timeout_s > 0 && hdr[0] == 0)
         hdr[0] = 1;
-    if (cap < CDN_CALL_FIXED + 2) {
-        json_decref(ci);
+    if (cap < CDN_CALL_FIXED + 2)
         return cdn_error_field(e, E2BIG, "code", "code and input exceed a frame");
-    }
     memcpy(out, hdr, sizeof hdr);
     size_t n = json_dumpb(ci, (char *) out + CDN_CALL_FIXED, cap - CDN_CALL_FIXED, JSON_COMPACT);
-    json_decref(ci);
     if (n == 0 || n > cap - CDN_CALL_FIXED)
         return cdn_error_field(e, E2BIG, "code", "code and input exceed 1 MiB");
     *ret_len = CDN_CALL_FIXED + n;

@@ -16,8 +16,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "oci/resolve.h"
 #include "core/paths.h"
-#include "daemon.h"
+#include "api.h"
 #include "shared/fd-util.h"
 #include "net/audit.h"
 #include "shared/parse-util.h"
@@ -28,7 +29,7 @@
 #endif
 #define DEFAULT_CONFIG CDN_SYSCONFDIR "/cordon/cordond.conf"
 
-struct daemon *cordond;
+struct daemon *cdn_daemon;
 static struct daemon the_daemon;
 
 static int set_string(char *dst, size_t size, const char *v)
@@ -155,7 +156,7 @@ static char *trim(char *s)
 
 static int load_config(struct daemon_config *c, const char *path, bool required)
 {
-    FILE *f = fopen(path, "re");
+    _cleanup_fclose_ FILE *f = fopen(path, "re");
     if (!f) {
         if (!required && errno == ENOENT)
             return 0;
@@ -184,7 +185,6 @@ static int load_config(struct daemon_config *c, const char *path, bool required)
             ret = -1;
         }
     }
-    fclose(f);
     return ret;
 }
 
@@ -243,14 +243,11 @@ static int parse_args(int argc, char **argv, struct daemon_config *c)
 
 static int read_token(struct daemon *d)
 {
-    FILE *f = fopen(d->cfg.token_file, "re");
+    _cleanup_fclose_ FILE *f = fopen(d->cfg.token_file, "re");
     if (!f || !fgets(d->token, sizeof d->token, f)) {
         fprintf(stderr, "cordond: token file %s: %s\n", d->cfg.token_file, f ? "empty" : strerror(errno));
-        if (f)
-            fclose(f);
         return -1;
     }
-    fclose(f);
     char *t = trim(d->token);
     memmove(d->token, t, strlen(t) + 1);
     if (strlen(d->token) < 16) {
@@ -265,19 +262,17 @@ static int socket_in_use(const char *path)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     (void) snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return 0;
-    int r = connect(fd, (struct sockaddr *) &sa, sizeof sa);
-    (void) close(fd);
-    return r == 0;
+    return connect(fd, (struct sockaddr *) &sa, sizeof sa) == 0;
 }
 
 static void on_stop_timeout(evutil_socket_t fd, short what, void *arg)
 {
     (void) fd, (void) what, (void) arg;
     fprintf(stderr, "cordond: sandboxes still ending after 20 s; the next cordond cleans them up\n");
-    event_base_loopbreak(cordond->base);
+    event_base_loopbreak(cdn_daemon->base);
 }
 
 /* Stop: our side of every sandbox goes; the sandboxes stay for the next
@@ -286,21 +281,21 @@ static void on_stop_timeout(evutil_socket_t fd, short what, void *arg)
 static void on_stop(evutil_socket_t sig, short what, void *arg)
 {
     (void) what, (void) arg;
-    if (cordond->stopping)
+    if (cdn_daemon->stopping)
         return;
     fprintf(stderr, "cordond: signal %d, stopping\n", (int) sig);
-    cordond->stopping = true;
-    box_release_all();
-    pool_drain();
-    if (LIST_EMPTY(&cordond->dying)) {
-        event_base_loopbreak(cordond->base);
+    cdn_daemon->stopping = true;
+    cdn_box_release_all();
+    cdn_pool_drain();
+    if (LIST_EMPTY(&cdn_daemon->dying)) {
+        event_base_loopbreak(cdn_daemon->base);
         return;
     }
     struct timeval tv = {.tv_sec = 20};
-    (void) event_base_once(cordond->base, -1, EV_TIMEOUT, on_stop_timeout, NULL, &tv);
+    (void) event_base_once(cdn_daemon->base, -1, EV_TIMEOUT, on_stop_timeout, NULL, &tv);
 }
 
-/* Every child is a sandbox's init or guard; reap them all. */
+/* Every child is a sandbox's init or reaper; reap them all. */
 static void on_child(evutil_socket_t sig, short what, void *arg)
 {
     (void) sig, (void) what, (void) arg;
@@ -333,7 +328,7 @@ static int bind_policy_setup(struct daemon *d)
 }
 
 /* Each sandbox with protected paths holds a fanotify group of its own
- * (guard.c); the kernel's default of 128 groups per user would cap them. */
+ * (box-fanotify.c); the kernel's default of 128 groups per user would cap them. */
 static void raise_fanotify_groups(void)
 {
     const char *p = "/proc/sys/fs/fanotify/max_user_groups";
@@ -345,7 +340,9 @@ static void raise_fanotify_groups(void)
 
 int main(int argc, char **argv)
 {
-    struct daemon *d = cordond = &the_daemon;
+    cdn_oci_install_resolver(); /* OCI references as images (oci/resolve.h) */
+    struct daemon *d = cdn_daemon = &the_daemon;
+    d->listener = &cdn_api_box_listener; /* before any box exists (adoption makes events) */
     d->cfg = (struct daemon_config){
         .max_body_bytes = 256ULL << 20,
         .max_output_bytes = 16ULL << 20,
@@ -396,7 +393,7 @@ int main(int argc, char **argv)
         return 1;
     for (unsigned i = 0; i < d->cfg.n_pools; i++) {
         struct cdn_error err = {0};
-        if (pool_configure(d->cfg.pools[i], &err) < 0) {
+        if (cdn_pool_configure(d->cfg.pools[i], &err) < 0) {
             fprintf(stderr, "cordond: pool '%s': %s\n", d->cfg.pools[i], err.msg);
             return 2;
         }
@@ -417,34 +414,34 @@ int main(int argc, char **argv)
         const char *rules = d->cfg.monitor_rules;
         if (!rules[0] && access(CDN_SYSCONFDIR "/cordon/monitor-rules.json", R_OK) == 0)
             rules = CDN_SYSCONFDIR "/cordon/monitor-rules.json";
-        if (monitor_load_rules(rules, &err) < 0) {
+        if (cdn_monitor_load_rules(rules, &err) < 0) {
             fprintf(stderr, "cordond: %s\n", err.msg);
             return 2;
         }
     }
-    (void) egress_start(); /* without it, network modes other than none are refused, with the reason */
+    (void) cdn_egress_start(); /* without it, network modes other than none are refused, with the reason */
     raise_fanotify_groups();
-    (void) guard_global_start();
-    int adopted = box_adopt_all();
-    int r = egress_forget_old_flows();
+    (void) cdn_box_fanotify_global_start();
+    int adopted = cdn_box_adopt_all();
+    int r = cdn_egress_forget_old_flows();
     if (r < 0)
         fprintf(stderr, "cordond: the adopted sandboxes' old flows stay misrouted until they end: %s\n",
                 strerror(-r));
     /* What a crashed cordond kept for reuse (empty cgroups of now free slots) goes, and the
      * directories of its process-tier sandboxes (which died with it). */
-    cdn_tier_lookup(CDN_TIER_PROCESS)->sweep_slots();
+    cdn_tier_sweep_slots();
     if (adopted)
         fprintf(stderr, "cordond: adopted %d sandboxes left by the previous cordond\n", adopted);
-    if (api_start() < 0)
+    if (cdn_api_start() < 0)
         return 1;
-    pool_start();
+    cdn_pool_start();
     fprintf(stderr, "cordond %s: listening on %s%s%s\n", CORDON_VERSION, d->cfg.socket_path,
             d->cfg.listen[0] ? " and " : "", d->cfg.listen);
     event_base_dispatch(d->base);
-    box_drop_kept_slots();
-    egress_stop();
-    guard_global_stop();
-    monitor_free();
+    cdn_box_drop_kept_slots();
+    cdn_egress_stop();
+    cdn_box_fanotify_global_stop();
+    cdn_monitor_free();
     (void) unlink(d->cfg.socket_path);
     return 0;
 }

@@ -13,8 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "registry.h"
 #include "record.h"
+#include "core/json-util.h"
 #include "shared/fd-util.h"
 #include "net/audit.h"
 #include "net/conntrack.h"
@@ -22,16 +23,13 @@
 #include "net/netns.h"
 #include "net/nft.h"
 #include "net/proxy.h"
+#include "net/listeners.h"
 #include "net/udp-relay.h"
 
 static struct {
     bool ready;
-    char error[256]; /* why not ready */
-    struct evdns_base *dns;
-    struct cdn_dns_stub *stub;
-    struct cdn_proxy *proxy;
-    struct cdn_udp_relay *relay;
-    char table[40];
+    char error[256];                  /* why not ready */
+    struct cdn_egress_listeners ls;   /* resolver, stub, proxy, relay, table (net/listeners.h) */
     struct cdn_egress_box **by_lease; /* CDN_NET_LEASES entries */
     struct cdn_audit_log log;
     /* Warm pool of prepared namespaces (lo, veth, addresses, admitted by the
@@ -39,14 +37,14 @@ static struct {
     struct cdn_netns *pool;
     unsigned n_pool, pool_fails;
     struct event *refill;
-    struct cdn_dns_budget_cfg budget; /* cordond->cfg's, read at start */
+    struct cdn_dns_budget_cfg budget; /* cdn_daemon->cfg's, read at start */
 } eg = {.log = CDN_AUDIT_LOG_INIT};
 
 /* A namespace with its veth admitted by the table. */
 static int netns_make(struct cdn_netns *ns, struct cdn_error *err)
 {
     int r = cdn_netns_create(ns, true, err);
-    if (r >= 0 && (r = cdn_nft_add_if(eg.table, ns->host_if, err)) < 0)
+    if (r >= 0 && (r = cdn_nft_add_if(eg.ls.table, ns->host_if, err)) < 0)
         cdn_netns_destroy(ns);
     return r;
 }
@@ -54,7 +52,7 @@ static int netns_make(struct cdn_netns *ns, struct cdn_error *err)
 static void netns_drop(struct cdn_netns *ns)
 {
     if (ns->lease >= 0)
-        cdn_nft_del_if(eg.table, ns->host_if);
+        cdn_nft_del_if(eg.ls.table, ns->host_if);
     cdn_netns_destroy(ns);
 }
 
@@ -62,7 +60,7 @@ static void netns_drop(struct cdn_netns *ns)
 static void refill(evutil_socket_t fd, short what, void *arg)
 {
     (void) fd, (void) what, (void) arg;
-    if (!eg.ready || cordond->stopping || eg.n_pool >= cordond->cfg.net_pool || eg.pool_fails >= 3)
+    if (!eg.ready || cdn_daemon->stopping || eg.n_pool >= cdn_daemon->cfg.net_pool || eg.pool_fails >= 3)
         return;
     struct cdn_error err = {0};
     if (netns_make(&eg.pool[eg.n_pool], &err) < 0) {
@@ -72,7 +70,7 @@ static void refill(evutil_socket_t fd, short what, void *arg)
     }
     eg.pool_fails = 0;
     eg.n_pool++;
-    if (eg.n_pool < cordond->cfg.net_pool)
+    if (eg.n_pool < cdn_daemon->cfg.net_pool)
         event_active(eg.refill, EV_TIMEOUT, 0);
 }
 
@@ -90,22 +88,21 @@ static void on_audit(void *arg, struct cdn_egress_box *e, const struct cdn_audit
     (void) arg;
     struct box *b = e->owner;
     uint64_t flushed;
-    bool write = cdn_audit_admit(e, cdn_now_ms(), cordond->cfg.audit_rate, &flushed);
-    json_t *labels = cdn_strv_to_json_map(&b->spec.labels);
+    bool write = cdn_audit_admit(e, cdn_now_ms(), cdn_daemon->cfg.audit_rate, &flushed);
+    _cleanup_json_ json_t *labels = cdn_strv_to_json_map(&b->spec.labels);
     if (flushed) {
         json_t *s = cdn_audit_suppressed_fields(flushed);
         cdn_audit_log_write(&eg.log, b->sb.id, labels, s);
-        box_event(b, "egress", s);
+        cdn_box_event(b, "egress", s);
     }
     json_t *f = cdn_audit_fields(a);
     if (f && write) {
         cdn_audit_log_write(&eg.log, b->sb.id, labels, f);
-        box_event(b, "egress", json_incref(f));
+        cdn_box_event(b, "egress", json_incref(f));
     }
-    json_decref(labels);
     /* Counted whether written or not; last, since kill mode may end the sandbox here. */
     if (cdn_audit_is_violation(a))
-        box_violation(b, VIOLATION_EGRESS, f ? f : json_object());
+        cdn_box_violation(b, CDN_VK_EGRESS, f ? f : json_object());
     else
         json_decref(f);
 }
@@ -113,7 +110,7 @@ static void on_audit(void *arg, struct cdn_egress_box *e, const struct cdn_audit
 static void on_flag(void *arg, struct cdn_egress_box *e, const char *what, const char *detail, json_t *fields)
 {
     (void) arg;
-    monitor_alert_with(e->owner, what, "medium", "dns", detail, strlen(detail), fields);
+    cdn_monitor_alert_with(e->owner, what, "medium", "dns", detail, strlen(detail), fields);
 }
 
 static const struct cdn_egress_ops ops = {
@@ -125,57 +122,40 @@ static const struct cdn_egress_ops ops = {
 static void table_name(char *buf, size_t size)
 {
     uint32_t h = 2166136261u;
-    for (const char *p = cordond->cfg.state_dir; *p; p++)
+    for (const char *p = cdn_daemon->cfg.state_dir; *p; p++)
         h = (h ^ (uint8_t) *p) * 16777619u;
-    for (const char *p = cordond->cfg.socket_path; *p; p++)
+    for (const char *p = cdn_daemon->cfg.socket_path; *p; p++)
         h = (h ^ (uint8_t) *p) * 16777619u;
     (void) snprintf(buf, size, "cordon_%08x", h);
 }
 
 static int start(void)
 {
-    table_name(eg.table, sizeof eg.table);
-    eg.budget = cordond->cfg.dns_budget;
+    char table[40];
+    table_name(table, sizeof table);
+    eg.budget = cdn_daemon->cfg.dns_budget;
     eg.by_lease = calloc(CDN_NET_LEASES, sizeof *eg.by_lease);
-    eg.dns = evdns_base_new(cordond->base, 0);
-    if (!eg.by_lease || !eg.dns) {
+    if (!eg.by_lease) {
         (void) snprintf(eg.error, sizeof eg.error, "out of memory");
         return -ENOMEM;
     }
-    const char *up = cordond->cfg.dns_upstream;
-    int r = up[0] ? evdns_base_nameserver_ip_add(eg.dns, up)
-                  : evdns_base_resolv_conf_parse(eg.dns, DNS_OPTION_NAMESERVERS, "/etc/resolv.conf");
-    if (r != 0 || evdns_base_count_nameservers(eg.dns) == 0) {
-        (void) snprintf(eg.error, sizeof eg.error, "no upstream DNS server (%s)",
-                        up[0] ? up : "none in /etc/resolv.conf; set dns_upstream");
-        return -ENOENT;
-    }
-    (void) evdns_base_set_option(eg.dns, "timeout:", "2");
-    (void) evdns_base_set_option(eg.dns, "attempts:", "2");
-    eg.stub = cdn_dns_stub_new(cordond->base, eg.dns, 0, &ops);
-    eg.proxy = eg.stub ? cdn_proxy_new(cordond->base, eg.dns, 0, &ops) : NULL;
-    eg.relay = eg.proxy ? cdn_udp_relay_new(cordond->base, 0, &ops) : NULL;
-    if (!eg.relay) {
-        (void) snprintf(eg.error, sizeof eg.error, "DNS stub or proxy socket: %s", strerror(errno));
-        return -errno;
-    }
     struct cdn_error err = {0};
-    cdn_nft_sweep_runs();
-    if (cdn_nft_setup(eg.table, cdn_proxy_port(eg.proxy), cdn_dns_stub_port(eg.stub),
-                      cdn_udp_relay_port(eg.relay), &err) < 0) {
+    int r = cdn_egress_listeners_start(&eg.ls, cdn_daemon->base, table, cdn_daemon->cfg.dns_upstream,
+                                       "dns_upstream", &ops, &err);
+    if (r < 0) {
         (void) snprintf(eg.error, sizeof eg.error, "%s", err.msg);
-        return -EIO;
+        return r;
     }
     char path[512];
-    (void) snprintf(path, sizeof path, "%s/egress.log", cordond->cfg.state_dir);
-    eg.log.max_bytes = cordond->cfg.audit_rotate;
+    (void) snprintf(path, sizeof path, "%s/egress.log", cdn_daemon->cfg.state_dir);
+    eg.log.max_bytes = cdn_daemon->cfg.audit_rotate;
     if (cdn_audit_log_open(&eg.log, path) < 0)
         fprintf(stderr, "cordond: audit log %s: %s (egress events still go to each sandbox's events)\n", path,
                 strerror(errno));
     eg.ready = true;
-    if (cordond->cfg.net_pool) {
-        eg.pool = calloc(cordond->cfg.net_pool, sizeof *eg.pool);
-        eg.refill = event_new(cordond->base, -1, 0, refill, NULL);
+    if (cdn_daemon->cfg.net_pool) {
+        eg.pool = calloc(cdn_daemon->cfg.net_pool, sizeof *eg.pool);
+        eg.refill = event_new(cdn_daemon->base, -1, 0, refill, NULL);
         if (eg.pool && eg.refill) {
             (void) event_priority_set(eg.refill, 2);
             event_active(eg.refill, EV_TIMEOUT, 0);
@@ -184,7 +164,7 @@ static int start(void)
     return 0;
 }
 
-int egress_start(void)
+int cdn_egress_start(void)
 {
     int r = start();
     if (r < 0)
@@ -192,52 +172,53 @@ int egress_start(void)
     return r;
 }
 
-void egress_stop(void)
+void cdn_egress_stop(void)
 {
     while (eg.n_pool)
         netns_drop(&eg.pool[--eg.n_pool]);
     if (eg.refill)
         event_free(eg.refill);
     free(eg.pool);
-    if (eg.ready)
-        cdn_nft_teardown(eg.table);
-    cdn_udp_relay_free(eg.relay);
-    cdn_proxy_free(eg.proxy);
-    if (eg.stub)
-        cdn_dns_stub_free(eg.stub);
-    /* Cancelled lookups end in their callbacks, which run from the loop:
-     * let them, before the resolver goes (dns-stub.h). */
-    (void) event_base_loop(cordond->base, EVLOOP_NONBLOCK);
-    if (eg.dns)
-        evdns_base_free(eg.dns, 0);
+    cdn_egress_listeners_stop(&eg.ls);
     eg.ready = false;
     cdn_audit_log_close(&eg.log);
     free(eg.by_lease);
 }
 
-const char *egress_log_path(void)
+const char *cdn_egress_log_path(void)
 {
     return eg.log.path;
 }
 
+static void egress_box_free(struct cdn_egress_box *e)
+{
+    if (!e)
+        return;
+    cdn_allowlist_free(&e->allow);
+    cdn_pins_free(e->pins);
+    free(e);
+}
+
+static void egress_box_freep(struct cdn_egress_box **e)
+{
+    egress_box_free(*e);
+}
+
 static int new_box(struct box *b, struct cdn_egress_box **ret, struct cdn_error *err)
 {
-    struct cdn_egress_box *e = calloc(1, sizeof *e);
+    _cleanup_(egress_box_freep) struct cdn_egress_box *e = calloc(1, sizeof *e);
     if (!e)
         return cdn_error_set(err, ENOMEM, "out of memory");
     int r = cdn_allowlist_parse(&b->spec.net_allow, &e->allow, err);
-    if (r < 0 || !(e->pins = cdn_pins_new(1024))) {
-        cdn_allowlist_free(&e->allow);
-        free(e);
+    if (r < 0 || !(e->pins = cdn_pins_new(1024)))
         return r < 0 ? r : cdn_error_set(err, ENOMEM, "out of memory");
-    }
-    *ret = e;
+    *ret = TAKE_PTR(e);
     return 0;
 }
 
 static int register_box(struct box *b, struct cdn_egress_box *e, struct cdn_error *err)
 {
-    if (b->spec.net_mode == CDN_NET_OPEN && cdn_nft_set_open(eg.table, b->netns.host_if, true, err) < 0)
+    if (b->spec.net_mode == CDN_NET_OPEN && cdn_nft_set_open(eg.ls.table, b->netns.host_if, true, err) < 0)
         return -EIO;
     (void) snprintf(e->id, sizeof e->id, "%s", b->sb.id);
     e->sandbox_ip = b->netns.sandbox_ip;
@@ -249,33 +230,27 @@ static int register_box(struct box *b, struct cdn_egress_box *e, struct cdn_erro
     return 0;
 }
 
-int egress_attach(struct box *b, struct cdn_error *err)
+int cdn_egress_attach(struct box *b, struct cdn_error *err)
 {
     if (b->spec.net_mode == CDN_NET_NONE)
         return 0;
     if (!eg.ready)
         return cdn_error_field(err, EOPNOTSUPP, "network.mode",
                                "network.mode: the egress layer is not running: %s", eg.error);
-    struct cdn_egress_box *e;
+    _cleanup_(egress_box_freep) struct cdn_egress_box *e = NULL;
     int r = new_box(b, &e, err);
     if (r < 0)
         return r;
     if (eg.n_pool) {
         b->netns = eg.pool[--eg.n_pool];
         event_active(eg.refill, EV_TIMEOUT, 0);
-    } else if ((r = netns_make(&b->netns, err)) < 0) {
-        cdn_allowlist_free(&e->allow);
-        cdn_pins_free(e->pins);
-        free(e);
+    } else if ((r = netns_make(&b->netns, err)) < 0)
         return r;
-    }
     if ((r = register_box(b, e, err)) < 0) {
         netns_drop(&b->netns);
-        cdn_allowlist_free(&e->allow);
-        cdn_pins_free(e->pins);
-        free(e);
         return r;
     }
+    TAKE_PTR(e); /* b->egress now */
     b->sb.netns_fd = b->netns.fd;
     b->sb.resolver_ip = b->netns.host_ip;
     b->sb.sandbox_ip = b->netns.sandbox_ip;
@@ -293,7 +268,7 @@ static bool adopted_source(uint32_t ip, void *arg)
     return e && e->sandbox_ip == ip;
 }
 
-int egress_forget_old_flows(void)
+int cdn_egress_forget_old_flows(void)
 {
     bool any = false;
     for (unsigned i = 0; eg.ready && !any && i < CDN_NET_LEASES; i++)
@@ -301,65 +276,59 @@ int egress_forget_old_flows(void)
     return any ? cdn_conntrack_forget(adopted_source, NULL) : 0;
 }
 
-int egress_adopt(struct box *b, int lease, struct cdn_error *err)
+int cdn_egress_adopt(struct box *b, int lease, struct cdn_error *err)
 {
     if (!eg.ready)
         return cdn_error_set(err, EOPNOTSUPP, "its network needs the egress layer, which is not running: %s",
                              eg.error);
     if (lease < 0 || (unsigned) lease >= CDN_NET_LEASES)
         return cdn_error_set(err, EINVAL, "its record names no network lease");
-    struct cdn_egress_box *e;
+    _cleanup_(egress_box_freep) struct cdn_egress_box *e = NULL;
     int r = new_box(b, &e, err);
     if (r < 0)
         return r;
     if ((r = cdn_netns_adopt(&b->netns, lease, b->sb.init_pid, err)) < 0 ||
-        (r = cdn_nft_add_if(eg.table, b->netns.host_if, err)) < 0 || (r = register_box(b, e, err)) < 0) {
-        cdn_nft_del_if(eg.table, b->netns.host_if);
+        (r = cdn_nft_add_if(eg.ls.table, b->netns.host_if, err)) < 0 || (r = register_box(b, e, err)) < 0) {
+        cdn_nft_del_if(eg.ls.table, b->netns.host_if);
         cdn_netns_destroy(&b->netns);
-        cdn_allowlist_free(&e->allow);
-        cdn_pins_free(e->pins);
-        free(e);
         return r;
     }
+    TAKE_PTR(e); /* b->egress now */
     return 0;
 }
 
-void egress_release(struct box *b)
+void cdn_egress_release(struct box *b)
 {
     struct cdn_egress_box *e = b->egress;
     if (!e)
         return;
-    cdn_proxy_forget(eg.proxy, e);
-    cdn_udp_relay_forget(eg.relay, e, "owner-stopped");
+    cdn_proxy_forget(eg.ls.proxy, e);
+    cdn_udp_relay_forget(eg.ls.relay, e, "owner-stopped");
     eg.by_lease[b->netns.lease] = NULL;
     /* The veth stays, and so does the lease file; the lock goes with our fd
      * and the next cordond takes it (cdn_netns_adopt). */
     b->netns.fd = safe_close(b->netns.fd);
     b->netns.lease_fd = safe_close(b->netns.lease_fd);
     b->netns.lease = -1;
-    cdn_allowlist_free(&e->allow);
-    cdn_pins_free(e->pins);
-    free(e);
+    egress_box_free(e);
     b->egress = NULL;
 }
 
-void egress_detach(struct box *b)
+void cdn_egress_detach(struct box *b)
 {
     struct cdn_egress_box *e = b->egress;
     if (!e)
         return;
-    cdn_proxy_forget(eg.proxy, e);
-    cdn_udp_relay_forget(eg.relay, e, "sandbox-gone");
+    cdn_proxy_forget(eg.ls.proxy, e);
+    cdn_udp_relay_forget(eg.ls.relay, e, "sandbox-gone");
     eg.by_lease[b->netns.lease] = NULL;
     netns_drop(&b->netns);
     b->sb.netns_fd = -EBADF;
-    cdn_allowlist_free(&e->allow);
-    cdn_pins_free(e->pins);
-    free(e);
+    egress_box_free(e);
     b->egress = NULL;
 }
 
-int egress_set(struct box *b, enum cdn_net_mode mode, struct cdn_strv *allow, struct cdn_error *err)
+int cdn_egress_set(struct box *b, enum cdn_net_mode mode, struct cdn_strv *allow, struct cdn_error *err)
 {
     struct cdn_egress_box *e = b->egress;
     if (!e)
@@ -369,36 +338,35 @@ int egress_set(struct box *b, enum cdn_net_mode mode, struct cdn_strv *allow, st
     if (mode == CDN_NET_NONE)
         return cdn_error_field(err, EINVAL, "mode",
                                "mode: 'none' cannot be set at run time; use 'allowlist' with an empty list");
-    struct cdn_allowlist l = {0};
+    _cleanup_(cdn_allowlist_free) struct cdn_allowlist l = {0};
     int r = cdn_allowlist_parse(allow, &l, err);
     if (r < 0)
         return r;
     /* UDP opens before the list changes only if the new mode is open; it
      * closes (and its flows end) right after, if the new mode is not. */
     if (mode == CDN_NET_OPEN && e->mode != CDN_NET_OPEN &&
-        (r = cdn_nft_set_open(eg.table, b->netns.host_if, true, err)) < 0) {
-        cdn_allowlist_free(&l);
+        (r = cdn_nft_set_open(eg.ls.table, b->netns.host_if, true, err)) < 0)
         return r;
-    }
     bool closing_udp = mode != CDN_NET_OPEN && e->mode == CDN_NET_OPEN;
     /* One step of the loop: the new list takes effect and the connections it
      * forbids are cut before anything else runs. */
     cdn_allowlist_free(&e->allow);
     e->allow = l;
+    l = (struct cdn_allowlist){0}; /* e's now */
     e->mode = mode;
     e->generation++;
     cdn_strv_free(&b->spec.net_allow);
     b->spec.net_allow = *allow;
     *allow = (struct cdn_strv){0};
     b->spec.net_mode = mode;
-    cdn_proxy_recheck(eg.proxy, e);
+    cdn_proxy_recheck(eg.ls.proxy, e);
     if (closing_udp) {
-        (void) cdn_nft_set_open(eg.table, b->netns.host_if, false, NULL);
-        cdn_udp_relay_forget(eg.relay, e, "policy-change");
+        (void) cdn_nft_set_open(eg.ls.table, b->netns.host_if, false, NULL);
+        cdn_udp_relay_forget(eg.ls.relay, e, "policy-change");
     }
-    (void) record_write(b); /* the new policy is what a restarted cordond restores */
-    box_event(b, "network",
-              json_pack("{s:s, s:I}", "mode", cdn_net_mode_to_string(mode), "generation",
-                        (json_int_t) e->generation));
+    (void) cdn_record_write(b); /* the new policy is what a restarted cordond restores */
+    cdn_box_event(b, "network",
+                  json_pack("{s:s, s:I}", "mode", cdn_net_mode_to_string(mode), "generation",
+                            (json_int_t) e->generation));
     return 0;
 }

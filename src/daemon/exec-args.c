@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "exec-args.h"
+#include "core/json-util.h"
 #include "shared/base64.h"
 
 static int bad(struct cdn_error *e, const char *field, const char *msg)
@@ -41,12 +42,9 @@ static int parse_env(json_t *v, struct cdn_strv *out, struct cdn_error *e)
         if (!json_is_string(x) || !k[0] || strchr(k, '=') ||
             strlen(json_string_value(x)) != json_string_length(x))
             return bad(e, "env", "keys must be names without '=', values strings without NUL bytes");
-        char *kv = NULL;
-        if (asprintf(&kv, "%s=%s", k, json_string_value(x)) < 0 || cdn_strv_push(out, kv) < 0) {
-            free(kv);
+        _cleanup_free_ char *kv = NULL;
+        if (asprintf(&kv, "%s=%s", k, json_string_value(x)) < 0 || cdn_strv_push(out, kv) < 0)
             return bad(e, "env", "too many variables");
-        }
-        free(kv);
     }
     return 0;
 }
@@ -192,23 +190,23 @@ static int parse_object(json_t *o, struct exec_args *a, struct cdn_error *e)
     return 0;
 }
 
-void exec_args_free(struct exec_args *a)
+void cdn_exec_args_free(struct exec_args *a)
 {
     cdn_strv_free(&a->argv);
     cdn_strv_free(&a->env);
     cdn_strv_free(&a->copy);
     free(a->stdin_data);
+    a->stdin_data = NULL;
     free(a->cwd);
+    a->cwd = NULL; /* a second call frees nothing: a cleanup variable may hold what a callee freed */
 }
 
-int exec_args_parse(const char *body, size_t len, struct exec_args *a, struct cdn_error *e)
+int cdn_exec_args_parse(const char *body, size_t len, struct exec_args *a, struct cdn_error *e)
 {
     json_error_t jerr;
-    json_t *o = json_loadb(body, len, 0, &jerr);
+    _cleanup_json_ json_t *o = json_loadb(body, len, 0, &jerr);
     if (!o)
         return cdn_error_field(e, EBADMSG, "body", "body: not JSON: %s (line %d, column %d)", jerr.text,
                                jerr.line, jerr.column);
-    int r = parse_object(o, a, e);
-    json_decref(o);
-    return r;
+    return parse_object(o, a, e);
 }

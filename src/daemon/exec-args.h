@@ -17,7 +17,7 @@
 #define EXEC_STDIN_MAX (8u << 20)
 
 struct exec_args {
-    /* owned; exec_args_free() releases them, also after a failed parse */
+    /* owned; cdn_exec_args_free() releases them, also after a failed parse */
     struct cdn_strv argv, env;
     char *cwd;
     uint8_t *stdin_data;
@@ -33,5 +33,5 @@ struct exec_args {
 
 /* Parse body (len bytes) into a, which must be zeroed. -EBADMSG: not JSON;
  * -EINVAL: a field is wrong (e names it); -ENOMEM. */
-int exec_args_parse(const char *body, size_t len, struct exec_args *a, struct cdn_error *e);
-void exec_args_free(struct exec_args *a);
+int cdn_exec_args_parse(const char *body, size_t len, struct exec_args *a, struct cdn_error *e);
+void cdn_exec_args_free(struct exec_args *a);

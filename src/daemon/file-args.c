@@ -11,7 +11,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
-#include "agent/frame.h"
+#include "proto/frame.h"
 #include "shared/parse-util.h"
 
 static int bad(struct cdn_error *err, const char *field, const char *msg)
@@ -44,8 +44,8 @@ static int one(int op, const struct evkeyval *kv, bool *seen, struct file_args *
     return 0;
 }
 
-int file_args_parse(const char *query, int op, const char *workdir, struct file_args *ret,
-                    struct cdn_error *err)
+int cdn_file_args_parse(const char *query, int op, const char *workdir, struct file_args *ret,
+                        struct cdn_error *err)
 {
     struct evkeyvalq q;
     TAILQ_INIT(&q);

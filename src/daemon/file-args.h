@@ -16,5 +16,5 @@ struct file_args {
 
 /* query: the URI's query string (NULL: none); op: enum cdn_file_op. -EINVAL
  * (err names the parameter) or -ENAMETOOLONG; ret is written only on success. */
-int file_args_parse(const char *query, int op, const char *workdir, struct file_args *ret,
-                    struct cdn_error *err);
+int cdn_file_args_parse(const char *query, int op, const char *workdir, struct file_args *ret,
+                        struct cdn_error *err);

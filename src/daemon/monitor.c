@@ -10,7 +10,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "daemon.h"
+#include "registry.h"
+#include "shared/macro.h"
 #include "monitor/rules.h"
 
 #define ALERT_RATE 20 /* per rule, sandbox and second */
@@ -18,24 +19,22 @@
 
 static struct cdn_rules *rules;
 
-int monitor_load_rules(const char *path, struct cdn_error *err)
+int cdn_monitor_load_rules(const char *path, struct cdn_error *err)
 {
-    char *text = NULL;
+    _cleanup_free_ char *text = NULL;
     size_t len = 0;
-    FILE *f = path && path[0] ? fopen(path, "re") : NULL;
+    _cleanup_fclose_ FILE *f = path && path[0] ? fopen(path, "re") : NULL;
     if (path && path[0] && !f)
         return cdn_error_field(err, errno, "monitor_rules", "monitor_rules: %s: %m", path);
     if (f) {
         text = malloc(1 << 20);
         len = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
-        (void) fclose(f);
         if (!text)
             return cdn_error_set(err, ENOMEM, "out of memory");
     }
     struct cdn_rules *r =
         text ? cdn_rules_load_json(text, len, err)
              : cdn_rules_load_json(cdn_rules_default_json, strlen(cdn_rules_default_json), err);
-    free(text);
     if (!r)
         return -EINVAL;
     cdn_rules_free(rules);
@@ -43,13 +42,13 @@ int monitor_load_rules(const char *path, struct cdn_error *err)
     return 0;
 }
 
-void monitor_free(void)
+void cdn_monitor_free(void)
 {
     cdn_rules_free(rules);
     rules = NULL;
 }
 
-size_t monitor_rule_count(void)
+size_t cdn_monitor_rule_count(void)
 {
     return cdn_rules_count(rules);
 }
@@ -61,27 +60,27 @@ static uint64_t now_ms(void)
     return (uint64_t) t.tv_sec * 1000 + (uint64_t) t.tv_nsec / 1000000;
 }
 
-void monitor_alert(struct box *b, const char *rule, const char *severity, const char *source,
-                   const char *detail, size_t detail_len)
+void cdn_monitor_alert(struct box *b, const char *rule, const char *severity, const char *source,
+                       const char *detail, size_t detail_len)
 {
-    monitor_alert_with(b, rule, severity, source, detail, detail_len, NULL);
+    cdn_monitor_alert_with(b, rule, severity, source, detail, detail_len, NULL);
 }
 
-void monitor_alert_with(struct box *b, const char *rule, const char *severity, const char *source,
-                        const char *detail, size_t detail_len, json_t *fields)
+void cdn_monitor_alert_with(struct box *b, const char *rule, const char *severity, const char *source,
+                            const char *detail, size_t detail_len, json_t *fields)
 {
     uint64_t now = now_ms();
     if (now - b->alert_window_ms >= 1000) {
         if (b->alerts_suppressed)
-            box_event(b, "alert",
-                      json_pack("{s:s, s:s, s:s, s:I}", "rule", "alerts-suppressed", "severity", "low",
-                                "source", "monitor", "suppressed", (json_int_t) b->alerts_suppressed));
+            cdn_box_event(b, "alert",
+                          json_pack("{s:s, s:s, s:s, s:I}", "rule", "alerts-suppressed", "severity", "low",
+                                    "source", "monitor", "suppressed", (json_int_t) b->alerts_suppressed));
         b->alerts_suppressed = 0;
         b->alert_window_ms = now;
         memset(b->alert_buckets, 0, sizeof b->alert_buckets);
     }
     b->alerts_total++;
-    cordond->alerts_total++;
+    cdn_daemon->alerts_total++;
     uint32_t h = 2166136261u;
     for (const char *p = rule; *p; p++)
         h = (h ^ (uint8_t) *p) * 16777619u;
@@ -99,10 +98,10 @@ void monitor_alert_with(struct box *b, const char *rule, const char *severity, c
     if (ev && detail)
         json_object_set_new(
             ev, "excerpt",
-            json_lossy_string((const uint8_t *) detail, detail_len < EXCERPT ? detail_len : EXCERPT));
+            cdn_json_lossy_string((const uint8_t *) detail, detail_len < EXCERPT ? detail_len : EXCERPT));
     if (ev && fields)
         (void) json_object_update_missing(ev, fields);
-    box_event(b, "alert", ev);
+    cdn_box_event(b, "alert", ev);
 }
 
 struct match_ctx {
@@ -119,13 +118,13 @@ static void on_match(const struct cdn_rule_match *m, void *arg)
     size_t from = m->start > 20 ? m->start - 20 : 0, to = m->end;
     if (to - from > EXCERPT)
         to = from + EXCERPT;
-    monitor_alert(c->b, m->id, m->severity, c->source, c->subject + from, to - from);
+    cdn_monitor_alert(c->b, m->id, m->severity, c->source, c->subject + from, to - from);
     if (c->list)
         json_array_append_new(c->list, json_pack("{s:s, s:s, s:s}", "rule", m->id, "severity", m->severity,
                                                  "description", m->description));
 }
 
-json_t *monitor_match(struct box *b, int source, const char *subject, size_t len)
+json_t *cdn_monitor_match(struct box *b, int source, const char *subject, size_t len)
 {
     struct match_ctx c = {.b = b,
                           .source = source == CDN_RULE_EXEC ? "exec" : "text",

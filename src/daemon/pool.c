@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon.h"
+#include "registry.h"
+#include "core/json-util.h"
+#include "shared/macro.h"
 
 #define MAX_POOLS 8
 
@@ -31,20 +33,29 @@ static unsigned n_pools;
 /* The part of a spec that a built sandbox is made of. */
 static char *shape_of(const struct cdn_spec *spec)
 {
-    char *s = cdn_spec_to_json(spec);
-    json_t *o = s ? json_loads(s, 0, NULL) : NULL;
-    free(s);
+    _cleanup_free_ char *s = cdn_spec_to_json(spec);
+    _cleanup_json_ json_t *o = s ? json_loads(s, 0, NULL) : NULL;
     if (!o)
         return NULL;
     json_object_del(o, "labels");
     json_object_del(o, "env");
     json_object_del(json_object_get(o, "limits"), "timeout_s");
-    s = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
-    json_decref(o);
-    return s;
+    return json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
 }
 
-int pool_configure(const char *arg, struct cdn_error *err)
+/* A pool's spec file (the operator's), into spec. */
+static int load_spec_file(const char *path, struct cdn_spec *spec, struct cdn_error *err)
+{
+    _cleanup_fclose_ FILE *f = fopen(path, "re");
+    _cleanup_free_ char *buf = NULL;
+    size_t cap = 0;
+    ssize_t len = f ? getdelim(&buf, &cap, '\0', f) : -1;
+    if (len < 0)
+        return cdn_error_set(err, errno ? errno : EIO, "pool spec %s: %m", path);
+    return cdn_spec_from_json(spec, buf, (size_t) len, err);
+}
+
+int cdn_pool_configure(const char *arg, struct cdn_error *err)
 {
     if (n_pools >= MAX_POOLS)
         return cdn_error_set(err, E2BIG, "pool: at most %d pools", MAX_POOLS);
@@ -57,22 +68,11 @@ int pool_configure(const char *arg, struct cdn_error *err)
     LIST_INIT(&p->boxes);
     if (cdn_spec_init(&p->spec) < 0)
         return cdn_error_set(err, ENOMEM, "out of memory");
-    int r = 0;
-    if (*end == ':') {
-        FILE *f = fopen(end + 1, "re");
-        char *buf = NULL;
-        size_t cap = 0;
-        ssize_t len = f ? getdelim(&buf, &cap, '\0', f) : -1;
-        if (f)
-            fclose(f);
-        r = len < 0 ? cdn_error_set(err, errno ? errno : EIO, "pool spec %s: %m", end + 1)
-                    : cdn_spec_from_json(&p->spec, buf, (size_t) len, err);
-        free(buf);
-    }
+    int r = *end == ':' ? load_spec_file(end + 1, &p->spec, err) : 0;
     if (r >= 0)
         r = cdn_spec_validate(&p->spec, err);
     if (r >= 0)
-        r = cdn_bind_policy_check(&cordond->bind_policy, &p->spec, err);
+        r = cdn_bind_policy_check(&cdn_daemon->bind_policy, &p->spec, err);
     if (r >= 0 && !(p->shape = shape_of(&p->spec)))
         r = cdn_error_set(err, ENOMEM, "out of memory");
     if (r < 0) {
@@ -87,7 +87,7 @@ static void refill(evutil_socket_t fd, short what, void *arg);
 
 static void schedule(struct pool *p)
 {
-    if (!cordond->stopping && p->refill && p->ready + p->filling < p->target)
+    if (!cdn_daemon->stopping && p->refill && p->ready + p->filling < p->target)
         event_active(p->refill, EV_TIMEOUT, 0);
 }
 
@@ -95,49 +95,50 @@ static void refill(evutil_socket_t fd, short what, void *arg)
 {
     (void) fd, (void) what;
     struct pool *p = arg;
-    if (cordond->stopping || p->ready + p->filling >= p->target)
+    if (cdn_daemon->stopping || p->ready + p->filling >= p->target)
         return;
     if (p->failures >= 3) { /* a spec that cannot start must not spin */
         fprintf(stderr, "cordond: pool '%s' stopped refilling after 3 failures\n", p->shape);
         return;
     }
     struct cdn_spec spec;
-    char *json = cdn_spec_to_json(&p->spec);
+    _cleanup_free_ char *json = cdn_spec_to_json(&p->spec);
     struct cdn_error err = {0};
-    if (!json || cdn_spec_init(&spec) < 0 || cdn_spec_from_json(&spec, json, strlen(json), &err) < 0) {
-        free(json);
+    if (!json || cdn_spec_init(&spec) < 0)
+        return;
+    if (cdn_spec_from_json(&spec, json, strlen(json), &err) < 0) {
+        cdn_spec_free(&spec);
         return;
     }
-    free(json);
-    if (!box_spawn(&spec, p, &err)) {
+    if (!cdn_box_spawn(&spec, p, &err)) {
         p->failures++;
         fprintf(stderr, "cordond: pool: %s\n", err.msg);
         schedule(p);
     }
 }
 
-void pool_box_add(struct pool *p, struct box *b)
+void cdn_pool_box_add(struct pool *p, struct box *b)
 {
     LIST_INSERT_HEAD(&p->boxes, b, link);
-    p->filling++; /* pool_box_ready or pool_box_gone follows */
+    p->filling++; /* cdn_pool_box_ready or cdn_pool_box_gone follows */
 }
 
-void pool_start(void)
+void cdn_pool_start(void)
 {
     for (unsigned i = 0; i < n_pools; i++) {
         struct pool *p = &pools[i];
-        p->refill = event_new(cordond->base, -1, 0, refill, p);
+        p->refill = event_new(cdn_daemon->base, -1, 0, refill, p);
         if (p->refill)
             (void) event_priority_set(p->refill, 2); /* the lowest: only when nothing else waits */
         schedule(p);
     }
 }
 
-struct box *pool_take(const struct cdn_spec *spec)
+struct box *cdn_pool_take(const struct cdn_spec *spec)
 {
     if (!n_pools)
         return NULL;
-    char *shape = shape_of(spec);
+    _cleanup_free_ char *shape = shape_of(spec);
     struct box *found = NULL;
     for (unsigned i = 0; shape && i < n_pools && !found; i++) {
         struct pool *p = &pools[i];
@@ -156,11 +157,10 @@ struct box *pool_take(const struct cdn_spec *spec)
             schedule(p);
         }
     }
-    free(shape);
     return found;
 }
 
-void pool_box_ready(struct box *b)
+void cdn_pool_box_ready(struct box *b)
 {
     b->pool->filling--;
     b->pool->ready++;
@@ -169,7 +169,7 @@ void pool_box_ready(struct box *b)
     schedule(b->pool);
 }
 
-void pool_box_gone(struct box *b)
+void cdn_pool_box_gone(struct box *b)
 {
     struct pool *p = b->pool;
     if (b->pool_ready) {
@@ -182,7 +182,7 @@ void pool_box_gone(struct box *b)
     schedule(p);
 }
 
-unsigned pool_ready_total(void)
+unsigned cdn_pool_ready_total(void)
 {
     unsigned n = 0;
     for (unsigned i = 0; i < n_pools; i++)
@@ -190,9 +190,9 @@ unsigned pool_ready_total(void)
     return n;
 }
 
-void pool_drain(void)
+void cdn_pool_drain(void)
 {
     for (unsigned i = 0; i < n_pools; i++)
         while (!LIST_EMPTY(&pools[i].boxes))
-            box_delete(LIST_FIRST(&pools[i].boxes), "cordond stopped: warm pool emptied");
+            cdn_box_delete(LIST_FIRST(&pools[i].boxes), "cordond stopped: warm pool emptied");
 }

@@ -17,24 +17,26 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "registry.h"
+#include "core/json-util.h"
+#include "shared/macro.h"
+#include "tiers/tier.h"
 #include "record.h"
 #include "shared/fd-util.h"
 
-void record_path(const char *id, const char *ext, char *buf, size_t size)
+void cdn_record_path(const char *id, const char *ext, char *buf, size_t size)
 {
-    (void) snprintf(buf, size, "%s/%s.%s", cordond->cfg.sandbox_dir, id, ext);
+    (void) snprintf(buf, size, "%s/%s.%s", cdn_daemon->cfg.sandbox_dir, id, ext);
 }
 
-uint64_t record_start_time(pid_t pid)
+uint64_t cdn_record_start_time(pid_t pid)
 {
     char path[64], buf[1024];
     (void) snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0;
     ssize_t n = read(fd, buf, sizeof buf - 1);
-    (void) close(fd);
     if (n <= 0)
         return 0;
     buf[n] = 0;
@@ -52,24 +54,21 @@ uint64_t record_start_time(pid_t pid)
     return start;
 }
 
-int record_write(const struct box *b)
+int cdn_record_write(const struct box *b)
 {
-    char *spec = cdn_spec_to_json(&b->spec);
-    json_t *o =
+    _cleanup_free_ char *spec = cdn_spec_to_json(&b->spec);
+    _cleanup_json_ json_t *o =
         spec ? json_pack("{s:s, s:i, s:i, s:I, s:f, s:b, s:i, s:o}", "id", b->sb.id, "slot", b->sb.slot,
                          "init_pid", (int) b->sb.init_pid, "init_start", (json_int_t) b->init_start,
                          "created_at", b->created_unix, "pooled", b->pool != NULL, "net_lease",
                          b->egress ? b->netns.lease : -1, "spec", json_loads(spec, 0, NULL))
              : NULL;
-    free(spec);
     char path[512], tmp[520];
-    record_path(b->sb.id, "json", path, sizeof path);
+    cdn_record_path(b->sb.id, "json", path, sizeof path);
     (void) snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (o && b->sb.accel[0]) /* a VM's: its QEMU is init_pid, and no slot */
-        json_object_set_new(o, "vm",
-                            json_pack("{s:s, s:b}", "accel", b->sb.accel, "restored", b->sb.vm_restored));
+    if (o && b->sb.tier->describe) /* a VM's: what runs the guest, how it started */
+        b->sb.tier->describe(&b->sb, o, CDN_DESCRIBE_RECORD);
     int r = o ? json_dump_file(o, tmp, JSON_COMPACT) : -1;
-    json_decref(o);
     if (r < 0 || rename(tmp, path) < 0) {
         (void) unlink(tmp);
         return -EIO;
@@ -77,12 +76,12 @@ int record_write(const struct box *b)
     return 0;
 }
 
-void record_remove(const char *id)
+void cdn_record_remove(const char *id)
 {
     char path[512];
-    record_path(id, "json", path, sizeof path);
+    cdn_record_path(id, "json", path, sizeof path);
     (void) unlink(path);
-    record_path(id, "sock", path, sizeof path);
+    cdn_record_path(id, "sock", path, sizeof path);
     (void) unlink(path);
 }
 
@@ -90,7 +89,7 @@ void record_remove(const char *id)
 static int sock_for(const char *id, struct sockaddr_un *sa)
 {
     char path[512];
-    record_path(id, "sock", path, sizeof path);
+    cdn_record_path(id, "sock", path, sizeof path);
     *sa = (struct sockaddr_un){.sun_family = AF_UNIX};
     if (strlen(path) >= sizeof sa->sun_path)
         return -ENAMETOOLONG;
@@ -99,33 +98,27 @@ static int sock_for(const char *id, struct sockaddr_un *sa)
     return fd < 0 ? -errno : fd;
 }
 
-int record_listen(const char *id)
+int cdn_record_listen(const char *id)
 {
     struct sockaddr_un sa;
-    int fd = sock_for(id, &sa);
+    _cleanup_close_ int fd = sock_for(id, &sa);
     if (fd < 0)
         return fd;
     (void) unlink(sa.sun_path);
-    if (bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 || listen(fd, 4) < 0) {
-        int r = -errno;
-        (void) close(fd);
-        return r;
-    }
-    return fd;
+    if (bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 || listen(fd, 4) < 0)
+        return -errno;
+    return TAKE_FD(fd);
 }
 
-int record_connect(const char *id)
+int cdn_record_connect(const char *id)
 {
     struct sockaddr_un sa;
-    int fd = sock_for(id, &sa);
+    _cleanup_close_ int fd = sock_for(id, &sa);
     if (fd < 0)
         return fd;
-    if (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0) {
-        int r = -errno;
-        (void) close(fd);
-        return r;
-    }
-    return fd;
+    if (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0)
+        return -errno;
+    return TAKE_FD(fd);
 }
 
 static bool valid_id(const char *s)
@@ -138,10 +131,10 @@ static bool valid_id(const char *s)
     return true;
 }
 
-int record_load(const char *path, struct record *ret, struct cdn_error *err)
+int cdn_record_load(const char *path, struct record *ret, struct cdn_error *err)
 {
     json_error_t jerr;
-    json_t *o = json_load_file(path, 0, &jerr);
+    _cleanup_json_ json_t *o = json_load_file(path, 0, &jerr);
     if (!o)
         return cdn_error_set(err, EBADMSG, "%s: %s", path, jerr.text);
     const char *id = NULL;
@@ -149,46 +142,39 @@ int record_load(const char *path, struct record *ret, struct cdn_error *err)
     json_int_t start = 0;
     double created = 0;
     json_t *spec = NULL;
-    int pooled = 0, lease = -1, restored = 0;
-    const char *accel = "";
-    int r = json_unpack(o, "{s:s, s:i, s:i, s:I, s:F, s?b, s?i, s:o, s?{s:s, s:b}}", "id", &id, "slot", &slot,
-                        "init_pid", &pid, "init_start", &start, "created_at", &created, "pooled", &pooled,
-                        "net_lease", &lease, "spec", &spec, "vm", "accel", &accel, "restored", &restored);
-    /* slot -1: a VM tier's (checked against the spec's tier below) */
-    if (r < 0 || !valid_id(id) || slot < -1 || pid <= 1 || start <= 0) {
-        json_decref(o);
+    int pooled = 0, lease = -1;
+    int r = json_unpack(o, "{s:s, s:i, s:i, s:I, s:F, s?b, s?i, s:o}", "id", &id, "slot", &slot, "init_pid",
+                        &pid, "init_start", &start, "created_at", &created, "pooled", &pooled, "net_lease",
+                        &lease, "spec", &spec);
+    /* slot -1: a tier's whose records name no slot (checked against the spec's tier below) */
+    if (r < 0 || !valid_id(id) || slot < -1 || pid <= 1 || start <= 0)
         return cdn_error_set(err, EBADMSG, "%s: not a sandbox record", path);
-    }
     *ret = (struct record){.slot = slot,
                            .init_pid = pid,
                            .init_start = (uint64_t) start,
                            .created_unix = created,
                            .pooled = pooled,
-                           .net_lease = lease,
-                           .vm_restored = restored};
+                           .net_lease = lease};
     (void) snprintf(ret->id, sizeof ret->id, "%s", id);
-    (void) snprintf(ret->accel, sizeof ret->accel, "%s", accel);
-    char *s = json_dumps(spec, JSON_COMPACT);
-    json_decref(o);
-    if (!s || cdn_spec_init(&ret->spec) < 0) {
-        free(s);
+    _cleanup_free_ char *s = json_dumps(spec, JSON_COMPACT);
+    if (!s || cdn_spec_init(&ret->spec) < 0)
         return cdn_error_set(err, ENOMEM, "out of memory");
-    }
     r = cdn_spec_from_json(&ret->spec, s, strlen(s), err);
-    free(s);
-    if (r == 0 && (ret->spec.tier == CDN_TIER_CONTAINER) != (slot >= 0))
+    const struct cdn_tier_ops *t = r == 0 ? cdn_tier_lookup(ret->spec.tier) : NULL;
+    if (r == 0 && t && t->slot_in_record != (slot >= 0))
         r = cdn_error_set(err, EBADMSG, "%s: not a sandbox record (slot %d, tier %s)", path, slot,
                           cdn_tier_to_string(ret->spec.tier));
     if (r < 0) {
         cdn_spec_free(&ret->spec);
         return r;
     }
+    ret->json = TAKE_PTR(o);
     return 0;
 }
 
-int record_scan(void (*fn)(const char *id, const char *path))
+int cdn_record_scan(void (*fn)(const char *id, const char *path))
 {
-    DIR *d = opendir(cordond->cfg.sandbox_dir);
+    _cleanup_closedir_ DIR *d = opendir(cdn_daemon->cfg.sandbox_dir);
     if (!d)
         return errno == ENOENT ? 0 : -errno;
     struct dirent *de;
@@ -201,9 +187,8 @@ int record_scan(void (*fn)(const char *id, const char *path))
         id[CDN_ID_LEN] = 0;
         if (!valid_id(id))
             continue;
-        record_path(id, "json", path, sizeof path);
+        cdn_record_path(id, "json", path, sizeof path);
         fn(id, path);
     }
-    closedir(d);
     return 0;
 }

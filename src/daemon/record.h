@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <jansson.h>
+
 #include "core/sandbox.h"
 #include "core/spec.h"
 #include "shared/error.h"
@@ -19,21 +21,20 @@ struct record {
     double created_unix;
     bool pooled;          /* it was waiting in a warm pool: not adopted, ended */
     int net_lease;        /* its network namespace's lease (net/netns.h), -1 for none */
-    char accel[8];        /* VM tiers: "kvm" or "tcg" */
-    bool vm_restored;     /* VM tiers: started from the snapshot */
     struct cdn_spec spec; /* owned */
+    json_t *json;         /* owned: the whole record, for the tier's restore() */
 };
 
-void record_path(const char *id, const char *ext, char *buf, size_t size);
+void cdn_record_path(const char *id, const char *ext, char *buf, size_t size);
 /* Start time of pid in clock ticks since boot (0 if it does not exist). */
-uint64_t record_start_time(pid_t pid);
-int record_write(const struct box *b);
+uint64_t cdn_record_start_time(pid_t pid);
+int cdn_record_write(const struct box *b);
 /* Remove the record and the socket file of id. */
-void record_remove(const char *id);
+void cdn_record_remove(const char *id);
 /* The listening socket for a new sandbox's init (<id>.sock); returns the fd. */
-int record_listen(const char *id);
+int cdn_record_listen(const char *id);
 /* Connect to a sandbox's init through <id>.sock; returns the fd (blocking). */
-int record_connect(const char *id);
-int record_load(const char *path, struct record *ret, struct cdn_error *err);
+int cdn_record_connect(const char *id);
+int cdn_record_load(const char *path, struct record *ret, struct cdn_error *err);
 /* fn(id, path) for every record in the directory. */
-int record_scan(void (*fn)(const char *id, const char *path));
+int cdn_record_scan(void (*fn)(const char *id, const char *path));

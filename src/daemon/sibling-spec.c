@@ -18,8 +18,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "core/json-util.h"
 #include "core/protect.h"
-#include "daemon.h"
+#include "registry.h"
 #include "shared/fd-util.h"
 
 /* rel (beneath the bind source rootfd; "" for the source itself) without a symlink. */
@@ -101,7 +102,7 @@ static int note_pattern(struct box *b, const struct cdn_mount *m, const char *pa
     return r == -ENOENT ? 0 : r; /* a pattern that names nothing there names it elsewhere */
 }
 
-void sibling_sources_free(struct box *b)
+void cdn_sibling_sources_free(struct box *b)
 {
     for (size_t i = 0; i < b->n_psrc; i++)
         free(b->psrc[i].rel);
@@ -111,15 +112,15 @@ void sibling_sources_free(struct box *b)
     b->psrc_noted = false;
 }
 
-int sibling_sources_note(struct box *b)
+int cdn_sibling_sources_note(struct box *b)
 {
-    sibling_sources_free(b);
+    cdn_sibling_sources_free(b);
     int r = 0;
     for (size_t i = 0; r >= 0 && i < b->spec.n_mounts; i++)
         for (size_t k = 0; r >= 0 && !b->spec.mounts[i].readonly && k < b->spec.protect.n; k++)
             r = note_pattern(b, &b->spec.mounts[i], b->spec.protect.v[k]);
     if (r < 0) {
-        sibling_sources_free(b);
+        cdn_sibling_sources_free(b);
         return r;
     }
     b->psrc_noted = true;
@@ -152,16 +153,16 @@ static int add_protected_binds(const struct box *b, json_t *mounts, struct cdn_e
     return 0;
 }
 
-int sibling_spec(struct box *b, struct cdn_spec *ret, struct cdn_error *err)
+int cdn_sibling_spec(struct box *b, struct cdn_spec *ret, struct cdn_error *err)
 {
     /* A sandbox a restarted cordond adopted has no record of creation: what is there now. */
-    int r = b->psrc_noted ? 0 : sibling_sources_note(b);
+    int r = b->psrc_noted ? 0 : cdn_sibling_sources_note(b);
     if (r < 0)
         return cdn_error_set(err, -r, "the protected parts of its read-write binds: %s", strerror(-r));
-    char *text = cdn_spec_to_json(&b->spec);
-    json_t *o = text ? json_loads(text, 0, NULL) : NULL;
-    free(text);
-    json_t *mounts = json_array(), *labels = o ? json_object_get(o, "labels") : NULL;
+    _cleanup_free_ char *text = cdn_spec_to_json(&b->spec);
+    _cleanup_json_ json_t *o = text ? json_loads(text, 0, NULL) : NULL;
+    _cleanup_json_ json_t *mounts = json_array();
+    json_t *labels = o ? json_object_get(o, "labels") : NULL;
     r = o && mounts && json_is_object(labels) ? 0 : cdn_error_set(err, ENOMEM, "out of memory");
     for (size_t i = 0; r == 0 && i < b->spec.n_mounts; i++) {
         const struct cdn_mount *m = &b->spec.mounts[i];
@@ -174,16 +175,13 @@ int sibling_spec(struct box *b, struct cdn_spec *ret, struct cdn_error *err)
     if (r == 0) {
         json_object_set(o, "mounts", mounts);
         json_object_set_new(labels, SIBLING_LABEL, json_string(b->sb.id));
-        char *s = json_dumps(o, JSON_COMPACT);
+        _cleanup_free_ char *s = json_dumps(o, JSON_COMPACT);
         bool made = s && cdn_spec_init(ret) == 0;
         r = !made ? cdn_error_set(err, ENOMEM, "out of memory") : cdn_spec_from_json(ret, s, strlen(s), err);
         if (r >= 0)
             r = cdn_spec_validate(ret, err);
         if (r < 0 && made)
             cdn_spec_free(ret);
-        free(s);
     }
-    json_decref(mounts);
-    json_decref(o);
     return r < 0 ? r : 0;
 }

@@ -242,9 +242,12 @@ static void ensure_dev(char *ret, size_t size)
     (void) snprintf(ret, size, "%s", final);
 }
 
+int (*cdn_image_resolve_oci)(const char *name, struct cdn_image *ret, struct cdn_error *err);
+
 int cdn_image_resolve(const char *name, struct cdn_image *ret, struct cdn_error *err)
 {
     struct stat st;
+    ret->n_layers = 0;
     ensure_dev(ret->dev, sizeof ret->dev);
     if (strcmp(name, "host") == 0) {
         (void) snprintf(ret->lower, sizeof ret->lower, "%s/images/host", cdn_state_dir());
@@ -259,6 +262,8 @@ int cdn_image_resolve(const char *name, struct cdn_image *ret, struct cdn_error 
         }
         return 0;
     }
+    if (name[0] != '/' && cdn_image_resolve_oci)
+        return cdn_image_resolve_oci(name, ret, err);
     if (strpbrk(name, ",:\\"))
         return cdn_error_field(err, EINVAL, "image", "image: '%s' contains ',', ':' or '\\'", name);
     if (stat(name, &st) < 0)

@@ -8,14 +8,21 @@
 
 #include "shared/error.h"
 
+#define CDN_IMAGE_LAYERS_MAX 128
 struct cdn_image {
-    char lower[4096]; /* the read-only lower layer for the overlay */
-    bool host;        /* bind the host's /usr (and any non-symlink /bin, /lib…) on top */
-    char dev[4096];   /* a prepared /dev tree to bind, or "" to assemble /dev node by node */
+    char lower[4096]; /* the image's root directory; with layers, the directory they are under */
+    size_t n_layers;  /* 0: lower is the root; else an OCI image's layer directories, */
+    char layers[CDN_IMAGE_LAYERS_MAX][80]; /* relative to lower, topmost first */
+    bool host;      /* bind the host's /usr (and any non-symlink /bin, /lib…) on top */
+    char dev[4096]; /* a prepared /dev tree to bind, or "" to assemble /dev node by node */
 };
 
-/* Resolve spec.image; builds the host skeleton on first use. Errors name "image". */
+/* Resolve spec.image; builds the host skeleton on first use. Errors name "image". Names other than
+ * "host" and an absolute directory go to cdn_image_resolve_oci. */
 int cdn_image_resolve(const char *name, struct cdn_image *ret, struct cdn_error *err);
+/* OCI references (registry images, oci:, …) through the image store: set by the builds that have it
+ * (oci/resolve.h: cordond, cordon-full); NULL in the lean CLI, which hands such images over. */
+extern int (*cdn_image_resolve_oci)(const char *name, struct cdn_image *ret, struct cdn_error *err);
 /* (Re)build the host skeleton under <state>/images/host; progress goes to stderr when verbose. */
 int cdn_image_build_host(bool verbose, struct cdn_error *err);
 /* Host top-level directories that the host image takes from the host when they are real directories. */

@@ -3,6 +3,7 @@
  * Everything it reads of the caller (the path, its memory, its fds, its cwd) is the sandbox's:
  * hostile, and read once. */
 #include "watch.h"
+#include "shared/fd-util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -99,11 +100,10 @@ static int resolve(int pid, const char *path, uint32_t mask, struct cdn_watch *w
     (void) close(root);
     if (r < 0)
         return r;
-    struct statx stx;
-    if (syscall(SYS_statx, w->ofd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &stx) < 0 ||
-        !(stx.stx_mask & STATX_MNT_ID))
+    uint64_t mnt;
+    if (cdn_mount_of(w->ofd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, &mnt, NULL) < 0)
         return -EOPNOTSUPP;
-    w->mnt_id = stx.stx_mnt_id;
+    w->mnt_id = mnt;
     (void) snprintf(p, sizeof p, "/proc/self/fd/%d", w->ofd);
     ssize_t n = readlink(p, w->path, sizeof w->path - 1);
     w->path[n > 0 ? n : 0] = 0;

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 
 #include "core/spec.h"
-#include "tiers/container/seccomp-policy.h"
+#include "confine/seccomp-policy.h"
 
 struct cdn_write_attempt {
     const char *op; /* the syscall's name */

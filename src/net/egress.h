@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "core/spec.h"
-#include "net/allow.h"
+#include "core/allow.h"
 #include "net/dns-budget.h"
 #include "net/pins.h"
 

@@ -90,22 +90,25 @@ int cdn_nft_setup(const char *name, uint16_t proxy_port, uint16_t dns_port, uint
      * or the host's own programs send to ports it once used. Other processes
      * can read it, not change it. "add table" then "delete table" replaces a
      * table of this process's own (or, once, one that an owner from before
-     * the flag left) in the same batch that builds the new one. The guard
+     * the flag left) in the same batch that builds the new one. The fail-closed
      * table (shared by every owner, never removed) drops what comes from any
      * sandbox veth and no owner redirected: a veth whose owner is gone, or not
      * yet back after a restart, reaches nothing — not the host's own services
      * either. */
     (void) snprintf(cmd, sizeof cmd,
-                    "add table inet " CDN_NFT_GUARD "\n"
-                    "delete table inet " CDN_NFT_GUARD "\n"
-                    "table inet " CDN_NFT_GUARD " {\n"
-                    "  chain guard_in {\n"
+                    /* the same table under its old name, from a cordon before 0.2: gone */
+                    "add table inet " CDN_NFT_LEGACY "\n"
+                    "delete table inet " CDN_NFT_LEGACY "\n"
+                    "add table inet " CDN_NFT_FAILCLOSED "\n"
+                    "delete table inet " CDN_NFT_FAILCLOSED "\n"
+                    "table inet " CDN_NFT_FAILCLOSED " {\n"
+                    "  chain closed_in {\n"
                     "    type filter hook input priority filter - 10; policy accept;\n"
                     "    iifname \"" CDN_NET_IF_PREFIX "*\" meta nfproto ipv6 drop\n"
                     "    iifname \"" CDN_NET_IF_PREFIX "*\" ct status dnat accept\n"
                     "    iifname \"" CDN_NET_IF_PREFIX "*\" drop\n"
                     "  }\n"
-                    "  chain guard_fwd {\n"
+                    "  chain closed_fwd {\n"
                     "    type filter hook forward priority filter - 10; policy accept;\n"
                     "    iifname \"" CDN_NET_IF_PREFIX "*\" drop\n"
                     "    oifname \"" CDN_NET_IF_PREFIX "*\" drop\n"

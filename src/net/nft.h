@@ -19,10 +19,11 @@
 
 #include "shared/error.h"
 
-#define CDN_NFT_GUARD "cordon_guard" /* inet table, host-wide, kept for good */
+#define CDN_NFT_FAILCLOSED "cordon_failclosed" /* inet table, host-wide, kept for good */
+#define CDN_NFT_LEGACY     "cordon_guard"      /* its name before 0.2: removed when met */
 
 /* Create (or replace, after a crash) the table `name` for these ports, and
- * (re)install the guard table. */
+ * (re)install the fail-closed table. */
 int cdn_nft_setup(const char *name, uint16_t proxy_port, uint16_t dns_port, uint16_t udp_port,
                   struct cdn_error *err);
 /* open mode: the interface's UDP (but DNS) goes to the UDP relay (net/udp-relay.h), or no longer. */

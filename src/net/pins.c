@@ -4,7 +4,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "net/allow.h"
+#include "core/allow.h"
 #include "net/egress.h"
 
 /* A flat array scanned linearly: the stub pins a few hundred answers per

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "net/allow.h"
+#include "core/allow.h"
 
 #define TLS_RECORD_MAX    16384 /* plaintext record limit (RFC 8446 §5.1) */
 #define TLS_HANDSHAKE_MAX 16384 /* the most of a ClientHello we reassemble */

@@ -1,4 +1,6 @@
 #include "fd-util.h"
+
+#include <linux/stat.h> /* struct statx: musl (cordon-init, the lean CLI) has no statx() */
 #include "macro.h"
 
 #include <errno.h>
@@ -7,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -136,4 +139,18 @@ int cdn_run_wait(char *const argv[], bool out_to_err)
         if (errno != EINTR)
             return -errno;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int cdn_mount_of(int dirfd, const char *path, int flags, uint64_t *id, bool *root)
+{
+    struct statx stx;
+    if (syscall(SYS_statx, dirfd, path, flags, STATX_MNT_ID, &stx) < 0)
+        return -errno;
+    if (!(stx.stx_mask & STATX_MNT_ID))
+        return -EOPNOTSUPP;
+    *id = stx.stx_mnt_id;
+    if (root)
+        *root =
+            (stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) && (stx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
+    return 0;
 }

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* Write all of buf, retrying short writes. */
@@ -18,6 +19,10 @@ ssize_t cdn_read_file_at(int dirfd, const char *path, char *buf, size_t size);
 int cdn_mkdir_p(const char *path, mode_t mode);
 /* /proc/PID/cmdline with its NULs as spaces, NUL-terminated ("" if gone). */
 void cdn_read_cmdline(int pid, char *buf, size_t size);
+/* The id of the mount that path (relative to dirfd; "" with AT_EMPTY_PATH in flags: dirfd itself) is
+ * on, by statx(STATX_MNT_ID), and, when root is not NULL, whether it is that mount's root. flags as
+ * statx's (AT_SYMLINK_NOFOLLOW…). -EOPNOTSUPP: the kernel gives no mount id. */
+int cdn_mount_of(int dirfd, const char *path, int flags, uint64_t *id, bool *root);
 /* Run argv (found in PATH) and wait: its exit status (128+N if killed by signal N), or -errno if it
  * could not be started. out_to_err: its stdout goes to our stderr (it is not the caller's output). */
 int cdn_run_wait(char *const argv[], bool out_to_err);

@@ -2,7 +2,9 @@
  * ownership transfer and array sizes. Header-only; no state. */
 #pragma once
 
+#include <dirent.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -58,6 +60,20 @@ static inline void close_pairp(int (*p)[2])
     (void) safe_close((*p)[1]);
 }
 #define _cleanup_close_pair_ _cleanup_(close_pairp)
+
+static inline void fclosep(FILE **f)
+{
+    if (*f)
+        (void) fclose(*f);
+}
+#define _cleanup_fclose_ _cleanup_(fclosep)
+
+static inline void closedirp(DIR **d)
+{
+    if (*d)
+        (void) closedir(*d);
+}
+#define _cleanup_closedir_ _cleanup_(closedirp)
 
 #define RET_NERRNO(expr)                                                                                     \
     ({                                                                                                       \

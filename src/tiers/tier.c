@@ -1,19 +1,51 @@
 #include "tier.h"
 
+#include <string.h>
+
+const struct cdn_tier_ops *const cdn_tiers[] = {
+#if !CDN_LEAN
+    &cdn_process_tier,
+#endif
+    &cdn_container_tier,
+#if !CDN_LEAN
+    &cdn_microvm_tier,
+    &cdn_vm_tier,
+#endif
+    NULL,
+};
+
 const struct cdn_tier_ops *cdn_tier_lookup(enum cdn_tier tier)
 {
-    switch (tier) {
-    case CDN_TIER_CONTAINER:
-        return &cdn_container_tier;
-#if !CDN_LEAN
-    case CDN_TIER_PROCESS:
-        return &cdn_process_tier;
-    case CDN_TIER_MICROVM:
-        return &cdn_microvm_tier;
-    case CDN_TIER_VM:
-        return &cdn_vm_tier;
-#endif
-    default:
-        return NULL;
-    }
+    for (const struct cdn_tier_ops *const *t = cdn_tiers; *t; t++)
+        if ((*t)->tier == tier)
+            return *t;
+    return NULL;
+}
+
+const struct cdn_tier_ops *cdn_tier_by_name(const char *name)
+{
+    for (const struct cdn_tier_ops *const *t = cdn_tiers; *t; t++)
+        if (strcmp((*t)->name, name) == 0)
+            return *t;
+    return NULL;
+}
+
+void cdn_tier_drop_slot(int slot)
+{
+    for (const struct cdn_tier_ops *const *t = cdn_tiers; *t; t++)
+        if ((*t)->drop_slot)
+            (*t)->drop_slot(slot);
+}
+
+void cdn_tier_sweep_slots(void)
+{
+    for (const struct cdn_tier_ops *const *t = cdn_tiers; *t; t++)
+        if ((*t)->sweep_slots)
+            (*t)->sweep_slots();
+}
+
+void cdn_tier_release(struct cdn_sandbox *sb)
+{
+    if (sb->tier && sb->tier->release)
+        sb->tier->release(sb);
 }

@@ -1,14 +1,67 @@
 /* A tier is a table of operations (DESIGN §5). Every tier starts an init that
  * speaks the agent protocol on sb->agent_fd, so exec, files and signals are
- * tier-independent; the table only covers what differs: building the
- * isolation, signalling, accounting and tearing it down. */
+ * tier-independent; the table covers what differs: building the isolation,
+ * signalling, accounting, tearing it down, and what the daemon and the CLI must
+ * do differently for it — said here as capabilities describing behaviour, so
+ * that no code outside src/tiers asks which tier a sandbox is of. */
 #pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "core/sandbox.h"
 #include "shared/error.h"
 
+struct json_t; /* jansson's json_t: describe() and restore() exist in the full build only */
+
+/* Who a tier's describe() writes for. */
+enum cdn_describe_view {
+    CDN_DESCRIBE_API,    /* cordond's sandbox object (GET /v1/sandboxes/{id}) */
+    CDN_DESCRIBE_RECORD, /* cordond's record, read back by restore() after a restart */
+    CDN_DESCRIBE_RUN,    /* the record `cordon run --json` prints */
+};
+
+/* A selftest probe whose escape is the tier's design, and why (docs of the tier). */
+struct cdn_tier_escape {
+    const char *probe;
+    const char *why;
+};
+
 struct cdn_tier_ops {
     const char *name;
+    enum cdn_tier tier; /* the spec's value naming it */
+
+    /* ---- capabilities ---- */
+    /* The sandbox runs a kernel of its own (a VM guest): its init supervises its commands itself
+     * (their seccomp listener, the fanotify group of its protected paths, a verifier step's check
+     * of moved mounts) and reports VIOLATION frames on channel 0. The host marks none of its files
+     * and holds no fanotify group for it. */
+    bool guest_supervises;
+    /* A command cannot share the host's stdio: its output comes back as frames (CDN_EXEC_PIPES). */
+    bool exec_pipes;
+    /* How many DONE frames init sends on channel 0 once it has set itself up (a guest's answers to
+     * IDENTITY and POLICY), before the sandbox runs; an ERROR there fails the start. The start is
+     * then timed ($CORDON_VM_START_TIMEOUT_S). 0: the setup pipe's EOF says it runs. */
+    unsigned start_answers;
+    /* A pooled sandbox runs one command before it counts as ready: its first costs more (a
+     * restored guest's kernel code is translated again), and the pool pays it, not a request. */
+    bool warm_exec;
+    /* A persistent sandbox's record names the slot it holds (adopt() takes it back); the records
+     * of the other tiers name none (-1). */
+    bool slot_in_record;
+    /* It runs CALL frames (warm executors, docs/process.md). */
+    bool calls;
+    /* Binds target this directory or beneath it (its mount namespace has no root of its own);
+     * NULL: anywhere. */
+    const char *binds_under;
+    /* Probes of `cordon selftest` whose escape is this tier's design, ended by {NULL}; NULL: none. */
+    const struct cdn_tier_escape *by_design;
+
+    /* ---- operations ---- */
+    /* Whether this host can run the tier now; -errno, with err saying what is missing (a VM tier's
+     * guest not prepared). NULL: always. */
+    int (*ready)(struct cdn_error *err);
     /* Build the sandbox and start its init. On success sb->agent_fd,
      * sb->init_pid/init_pidfd and sb->setup_fd are set; on failure nothing is left behind. */
     int (*create)(struct cdn_sandbox *sb, struct cdn_error *err);
@@ -16,7 +69,11 @@ struct cdn_tier_ops {
     int (*kill)(struct cdn_sandbox *sb, int sig);
     /* Resource accounting; valid until destroy. */
     int (*usage)(struct cdn_sandbox *sb, struct cdn_usage *ret);
-    /* Kill whatever is left, wait for it, release every kernel object. Idempotent. */
+    /* Whether the sandbox's writable space is full now (its tmpfs, its overlay's upper layer, a
+     * guest's disk as it last reported). -errno: not known (init gone). */
+    int (*disk_full)(struct cdn_sandbox *sb, bool *ret);
+    /* Kill whatever is left, wait for it, release every kernel object. Idempotent. The tier's
+     * private data (sb->tier_data) stays, for describe(), until release(). */
     int (*destroy)(struct cdn_sandbox *sb);
     /* Like destroy, but without waiting: the sandbox is killed and its kernel
      * objects are released in the background (DESIGN §6, asynchronous teardown). */
@@ -30,8 +87,8 @@ struct cdn_tier_ops {
     /* Remove what keep_cgroup left of a slot, if the slot is free (else its
      * new owner has it). For the end of cordond. */
     void (*drop_slot)(int slot);
-    /* drop_slot() for every slot that has cgroup directories (a crashed
-     * cordond's kept ones); slots in use are left alone. */
+    /* What a crashed cordond left of this tier's slots (kept cgroup directories, a
+     * sandbox's directory) for every slot nobody holds; slots in use are left alone. */
     void (*sweep_slots)(void);
     /* What is left of a sandbox of an earlier process whose init is gone or
      * not its own (sb->id from its record), for tiers without slots. */
@@ -40,16 +97,39 @@ struct cdn_tier_ops {
      * watched denials (cdn_seccomp_notify_eperm), for the caller to
      * supervise; -errno. NULL: the tier has none. */
     int (*monitor_fd)(struct cdn_sandbox *sb);
-    /* A copy of the fanotify group init holds (sandbox.h fsguard_fd), for a
-     * restarted cordond; -errno (EBADF: it holds none). */
-    int (*fsguard_fd)(struct cdn_sandbox *sb);
+    /* A copy of the fanotify group init holds (sandbox.h fanotify_fd), for a
+     * restarted cordond; -errno (EBADF: it holds none). NULL: its init holds none. */
+    int (*fanotify_fd)(struct cdn_sandbox *sb);
+    /* A frame init sent on channel 0 that only this tier knows (a guest's USAGE report). Runs in
+     * the host process that owns the sandbox; the payload is the sandbox's: hostile. 1: the tier's,
+     * taken (its accounting may have changed); 0: not one of the tier's; -errno: the tier's, and
+     * it does not decode. */
+    int (*frame)(struct cdn_sandbox *sb, uint16_t type, const uint8_t *p, size_t len);
+    /* What the tier adds to an object describing the sandbox (view says whose); valid after
+     * destroy, until release(). */
+    void (*describe)(const struct cdn_sandbox *sb, struct json_t *o, enum cdn_describe_view view);
+    /* Read back what describe(CDN_DESCRIBE_RECORD) wrote into a record (before adopt()).
+     * -EBADMSG: it is not what the tier writes. */
+    int (*restore)(struct cdn_sandbox *sb, const struct json_t *record);
+    /* Free sb->tier_data, once the sandbox's owner lets go of the sandbox (after destroy). */
+    void (*release)(struct cdn_sandbox *sb);
 };
 
 extern const struct cdn_tier_ops cdn_container_tier;
 extern const struct cdn_tier_ops cdn_process_tier; /* full build only (cordon-worker embeds Python) */
 extern const struct cdn_tier_ops cdn_microvm_tier; /* full build only (libarchive, liblzma) */
-extern const struct cdn_tier_ops cdn_vm_tier;      /* the same code: full build only */
+extern const struct cdn_tier_ops cdn_vm_tier;      /* full build only */
 
+/* Every tier of this build, NULL-terminated, in the order metrics list them. */
+extern const struct cdn_tier_ops *const cdn_tiers[];
+
+/* NULL: a tier this build has not (the lean CLI runs containers only). */
 const struct cdn_tier_ops *cdn_tier_lookup(enum cdn_tier tier);
-/* A VM guest's USAGE frame (agent/frame.h): kept in sb for the microvm tier's usage(). */
-int cdn_microvm_usage_frame(struct cdn_sandbox *sb, const uint8_t *p, size_t len);
+/* The tier of this build named name, or NULL. */
+const struct cdn_tier_ops *cdn_tier_by_name(const char *name);
+/* drop_slot() of every tier that keeps slots. */
+void cdn_tier_drop_slot(int slot);
+/* sweep_slots() of every tier. */
+void cdn_tier_sweep_slots(void);
+/* The tier's release(), if any; sb->tier may be NULL (never created). */
+void cdn_tier_release(struct cdn_sandbox *sb);

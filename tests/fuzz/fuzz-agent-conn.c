@@ -7,7 +7,7 @@
  * Invariants: a request is handed only the frame types it accepts; after its last frame (or the
  * connection's end) it gets nothing more; every request ends exactly once by the time the
  * connection has closed (the input ends with EOF); a violation closes the connection and says why;
- * a handler that calls agent_conn_fail() from inside its own frame (cordond's LIST does) is safe. */
+ * a handler that calls cdn_agent_conn_fail() from inside its own frame (cordond's LIST does) is safe. */
 #include "daemon/agent-conn.h"
 
 #include <errno.h>
@@ -39,7 +39,7 @@ static void on_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uint3
         __builtin_trap(); /* a frame the request does not accept */
     struct cdn_file_stat st;
     if (pr->list && type == CDN_FRAME_DATA && len && cdn_file_stat_decode(p, len, &st) < 0)
-        agent_conn_fail(pr->conn, "a LIST entry that does not decode");
+        cdn_agent_conn_fail(pr->conn, "a LIST entry that does not decode");
 }
 
 static int events, closes;
@@ -49,7 +49,7 @@ static void on_event(struct agent_conn *c, uint16_t type, const uint8_t *p, uint
     (void) p, (void) len, (void) arg;
     events++;
     if (type == CDN_FRAME_PONG) /* as cordond does for a frame init never sends on channel 0 */
-        agent_conn_fail(c, "a PONG on channel 0");
+        cdn_agent_conn_fail(c, "a PONG on channel 0");
 }
 
 static void on_close(struct agent_conn *c, void *arg)
@@ -72,14 +72,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct agent_conn c = {.on_close = on_close, .on_event = on_event};
     struct probe pr[5] = {0};
     events = closes = 0;
-    if (!base || agent_conn_open(&c, base, sv[0]) < 0)
+    if (!base || cdn_agent_conn_open(&c, base, sv[0]) < 0)
         __builtin_trap();
     uint32_t channels[8] = {0};
     for (size_t i = 0; i < 5; i++) {
         pr[i].conn = &c;
         pr[i].list = i == 1;
         pr[i].r.on_frame = on_frame;
-        channels[i + 1] = agent_conn_add(&c, &pr[i].r, masks[i]);
+        channels[i + 1] = cdn_agent_conn_add(&c, &pr[i].r, masks[i]);
     }
     channels[6] = channels[7] = channels[5] + 1000; /* nobody's */
     /* The input with each decodable header's channel mapped, written as the loop reads it. */
@@ -114,7 +114,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t i = 0; i < 5; i++)
         if (pr[i].ends != 1 || pr[i].r.listed)
             __builtin_trap(); /* every request ends exactly once */
-    if (closes != 1 || (c.failure[0] && !agent_conn_failure(&c)))
+    if (closes != 1 || (c.failure[0] && !cdn_agent_conn_failure(&c)))
         __builtin_trap();
     free(buf);
     (void) close(sv[0]);

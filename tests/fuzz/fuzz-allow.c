@@ -1,7 +1,7 @@
 /* Fuzz the egress allowlist: one entry per input line (as a spec's
  * network.allow would hold them), then matching and pinning with names and
  * addresses taken from the same input. */
-#include "net/allow.h"
+#include "core/allow.h"
 #include "net/pins.h"
 #include "lines.h"
 

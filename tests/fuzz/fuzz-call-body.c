@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/frame.h"
+#include "proto/frame.h"
 #include "daemon/call-args.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static uint8_t out[CDN_FRAME_MAX];
     size_t n = 0;
     struct cdn_error e = {0};
-    if (call_args_parse((const char *) data, size, out, sizeof out, &n, &e) == 0 &&
+    if (cdn_call_args_parse((const char *) data, size, out, sizeof out, &n, &e) == 0 &&
         (n < CDN_CALL_FIXED || n > sizeof out))
         abort(); /* a payload that does not fit its own frame */
     return 0;

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/frame.h"
+#include "proto/frame.h"
 #include "daemon/file-args.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -21,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static struct file_args a;
     struct cdn_error e = {0};
     int op = 1 + data[0] % (_CDN_FILE_OP_MAX - 1);
-    if (file_args_parse(q, op, "/workspace", &a, &e) == 0 &&
+    if (cdn_file_args_parse(q, op, "/workspace", &a, &e) == 0 &&
         (a.path[0] != '/' || memchr(a.path, 0, sizeof a.path) == NULL ||
          (a.max_bytes && op != CDN_FILE_READ) || (a.nofollow && op != CDN_FILE_STAT)))
         __builtin_trap(); /* accepted: an absolute path, and only the route's own parameters */

@@ -1,6 +1,6 @@
 /* Fuzz the agent frame decoders: what cordon-init reads from the host and
  * what the host reads from a (possibly compromised) sandbox. */
-#include "agent/frame.h"
+#include "proto/frame.h"
 
 #include <stdbool.h>
 #include <stddef.h>

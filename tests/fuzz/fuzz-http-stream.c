@@ -6,7 +6,7 @@
  * same heads at the same offsets and stop at the same place for the same
  * reason — a difference would be a request the proxy sees one way and a
  * server, reading other segments, another. */
-#include "net/allow.h"
+#include "core/allow.h"
 #include "net/sniff.h"
 
 #include <stdlib.h>

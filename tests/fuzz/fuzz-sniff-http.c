@@ -2,7 +2,7 @@
  * (possibly hostile) sandbox sends on a TCP connection. Beyond memory safety,
  * check that the answer only settles once: a prefix of the input gives MORE
  * or the same answer as the whole. */
-#include "net/allow.h"
+#include "core/allow.h"
 #include "net/sniff.h"
 
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* Fuzz the TLS ClientHello server_name sniffer of the egress proxy: record
  * layer, handshake reassembly and extension walk over hostile bytes. A prefix
  * of the input must give MORE or the same answer as the whole. */
-#include "net/allow.h"
+#include "core/allow.h"
 #include "net/sniff.h"
 
 #include <stdlib.h>

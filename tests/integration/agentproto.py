@@ -1,4 +1,4 @@
-"""The agent protocol (src/agent/frame.h) spoken from Python, for tests that
+"""The agent protocol (src/proto/frame.h) spoken from Python, for tests that
 drive cordon-init directly: encoders for what the host sends, decoders for what
 init answers. Kept deliberately independent of the C codec it checks."""
 

@@ -10,6 +10,7 @@ what they held is freed, and the sandbox fails with the reason; a request the ag
 when asked (a QUIESCE, a command whose client left) is given up after agent_timeout (504), and the
 verifier state recovers."""
 
+import concurrent.futures
 import json
 import os
 import shutil
@@ -68,6 +69,13 @@ def hostile(shared_dir):
     for d in daemons:
         assert d.stop() == 0, d.output()
     shutil.rmtree(agent_dir, ignore_errors=True)
+
+
+def at_once(n, fn):
+    """n calls of fn, all in flight together; the first exception of one is raised."""
+    with concurrent.futures.ThreadPoolExecutor(n) as ex:
+        for f in [ex.submit(fn) for _ in range(n)]:
+            f.result()
 
 
 def exec_raw(d, sb, body, timeout=20):
@@ -195,10 +203,12 @@ def test_commands_whose_client_left_do_not_outlive_agent_timeout(hostile):
     sb = sandbox(d)
     stdin = "z" * (4 << 20)
 
+    def abandon():
+        with pytest.raises((socket.timeout, TimeoutError)):
+            exec_raw(d, sb, {"cmd": ["hang"], "stdin": stdin}, timeout=0.5)
+
     def round_of(n):
-        for _ in range(n):
-            with pytest.raises((socket.timeout, TimeoutError)):
-                exec_raw(d, sb, {"cmd": ["hang"], "stdin": stdin}, timeout=0.5)
+        at_once(n, abandon)
         time.sleep(3)  # agent_timeout (1 s) after the clients left, with margin
 
     round_of(10)
@@ -263,9 +273,8 @@ def test_file_requests_whose_client_left_do_not_outlive_agent_timeout(hostile):
         c.close()
 
     def round_of(n):
-        for _ in range(n):
-            put()
-        time.sleep(3)
+        at_once(n, put)
+        time.sleep(3)  # agent_timeout (1 s) after the clients left, with margin
 
     round_of(10)
     before = rss_kb(d.proc.pid)

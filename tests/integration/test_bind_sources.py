@@ -59,6 +59,7 @@ def test_api_refuses_them_as_an_image_too(daemon, busybox_image):
         assert sb.exec(["cat", "/etc/image-marker"]).stdout == "busybox-image\n"
 
 
+@pytest.mark.serial  # checks the host for leaks inside the test: no other pass may run
 def test_cordon_run_refuses_them_too(shared_dir):
     """Seen failing before the fix: `cordon run --bind /:/host -- ls /host` listed the host's root."""
     for source, named in refused_sources(shared_dir):

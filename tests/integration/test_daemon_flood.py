@@ -15,6 +15,9 @@ import pytest
 from cordon import Sandbox
 from cordonlib import wait_for
 
+# Latency of other work under a flood: measured with the host to itself (tests/suitelock.py).
+pytestmark = pytest.mark.serial
+
 LEAK_TIMEOUT = 5.0
 
 # Makes watched calls for `secs` seconds as fast as they are answered; prints how many it made.

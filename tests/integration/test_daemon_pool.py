@@ -6,11 +6,16 @@ import json
 import os
 import time
 
+import pytest
+
 from cordonlib import Daemon, sandbox_procs, wait_for
 
 from cordon import Sandbox
 
 LEAK_TIMEOUT = 5.0
+
+# It counts every sandbox init on the host: it has the host to itself (tests/suitelock.py).
+pytestmark = pytest.mark.serial
 
 
 def pool_size(d):

@@ -13,6 +13,9 @@ from cordonlib import Daemon, all_procs, sandbox_procs, wait_for
 import cordon
 from cordon import Sandbox
 
+# It counts every sandbox init and QEMU on the host: it has the host to itself (tests/suitelock.py).
+pytestmark = pytest.mark.serial
+
 LEAK_TIMEOUT = 5.0
 
 

@@ -9,6 +9,8 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from cordonlib import EXIT_TIMEOUT, HostState, Running, check_no_leaks, format_leaks, run
 
 LEAK_TIMEOUT = 5.0  # read by the autouse leak check in conftest.py
@@ -43,6 +45,7 @@ def killed(i, rng_seed):
     return "killed", code == -signal.SIGKILL, f"SIGKILLed cordon run → {code}", None
 
 
+@pytest.mark.serial  # checks the host for leaks inside the test: no other pass may run
 def test_500_runs_leave_nothing_behind(no_leaks):
     rng = random.Random(0xC0D0)
     jobs = ([(plain, (i,)) for i in range(N_PLAIN)] + [(timed_out, (i,)) for i in range(N_TIMEOUT)]

@@ -63,6 +63,7 @@ def test_untrapped_sigterm_kills_the_command():
     assert r.record["signal"] == signal.SIGTERM
 
 
+@pytest.mark.serial  # checks the host for leaks inside the test: no other pass may run
 def test_sigkill_of_cordon_run_cleans_up_within_3s(no_leaks):
     # A command that ignores everything it can, with children of its own.
     cmd = "trap '' TERM INT HUP; sleep 1021.5 & sleep 1021.5 & echo ready; sleep 1021.5"
@@ -81,6 +82,7 @@ def test_sigkill_of_cordon_run_cleans_up_within_3s(no_leaks):
     assert not [p for p in sandbox_procs() if p.cmdline == "sleep 1021.5"]
 
 
+@pytest.mark.serial  # checks the host for leaks inside the test: no other pass may run
 def test_sigkill_during_startup_cleans_up(no_leaks):
     # Kill at assorted moments of sandbox creation.
     for delay_ms in (0, 1, 2, 4, 8, 16):

@@ -248,6 +248,7 @@ def test_cgroup_default_limits():
             assert read(f"{CGROUP_ROOT}/pids{cgroup_of(p.pid, 'pids')}/pids.max").strip() == "256"
 
 
+@pytest.mark.serial  # checks the host for leaks inside the test: no other pass may run
 def test_cgroup_is_removed_after_the_run(no_leaks):
     with Running(["--", "sleep", "1013.5"]) as s:
         p = find_sandbox_proc(lambda p: p.cmdline == "sleep 1013.5")

@@ -20,7 +20,8 @@ import cordonlib
 from cordonlib import guest_release, run
 from testenv import hw_virt
 
-pytestmark = pytest.mark.needs_vm
+# It counts the QEMU processes that appear on the host: it has the host to itself (tests/suitelock.py).
+pytestmark = [pytest.mark.needs_vm, pytest.mark.serial]
 
 
 _before = set()

@@ -74,7 +74,11 @@ def test_call_result_output_input_and_error(daemon):
     with Sandbox.create(endpoint=daemon.endpoint, tier="process") as sb:
         c = sb.call("import sys\nprint('out')\nprint('err', file=sys.stderr)\ninput['a'] * 2", input={"a": 21})
         assert (c.result, c.stdout, c.stderr, c.error, c.timed_out) == (42, "out\n", "err\n", None, False)
-        assert c.duration_ms is not None and c.duration_ms >= 0
+        # the call's own time: at least its sleep, at most the round trip that carried it
+        t0 = time.monotonic()
+        c = sb.call("import time\ntime.sleep(0.3)\n7")
+        wall_ms = (time.monotonic() - t0) * 1000
+        assert c.result == 7 and 300 <= c.duration_ms <= wall_ms, (c.duration_ms, wall_ms)
         c = sb.call("def f():\n    raise ValueError('bad value')\nf()")
         assert c.error["type"] == "ValueError" and "bad value" in c.error["message"]
         assert "line 2" in c.error["traceback"] and c.result is None

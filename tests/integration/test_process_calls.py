@@ -154,7 +154,8 @@ def _dead(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
+        # Gone between open and read: the kernel answers ESRCH then.
         return True
 
 

@@ -342,6 +342,7 @@ BAD = [
 ]
 
 
+@pytest.mark.serial  # checks the host for leaks inside the test: no other pass may run
 @pytest.mark.parametrize("flags,names", BAD, ids=[" ".join(b[0]) for b in BAD])
 def test_bad_input_is_refused_with_125(flags, names):
     before = HostState.snapshot()

@@ -18,7 +18,8 @@ import pytest
 import cordonlib
 from cordonlib import guest_release, run
 
-pytestmark = pytest.mark.needs_vm
+# It counts the QEMU processes on the host: it has the host to itself (tests/suitelock.py).
+pytestmark = [pytest.mark.needs_vm, pytest.mark.serial]
 
 
 def digest(path):

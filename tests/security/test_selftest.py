@@ -71,7 +71,8 @@ def test_every_tier_by_default():
     need_vm()
     r, out = selftest_json()
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
-    assert [t["tier"] for t in out["tiers"]] == ["container", "process", "microvm", "vm"]
+    # The tier table's order (src/tiers/tier.c), weakest isolation first.
+    assert [t["tier"] for t in out["tiers"]] == ["process", "container", "microvm", "vm"]
     assert all(t["escaped"] == 0 and len(t["probes"]) >= 30 for t in out["tiers"])
 
 

@@ -1,4 +1,4 @@
-#include "net/allow.h"
+#include "core/allow.h"
 #include "tap.h"
 
 #include <errno.h>

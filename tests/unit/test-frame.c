@@ -1,4 +1,4 @@
-#include "agent/frame.h"
+#include "proto/frame.h"
 #include "tap.h"
 
 #include <errno.h>

@@ -2,7 +2,7 @@
  * child that installs it (a check that can fail: drop a rule from
  * seccomp-policy.c and the matching CHECK below turns red). */
 #include "tap.h"
-#include "tiers/container/seccomp-policy.h"
+#include "confine/seccomp-policy.h"
 
 #include <errno.h>
 #include <poll.h>

@@ -31,6 +31,35 @@ TEST(defaults_are_safe)
     cdn_spec_free(&s);
 }
 
+/* The writable layer's kind: "memory" (a tmpfs) by default, "disk" a filesystem of its own; both survive a
+ * round trip through the JSON the daemon records. */
+TEST(disk_kind)
+{
+    struct cdn_spec s;
+    struct cdn_error err;
+    CHECK_EQ_INT(from_json(&s, "{}", &err), 0);
+    CHECK_EQ_INT(s.disk, CDN_DISK_MEMORY);
+    char *out = cdn_spec_to_json(&s);
+    CHECK(out && strstr(out, "\"disk\":\"memory\""));
+    free(out);
+    cdn_spec_free(&s);
+    CHECK_EQ_INT(from_json(&s, "{\"disk\":\"disk\",\"limits\":{\"disk_mb\":64}}", &err), 0);
+    CHECK_EQ_INT(s.disk, CDN_DISK_DISK);
+    CHECK_EQ_INT(cdn_spec_validate(&s, &err), 0);
+    out = cdn_spec_to_json(&s);
+    CHECK(out && strstr(out, "\"disk\":\"disk\""));
+    struct cdn_spec again;
+    CHECK_EQ_INT(from_json(&again, out, &err), 0);
+    CHECK_EQ_INT(again.disk, CDN_DISK_DISK);
+    cdn_spec_free(&again);
+    free(out);
+    cdn_spec_free(&s);
+    CHECK_EQ_INT(from_json(&s, "{\"disk\":\"floppy\"}", &err), -EINVAL);
+    CHECK_STREQ(err.field, "disk");
+    CHECK(strstr(err.msg, "floppy") && strstr(err.msg, "memory"));
+    cdn_spec_free(&s);
+}
+
 TEST(json_full_spec)
 {
     struct cdn_spec s;
@@ -71,6 +100,9 @@ TEST(json_errors_name_the_field)
         {"{\"mounts\":[{\"source\":\"/a\"}]}", "mounts[0]"},
         {"{\"env\":{\"A=B\":\"x\"}}", "env"},
         {"{\"image\":3}", "image"},
+        {"{\"disk\":\"floppy\"}", "disk"},
+        {"{\"disk\":1024}", "disk"},
+        {"{\"disk\":\"Memory\"}", "disk"},
         {"[1,2]", ""},
         {"{\"tier\":\"container\",\"tier\":\"vm\"}", ""},
     };
@@ -105,7 +137,8 @@ TEST(validate_ranges_and_unsupported)
         {"{\"protect\":[\"/ok/**\", \"rel\"]}", "protect[1]"},
         {"{\"protect\":[\"/a/../b\"]}", "protect[0]"},
         {"{\"workdir\":\"relative\"}", "workdir"},
-        {"{\"image\":\"rel/dir\"}", "image"},
+        {"{\"image\":\"has space\"}", "image"},
+        {"{\"image\":\"/srv/../etc\"}", "image"},
         {"{\"hostname\":\"bad host\"}", "hostname"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -228,6 +261,7 @@ TEST(flags_errors)
         {"--net", "sometimes", "network.mode"},
         {"--bogus", "x", ""},
         {"--on-violation", "explode", "on_violation"},
+        {"--disk-kind", "floppy", "disk"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct cdn_run_opts o;
@@ -286,4 +320,44 @@ TEST(a_verifier_step_leaves_out_what_loads_code)
     CHECK(!env_get(&env, "PYTHONNOUSERSITE"));
     cdn_strv_free(&env);
     cdn_spec_free(&s);
+}
+
+/* --label and the JSON "labels" accept and refuse the same labels. Seen failing before they shared
+ * cdn_spec_add_label: --label took a 1,025-byte value and a 200-byte key (it only capped the whole
+ * argument at 1,100 bytes), which the API refuses. */
+TEST(labels_flag_and_json_agree)
+{
+    static char long_value[1100], long_key[300];
+    memset(long_value, 'v', 1025);
+    memset(long_key, 'k', 200);
+    static char arg[1400], json[1500];
+    const struct {
+        const char *key, *value;
+        bool ok;
+    } cases[] = {{"job", "j1", true},
+                 {"job", "", true},
+                 {"", "x", false},
+                 {"job", long_value, false},
+                 {long_key, "x", false}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct cdn_run_opts o;
+        struct cdn_error err;
+        (void) snprintf(arg, sizeof arg, "%s=%s", cases[i].key, cases[i].value);
+        char *argv[] = {"--label", arg, "--", "true", NULL};
+        int flag = parse(&o, &err, argv);
+        CHECK_EQ_INT(flag == 0, cases[i].ok);
+        if (!cases[i].ok)
+            CHECK(strncmp(err.field, "labels", 6) == 0);
+        cdn_spec_free(&o.spec);
+        struct cdn_spec s;
+        (void) snprintf(json, sizeof json, "{\"labels\":{\"%s\":\"%s\"}}", cases[i].key, cases[i].value);
+        CHECK_EQ_INT(from_json(&s, json, &err) == 0, cases[i].ok);
+        cdn_spec_free(&s);
+    }
+    struct cdn_run_opts o;
+    struct cdn_error err;
+    char *noeq[] = {"--label", "job", "--", "true", NULL};
+    CHECK(parse(&o, &err, noeq) < 0);
+    CHECK_STREQ(err.field, "labels");
+    cdn_spec_free(&o.spec);
 }

@@ -1,20 +1,22 @@
 /* The container tier, host side: runs in the creating process (root in the
- * initial namespaces). Owns the slot, the cgroup, the guard and the init
+ * initial namespaces). Owns the slot, the cgroup, the reaper and the init
  * process; hands the agent socket to the caller.
  *
- * create(): slot → guard → cgroup → clone3 into fresh namespaces → id maps,
+ * create(): slot → reaper → cgroup → clone3 into fresh namespaces → id maps,
  * cgroup membership → "go". The child (setup.c) builds the root and execs
  * cordon-init; a setup failure comes back on sb->setup_fd. */
 #include "container-internal.h"
 #include "core/paths.h"
-#include "slot.h"
+#include "confine/slot.h"
 #include "tiers/tier.h"
 #include "shared/fd-util.h"
+#include "shared/mount-util.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/mount.h>
 #include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
@@ -24,6 +26,7 @@
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -76,6 +79,48 @@ static int write_id_maps(pid_t pid, uint32_t base, struct cdn_error *err)
             return cdn_error_set(err, r, "write %s: %s", path, strerror(-r));
     }
     return 0;
+}
+
+/* The image's root as the sandbox sees it: an idmapped mount of its directory through the sandbox's
+ * own user namespace, so that a file the image gives to uid 0 (or 1000) is the sandbox's root's (or
+ * its uid 1000's) and copy-up, git and package managers work on it in place. mount_setattr() with
+ * MOUNT_ATTR_IDMAP needs CAP_SYS_ADMIN in the initial user namespace, so the host makes it; the
+ * setup child moves it into its own mount namespace under the overlay and detaches it once the
+ * overlay holds it. Returns the detached mount's fd; a file system that cannot be idmapped gives
+ * -EINVAL and the sandbox keeps the image's files as nobody's (the fallback of rootfs.c). The host
+ * image is never idmapped: its skeleton is cordon's, and /usr is the host's own. */
+static int idmapped_lower(pid_t pid, const struct cdn_image *image)
+{
+    if (image->host)
+        return -EOPNOTSUPP;
+    char path[64];
+    (void) snprintf(path, sizeof path, "/proc/%d/ns/user", (int) pid);
+    _cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
+    if (userns < 0)
+        return -errno;
+    return cdn_idmapped_tree(image->lower, userns, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV);
+}
+
+/* 'm' to the setup child, with the idmapped image root when there is one. */
+static int send_go_maps(int sock, int lower_fd)
+{
+    char byte = 'm';
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } u = {0};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (lower_fd >= 0) {
+        msg.msg_control = u.buf;
+        msg.msg_controllen = sizeof u.buf;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &lower_fd, sizeof(int));
+    }
+    return sendmsg(sock, &msg, MSG_NOSIGNAL) == 1 ? 0 : -1;
 }
 
 /* The user namespace clone3 makes is owned by the calling thread's effective uid, and the kernel
@@ -137,25 +182,25 @@ static int child_failed(int rep_fd, int errnum, struct cdn_error *err)
     return cdn_error_set(err, errnum, "the sandbox's setup process ended early: %m");
 }
 
-static int start_guard(struct cdn_sandbox *sb, struct cdn_error *err)
+static int start_reaper(struct cdn_sandbox *sb, struct cdn_error *err)
 {
     if (sb->persistent)
         return 0; /* init holds the slot; whoever adopts it cleans up (cordond) */
-    int r = cdn_guard_start(&sb->cgroup, sb->slot_fd, &sb->guard_fd, &sb->guard_pid);
-    return r < 0 ? cdn_error_set(err, r, "start guard: %s", strerror(-r)) : 0;
+    int r = cdn_reaper_start(&sb->cgroup, sb->slot_fd, &sb->reaper_fd, &sb->reaper_pid);
+    return r < 0 ? cdn_error_set(err, r, "start reaper: %s", strerror(-r)) : 0;
 }
 
 /* Work runs in parallel where it can: the child makes its network namespace
  * (the costliest namespace, ~0.4 ms) and builds its root once its ids are
- * mapped, while this process forks the guard and makes the cgroup.
+ * mapped, while this process forks the reaper and makes the cgroup.
  * cgroup v2 can place the child at birth (CLONE_INTO_CGROUP), so there the
- * guard and the cgroup come before clone3. On failure the caller's destroy() undoes it all. */
-static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const char *scratch,
+ * reaper and the cgroup come before clone3. On failure the caller's destroy() undoes it all. */
+static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const char *scratch, int writable_fd,
                  struct cdn_error *err)
 {
     _cleanup_close_pair_ int agent[2] = {-EBADF, -EBADF}, go[2] = {-EBADF, -EBADF}, rep[2] = {-EBADF, -EBADF};
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, agent) < 0 || pipe2(go, O_CLOEXEC) < 0 ||
-        pipe2(rep, O_CLOEXEC) < 0)
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, agent) < 0 ||
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, go) < 0 || pipe2(rep, O_CLOEXEC) < 0)
         return cdn_error_set(err, errno, "socketpair/pipe: %m");
     const bool v2 = sb->cgroup.ops->version == CDN_CGROUP_V2;
     int r;
@@ -167,7 +212,7 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         if ((r = cdn_seccomp_load_variant(cache, true, &prep.seccomp_writes, err)) < 0)
             return r;
     }
-    if (v2 && ((r = start_guard(sb, err)) < 0 || (r = cdn_slot_make_cgroup(sb, err)) < 0))
+    if (v2 && ((r = start_reaper(sb, err)) < 0 || (r = cdn_slot_make_cgroup(sb, err)) < 0))
         return r;
     int pidfd = -EBADF;
     struct clone_args ca = {
@@ -190,10 +235,11 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         .persistent = sb->persistent,
         .listen_fd = sb->persistent ? sb->listen_fd : -EBADF,
         .slot_fd = sb->persistent ? sb->slot_fd : -EBADF,
-        .fsguard_fd = sb->fsguard_fd,
+        .fanotify_fd = sb->fanotify_fd,
         .cgroup = v2 ? NULL : &sb->cgroup,
         .netns_given = sb->netns_fd >= 0,
         .resolver_ip = sb->resolver_ip,
+        .writable_fd = writable_fd,
     };
     /* A prepared network namespace (owned by the host's user namespace, so the
      * sandbox's root has no power over it) is entered here for the clone only:
@@ -227,19 +273,21 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
     go[0] = safe_close(go[0]);
     rep[1] = safe_close(rep[1]);
     /* The child builds its root as soon as it has its ids ('m'); meanwhile, for
-     * v1, the guard is forked and the cgroup made here, and the child joins it
-     * itself (cdn_cgroup_ops.attach_self) once told it is ready ('c'). The guard
+     * v1, the reaper is forked and the cgroup made here, and the child joins it
+     * itself (cdn_cgroup_ops.attach_self) once told it is ready ('c'). The reaper
      * comes first: a cgroup must never exist without someone to remove it. */
     if ((r = write_id_maps(pid, sb->uid_base, err)) < 0)
         return r;
-    if (write(go[1], "m", 1) != 1)
+    _cleanup_close_ int lower = idmapped_lower(pid, image);
+    if (send_go_maps(go[1], lower) < 0)
         return child_failed(rep[0], errno, err);
-    if (!v2 && ((r = start_guard(sb, err)) < 0 || (r = cdn_slot_make_cgroup(sb, err)) < 0 ||
+    lower = safe_close(lower);
+    if (!v2 && ((r = start_reaper(sb, err)) < 0 || (r = cdn_slot_make_cgroup(sb, err)) < 0 ||
                 (r = sb->cgroup.ops->delegate_self(&sb->cgroup, sb->uid_base, sb->uid_base)) < 0))
         return err->msg[0] ? r : cdn_error_set(err, r, "delegate cgroup: %s", strerror(-r));
     if (sb->on_spawned && (r = sb->on_spawned(sb, sb->on_spawned_arg)) < 0)
         return cdn_error_set(err, r, "record the sandbox: %s", strerror(-r));
-    if (write(go[1], "c", 1) != 1)
+    if (send(go[1], "c", 1, MSG_NOSIGNAL) != 1)
         return child_failed(rep[0], errno, err);
     sb->agent_fd = TAKE_FD(agent[0]);
     sb->setup_fd = TAKE_FD(rep[0]);
@@ -266,10 +314,17 @@ static int container_create(struct cdn_sandbox *sb, struct cdn_error *err)
     char name[32];
     (void) snprintf(name, sizeof name, "slot-%d", sb->slot);
     cdn_cgroup_init(&sb->cgroup, prep.cgroup_ops, name);
-    /* A stale cgroup of this slot (its owner and guard both died) is emptied and reused. */
+    /* A stale cgroup of this slot (its owner and reaper both died) is emptied and reused. */
     if (sb->cgroup.ops->kill_all(&sb->cgroup) > 0)
         (void) sb->cgroup.ops->destroy(&sb->cgroup);
-    if ((r = spawn(sb, &image, scratch, err)) < 0)
+    /* The writable layer on disk: the child takes its copy of the mount at clone, ours goes here. */
+    _cleanup_close_ int writable = -EBADF;
+    if (sb->spec->disk == CDN_DISK_DISK &&
+        (r = writable = cdn_writable_make(sb->spec, sb->slot, sb->uid_base, err)) < 0) {
+        (void) container_destroy(sb);
+        return r;
+    }
+    if ((r = spawn(sb, &image, scratch, writable, err)) < 0)
         (void) container_destroy(sb);
     return r;
 }
@@ -292,13 +347,13 @@ static int container_destroy(struct cdn_sandbox *sb)
 static void container_detach(struct cdn_sandbox *sb)
 {
     /* Kill init (the namespace dies with it) and leave the waiting, the
-     * cgroup removal and the slot to the guard: the caller can go on at once. */
+     * cgroup removal and the slot to the reaper: the caller can go on at once. */
     (void) container_kill(sb, SIGKILL);
     sb->init_pid = 0;
     sb->init_pidfd = safe_close(sb->init_pidfd);
     sb->agent_fd = safe_close(sb->agent_fd);
     sb->setup_fd = safe_close(sb->setup_fd);
-    sb->guard_fd = safe_close(sb->guard_fd); /* EOF without "done": the guard cleans up */
+    sb->reaper_fd = safe_close(sb->reaper_fd); /* EOF without "done": the reaper cleans up */
     sb->slot_fd = safe_close(sb->slot_fd);
     sb->cgroup.ops = NULL;
 }
@@ -386,24 +441,42 @@ static int container_monitor_fd(struct cdn_sandbox *sb)
     return fd < 0 ? -errno : fd;
 }
 
-static int container_fsguard_fd(struct cdn_sandbox *sb)
+static int container_fanotify_fd(struct cdn_sandbox *sb)
 {
     if (sb->init_pidfd < 0)
         return -ESRCH;
-    int fd = (int) syscall(SYS_pidfd_getfd, sb->init_pidfd, CDN_FD_FSGUARD, 0);
+    int fd = (int) syscall(SYS_pidfd_getfd, sb->init_pidfd, CDN_FD_FANOTIFY, 0);
     return fd < 0 ? -errno : fd;
+}
+
+/* The writable layer (of limits.disk_mb, on disk or a tmpfs) under its overlay, seen through init's
+ * root: the overlay's statfs is its upper layer's. */
+static int container_disk_full(struct cdn_sandbox *sb, bool *ret)
+{
+    char root[64];
+    struct statfs fs;
+    if (sb->init_pid <= 0)
+        return -ESRCH;
+    (void) snprintf(root, sizeof root, "/proc/%d/root/", (int) sb->init_pid);
+    if (statfs(root, &fs) < 0)
+        return -errno;
+    *ret = sb->spec->disk == CDN_DISK_DISK ? cdn_writable_full(&fs) : fs.f_bavail == 0;
+    return 0;
 }
 
 const struct cdn_tier_ops cdn_container_tier = {
     .name = "container",
+    .tier = CDN_TIER_CONTAINER,
+    .slot_in_record = true,
     .create = container_create,
     .kill = container_kill,
     .usage = container_usage,
+    .disk_full = container_disk_full,
     .destroy = container_destroy,
     .detach = container_detach,
     .adopt = container_adopt,
     .drop_slot = container_drop_slot,
     .sweep_slots = container_sweep_slots,
     .monitor_fd = container_monitor_fd,
-    .fsguard_fd = container_fsguard_fd,
+    .fanotify_fd = container_fanotify_fd,
 };

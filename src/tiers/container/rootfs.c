@@ -2,7 +2,7 @@
  * and mount namespaces (so every mount here dies with the sandbox, whatever
  * happens to the host process):
  *
- *   scratch tmpfs (size = disk limit) ─ upper/, work/ ─┐
+ *   scratch (disk limit: writable.c's filesystem, or a tmpfs) ─ upper/, work/ ─┐
  *   image (read-only lower) ───────────────── overlay ─┴→ scratch/root  → pivot_root
  *   + host /usr read-only (host image), /proc with OCI masks, minimal /dev,
  *     user binds; then pivot_root and detach the old root.
@@ -26,24 +26,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* OCI runtime-spec defaults. */
-static const char *const masked_paths[] = {
-    "/proc/acpi",
-    "/proc/asound",
-    "/proc/kcore",
-    "/proc/keys",
-    "/proc/latency_stats",
-    "/proc/timer_list",
-    "/proc/timer_stats",
-    "/proc/sched_debug",
-    "/proc/scsi",
-    "/proc/kallsyms",
-    "/proc/sysrq-trigger" /* also ro */,
-    NULL,
-};
-static const char *const readonly_paths[] = {
-    "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", NULL, /* sysrq-trigger is masked outright */
-};
 static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty", NULL};
 
 #define CHECK(expr, ...)                                                                                     \
@@ -127,6 +109,23 @@ static const char *writable_path(const struct cdn_setup_args *a, size_t i)
     return writable_dirs[i].path ? writable_dirs[i].path : a->spec->workdir;
 }
 
+/* lstat rel in the image: in its root directory, or in its layers from the top down (an overlay
+ * whiteout, char 0/0, hides what the layers below have). */
+static int lower_lstat(const struct cdn_image *img, const char *rel, struct stat *st)
+{
+    char p[8400];
+    if (img->n_layers == 0) {
+        (void) snprintf(p, sizeof p, "%s%s", img->lower, rel);
+        return lstat(p, st);
+    }
+    for (size_t i = 0; i < img->n_layers; i++) {
+        (void) snprintf(p, sizeof p, "%s/%s%s", img->lower, img->layers[i], rel);
+        if (lstat(p, st) == 0)
+            return S_ISCHR(st->st_mode) && st->st_rdev == 0 ? -1 : 0;
+    }
+    return -1;
+}
+
 /* Make path (and its parents) in the upper layer before the overlay is
  * mounted. Image directories belong to host uids the sandbox cannot map, so
  * it could not create anything inside them later; a directory present in the
@@ -146,11 +145,10 @@ static void precreate_in_upper(const struct cdn_setup_args *a, const char *path,
         if (*c != '/' && !leaf)
             continue;
         *c = 0;
-        char lower[8400], upper[8400];
+        char upper[8400];
         struct stat st;
-        (void) snprintf(lower, sizeof lower, "%s%s", a->image->lower, rel);
         (void) snprintf(upper, sizeof upper, "%s/upper%s", a->scratch, rel);
-        bool in_lower = lstat(lower, &st) == 0;
+        bool in_lower = lower_lstat(a->image, rel, &st) == 0;
         if (in_lower && !S_ISDIR(st.st_mode))
             return; /* a file or symlink in the image: leave the image's shape alone */
         if (leaf && !dir) {
@@ -166,31 +164,92 @@ static void precreate_in_upper(const struct cdn_setup_args *a, const char *path,
     }
 }
 
-static int mount_overlay(const struct cdn_setup_args *a, const char *root, struct cdn_error *err)
+/* The idmapped image root (lower_fd, from the host) under scratch/lower, in this mount namespace:
+ * overlay takes private clones of its layers, which must be mounts of the caller's namespace. */
+static bool attach_lower(const struct cdn_setup_args *a, int lower_fd, char *base, size_t size)
 {
-    char opts[8400], path[4200];
+    (void) snprintf(base, size, "%s/lower", a->scratch);
+    if (lower_fd < 0 || mkdir(base, 0700) < 0 ||
+        syscall(SYS_move_mount, lower_fd, "", AT_FDCWD, base, MOVE_MOUNT_F_EMPTY_PATH) < 0) {
+        (void) snprintf(base, size, "%s", a->image->lower);
+        return false;
+    }
+    return true;
+}
+
+/* lowerdir=: the root directory, or the layers as short links (scratch/l/N) so that even
+ * CDN_IMAGE_LAYERS_MAX of them fit the one page mount(2) copies; the mount runs in scratch. */
+static int lowerdir_option(const struct cdn_setup_args *a, const char *base, char *opts, size_t size,
+                           struct cdn_error *err)
+{
+    const struct cdn_image *img = a->image;
+    if (img->n_layers == 0) {
+        (void) snprintf(opts, size, "lowerdir=%s", base);
+        return 0;
+    }
+    char dir[4200], link[4300], target[8400];
+    (void) snprintf(dir, sizeof dir, "%s/l", a->scratch);
+    CHECK(mkdir(dir, 0700), "mkdir %s: %m", dir);
+    size_t off = (size_t) snprintf(opts, size, "lowerdir=");
+    for (size_t i = 0; i < img->n_layers && off < size; i++) {
+        (void) snprintf(link, sizeof link, "%s/%zu", dir, i);
+        (void) snprintf(target, sizeof target, "%s/%s", base, img->layers[i]);
+        CHECK(symlink(target, link), "link layer %zu: %m", i);
+        off += (size_t) snprintf(opts + off, size - off, "%sl/%zu", i ? ":" : "", i);
+    }
+    return 0;
+}
+
+/* The scratch: the writable layer on disk the host made (writable.c), or a tmpfs of disk_mb
+ * (spec "disk": "memory"). */
+static int mount_scratch(const struct cdn_setup_args *a, struct cdn_error *err)
+{
+    if (a->writable_fd >= 0)
+        return cdn_writable_attach(CDN_FD_WRITABLE, a->scratch, err);
+    char opts[64];
     (void) snprintf(opts, sizeof opts, "size=%llum,mode=0755", (unsigned long long) a->spec->limits.disk_mb);
     CHECK(mount("cordon-scratch", a->scratch, "tmpfs", MS_NOSUID | MS_NODEV, opts),
           "mount scratch tmpfs: %m");
+    return 0;
+}
+
+/* Returns 1 when the image's files keep their owners inside (idmapped), 0 when they are nobody's. */
+static int mount_overlay(const struct cdn_setup_args *a, const char *root, int lower_fd,
+                         struct cdn_error *err)
+{
+    char opts[8400], path[4200], base[4200];
+    int r = mount_scratch(a, err);
+    if (r < 0)
+        return r;
     const char *sub[] = {"upper", "work", "root"};
     for (size_t i = 0; i < ELEMENTSOF(sub); i++) {
         (void) snprintf(path, sizeof path, "%s/%s", a->scratch, sub[i]);
         CHECK(mkdir(path, 0755), "mkdir %s: %m", path);
     }
-    if (!a->spec->read_only_root)
+    bool idmapped = attach_lower(a, lower_fd, base, sizeof base);
+    /* Without idmapping the image's directories belong to uids the sandbox cannot map: what it
+     * must write is made in the upper layer first. With it they are its own as the image says. */
+    if (!idmapped && !a->spec->read_only_root)
         for (size_t i = 0; i < ELEMENTSOF(writable_dirs); i++)
             precreate_in_upper(a, writable_path(a, i), true, writable_dirs[i].mode);
-    for (size_t i = 0; i < a->spec->n_mounts; i++) {
+    for (size_t i = 0; !idmapped && i < a->spec->n_mounts; i++) {
         struct stat st;
         if (stat(a->spec->mounts[i].source, &st) == 0)
             precreate_in_upper(a, a->spec->mounts[i].target, S_ISDIR(st.st_mode),
                                S_ISDIR(st.st_mode) ? 0755 : 0644);
     }
-    (void) snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=%s/upper,workdir=%s/work,userxattr",
-                    a->image->lower, a->scratch, a->scratch);
+    if ((r = lowerdir_option(a, base, opts, sizeof opts, err)) < 0)
+        return r;
+    size_t off = strlen(opts);
+    (void) snprintf(opts + off, sizeof opts - off, ",upperdir=upper,workdir=work,userxattr");
+    CHECK(chdir(a->scratch), "chdir %s: %m", a->scratch);
     if (mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
         return cdn_error_field(err, errno, "image", "mount overlay on image '%s': %m", a->image->lower);
-    return 0;
+    /* The overlay holds its own clones of the layers: the idmapped mount goes from view. */
+    if (idmapped)
+        CHECK(umount2(base, MNT_DETACH), "detach the image's idmapped root: %m");
+    CHECK(chdir("/"), "chdir /: %m");
+    return idmapped;
 }
 
 static int mount_host_usr(const char *root, struct cdn_error *err)
@@ -215,20 +274,6 @@ static int mount_host_usr(const char *root, struct cdn_error *err)
     return 0;
 }
 
-/* A masked file gets an empty, read-only regular file bound on it, one per
- * sandbox (in its scratch): not /dev/null, because fanotify reports opens of
- * regular files only, and the monitor records reads of masked kernel files
- * (src/monitor/fsguard.h). */
-static int mask_file(const char *mask, const char *p, const char *what, struct cdn_error *err)
-{
-    CHECK(mount(mask, p, NULL, MS_BIND, NULL), "mask %s: %m", what);
-    _cleanup_close_ int fd = open(p, O_PATH | O_CLOEXEC);
-    if (fd < 0)
-        return cdn_error_set(err, errno, "open %s: %m", what);
-    return set_mount_attrs(fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
-                           what, err);
-}
-
 static int mount_proc(const struct cdn_setup_args *a, int rootfd, const char *root, struct cdn_error *err)
 {
     char fdp[64], mask[4200];
@@ -245,37 +290,6 @@ static int mount_proc(const struct cdn_setup_args *a, int rootfd, const char *ro
     (void) close(fd);
     CHECK(r, "mount /proc: %m");
     return cdn_proc_mask(root, mask, err);
-}
-
-int cdn_proc_mask(const char *root, const char *mask, struct cdn_error *err)
-{
-    char p[4200];
-    int r;
-    for (size_t i = 0; masked_paths[i]; i++) {
-        struct stat st;
-        (void) snprintf(p, sizeof p, "%s%s", root, masked_paths[i]);
-        if (lstat(p, &st) < 0)
-            continue;
-        if (S_ISDIR(st.st_mode))
-            CHECK(mount("cordon-mask", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                        "size=0,mode=0555"),
-                  "mask %s: %m", masked_paths[i]);
-        else if ((r = mask_file(mask, p, masked_paths[i], err)) < 0)
-            return r;
-    }
-    for (size_t i = 0; readonly_paths[i]; i++) {
-        (void) snprintf(p, sizeof p, "%s%s", root, readonly_paths[i]);
-        /* The flags of our own fresh /proc are known: no need to read them back. */
-        if (mount(p, p, NULL, MS_BIND, NULL) < 0) {
-            if (errno == ENOENT)
-                continue;
-            return cdn_error_set(err, errno, "bind %s: %m", readonly_paths[i]);
-        }
-        CHECK(mount(NULL, p, NULL,
-                    MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RELATIME, NULL),
-              "remount %s read-only: %m", readonly_paths[i]);
-    }
-    return 0;
 }
 
 /* The sandbox's own devpts instance, of at most limits.ptys terminals: the kernel's pool
@@ -418,7 +432,8 @@ static int mount_resolv_conf(const struct cdn_setup_args *a, int rootfd, struct 
     return r;
 }
 
-static int make_writable_dirs(const struct cdn_setup_args *a, int rootfd, struct cdn_error *err)
+static int make_writable_dirs(const struct cdn_setup_args *a, int rootfd, bool idmapped,
+                              struct cdn_error *err)
 {
     for (size_t i = 0; i < ELEMENTSOF(writable_dirs); i++) {
         const char *path = writable_path(a, i), *field = i ? "image" : "workdir";
@@ -431,7 +446,7 @@ static int make_writable_dirs(const struct cdn_setup_args *a, int rootfd, struct
             return cdn_error_field(err, ENOTDIR, field, "%s %s: not a directory in the image", field, path);
         /* Made in the upper layer (see precreate_in_upper) it is ours; otherwise, and
          * always under a read-only root, a directory of the scratch tmpfs is bound over it. */
-        if (st.st_uid == 0 && !a->spec->read_only_root)
+        if ((st.st_uid == 0 || idmapped) && !a->spec->read_only_root)
             continue;
         /* A bind of the spec's there already (--bind DIR:/workspace): it is what was asked for. */
         bool bound = false;
@@ -454,7 +469,7 @@ static int make_writable_dirs(const struct cdn_setup_args *a, int rootfd, struct
 /* Protected paths: each match bound on itself (with what is mounted beneath
  * it) and made read-only, so that nothing in the sandbox can write, replace,
  * rename, unlink or link it (a mount point is busy, a bind is a separate
- * mount for link()); reads are the host's to refuse (fsguard.h). Their parents
+ * mount for link()); reads are the host's to refuse (fanotify.h). Their parents
  * are mount points first (cdn_protect_pin_parents), so that none can be moved
  * aside with a protected path in it. */
 struct protect_ctx {
@@ -511,15 +526,16 @@ static int pivot(const char *root, struct cdn_error *err)
     return 0;
 }
 
-int cdn_rootfs_prepare(const struct cdn_setup_args *a, struct cdn_error *err)
+int cdn_rootfs_prepare(const struct cdn_setup_args *a, int lower_fd, struct cdn_error *err)
 {
     char root[4200];
     (void) snprintf(root, sizeof root, "%s/root", a->scratch);
     /* Nothing we mount may propagate back to the host. */
     CHECK(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), "make / private: %m");
-    int r = mount_overlay(a, root, err);
+    int r = mount_overlay(a, root, lower_fd, err);
     if (r < 0)
         return r;
+    const bool idmapped = r == 1;
     _cleanup_close_ int rootfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (rootfd < 0)
         return cdn_error_set(err, errno, "open new root: %m");
@@ -528,7 +544,7 @@ int cdn_rootfs_prepare(const struct cdn_setup_args *a, struct cdn_error *err)
     if ((r = mount_proc(a, rootfd, root, err)) < 0 || (r = mount_dev(a, rootfd, root, err)) < 0 ||
         (r = mount_binds(a, rootfd, err)) < 0)
         return r;
-    r = make_writable_dirs(a, rootfd, err);
+    r = make_writable_dirs(a, rootfd, idmapped, err);
     if (r < 0 || (a->resolver_ip && (r = mount_resolv_conf(a, rootfd, err)) < 0))
         return r;
     if ((r = protect_paths(a, rootfd, err)) < 0)

@@ -4,7 +4,7 @@
  *   rootfs + pivot_root → rlimits → landlock → caps → seccomp → exec init.
  * Landlock and seccomp come last because they would forbid the steps before. */
 #include "container-internal.h"
-#include "landlock.h"
+#include "confine/landlock.h"
 #include "shared/fd-util.h"
 
 #include <dirent.h>
@@ -42,30 +42,6 @@ static int loopback_up(struct cdn_error *err)
     ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
     if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
         return cdn_error_set(err, errno, "bring lo up: %m");
-    return 0;
-}
-
-int cdn_set_rlimits(uint64_t nofile, uint64_t disk_mb, struct cdn_error *err)
-{
-    const struct {
-        int res;
-        rlim_t v;
-        const char *name;
-    } lim[] = {
-        {RLIMIT_NOFILE, nofile, "limits.nofile"},
-        {RLIMIT_CORE, 0, "core"},
-        /* One MiB above the disk size: inside the writable layer ENOSPC comes first (a clear
-         * error, not SIGXFSZ); on read-write binds it still bounds any single file. */
-        {RLIMIT_FSIZE, (rlim_t) (disk_mb + 1) << 20, "limits.disk_mb"},
-    };
-    for (size_t i = 0; i < ELEMENTSOF(lim); i++) {
-        struct rlimit cur, want = {lim[i].v, lim[i].v};
-        /* Never raise above what we were given (no CAP_SYS_RESOURCE needed). */
-        if (getrlimit(lim[i].res, &cur) == 0 && cur.rlim_max != RLIM_INFINITY && cur.rlim_max < want.rlim_max)
-            want.rlim_cur = want.rlim_max = cur.rlim_max;
-        if (setrlimit(lim[i].res, &want) < 0)
-            return cdn_error_field(err, errno, lim[i].name, "setrlimit %s: %m", lim[i].name);
-    }
     return 0;
 }
 
@@ -125,47 +101,12 @@ static int apply_landlock(const struct cdn_spec *spec, struct cdn_error *err)
     return 0; /* r == 1: kernel without Landlock; the other layers still hold */
 }
 
-int cdn_drop_capabilities(uint32_t uid, struct cdn_error *err)
-{
-    return cdn_drop_capabilities_saved(uid, uid, err);
-}
-
-int cdn_drop_capabilities_saved(uint32_t uid, uint32_t saved_uid, struct cdn_error *err)
-{
-    /* Root (of a userns) keeps no capability across exec: lock that in first (needs CAP_SETPCAP, so
-     * before dropping it). Another uid loses them all at setresuid. */
-    unsigned long bits =
-        SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
-        SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED |
-        (uid ? 0 : SECBIT_NO_SETUID_FIXUP | SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED);
-    if (prctl(PR_SET_SECUREBITS, bits) < 0)
-        return cdn_error_set(err, errno, "set securebits: %m");
-    for (int cap = 0; cap <= 63; cap++)
-        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
-            if (errno == EINVAL)
-                break; /* past the kernel's last capability */
-            return cdn_error_set(err, errno, "drop capability %d from the bounding set: %m", cap);
-        }
-    if (uid && (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 || setresuid(uid, uid, saved_uid) < 0))
-        return cdn_error_set(err, errno, "become uid %u: %m", uid);
-    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
-        return cdn_error_set(err, errno, "clear ambient capabilities: %m");
-    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
-    struct __user_cap_data_struct data[2] = {{0}};
-    if (syscall(SYS_capset, &h, data) < 0)
-        return cdn_error_set(err, errno, "capset: %m");
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-        return cdn_error_set(err, errno, "no_new_privs: %m");
-    return 0;
-}
-
 /* Fixed fd layout from the first instruction on: 3 = agent socket, 4 = init
  * binary (CLOEXEC), 5 = error pipe (CLOEXEC), 6 = go pipe; for a persistent
  * sandbox 7 = listening socket and 8 = slot lock, both kept by init (see
  * src/agent/init.c). Everything else is closed, including the parent's ends
  * of these pipes that clone copied — otherwise a dead parent would never
  * produce EOF on the go pipe. */
-enum { FD_AGENT = 3, FD_INIT = 4, FD_ERR = 5, FD_GO = 6, FD_LISTEN = 7, FD_SLOT = 8 };
 
 static int arrange_fds(const struct cdn_setup_args *a)
 {
@@ -177,26 +118,56 @@ static int arrange_fds(const struct cdn_setup_args *a)
     for (int i = 0; a->stdio_fd >= 0 && i < 3; i++)
         if (dup2(a->stdio_fd, i) < 0)
             return -errno;
-    int guard = a->fsguard_fd >= 0 ? fcntl(a->fsguard_fd, F_DUPFD_CLOEXEC, 100) : -1;
-    if (a->fsguard_fd >= 0 && guard < 0)
+    int fan = a->fanotify_fd >= 0 ? fcntl(a->fanotify_fd, F_DUPFD_CLOEXEC, 100) : -1;
+    if (a->fanotify_fd >= 0 && fan < 0)
+        return -errno;
+    int wr = a->writable_fd >= 0 ? fcntl(a->writable_fd, F_DUPFD_CLOEXEC, 100) : -1;
+    if (a->writable_fd >= 0 && wr < 0)
         return -errno;
     for (size_t i = 0; i < n; i++) /* what init keeps is not CLOEXEC */
-        if (dup3(tmp[i], FD_AGENT + (int) i, i == 0 || i >= 4 ? 0 : O_CLOEXEC) < 0)
+        if (dup3(tmp[i], CDN_FD_AGENT + (int) i, i == 0 || i >= 4 ? 0 : O_CLOEXEC) < 0)
             return -errno;
-    if (guard >= 0 && dup3(guard, CDN_FD_FSGUARD, 0) < 0)
+    if (fan >= 0 && dup3(fan, CDN_FD_FANOTIFY, 0) < 0)
         return -errno;
-    /* fd 9 stays free for the seccomp listener. */
-    if (syscall(SYS_close_range, FD_AGENT + (int) n, CDN_FD_FSGUARD - 1, 0) < 0)
+    if (wr >= 0 && dup3(wr, CDN_FD_WRITABLE, O_CLOEXEC) < 0)
         return -errno;
-    return RET_NERRNO((int) syscall(SYS_close_range, CDN_FD_FSGUARD + (guard >= 0), ~0U, 0));
+    /* CDN_FD_MONITOR stays free for the seccomp listener. */
+    if (syscall(SYS_close_range, CDN_FD_AGENT + (int) n, CDN_FD_FANOTIFY - 1, 0) < 0)
+        return -errno;
+    if (fan < 0 && syscall(SYS_close_range, CDN_FD_FANOTIFY, CDN_FD_FANOTIFY, 0) < 0)
+        return -errno;
+    return RET_NERRNO((int) syscall(SYS_close_range, CDN_FD_WRITABLE + (wr >= 0), ~0U, 0));
 }
 
 static int wait_parent(char expect)
 {
     char c;
-    if (read(FD_GO, &c, 1) != 1 || c != expect)
+    if (read(CDN_FD_SETUP_GO, &c, 1) != 1 || c != expect)
         _exit(1); /* parent gone or failed: nothing to report to */
     return 0;
+}
+
+/* 'm' from the parent, with the idmapped image root (container.c idmapped_lower) when it made one:
+ * returns that fd, or -1. Anything else than one byte and at most one fd ends the child. */
+static int wait_maps(void)
+{
+    char c;
+    struct iovec iov = {.iov_base = &c, .iov_len = 1};
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } u;
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    if (recvmsg(CDN_FD_SETUP_GO, &msg, MSG_CMSG_CLOEXEC) != 1 || c != 'm' || (msg.msg_flags & MSG_CTRUNC))
+        _exit(1); /* parent gone or failed: nothing to report to */
+    struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
+    if (!h || h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS ||
+        h->cmsg_len != CMSG_LEN(sizeof(int)))
+        return -1;
+    int fd;
+    memcpy(&fd, CMSG_DATA(h), sizeof fd);
+    return fd;
 }
 
 static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
@@ -211,7 +182,7 @@ static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
         if ((r = loopback_up(err)) < 0)
             return r;
     }
-    (void) wait_parent('m'); /* the id maps are written */
+    _cleanup_close_ int lower = wait_maps(); /* the id maps are written */
     if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0 || setgroups(0, NULL) < 0)
         return cdn_error_set(err, errno, "become root of the user namespace: %m");
     /* After the id change, which would reset it; if the parent is already gone
@@ -220,12 +191,13 @@ static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
         return cdn_error_set(err, errno, "PR_SET_PDEATHSIG: %m");
     if (sethostname(a->spec->hostname, strlen(a->spec->hostname)) < 0)
         return cdn_error_set(err, errno, "sethostname: %m");
-    if ((r = cdn_rootfs_prepare(a, err)) < 0)
+    if ((r = cdn_rootfs_prepare(a, lower, err)) < 0)
         return r;
+    lower = safe_close(lower);
     /* The parent made the cgroup meanwhile; join it while the host's cgroup
      * tree is still in view, then give the sandbox a cgroup namespace rooted there. */
     (void) wait_parent('c');
-    (void) close(FD_GO);
+    (void) close(CDN_FD_SETUP_GO);
     if (a->cgroup && (r = a->cgroup->ops->attach_self(a->cgroup)) < 0)
         return cdn_error_set(err, r, "join cgroup %s: %s", a->cgroup->name, strerror(-r));
     if (unshare(CLONE_NEWCGROUP) < 0)
@@ -237,7 +209,7 @@ static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
     r = cdn_seccomp_install(a->seccomp);
     if (r < 0)
         return cdn_error_set(err, r, "install seccomp filter: %s", strerror(-r));
-    /* The listener of the watched denials: init keeps it at fd 9 (CLOEXEC
+    /* The listener of the watched denials: init keeps it at CDN_FD_MONITOR (CLOEXEC
      * from its first instruction on, init.c), the host takes a copy from
      * there (pidfd_getfd) and supervises. */
     if (dup3(r, CDN_FD_MONITOR, 0) < 0)
@@ -245,7 +217,7 @@ static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
     (void) close(r);
     static char *const argv[] = {"cordon-init", NULL};
     static char *const envp[] = {NULL};
-    syscall(SYS_execveat, FD_INIT, "", argv, envp, AT_EMPTY_PATH);
+    syscall(SYS_execveat, CDN_FD_INIT_BIN, "", argv, envp, AT_EMPTY_PATH);
     return cdn_error_set(err, errno, "exec cordon-init: %m");
 }
 
@@ -259,6 +231,6 @@ void cdn_container_setup(const struct cdn_setup_args *a)
         _exit(1);
     }
     (void) setup(a, &err);
-    (void) cdn_write_all(FD_ERR, &err, sizeof err);
+    (void) cdn_write_all(CDN_FD_SETUP_ERR, &err, sizeof err);
     _exit(1);
 }

@@ -4,7 +4,7 @@
  * unprivileged uid, no capabilities, no_new_privs and seccomp.
  *
  * create(): slot (its uid and cgroup name, shared with the container tier's
- * slots, so uids never clash) → guard → cgroup → the sandbox's directory (a
+ * slots, so uids never clash) → reaper → cgroup → the sandbox's directory (a
  * tmpfs of limits.disk_mb: work/, tmp/, call/) → a spawn request to the
  * zygote, which clones the worker as this process's child. */
 #include <dirent.h>
@@ -18,6 +18,7 @@
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,7 +26,7 @@
 #include "agent/worker.h"
 #include "core/paths.h"
 #include "shared/fd-util.h"
-#include "tiers/container/slot.h"
+#include "confine/slot.h"
 #include "tiers/tier.h"
 
 static struct {
@@ -265,10 +266,11 @@ static int process_create(struct cdn_sandbox *sb, struct cdn_error *err)
     cdn_cgroup_init(&sb->cgroup, z.cgroup_ops, name);
     if (sb->cgroup.ops->kill_all(&sb->cgroup) > 0)
         (void) sb->cgroup.ops->destroy(&sb->cgroup);
-    /* cordond's (persistent) sandboxes have no guard: cordond drops the slots it kept, and sweeps
+    /* cordond's (persistent) sandboxes have no reaper: cordond drops the slots it kept, and sweeps
      * what a crashed one left (process_sweep_slots). */
-    if (!sb->persistent && (r = cdn_guard_start(&sb->cgroup, sb->slot_fd, &sb->guard_fd, &sb->guard_pid)) < 0)
-        r = cdn_error_set(err, r, "start guard: %s", strerror(-r));
+    if (!sb->persistent &&
+        (r = cdn_reaper_start(&sb->cgroup, sb->slot_fd, &sb->reaper_fd, &sb->reaper_pid)) < 0)
+        r = cdn_error_set(err, r, "start reaper: %s", strerror(-r));
     if (r >= 0)
         r = cdn_slot_make_cgroup(sb, err);
     if (r >= 0)
@@ -307,7 +309,7 @@ static int process_destroy(struct cdn_sandbox *sb)
 
 static void process_detach(struct cdn_sandbox *sb)
 {
-    /* The directory is a mount the guard does not know: destroyed here, which is quick. */
+    /* The directory is a mount the reaper does not know: destroyed here, which is quick. */
     (void) process_destroy(sb);
 }
 
@@ -329,16 +331,10 @@ static int process_monitor_fd(struct cdn_sandbox *sb)
     return RET_NERRNO((int) syscall(SYS_pidfd_getfd, sb->init_pidfd, 9, 0));
 }
 
-/* Slots and their kept cgroups are the container tier's (the same names). */
-static void process_drop_slot(int slot)
-{
-    cdn_container_tier.drop_slot(slot);
-}
-
-/* And the directories (tmpfs mounts) of slots nobody holds: a crashed cordond's. */
+/* The directories (tmpfs mounts) of slots nobody holds: a crashed cordond's. The slots and their
+ * kept cgroups are the container tier's (the same names): its drop_slot and sweep_slots. */
 static void process_sweep_slots(void)
 {
-    cdn_container_tier.sweep_slots();
     char dir[4096];
     (void) snprintf(dir, sizeof dir, "%s/process", cdn_run_dir());
     DIR *d = opendir(dir);
@@ -360,16 +356,43 @@ static void process_sweep_slots(void)
     closedir(d);
 }
 
+/* Its writable space is its directory's tmpfs (of limits.disk_mb). */
+static int process_disk_full(struct cdn_sandbox *sb, bool *ret)
+{
+    char dir[4200];
+    struct statfs fs;
+    if (sb->init_pid <= 0)
+        return -ESRCH;
+    (void) snprintf(dir, sizeof dir, "%s/process/%d", cdn_run_dir(), sb->slot);
+    if (statfs(dir, &fs) < 0)
+        return -errno;
+    *ret = fs.f_bavail == 0;
+    return 0;
+}
+
+static const struct cdn_tier_escape by_design[] = {
+    {"uid_map_root", "tier process has no user namespace (docs/process.md)"},
+    {"gid_map_root", "tier process has no user namespace (docs/process.md)"},
+    {"host_pid_visible", "tier process has no pid or network namespace (docs/process.md)"},
+    {"net_default_route", "tier process has no pid or network namespace (docs/process.md)"},
+    {"net_interfaces", "tier process has no pid or network namespace (docs/process.md)"},
+    {NULL, NULL},
+};
+
 const struct cdn_tier_ops cdn_process_tier = {
     .name = "process",
+    .tier = CDN_TIER_PROCESS,
+    .calls = true,
+    .binds_under = "/workspace",
+    .by_design = by_design,
     .create = process_create,
     .kill = process_kill,
     .usage = process_usage,
+    .disk_full = process_disk_full,
     .destroy = process_destroy,
     .detach = process_detach,
     .adopt = process_adopt,
     .forget = process_forget,
-    .drop_slot = process_drop_slot,
     .sweep_slots = process_sweep_slots,
     .monitor_fd = process_monitor_fd,
 };

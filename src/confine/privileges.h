@@ -1,0 +1,17 @@
+/* What a sandbox's processes may hold: rlimits, capabilities, uid (privileges.c). Called by the
+ * process being confined, on itself. */
+#pragma once
+
+#include <stdint.h>
+
+#include "shared/error.h"
+
+/* rlimits of a sandbox's processes: open files, no core dumps, file size one MiB above the disk
+ * (ENOSPC comes first inside the writable layer); never above the hard limits we were given. */
+int cdn_set_rlimits(uint64_t nofile, uint64_t disk_mb, struct cdn_error *err);
+
+/* No capability (bounding set, ambient, effective), securebits locked, no_new_privs; with uid != 0
+ * the process also becomes uid (and gid uid, no groups) on the way. */
+int cdn_drop_capabilities(uint32_t uid, struct cdn_error *err);
+/* The same, with saved_uid as the saved set-user-ID (the process tier's worker: worker-template.c). */
+int cdn_drop_capabilities_saved(uint32_t uid, uint32_t saved_uid, struct cdn_error *err);

@@ -1,0 +1,186 @@
+#include "slot.h"
+#include "core/sandbox.h"
+#include "shared/fd-util.h"
+#include "shared/macro.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int cdn_slot_acquire(const char *run_dir, int hint, int *ret_slot, int *ret_fd, struct cdn_error *err)
+{
+    char dir[4096];
+    (void) snprintf(dir, sizeof dir, "%s/slots", run_dir);
+    _cleanup_close_ int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        int r = cdn_mkdir_p(dir, 0700);
+        if (r < 0)
+            return cdn_error_set(err, r, "mkdir %s: %s", dir, strerror(-r));
+        dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+            return cdn_error_set(err, errno, "open %s: %m", dir);
+    }
+    uint32_t start = 0;
+    if (getrandom(&start, sizeof start, GRND_NONBLOCK) != (ssize_t) sizeof start)
+        start = (uint32_t) getpid(); /* the pool not yet seeded: any start will do */
+    for (int i = hint >= 0 && hint < CDN_SLOT_COUNT ? -1 : 0; i < CDN_SLOT_COUNT; i++) {
+        int slot = i < 0 ? hint : (int) ((start + (uint32_t) i) % CDN_SLOT_COUNT);
+        char name[16];
+        (void) snprintf(name, sizeof name, "%d", slot);
+        int fd = openat(dfd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+            return cdn_error_set(err, errno, "open slot lock %s/%s: %m", dir, name);
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            *ret_slot = slot;
+            *ret_fd = fd;
+            return 0;
+        }
+        (void) close(fd);
+    }
+    return cdn_error_set(err, EBUSY, "all %d sandbox slots are in use", CDN_SLOT_COUNT);
+}
+
+/* The reaper: runs in a forked copy of the creating process, in its own
+ * session so that a signal to the caller's process group does not take it
+ * down too. It holds only the pipe and the slot lock. */
+static void reaper_main(const struct cdn_cgroup *cg, int pipe_fd, int slot_fd) __attribute__((noreturn));
+static void reaper_main(const struct cdn_cgroup *cg, int pipe_fd, int slot_fd)
+{
+    sigset_t all;
+    sigfillset(&all);
+    sigdelset(&all, SIGKILL);
+    (void) sigprocmask(SIG_SETMASK, &all, NULL);
+    (void) setsid();
+    /* Keep pipe_fd and slot_fd: move them to 3 and 4, close the rest. */
+    int p = fcntl(pipe_fd, F_DUPFD_CLOEXEC, 100), s = fcntl(slot_fd, F_DUPFD_CLOEXEC, 100);
+    if (p < 0 || s < 0 || dup2(p, 3) < 0 || dup2(s, 4) < 0)
+        _exit(1);
+    (void) syscall(SYS_close_range, 5, ~0U, 0);
+    int null = open("/dev/null", O_RDWR);
+    if (null >= 0) {
+        (void) dup2(null, 0), (void) dup2(null, 1), (void) dup2(null, 2);
+        if (null > 2)
+            (void) close(null);
+    }
+    char c = 0;
+    ssize_t n;
+    do
+        n = read(3, &c, 1);
+    while (n < 0 && errno == EINTR);
+    if (n == 1 && c == 'd')
+        _exit(0);
+    /* Our creator died without cleaning up. */
+    struct cdn_cgroup copy = *cg;
+    copy.dirfd = -EBADF; /* closed above; the v2 driver reopens by path */
+    for (int i = 0; i < 50 && copy.ops->kill_all(&copy) > 0; i++)
+        usleep(10000);
+    (void) copy.ops->destroy(&copy);
+    _exit(0);
+}
+
+int cdn_reaper_start(const struct cdn_cgroup *cg, int slot_fd, int *ret_fd, pid_t *ret_pid)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -errno;
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        (void) close(p[0]);
+        (void) close(p[1]);
+        return -e;
+    }
+    if (pid == 0) {
+        (void) close(p[1]);
+        reaper_main(cg, p[0], slot_fd);
+    }
+    (void) close(p[0]);
+    *ret_fd = p[1];
+    *ret_pid = pid;
+    return 0;
+}
+
+void cdn_reaper_release(int *fd)
+{
+    if (*fd >= 0)
+        (void) !write(*fd, "d", 1);
+    *fd = safe_close(*fd);
+}
+
+int cdn_slot_make_cgroup(struct cdn_sandbox *sb, struct cdn_error *err)
+{
+    struct cdn_cgroup_limits lim = {
+        .cpus = sb->spec->limits.cpus,
+        .memory_bytes = sb->spec->limits.memory_mb << 20,
+        .pids = sb->spec->limits.pids,
+    };
+    int r = sb->cgroup.ops->create(&sb->cgroup, &lim, err);
+    if (r < 0)
+        return r;
+    struct cdn_cgroup_stats st; /* a reused directory keeps its OOM count: remember where it stood */
+    if (r > 0 && sb->cgroup.ops->stats(&sb->cgroup, &st) == 0)
+        sb->oom_base = st.oom_kills;
+    return 0;
+}
+
+int cdn_slot_usage(struct cdn_sandbox *sb, struct cdn_usage *ret)
+{
+    struct cdn_cgroup_stats st = {0};
+    if (!sb->cgroup.ops)
+        return -ENODEV;
+    int r = sb->cgroup.ops->stats(&sb->cgroup, &st);
+    if (r < 0)
+        return r;
+    *ret = (struct cdn_usage){
+        .memory_peak_bytes = st.memory_peak_bytes,
+        .oom_kills = st.oom_kills - (st.oom_kills >= sb->oom_base ? sb->oom_base : 0),
+        .pids_max_hits = st.pids_max_hits,
+    };
+    return 0;
+}
+
+int cdn_slot_signal(struct cdn_sandbox *sb, int sig)
+{
+    if (sb->init_pidfd < 0)
+        return -ESRCH;
+    return RET_NERRNO((int) syscall(SYS_pidfd_send_signal, sb->init_pidfd, sig, NULL, 0));
+}
+
+int cdn_slot_destroy(struct cdn_sandbox *sb, void (*release)(struct cdn_sandbox *sb))
+{
+    int ret = 0;
+    if (sb->init_pid > 0) {
+        /* A container's init is pid 1 of its namespace: the kernel reports its exit only after every
+         * process in it is gone. A worker's are ended with the cgroup, below. */
+        (void) cdn_slot_signal(sb, SIGKILL);
+        while (waitpid(sb->init_pid, NULL, __WALL) < 0 && errno == EINTR)
+            ;
+        sb->init_pid = 0;
+    }
+    sb->init_pidfd = safe_close(sb->init_pidfd);
+    sb->agent_fd = safe_close(sb->agent_fd);
+    sb->setup_fd = safe_close(sb->setup_fd);
+    if (sb->cgroup.ops) {
+        (void) sb->cgroup.ops->kill_all(&sb->cgroup);
+        /* Kept: emptied, for the next sandbox of this slot (DESIGN §6). */
+        ret = sb->keep_cgroup ? 0 : sb->cgroup.ops->destroy(&sb->cgroup);
+        sb->cgroup.ops = NULL;
+    }
+    if (release && sb->slot_fd >= 0)
+        release(sb);
+    if (ret == 0)
+        cdn_reaper_release(&sb->reaper_fd);
+    else
+        sb->reaper_fd = safe_close(sb->reaper_fd); /* the reaper retries from its side */
+    sb->slot_fd = safe_close(sb->slot_fd);
+    return ret;
+}

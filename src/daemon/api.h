@@ -1,0 +1,57 @@
+/* cordond's HTTP layer (api*.c): routes, request bodies and JSON answers over evhttp, on top of the
+ * sandbox registry (registry.h), which it asks for boxes and hears from (cdn_api_box_listener). */
+#pragma once
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+
+#include "registry.h"
+#include "shared/macro.h"
+
+/* A handler's own evbuffer, freed at the end of its scope (evhttp copies or drains what it sends). */
+static inline void evbuffer_freep(struct evbuffer **b)
+{
+    if (*b)
+        evbuffer_free(*b);
+}
+#define _cleanup_evbuffer_ _cleanup_(evbuffer_freep)
+
+/* ---- HTTP (api.c, api-exec.c, api-tcp.c) ---- */
+int cdn_api_start(void);
+/* The TCP listener's gate (api-tcp.c): each connection authenticated on its first header block. */
+void cdn_api_tcp_gate(struct evhttp *http);
+unsigned cdn_api_tcp_unauthenticated(void); /* connections waiting at the gate */
+unsigned cdn_api_tcp_connections(void);     /* TCP connections open */
+void cdn_api_reply_json(struct evhttp_request *req, int status, json_t *body); /* steals body */
+void cdn_api_reply_error(struct evhttp_request *req, int status, const char *code, const char *field,
+                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* {"error": {"code", "message", "field"?}} */
+json_t *cdn_api_error_json(const char *code, const char *field, const char *msg);
+void cdn_api_reply_cdn_error(struct evhttp_request *req, int status, const char *code,
+                             const struct cdn_error *e);
+void cdn_api_exec(struct evhttp_request *req, struct box *b);
+struct exec_args;
+/* Run a (parsed) exec on b and answer req; its args are moved out. For a clean sibling's step
+ * (api-sibling.c) owner is the sandbox it verifies: the exec event, the alerts and the count are
+ * its; done(done_arg) runs once req is answered (also when the exec could not start). */
+void cdn_api_exec_begin(struct evhttp_request *req, struct box *b, struct exec_args *args, struct box *owner,
+                        void (*done)(void *arg), void *done_arg);
+/* POST …/exec with "verifier": {"mode": "sibling", "copy": […]} (api-sibling.c): args moved out. */
+void cdn_api_sibling_start(struct evhttp_request *req, struct box *b, struct exec_args *args);
+void cdn_api_call(struct evhttp_request *req, struct box *b); /* api-call.c: the process tier */
+void cdn_api_throttle_end(struct box *b);                     /* the box is going */
+void cdn_api_stream_timeout(struct evhttp_request *req);      /* after evhttp_send_reply_start */
+/* 409 (answered) unless the box is running. */
+bool cdn_api_box_usable(struct evhttp_request *req, struct box *b);
+void cdn_api_files(struct evhttp_request *req, struct box *b); /* api-files.c: files, ls, stat, mkdir */
+void cdn_api_ls(struct evhttp_request *req, struct box *b);
+void cdn_api_stat(struct evhttp_request *req, struct box *b);
+void cdn_api_mkdir(struct evhttp_request *req, struct box *b);
+void cdn_api_events(struct evhttp_request *req, struct box *b);
+void cdn_api_events_push(struct box *b, const char *line, size_t len);
+void cdn_api_events_end(struct box *b); /* the box is going: end every follow */
+/* The sibling runs; b (either side of a step) has stopped or is being freed (api-sibling.c). */
+void cdn_sibling_box_ready(struct box *b);
+void cdn_sibling_box_gone(struct box *b, const char *reason);
+/* The registry's listener: events to followers, their streams ended, throttles let go. */
+extern const struct cdn_box_listener cdn_api_box_listener;

@@ -1,0 +1,253 @@
+/* OCI references for the rest of cordon (resolve.h). */
+#include "oci/resolve.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/paths.h"
+#include "image/image.h"
+#include "oci/ref.h"
+#include "oci/store.h"
+
+int cdn_pull_policy_from_string(const char *s)
+{
+    static const char *const names[] = {"missing", "always", "never"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(s, names[i]) == 0)
+            return i;
+    return -EINVAL;
+}
+
+bool cdn_oci_is_reference(const char *name)
+{
+    struct cdn_image_ref ref;
+    return name && cdn_image_ref_parse(name, &ref, NULL) >= 0 && cdn_image_ref_is_oci(&ref);
+}
+
+static int parse_oci(const char *name, struct cdn_image_ref *ref, char canon[CDN_IMAGE_REF_MAX],
+                     struct cdn_error *err)
+{
+    int r = cdn_image_ref_parse(name, ref, err);
+    if (r < 0)
+        return r;
+    if (!cdn_image_ref_is_oci(ref))
+        return cdn_error_field(err, EINVAL, "image", "image: '%s' is not an OCI reference", name);
+    if (cdn_image_ref_format(ref, canon, CDN_IMAGE_REF_MAX) < 0)
+        return cdn_error_field(err, ENAMETOOLONG, "image", "image: reference too long");
+    return 0;
+}
+
+/* name parsed and made canonical, and the store opened. */
+static int open_ref(const char *name, struct cdn_image_ref *ref, char canon[CDN_IMAGE_REF_MAX],
+                    struct cdn_store **store, struct cdn_error *err)
+{
+    int r = parse_oci(name, ref, canon, err);
+    return r < 0 ? r : cdn_store_open(cdn_state_dir(), store, err);
+}
+
+/* The stored image a reference points at, or -ENOENT. */
+static int lookup(struct cdn_store *s, const char *canon, struct cdn_image_record *rec, struct cdn_error *err)
+{
+    char manifest[CDN_DIGEST_MAX];
+    int r = cdn_store_ref_get(s, canon, manifest, err);
+    if (r < 0)
+        return r;
+    return cdn_store_image_get(s, manifest, rec, err);
+}
+
+/* image.h's hook: the record's layers, topmost first, relative to the store's layers/. */
+static int resolve_oci(const char *name, struct cdn_image *ret, struct cdn_error *err)
+{
+    struct cdn_image_ref ref;
+    char canon[CDN_IMAGE_REF_MAX];
+    _cleanup_store_ struct cdn_store *s = NULL;
+    int r = open_ref(name, &ref, canon, &s, err);
+    if (r < 0)
+        return r;
+    struct cdn_image_record rec = {0};
+    if ((r = lookup(s, canon, &rec, err)) < 0) {
+        if (r == -ENOENT)
+            return cdn_error_field(err, ENOENT, "image",
+                                   "image: %s is not in the image store (cordon image pull)", canon);
+        return r;
+    }
+    if (rec.n_layers > CDN_IMAGE_LAYERS_MAX) {
+        cdn_image_record_done(&rec);
+        return cdn_error_field(err, E2BIG, "image", "image: %s has %zu layers, more than %d", canon,
+                               rec.n_layers, CDN_IMAGE_LAYERS_MAX);
+    }
+    (void) snprintf(ret->lower, sizeof ret->lower, "%s/layers", cdn_store_path(s));
+    ret->host = false;
+    ret->n_layers = rec.n_layers;
+    for (size_t i = 0; i < rec.n_layers && r >= 0; i++) {
+        const char *diff_id = rec.diff_ids[rec.n_layers - 1 - i];
+        (void) snprintf(ret->layers[i], sizeof ret->layers[i], "sha256/%s", cdn_digest_hex(diff_id));
+        if (cdn_store_layer_has(s, diff_id, NULL) != 1)
+            r = cdn_error_field(err, ENOENT, "image",
+                                "image: %s: layer %s is missing from the store (pull it again)", canon,
+                                diff_id);
+    }
+    cdn_image_record_done(&rec);
+    return r < 0 ? r : 0;
+}
+
+void cdn_oci_install_resolver(void)
+{
+    cdn_image_resolve_oci = resolve_oci;
+}
+
+static int read_config(struct cdn_store *s, const char *canon, struct cdn_oci_config *config,
+                       struct cdn_error *err)
+{
+    struct cdn_image_record rec = {0};
+    int r = lookup(s, canon, &rec, err);
+    if (r < 0)
+        return r;
+    _cleanup_close_ int fd = cdn_store_blob_open(s, rec.config, err);
+    cdn_image_record_done(&rec);
+    if (fd < 0)
+        return fd;
+    _cleanup_free_ char *buf = malloc(CDN_OCI_JSON_MAX + 1);
+    if (!buf)
+        return -ENOMEM;
+    ssize_t n = read(fd, buf, CDN_OCI_JSON_MAX + 1);
+    if (n < 0 || n > (ssize_t) CDN_OCI_JSON_MAX)
+        return cdn_error_field(err, n < 0 ? errno : EFBIG, "image",
+                               "image: %s: its stored config cannot be read", canon);
+    return cdn_oci_config_parse(buf, (size_t) n, config, err);
+}
+
+int cdn_oci_ensure(const char *name, enum cdn_pull_policy policy, const struct cdn_pull_options *o,
+                   struct cdn_oci_config *config, struct cdn_error *err)
+{
+    struct cdn_image_ref ref;
+    char canon[CDN_IMAGE_REF_MAX];
+    _cleanup_store_ struct cdn_store *s = NULL;
+    int r = open_ref(name, &ref, canon, &s, err);
+    if (r < 0)
+        return r;
+    struct cdn_image_record rec = {0};
+    bool have = policy != CDN_PULL_ALWAYS && lookup(s, canon, &rec, NULL) >= 0;
+    cdn_image_record_done(&rec);
+    if (!have && policy == CDN_PULL_NEVER)
+        return cdn_error_field(err, ENOENT, "image",
+                               "image: %s is not in the image store and pull is \"never\"", canon);
+    char manifest[CDN_DIGEST_MAX];
+    struct cdn_pull_options po = o ? *o : (struct cdn_pull_options){0};
+    if (strcmp(ref.registry, "docker.io") != 0)
+        po.registry.mirrors = NULL; /* mirrors are Docker Hub's (cdn_pull_options_from_env) */
+    if (!have && (r = cdn_image_pull(s, &ref, &po, manifest, err)) < 0) {
+        if (!err || strstr(err->msg, canon))
+            return r;
+        (void) cdn_error_prefix(err, r, "image %s", canon);
+        (void) snprintf(err->field, sizeof err->field, "image");
+        return r;
+    }
+    return config ? read_config(s, canon, config, err) : 0;
+}
+
+static bool env_has(const struct cdn_strv *env, const char *kv)
+{
+    size_t n = strcspn(kv, "=");
+    for (size_t i = 0; i < env->n; i++)
+        if (strncmp(env->v[i], kv, n) == 0 && env->v[i][n] == '=')
+            return true;
+    return false;
+}
+
+int cdn_oci_apply_config(const struct cdn_oci_config *c, struct cdn_spec *spec, bool workdir_given,
+                         struct cdn_error *err)
+{
+    for (size_t i = 0; i < c->env.n; i++) {
+        const char *kv = c->env.v[i];
+        if (!strchr(kv, '=') || env_has(&spec->env, kv))
+            continue;
+        if (cdn_strv_push(&spec->env, kv) < 0)
+            return cdn_error_field(err, E2BIG, "env", "env: with the image's, more than %d entries",
+                                   CDN_MAX_LIST);
+    }
+    if (!workdir_given && c->workdir && strcmp(c->workdir, "/") != 0) {
+        char *w = strdup(c->workdir);
+        if (!w)
+            return -ENOMEM;
+        free(spec->workdir);
+        spec->workdir = w;
+    }
+    return 0;
+}
+
+static int split_env(const char *name, struct cdn_strv *ret)
+{
+    const char *v = getenv(name);
+    while (v && *v) {
+        size_t n = strcspn(v, ",");
+        if (n > 0) {
+            _cleanup_free_ char *item = strndup(v, n);
+            if (!item || cdn_strv_push(ret, item) < 0)
+                return -ENOMEM;
+        }
+        v += n + (v[n] == ',');
+    }
+    return 0;
+}
+
+int cdn_pull_options_from_env(struct cdn_pull_options *o, struct cdn_pull_env *env)
+{
+    if (split_env("CORDON_INSECURE_REGISTRIES", &env->insecure) < 0 ||
+        split_env("CORDON_REGISTRY_MIRRORS", &env->mirrors) < 0 ||
+        split_env("CORDON_REGISTRY_CA_FILES", &env->ca_files) < 0)
+        return -ENOMEM;
+    *o = (struct cdn_pull_options){
+        .registry = {.insecure = (const char *const *) env->insecure.v,
+                     .mirrors = (const char *const *) env->mirrors.v,
+                     .ca_files = (const char *const *) env->ca_files.v},
+        .progress = isatty(STDERR_FILENO) ? cdn_pull_progress_tty : NULL,
+    };
+    return 0;
+}
+
+void cdn_pull_env_free(struct cdn_pull_env *env)
+{
+    cdn_strv_free(&env->insecure);
+    cdn_strv_free(&env->mirrors);
+    cdn_strv_free(&env->ca_files);
+}
+
+static void human(char *buf, size_t size, uint64_t n)
+{
+    if (n >= 1u << 20)
+        (void) snprintf(buf, size, "%.1f MiB", (double) n / (1u << 20));
+    else
+        (void) snprintf(buf, size, "%.1f KiB", (double) n / 1024);
+}
+
+/* One line: layers done of all, bytes of all. Keeps its own sums (called one event at a time). */
+void cdn_pull_progress_tty(void *data, const struct cdn_pull_event *ev)
+{
+    static uint64_t per[CDN_OCI_LAYERS_MAX], total;
+    static size_t layers_done;
+    (void) data;
+    if (ev->phase == CDN_PULL_RESOLVED) {
+        memset(per, 0, sizeof per);
+        total = ev->total, layers_done = 0;
+        fprintf(stderr, "cordon: pulling %s: %zu layers\n", ev->digest, ev->n_layers);
+        return;
+    }
+    if (ev->layer < CDN_OCI_LAYERS_MAX && ev->phase != CDN_PULL_DONE)
+        per[ev->layer] = ev->done;
+    if (ev->phase == CDN_PULL_UNPACKED || ev->phase == CDN_PULL_CACHED)
+        layers_done++;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < CDN_OCI_LAYERS_MAX; i++)
+        sum += per[i];
+    char a[32], b[32];
+    human(a, sizeof a, sum), human(b, sizeof b, total);
+    if (ev->phase == CDN_PULL_DONE)
+        fprintf(stderr, "\rcordon: pulled %s (%s)%20s\n", ev->digest, b, "");
+    else
+        fprintf(stderr, "\rcordon: layer %zu/%zu: %s of %s%s", layers_done, ev->n_layers, a, b,
+                ev->phase == CDN_PULL_CACHED ? " (cached)" : "         ");
+}

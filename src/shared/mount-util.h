@@ -1,0 +1,11 @@
+/* Mounts made by the host for a sandbox. Runs on the host as root (the initial user namespace:
+ * mount_setattr with MOUNT_ATTR_IDMAP needs CAP_SYS_ADMIN there). */
+#pragma once
+
+#include <stdint.h>
+
+/* A detached copy of dir's mount, idmapped through the user namespace userns_fd (a file on disk
+ * owned by uid N shows as the namespace's N), with the mount attributes attrs (MOUNT_ATTR_RDONLY,
+ * _NOSUID, _NODEV…) added. Its fd (close-on-exec), or -errno: -EINVAL when the kernel or the file
+ * system cannot idmap. Nothing is mounted anywhere until the fd is moved (move_mount). */
+int cdn_idmapped_tree(const char *dir, int userns_fd, uint64_t attrs);

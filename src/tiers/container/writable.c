@@ -1,0 +1,266 @@
+/* The container tier's writable layer on disk (spec "disk": "disk", the default): a filesystem of
+ * exactly limits.disk_mb for each sandbox, so that a full layer is the kernel's ENOSPC and its pages
+ * are ordinary, reclaimable page cache — not tmpfs pages charged to the memory cgroup, which made a
+ * file larger than memory_mb an OOM kill.
+ *
+ * The host side (cdn_writable_make) runs in the creating process, root in the initial namespaces:
+ *   a template ext4 image of that size, made once by mkfs.ext4 and cached (<cache>/writable/);
+ *   → its data extents copied into an O_TMPFILE file of the state directory (a few hundred KiB);
+ *   → a loop device on it (LO_FLAGS_AUTOCLEAR) → ext4 mounted on it by fsopen/fsmount, detached:
+ *   → its root given to the slot's root uid, and the mount fd handed to the setup child, which moves
+ *   it onto its scratch directory inside its own mount namespace (cdn_writable_attach).
+ * Nothing of it is ever attached in the host's mount table and nothing has a name on the host: when
+ * the sandbox's mount namespace dies (or a create fails half-way, or the creator crashes), the mount
+ * goes, the loop device clears itself on its last close and the unlinked file is freed. There is no
+ * teardown to do and nothing a crash can leak.
+ *
+ * Why not project quotas on one shared filesystem: they need CONFIG_XFS_QUOTA or CONFIG_QFMT_V2,
+ * which kernels built for VMs (like this project's CI host) leave out; a filesystem per sandbox
+ * needs only ext4 and loop. Its size is fixed at create, and the sandbox can change nothing of it:
+ * it has no capability over the block device or the mount (the fs belongs to the initial user
+ * namespace), and the root of the sandbox owns only the files in it. */
+#include "container-internal.h"
+#include "core/paths.h"
+#include "shared/fd-util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/loop.h>
+#include <linux/mount.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define LOOP_ATTEMPTS 16 /* another process may take the free loop device we were told of */
+/* ext4 refuses a large write with ENOSPC while up to ~1 MiB is still free (seen: 0.6-0.9 MiB
+ * after dd bs=1M, whatever the size); below this much left the layer counts as full. */
+#define FULL_MARGIN (1ULL << 20)
+
+/* The image's size for disk_mb of files: ext4's inode tables (256 bytes per 16 KiB, 1/64 of the
+ * image) on top, so that what df shows, and what the sandbox can fill, is disk_mb (a little less:
+ * bitmaps, the root and lost+found). Never more: RLIMIT_FSIZE is 1 MiB above disk_mb, and ENOSPC
+ * must come first. */
+static off_t image_size(uint64_t disk_mb)
+{
+    uint64_t bytes = (disk_mb << 20) / 63 * 64;
+    return (off_t) ((bytes + 4095) & ~4095ULL);
+}
+
+/* The cached template for size_mb of files: made aside, then renamed, so that a reader sees a whole one or
+ * none; two makers at once both make one and the last rename wins (they are alike). */
+static int template_path(uint64_t size_mb, char *path, size_t size, struct cdn_error *err)
+{
+    char dir[4096];
+    cdn_cache_dir(dir, sizeof dir);
+    if (strlen(dir) + sizeof "/writable" >= sizeof dir)
+        return cdn_error_field(err, ENAMETOOLONG, "disk", "cache directory path too long");
+    strcat(dir, "/writable");
+    int r = cdn_mkdir_p(dir, 0700);
+    if (r < 0)
+        return cdn_error_field(err, -r, "disk", "mkdir %s: %s", dir, strerror(-r));
+    (void) snprintf(path, size, "%s/ext4-%llum-v3.img", dir, (unsigned long long) size_mb);
+    return 0;
+}
+
+static int template_make(const char *path, uint64_t size_mb, struct cdn_error *err)
+{
+    char tmp[4200];
+    (void) snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int) gettid());
+    _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 || ftruncate(fd, image_size(size_mb)) < 0) {
+        int e = errno;
+        (void) unlink(tmp);
+        return cdn_error_field(err, e, "disk", "make %s: %s", tmp, strerror(e));
+    }
+    /* No journal (a sandbox's layer does not outlive a crash of its host anyway), no blocks
+     * reserved for root, inode tables left to be read as zeroes (lazy_itable_init; mounted with
+     * noinit_itable so that nothing zeroes them later): the template is ~150 KiB of data. -T default:
+     * 4 KiB blocks and an inode per 16 KiB whatever the size (mkfs's "small" type, under 512 MiB,
+     * would give 1 KiB blocks and 4 times the inode tables). */
+    static const char *const opts[] = {"mkfs.ext4",
+                                       "-q",
+                                       "-F",
+                                       "-T",
+                                       "default",
+                                       "-m",
+                                       "0",
+                                       "-O",
+                                       "^has_journal,^resize_inode",
+                                       "-E",
+                                       "lazy_itable_init=1,nodiscard",
+                                       "-L",
+                                       "cordon-rw"};
+    char *argv[ELEMENTSOF(opts) + 2];
+    memcpy(argv, opts, sizeof opts);
+    argv[ELEMENTSOF(opts)] = tmp;
+    argv[ELEMENTSOF(opts) + 1] = NULL;
+    int r = cdn_run_wait(argv, true);
+    if (r != 0) {
+        (void) unlink(tmp);
+        return r < 0
+                   ? cdn_error_field(err, -r, "disk", "run mkfs.ext4 (Debian's e2fsprogs): %s", strerror(-r))
+                   : cdn_error_field(err, EIO, "disk", "mkfs.ext4 of the writable layer failed (exit %d)", r);
+    }
+    if (rename(tmp, path) < 0) {
+        int e = errno;
+        (void) unlink(tmp);
+        return cdn_error_field(err, e, "disk", "rename %s: %s", tmp, strerror(e));
+    }
+    return 0;
+}
+
+/* Copy the template's data extents (its holes stay holes) into out. */
+static int copy_extents(int in, int out, off_t size)
+{
+    if (ftruncate(out, size) < 0)
+        return -errno;
+    for (off_t pos = 0; pos < size;) {
+        off_t data = lseek(in, pos, SEEK_DATA);
+        if (data < 0)
+            return errno == ENXIO ? 0 : -errno;
+        off_t hole = lseek(in, data, SEEK_HOLE);
+        if (hole < 0)
+            return -errno;
+        loff_t src = data, dst = data;
+        while (src < hole) {
+            ssize_t n = copy_file_range(in, &src, out, &dst, (size_t) (hole - src), 0);
+            if (n <= 0)
+                return n < 0 ? -errno : -EIO;
+        }
+        pos = hole;
+    }
+    return 0;
+}
+
+/* The sandbox's image file: an unnamed copy of the template in the state directory. */
+static int image_file(uint64_t size_mb, struct cdn_error *err)
+{
+    char tpl[4200], dir[4200];
+    (void) snprintf(dir, sizeof dir, "%s/writable", cdn_state_dir());
+    int r = cdn_mkdir_p(dir, 0700);
+    if (r < 0)
+        return cdn_error_field(err, -r, "disk", "mkdir %s: %s", dir, strerror(-r));
+    /* The image is sparse: its blocks are the host's as the sandbox writes them. A layer that could
+     * not be filled would turn the sandbox's writes into I/O errors (and fill the host's disk): not
+     * even room for one is refused here. (Room for all that run at once is the operator's to plan:
+     * docs/disk.md.) */
+    struct statfs host;
+    if (statfs(dir, &host) == 0 && (uint64_t) host.f_bavail * (uint64_t) host.f_bsize < (size_mb << 20)) {
+        return cdn_error_field(
+            err, ENOSPC, "limits.disk_mb",
+            "limits.disk_mb: %llu MiB, but the filesystem of %s has %llu MiB free",
+            (unsigned long long) size_mb, dir,
+            (unsigned long long) ((uint64_t) host.f_bavail * (uint64_t) host.f_bsize >> 20));
+    }
+    if ((r = template_path(size_mb, tpl, sizeof tpl, err)) < 0)
+        return r;
+    _cleanup_close_ int in = open(tpl, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (in < 0 && errno == ENOENT && (r = template_make(tpl, size_mb, err)) < 0)
+        return r;
+    if (in < 0 && (in = open(tpl, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
+        return cdn_error_field(err, errno, "disk", "open %s: %m", tpl);
+    int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return cdn_error_field(err, errno, "disk", "an unnamed file in %s: %m", dir);
+    if ((r = copy_extents(in, fd, image_size(size_mb))) < 0) {
+        (void) close(fd);
+        return cdn_error_field(err, -r, "disk", "copy the writable layer's template %s: %s", tpl,
+                               strerror(-r));
+    }
+    return fd;
+}
+
+/* A free loop device bound to file_fd, clearing itself on its last close; its number in *ret_nr. */
+static int loop_attach(int file_fd, int slot, int *ret_nr, struct cdn_error *err)
+{
+    _cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+    if (ctl < 0)
+        return cdn_error_field(err, errno, "disk", "open /dev/loop-control: %m");
+    for (int i = 0; i < LOOP_ATTEMPTS; i++) {
+        int nr = ioctl(ctl, LOOP_CTL_GET_FREE);
+        if (nr < 0)
+            return cdn_error_field(err, errno, "disk", "find a free loop device: %m");
+        char dev[32];
+        (void) snprintf(dev, sizeof dev, "/dev/loop%d", nr);
+        int fd = open(dev, O_RDWR | O_CLOEXEC);
+        if (fd < 0)
+            return cdn_error_field(err, errno, "disk", "open %s: %m", dev);
+        /* Direct I/O: the sandbox's pages are cached once, by its own filesystem, not again as
+         * the backing file's. */
+        struct loop_config cfg = {.fd = (uint32_t) file_fd,
+                                  .info = {.lo_flags = LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO}};
+        /* Its name says whose it is (LOOP_GET_STATUS64), for the tests' leak checks and operators. */
+        (void) snprintf((char *) cfg.info.lo_file_name, sizeof cfg.info.lo_file_name, "cordon-slot-%d", slot);
+        int r = ioctl(fd, LOOP_CONFIGURE, &cfg);
+        if (r < 0 && errno == EINVAL) {
+            cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+            r = ioctl(fd, LOOP_CONFIGURE, &cfg);
+        }
+        if (r == 0) {
+            *ret_nr = nr;
+            return fd;
+        }
+        int e = errno;
+        (void) close(fd);
+        if (e != EBUSY)
+            return cdn_error_field(err, e, "disk", "configure %s: %s", dev, strerror(e));
+    }
+    return cdn_error_field(err, EBUSY, "disk", "no free loop device after %d attempts", LOOP_ATTEMPTS);
+}
+
+/* ext4 on /dev/loopNR, as a detached mount (no place in any mount table yet). */
+static int mount_detached(int nr, struct cdn_error *err)
+{
+    char dev[32];
+    (void) snprintf(dev, sizeof dev, "/dev/loop%d", nr);
+    _cleanup_close_ int fs = (int) syscall(SYS_fsopen, "ext4", FSOPEN_CLOEXEC);
+    if (fs < 0)
+        return cdn_error_field(err, errno, "disk", "fsopen ext4: %m");
+    if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "source", dev, 0) < 0 ||
+        syscall(SYS_fsconfig, fs, FSCONFIG_SET_FLAG, "noinit_itable", NULL, 0) < 0 ||
+        syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+        return cdn_error_field(err, errno, "disk", "mount the writable layer (ext4 on %s): %m", dev);
+    int mnt = (int) syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+    if (mnt < 0)
+        return cdn_error_field(err, errno, "disk", "fsmount the writable layer: %m");
+    return mnt;
+}
+
+int cdn_writable_make(const struct cdn_spec *spec, int slot, uint32_t uid_base, struct cdn_error *err)
+{
+    _cleanup_close_ int file = image_file(spec->limits.disk_mb, err);
+    if (file < 0)
+        return file;
+    int nr = -1;
+    _cleanup_close_ int loop = loop_attach(file, slot, &nr, err);
+    if (loop < 0)
+        return loop;
+    _cleanup_close_ int mnt = mount_detached(nr, err);
+    if (mnt < 0)
+        return mnt;
+    /* The sandbox's root owns the layer's root: it makes upper/, work/ and its other scratch there. */
+    if (fchownat(mnt, "", uid_base, uid_base, AT_EMPTY_PATH) < 0)
+        return cdn_error_field(err, errno, "disk", "chown the writable layer: %m");
+    return TAKE_FD(mnt); /* the mount holds the loop device, which holds the file */
+}
+
+bool cdn_writable_full(const struct statfs *fs)
+{
+    return (uint64_t) fs->f_bavail * (uint64_t) fs->f_bsize < FULL_MARGIN;
+}
+
+/* Runs in the setup child, root of its user namespace with its own mount namespace (made private):
+ * moves the mount the host made onto scratch. fd is the host's detached mount; closed here. */
+int cdn_writable_attach(int fd, const char *scratch, struct cdn_error *err)
+{
+    int r = (int) syscall(SYS_move_mount, fd, "", AT_FDCWD, scratch, MOVE_MOUNT_F_EMPTY_PATH);
+    int e = errno;
+    (void) close(fd);
+    if (r < 0)
+        return cdn_error_field(err, e, "disk", "attach the writable layer on %s: %s", scratch, strerror(e));
+    return 0;
+}

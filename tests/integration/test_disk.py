@@ -1,0 +1,178 @@
+"""The container tier's writable layer on disk (issue 20 point 6, docs/disk.md): a filesystem of
+limits.disk_mb of its own per sandbox, so that a full layer is ENOSPC and a `disk` violation, never an
+OOM kill, whatever memory_mb is; spec "disk": "memory" (the default for now: a disk layer costs a create
+about 2 ms more) keeps the tmpfs charged to memory. Nothing of
+a layer (mount, loop device, file) outlives its sandbox — the leak check (cordonlib.writable_loops)
+looks for the loop devices."""
+
+import os
+import signal
+
+import pytest
+
+import cordonlib
+from cordon import InvalidArgument, Sandbox
+from cordonlib import Running, run
+
+# Writes until the kernel refuses; prints the errno's name and how much got written.
+FILL = """
+import errno, sys
+n = 0
+try:
+    with open(sys.argv[1], "wb") as f:
+        while True:
+            f.write(b"x" * (1 << 20)); f.flush(); n += 1
+except OSError as e:
+    print(errno.errorcode[e.errno], n)
+"""
+
+
+def counts(sb):
+    return sb.violations()["counts"]
+
+
+def test_writing_past_disk_mb_is_enospc_and_a_disk_violation(daemon):
+    """A layer smaller than memory fills up: ENOSPC (the errno itself), one `disk` violation, no OOM."""
+    with Sandbox.create(endpoint=daemon.endpoint, memory_mb=256, disk_mb=64, disk="disk") as sb:
+        r = sb.exec(["python3", "-c", FILL, "/workspace/big"], timeout_s=120)
+        assert r.exit_code == 0, r
+        name, mb = r.stdout.split()
+        assert name == "ENOSPC", r.stdout
+        assert 62 <= int(mb) <= 64, r.stdout  # disk_mb, less ext4's last MiB
+        c = counts(sb)
+        assert (c["disk"], c["oom"]) == (1, 0), c
+        ev = [e for e in sb.events() if e["type"] == "violation"]
+        assert [e["kind"] for e in ev] == ["disk"] and ev[0]["disk_mb"] == 64, ev
+        # Usable again once the file is gone, and still full at 64 MB, not more.
+        r = sb.exec(["sh", "-c", "rm /workspace/big && dd if=/dev/zero of=/tmp/again bs=1M count=32 2>&1 && echo ok"],
+                    timeout_s=60)
+        assert r.exit_code == 0 and r.stdout.strip().endswith("ok"), r
+        assert counts(sb)["disk"] == 1
+        r = sb.exec(["python3", "-c", FILL, "/tmp/more"], timeout_s=120)
+        assert r.stdout.split()[0] == "ENOSPC" and 30 <= int(r.stdout.split()[1]) <= 32, r.stdout
+        assert counts(sb)["disk"] == 2, counts(sb)
+
+
+def test_a_file_larger_than_memory_fits_in_the_disk(daemon):
+    """memory_mb=256, disk_mb=1024 (the issue's case): a 300 MB file is written, synced and read
+    back; no OOM, no violation, and the sandbox goes on. Seen failing before the fix (main's tmpfs
+    layer, cd05691+6e7d9d2): dd "Killed", rc=137, 266260480 bytes written."""
+    with Sandbox.create(endpoint=daemon.endpoint, memory_mb=256, disk_mb=1024, disk="disk") as sb:
+        r = sb.exec(["sh", "-c", "dd if=/dev/zero of=/workspace/big bs=1M count=300 conv=fsync 2>&1; echo rc=$?; "
+                     "wc -c < /workspace/big"], timeout_s=300)
+        assert r.exit_code == 0, r
+        assert r.stdout.split()[-2:] == ["rc=0", str(300 << 20)], r.stdout
+        assert counts(sb)["oom"] == 0 and counts(sb)["disk"] == 0, counts(sb)
+        r = sb.exec(["sh", "-c", "df -k / | tail -1"])
+        total_kb = int(r.stdout.split()[1])
+        assert 1016 * 1024 <= total_kb <= 1024 * 1024, r.stdout  # the sandbox sees disk_mb
+        assert sb.exec(["true"]).exit_code == 0
+
+
+def test_memory_kind_keeps_the_tmpfs_charged_to_memory(daemon):
+    """disk: "memory" is the old layer, by choice: the same 300 MB file is an OOM kill."""
+    with Sandbox.create(endpoint=daemon.endpoint, memory_mb=256, disk_mb=1024, disk="memory") as sb:
+        assert sb.info()["spec"]["disk"] == "memory"
+        r = sb.exec(["sh", "-c", "dd if=/dev/zero of=/workspace/big bs=1M count=300 2>&1"], timeout_s=120)
+        assert r.exit_code == 137, r
+        assert counts(sb)["oom"] >= 1, counts(sb)
+    with Sandbox.create(endpoint=daemon.endpoint, disk_mb=16, disk="memory") as sb:
+        r = sb.exec(["python3", "-c", FILL, "/tmp/big"], timeout_s=60)
+        assert r.stdout.split()[0] == "ENOSPC", r.stdout
+
+
+def test_the_limit_cannot_be_lifted_from_inside(daemon):
+    """The sandbox's root owns the files of its layer, not the filesystem: it cannot resize it,
+    remount it, set a project id or reach the block device."""
+    probe = r"""
+import errno, fcntl, os, struct
+def attempt(name, f):
+    try:
+        f(); print(name, "ok")
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, e.errno))
+fd = os.open("/workspace", os.O_RDONLY)
+FS_IOC_FSGETXATTR, FS_IOC_FSSETXATTR = 0x801C581F, 0x401C5820
+def setproj():
+    x = bytearray(fcntl.ioctl(fd, FS_IOC_FSGETXATTR, bytes(28)))
+    struct.pack_into("=II", x, 0, struct.unpack_from("=I", x, 0)[0] | 0x200, 0)  # PROJINHERIT
+    struct.pack_into("=I", x, 12, 4242)
+    fcntl.ioctl(fd, FS_IOC_FSSETXATTR, bytes(x))
+attempt("projid", setproj)
+open("/workspace/f", "w").close()
+ffd = os.open("/workspace/f", os.O_RDWR)
+attempt("resize", lambda: fcntl.ioctl(ffd, 0x40086610, struct.pack("=Q", 1 << 22)))  # EXT4_IOC_RESIZE_FS
+attempt("loopdev", lambda: os.open("/dev/loop0", os.O_RDWR))
+attempt("mknod", lambda: os.mknod("/tmp/blk", 0o600 | 0o060000, os.makedev(7, 0)))
+"""
+    with Sandbox.create(endpoint=daemon.endpoint, disk_mb=32, disk="disk") as sb:
+        before = sb.exec(["sh", "-c", "df -k / | tail -1"]).stdout.split()[1]
+        r = sb.exec(["python3", "-c", probe], timeout_s=60)
+        got = dict(line.split() for line in r.stdout.splitlines())
+        assert set(got) == {"projid", "resize", "loopdev", "mknod"}, r
+        assert all(v != "ok" for v in got.values()), got
+        r = sb.exec(["sh", "-c", "mount -o remount,size=1G / 2>/dev/null; echo $?; mount -t tmpfs none /tmp 2>/dev/null; echo $?"])
+        assert r.stdout.split() != [] and "0" not in r.stdout.split(), r
+        assert sb.exec(["sh", "-c", "df -k / | tail -1"]).stdout.split()[1] == before
+        r = sb.exec(["python3", "-c", FILL, "/tmp/big"], timeout_s=60)
+        assert r.stdout.split()[0] == "ENOSPC" and int(r.stdout.split()[1]) <= 32, r.stdout
+
+
+def test_a_bad_disk_kind_is_refused_naming_the_field(daemon):
+    with pytest.raises(InvalidArgument) as e:
+        Sandbox.create(endpoint=daemon.endpoint, disk="floppy")
+    assert e.value.field == "disk" and "floppy" in e.value.message, e.value
+    r = run(["--disk-kind", "tape", "--", "true"])
+    assert r.code == cordonlib.EXIT_CORDON and "--disk-kind 'tape'" in r.stderr, r
+
+
+def test_cordon_run_uses_the_disk_and_memory_kinds():
+    """Seen failing before the fix (main's cordon run): stdout 'rc=137' for the 300 MB file."""
+    r = run(["--memory", "256M", "--disk", "1G", "--disk-kind", "disk", "--", "sh", "-c",
+             "dd if=/dev/zero of=/tmp/big bs=1M count=300 2>/dev/null; echo rc=$?"], timeout=300)
+    assert (r.code, r.stdout) == (0, "rc=0\n"), r
+    r = run(["--disk-kind", "memory", "--disk", "8M", "--", "sh", "-c",
+             "dd if=/dev/zero of=/tmp/big bs=1M count=16 2>&1; echo rc=$?"], timeout=60)
+    assert "No space left on device" in r.stdout and r.stdout.strip().endswith("rc=1"), r
+
+
+def test_the_layer_goes_with_its_sandbox(daemon):
+    """One loop device per running sandbox, named after its slot; gone once the sandbox is."""
+    before = set(cordonlib.writable_loops())
+    with Sandbox.create(endpoint=daemon.endpoint, disk_mb=32, disk="disk") as sb:
+        mine = set(cordonlib.writable_loops()) - before
+        assert len(mine) == 1, mine
+        assert sb.exec(["true"]).exit_code == 0
+    cordonlib.wait_for(lambda: not (set(cordonlib.writable_loops()) & set(mine)), timeout=5,
+                       what="the sandbox's loop device to clear")
+
+
+def test_a_killed_cordon_run_leaves_no_layer():
+    """SIGKILL the one-shot `cordon run` mid-write: its reaper ends the sandbox, the mount namespace
+    goes and the layer with it (the autouse leak check looks for its loop device too). The layer's
+    file never had a name: nothing is left in <state>/writable either."""
+    before = set(cordonlib.writable_loops())
+    with Running(["--disk", "64M", "--disk-kind", "disk", "--", "sh", "-c", "dd if=/dev/zero of=/tmp/x bs=1M count=40; sleep 60"]) as p:
+        mine = cordonlib.wait_for(lambda: set(cordonlib.writable_loops()) - before, timeout=10,
+                                  what="a writable layer")
+        p.signal(signal.SIGKILL)
+        p.proc.wait(timeout=10)
+    cordonlib.wait_for(lambda: not (set(cordonlib.writable_loops()) & mine), timeout=10, what="the layer to go")
+    d = os.path.join(os.environ.get("CORDON_STATE_DIR", "/var/lib/cordon"), "writable")
+    assert not os.path.isdir(d) or os.listdir(d) == [], os.listdir(d)
+
+
+def test_a_layer_larger_than_the_hosts_free_space_is_refused():
+    """The layer's image is sparse: one the host's disk could not hold would end in I/O errors (and a
+    full host disk), so it is refused up front, naming the field."""
+    state = os.environ.get("CORDON_STATE_DIR", "/var/lib/cordon")
+    st = os.statvfs(state if os.path.isdir(state) else "/")
+    free_gb = st.f_bavail * st.f_frsize >> 30
+    if free_gb >= 1000:
+        pytest.skip(f"the host has {free_gb} GiB free: no disk_mb within limits exceeds it")
+    r = run(["--disk", "1000G", "--disk-kind", "disk", "--", "true"])
+    assert r.code == cordonlib.EXIT_CORDON, r
+    assert "limits.disk_mb" in r.stderr and "free" in r.stderr, r.stderr
+    tpl = os.path.join(state, "cache", "writable")
+    assert not any(n.startswith("ext4-1024000m") for n in (os.listdir(tpl) if os.path.isdir(tpl) else [])), \
+        "a template was made for a layer that was refused"
