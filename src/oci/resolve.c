@@ -2,9 +2,11 @@
 #include "oci/resolve.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/paths.h"
@@ -58,13 +60,11 @@ static int lookup(struct cdn_store *s, const char *canon, struct cdn_image_recor
     return cdn_store_image_get(s, manifest, rec, err);
 }
 
-/* image.h's hook: the record's layers, topmost first, relative to the store's layers/. */
-static int resolve_oci(const char *name, struct cdn_image *ret, struct cdn_error *err)
+/* What the store holds for canon: the record's layers, topmost first, relative to its layers/. */
+static int resolve_stored(const char *canon, struct cdn_image *ret, struct cdn_error *err)
 {
-    struct cdn_image_ref ref;
-    char canon[CDN_IMAGE_REF_MAX];
     _cleanup_store_ struct cdn_store *s = NULL;
-    int r = open_ref(name, &ref, canon, &s, err);
+    int r = cdn_store_open(cdn_state_dir(), &s, err);
     if (r < 0)
         return r;
     struct cdn_image_record rec = {0};
@@ -92,6 +92,64 @@ static int resolve_oci(const char *name, struct cdn_image *ret, struct cdn_error
     }
     cdn_image_record_done(&rec);
     return r < 0 ? r : 0;
+}
+
+/* cordond resolves the same few images for create after create: what the last ones resolved to is
+ * kept, each entry valid while the reference's entry in the store is the same file (a pull replaces
+ * it, an rm removes it; the layers an entry names are referenced, so prune keeps them). A hit
+ * costs one stat instead of opening the store, reading the image record and a stat per layer. */
+#define RESOLVED_CACHED 8
+static struct resolved {
+    char ref_path[4096]; /* "" when the slot is free */
+    dev_t dev;
+    ino_t ino;
+    struct timespec mtime;
+    struct cdn_image image;
+} resolved_cache[RESOLVED_CACHED];
+static size_t resolved_next;
+static pthread_mutex_t resolved_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool same_file(const struct resolved *c, const struct stat *st)
+{
+    return c->dev == st->st_dev && c->ino == st->st_ino && c->mtime.tv_sec == st->st_mtim.tv_sec &&
+           c->mtime.tv_nsec == st->st_mtim.tv_nsec;
+}
+
+/* image.h's hook. */
+static int resolve_oci(const char *name, struct cdn_image *ret, struct cdn_error *err)
+{
+    struct cdn_image_ref ref;
+    char canon[CDN_IMAGE_REF_MAX], path[4096];
+    int r = parse_oci(name, &ref, canon, err);
+    if (r < 0 || (r = cdn_store_ref_path(cdn_state_dir(), canon, path, err)) < 0)
+        return r;
+    /* Taken before the store is read: an entry replaced in between leaves a cache entry that the
+     * next stat finds stale, never a stale image under the new entry's identity. */
+    struct stat st;
+    bool have_st = stat(path, &st) == 0;
+    pthread_mutex_lock(&resolved_lock);
+    for (size_t i = 0; have_st && i < RESOLVED_CACHED; i++)
+        if (strcmp(resolved_cache[i].ref_path, path) == 0 && same_file(&resolved_cache[i], &st)) {
+            *ret = resolved_cache[i].image;
+            pthread_mutex_unlock(&resolved_lock);
+            return 0;
+        }
+    pthread_mutex_unlock(&resolved_lock);
+    if ((r = resolve_stored(canon, ret, err)) < 0 || !have_st)
+        return r;
+    pthread_mutex_lock(&resolved_lock);
+    size_t slot = RESOLVED_CACHED;
+    for (size_t i = 0; i < RESOLVED_CACHED && slot == RESOLVED_CACHED; i++)
+        if (strcmp(resolved_cache[i].ref_path, path) == 0)
+            slot = i;
+    if (slot == RESOLVED_CACHED)
+        slot = resolved_next++ % RESOLVED_CACHED;
+    struct resolved *c = &resolved_cache[slot];
+    (void) snprintf(c->ref_path, sizeof c->ref_path, "%s", path);
+    c->dev = st.st_dev, c->ino = st.st_ino, c->mtime = st.st_mtim;
+    c->image = *ret;
+    pthread_mutex_unlock(&resolved_lock);
+    return 0;
 }
 
 void cdn_oci_install_resolver(void)

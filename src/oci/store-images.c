@@ -267,6 +267,17 @@ int cdn_store_ref_get(struct cdn_store *s, const char *ref, char manifest[CDN_DI
     return 0;
 }
 
+int cdn_store_ref_path(const char *state_dir, const char *ref, char out[4096], struct cdn_error *err)
+{
+    char name[256];
+    int q = ref_name(ref, name, err);
+    if (q < 0)
+        return q;
+    if ((size_t) snprintf(out, 4096, "%s/images/store/refs/%s", state_dir, name) >= 4096)
+        return cdn_error_set(err, ENAMETOOLONG, "image store: state directory path too long");
+    return 0;
+}
+
 int cdn_store_ref_remove(struct cdn_store *s, const char *ref, struct cdn_error *err)
 {
     char name[256], p[300];

@@ -97,6 +97,9 @@ int cdn_store_image_remove(struct cdn_store *s, const char *manifest, struct cdn
 /* References (canonical strings, ocimeta's cdn_image_ref_format) → manifest digests. */
 int cdn_store_ref_set(struct cdn_store *s, const char *ref, const char *manifest, struct cdn_error *err);
 /* -ENOENT if the reference is not stored. */
+/* The file that holds ref's entry in the store under state_dir, without opening the store (a cache
+ * of what a reference resolves to stays valid while this file is the same one). */
+int cdn_store_ref_path(const char *state_dir, const char *ref, char out[4096], struct cdn_error *err);
 int cdn_store_ref_get(struct cdn_store *s, const char *ref, char manifest[CDN_DIGEST_MAX],
                       struct cdn_error *err);
 int cdn_store_ref_remove(struct cdn_store *s, const char *ref, struct cdn_error *err);

@@ -245,9 +245,9 @@ static int mount_overlay(const struct cdn_setup_args *a, const char *root, int l
     CHECK(chdir(a->scratch), "chdir %s: %m", a->scratch);
     if (mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
         return cdn_error_field(err, errno, "image", "mount overlay on image '%s': %m", a->image->lower);
-    /* The overlay holds its own clones of the layers: the idmapped mount goes from view. */
-    if (idmapped)
-        CHECK(umount2(base, MNT_DETACH), "detach the image's idmapped root: %m");
+    /* The overlay holds its own clones of the layers. The idmapped mount under scratch/lower is
+     * left where it is: it is in the old root's tree, which pivot() detaches whole, the sandbox
+     * never sees it, and an umount of its own would cost a second RCU grace period per create. */
     CHECK(chdir("/"), "chdir /: %m");
     return idmapped;
 }
