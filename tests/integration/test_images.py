@@ -12,7 +12,7 @@ import threading
 import pytest
 
 import cordonlib
-from cordon import Sandbox
+from cordon import CordonError, Sandbox
 from cordonlib import run
 from registry import Layer
 
@@ -232,6 +232,35 @@ def test_an_oci_image_through_cordond(daemon, task_layout):
         sb.files.write("/testbed/README", b"edited\n")
         assert sb.files.read("/testbed/README") == b"edited\n"
     assert cordon("image", "rm", ref).returncode == 0
+
+
+def test_cordond_sees_a_tag_pulled_again_and_a_removed_image(daemon, oci_layout):
+    """cordond keeps what a reference resolved to, checked by one stat of the reference's file in
+    the store: a tag pulled again with other content, and a removed image, show at the next create.
+    Caught (shown with the file check made always true): the sandbox after the second pull ran the
+    first pull's layers, its /version said "one"."""
+    lay = oci_layout()
+    ref = f"oci:{lay.path}:t"
+
+    def pull(text):
+        lay.tag(lay.new_image([busybox_layer(), Layer().file("version", text)], config={"Env": ["PATH=/bin"]}), "t")
+        r = cordon("image", "pull", ref)
+        assert r.returncode == 0, r.stderr
+
+    def version():
+        with Sandbox.create(endpoint=daemon.endpoint, image=ref) as sb:
+            r = sb.exec(["cat", "/version"])
+            assert r.exit_code == 0, r
+            return r.stdout
+
+    pull("one")
+    assert [version(), version()] == ["one", "one"]
+    pull("two")
+    assert version() == "two"
+    assert cordon("image", "rm", ref).returncode == 0
+    with pytest.raises(CordonError) as e:
+        Sandbox.create(endpoint=daemon.endpoint, image=ref)
+    assert "not in the image store" in str(e.value), e.value
 
 
 @pytest.mark.needs_vm
