@@ -332,6 +332,20 @@ static void route_metrics(struct evhttp_request *req)
                         "# HELP cordon_alerts_total Alerts of the monitor's rules and the DNS heuristics.\n"
                         "# TYPE cordon_alerts_total counter\ncordon_alerts_total %llu\n",
                         (unsigned long long) cdn_daemon->alerts_total);
+    evbuffer_add_printf(b,
+                        "# HELP cordon_image_pulls_total Image pulls that ended, by result.\n"
+                        "# TYPE cordon_image_pulls_total counter\n"
+                        "cordon_image_pulls_total{result=\"done\"} %llu\n"
+                        "cordon_image_pulls_total{result=\"failed\"} %llu\n"
+                        "# HELP cordon_image_pull_bytes_total Layer bytes fetched by pulls.\n"
+                        "# TYPE cordon_image_pull_bytes_total counter\ncordon_image_pull_bytes_total %llu\n",
+                        (unsigned long long) cdn_daemon->pulls_total, (unsigned long long) cdn_daemon->pull_errors,
+                        (unsigned long long) cdn_daemon->pull_bytes);
+    if (cdn_daemon->image_store_known) /* measured by a child after each pull and prune, and at start */
+        evbuffer_add_printf(b,
+                            "# HELP cordon_image_store_bytes Bytes the image store takes on disk.\n"
+                            "# TYPE cordon_image_store_bytes gauge\ncordon_image_store_bytes %llu\n",
+                            (unsigned long long) cdn_daemon->image_store_bytes);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain; version=0.0.4");
     evhttp_send_reply(req, 200, "OK", b);
 }
@@ -450,6 +464,8 @@ static void route(struct evhttp_request *req, void *arg)
         return route_health(req);
     if (strcmp(path, "/metrics") == 0 && m == EVHTTP_REQ_GET)
         return route_metrics(req);
+    if (strncmp(path, "/v1/images", 10) == 0 && (path[10] == '\0' || path[10] == '/'))
+        return cdn_api_images(req, path);
     if (strcmp(path, "/v1/sandboxes") == 0) {
         if (m == EVHTTP_REQ_POST)
             return route_create(req);
