@@ -32,7 +32,10 @@ class ImageDaemon(cordonlib.Daemon):
     """A cordond with a state directory (and so an image store) of its own."""
 
     def __init__(self, workdir, *args):
-        self.state = tempfile.mkdtemp(prefix="cordon-imgapi-state-", dir="/tmp")
+        # below the test's 0777 directory: a sandbox's root (an unprivileged host uid) must reach
+        # the state directory's prepared /dev
+        self.state = tempfile.mkdtemp(prefix="state-", dir=workdir)
+        os.chmod(self.state, 0o755)
         super().__init__(workdir, "--state-dir", self.state, *args)
 
     @property
