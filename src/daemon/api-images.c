@@ -91,6 +91,8 @@ static void route_pull(struct evhttp_request *req)
     struct cdn_error err = {0};
     if (cdn_images_canonical(json_string_value(ref), "ref", canon, &err) < 0)
         return cdn_api_reply_cdn_error(req, 400, "invalid_ref", &err);
+    if (cdn_images_check_source(json_string_value(ref), "ref", &err) < 0)
+        return cdn_api_reply_cdn_error(req, err.errnum == ENOENT ? 400 : 403, "invalid_ref", &err);
     struct pull_req *p = calloc(1, sizeof *p);
     if (!p)
         return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");

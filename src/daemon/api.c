@@ -18,6 +18,7 @@
 #include <event2/keyvalq_struct.h>
 
 #include "api.h"
+#include "images.h"
 #include "core/json-util.h"
 #include "tiers/tier.h"
 
@@ -162,6 +163,8 @@ static void route_create(struct evhttp_request *req)
         r = cdn_bind_policy_check(&cdn_daemon->bind_policy, &spec, &err);
     if (r >= 0) /* a client's image path is a host path too (pool specs are the operator's) */
         r = cdn_bind_policy_check_image(&cdn_daemon->bind_policy, &spec, &err);
+    if (r >= 0) /* and so is an OCI layout's or archive's (oci:DIR, docker-archive:FILE) */
+        r = cdn_images_check_source(spec.image, "image", &err);
     if (r < 0) {
         cdn_spec_free(&spec);
         if (!err.field[0]) /* the body as a whole: not JSON, not an object */

@@ -64,6 +64,15 @@ int cdn_images_canonical(const char *name, const char *field, char out[CDN_IMAGE
     return 0;
 }
 
+int cdn_images_check_source(const char *name, const char *field, struct cdn_error *err)
+{
+    struct cdn_image_ref ref;
+    if (cdn_image_ref_parse(name, &ref, NULL) < 0 ||
+        (ref.kind != CDN_REF_OCI_LAYOUT && ref.kind != CDN_REF_OCI_ARCHIVE && ref.kind != CDN_REF_DOCKER_ARCHIVE))
+        return 0; /* parse errors are told where the reference is used */
+    return cdn_bind_policy_check_path(&cdn_daemon->bind_policy, ref.path, field, err);
+}
+
 int cdn_images_lookup(const char *canon, char manifest[CDN_DIGEST_MAX], struct cdn_error *err)
 {
     _cleanup_store_ struct cdn_store *s = NULL;

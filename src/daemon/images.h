@@ -36,6 +36,9 @@ void cdn_images_stop(void);
 /* name as a canonical OCI reference in out; -EINVAL with err naming field if it is none. */
 int cdn_images_canonical(const char *name, const char *field, char out[CDN_IMAGE_REF_MAX],
                          struct cdn_error *err);
+/* A client's reference that names a host file or directory (oci:, oci-archive:, docker-archive:)
+ * must pass the bind policy (bind_allow) as a read-only source would: 0, or the refusal naming field. */
+int cdn_images_check_source(const char *name, const char *field, struct cdn_error *err);
 /* The manifest digest a canonical reference points at in the store; -ENOENT if none. */
 int cdn_images_lookup(const char *canon, char manifest[CDN_DIGEST_MAX], struct cdn_error *err);
 /* The live sandboxes (deleted ones still tearing down included) that run on manifest: how many,

@@ -376,3 +376,32 @@ def test_stop_during_a_pull_leaves_nothing(images_env, fault_proxy):
     assert result["r"][0] in (503, None), result
     cordonlib.wait_for(lambda: not os.path.exists(f"/proc/{kids[0].pid}") or
                        cordonlib.proc_info(kids[0].pid).state == "Z", timeout=10, what="the pull child's end")
+
+
+def test_a_layout_is_pulled_within_the_bind_policy(images_env, oci_layout):
+    start, _, _ = images_env
+    lay = oci_layout()
+    lay.tag(lay.new_image(task_layers(), compression="gzip", config=CONFIG), "v1")
+    ref = f"oci:{lay.path}:v1"
+    d = start()
+    st, body = d.http("POST", "/v1/images/pull", {"ref": ref})
+    assert st == 200 and body["ref"] == ref and body["layers"] == 2, body
+    with Sandbox.create(endpoint=d.endpoint, image=ref, pull="never") as sb:
+        assert sb.exec(["cat", "/testbed/README"]).stdout == "hello\n"
+    # What this catches: a client making cordond import its own state (or any host path the
+    # bind policy refuses) as an image, to read it from a sandbox.
+    st, err = d.http("POST", "/v1/images/pull", {"ref": f"oci:{d.state}"})
+    assert st == 403 and err["error"]["field"] == "ref", err
+    st, err = d.http("POST", "/v1/sandboxes", {"image": f"oci:{d.state}"})
+    assert st == 400 and err["error"]["field"] == "image", err
+
+
+def test_bind_allow_limits_layouts(images_env, oci_layout):
+    start, _, _ = images_env
+    lay = oci_layout()
+    lay.tag(lay.new_image([busybox_layer()], config=CONFIG), "v1")
+    d = start("--bind-allow", "/usr")
+    st, err = d.http("POST", "/v1/images/pull", {"ref": f"oci:{lay.path}:v1"})
+    assert st == 403 and err["error"]["field"] == "ref" and "bind" in err["error"]["message"], err
+    st, err = d.http("POST", "/v1/sandboxes", {"image": f"oci:{lay.path}:v1"})
+    assert st == 400 and err["error"]["field"] == "image", err
