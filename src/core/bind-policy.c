@@ -206,7 +206,8 @@ int cdn_bind_policy_check_path(const struct cdn_bind_policy *p, const char *path
 {
     _cleanup_free_ char *src = realpath(path, NULL);
     if (!src)
-        return errno == ENOMEM ? -ENOMEM : cdn_error_field(err, errno, field, "%s: '%.200s': %m", field, path);
+        return errno == ENOMEM ? -ENOMEM
+                               : cdn_error_field(err, errno, field, "%s: '%.200s': %m", field, path);
     char shown[300];
     (void) snprintf(shown, sizeof shown, "'%.200s'", path);
     return judge(p, src, shown, true, field, err);

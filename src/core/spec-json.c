@@ -244,9 +244,10 @@ static int decode_field(struct cdn_spec *spec, const char *key, json_t *v, struc
     if (strcmp(key, "pull") == 0) {
         int r = decode_enum(v, "pull", cdn_pull_policy_from_string, &e, err);
         if (r < 0)
-            return cdn_error_field(err, EINVAL, "pull",
-                                   "pull: must be \"missing\" (the default), \"always\" or \"never\", not %.40s",
-                                   json_is_string(v) ? json_string_value(v) : "a non-string");
+            return cdn_error_field(
+                err, EINVAL, "pull",
+                "pull: must be \"missing\" (the default), \"always\" or \"never\", not %.40s",
+                json_is_string(v) ? json_string_value(v) : "a non-string");
         spec->pull = (enum cdn_pull_policy) e;
         return 0;
     }

@@ -84,7 +84,8 @@ static void route_pull(struct evhttp_request *req)
     }
     json_t *ref = json_object_get(o, "ref"), *stream = json_object_get(o, "stream");
     if (!json_is_string(ref))
-        return cdn_api_reply_error(req, 400, "invalid_ref", "ref", "ref: required, an image reference (string)");
+        return cdn_api_reply_error(req, 400, "invalid_ref", "ref",
+                                   "ref: required, an image reference (string)");
     if (stream && !json_is_boolean(stream))
         return cdn_api_reply_error(req, 400, "invalid_argument", "stream", "stream: must be a boolean");
     char canon[CDN_IMAGE_REF_MAX];
@@ -107,8 +108,8 @@ static void route_pull(struct evhttp_request *req)
     struct image_waiter w = {.line = p->stream ? pull_line : NULL, .done = pull_done, .arg = p};
     if (cdn_images_pull(canon, w, &err) < 0) {
         json_t *r = json_pack("{s:s, s:{s:s, s:s}, s:i}", "status", "error", "error", "code",
-                              err.errnum == ESHUTDOWN ? "stopping" : "pull_failed", "message", err.msg, "errno",
-                              err.errnum);
+                              err.errnum == ESHUTDOWN ? "stopping" : "pull_failed", "message", err.msg,
+                              "errno", err.errnum);
         pull_done(p, r);
         json_decref(r);
     }
@@ -137,9 +138,10 @@ static json_t *image_json(const struct cdn_image_record *rec, json_t *refs)
                     rec->variant);
     char first[64] = "";
     unsigned users = cdn_images_users(rec->manifest, first);
-    return json_pack("{s:o, s:s, s:I, s:I, s:I, s:s, s:I}", "refs", refs ? json_incref(refs) : json_array(), "digest",
-                     rec->manifest, "size", (json_int_t) rec->size, "layers", (json_int_t) rec->n_layers,
-                     "created", (json_int_t) rec->created, "platform", platform, "in_use", (json_int_t) users);
+    return json_pack("{s:o, s:s, s:I, s:I, s:I, s:s, s:I}", "refs", refs ? json_incref(refs) : json_array(),
+                     "digest", rec->manifest, "size", (json_int_t) rec->size, "layers",
+                     (json_int_t) rec->n_layers, "created", (json_int_t) rec->created, "platform", platform,
+                     "in_use", (json_int_t) users);
 }
 
 struct listing {
@@ -266,8 +268,8 @@ static void route_delete(struct evhttp_request *req, const char *name)
     unsigned users = cdn_images_users(manifest, first);
     if (users)
         return cdn_api_reply_error(req, 409, "image_in_use", "ref",
-                                   "image %s is in use by sandbox %s%s: delete the sandboxes first", canon, first,
-                                   users > 1 ? " and others" : "");
+                                   "image %s is in use by sandbox %s%s: delete the sandboxes first", canon,
+                                   first, users > 1 ? " and others" : "");
     struct cdn_error err = {0};
     struct ref_count left = {manifest, 0};
     int r = cdn_store_ref_remove(s, canon, &err);
@@ -287,8 +289,9 @@ static void prune_done(void *arg, json_t *result)
     struct evhttp_request *req = arg;
     json_t *e = json_object_get(result, "error");
     if (e)
-        return cdn_api_reply_error(req, 500, json_string_value(json_object_get(e, "code")) ?: "store_failed", NULL,
-                                   "%s", json_string_value(json_object_get(e, "message")) ?: "prune failed");
+        return cdn_api_reply_error(req, 500, json_string_value(json_object_get(e, "code")) ?: "store_failed",
+                                   NULL, "%s",
+                                   json_string_value(json_object_get(e, "message")) ?: "prune failed");
     cdn_api_reply_json(req, 200,
                        json_pack("{s:O, s:O}", "freed_bytes", json_object_get(result, "freed_bytes"),
                                  "store_size", json_object_get(result, "store_size")));

@@ -342,7 +342,8 @@ static void route_metrics(struct evhttp_request *req)
                         "cordon_image_pulls_total{result=\"failed\"} %llu\n"
                         "# HELP cordon_image_pull_bytes_total Layer bytes fetched by pulls.\n"
                         "# TYPE cordon_image_pull_bytes_total counter\ncordon_image_pull_bytes_total %llu\n",
-                        (unsigned long long) cdn_daemon->pulls_total, (unsigned long long) cdn_daemon->pull_errors,
+                        (unsigned long long) cdn_daemon->pulls_total,
+                        (unsigned long long) cdn_daemon->pull_errors,
                         (unsigned long long) cdn_daemon->pull_bytes);
     if (cdn_daemon->image_store_known) /* measured by a child after each pull and prune, and at start */
         evbuffer_add_printf(b,

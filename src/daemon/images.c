@@ -29,7 +29,7 @@ enum job_kind { JOB_PULL, JOB_PRUNE, JOB_SIZE };
 
 struct image_job {
     enum job_kind kind;
-    char *canon;  /* JOB_PULL: the reference */
+    char *canon;   /* JOB_PULL: the reference */
     char *digests; /* JOB_PULL, JOB_PRUNE: what live sandboxes use, sorted (the child's in_use) */
     size_t n_digests;
     pid_t pid;
@@ -68,7 +68,8 @@ int cdn_images_check_source(const char *name, const char *field, struct cdn_erro
 {
     struct cdn_image_ref ref;
     if (cdn_image_ref_parse(name, &ref, NULL) < 0 ||
-        (ref.kind != CDN_REF_OCI_LAYOUT && ref.kind != CDN_REF_OCI_ARCHIVE && ref.kind != CDN_REF_DOCKER_ARCHIVE))
+        (ref.kind != CDN_REF_OCI_LAYOUT && ref.kind != CDN_REF_OCI_ARCHIVE &&
+         ref.kind != CDN_REF_DOCKER_ARCHIVE))
         return 0; /* parse errors are told where the reference is used */
     return cdn_bind_policy_check_path(&cdn_daemon->bind_policy, ref.path, field, err);
 }
@@ -191,8 +192,8 @@ static void on_progress(void *data, const struct cdn_pull_event *ev)
     if (ev->phase == CDN_PULL_DONE)
         return; /* the last line is the job's own */
     if (ev->phase == CDN_PULL_RESOLVED) {
-        put_line(c->fd, json_pack("{s:s, s:s, s:I, s:I}", "status", "resolved", "digest", ev->digest, "layers",
-                                  (json_int_t) ev->n_layers, "total", (json_int_t) ev->total));
+        put_line(c->fd, json_pack("{s:s, s:s, s:I, s:I}", "status", "resolved", "digest", ev->digest,
+                                  "layers", (json_int_t) ev->n_layers, "total", (json_int_t) ev->total));
         return;
     }
     if (ev->layer >= CDN_OCI_LAYERS_MAX)
@@ -230,8 +231,8 @@ static void merge_env(const char *name, const char *configured)
 static json_t *error_line(const struct cdn_error *e, int r, const char *code)
 {
     const char *msg = e->msg[0] ? e->msg : strerror(-r);
-    return json_pack("{s:s, s:{s:s, s:s, s:s}, s:i}", "status", "error", "error", "code", code, "message", msg,
-                     "field", e->field[0] ? e->field : "image", "errno", -r);
+    return json_pack("{s:s, s:{s:s, s:s, s:s}, s:i}", "status", "error", "error", "code", code, "message",
+                     msg, "field", e->field[0] ? e->field : "image", "errno", -r);
 }
 
 static uint64_t bytes_of(const struct child *c)
@@ -272,8 +273,8 @@ static void run_pull(struct child *c)
     if (known && cfg->image_store_max && size > cfg->image_store_max &&
         cdn_store_prune(s, child_in_use, c->job, &freed, NULL) >= 0)
         known = cdn_store_size(s, &size, NULL) >= 0;
-    json_t *done = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I}", "status", "done", "ref", c->job->canon,
-                             "digest", manifest, "size", (json_int_t) rec.size, "layers",
+    json_t *done = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I}", "status", "done", "ref",
+                             c->job->canon, "digest", manifest, "size", (json_int_t) rec.size, "layers",
                              (json_int_t) rec.n_layers, "created", (json_int_t) rec.created, "bytes_pulled",
                              (json_int_t) bytes_of(c), "pruned_bytes", (json_int_t) freed);
     if (done && known)
@@ -294,8 +295,8 @@ static void run_store(struct child *c)
         r = cdn_store_size(s, &size, &err);
     if (r < 0)
         return put_line(c->fd, error_line(&err, r, "store_failed"));
-    put_line(c->fd, json_pack("{s:s, s:I, s:I}", "status", "done", "freed_bytes", (json_int_t) freed, "store_size",
-                              (json_int_t) size));
+    put_line(c->fd, json_pack("{s:s, s:I, s:I}", "status", "done", "freed_bytes", (json_int_t) freed,
+                              "store_size", (json_int_t) size));
 }
 
 /* In the forked child: nothing of cordond's but fds 0-2 and the pipe, default signals. */
@@ -361,8 +362,8 @@ static void job_end(struct image_job *j, const char *why)
     if (!j->result)
         j->result = json_pack("{s:s, s:{s:s, s:s, s:s}, s:i}", "status", "error", "error", "code",
                               why ? "stopping" : "pull_failed", "message",
-                              why ? why : "the image process ended without a result", "field", "image", "errno",
-                              why ? ESHUTDOWN : EIO);
+                              why ? why : "the image process ended without a result", "field", "image",
+                              "errno", why ? ESHUTDOWN : EIO);
     count(j);
     for (size_t i = 0; i < j->n_waiters; i++)
         j->waiters[i].done(j->waiters[i].arg, j->result);
@@ -558,10 +559,11 @@ static void create_pulled(void *arg, json_t *result)
     } else {
         struct cdn_error err = {.errnum = (int) json_integer_value(json_object_get(result, "errno"))};
         (void) snprintf(err.field, sizeof err.field, "image");
-        (void) snprintf(err.msg, sizeof err.msg, "%s", json_string_value(json_object_get(e, "message")) ?: "");
-        enum cdn_box_created how = err.errnum == ESHUTDOWN ? CDN_BOX_STOPPING
+        (void) snprintf(err.msg, sizeof err.msg, "%s",
+                        json_string_value(json_object_get(e, "message")) ?: "");
+        enum cdn_box_created how = err.errnum == ESHUTDOWN                        ? CDN_BOX_STOPPING
                                    : err.errnum == ENOENT || err.errnum == EINVAL ? CDN_BOX_INVALID_SPEC
-                                                                                   : CDN_BOX_FAILED;
+                                                                                  : CDN_BOX_FAILED;
         create_fail(&pc->spec, pc->w, how, &err);
     }
     free(pc);
@@ -579,8 +581,8 @@ void cdn_images_prepare_create(struct cdn_spec *spec, struct cdn_box_waiter w)
     if (have && spec->pull != CDN_PULL_ALWAYS)
         return create_with_image(spec, w, canon);
     if (!have && spec->pull == CDN_PULL_NEVER) {
-        (void) cdn_error_field(&err, ENOENT, "image", "image: %s is not in the image store and pull is \"never\"",
-                               canon);
+        (void) cdn_error_field(&err, ENOENT, "image",
+                               "image: %s is not in the image store and pull is \"never\"", canon);
         return create_fail(spec, w, CDN_BOX_INVALID_SPEC, &err);
     }
     struct pending_create *pc = malloc(sizeof *pc);

@@ -167,7 +167,7 @@ struct box {
     size_t n_psrc;
     bool psrc_noted;
     bool cleaned;                        /* cleanup() ran: init reaped, tier resources released */
-    char image_manifest[CDN_DIGEST_MAX]; /* the OCI image it runs on (its manifest digest), else "" (images.c) */
+    char image_manifest[CDN_DIGEST_MAX]; /* its OCI image's manifest digest, else "" (images.c) */
     struct evbuffer *events;             /* NDJSON lines, oldest dropped past a cap (box-events.c) */
     uint64_t events_seq, events_dropped; /* lines logged, and dropped from the ring's front */
     struct pinned_event pinned[EVENTS_PINNED];
