@@ -405,3 +405,23 @@ def test_bind_allow_limits_layouts(images_env, oci_layout):
     assert st == 403 and err["error"]["field"] == "ref" and "bind" in err["error"]["message"], err
     st, err = d.http("POST", "/v1/sandboxes", {"image": f"oci:{lay.path}:v1"})
     assert st == 400 and err["error"]["field"] == "image", err
+
+
+def test_cli_create_sends_the_pull_policy(images_env):
+    import subprocess
+    start, _, push = images_env
+    ref = push([busybox_layer(), unique_layer()], "team/cli", "1")
+    d = start()
+
+    def cli(*args):
+        return subprocess.run([cordonlib.CORDON_BIN, *args], capture_output=True, text=True, timeout=120,
+                               env=dict(os.environ, CORDON_SOCKET=d.socket))
+
+    r = cli("create", "--image", ref, "--pull", "never")
+    assert r.returncode == cordonlib.EXIT_CORDON and "image" in r.stderr and "never" in r.stderr, r
+    r = cli("create", "--image", ref)
+    assert r.returncode == 0, r
+    sid = r.stdout.strip()
+    r = cli("exec", sid, "--", "cat", "/etc/passwd")
+    assert r.returncode == 0 and r.stdout.startswith("root:"), r
+    assert cli("kill", sid).returncode == 0
