@@ -383,9 +383,10 @@ static void job_line(struct image_job *j, char *line, size_t len)
         j->result = o;
         return;
     }
-    json_decref(o);
+    bool resolved = strcmp(status, "resolved") == 0;
+    json_decref(o); /* status with it */
     line[len] = '\n'; /* evbuffer_readln's NUL: the line is sent with its newline */
-    if (strcmp(status, "resolved") == 0) {
+    if (resolved) {
         free(j->resolved);
         j->resolved = strndup(line, len + 1);
     }
