@@ -384,7 +384,7 @@ static void job_line(struct image_job *j, char *line, size_t len)
         return;
     }
     bool resolved = strcmp(status, "resolved") == 0;
-    json_decref(o); /* status with it */
+    json_decref(o);   /* status with it */
     line[len] = '\n'; /* evbuffer_readln's NUL: the line is sent with its newline */
     if (resolved) {
         free(j->resolved);
