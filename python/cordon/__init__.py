@@ -16,15 +16,16 @@ import http.client
 import json
 import urllib.parse
 
-from ._http import (CordonError, Endpoint, ExecError, Forbidden, IncompleteRead, InvalidArgument, NotFound,
-                    SandboxNotRunning, ServerError, TooLarge, TooManySandboxes, Unauthorized)
+from ._http import (CordonError, Endpoint, ExecError, Forbidden, ImageInUse, IncompleteRead, InvalidArgument,
+                    NotFound, PullFailed, SandboxNotRunning, ServerError, TooLarge, TooManySandboxes, Unauthorized)
+from . import images
 
 __all__ = ["Sandbox", "AsyncSandbox", "ExecResult", "Endpoint", "CordonError", "InvalidArgument", "ExecError",
            "NotFound", "SandboxNotRunning", "TooManySandboxes", "Unauthorized", "ServerError", "Forbidden",
-           "TooLarge", "IncompleteRead"]
+           "TooLarge", "IncompleteRead", "ImageInUse", "PullFailed", "images"]
 
 _LIMITS = ("cpus", "memory_mb", "pids", "disk_mb", "timeout_s", "nofile", "ptys")
-_TOP = ("tier", "image", "network", "mounts", "protect", "env", "workdir", "labels", "hostname", "read_only", "watch_writes",
+_TOP = ("tier", "image", "pull", "network", "mounts", "protect", "env", "workdir", "labels", "hostname", "read_only", "watch_writes",
         "on_violation", "disk")
 
 
@@ -248,7 +249,8 @@ class Sandbox:
     def create(cls, endpoint=None, **fields):
         """Create a sandbox; keyword arguments are the spec's fields (tier,
         image, memory_mb, cpus, pids, disk_mb, timeout_s, network, mounts,
-        protect, env, workdir, labels, disk="disk"|"memory", …)."""
+        protect, env, workdir, labels, disk="disk"|"memory", …). An OCI image that is not
+        in cordond's store is pulled first; pull="always" pulls it anyway, pull="never" refuses."""
         ep = endpoint or Endpoint()
         return cls(ep.json("POST", "/v1/sandboxes", _spec(fields)), ep)
 

@@ -38,6 +38,14 @@ class SandboxNotRunning(CordonError):
     """409: the sandbox has ended (its lifetime ran out, its init died)."""
 
 
+class ImageInUse(CordonError):
+    """409 (code "image_in_use"): a live sandbox runs on the image; delete the sandboxes first."""
+
+
+class PullFailed(CordonError):
+    """A pull that the registry or the image refused (502), or that ended as cordond stopped (503)."""
+
+
 class TooManySandboxes(CordonError):
     """429: the daemon's max_sandboxes is reached."""
 
@@ -71,6 +79,10 @@ def error_from(status, body):
         code, message, field = "http_error", (body or b"").decode("utf-8", "replace")[:500], None
     if code == "exec_failed":
         cls = ExecError
+    elif code == "image_in_use":
+        cls = ImageInUse
+    elif code in ("pull_failed", "stopping") and status in (502, 503):
+        cls = PullFailed
     else:
         cls = {400: InvalidArgument, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: SandboxNotRunning,
                413: TooLarge, 429: TooManySandboxes}.get(status, ServerError if status >= 500 else CordonError)

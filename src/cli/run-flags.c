@@ -98,6 +98,7 @@ static int f_pull(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
     if (strcmp(a, "missing") != 0 && strcmp(a, "always") != 0 && strcmp(a, "never") != 0)
         return cdn_error_field(e, EINVAL, "pull", "--pull '%s': not one of missing, always, never", a);
     o->pull = a;
+    o->spec.pull = (enum cdn_pull_policy) cdn_pull_policy_from_string(a); /* cordon create sends it */
     o->needs_full = true;
     return 0;
 }

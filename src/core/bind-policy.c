@@ -201,6 +201,18 @@ int cdn_bind_policy_check_image(const struct cdn_bind_policy *p, struct cdn_spec
     return 0;
 }
 
+int cdn_bind_policy_check_path(const struct cdn_bind_policy *p, const char *path, const char *field,
+                               struct cdn_error *err)
+{
+    _cleanup_free_ char *src = realpath(path, NULL);
+    if (!src)
+        return errno == ENOMEM ? -ENOMEM
+                               : cdn_error_field(err, errno, field, "%s: '%.200s': %m", field, path);
+    char shown[300];
+    (void) snprintf(shown, sizeof shown, "'%.200s'", path);
+    return judge(p, src, shown, true, field, err);
+}
+
 int cdn_bind_source_open(const char *source)
 {
     struct open_how how = {.flags = O_PATH | O_CLOEXEC,

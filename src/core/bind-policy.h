@@ -52,6 +52,11 @@ int cdn_bind_policy_check(const struct cdn_bind_policy *p, struct cdn_spec *spec
 int cdn_bind_policy_check_image(const struct cdn_bind_policy *p, struct cdn_spec *spec,
                                 struct cdn_error *err);
 
+/* The same judgement, read-only, for another host path a client names (an OCI layout or archive of
+ * an image reference): 0, or the refusal naming field. path itself is not changed. */
+int cdn_bind_policy_check_path(const struct cdn_bind_policy *p, const char *path, const char *field,
+                               struct cdn_error *err);
+
 /* For the tiers: open a source the policy resolved (O_PATH, no symlink anywhere on the way, so a
  * component swapped for a symlink since the check fails with ELOOP). An fd or -errno. */
 int cdn_bind_source_open(const char *source);

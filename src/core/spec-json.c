@@ -241,10 +241,22 @@ static int decode_field(struct cdn_spec *spec, const char *key, json_t *v, struc
         spec->disk = (enum cdn_disk_kind) e;
         return 0;
     }
+    if (strcmp(key, "pull") == 0) {
+        int r = decode_enum(v, "pull", cdn_pull_policy_from_string, &e, err);
+        if (r < 0)
+            return cdn_error_field(
+                err, EINVAL, "pull",
+                "pull: must be \"missing\" (the default), \"always\" or \"never\", not %.40s",
+                json_is_string(v) ? json_string_value(v) : "a non-string");
+        spec->pull = (enum cdn_pull_policy) e;
+        return 0;
+    }
     if (strcmp(key, "image") == 0)
         return set_string(&spec->image, v, "image", err);
-    if (strcmp(key, "workdir") == 0)
+    if (strcmp(key, "workdir") == 0) {
+        spec->workdir_given = true;
         return set_string(&spec->workdir, v, "workdir", err);
+    }
     if (strcmp(key, "hostname") == 0)
         return set_string(&spec->hostname, v, "hostname", err);
     if (strcmp(key, "read_only") == 0) {
@@ -335,7 +347,9 @@ char *cdn_spec_to_json(const struct cdn_spec *spec)
         cdn_on_violation_to_string(spec->on_violation));
     if (root &&
         (json_object_set_new(json_object_get(root, "limits"), "ptys", json_integer((json_int_t) l->ptys)) ||
-         json_object_set_new(root, "disk", json_string(cdn_disk_kind_to_string(spec->disk)))))
+         json_object_set_new(root, "disk", json_string(cdn_disk_kind_to_string(spec->disk))) ||
+         (spec->pull != CDN_PULL_MISSING &&
+          json_object_set_new(root, "pull", json_string(cdn_pull_policy_to_string(spec->pull))))))
         return NULL;
     return root ? json_dumps(root, JSON_COMPACT) : NULL;
 }

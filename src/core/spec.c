@@ -11,6 +11,7 @@ static const char *const tier_names[_CDN_TIER_MAX] = {"process", "container", "m
 static const char *const net_names[_CDN_NET_MAX] = {"none", "allowlist", "open"};
 static const char *const violation_names[_CDN_VIOLATION_MAX] = {"log", "deny", "kill"};
 static const char *const disk_names[_CDN_DISK_MAX] = {"disk", "memory"};
+static const char *const pull_names[_CDN_PULL_MAX] = {"missing", "always", "never"};
 
 static int lookup(const char *const *names, int n, const char *s)
 {
@@ -52,6 +53,15 @@ const char *cdn_disk_kind_to_string(enum cdn_disk_kind k)
 int cdn_disk_kind_from_string(const char *s)
 {
     return lookup(disk_names, _CDN_DISK_MAX, s);
+}
+
+const char *cdn_pull_policy_to_string(enum cdn_pull_policy p)
+{
+    return (unsigned) p < _CDN_PULL_MAX ? pull_names[p] : NULL;
+}
+int cdn_pull_policy_from_string(const char *s)
+{
+    return lookup(pull_names, _CDN_PULL_MAX, s);
 }
 
 /* Set "K=V" in l, replacing an earlier K. */
@@ -414,6 +424,9 @@ int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
     for (size_t i = 0; i < il; i++)
         if ((unsigned char) spec->image[i] < 0x20 || spec->image[i] == 0x7f)
             return cdn_error_field(err, EINVAL, "image", "image: a control character in the reference");
+    if (spec->pull != CDN_PULL_MISSING && (strcmp(spec->image, "host") == 0 || spec->image[0] == '/'))
+        return cdn_error_field(err, EINVAL, "pull", "pull: \"%s\" is for an OCI image reference, not '%.64s'",
+                               cdn_pull_policy_to_string(spec->pull), spec->image);
     size_t hl = strlen(spec->hostname);
     if (hl == 0 || hl > 63 ||
         strspn(spec->hostname, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") != hl)

@@ -18,6 +18,9 @@ enum cdn_on_violation { CDN_VIOLATION_LOG, CDN_VIOLATION_DENY, CDN_VIOLATION_KIL
 /* Where the container tier's writable layer lives: a filesystem of its own on the host's disk (the
  * default), or a tmpfs charged to the memory limit ("memory"). */
 enum cdn_disk_kind { CDN_DISK_DISK, CDN_DISK_MEMORY, _CDN_DISK_MAX };
+/* When an OCI image (spec.image) is pulled before a create: when the store lacks it (the default),
+ * every time (a tag may have moved), or never (a missing image is an error naming "image"). */
+enum cdn_pull_policy { CDN_PULL_MISSING, CDN_PULL_ALWAYS, CDN_PULL_NEVER, _CDN_PULL_MAX };
 
 struct cdn_mount {
     char *source; /* absolute host path */
@@ -55,6 +58,10 @@ struct cdn_spec {
     bool watch_writes;
     enum cdn_on_violation on_violation;
     enum cdn_disk_kind disk;
+    /* What a create does about an OCI image that is not stored ("pull"); not part of the sandbox's
+     * shape, so cdn_spec_to_json writes it only when it is not the default. */
+    enum cdn_pull_policy pull;
+    bool workdir_given; /* "workdir" was in the JSON: an image's WorkingDir does not replace it */
 };
 
 /* Limits of accepted values; documented in docs/spec.md. */
@@ -77,6 +84,8 @@ const char *cdn_on_violation_to_string(enum cdn_on_violation v);
 int cdn_on_violation_from_string(const char *s);
 const char *cdn_disk_kind_to_string(enum cdn_disk_kind k);
 int cdn_disk_kind_from_string(const char *s);
+const char *cdn_pull_policy_to_string(enum cdn_pull_policy p);
+int cdn_pull_policy_from_string(const char *s);
 
 /* Fill with the safe defaults of DESIGN §2. Returns -ENOMEM only. */
 int cdn_spec_init(struct cdn_spec *spec);

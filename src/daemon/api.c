@@ -18,6 +18,7 @@
 #include <event2/keyvalq_struct.h>
 
 #include "api.h"
+#include "images.h"
 #include "core/json-util.h"
 #include "tiers/tier.h"
 
@@ -162,6 +163,8 @@ static void route_create(struct evhttp_request *req)
         r = cdn_bind_policy_check(&cdn_daemon->bind_policy, &spec, &err);
     if (r >= 0) /* a client's image path is a host path too (pool specs are the operator's) */
         r = cdn_bind_policy_check_image(&cdn_daemon->bind_policy, &spec, &err);
+    if (r >= 0) /* and so is an OCI layout's or archive's (oci:DIR, docker-archive:FILE) */
+        r = cdn_images_check_source(spec.image, "image", &err);
     if (r < 0) {
         cdn_spec_free(&spec);
         if (!err.field[0]) /* the body as a whole: not JSON, not an object */
@@ -332,6 +335,21 @@ static void route_metrics(struct evhttp_request *req)
                         "# HELP cordon_alerts_total Alerts of the monitor's rules and the DNS heuristics.\n"
                         "# TYPE cordon_alerts_total counter\ncordon_alerts_total %llu\n",
                         (unsigned long long) cdn_daemon->alerts_total);
+    evbuffer_add_printf(b,
+                        "# HELP cordon_image_pulls_total Image pulls that ended, by result.\n"
+                        "# TYPE cordon_image_pulls_total counter\n"
+                        "cordon_image_pulls_total{result=\"done\"} %llu\n"
+                        "cordon_image_pulls_total{result=\"failed\"} %llu\n"
+                        "# HELP cordon_image_pull_bytes_total Layer bytes fetched by pulls.\n"
+                        "# TYPE cordon_image_pull_bytes_total counter\ncordon_image_pull_bytes_total %llu\n",
+                        (unsigned long long) cdn_daemon->pulls_total,
+                        (unsigned long long) cdn_daemon->pull_errors,
+                        (unsigned long long) cdn_daemon->pull_bytes);
+    if (cdn_daemon->image_store_known) /* measured by a child after each pull and prune, and at start */
+        evbuffer_add_printf(b,
+                            "# HELP cordon_image_store_bytes Bytes the image store takes on disk.\n"
+                            "# TYPE cordon_image_store_bytes gauge\ncordon_image_store_bytes %llu\n",
+                            (unsigned long long) cdn_daemon->image_store_bytes);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain; version=0.0.4");
     evhttp_send_reply(req, 200, "OK", b);
 }
@@ -450,6 +468,8 @@ static void route(struct evhttp_request *req, void *arg)
         return route_health(req);
     if (strcmp(path, "/metrics") == 0 && m == EVHTTP_REQ_GET)
         return route_metrics(req);
+    if (strncmp(path, "/v1/images", 10) == 0 && (path[10] == '\0' || path[10] == '/'))
+        return cdn_api_images(req, path);
     if (strcmp(path, "/v1/sandboxes") == 0) {
         if (m == EVHTTP_REQ_POST)
             return route_create(req);

@@ -48,6 +48,8 @@ void cdn_api_ls(struct evhttp_request *req, struct box *b);
 void cdn_api_stat(struct evhttp_request *req, struct box *b);
 void cdn_api_mkdir(struct evhttp_request *req, struct box *b);
 void cdn_api_events(struct evhttp_request *req, struct box *b);
+/* /v1/images and below (api-images.c): path is the request's, still URL-encoded. */
+void cdn_api_images(struct evhttp_request *req, const char *path);
 void cdn_api_events_push(struct box *b, const char *line, size_t len);
 void cdn_api_events_end(struct box *b); /* the box is going: end every follow */
 /* The sibling runs; b (either side of a step) has stopped or is being freed (api-sibling.c). */

@@ -28,6 +28,7 @@
 #include "registry.h"
 #include "core/json-util.h"
 #include "core/paths.h"
+#include "images.h"
 #include "record.h"
 #include "shared/fd-util.h"
 #include "tiers/tier.h"
@@ -160,6 +161,8 @@ json_t *cdn_box_to_json(struct box *b)
         json_object_set_new(o, "spec", json_loads(spec, 0, NULL));
     if (o && b->exit_reason[0])
         json_object_set_new(o, "exit_reason", json_string(b->exit_reason));
+    if (o && b->image_manifest[0])
+        json_object_set_new(o, "image_digest", json_string(b->image_manifest));
     if (o && b->sb.tier->describe) /* a VM's: what runs the guest, and how it started */
         b->sb.tier->describe(&b->sb, o, CDN_DESCRIBE_API);
     if (o)
@@ -710,30 +713,47 @@ void cdn_box_hand_over(struct box *b, struct cdn_spec *spec)
     }
 }
 
-void cdn_box_create(struct cdn_spec *spec, struct cdn_box_waiter w)
+/* Refused now, before any pull: cordond stops, or the maximum of sandboxes exists. */
+static bool create_refused(struct cdn_spec *spec, struct cdn_box_waiter w)
 {
     struct cdn_error err = {0};
+    enum cdn_box_created how;
     if (cdn_daemon->stopping) {
-        cdn_spec_free(spec);
         (void) snprintf(err.msg, sizeof err.msg, "cordond is stopping");
-        w.done(w.arg, NULL, CDN_BOX_STOPPING, &err);
-        return;
-    }
-    if (cdn_daemon->n_boxes >= cdn_daemon->cfg.max_sandboxes) {
-        cdn_spec_free(spec);
+        how = CDN_BOX_STOPPING;
+    } else if (cdn_daemon->n_boxes >= cdn_daemon->cfg.max_sandboxes) {
         (void) snprintf(err.msg, sizeof err.msg, "%u sandboxes exist, the configured maximum",
                         cdn_daemon->n_boxes);
-        w.done(w.arg, NULL, CDN_BOX_TOO_MANY, &err);
-        return;
+        how = CDN_BOX_TOO_MANY;
+    } else {
+        return false;
     }
+    cdn_spec_free(spec);
+    w.done(w.arg, NULL, how, &err);
+    return true;
+}
+
+void cdn_box_create(struct cdn_spec *spec, struct cdn_box_waiter w)
+{
+    if (!create_refused(spec, w))
+        cdn_images_prepare_create(spec, w);
+}
+
+void cdn_box_create_resolved(struct cdn_spec *spec, struct cdn_box_waiter w, const char *image_manifest)
+{
+    struct cdn_error err = {0};
+    if (create_refused(spec, w)) /* again: a pull may have taken a while */
+        return;
     struct box *b = cdn_pool_take(spec);
     if (b) {
         cdn_box_hand_over(b, spec);
+        (void) snprintf(b->image_manifest, sizeof b->image_manifest, "%s", image_manifest ?: "");
         w.done(w.arg, b, CDN_BOX_CREATED, NULL);
         return;
     }
     b = cdn_box_spawn(spec, NULL, &err);
     if (b) {
+        (void) snprintf(b->image_manifest, sizeof b->image_manifest, "%s", image_manifest ?: "");
         b->waiter = w; /* told by on_setup */
         return;
     }

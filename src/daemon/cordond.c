@@ -19,6 +19,7 @@
 #include "oci/resolve.h"
 #include "core/paths.h"
 #include "api.h"
+#include "images.h"
 #include "shared/fd-util.h"
 #include "net/audit.h"
 #include "shared/parse-util.h"
@@ -40,6 +41,33 @@ static int set_string(char *dst, size_t size, const char *v)
 static int set_size(uint64_t *dst, const char *v)
 {
     return cdn_parse_size(v, dst) < 0 || *dst == 0 ? -EINVAL : 0;
+}
+
+/* A comma-separated list; each use of the option adds to it. Items are host[:port] or paths:
+ * no blanks or control bytes. */
+static int add_list(char *dst, size_t size, const char *v)
+{
+    if (!v[0])
+        return -EINVAL;
+    for (const char *p = v; *p; p++)
+        if ((unsigned char) *p <= ' ' || *p == 0x7f)
+            return -EINVAL;
+    size_t n = strlen(dst);
+    return (size_t) snprintf(dst + n, size - n, "%s%s", n ? "," : "", v) < size - n ? 0 : -ENAMETOOLONG;
+}
+
+/* The image options (images.c): registry lists and the store's size cap. */
+static int set_image_option(struct daemon_config *c, const char *name, const char *v)
+{
+    if (strcmp(name, "insecure-registries") == 0 || strcmp(name, "insecure_registries") == 0)
+        return add_list(c->insecure_registries, sizeof c->insecure_registries, v);
+    if (strcmp(name, "registry-ca-files") == 0 || strcmp(name, "registry_ca_files") == 0)
+        return v[0] == '/' ? add_list(c->registry_ca_files, sizeof c->registry_ca_files, v) : -EINVAL;
+    if (strcmp(name, "registry-mirrors") == 0 || strcmp(name, "registry_mirrors") == 0)
+        return add_list(c->registry_mirrors, sizeof c->registry_mirrors, v);
+    if (strcmp(name, "image-store-max") == 0 || strcmp(name, "image_store_max") == 0)
+        return set_size(&c->image_store_max, v);
+    return -ENOENT;
 }
 
 /* One option, from the command line (--name value) or the config file (name = value). */
@@ -141,7 +169,7 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         c->max_sandboxes = (unsigned) n;
         return 0;
     }
-    return -ENOENT;
+    return set_image_option(c, name, v);
 }
 
 static char *trim(char *s)
@@ -200,6 +228,8 @@ static void usage(FILE *f)
         "               [--dns-upstream IP[:PORT]] [--net-pool N] [--audit-rotate SIZE] [--audit-rate N]\n"
         "               [--monitor-rules FILE] [--agent-timeout SECONDS] [--bind-allow DIR[:ro]]…\n"
         "               [--dns-budget off|names=N,bytes=N,window=T,action=A]\n"
+        "               [--insecure-registries H[:P],…] [--registry-ca-files F,…] [--registry-mirrors H,…]\n"
+        "               [--image-store-max SIZE]\n"
         "Defaults and the config file format: docs/cordond.md (config: %s)\n",
         DEFAULT_CONFIG);
 }
@@ -285,6 +315,7 @@ static void on_stop(evutil_socket_t sig, short what, void *arg)
         return;
     fprintf(stderr, "cordond: signal %d, stopping\n", (int) sig);
     cdn_daemon->stopping = true;
+    cdn_images_stop(); /* creates waiting for a pull are told first */
     cdn_box_release_all();
     cdn_pool_drain();
     if (LIST_EMPTY(&cdn_daemon->dying)) {
@@ -435,6 +466,7 @@ int main(int argc, char **argv)
     if (cdn_api_start() < 0)
         return 1;
     cdn_pool_start();
+    cdn_images_start();
     fprintf(stderr, "cordond %s: listening on %s%s%s\n", CORDON_VERSION, d->cfg.socket_path,
             d->cfg.listen[0] ? " and " : "", d->cfg.listen);
     event_base_dispatch(d->base);

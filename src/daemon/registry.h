@@ -25,6 +25,7 @@
 #include "core/spec.h"
 #include "net/egress.h"
 #include "net/netns.h"
+#include "oci/digest.h"
 #include "shared/error.h"
 #include "supervise/session.h"
 
@@ -56,6 +57,13 @@ struct daemon_config {
     char bind_allow[CDN_BIND_RULES_MAX][256]; /* "DIR[:ro]" each (core/bind-policy.h); none: "/" */
     unsigned n_bind_allow;
     struct cdn_dns_budget_cfg dns_budget; /* new self-chosen names per sandbox (net/dns-budget.h) */
+    /* Image pulls (images.c): host[:port] and PEM file lists, comma-separated, added to the
+     * environment's (CORDON_INSECURE_REGISTRIES, …: oci/resolve.h); the store's cap in bytes after
+     * which a pull prunes what nothing references (0: none). */
+    char insecure_registries[1024];
+    char registry_ca_files[2048];
+    char registry_mirrors[1024];
+    uint64_t image_store_max;
 };
 
 /* ---- host side of the agent protocol: agent-conn.h ---- */
@@ -159,6 +167,7 @@ struct box {
     size_t n_psrc;
     bool psrc_noted;
     bool cleaned;                        /* cleanup() ran: init reaped, tier resources released */
+    char image_manifest[CDN_DIGEST_MAX]; /* its OCI image's manifest digest, else "" (images.c) */
     struct evbuffer *events;             /* NDJSON lines, oldest dropped past a cap (box-events.c) */
     uint64_t events_seq, events_dropped; /* lines logged, and dropped from the ring's front */
     struct pinned_event pinned[EVENTS_PINNED];
@@ -200,13 +209,19 @@ struct daemon {
     uint64_t alerts_total;
     uint64_t exec_hist[12]; /* buckets of exec latency, see api.c */
     double exec_sum_ms;
+    uint64_t pulls_total, pull_errors, pull_bytes; /* image pulls (images.c) */
+    uint64_t image_store_bytes;                    /* at the last measure, when known */
+    bool image_store_known;
 };
 
 extern struct daemon *cdn_daemon;
 
-/* Start a sandbox for spec (moved into the box); w is told how it ended, once (now or when init
- * runs or fails). The registry knows nothing of HTTP: the API turns that into its answer. */
+/* Start a sandbox for spec (moved into the box); w is told how it ended, once (now, when its OCI
+ * image is pulled (images.h), or when init runs or fails). The registry knows nothing of HTTP: the
+ * API turns that into its answer. */
 void cdn_box_create(struct cdn_spec *spec, struct cdn_box_waiter w);
+/* The same once the image is there: image_manifest the OCI image's manifest digest, or NULL. */
+void cdn_box_create_resolved(struct cdn_spec *spec, struct cdn_box_waiter w, const char *image_manifest);
 /* Make a sandbox for spec (moved in) and put it in the API's list or, with
  * pool set, in that pool. Not running yet: its setup report comes later
  * (its waiter, or cdn_pool_box_ready). NULL with err on failure. */

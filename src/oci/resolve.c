@@ -14,15 +14,6 @@
 #include "oci/ref.h"
 #include "oci/store.h"
 
-int cdn_pull_policy_from_string(const char *s)
-{
-    static const char *const names[] = {"missing", "always", "never"};
-    for (int i = 0; i < 3; i++)
-        if (strcmp(s, names[i]) == 0)
-            return i;
-    return -EINVAL;
-}
-
 bool cdn_oci_is_reference(const char *name)
 {
     struct cdn_image_ref ref;

@@ -10,8 +10,7 @@
 #include "oci/manifest.h"
 #include "oci/pull.h"
 
-enum cdn_pull_policy { CDN_PULL_MISSING, CDN_PULL_ALWAYS, CDN_PULL_NEVER };
-int cdn_pull_policy_from_string(const char *s);
+/* enum cdn_pull_policy and its names: core/spec.h (a spec's "pull"). */
 
 /* Let cdn_image_resolve() resolve OCI references through the store. */
 void cdn_oci_install_resolver(void);
