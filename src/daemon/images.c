@@ -76,17 +76,7 @@ int cdn_images_check_source(const char *name, const char *field, struct cdn_erro
 
 int cdn_images_lookup(const char *canon, char manifest[CDN_DIGEST_MAX], struct cdn_error *err)
 {
-    _cleanup_store_ struct cdn_store *s = NULL;
-    int r = cdn_store_open(cdn_daemon->cfg.state_dir, &s, err);
-    if (r < 0)
-        return r;
-    char m[CDN_DIGEST_MAX];
-    struct cdn_image_record rec = {0};
-    if ((r = cdn_store_ref_get(s, canon, m, err)) < 0 || (r = cdn_store_image_get(s, m, &rec, err)) < 0)
-        return r;
-    cdn_image_record_done(&rec);
-    memcpy(manifest, m, CDN_DIGEST_MAX);
-    return 0;
+    return cdn_oci_stored(canon, manifest, NULL, NULL, err);
 }
 
 /* The manifest b runs on: noted at its create, else (adopted after a restart) looked up now. */
@@ -537,9 +527,7 @@ static void create_with_image(struct cdn_spec *spec, struct cdn_box_waiter w, co
     struct cdn_error err = {0};
     struct cdn_oci_config c = {0};
     char manifest[CDN_DIGEST_MAX];
-    int r = cdn_images_lookup(canon, manifest, &err);
-    if (r >= 0)
-        r = cdn_oci_ensure(canon, CDN_PULL_NEVER, NULL, &c, &err);
+    int r = cdn_oci_stored(canon, manifest, NULL, &c, &err);
     if (r >= 0)
         r = cdn_oci_apply_config(&c, spec, spec->workdir_given, &err);
     cdn_oci_config_free(&c);

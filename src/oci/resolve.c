@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,15 +52,44 @@ static int lookup(struct cdn_store *s, const char *canon, struct cdn_image_recor
     return cdn_store_image_get(s, manifest, rec, err);
 }
 
-/* What the store holds for canon: the record's layers, topmost first, relative to its layers/. */
-static int resolve_stored(const char *canon, struct cdn_image *ret, struct cdn_error *err)
+/* What the store holds for a reference: its manifest, its layers for the tiers (topmost first,
+ * relative to the store's layers/) and its config's bytes. */
+struct stored {
+    char manifest[CDN_DIGEST_MAX];
+    struct cdn_image image;
+    char *config;
+    size_t config_len;
+};
+
+static int read_stored_config(struct cdn_store *s, const char *canon, const char *digest, struct stored *ret,
+                              struct cdn_error *err)
+{
+    _cleanup_close_ int fd = cdn_store_blob_open(s, digest, err);
+    if (fd < 0)
+        return fd;
+    struct stat st;
+    if (fstat(fd, &st) < 0 || st.st_size < 0 || (uint64_t) st.st_size > CDN_OCI_JSON_MAX)
+        return cdn_error_field(err, EFBIG, "image", "image: %s: its stored config cannot be read", canon);
+    ret->config = malloc((size_t) st.st_size + 1);
+    if (!ret->config)
+        return -ENOMEM;
+    ssize_t n = read(fd, ret->config, (size_t) st.st_size + 1);
+    if (n < 0 || n != st.st_size)
+        return cdn_error_field(err, n < 0 ? errno : EIO, "image",
+                               "image: %s: its stored config cannot be read", canon);
+    ret->config_len = (size_t) n;
+    return 0;
+}
+
+static int read_stored(const char *canon, struct stored *ret, struct cdn_error *err)
 {
     _cleanup_store_ struct cdn_store *s = NULL;
     int r = cdn_store_open(cdn_state_dir(), &s, err);
     if (r < 0)
         return r;
     struct cdn_image_record rec = {0};
-    if ((r = lookup(s, canon, &rec, err)) < 0) {
+    if ((r = cdn_store_ref_get(s, canon, ret->manifest, err)) < 0 ||
+        (r = cdn_store_image_get(s, ret->manifest, &rec, err)) < 0) {
         if (r == -ENOENT)
             return cdn_error_field(err, ENOENT, "image",
                                    "image: %s is not in the image store (cordon image pull)", canon);
@@ -70,44 +100,58 @@ static int resolve_stored(const char *canon, struct cdn_image *ret, struct cdn_e
         return cdn_error_field(err, E2BIG, "image", "image: %s has %zu layers, more than %d", canon,
                                rec.n_layers, CDN_IMAGE_LAYERS_MAX);
     }
-    (void) snprintf(ret->lower, sizeof ret->lower, "%s/layers", cdn_store_path(s));
-    ret->host = false;
-    ret->n_layers = rec.n_layers;
+    struct cdn_image *img = &ret->image;
+    (void) snprintf(img->lower, sizeof img->lower, "%s/layers", cdn_store_path(s));
+    img->host = false;
+    img->n_layers = rec.n_layers;
     for (size_t i = 0; i < rec.n_layers && r >= 0; i++) {
         const char *diff_id = rec.diff_ids[rec.n_layers - 1 - i];
-        (void) snprintf(ret->layers[i], sizeof ret->layers[i], "sha256/%s", cdn_digest_hex(diff_id));
+        (void) snprintf(img->layers[i], sizeof img->layers[i], "sha256/%s", cdn_digest_hex(diff_id));
         if (cdn_store_layer_has(s, diff_id, NULL) != 1)
             r = cdn_error_field(err, ENOENT, "image",
                                 "image: %s: layer %s is missing from the store (pull it again)", canon,
                                 diff_id);
     }
+    if (r >= 0)
+        r = read_stored_config(s, canon, rec.config, ret, err);
     cdn_image_record_done(&rec);
     return r < 0 ? r : 0;
 }
 
+static int give(const struct stored *s, char manifest[CDN_DIGEST_MAX], struct cdn_image *image,
+                struct cdn_oci_config *config, struct cdn_error *err)
+{
+    if (manifest)
+        memcpy(manifest, s->manifest, CDN_DIGEST_MAX);
+    if (image)
+        *image = s->image;
+    return config ? cdn_oci_config_parse(s->config, s->config_len, config, err) : 0;
+}
+
 /* cordond resolves the same few images for create after create: what the last ones resolved to is
  * kept, each entry valid while the reference's entry in the store is the same file (a pull replaces
- * it, an rm removes it; the layers an entry names are referenced, so prune keeps them). A hit
- * costs one stat instead of opening the store, reading the image record and a stat per layer. */
-#define RESOLVED_CACHED 8
-static struct resolved {
+ * it, an rm removes it; the layers and config an entry names are referenced, so prune keeps them,
+ * and a record is content-addressed). A hit costs one stat instead of opening the store, reading
+ * the ref, the image record and the config and a stat per layer. */
+#define STORED_CACHED 8
+static struct cached {
     char ref_path[4096]; /* "" when the slot is free */
     dev_t dev;
     ino_t ino;
     struct timespec mtime;
-    struct cdn_image image;
-} resolved_cache[RESOLVED_CACHED];
-static size_t resolved_next;
-static pthread_mutex_t resolved_lock = PTHREAD_MUTEX_INITIALIZER;
+    struct stored stored;
+} stored_cache[STORED_CACHED];
+static size_t stored_next;
+static pthread_mutex_t stored_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static bool same_file(const struct resolved *c, const struct stat *st)
+static bool same_file(const struct cached *c, const struct stat *st)
 {
     return c->dev == st->st_dev && c->ino == st->st_ino && c->mtime.tv_sec == st->st_mtim.tv_sec &&
            c->mtime.tv_nsec == st->st_mtim.tv_nsec;
 }
 
-/* image.h's hook. */
-static int resolve_oci(const char *name, struct cdn_image *ret, struct cdn_error *err)
+int cdn_oci_stored(const char *name, char manifest[CDN_DIGEST_MAX], struct cdn_image *image,
+                   struct cdn_oci_config *config, struct cdn_error *err)
 {
     struct cdn_image_ref ref;
     char canon[CDN_IMAGE_REF_MAX], path[4096];
@@ -118,55 +162,47 @@ static int resolve_oci(const char *name, struct cdn_image *ret, struct cdn_error
      * next stat finds stale, never a stale image under the new entry's identity. */
     struct stat st;
     bool have_st = stat(path, &st) == 0;
-    pthread_mutex_lock(&resolved_lock);
-    for (size_t i = 0; have_st && i < RESOLVED_CACHED; i++)
-        if (strcmp(resolved_cache[i].ref_path, path) == 0 && same_file(&resolved_cache[i], &st)) {
-            *ret = resolved_cache[i].image;
-            pthread_mutex_unlock(&resolved_lock);
-            return 0;
+    pthread_mutex_lock(&stored_lock);
+    for (size_t i = 0; have_st && i < STORED_CACHED; i++)
+        if (strcmp(stored_cache[i].ref_path, path) == 0 && same_file(&stored_cache[i], &st)) {
+            r = give(&stored_cache[i].stored, manifest, image, config, err);
+            pthread_mutex_unlock(&stored_lock);
+            return r;
         }
-    pthread_mutex_unlock(&resolved_lock);
-    if ((r = resolve_stored(canon, ret, err)) < 0 || !have_st)
+    pthread_mutex_unlock(&stored_lock);
+    _cleanup_free_ struct stored *fresh = calloc(1, sizeof *fresh);
+    if (!fresh)
+        return -ENOMEM;
+    if ((r = read_stored(canon, fresh, err)) < 0 || (r = give(fresh, manifest, image, config, err)) < 0 ||
+        !have_st) {
+        free(fresh->config);
         return r;
-    pthread_mutex_lock(&resolved_lock);
-    size_t slot = RESOLVED_CACHED;
-    for (size_t i = 0; i < RESOLVED_CACHED && slot == RESOLVED_CACHED; i++)
-        if (strcmp(resolved_cache[i].ref_path, path) == 0)
+    }
+    pthread_mutex_lock(&stored_lock);
+    size_t slot = STORED_CACHED;
+    for (size_t i = 0; i < STORED_CACHED && slot == STORED_CACHED; i++)
+        if (strcmp(stored_cache[i].ref_path, path) == 0)
             slot = i;
-    if (slot == RESOLVED_CACHED)
-        slot = resolved_next++ % RESOLVED_CACHED;
-    struct resolved *c = &resolved_cache[slot];
+    if (slot == STORED_CACHED)
+        slot = stored_next++ % STORED_CACHED;
+    struct cached *c = &stored_cache[slot];
+    free(c->stored.config);
     (void) snprintf(c->ref_path, sizeof c->ref_path, "%s", path);
     c->dev = st.st_dev, c->ino = st.st_ino, c->mtime = st.st_mtim;
-    c->image = *ret;
-    pthread_mutex_unlock(&resolved_lock);
+    c->stored = *fresh;
+    pthread_mutex_unlock(&stored_lock);
     return 0;
+}
+
+/* image.h's hook. */
+static int resolve_oci(const char *name, struct cdn_image *ret, struct cdn_error *err)
+{
+    return cdn_oci_stored(name, NULL, ret, NULL, err);
 }
 
 void cdn_oci_install_resolver(void)
 {
     cdn_image_resolve_oci = resolve_oci;
-}
-
-static int read_config(struct cdn_store *s, const char *canon, struct cdn_oci_config *config,
-                       struct cdn_error *err)
-{
-    struct cdn_image_record rec = {0};
-    int r = lookup(s, canon, &rec, err);
-    if (r < 0)
-        return r;
-    _cleanup_close_ int fd = cdn_store_blob_open(s, rec.config, err);
-    cdn_image_record_done(&rec);
-    if (fd < 0)
-        return fd;
-    _cleanup_free_ char *buf = malloc(CDN_OCI_JSON_MAX + 1);
-    if (!buf)
-        return -ENOMEM;
-    ssize_t n = read(fd, buf, CDN_OCI_JSON_MAX + 1);
-    if (n < 0 || n > (ssize_t) CDN_OCI_JSON_MAX)
-        return cdn_error_field(err, n < 0 ? errno : EFBIG, "image",
-                               "image: %s: its stored config cannot be read", canon);
-    return cdn_oci_config_parse(buf, (size_t) n, config, err);
 }
 
 int cdn_oci_ensure(const char *name, enum cdn_pull_policy policy, const struct cdn_pull_options *o,
@@ -195,7 +231,7 @@ int cdn_oci_ensure(const char *name, enum cdn_pull_policy policy, const struct c
         (void) snprintf(err->field, sizeof err->field, "image");
         return r;
     }
-    return config ? read_config(s, canon, config, err) : 0;
+    return config ? cdn_oci_stored(canon, NULL, NULL, config, err) : 0;
 }
 
 static bool env_has(const struct cdn_strv *env, const char *kv)

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 
 #include "core/spec.h"
+#include "image/image.h"
 #include "oci/manifest.h"
 #include "oci/pull.h"
 
@@ -18,6 +19,12 @@ void cdn_oci_install_resolver(void);
 /* Whether name is an OCI reference (registry, oci:, oci-archive:, docker-archive:) rather than
  * "host" or a directory. */
 bool cdn_oci_is_reference(const char *name);
+
+/* What the stored image name refers to: its manifest digest, its layers for the tiers and its
+ * config (cdn_oci_config_free), each left alone when NULL; -ENOENT naming "image" when it is not in
+ * the store. Kept per reference while its entry in the store is the same file: one stat a call. */
+int cdn_oci_stored(const char *name, char manifest[CDN_DIGEST_MAX], struct cdn_image *image,
+                   struct cdn_oci_config *config, struct cdn_error *err);
 
 /* Make sure the image name refers to is in the store: pulled when missing (or always), refused
  * when missing under "never". Its config in *config (cdn_oci_config_free) when not NULL. */

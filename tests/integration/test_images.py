@@ -259,7 +259,7 @@ def test_cordond_sees_a_tag_pulled_again_and_a_removed_image(daemon, oci_layout)
     assert version() == "two"
     assert cordon("image", "rm", ref).returncode == 0
     with pytest.raises(CordonError) as e:
-        Sandbox.create(endpoint=daemon.endpoint, image=ref)
+        Sandbox.create(endpoint=daemon.endpoint, image=ref, pull="never")  # "missing" would pull it again
     assert "not in the image store" in str(e.value), e.value
 
 
