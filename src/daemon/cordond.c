@@ -101,6 +101,13 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         c->net_pool = (unsigned) n;
         return 0;
     }
+    if (strcmp(name, "writable-stock") == 0 || strcmp(name, "writable_stock") == 0) {
+        uint64_t n;
+        if (cdn_parse_u64(v, &n) < 0 || n > 64)
+            return -EINVAL;
+        c->writable_stock = (unsigned) n;
+        return 0;
+    }
     if (strcmp(name, "bind-allow") == 0 || strcmp(name, "bind_allow") == 0) {
         if (c->n_bind_allow >= ELEMENTSOF(c->bind_allow))
             return -E2BIG;
@@ -369,6 +376,55 @@ static void raise_fanotify_groups(void)
         fprintf(stderr, "cordond: fs.fanotify.max_user_groups raised from %ld to 65536\n", atol(buf));
 }
 
+/* The container tier's writable layers made ahead (docs/disk.md), so that a create takes a ready one
+ * and pays no loop device and no mount. One at a time, at the loop's lowest priority, and only once
+ * creates have paused for STOCK_QUIET: a fill (~2 ms of this thread) run while a create waits for its
+ * sandbox's setup would delay that create by as much. */
+#define STOCK_QUIET_US 25000
+#define STOCK_NEXT_US  2000
+static struct event *ev_stock;
+static bool stock_failing;
+
+static void stock_arm(long us)
+{
+    struct timeval tv = {.tv_sec = 0, .tv_usec = us};
+    if (ev_stock)
+        (void) evtimer_add(ev_stock, &tv); /* re-arming moves it later: creates keep it waiting */
+}
+
+static void stock_fill(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what, (void) arg;
+    if (cdn_daemon->stopping)
+        return;
+    struct cdn_error err = {0};
+    int r = cdn_writable_stock_fill(&err);
+    if (r < 0 && !stock_failing)
+        fprintf(stderr, "cordond: a writable layer made ahead: %s (creates make their own)\n", err.msg);
+    stock_failing = r < 0; /* tried again after the next create that found none */
+    if (r > 0)
+        stock_arm(STOCK_NEXT_US);
+}
+
+static void stock_wanted(void)
+{
+    stock_arm(STOCK_QUIET_US);
+}
+
+static void stock_start(void)
+{
+    struct cdn_spec def;
+    if (!cdn_daemon->cfg.writable_stock || cdn_spec_init(&def) < 0)
+        return;
+    ev_stock = evtimer_new(cdn_daemon->base, stock_fill, NULL);
+    if (!ev_stock)
+        return;
+    (void) event_priority_set(ev_stock, 2);
+    cdn_writable_stock_enable(cdn_daemon->cfg.writable_stock, def.limits.disk_mb, stock_wanted);
+    cdn_spec_free(&def);
+    stock_arm(0);
+}
+
 int main(int argc, char **argv)
 {
     cdn_oci_install_resolver(); /* OCI references as images (oci/resolve.h) */
@@ -384,6 +440,7 @@ int main(int argc, char **argv)
         .max_unauthenticated = 64,
         .max_connections = 1024,
         .net_pool = 4,
+        .writable_stock = 4,
         .audit_rotate = 64ULL << 20,
         .audit_rate = CDN_AUDIT_RATE,
         .dns_budget = CDN_DNS_BUDGET_DEFAULT,
@@ -465,6 +522,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "cordond: adopted %d sandboxes left by the previous cordond\n", adopted);
     if (cdn_api_start() < 0)
         return 1;
+    stock_start();
     cdn_pool_start();
     cdn_images_start();
     fprintf(stderr, "cordond %s: listening on %s%s%s\n", CORDON_VERSION, d->cfg.socket_path,

@@ -8,6 +8,7 @@
  * store's next first opener sweeps. The references are the operator's (trusted, still parsed);
  * what registries send is checked by oci/. */
 #include "images.h"
+#include "tiers/tier.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -436,8 +437,10 @@ static int job_start(struct image_job *j, struct cdn_error *err)
         close(p[0]), close(p[1]);
         return cdn_error_set(err, e, "image job: fork: %m");
     }
-    if (pid == 0)
+    if (pid == 0) {
+        cdn_writable_stock_drop(); /* its copies would keep a used layer alive past its sandbox */
         child_main(j, p[1], parent);
+    }
     close(p[1]);
     j->pid = pid;
     j->pidfd = (int) syscall(SYS_pidfd_open, pid, 0); /* not reaped yet: SIGCHLD waits for the loop */

@@ -47,6 +47,7 @@ struct daemon_config {
     unsigned n_pools;
     char dns_upstream[64];   /* IP[:PORT] the DNS stub and the proxy resolve with; empty = /etc/resolv.conf */
     unsigned net_pool;       /* prepared network namespaces kept for sandboxes with network */
+    unsigned writable_stock; /* container writable layers on disk made ahead, per size (docs/disk.md) */
     uint64_t audit_rotate;   /* egress.log is rotated past this size */
     unsigned audit_rate;     /* audit lines per sandbox and second (0: no limit) */
     char monitor_rules[256]; /* rule file (src/monitor/rules.h); empty: the shipped default */

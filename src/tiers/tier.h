@@ -131,5 +131,14 @@ const struct cdn_tier_ops *cdn_tier_by_name(const char *name);
 void cdn_tier_drop_slot(int slot);
 /* sweep_slots() of every tier. */
 void cdn_tier_sweep_slots(void);
+/* The container tier's stock of writable layers made ahead (tiers/container/writable.c), for a
+ * long-lived process (cordond): up to target ready layers of each of the last few disk_mb sizes
+ * asked for, first_mb's from the start. A create takes one when there is one (and calls wanted(),
+ * which should arrange a cdn_writable_stock_fill soon); else it makes its own as without a stock.
+ * Fill makes one layer: 1 when it did, 0 when the stock is full, a negative errno with err. */
+void cdn_writable_stock_enable(unsigned target, uint64_t first_mb, void (*wanted)(void));
+int cdn_writable_stock_fill(struct cdn_error *err);
+unsigned cdn_writable_stock_ready(void);
+void cdn_writable_stock_drop(void);
 /* The tier's release(), if any; sb->tier may be NULL (never created). */
 void cdn_tier_release(struct cdn_sandbox *sb);

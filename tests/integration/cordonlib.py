@@ -325,7 +325,9 @@ LOOP_INFO64_SIZE = 232  # struct loop_info64; lo_file_name[64] at offset 56
 
 def writable_loops():
     """The container tier's writable layers (src/tiers/container/writable.c): attached loop
-    devices named "cordon-slot-N" → N. Each goes with its sandbox's mount namespace."""
+    devices named "cordon-slot-N" → N, or "cordon-stock-P" (made ahead by cordond P, used by a
+    sandbox of it or still in its stock) → ("stock", P). Each goes with its sandbox's mount
+    namespace, or with cordond's stock."""
     out = {}
     try:
         names = [n for n in os.listdir("/sys/block") if n.startswith("loop")]
@@ -344,10 +346,20 @@ def writable_loops():
             continue
         finally:
             os.close(fd)
-        m = re.fullmatch(rb"cordon-slot-(\d+)", info[56:120].split(b"\0")[0])
+        m = re.fullmatch(rb"cordon-(slot|stock)-(\d+)", info[56:120].split(b"\0")[0])
         if m:
-            out[name] = int(m.group(1))
+            out[name] = int(m.group(2)) if m.group(1) == b"slot" else ("stock", int(m.group(2)))
     return out
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
 
 
 SLOT_LOCK = re.compile(r"/slots/(\d+)$")
@@ -461,7 +473,13 @@ class HostState:
         if qemus:
             out["QEMU processes"] = sorted(str(p) for p in qemus)
         loops = [f"/dev/{n} (slot {s})" for n, s in self.loops.items()
-                 if before.loops.get(n) != s and s not in self.live_slots]
+                 if isinstance(s, int) and before.loops.get(n) != s and s not in self.live_slots]
+        # A layer made ahead carries its maker's name, not its slot: one whose cordond is gone
+        # is a leak unless a live sandbox may hold it (a live slot with no layer of its own name).
+        stock = [f"/dev/{n} (made ahead by cordond {s[1]})" for n, s in self.loops.items()
+                 if not isinstance(s, int) and before.loops.get(n) != s and not pid_alive(s[1])]
+        unnamed = {s for s in self.live_slots} - {s for s in self.loops.values() if isinstance(s, int)}
+        loops += sorted(stock)[:max(0, len(stock) - len(unnamed))]
         if loops:
             out["loop devices"] = sorted(loops)
         if self.vm_runs - before.vm_runs:

@@ -1,7 +1,7 @@
 """The container tier's writable layer on disk (issue 20 point 6, docs/disk.md): a filesystem of
 limits.disk_mb of its own per sandbox, so that a full layer is ENOSPC and a `disk` violation, never an
-OOM kill, whatever memory_mb is; spec "disk": "memory" (the default for now: a disk layer costs a create
-about 2 ms more) keeps the tmpfs charged to memory. Nothing of
+OOM kill, whatever memory_mb is; it is the default, and cordond makes layers ahead so that a create
+pays nothing for it. Spec "disk": "memory" keeps the tmpfs charged to memory, by choice. Nothing of
 a layer (mount, loop device, file) outlives its sandbox — the leak check (cordonlib.writable_loops)
 looks for the loop devices."""
 
@@ -136,15 +136,60 @@ def test_cordon_run_uses_the_disk_and_memory_kinds():
     assert "No space left on device" in r.stdout and r.stdout.strip().endswith("rc=1"), r
 
 
+def slot_loops():
+    return {n for n, v in cordonlib.writable_loops().items() if isinstance(v, int)}
+
+
+def stock_loops(pid):
+    return {n for n, v in cordonlib.writable_loops().items() if v == ("stock", pid)}
+
+
 def test_the_layer_goes_with_its_sandbox(daemon):
-    """One loop device per running sandbox, named after its slot; gone once the sandbox is."""
-    before = set(cordonlib.writable_loops())
+    """One loop device per running sandbox, named after its slot (a size cordond has no layers of
+    made ahead: the create makes its own); gone once the sandbox is."""
+    before = slot_loops()
     with Sandbox.create(endpoint=daemon.endpoint, disk_mb=32, disk="disk") as sb:
-        mine = set(cordonlib.writable_loops()) - before
+        mine = slot_loops() - before
         assert len(mine) == 1, mine
         assert sb.exec(["true"]).exit_code == 0
     cordonlib.wait_for(lambda: not (set(cordonlib.writable_loops()) & set(mine)), timeout=5,
                        what="the sandbox's loop device to clear")
+
+
+def test_cordond_makes_layers_ahead_and_uses_each_once(daemon):
+    """The default spec's layer is on disk, and cordond keeps writable_stock (4) of them ready: a create
+    takes one, the stock fills again, and a used layer goes with its sandbox — never to the next one.
+    Catches: a layer handed out twice (the second sandbox would see the first one's file), a used one
+    that outlives its sandbox or a stock that outlives its cordond (the loop counts would not fall)."""
+    pid = daemon.proc.pid
+    cordonlib.wait_for(lambda: len(stock_loops(pid)) == 4, timeout=30, what="4 layers made ahead")
+    with Sandbox.create(endpoint=daemon.endpoint) as a:
+        assert a.info()["spec"]["disk"] == "disk"
+        r = a.exec(["sh", "-c", "echo mine > /tmp/marker && df -k / | tail -1"])
+        assert r.exit_code == 0, r
+        assert 900 * 1024 < int(r.stdout.split()[1]) <= 1024 * 1024, r.stdout  # 1 GiB, disk_mb's default
+        # its layer is one made ahead (named after cordond), and one more is made in its place
+        cordonlib.wait_for(lambda: len(stock_loops(pid)) == 5, timeout=30, what="the stock filled again")
+        with Sandbox.create(endpoint=daemon.endpoint) as b:
+            r = b.exec(["sh", "-c", "ls /tmp; df -k / | tail -1"])
+            assert "marker" not in r.stdout, r.stdout
+            cordonlib.wait_for(lambda: len(stock_loops(pid)) == 6, timeout=30, what="the stock filled again")
+    cordonlib.wait_for(lambda: len(stock_loops(pid)) == 4, timeout=10, what="the used layers to go")
+    assert daemon.stop() == 0
+    cordonlib.wait_for(lambda: not stock_loops(pid), timeout=10, what="the stock to go with its cordond")
+
+
+def test_without_a_stock_a_create_makes_its_layer(shared_dir):
+    """writable_stock = 0: nothing made ahead, the layer is the sandbox's own (named after its slot)."""
+    d = cordonlib.Daemon(shared_dir, "--writable-stock", "0")
+    try:
+        before = slot_loops()
+        with Sandbox.create(endpoint=d.endpoint) as sb:
+            assert len(slot_loops() - before) == 1
+            assert sb.exec(["true"]).exit_code == 0
+        assert not stock_loops(d.proc.pid)
+    finally:
+        assert d.stop() == 0
 
 
 def test_a_killed_cordon_run_leaves_no_layer():

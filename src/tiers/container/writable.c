@@ -175,7 +175,7 @@ static int image_file(uint64_t size_mb, struct cdn_error *err)
 }
 
 /* A free loop device bound to file_fd, clearing itself on its last close; its number in *ret_nr. */
-static int loop_attach(int file_fd, int slot, int *ret_nr, struct cdn_error *err)
+static int loop_attach(int file_fd, const char *name, int *ret_nr, struct cdn_error *err)
 {
     _cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
     if (ctl < 0)
@@ -194,7 +194,7 @@ static int loop_attach(int file_fd, int slot, int *ret_nr, struct cdn_error *err
         struct loop_config cfg = {.fd = (uint32_t) file_fd,
                                   .info = {.lo_flags = LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO}};
         /* Its name says whose it is (LOOP_GET_STATUS64), for the tests' leak checks and operators. */
-        (void) snprintf((char *) cfg.info.lo_file_name, sizeof cfg.info.lo_file_name, "cordon-slot-%d", slot);
+        (void) snprintf((char *) cfg.info.lo_file_name, sizeof cfg.info.lo_file_name, "%s", name);
         int r = ioctl(fd, LOOP_CONFIGURE, &cfg);
         if (r < 0 && errno == EINVAL) {
             cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
@@ -230,22 +230,129 @@ static int mount_detached(int nr, struct cdn_error *err)
     return mnt;
 }
 
-int cdn_writable_make(const struct cdn_spec *spec, int slot, uint32_t uid_base, struct cdn_error *err)
+/* A layer of disk_mb whose root is still root's, on a loop device named name. */
+static int layer_new(uint64_t disk_mb, const char *name, struct cdn_error *err)
 {
-    _cleanup_close_ int file = image_file(spec->limits.disk_mb, err);
+    _cleanup_close_ int file = image_file(disk_mb, err);
     if (file < 0)
         return file;
     int nr = -1;
-    _cleanup_close_ int loop = loop_attach(file, slot, &nr, err);
+    _cleanup_close_ int loop = loop_attach(file, name, &nr, err);
     if (loop < 0)
         return loop;
-    _cleanup_close_ int mnt = mount_detached(nr, err);
-    if (mnt < 0)
-        return mnt;
+    return mount_detached(nr, err); /* the mount holds the loop device, which holds the file */
+}
+
+/* The stock (cordond): up to `target` layers of each of the last STOCK_SIZES sizes asked for, made
+ * ahead by cdn_writable_stock_fill, so that a create takes one instead of paying the loop device and
+ * the mount (~2 ms). A layer is used once: it is a fresh filesystem, never one a sandbox wrote to. */
+#define STOCK_SIZES 4
+#define STOCK_MAX   64
+static struct stock {
+    uint64_t mb;   /* 0: unused entry */
+    uint64_t used; /* when last asked for (a counter): the least recent entry gives way */
+    unsigned n;
+    int fds[STOCK_MAX];
+} stock[STOCK_SIZES];
+static unsigned stock_target;
+static uint64_t stock_clock;
+static void (*stock_wanted)(void);
+
+static void stock_clear(struct stock *s)
+{
+    for (unsigned i = 0; i < s->n; i++)
+        (void) close(s->fds[i]);
+    *s = (struct stock){0};
+}
+
+/* The entry for mb, made (in place of the least recently asked-for size) when there is none. */
+static struct stock *stock_entry(uint64_t mb)
+{
+    struct stock *lru = &stock[0];
+    for (struct stock *s = stock; s < stock + STOCK_SIZES; s++) {
+        if (s->mb == mb) {
+            s->used = ++stock_clock;
+            return s;
+        }
+        if (s->used < lru->used)
+            lru = s;
+    }
+    stock_clear(lru);
+    *lru = (struct stock){.mb = mb, .used = ++stock_clock};
+    return lru;
+}
+
+void cdn_writable_stock_enable(unsigned target, uint64_t first_mb, void (*wanted)(void))
+{
+    stock_target = target < STOCK_MAX ? target : STOCK_MAX;
+    stock_wanted = wanted;
+    if (stock_target && first_mb)
+        (void) stock_entry(first_mb);
+}
+
+void cdn_writable_stock_drop(void)
+{
+    for (struct stock *s = stock; s < stock + STOCK_SIZES; s++)
+        stock_clear(s);
+    stock_target = 0;
+}
+
+unsigned cdn_writable_stock_ready(void)
+{
+    unsigned n = 0;
+    for (struct stock *s = stock; s < stock + STOCK_SIZES; s++)
+        n += s->n;
+    return n;
+}
+
+int cdn_writable_stock_fill(struct cdn_error *err)
+{
+    struct stock *s = NULL;
+    for (struct stock *t = stock; t < stock + STOCK_SIZES && stock_target; t++)
+        if (t->mb && t->n < stock_target && (!s || t->used > s->used))
+            s = t;
+    if (!s)
+        return 0;
+    /* Its name says whose it is until it is used (a sandbox that takes it keeps the name). */
+    char name[64];
+    (void) snprintf(name, sizeof name, "cordon-stock-%d", (int) getpid());
+    int fd = layer_new(s->mb, name, err);
+    if (fd < 0)
+        return fd;
+    /* Its first directory reads the bitmaps and the inode table through the loop device (~1 ms):
+     * done here, ahead, not by the sandbox's setup (a directory made and removed leaves the
+     * filesystem as it was, its metadata read). */
+    if (mkdirat(fd, "warm", 0700) == 0)
+        (void) unlinkat(fd, "warm", AT_REMOVEDIR);
+    s->fds[s->n++] = fd;
+    return 1;
+}
+
+/* A layer of mb from the stock, or -1 (and the stock is asked to fill). */
+static int stock_take(uint64_t mb)
+{
+    if (!stock_target)
+        return -1;
+    struct stock *s = stock_entry(mb);
+    int fd = s->n ? s->fds[--s->n] : -1;
+    if (stock_wanted)
+        stock_wanted();
+    return fd;
+}
+
+int cdn_writable_make(const struct cdn_spec *spec, int slot, uint32_t uid_base, struct cdn_error *err)
+{
+    _cleanup_close_ int mnt = stock_take(spec->limits.disk_mb);
+    if (mnt < 0) {
+        char name[64];
+        (void) snprintf(name, sizeof name, "cordon-slot-%d", slot);
+        if ((mnt = layer_new(spec->limits.disk_mb, name, err)) < 0)
+            return mnt;
+    }
     /* The sandbox's root owns the layer's root: it makes upper/, work/ and its other scratch there. */
     if (fchownat(mnt, "", uid_base, uid_base, AT_EMPTY_PATH) < 0)
         return cdn_error_field(err, errno, "disk", "chown the writable layer: %m");
-    return TAKE_FD(mnt); /* the mount holds the loop device, which holds the file */
+    return TAKE_FD(mnt);
 }
 
 bool cdn_writable_full(const struct statfs *fs)
