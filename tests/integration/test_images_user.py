@@ -5,6 +5,7 @@ exec's "user" (Docker's forms: name, uid, name:group, uid:gid), names looked up 
 
 import os
 import socket
+import subprocess
 import tarfile
 import time
 
@@ -190,3 +191,29 @@ def test_timeout_and_signals_reach_a_non_root_command(image_daemon, oci_layout):
         time.sleep(0.5)
     assert r["stdout"] == "", r
     assert d.http("DELETE", f"/v1/sandboxes/{sid}")[0] in (200, 204)
+
+
+def test_cli_exec_user_and_the_host_image(daemon):
+    """cordon exec --user on a sandbox of the host image (its /etc is the host's, seen from the
+    sandbox; numeric ids need none of it), and cordon create --user."""
+    env = dict(os.environ, CORDON_SOCKET=daemon.socket)
+
+    def cli(*args):
+        return subprocess.run([cordonlib.CORDON_BIN, *args], capture_output=True, text=True, env=env, timeout=60)
+
+    r = cli("create")
+    assert r.returncode == 0, r
+    sid = r.stdout.strip()
+    r = cli("exec", sid, "--user", "1234:5678", "--", "sh", "-c", "id -u; id -g; echo $HOME")
+    assert (r.returncode, r.stdout) == (0, "1234\n5678\n/\n"), r
+    r = cli("exec", sid, "--", "id", "-u")
+    assert (r.returncode, r.stdout) == (0, "0\n"), r
+    r = cli("exec", sid, "--user", "no-such-user-here", "--", "true")
+    assert r.returncode != 0 and "user: no user 'no-such-user-here'" in r.stderr, r
+    assert cli("kill", sid).returncode == 0
+    r = cli("create", "--user", "2000:2000")
+    assert r.returncode == 0, r
+    sid = r.stdout.strip()
+    r = cli("exec", sid, "--", "id", "-u")
+    assert (r.returncode, r.stdout) == (0, "2000\n"), r
+    assert cli("kill", sid).returncode == 0
