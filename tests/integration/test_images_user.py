@@ -217,3 +217,11 @@ def test_cli_exec_user_and_the_host_image(daemon):
     r = cli("exec", sid, "--", "id", "-u")
     assert (r.returncode, r.stdout) == (0, "2000\n"), r
     assert cli("kill", sid).returncode == 0
+
+
+def test_the_sdk_passes_user(image_daemon, oci_layout):
+    from cordon import Sandbox
+    ref = user_image(oci_layout)
+    with Sandbox.create(endpoint=image_daemon.endpoint, image=ref, user="dev") as sb:
+        assert sb.exec(["id", "-u"]).stdout == "1000\n"
+        assert sb.exec(["id", "-u"], user="app").stdout == "1001\n"
