@@ -59,11 +59,6 @@ void cdn_init_caps_settle(void)
     holds_caps = caps_set(INIT_CAPS, CAP_BIT(CAP_KILL)) == 0;
 }
 
-bool cdn_user_supported(void)
-{
-    return holds_caps;
-}
-
 /* The highest id of the sandbox's uid and gid maps (both must map it). */
 static int id_max(uint32_t *ret)
 {

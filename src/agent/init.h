@@ -105,7 +105,6 @@ int cdn_agent_main(void);
  * resolve spec in the sandbox's files, in init (err names "user"). cdn_user_become(): in a command's
  * child, take u on (NULL: stay root) and clear every capability; -errno, and then it must not run. */
 void cdn_init_caps_settle(void);
-bool cdn_user_supported(void);
 int cdn_user_lookup(const char *spec, struct cdn_user *ret, struct cdn_error *err);
 int cdn_user_become(const struct cdn_user *u);
 
