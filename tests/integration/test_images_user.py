@@ -226,3 +226,20 @@ def test_the_sdk_passes_user(image_daemon, oci_layout):
     with Sandbox.create(endpoint=image_daemon.endpoint, image=ref, user="dev") as sb:
         assert sb.exec(["id", "-u"]).stdout == "1000\n"
         assert sb.exec(["id", "-u"], user="app").stdout == "1001\n"
+
+
+def test_quiesce_ends_non_root_processes(image_daemon):
+    # What this catches: QUIESCE (before a verifier step) signals every process of the sandbox; with
+    # CAP_KILL not effective in init, a process of uid 1000 the agent left behind survives it and
+    # shares the sandbox with the verifier step (checked: the step then never starts, 504 after 60 s).
+    d = image_daemon
+    st, sb = d.http("POST", "/v1/sandboxes", {"user": "1000:1000"})
+    assert st in (200, 201), sb
+    sid = sb["id"]
+    st, r = _exec(d, sid, {"cmd": ["sh", "-c", "setsid sleep 300 >/dev/null 2>&1 < /dev/null & echo started"]})
+    assert (st, r["stdout"]) == (200, "started\n"), r
+    st, r = _exec(d, sid, {"cmd": ["sh", "-c", "ps -o user,args | grep '[s]leep 300' || true"]})
+    assert st == 200 and "sleep 300" in r["stdout"], r
+    st, r = _exec(d, sid, {"cmd": ["sh", "-c", "id -u; ps -o args | grep '[s]leep 300' || echo none"], "verifier": True})
+    assert st == 200 and r["stdout"] == "0\nnone\n", r
+    assert d.http("DELETE", f"/v1/sandboxes/{sid}")[0] in (200, 204)
