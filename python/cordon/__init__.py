@@ -26,7 +26,7 @@ __all__ = ["Sandbox", "AsyncSandbox", "ExecResult", "Endpoint", "CordonError", "
 
 _LIMITS = ("cpus", "memory_mb", "pids", "disk_mb", "timeout_s", "nofile", "ptys")
 _TOP = ("tier", "image", "pull", "network", "mounts", "protect", "env", "workdir", "labels", "hostname", "read_only", "watch_writes",
-        "on_violation", "disk")
+        "on_violation", "disk", "user")
 
 
 def _spec(kw):
@@ -62,7 +62,7 @@ def _verifier(verifier, copy):
     raise ValueError(f"verifier: True, 'in_place' or 'sibling', not {verifier!r}")
 
 
-def _exec_body(cmd, env, cwd, stdin, timeout_s, stream, verifier=False, copy=None):
+def _exec_body(cmd, env, cwd, stdin, timeout_s, stream, verifier=False, copy=None, user=None):
     if isinstance(cmd, str):
         cmd = ["sh", "-c", cmd]
     body = {"cmd": list(cmd), "encoding": "base64"}
@@ -70,6 +70,8 @@ def _exec_body(cmd, env, cwd, stdin, timeout_s, stream, verifier=False, copy=Non
         body["env"] = dict(env)
     if cwd:
         body["cwd"] = cwd
+    if user is not None:
+        body["user"] = user
     if stdin is not None:
         body["stdin_b64"] = base64.b64encode(stdin.encode() if isinstance(stdin, str) else stdin).decode()
     if timeout_s is not None:
@@ -277,13 +279,14 @@ class Sandbox:
     def labels(self):
         return self._info.get("labels", {})
 
-    def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None):
+    def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None):
         """Run cmd (a list, or a string for sh -c) to completion. verifier=True: a verifier
         step, which ends the sandbox's other processes first, runs alone and may read the
         protected paths; verifier="sibling", copy=[paths]: the same in a fresh sandbox of the
-        same spec that gets only those paths from this one (docs/events.md)."""
+        same spec that gets only those paths from this one (docs/events.md). user: run as
+        this user of the sandbox ("name", "uid", "name:group", "uid:gid"; docs/spec.md)."""
         return ExecResult(self._ep.json("POST", f"{self._path}/exec",
-                                        _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier, copy)))
+                                        _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier, copy, user)))
 
     def call(self, code, input=None, timeout_s=None, fresh=False):
         """Run Python code in the sandbox's warm interpreter (tier process): the variable
@@ -292,11 +295,11 @@ class Sandbox:
         started; use it for any call whose result must be trusted (docs/process.md)."""
         return CallResult(self._ep.json("POST", f"{self._path}/call", _call_body(code, input, timeout_s, fresh)))
 
-    def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None):
+    def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None):
         """Yield events as they come: {"type": "stdout"|"stderr", "data", "data_bytes"}, then
         {"type": "exit", "exit_code", …} (or {"type": "error", "error": {…}})."""
         _, resp = self._ep.request("POST", f"{self._path}/exec",
-                                   _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy), stream=True)
+                                   _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy, user), stream=True)
         decoders = {}
         try:
             for line in resp:
@@ -434,18 +437,18 @@ class AsyncSandbox:
         self._info = await self._ep.ajson("GET", self._path)
         return self._info
 
-    async def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None):
+    async def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None):
         return ExecResult(await self._ep.ajson("POST", f"{self._path}/exec",
-                                               _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier, copy)))
+                                               _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier, copy, user)))
 
     async def call(self, code, input=None, timeout_s=None, fresh=False):
         return CallResult(await self._ep.ajson("POST", f"{self._path}/call", _call_body(code, input, timeout_s, fresh)))
 
-    async def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None):
+    async def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None):
         buf = b""
         decoders = {}
         async for chunk in self._ep.astream("POST", f"{self._path}/exec",
-                                            _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy)):
+                                            _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy, user)):
             buf += chunk
             *lines, buf = buf.split(b"\n")
             for line in lines:

@@ -74,9 +74,10 @@ static struct job *find(uint32_t channel)
 
 /* In the forked child: wire up stdio and become the command. Reports a failed
  * step to the parent through errfd (CLOEXEC, so a successful exec closes it). */
-static void exec_child(const struct cdn_exec_req *r, int errfd, const int stdio[3], const char *pts)
-    __attribute__((noreturn));
-static void exec_child(const struct cdn_exec_req *r, int errfd, const int stdio[3], const char *pts)
+static void exec_child(const struct cdn_exec_req *r, const struct cdn_user *u, int errfd, const int stdio[3],
+                       const char *pts) __attribute__((noreturn));
+static void exec_child(const struct cdn_exec_req *r, const struct cdn_user *u, int errfd, const int stdio[3],
+                       const char *pts)
 {
     sigset_t none;
     sigemptyset(&none);
@@ -96,7 +97,9 @@ static void exec_child(const struct cdn_exec_req *r, int errfd, const int stdio[
             if (dup2(stdio[i], i) < 0)
                 stage = 3;
     }
-    if (!stage && r->cwd[0] && chdir(r->cwd) < 0) {
+    if (!stage && cdn_user_become(u) < 0) {
+        stage = 6; /* the user, or a capability left: not run */
+    } else if (!stage && r->cwd[0] && chdir(r->cwd) < 0) {
         stage = 1;
     } else if (!stage && cdn_vm_confines() && (cdn_vm_set_rlimits() < 0 || cdn_vm_confine_child(errfd) < 0)) {
         stage = 4; /* a VM guest's command: confined as a container's init is, or not run */
@@ -106,6 +109,8 @@ static void exec_child(const struct cdn_exec_req *r, int errfd, const int stdio[
         environ = (char **) r->envp; /* execvp searches PATH in the command's own environment */
         const char *req_home = verifier ? getenv("HOME") : NULL; /* the request's, or none */
         cdn_agent_exec_env();
+        if (u && !getenv("HOME")) /* the host left HOME out for a command with a user (spec.c) */
+            (void) setenv("HOME", u->home[0] ? u->home : "/", 1);
         if (verifier && cdn_verifier_child_env(r, req_home) < 0) {
             stage = 5;
             errno = CDN_VERIFIER_UNSAFE;
@@ -187,7 +192,7 @@ static void deliver_held(const struct job *j)
         }
 }
 
-static int spawn(struct job *j, const struct cdn_exec_req *r, int *ret_stage)
+static int spawn(struct job *j, const struct cdn_exec_req *r, const struct cdn_user *u, int *ret_stage)
 {
     int stdio[3] = {-1, -1, -1}, e = 0;
     _cleanup_close_pair_ int errpipe[2] = {-EBADF, -EBADF};
@@ -220,7 +225,7 @@ static int spawn(struct job *j, const struct cdn_exec_req *r, int *ret_stage)
     } else
         pid = fork();
     if (pid == 0)
-        exec_child(r, errpipe[1], stdio, pty ? pts : NULL);
+        exec_child(r, u, errpipe[1], stdio, pty ? pts : NULL);
     e = pid < 0 ? -errno : 0;
     /* The child's ends go now: the pipe reads EOF once its exec closes the last copy of errpipe[1]. */
     for (int i = 0; i < 3; i++)
@@ -271,6 +276,36 @@ static int spawn(struct job *j, const struct cdn_exec_req *r, int *ret_stage)
     return 0;
 }
 
+static void send_error(uint32_t channel, int errnum, const char *msg)
+{
+    uint8_t buf[512];
+    int n = cdn_errmsg_encode(buf, sizeof buf, errnum, msg);
+    if (n > 0)
+        cdn_agent_send(CDN_FRAME_ERROR, channel, buf, (uint32_t) n);
+}
+
+/* The request's user, from the sandbox's files as they are now. A verifier step runs as root only:
+ * its checks (init-verifier.c) ask access() what the calling uid may write, which says nothing of
+ * what the sandbox's other uids may write. Refusing a step with another user is the simpler safe
+ * choice than judging every path by owner and mode (the host gives a verifier step no user of the
+ * spec's: only the request's, api-exec.c). */
+static int lookup_user(uint32_t channel, struct cdn_user *ret)
+{
+    struct cdn_error e = {0};
+    int r = cdn_user_lookup(req.user, ret, &e);
+    if (r < 0) {
+        send_error(channel, -r, e.msg[0] ? e.msg : "user: cannot be resolved");
+        return r;
+    }
+    if ((req.flags & CDN_EXEC_VERIFIER) && ret->uid != 0) {
+        send_error(channel, CDN_VERIFIER_UNSAFE,
+                   "user: a verifier step runs as root only (no user, or \"0\"): its checks of what "
+                   "the sandbox's commands can write judge by the calling uid");
+        return -CDN_VERIFIER_UNSAFE;
+    }
+    return 0;
+}
+
 void cdn_exec_start(uint32_t channel, const uint8_t *p, size_t len)
 {
     if (cdn_exec_decode(p, len, &req) < 0) {
@@ -289,10 +324,13 @@ void cdn_exec_start(uint32_t channel, const uint8_t *p, size_t len)
         cdn_agent_error(channel, EAGAIN, "exec: too many commands running");
         return;
     }
+    static struct cdn_user user;
+    if (req.user && lookup_user(channel, &user) < 0)
+        return; /* refused: it said why */
     if ((req.flags & CDN_EXEC_VERIFIER) && cdn_verifier_prepare(&req, channel) < 0)
         return; /* refused: it said why */
     *j = (struct job){.channel = channel, .flags = req.flags, .out = -1, .err = -1, .in = -1};
-    int stage = 0, r = spawn(j, &req, &stage);
+    int stage = 0, r = spawn(j, &req, req.user ? &user : NULL, &stage);
     if (r < 0 && j->pid <= 0) {
         release(j);
         cdn_agent_error(channel, -r, "exec");
@@ -310,8 +348,11 @@ void cdn_exec_start(uint32_t channel, const uint8_t *p, size_t len)
                         : stage == 5
                             ? "in-place verifier step refused: /etc/ld.so.preload is writable by the "
                               "sandbox's commands (run it in a clean sibling)"
-                            : "'%.200s'",
-                        stage == 1 ? req.cwd : req.argv[0]);
+                        : stage == 6 ? "user: becoming '%.200s'"
+                                     : "'%.200s'",
+                        stage == 1   ? req.cwd
+                        : stage == 6 ? req.user
+                                     : req.argv[0]);
         bool shutdown = j->flags & CDN_EXEC_SHUTDOWN_ON_EXIT;
         release(j);
         if (stage == 5) {

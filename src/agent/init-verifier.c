@@ -70,8 +70,10 @@ int cdn_verifier_prepare(const struct cdn_exec_req *r, uint32_t channel)
 }
 
 /* Whether the command's credentials may write path, or a parent of it below / (which could have
- * been replaced). / itself is left out: every tier keeps its entries from being replaced
- * (landlock; a read-only root in a guest) even where its mode says otherwise. */
+ * been replaced). access() judges by the calling uid, root here: a step that runs as another user
+ * (spec or exec "user") is refused before it forks (init-exec.c lookup_user) rather than judged by
+ * owner and mode — the simpler safe choice. / itself is left out: every tier keeps its entries from being
+ * replaced (landlock; a read-only root in a guest) even where its mode says otherwise. */
 static bool writable(const char *path)
 {
     char p[256];

@@ -11,6 +11,7 @@
 
 #include "proto/fds.h"
 #include "proto/frame.h"
+#include "shared/user.h"
 
 #define AGENT_FD CDN_FD_AGENT
 
@@ -100,6 +101,12 @@ void cdn_call_quiesce(void);
 void cdn_agent_exec_env(void);
 /* The agent's main loop (init.c): cordon-init's main, and cordon-worker's once confined. */
 int cdn_agent_main(void);
+/* A command's user (init-user.c). cdn_init_caps_settle(): first thing in init. cdn_user_lookup():
+ * resolve spec in the sandbox's files, in init (err names "user"). cdn_user_become(): in a command's
+ * child, take u on (NULL: stay root) and clear every capability; -errno, and then it must not run. */
+void cdn_init_caps_settle(void);
+int cdn_user_lookup(const char *spec, struct cdn_user *ret, struct cdn_error *err);
+int cdn_user_become(const struct cdn_user *u);
 
 /* Whether the host's queue has room for more (a read's next chunk). */
 bool cdn_agent_room(void);

@@ -76,22 +76,24 @@ static void write_out(int stream, const uint8_t *p, size_t len, void *arg)
     fflush(f);
 }
 
-/* cordon exec ID [--env K=V]… [--workdir DIR] [--timeout DUR] [--verifier[=sibling] [--copy PATH]…]
+/* cordon exec ID [--env K=V]… [--workdir DIR] [--user U] [--timeout DUR] [--verifier[=sibling] [--copy
+ * PATH]…]
  *               [--] CMD [ARG…] */
 int cdn_cli_exec(int argc, char *const *argv)
 {
     if (argc < 2) {
         fprintf(stderr,
-                "usage: cordon exec ID [--env K=V] [--workdir DIR] [--timeout DUR]\n"
+                "usage: cordon exec ID [--env K=V] [--workdir DIR] [--user U] [--timeout DUR]\n"
                 "                      [--verifier[=sibling] [--copy PATH]…] [--] CMD [ARG…]\n"
                 "  --verifier: a verifier step: ends the sandbox's other processes, runs alone and may\n"
                 "              read its protected paths\n"
                 "  --verifier=sibling --copy PATH…: the same in a fresh sandbox of the same spec that\n"
-                "              gets only the PATHs from this one\n");
+                "              gets only the PATHs from this one\n"
+                "  --user U: name, uid, name:group or uid:gid of the sandbox's /etc/passwd\n");
         return 125;
     }
     const char *id = argv[0];
-    const char *env[256] = {0}, *copy[17] = {0}, *cwd = NULL;
+    const char *env[256] = {0}, *copy[17] = {0}, *cwd = NULL, *user = NULL;
     size_t n_env = 0, n_copy = 0;
     double timeout_s = 0;
     bool verifier = false, sibling = false;
@@ -118,6 +120,8 @@ int cdn_cli_exec(int argc, char *const *argv)
             env[n_env++] = v;
         else if (strcmp(a, "--workdir") == 0 && v[0] == '/')
             cwd = v;
+        else if (strcmp(a, "--user") == 0 && v[0])
+            user = v;
         else if (strcmp(a, "--timeout") == 0 && cdn_parse_duration(v, &ms) == 0 && ms > 0)
             timeout_s = (double) ms / 1000.0;
         else if (strcmp(a, "--copy") == 0 && n_copy < ELEMENTSOF(copy) - 1)
@@ -143,7 +147,8 @@ int cdn_cli_exec(int argc, char *const *argv)
                                     .cwd = cwd,
                                     .timeout_s = timeout_s,
                                     .verifier = verifier,
-                                    .verifier_copy = sibling ? copy : NULL};
+                                    .verifier_copy = sibling ? copy : NULL,
+                                    .user = user};
     struct cordon_exec_result res;
     int r = cordon_exec_stream(c, id, (const char *const *) argv + i, &opts, write_out, NULL, &res);
     int ret = r < 0 ? fail(c, r, "exec") : res.exit_code;

@@ -27,7 +27,8 @@ static const struct {
      "  cordon image build DIR [--disk F]    a Debian root by debootstrap (and a disk of it for --tier vm)"},
 #if !CDN_LEAN
     {"create", cdn_cli_create, false, "create [FLAGS]                a sandbox in cordond; prints its id"},
-    {"exec", cdn_cli_exec, false, "exec ID [--env K=V] [--workdir D] [--timeout T] [--] CMD [ARG…]"},
+    {"exec", cdn_cli_exec, false,
+     "exec ID [--env K=V] [--workdir D] [--user U] [--timeout T] [--] CMD [ARG…]"},
     {"kill", cdn_cli_kill, false, "kill ID…                      delete sandboxes"},
     {"ls", cdn_cli_ls, false, "ls [--label K=V]…             list sandboxes"},
     {"inspect", cdn_cli_inspect, false, "inspect ID                    a sandbox as JSON"},

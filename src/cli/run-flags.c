@@ -1,5 +1,6 @@
 #include "run-flags.h"
 #include "shared/parse-util.h"
+#include "shared/user.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -107,6 +108,12 @@ static int f_workdir(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
     (void) e;
     o->workdir_given = true;
     return set_str(&o->spec.workdir, a);
+}
+static int f_user(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    if (cdn_user_check(a, e) < 0)
+        return -EINVAL;
+    return set_str(&o->spec.user, a);
 }
 static int f_hostname(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 {
@@ -251,6 +258,9 @@ static const struct flag flags[] = {
      "bind sources only at or beneath DIR (repeatable; docs/spec.md \"Bind sources\")"},
     {"--env", true, f_env, "env", "K=V", "set an environment variable"},
     {"--workdir", true, f_workdir, "workdir", "DIR", "working directory, writable (default /workspace)"},
+    {"--user", true, f_user, "user", "U",
+     "run as name, uid, name:group or uid:gid of the sandbox's /etc/passwd (container tier; default: "
+     "the image's User, else root)"},
     {"--hostname", true, f_hostname, "hostname", "NAME", "host name inside (default cordon)"},
     {"--label", true, f_label, "labels", "K=V", "attach a label"},
     {"--protect", true, f_protect, "protect", "GLOB",

@@ -60,7 +60,8 @@ static int encode_exec(const struct cdn_spec *spec, char *const *argv, bool pipe
     if (cdn_exec_env(spec, getenv("TERM"), NULL, &envv) < 0)
         return cdn_error_set(err, ENOMEM, "out of memory");
     char *const *env = envv.v;
-    size_t need = CDN_EXEC_FIXED + strlen(spec->workdir) + 1; /* sized exactly: no 1 MiB allocation per run */
+    size_t need = CDN_EXEC_FIXED + strlen(spec->workdir) + 1 +
+                  (spec->user ? strlen(spec->user) + 1 : 0); /* sized exactly: no 1 MiB allocation per run */
     for (size_t i = 0; argv[i]; i++)
         need += strlen(argv[i]) + 1;
     for (size_t i = 0; env[i]; i++)
@@ -75,7 +76,8 @@ static int encode_exec(const struct cdn_spec *spec, char *const *argv, bool pipe
                                 .flags = CDN_EXEC_SHUTDOWN_ON_EXIT | (pipes ? CDN_EXEC_PIPES : 0),
                                 .cwd = spec->workdir,
                                 .argv = argv,
-                                .envp = env});
+                                .envp = env,
+                                .user = spec->user});
     if (n == -ENOBUFS)
         return cdn_error_field(err, E2BIG, "cmd",
                                "the command, its arguments and environment exceed %u KiB (or %d entries)",
@@ -372,7 +374,8 @@ static int prepare_oci_image(struct cdn_run_opts *o, struct cdn_strv *cmd, struc
                            &po, &c, err);
     cdn_pull_env_free(&e);
     if (r >= 0)
-        r = cdn_oci_apply_config(&c, &o->spec, o->workdir_given, err);
+        r = cdn_oci_apply_config(&c, &o->spec, o->workdir_given,
+                                 cdn_tier_lookup(o->spec.tier) && cdn_tier_lookup(o->spec.tier)->users, err);
     for (size_t i = 0; r >= 0 && !o->argv && i < c.entrypoint.n + c.cmd.n; i++)
         r = cdn_strv_push(cmd, i < c.entrypoint.n ? c.entrypoint.v[i] : c.cmd.v[i - c.entrypoint.n]);
     cdn_oci_config_free(&c);
@@ -429,6 +432,8 @@ int cdn_cli_run(int argc, char *const *argv)
         r = cdn_spec_validate(&o.spec, &err);
     if (r >= 0)
         r = check_binds(&o, &err);
+    if (r >= 0 && cdn_tier_lookup(o.spec.tier))
+        r = cdn_tier_check_spec(cdn_tier_lookup(o.spec.tier), &o.spec, &err);
     if (r < 0) {
         report_error(&err);
         cdn_spec_free(&o.spec);

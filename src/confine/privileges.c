@@ -72,3 +72,38 @@ int cdn_drop_capabilities_saved(uint32_t uid, uint32_t saved_uid, struct cdn_err
         return cdn_error_set(err, errno, "no_new_privs: %m");
     return 0;
 }
+
+int cdn_drop_capabilities_keep(uint64_t keep, struct cdn_error *err)
+{
+    /* The ambient set is raised before SECBIT_NO_CAP_AMBIENT_RAISE locks it, so that bit comes last;
+     * CAP_SETPCAP (in keep) is what sets it. */
+    unsigned long bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                         SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED;
+    if (!(keep & (1ULL << CAP_SETPCAP)))
+        return cdn_error_set(err, EINVAL, "capabilities to keep: CAP_SETPCAP is needed");
+    if (prctl(PR_SET_SECUREBITS, bits) < 0)
+        return cdn_error_set(err, errno, "set securebits: %m");
+    for (int cap = 0; cap <= 63; cap++)
+        if (!(keep & (1ULL << cap)) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
+            if (errno == EINVAL)
+                break;
+            return cdn_error_set(err, errno, "drop capability %d from the bounding set: %m", cap);
+        }
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
+        return cdn_error_set(err, errno, "clear ambient capabilities: %m");
+    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+    struct __user_cap_data_struct data[2] = {{0}};
+    for (int i = 0; i < 2; i++)
+        data[i].permitted = data[i].effective = data[i].inheritable = (uint32_t) (keep >> (32 * i));
+    if (syscall(SYS_capset, &h, data) < 0)
+        return cdn_error_set(err, errno, "capset: %m");
+    for (int cap = 0; cap <= 63; cap++)
+        if ((keep & (1ULL << cap)) && prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0) < 0)
+            return cdn_error_set(err, errno, "raise ambient capability %d: %m", cap);
+    bits |= SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+    if (prctl(PR_SET_SECUREBITS, bits) < 0)
+        return cdn_error_set(err, errno, "lock securebits: %m");
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+        return cdn_error_set(err, errno, "no_new_privs: %m");
+    return 0;
+}

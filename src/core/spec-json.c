@@ -259,6 +259,8 @@ static int decode_field(struct cdn_spec *spec, const char *key, json_t *v, struc
     }
     if (strcmp(key, "hostname") == 0)
         return set_string(&spec->hostname, v, "hostname", err);
+    if (strcmp(key, "user") == 0)
+        return set_string(&spec->user, v, "user", err);
     if (strcmp(key, "read_only") == 0) {
         if (!json_is_boolean(v))
             return cdn_error_field(err, EINVAL, "read_only", "read_only: must be a boolean");
@@ -348,6 +350,7 @@ char *cdn_spec_to_json(const struct cdn_spec *spec)
     if (root &&
         (json_object_set_new(json_object_get(root, "limits"), "ptys", json_integer((json_int_t) l->ptys)) ||
          json_object_set_new(root, "disk", json_string(cdn_disk_kind_to_string(spec->disk))) ||
+         (spec->user && json_object_set_new(root, "user", json_string(spec->user))) ||
          (spec->pull != CDN_PULL_MISSING &&
           json_object_set_new(root, "pull", json_string(cdn_pull_policy_to_string(spec->pull))))))
         return NULL;

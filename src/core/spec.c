@@ -2,6 +2,7 @@
 #include "spec.h"
 #include "protect.h"
 #include "core/allow.h"
+#include "shared/user.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -123,6 +124,12 @@ int cdn_exec_env(const struct cdn_spec *spec, const char *term, char *const *ext
 int cdn_exec_env_for(const struct cdn_spec *spec, const char *term, char *const *extra, bool verifier,
                      struct cdn_strv *ret)
 {
+    return cdn_exec_env_as(spec, term, extra, verifier, verifier ? NULL : spec->user, ret);
+}
+
+int cdn_exec_env_as(const struct cdn_spec *spec, const char *term, char *const *extra, bool verifier,
+                    const char *user, struct cdn_strv *ret)
+{
     static const char *const agent_base[] = {
         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"};
     const char *const *base = verifier ? verifier_base : agent_base;
@@ -132,7 +139,8 @@ int cdn_exec_env_for(const struct cdn_spec *spec, const char *term, char *const 
     char buf[320];
     int r = 0;
     for (size_t i = 0; r >= 0 && i < n_base; i++)
-        r = env_put(&l, base[i]);
+        if (!user || strncmp(base[i], "HOME=", 5) != 0) /* init gives the user's own (init-exec.c) */
+            r = env_put(&l, base[i]);
     if (r >= 0 && term && strlen(term) < 200) {
         (void) snprintf(buf, sizeof buf, "TERM=%s", term);
         r = env_put(&l, buf);
@@ -191,6 +199,7 @@ void cdn_spec_free(struct cdn_spec *spec)
     free(spec->image);
     free(spec->workdir);
     free(spec->hostname);
+    free(spec->user);
     for (size_t i = 0; i < spec->n_mounts; i++) {
         free(spec->mounts[i].source);
         free(spec->mounts[i].target);
@@ -427,6 +436,8 @@ int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
     if (spec->pull != CDN_PULL_MISSING && (strcmp(spec->image, "host") == 0 || spec->image[0] == '/'))
         return cdn_error_field(err, EINVAL, "pull", "pull: \"%s\" is for an OCI image reference, not '%.64s'",
                                cdn_pull_policy_to_string(spec->pull), spec->image);
+    if (spec->user && cdn_user_check(spec->user, err) < 0)
+        return -EINVAL;
     size_t hl = strlen(spec->hostname);
     if (hl == 0 || hl > 63 ||
         strspn(spec->hostname, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") != hl)

@@ -51,6 +51,10 @@ struct cdn_spec {
     struct cdn_strv labels; /* "k=v" */
     char *workdir;
     char *hostname;
+    /* Every command's user unless its exec names one: "name", "uid", "name:group", "uid:gid",
+     * resolved in the sandbox's own /etc/passwd (shared/user.h); NULL: root of the sandbox, or the
+     * image's config User where the tier takes one. */
+    char *user;
     bool read_only_root;
     /* Record write attempts on system paths (system_write violations): the
      * policy variant that reports path writes, which costs ordinary writes a
@@ -121,6 +125,10 @@ int cdn_exec_env(const struct cdn_spec *spec, const char *term, char *const *ext
  * the spec's variables that make a shell, the dynamic linker, an interpreter or git load code,
  * and switches that keep Python and git from reading the agent's files (docs/events.md); the
  * request's own (extra) as always, last. */
+/* The same for a command that runs as user (NULL: root): the base HOME=/root is left out, and init
+ * sets the user's passwd home when neither the spec nor extra sets HOME. */
+int cdn_exec_env_as(const struct cdn_spec *spec, const char *term, char *const *extra, bool verifier,
+                    const char *user, struct cdn_strv *ret);
 int cdn_exec_env_for(const struct cdn_spec *spec, const char *term, char *const *extra, bool verifier,
                      struct cdn_strv *ret);
 /* Absolute, normalised-enough path check used for targets, workdir, images. */

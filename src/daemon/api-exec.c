@@ -17,6 +17,7 @@
 
 #include "api.h"
 #include "exec-args.h"
+#include "tiers/tier.h"
 #include "shared/base64.h"
 
 #define STDIN_CHUNK (256u << 10)
@@ -453,7 +454,10 @@ static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_
         res = cdn_api_error_json(!refused                  ? "exec_failed"
                                  : e == CDN_VERIFIER_MOVED ? "protected_path_moved"
                                                            : "verifier_unsafe",
-                                 refused ? NULL : "cmd", msg);
+                                 refused                          ? NULL
+                                 : strncmp(msg, "user: ", 6) == 0 ? "user" /* init-user.c, init-exec.c */
+                                                                  : "cmd",
+                                 msg);
     } else {
         res = lost_json(c, &status);
     }
@@ -546,7 +550,10 @@ static int send_exec(struct call *c, struct exec_args *a)
 {
     _cleanup_(cdn_strv_free) struct cdn_strv env = {0};
     char *const *extra = a->env.n ? a->env.v : NULL;
-    if (cdn_exec_env_for(&c->box->spec, a->pty ? "xterm" : NULL, extra, c->verifier, &env) < 0)
+    /* The request's user, else the spec's; a verifier step is the operator's and takes only its
+     * own (root without one: init refuses it any other, init-exec.c). */
+    const char *user = a->user ? a->user : c->verifier ? NULL : c->box->spec.user;
+    if (cdn_exec_env_as(&c->box->spec, a->pty ? "xterm" : NULL, extra, c->verifier, user, &env) < 0)
         return -ENOMEM;
     uint32_t flags = CDN_EXEC_PIPES | (a->has_stdin ? CDN_EXEC_STDIN : 0) | (a->pty ? CDN_EXEC_PTY : 0) |
                      (c->verifier ? CDN_EXEC_VERIFIER : 0) | (a->timeout_s > 0 ? CDN_EXEC_TREE : 0);
@@ -557,7 +564,8 @@ static int send_exec(struct call *c, struct exec_args *a)
                                                     .cols = a->cols,
                                                     .cwd = a->cwd ? a->cwd : c->box->spec.workdir,
                                                     .argv = a->argv.v,
-                                                    .envp = env.v});
+                                                    .envp = env.v,
+                                                    .user = user});
     if (n < 0)
         return n;
     struct agent_conn *ac = &c->box->agent;
@@ -588,6 +596,8 @@ void cdn_api_exec(struct evhttp_request *req, struct box *b)
     int r = cdn_exec_args_parse((const char *) evbuffer_pullup(in, -1), evbuffer_get_length(in), &a, &e);
     if (r < 0)
         return cdn_api_reply_cdn_error(req, 400, r == -EBADMSG ? "invalid_json" : "invalid_argument", &e);
+    if (cdn_tier_check_user(b->sb.tier, a.user, &e) < 0)
+        return cdn_api_reply_cdn_error(req, 400, "invalid_argument", &e);
     if (a.verifier == EXEC_VERIFIER_SIBLING)
         return cdn_api_sibling_start(req, b, &a);
     cdn_api_exec_begin(req, b, &a, NULL, NULL, NULL);

@@ -395,10 +395,12 @@ static int warm_start(struct box *b)
     if (cdn_exec_env(&b->spec, NULL, NULL, &env) < 0)
         return -ENOMEM;
     static uint8_t buf[CDN_FRAME_MAX];
-    int n =
-        cdn_exec_encode(buf, sizeof buf,
-                        &(struct cdn_exec_args){
-                            .flags = CDN_EXEC_PIPES, .cwd = b->spec.workdir, .argv = argv, .envp = env.v});
+    int n = cdn_exec_encode(buf, sizeof buf,
+                            &(struct cdn_exec_args){.flags = CDN_EXEC_PIPES,
+                                                    .cwd = b->spec.workdir,
+                                                    .argv = argv,
+                                                    .envp = env.v,
+                                                    .user = b->spec.user});
     if (n < 0)
         return n;
     b->warm = (struct agent_req){.on_frame = warm_frame};
@@ -643,6 +645,8 @@ struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_e
     if (!b->sb.tier) {
         cdn_error_field(err, EOPNOTSUPP, "tier", "tier '%s' is not built yet",
                         cdn_tier_to_string(b->spec.tier));
+    } else if (cdn_tier_check_spec(b->sb.tier, &b->spec, err) < 0) {
+        /* err says why */
     } else if (b->sb.listen_fd < 0) {
         cdn_error_set(err, -b->sb.listen_fd, "agent socket in %s: %s", cdn_daemon->cfg.sandbox_dir,
                       strerror(-b->sb.listen_fd));

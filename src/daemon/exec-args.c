@@ -9,6 +9,7 @@
 #include "exec-args.h"
 #include "core/json-util.h"
 #include "shared/base64.h"
+#include "shared/user.h"
 
 static int bad(struct cdn_error *e, const char *field, const char *msg)
 {
@@ -154,6 +155,12 @@ static int parse_object(json_t *o, struct exec_args *a, struct cdn_error *e)
                     ? ((a->cwd = strdup(json_string_value(v))) ? 0
                                                                : cdn_error_set(e, ENOMEM, "out of memory"))
                     : bad(e, "cwd", "must be an absolute path");
+        else if (strcmp(k, "user") == 0)
+            r = !json_is_string(v) ? bad(e, "user", "must be a string: name, uid, name:group or uid:gid")
+                : cdn_user_check(json_string_value(v), e) < 0
+                    ? -EINVAL
+                    : ((a->user = strdup(json_string_value(v))) ? 0
+                                                                : cdn_error_set(e, ENOMEM, "out of memory"));
         else if (strcmp(k, "stdin") == 0 || strcmp(k, "stdin_b64") == 0)
             r = a->has_stdin ? bad(e, k, "give stdin or stdin_b64, not both")
                              : parse_stdin(v, k[5] != 0, a, e);
@@ -198,7 +205,9 @@ void cdn_exec_args_free(struct exec_args *a)
     free(a->stdin_data);
     a->stdin_data = NULL;
     free(a->cwd);
-    a->cwd = NULL; /* a second call frees nothing: a cleanup variable may hold what a callee freed */
+    a->cwd = NULL;
+    free(a->user);
+    a->user = NULL; /* a second call frees nothing: a cleanup variable may hold what a callee freed */
 }
 
 int cdn_exec_args_parse(const char *body, size_t len, struct exec_args *a, struct cdn_error *e)

@@ -1,4 +1,4 @@
-/* The exec request body (docs/cordond.md): cmd, env, cwd, stdin or
+/* The exec request body (docs/cordond.md): cmd, env, cwd, user, stdin or
  * stdin_b64, timeout_s, stream, encoding, pty. */
 #pragma once
 
@@ -20,6 +20,7 @@ struct exec_args {
     /* owned; cdn_exec_args_free() releases them, also after a failed parse */
     struct cdn_strv argv, env;
     char *cwd;
+    char *user; /* "name", "uid", "name:group", "uid:gid" (shared/user.h); NULL: the spec's */
     uint8_t *stdin_data;
     long stdin_len;
     bool has_stdin, stream, b64, pty;

@@ -25,6 +25,7 @@
 #include "oci/resolve.h"
 #include "oci/store.h"
 #include "shared/fd-util.h"
+#include "tiers/tier.h"
 
 enum job_kind { JOB_PULL, JOB_PRUNE, JOB_SIZE };
 
@@ -524,6 +525,14 @@ static void create_fail(struct cdn_spec *spec, struct cdn_box_waiter w, enum cdn
     w.done(w.arg, NULL, how, err);
 }
 
+/* The image's User is the spec's where the tier runs commands as users; elsewhere it is ignored
+ * (as it was before any tier could), not a reason to refuse the image. */
+static bool take_user(const struct cdn_spec *spec)
+{
+    const struct cdn_tier_ops *t = cdn_tier_lookup(spec->tier);
+    return t && t->users;
+}
+
 /* The image is stored: its config under the spec, then the create itself. */
 static void create_with_image(struct cdn_spec *spec, struct cdn_box_waiter w, const char *canon)
 {
@@ -532,7 +541,7 @@ static void create_with_image(struct cdn_spec *spec, struct cdn_box_waiter w, co
     char manifest[CDN_DIGEST_MAX];
     int r = cdn_oci_stored(canon, manifest, NULL, &c, &err);
     if (r >= 0)
-        r = cdn_oci_apply_config(&c, spec, spec->workdir_given, &err);
+        r = cdn_oci_apply_config(&c, spec, spec->workdir_given, take_user(spec), &err);
     cdn_oci_config_free(&c);
     if (r < 0) {
         if (!err.field[0])

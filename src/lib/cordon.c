@@ -349,6 +349,8 @@ static json_t *exec_body(cordon_client *c, const char *const argv[], const struc
     }
     if (ok && o && o->cwd)
         ok = put(b, "cwd", json_string(o->cwd)), bad = "cwd";
+    if (ok && o && o->user)
+        ok = put(b, "user", json_string(o->user)), bad = "user";
     if (ok && o && o->timeout_s > 0)
         ok = put(b, "timeout_s", json_real(o->timeout_s)), bad = "timeout_s";
     if (ok && o && o->verifier && o->verifier_copy) {

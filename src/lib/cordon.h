@@ -73,6 +73,9 @@ struct cordon_exec_opts {
     /* With verifier: run it in a clean sibling instead (a fresh sandbox of the same spec) into
      * which these absolute paths (NULL-terminated) are copied from the sandbox; NULL: in place. */
     const char *const *verifier_copy;
+    /* Run as this user of the sandbox ("name", "uid", "name:group", "uid:gid"; container tier);
+     * NULL: the spec's user, or root. */
+    const char *user;
 };
 
 struct cordon_exec_result {

@@ -14,6 +14,7 @@
 #include "image/image.h"
 #include "oci/ref.h"
 #include "oci/store.h"
+#include "shared/user.h"
 
 bool cdn_oci_is_reference(const char *name)
 {
@@ -244,8 +245,17 @@ static bool env_has(const struct cdn_strv *env, const char *kv)
 }
 
 int cdn_oci_apply_config(const struct cdn_oci_config *c, struct cdn_spec *spec, bool workdir_given,
-                         struct cdn_error *err)
+                         bool take_user, struct cdn_error *err)
 {
+    if (take_user && !spec->user && c->user && c->user[0]) {
+        if (cdn_user_check(c->user, NULL) < 0)
+            return cdn_error_field(err, EINVAL, "user",
+                                   "user: the image's User '%.64s' is not name, uid, "
+                                   "name:group or uid:gid",
+                                   c->user);
+        if (!(spec->user = strdup(c->user)))
+            return -ENOMEM;
+    }
     for (size_t i = 0; i < c->env.n; i++) {
         const char *kv = c->env.v[i];
         if (!strchr(kv, '=') || env_has(&spec->env, kv))

@@ -32,9 +32,10 @@ int cdn_oci_ensure(const char *name, enum cdn_pull_policy policy, const struct c
                    struct cdn_oci_config *config, struct cdn_error *err);
 
 /* The image config under the spec: Env entries whose names the spec's env lacks; WorkingDir as
- * the workdir unless workdir_given. */
+ * the workdir unless workdir_given; User as the spec's user when take_user (the tier runs users)
+ * and the spec names none. */
 int cdn_oci_apply_config(const struct cdn_oci_config *c, struct cdn_spec *spec, bool workdir_given,
-                         struct cdn_error *err);
+                         bool take_user, struct cdn_error *err);
 
 /* Registry options from the environment: CORDON_INSECURE_REGISTRIES and CORDON_REGISTRY_MIRRORS
  * (host[:port], comma-separated; the mirrors are Docker Hub's), CORDON_REGISTRY_CA_FILES (PEM files,

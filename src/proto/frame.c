@@ -83,7 +83,10 @@ int cdn_exec_encode(uint8_t *buf, size_t size, const struct cdn_exec_args *a)
         envc++;
     if (argc == 0 || argc > CDN_EXEC_MAX_ARGS || envc > CDN_EXEC_MAX_ARGS || size < CDN_EXEC_FIXED)
         return argc == 0 ? -EINVAL : -ENOBUFS;
-    put32(buf, a->flags);
+    uint32_t flags = a->user ? a->flags | CDN_EXEC_USER : a->flags & ~(uint32_t) CDN_EXEC_USER;
+    if (a->user && !a->user[0])
+        return -EINVAL;
+    put32(buf, flags);
     put32(buf + 4, argc);
     put32(buf + 8, envc);
     put16(buf + 12, a->rows);
@@ -97,6 +100,8 @@ int cdn_exec_encode(uint8_t *buf, size_t size, const struct cdn_exec_args *a)
     for (uint32_t i = 0; i < envc; i++)
         if (put_str(buf, size, &off, a->envp[i]) < 0)
             return -ENOBUFS;
+    if (a->user && put_str(buf, size, &off, a->user) < 0)
+        return -ENOBUFS;
     return off > CDN_FRAME_MAX ? -ENOBUFS : (int) off;
 }
 
@@ -133,6 +138,9 @@ int cdn_exec_decode(const uint8_t *p, size_t len, struct cdn_exec_req *ret)
     for (uint32_t i = 0; i < ret->envc; i++)
         if (take_str(p, len, &off, &ret->envp[i]) < 0)
             return -EBADMSG;
+    ret->user = NULL;
+    if ((ret->flags & CDN_EXEC_USER) && (take_str(p, len, &off, &ret->user) < 0 || !ret->user[0]))
+        return -EBADMSG;
     ret->argv[ret->argc] = NULL;
     ret->envp[ret->envc] = NULL;
     return off == len ? 0 : -EBADMSG;

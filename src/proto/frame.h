@@ -85,6 +85,8 @@ enum cdn_exec_flags {
     CDN_EXEC_TREE = 1u << 5,     /* the command is the subreaper of what it starts (a command with a
                                   * timeout): what orphans itself, setsid or not, stays in its tree,
                                   * which a SIGKILL SIGNAL kills whole (init-exec.c) */
+    CDN_EXEC_USER = 1u << 6,     /* a user string follows the environment: the command runs as it,
+                                  * resolved by init in the sandbox's /etc/passwd (shared/user.h) */
 };
 
 /* The ERROR that refuses a verifier step (CDN_EXEC_VERIFIER) before it runs, by errnum (the
@@ -109,6 +111,7 @@ struct cdn_exec_req {
     uint32_t argc, envc;
     const char *argv[CDN_EXEC_MAX_ARGS + 1];
     const char *envp[CDN_EXEC_MAX_ARGS + 1];
+    const char *user; /* CDN_EXEC_USER only, else NULL */
 };
 
 struct cdn_exit_msg {
@@ -162,13 +165,15 @@ int cdn_frame_header_decode(const uint8_t buf[CDN_FRAME_HEADER], struct cdn_fram
 void cdn_frame_header_encode(uint8_t buf[CDN_FRAME_HEADER], const struct cdn_frame_header *h);
 
 /* EXEC payload: u32 flags | u32 argc | u32 envc | u16 rows | u16 cols | cwd\0 | argv\0… | env\0…
- * Encode returns the payload length written into buf (or -ENOBUFS). */
+ * [| user\0 with CDN_EXEC_USER]. Encode returns the payload length written into buf (or -ENOBUFS);
+ * it sets CDN_EXEC_USER itself when user is given. */
 struct cdn_exec_args {
     uint32_t flags;
     uint16_t rows, cols;
     const char *cwd;
     char *const *argv; /* NULL-terminated, at least one */
     char *const *envp; /* NULL-terminated or NULL */
+    const char *user;  /* NULL: the sandbox's root */
 };
 int cdn_exec_encode(uint8_t *buf, size_t size, const struct cdn_exec_args *a);
 int cdn_exec_decode(const uint8_t *p, size_t len, struct cdn_exec_req *ret);

@@ -1,5 +1,6 @@
 #include "tier.h"
 
+#include <errno.h>
 #include <string.h>
 
 const struct cdn_tier_ops *const cdn_tiers[] = {
@@ -48,4 +49,16 @@ void cdn_tier_release(struct cdn_sandbox *sb)
 {
     if (sb->tier && sb->tier->release)
         sb->tier->release(sb);
+}
+
+int cdn_tier_check_user(const struct cdn_tier_ops *t, const char *user, struct cdn_error *err)
+{
+    if (user && !t->users)
+        return cdn_error_field(err, EOPNOTSUPP, "user", "user: not supported on tier %s", t->name);
+    return 0;
+}
+
+int cdn_tier_check_spec(const struct cdn_tier_ops *t, const struct cdn_spec *spec, struct cdn_error *err)
+{
+    return cdn_tier_check_user(t, spec->user, err);
 }

@@ -52,6 +52,9 @@ struct cdn_tier_ops {
     bool slot_in_record;
     /* It runs CALL frames (warm executors, docs/process.md). */
     bool calls;
+    /* Its commands may run as another user of the sandbox (spec and exec "user", shared/user.h):
+     * its init holds CDN_INIT_CAPS (confine/privileges.h). */
+    bool users;
     /* Binds target this directory or beneath it (its mount namespace has no root of its own);
      * NULL: anywhere. */
     const char *binds_under;
@@ -125,6 +128,10 @@ extern const struct cdn_tier_ops *const cdn_tiers[];
 
 /* NULL: a tier this build has not (the lean CLI runs containers only). */
 const struct cdn_tier_ops *cdn_tier_lookup(enum cdn_tier tier);
+/* What a spec asks that tier t cannot do (its "user"): -EOPNOTSUPP with err naming the field. */
+int cdn_tier_check_spec(const struct cdn_tier_ops *t, const struct cdn_spec *spec, struct cdn_error *err);
+/* The same for one command's user (an exec's "user"); NULL passes. */
+int cdn_tier_check_user(const struct cdn_tier_ops *t, const char *user, struct cdn_error *err);
 /* The tier of this build named name, or NULL. */
 const struct cdn_tier_ops *cdn_tier_by_name(const char *name);
 /* drop_slot() of every tier that keeps slots. */

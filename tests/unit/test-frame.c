@@ -56,6 +56,36 @@ TEST(exec_roundtrip)
                  -EINVAL);
 }
 
+TEST(exec_user_roundtrip)
+{
+    static uint8_t buf[4096];
+    static struct cdn_exec_req r;
+    char *argv[] = {"id", NULL}, *envp[] = {"A=1", NULL};
+    int n = cdn_exec_encode(
+        buf, sizeof buf,
+        &(struct cdn_exec_args){
+            .flags = CDN_EXEC_PIPES, .cwd = "/w", .argv = argv, .envp = envp, .user = "app:dev"});
+    CHECK(n > 0);
+    CHECK_EQ_INT(cdn_exec_decode(buf, (size_t) n, &r), 0);
+    CHECK_EQ_INT(r.flags, CDN_EXEC_PIPES | CDN_EXEC_USER);
+    CHECK_STREQ(r.user, "app:dev");
+    CHECK_STREQ(r.envp[0], "A=1");
+    for (int cut = 0; cut < n; cut++)
+        CHECK(cdn_exec_decode(buf, (size_t) cut, &r) < 0);
+    /* the flag without its string, and an empty user, are refused */
+    n = cdn_exec_encode(
+        buf, sizeof buf,
+        &(struct cdn_exec_args){.flags = CDN_EXEC_USER, .cwd = "/", .argv = argv, .envp = envp});
+    CHECK(n > 0);
+    CHECK_EQ_INT(cdn_exec_decode(buf, (size_t) n, &r), 0);
+    CHECK(r.user == NULL); /* encode clears a flag it has no string for */
+    buf[0] |= CDN_EXEC_USER;
+    CHECK(cdn_exec_decode(buf, (size_t) n, &r) < 0);
+    CHECK_EQ_INT(
+        cdn_exec_encode(buf, sizeof buf, &(struct cdn_exec_args){.cwd = "/", .argv = argv, .user = ""}),
+        -EINVAL);
+}
+
 TEST(file_request_roundtrip_and_rejects)
 {
     uint8_t buf[256];

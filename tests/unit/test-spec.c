@@ -361,3 +361,36 @@ TEST(labels_flag_and_json_agree)
     CHECK_STREQ(err.field, "labels");
     cdn_spec_free(&o.spec);
 }
+
+/* "user": checked for its form at validation (names are looked up later, in the sandbox), kept
+ * through the JSON the daemon records, absent when not set. */
+TEST(user_field)
+{
+    struct cdn_spec s;
+    struct cdn_error err;
+    CHECK_EQ_INT(from_json(&s, "{\"user\": \"app:dev\"}", &err), 0);
+    CHECK_STREQ(s.user, "app:dev");
+    CHECK_EQ_INT(cdn_spec_validate(&s, &err), 0);
+    char *out = cdn_spec_to_json(&s);
+    CHECK(out && strstr(out, "\"user\":\"app:dev\""));
+    free(out);
+    cdn_spec_free(&s);
+    CHECK_EQ_INT(from_json(&s, "{}", &err), 0);
+    CHECK(s.user == NULL);
+    out = cdn_spec_to_json(&s);
+    CHECK(out && !strstr(out, "\"user\""));
+    free(out);
+    cdn_spec_free(&s);
+    const char *bad[] = {"{\"user\": \"a b\"}", "{\"user\": \"70000\"}", "{\"user\": \"\"}",
+                         "{\"user\": \":x\"}", NULL};
+    for (int i = 0; bad[i]; i++) {
+        CHECK_EQ_INT(from_json(&s, bad[i], &err), 0);
+        err = (struct cdn_error){0};
+        CHECK(cdn_spec_validate(&s, &err) < 0);
+        CHECK_STREQ(err.field, "user");
+        cdn_spec_free(&s);
+    }
+    CHECK(from_json(&s, "{\"user\": 7}", &err) < 0);
+    CHECK_STREQ(err.field, "user");
+    cdn_spec_free(&s);
+}

@@ -468,6 +468,7 @@ const struct cdn_tier_ops cdn_container_tier = {
     .name = "container",
     .tier = CDN_TIER_CONTAINER,
     .slot_in_record = true,
+    .users = true,
     .create = container_create,
     .kill = container_kill,
     .usage = container_usage,

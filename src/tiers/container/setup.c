@@ -5,7 +5,9 @@
  * Landlock and seccomp come last because they would forbid the steps before. */
 #include "container-internal.h"
 #include "confine/landlock.h"
+#include "confine/slot.h"
 #include "shared/fd-util.h"
+#include "shared/user.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -170,6 +172,20 @@ static int wait_maps(void)
     return fd;
 }
 
+/* The spec's user (its own or the image's) must name someone in the image's /etc/passwd: a create
+ * fails with field "user" rather than every command after it. init resolves it again for each
+ * command (the agent may edit the files in between; docs/spec.md). */
+static int check_user(const struct cdn_spec *spec, struct cdn_error *err)
+{
+    if (!spec->user)
+        return 0;
+    _cleanup_close_ int root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (root < 0)
+        return cdn_error_field(err, errno, "user", "user: open the sandbox's root: %m");
+    struct cdn_user u;
+    return cdn_user_resolve_at(root, spec->user, CDN_UID_RANGE - 1, &u, err);
+}
+
 static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
 {
     /* The network namespace first (the costliest, ~0.4 ms), while the parent
@@ -202,9 +218,9 @@ static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
         return cdn_error_set(err, r, "join cgroup %s: %s", a->cgroup->name, strerror(-r));
     if (unshare(CLONE_NEWCGROUP) < 0)
         return cdn_error_set(err, errno, "unshare cgroup namespace: %m");
-    if ((r = cdn_rootfs_pivot(a, err)) < 0 ||
+    if ((r = cdn_rootfs_pivot(a, err)) < 0 || (r = check_user(a->spec, err)) < 0 ||
         (r = cdn_set_rlimits(a->spec->limits.nofile, a->spec->limits.disk_mb, err)) < 0 ||
-        (r = apply_landlock(a->spec, err)) < 0 || (r = cdn_drop_capabilities(0, err)) < 0)
+        (r = apply_landlock(a->spec, err)) < 0 || (r = cdn_drop_capabilities_keep(CDN_INIT_CAPS, err)) < 0)
         return r;
     r = cdn_seccomp_install(a->seccomp);
     if (r < 0)

@@ -1,0 +1,133 @@
+/* cordon-init: the user a command runs as (CDN_EXEC_USER), and the capabilities that takes.
+ *
+ * A container's init is exec'd with CDN_INIT_CAPS ambient (setup.c, confine/privileges.h); nothing
+ * else of the sandbox holds a capability. cdn_init_caps_settle() runs first thing in init: the
+ * ambient and inheritable sets go (a command inherits nothing by exec), CAP_KILL stays effective
+ * (init signals commands of any uid: timeouts, SIGNAL, QUIESCE) and the rest permitted only.
+ * cdn_user_become() runs in each command's forked child, before its exec: it takes the user on
+ * (setgroups, setresgid, setresuid), then clears every set — bounding, ambient, permitted,
+ * effective, inheritable — and checks that they are empty, or the command does not run. Where init
+ * holds none of them (a VM guest's commands are confined by init-vm.c; the process tier's worker),
+ * both do nothing and a command with a user is refused. */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "init.h"
+#include "shared/fd-util.h"
+
+#define CAP_BIT(c) (1ULL << (c))
+#define INIT_CAPS  (CAP_BIT(CAP_SETUID) | CAP_BIT(CAP_SETGID) | CAP_BIT(CAP_SETPCAP) | CAP_BIT(CAP_KILL))
+
+static bool holds_caps;
+
+static int caps_get(uint64_t *ret_p, uint64_t *ret_e, uint64_t *ret_i)
+{
+    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+    struct __user_cap_data_struct d[2] = {{0}};
+    if (syscall(SYS_capget, &h, d) < 0)
+        return -errno;
+    *ret_p = d[0].permitted | (uint64_t) d[1].permitted << 32;
+    *ret_e = d[0].effective | (uint64_t) d[1].effective << 32;
+    *ret_i = d[0].inheritable | (uint64_t) d[1].inheritable << 32;
+    return 0;
+}
+
+static int caps_set(uint64_t p, uint64_t e)
+{
+    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+    struct __user_cap_data_struct d[2] = {{0}};
+    for (int i = 0; i < 2; i++) {
+        d[i].permitted = (uint32_t) (p >> (32 * i));
+        d[i].effective = (uint32_t) (e >> (32 * i));
+    }
+    return syscall(SYS_capset, &h, d) < 0 ? -errno : 0;
+}
+
+void cdn_init_caps_settle(void)
+{
+    uint64_t p, e, i;
+    if (cdn_vm_guest() || caps_get(&p, &e, &i) < 0 || (p & INIT_CAPS) != INIT_CAPS)
+        return;
+    (void) prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+    holds_caps = caps_set(INIT_CAPS, CAP_BIT(CAP_KILL)) == 0;
+}
+
+/* The highest id of the sandbox's uid and gid maps (both must map it). */
+static int id_max(uint32_t *ret)
+{
+    const char *files[] = {"/proc/self/uid_map", "/proc/self/gid_map"};
+    uint32_t max = CDN_USER_ID_MAX;
+    for (size_t k = 0; k < 2; k++) {
+        char buf[512];
+        _cleanup_close_ int fd = open(files[k], O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+        uint32_t m;
+        if (n <= 0)
+            return -EIO;
+        buf[n] = 0;
+        if (cdn_user_map_max(buf, &m) < 0)
+            return -EINVAL;
+        max = m < max ? m : max;
+    }
+    *ret = max;
+    return 0;
+}
+
+int cdn_user_lookup(const char *spec, struct cdn_user *ret, struct cdn_error *err)
+{
+    uint32_t max;
+    if (!holds_caps)
+        return cdn_error_field(err, EOPNOTSUPP, "user", "user: this sandbox's init cannot change users");
+    int r = id_max(&max);
+    if (r < 0)
+        return cdn_error_field(err, -r, "user", "user: read the sandbox's id maps: %s", strerror(-r));
+    _cleanup_close_ int root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (root < 0)
+        return cdn_error_field(err, errno, "user", "user: open the sandbox's root: %m");
+    return cdn_user_resolve_at(root, spec, max, ret, err);
+}
+
+/* Every set empty: what cdn_user_become promises before the exec. */
+static bool caps_empty(void)
+{
+    uint64_t p, e, i;
+    if (caps_get(&p, &e, &i) < 0 || p || e || i)
+        return false;
+    for (int cap = 0; cap <= 63; cap++) {
+        int b = prctl(PR_CAPBSET_READ, cap, 0, 0, 0);
+        if (b < 0)
+            break; /* past the kernel's last capability */
+        if (b > 0 || prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, cap, 0, 0) != 0)
+            return false;
+    }
+    return true;
+}
+
+int cdn_user_become(const struct cdn_user *u)
+{
+    if (!holds_caps)
+        return u ? -EOPNOTSUPP : 0;
+    if (caps_set(INIT_CAPS, INIT_CAPS) < 0)
+        return -errno;
+    /* SECBIT_NO_SETUID_FIXUP (locked by setup.c) keeps the sets across setresuid: they are
+     * cleared below, by hand, for root and non-root alike. */
+    if (u && (setgroups(u->n_groups, u->groups) < 0 || setresgid(u->gid, u->gid, u->gid) < 0 ||
+              setresuid(u->uid, u->uid, u->uid) < 0))
+        return -errno;
+    for (int cap = 0; cap <= 63; cap++)
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
+            if (errno == EINVAL)
+                break;
+            return -errno;
+        }
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 || caps_set(0, 0) < 0)
+        return -errno;
+    return caps_empty() ? 0 : -EPERM;
+}
