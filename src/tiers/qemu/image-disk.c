@@ -291,6 +291,16 @@ int cdn_vm_prune_image_disks(bool (*keep)(const char *digest, void *data), void 
     struct dirent *e;
     while (d && (e = readdir(d))) {
         size_t n = strlen(e->d_name);
+        char p[4400];
+        (void) snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (n > 4 && strcmp(e->d_name + n - 4, ".tmp") == 0) {
+            (void) unlink(p); /* a killed build's: none runs while we hold the lock */
+            continue;
+        }
+        if (n > 5 && strcmp(e->d_name + n - 5, ".work") == 0) {
+            remove_work(p);
+            continue;
+        }
         if (strncmp(e->d_name, "oci-", 4) != 0 || n < 4 + 6 || strcmp(e->d_name + n - 6, ".erofs") != 0)
             continue;
         char name[256], digest[256];

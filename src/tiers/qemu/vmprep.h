@@ -54,6 +54,7 @@ struct cdn_image;
 int cdn_vm_image_disk(const struct cdn_image *img, bool progress, char *out, size_t size,
                       struct cdn_error *err);
 /* Remove the OCI images' disks (and their guests' templates) whose manifest digest keep refuses:
- * `cordon image rm|prune` pass what the store's references still name. Skipped (0) while a disk is
+ * `cordon image rm|prune` pass what the store's references still name; and what killed builds left
+ * (NAME.erofs.tmp, NAME.work) of any image. Skipped (0) while a disk is
  * being made, so that it never waits minutes for one. 0 or -errno. */
 int cdn_vm_prune_image_disks(bool (*keep)(const char *digest, void *data), void *data, struct cdn_error *err);
