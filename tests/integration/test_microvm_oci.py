@@ -148,3 +148,21 @@ def test_cordond_runs_an_oci_image_on_the_microvm_tier(daemon, task_layout):
         r = sb.exec(["sh", "-c", "echo $FROM_IMAGE $SHARED; pwd; stat -c %u /home/dev/notes; cat /testbed/README"])
         assert (r.exit_code, r.stdout) == (0, "yes image\n/testbed\n1000\nhello\n"), r
     assert cordon("image", "rm", ref).returncode == 0
+
+
+def test_two_makers_of_one_disk_at_once_make_it_once(oci_layout):
+    """Two `cordon vm prepare --image REF` at once: one makes the disk under the images' lock, the
+    other waits and finds it; both name the same file."""
+    lay = oci_layout()
+    lay.tag(lay.new_image(oci_image_layers(os.urandom(8).hex()), config=CONFIG), "1")
+    ref = f"oci:{lay.path}:1"
+    assert cordon("image", "pull", ref).returncode == 0
+    procs = [subprocess.Popen([cordonlib.CORDON_BIN, "vm", "prepare", "--image", ref], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    disk = disk_of(ref)
+    assert [out.splitlines()[-1] for out, _ in outs] == [disk, disk], outs
+    assert sum(BUILDING in err for _, err in outs) == 1, outs
+    assert cordon("image", "rm", ref).returncode == 0
+    assert not os.path.exists(disk)

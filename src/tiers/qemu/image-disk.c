@@ -229,14 +229,33 @@ static int mkfs_layers(const struct cdn_image *img, const char *work, const char
 }
 
 /* An OCI image's disk is named by its manifest digest: content-addressed, so a tag pulled again
- * with new content names a new disk, and the same content under two tags shares one. */
-static int oci_disk_name(const char *digest, char *name, size_t size, struct cdn_error *err)
+ * with new content names a new disk, and the same content under two tags shares one. The name is a
+ * path component: the digest must be ALGO:HEX, lowercase, nothing else. */
+int cdn_vm_oci_disk_name(const char *digest, char *name, size_t size)
 {
     const char *colon = strchr(digest, ':');
-    if (!colon || colon == digest || strspn(colon + 1, "0123456789abcdef") != strlen(colon + 1) ||
+    if (!colon || colon == digest || !colon[1] ||
+        strspn(colon + 1, "0123456789abcdef") != strlen(colon + 1) ||
         strspn(digest, "abcdefghijklmnopqrstuvwxyz0123456789") != (size_t) (colon - digest) ||
         (size_t) snprintf(name, size, "oci-%.*s-%s", (int) (colon - digest), digest, colon + 1) >= size)
-        return cdn_error_field(err, EINVAL, "image", "image: bad manifest digest '%s'", digest);
+        return -EINVAL;
+    return 0;
+}
+
+int cdn_vm_oci_disk_digest(const char *file, char *digest, size_t size)
+{
+    size_t n = strlen(file);
+    if (strncmp(file, "oci-", 4) != 0 || n <= 4 + 6 || strcmp(file + n - 6, ".erofs") != 0 ||
+        (size_t) snprintf(digest, size, "%.*s", (int) (n - 4 - 6), file + 4) >= size)
+        return -EINVAL;
+    char *dash = strchr(digest, '-'), name[256];
+    if (!dash)
+        return -EINVAL;
+    *dash = ':';
+    /* only what cdn_vm_oci_disk_name makes, and makes back into the same name */
+    if (cdn_vm_oci_disk_name(digest, name, sizeof name) < 0 || strncmp(name, file, n - 6) != 0 ||
+        strlen(name) != n - 6)
+        return -EINVAL;
     return 0;
 }
 
@@ -247,8 +266,8 @@ int cdn_vm_image_disk(const struct cdn_image *img, bool progress, char *out, siz
     char name[200];
     int r;
     if (img->n_layers > 0) {
-        if ((r = oci_disk_name(img->digest, name, sizeof name, err)) < 0)
-            return r;
+        if (cdn_vm_oci_disk_name(img->digest, name, sizeof name) < 0)
+            return cdn_error_field(err, EINVAL, "image", "image: bad manifest digest '%s'", img->digest);
     } else {
         if (stat(img->lower, &st) < 0)
             return cdn_error_field(err, errno, "image", "image: %s: %m", img->lower);
@@ -301,17 +320,11 @@ int cdn_vm_prune_image_disks(bool (*keep)(const char *digest, void *data), void 
             remove_work(p);
             continue;
         }
-        if (strncmp(e->d_name, "oci-", 4) != 0 || n < 4 + 6 || strcmp(e->d_name + n - 6, ".erofs") != 0)
-            continue;
         char name[256], digest[256];
-        (void) snprintf(name, sizeof name, "%.*s", (int) (n - 6), e->d_name);
-        (void) snprintf(digest, sizeof digest, "%s", name + 4);
-        char *dash = strchr(digest, '-');
-        if (!dash)
+        if (cdn_vm_oci_disk_digest(e->d_name, digest, sizeof digest) < 0 || keep(digest, data))
             continue;
-        *dash = ':';
-        if (!keep(digest, data))
-            remove_disk(dir, name);
+        (void) snprintf(name, sizeof name, "%.*s", (int) (n - 6), e->d_name);
+        remove_disk(dir, name);
     }
     return 0;
 }

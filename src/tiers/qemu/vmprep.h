@@ -53,6 +53,11 @@ int cdn_vm_status(struct cdn_vm_status *out, struct cdn_error *err);
 struct cdn_image;
 int cdn_vm_image_disk(const struct cdn_image *img, bool progress, char *out, size_t size,
                       struct cdn_error *err);
+/* An OCI image's disk's name (no ".erofs") from its manifest digest "ALGO:HEX" ("oci-ALGO-HEX"), and
+ * the digest back from a file name "oci-ALGO-HEX.erofs". -EINVAL for anything else (a digest that is
+ * not lowercase ALGO:HEX: the name is a path component). */
+int cdn_vm_oci_disk_name(const char *digest, char *name, size_t size);
+int cdn_vm_oci_disk_digest(const char *file, char *digest, size_t size);
 /* Remove the OCI images' disks (and their guests' templates) whose manifest digest keep refuses:
  * `cordon image rm|prune` pass what the store's references still name; and what killed builds left
  * (NAME.erofs.tmp, NAME.work) of any image. Skipped (0) while a disk is
