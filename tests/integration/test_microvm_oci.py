@@ -17,7 +17,7 @@ import cordonlib
 from cordon import Sandbox
 from cordonlib import run
 from registry import Layer
-from test_images import CONFIG, cordon, task_layers, task_layout  # noqa: F401 (a fixture)
+from test_images import CONFIG, cordon, task_layers
 
 pytestmark = pytest.mark.needs_vm
 
@@ -140,9 +140,11 @@ def test_an_oci_image_is_the_guests_root_from_a_disk_made_once(registry_factory,
     assert not [n for n in os.listdir(os.path.join(cordonlib.VM_DIR, "images")) if n.endswith((".tmp", ".work"))]
 
 
-def test_cordond_runs_an_oci_image_on_the_microvm_tier(daemon, task_layout):
+def test_cordond_runs_an_oci_image_on_the_microvm_tier(daemon, oci_layout):
     """The image's Env and WorkingDir reach the guest through cordond as on the container tier."""
-    ref = f"oci:{task_layout.path}:v1"
+    lay = oci_layout()
+    lay.tag(lay.new_image(task_layers(), config=CONFIG), "v1")
+    ref = f"oci:{lay.path}:v1"
     assert cordon("image", "pull", ref).returncode == 0
     with Sandbox.create(endpoint=daemon.endpoint, tier="microvm", image=ref) as sb:
         r = sb.exec(["sh", "-c", "echo $FROM_IMAGE $SHARED; pwd; stat -c %u /home/dev/notes; cat /testbed/README"])

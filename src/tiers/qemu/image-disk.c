@@ -180,16 +180,12 @@ static void remove_work(const char *work)
  * overlay, the merged tree mkfs.erofs reads. The store keeps owners as the image says (no shift),
  * and overlayfs applies the layers' whiteouts and opaque directories and hides its own trusted.*
  * xattrs; hard links within a layer are one inode in the merge, as mkfs.erofs needs. */
-static _Noreturn void mkfs_layers_child(const struct cdn_image *img, const char *work, const char *tmp)
+static _Noreturn void mkfs_layers_child(const char *opts, const char *work, const char *tmp)
 {
-    char opts[4096];
-    size_t off = (size_t) snprintf(opts, sizeof opts, "lowerdir=");
-    for (size_t i = 0; i < img->n_layers && off < sizeof opts; i++)
-        off += (size_t) snprintf(opts + off, sizeof opts - off, "%s%zu", i ? ":" : "", i);
-    if (off >= sizeof opts || unshare(CLONE_NEWNS) < 0 ||
-        mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 || chdir(work) < 0 ||
-        mount("overlay", "root", "overlay", MS_RDONLY | MS_NODEV | MS_NOSUID, opts) < 0) {
-        fprintf(stderr, "cordon: vm: mount the image's layers as one overlay: %m\n");
+    /* After fork in a process that may have threads: no stdio, no allocation. */
+    if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+        chdir(work) < 0 || mount("overlay", "root", "overlay", MS_RDONLY | MS_NODEV | MS_NOSUID, opts) < 0) {
+        dprintf(STDERR_FILENO, "cordon: vm: mount the image's layers as one overlay: %s\n", strerror(errno));
         _exit(126);
     }
     (void) dup2(STDERR_FILENO, STDOUT_FILENO); /* mkfs.erofs's output is not the caller's */
@@ -215,6 +211,10 @@ static int mkfs_layers(const struct cdn_image *img, const char *work, const char
             return r;
         }
     }
+    char opts[4096];
+    size_t off = (size_t) snprintf(opts, sizeof opts, "lowerdir=");
+    for (size_t i = 0; i < img->n_layers && off < sizeof opts; i++)
+        off += (size_t) snprintf(opts + off, sizeof opts - off, "%s%zu", i ? ":" : "", i);
     fflush(stderr);
     pid_t pid = fork();
     if (pid < 0) {
@@ -222,7 +222,7 @@ static int mkfs_layers(const struct cdn_image *img, const char *work, const char
         return cdn_error_set(err, errno, "fork: %m");
     }
     if (pid == 0)
-        mkfs_layers_child(img, work, tmp);
+        mkfs_layers_child(opts, work, tmp);
     int r = wait_mkfs(pid, tmp, img->digest, err);
     remove_work(work);
     return r;
