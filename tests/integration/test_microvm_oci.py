@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 import cordonlib
-from cordon import Sandbox
+from cordon import Sandbox, images
 from cordonlib import run
 from registry import Layer
 from test_images import CONFIG, cordon, task_layers
@@ -143,13 +143,19 @@ def test_an_oci_image_is_the_guests_root_from_a_disk_made_once(registry_factory,
 def test_cordond_runs_an_oci_image_on_the_microvm_tier(daemon, oci_layout):
     """The image's Env and WorkingDir reach the guest through cordond as on the container tier."""
     lay = oci_layout()
-    lay.tag(lay.new_image(task_layers(), config=CONFIG), "v1")
+    lay.tag(lay.new_image(oci_image_layers(os.urandom(8).hex()), config=CONFIG), "v1")  # this test's own
     ref = f"oci:{lay.path}:v1"
     assert cordon("image", "pull", ref).returncode == 0
     with Sandbox.create(endpoint=daemon.endpoint, tier="microvm", image=ref) as sb:
         r = sb.exec(["sh", "-c", "echo $FROM_IMAGE $SHARED; pwd; stat -c %u /home/dev/notes; cat /testbed/README"])
         assert (r.exit_code, r.stdout) == (0, "yes image\n/testbed\n1000\nhello\n"), r
-    assert cordon("image", "rm", ref).returncode == 0
+    disk = disk_of(ref)
+    assert os.path.exists(disk)
+    # DELETE /v1/images/{ref} takes the disk with the image's last reference.
+    ep = daemon.endpoint
+    cordonlib.wait_for(lambda: images.get(ref, endpoint=ep)["in_use"] == 0, timeout=15, what="teardown")
+    assert images.remove(ref, endpoint=ep)["image_removed"] is True
+    assert not os.path.exists(disk)
 
 
 def test_two_makers_of_one_disk_at_once_make_it_once(oci_layout):
