@@ -174,3 +174,27 @@ def test_two_makers_of_one_disk_at_once_make_it_once(oci_layout):
     assert sum(BUILDING in err for _, err in outs) == 1, outs
     assert cordon("image", "rm", ref).returncode == 0
     assert not os.path.exists(disk)
+
+
+def test_an_image_of_many_layers_makes_its_disk(oci_layout, tmp_path):
+    """100 layers (the store takes 128): each adds a file and deletes the one before, so only the
+    last is left; their paths would not fit one page of mount options without the short links."""
+    nonce = os.urandom(8).hex()
+    layers = [Layer().file(f"f{i}", f"{nonce} {i}\n") for i in range(100)]
+    for i in range(1, 100):
+        layers[i].whiteout(f"f{i - 1}")
+    lay = oci_layout()
+    lay.tag(lay.new_image(layers, config=CONFIG), "1")
+    ref = f"oci:{lay.path}:1"
+    assert cordon("image", "pull", ref).returncode == 0
+    r = subprocess.run([cordonlib.CORDON_BIN, "vm", "prepare", "--image", ref], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    disk = disk_of(ref)
+    assert r.stdout.splitlines()[-1] == disk
+    with mounted(disk, str(tmp_path / "mnt")) as root:
+        assert os.listdir(root) == ["f99"]
+        with open(os.path.join(root, "f99")) as f:
+            assert f.read() == f"{nonce} 99\n"
+    assert cordon("image", "rm", ref).returncode == 0
+    assert not os.path.exists(disk)
