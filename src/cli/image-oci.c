@@ -14,6 +14,8 @@
 #include "oci/ref.h"
 #include "oci/resolve.h"
 #include "oci/store.h"
+#include "shared/strv.h"
+#include "tiers/qemu/vmprep.h"
 
 static int fail(const struct cdn_error *e)
 {
@@ -164,6 +166,18 @@ static int count_refs(const char *ref, const char *manifest, void *data)
     return 0;
 }
 
+/* The microvm tier's disks of images no reference names any more go with them (a cache: a later
+ * sandbox of the image makes its disk again). */
+static int prune_disks(struct cdn_store *s, struct cdn_error *err)
+{
+    struct cdn_strv named = {0};
+    int r = cdn_oci_named_manifests(s, &named, err);
+    if (r >= 0)
+        r = cdn_vm_prune_image_disks(cdn_oci_named, &named, err);
+    cdn_strv_free(&named);
+    return r;
+}
+
 /* Drop the reference; the image record goes with its last reference (prune frees the bytes). */
 static int rm(int argc, char *const *argv)
 {
@@ -184,7 +198,7 @@ static int rm(int argc, char *const *argv)
             return fail(&err);
         printf("%s\n", canon);
     }
-    return 0;
+    return prune_disks(s, &err) < 0 ? fail(&err) : 0;
 }
 
 static int prune(int argc, char *const *argv)
@@ -195,7 +209,8 @@ static int prune(int argc, char *const *argv)
     struct cdn_error err = {0};
     _cleanup_store_ struct cdn_store *s = NULL;
     uint64_t freed = 0;
-    if (cdn_store_open(cdn_state_dir(), &s, &err) < 0 || cdn_store_prune(s, NULL, NULL, &freed, &err) < 0)
+    if (cdn_store_open(cdn_state_dir(), &s, &err) < 0 || cdn_store_prune(s, NULL, NULL, &freed, &err) < 0 ||
+        prune_disks(s, &err) < 0)
         return fail(&err);
     printf("freed %" PRIu64 " bytes\n", freed);
     return 0;

@@ -139,14 +139,14 @@ int cdn_cli_vm(int argc, char *const *argv)
         if (cdn_vm_prepare(&vm, true, &err) < 0 ||
             (image && strcmp(argv[2], "host") != 0 &&
              (cdn_image_resolve(argv[2], &img, &err) < 0 ||
-              cdn_vm_image_disk(img.lower, true, disk, sizeof disk, &err) < 0))) {
+              cdn_vm_image_disk(&img, true, disk, sizeof disk, &err) < 0))) {
             fprintf(stderr, "cordon: %s\n", err.msg);
             return 125;
         }
         printf("kernel %s\n%s\n%s\n%s%s", vm.release, vm.kernel, vm.initramfs, disk, *disk ? "\n" : "");
         return 0;
     }
-    fprintf(stderr, "usage: cordon vm prepare [--image host|DIR]\n       cordon vm status [--json]\n");
+    fprintf(stderr, "usage: cordon vm prepare [--image host|DIR|REF]\n       cordon vm status [--json]\n");
     return 125;
 }
 #endif

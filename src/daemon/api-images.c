@@ -277,6 +277,8 @@ static void route_delete(struct evhttp_request *req, const char *name)
         r = cdn_store_ref_list(s, count_refs, &left, &err);
     if (r >= 0 && left.n == 0)
         r = cdn_store_image_remove(s, manifest, &err);
+    if (r >= 0 && left.n == 0)
+        cdn_images_prune_disks(s);
     if (r < 0)
         return cdn_api_reply_error(req, 500, "store_failed", "ref", "%s", err.msg);
     cdn_api_reply_json(req, 200,

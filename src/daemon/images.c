@@ -25,7 +25,8 @@
 #include "oci/resolve.h"
 #include "oci/store.h"
 #include "shared/fd-util.h"
-#include "tiers/tier.h"
+#include "shared/strv.h"
+#include "tiers/qemu/vmprep.h"
 
 enum job_kind { JOB_PULL, JOB_PRUNE, JOB_SIZE };
 
@@ -275,14 +276,24 @@ static void run_pull(struct child *c)
     put_line(c->fd, done);
 }
 
+void cdn_images_prune_disks(struct cdn_store *s)
+{
+    struct cdn_error err = {0};
+    struct cdn_strv named = {0};
+    if (cdn_oci_named_manifests(s, &named, &err) >= 0)
+        (void) cdn_vm_prune_image_disks(cdn_oci_named, &named, &err);
+    cdn_strv_free(&named);
+}
+
 static void run_store(struct child *c)
 {
     struct cdn_error err = {0};
     _cleanup_store_ struct cdn_store *s = NULL;
     uint64_t freed = 0, size = 0;
     int r = cdn_store_open(cdn_daemon->cfg.state_dir, &s, &err);
-    if (r >= 0 && c->job->kind == JOB_PRUNE)
-        r = cdn_store_prune(s, child_in_use, c->job, &freed, &err);
+    if (r >= 0 && c->job->kind == JOB_PRUNE &&
+        (r = cdn_store_prune(s, child_in_use, c->job, &freed, &err)) >= 0)
+        cdn_images_prune_disks(s);
     if (r >= 0)
         r = cdn_store_size(s, &size, &err);
     if (r < 0)

@@ -28,6 +28,10 @@ int cdn_images_pull(const char *canon, struct image_waiter w, struct cdn_error *
 /* Remove what no image record or ref and no live sandbox references (one prune at a time: a second
  * request joins the running one). Its last line: {"status": "done", "freed_bytes", "store_size"}. */
 int cdn_images_prune(struct image_waiter w, struct cdn_error *err);
+/* The microvm tier's disks of OCI images that no reference of the store names any more, removed
+ * (skipped while a disk is being made: never waits for one). */
+struct cdn_store;
+void cdn_images_prune_disks(struct cdn_store *s);
 /* At start: the store's size for /metrics, measured by a child. */
 void cdn_images_start(void);
 /* At stop: every child killed (the store sweeps their leftovers), every waiter told "stopping". */

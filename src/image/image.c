@@ -248,6 +248,7 @@ int cdn_image_resolve(const char *name, struct cdn_image *ret, struct cdn_error 
 {
     struct stat st;
     ret->n_layers = 0;
+    ret->digest[0] = '\0';
     ensure_dev(ret->dev, sizeof ret->dev);
     if (strcmp(name, "host") == 0) {
         (void) snprintf(ret->lower, sizeof ret->lower, "%s/images/host", cdn_state_dir());

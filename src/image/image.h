@@ -13,8 +13,9 @@ struct cdn_image {
     char lower[4096]; /* the image's root directory; with layers, the directory they are under */
     size_t n_layers;  /* 0: lower is the root; else an OCI image's layer directories, */
     char layers[CDN_IMAGE_LAYERS_MAX][80]; /* relative to lower, topmost first */
-    bool host;      /* bind the host's /usr (and any non-symlink /bin, /lib…) on top */
-    char dev[4096]; /* a prepared /dev tree to bind, or "" to assemble /dev node by node */
+    char digest[136]; /* an OCI image's manifest digest ("sha256:…"), what its content is known by; else "" */
+    bool host;        /* bind the host's /usr (and any non-symlink /bin, /lib…) on top */
+    char dev[4096];   /* a prepared /dev tree to bind, or "" to assemble /dev node by node */
 };
 
 /* Resolve spec.image; builds the host skeleton on first use. Errors name "image". Names other than

@@ -105,6 +105,7 @@ static int read_stored(const char *canon, struct stored *ret, struct cdn_error *
     (void) snprintf(img->lower, sizeof img->lower, "%s/layers", cdn_store_path(s));
     img->host = false;
     img->n_layers = rec.n_layers;
+    (void) snprintf(img->digest, sizeof img->digest, "%s", ret->manifest);
     for (size_t i = 0; i < rec.n_layers && r >= 0; i++) {
         const char *diff_id = rec.diff_ids[rec.n_layers - 1 - i];
         (void) snprintf(img->layers[i], sizeof img->layers[i], "sha256/%s", cdn_digest_hex(diff_id));
@@ -193,6 +194,34 @@ int cdn_oci_stored(const char *name, char manifest[CDN_DIGEST_MAX], struct cdn_i
     c->stored = *fresh;
     pthread_mutex_unlock(&stored_lock);
     return 0;
+}
+
+static int push_manifest(const char *ref, const char *manifest, void *data)
+{
+    (void) ref;
+    return cdn_oci_named(manifest, data) ? 0 : cdn_strv_push(data, manifest);
+}
+
+int cdn_oci_named_manifests(struct cdn_store *s, struct cdn_strv *ret, struct cdn_error *err)
+{
+    struct cdn_strv l = {0};
+    int r = cdn_store_ref_list(s, push_manifest, &l, err);
+    if (r < 0) {
+        cdn_strv_free(&l);
+        return err && err->errnum ? r
+                                  : cdn_error_set(err, r, "image store: list references: %s", strerror(-r));
+    }
+    *ret = l;
+    return 0;
+}
+
+bool cdn_oci_named(const char *digest, void *named)
+{
+    const struct cdn_strv *l = named;
+    for (size_t i = 0; i < l->n; i++)
+        if (strcmp(l->v[i], digest) == 0)
+            return true;
+    return false;
 }
 
 /* image.h's hook. */

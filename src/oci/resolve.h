@@ -37,6 +37,13 @@ int cdn_oci_ensure(const char *name, enum cdn_pull_policy policy, const struct c
 int cdn_oci_apply_config(const struct cdn_oci_config *c, struct cdn_spec *spec, bool workdir_given,
                          bool take_user, struct cdn_error *err);
 
+/* The manifest digests the store's references name, each once (cdn_strv_free): what the VM tiers'
+ * image disks are kept for (tiers/qemu/vmprep.h's cdn_vm_prune_image_disks, with cdn_oci_named as
+ * its keep and the list as its data). -E2BIG past CDN_STRV_MAX references. */
+struct cdn_store;
+int cdn_oci_named_manifests(struct cdn_store *s, struct cdn_strv *ret, struct cdn_error *err);
+bool cdn_oci_named(const char *digest, void *named);
+
 /* Registry options from the environment: CORDON_INSECURE_REGISTRIES and CORDON_REGISTRY_MIRRORS
  * (host[:port], comma-separated; the mirrors are Docker Hub's), CORDON_REGISTRY_CA_FILES (PEM files,
  * comma-separated); the auth file is $REGISTRY_AUTH_FILE or docker's (oci/registry.h). Progress on stderr

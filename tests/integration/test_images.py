@@ -263,13 +263,6 @@ def test_cordond_sees_a_tag_pulled_again_and_a_removed_image(daemon, oci_layout)
     assert "not in the image store" in str(e.value), e.value
 
 
-@pytest.mark.needs_vm
-def test_an_oci_image_on_a_vm_tier_is_refused_plainly(task_layout):
-    ref = f"oci:{task_layout.path}:v1"
-    r = run(["--tier", "microvm", "--image", ref, "--", "true"], timeout=120)
-    assert r.code == cordonlib.EXIT_CORDON and "container tier" in r.stderr, r
-
-
 def test_oci_and_docker_archives_run(task_layout, tmp_path):
     """oci-archive: and docker-archive: (docker save's format), made by skopeo from a layout."""
     from registry import skopeo

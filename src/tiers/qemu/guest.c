@@ -234,11 +234,7 @@ int cdn_qemu_image_erofs(const struct cdn_spec *spec, char *disk, size_t size, s
 {
     struct cdn_image img;
     int r = cdn_image_resolve(spec->image, &img, err);
-    if (r >= 0 && img.n_layers > 0)
-        return cdn_error_field(err, EOPNOTSUPP, "image",
-                               "image: OCI images run on the container tier for now; the VM tiers take "
-                               "directories (issue 20)");
-    return r < 0 ? r : cdn_vm_image_disk(img.lower, true, disk, size, err);
+    return r < 0 ? r : cdn_vm_image_disk(&img, true, disk, size, err);
 }
 
 /* What QEMU's child will need of the spec: the share's mount point, and every bind's source there

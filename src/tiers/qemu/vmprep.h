@@ -44,6 +44,22 @@ struct cdn_vm_status {
 /* -errno only when cordon itself is incomplete (no cordon-init, no host image). */
 int cdn_vm_status(struct cdn_vm_status *out, struct cdn_error *err);
 
-/* The root disk of an image other than "host": a read-only erofs made from the image directory
- * root once, cached in <state>/vm/images/ (path into out). Errors name "image". */
-int cdn_vm_image_disk(const char *root, bool progress, char *out, size_t size, struct cdn_error *err);
+/* The root disk of an image other than "host" (image/image.h's resolution of it): a read-only erofs
+ * made once and cached in <vm>/images/ (path into out): of the image directory, or of an OCI
+ * image's layers merged (whiteouts applied, owners as the image says), named by its manifest digest.
+ * Made aside and renamed under the images' lock: a killed build leaves nothing half-visible, two
+ * creates at once make it once. A line on stderr when progress and a disk is made. Errors name
+ * "image". (image-disk.c) */
+struct cdn_image;
+int cdn_vm_image_disk(const struct cdn_image *img, bool progress, char *out, size_t size,
+                      struct cdn_error *err);
+/* An OCI image's disk's name (no ".erofs") from its manifest digest "ALGO:HEX" ("oci-ALGO-HEX"), and
+ * the digest back from a file name "oci-ALGO-HEX.erofs". -EINVAL for anything else (a digest that is
+ * not lowercase ALGO:HEX: the name is a path component). */
+int cdn_vm_oci_disk_name(const char *digest, char *name, size_t size);
+int cdn_vm_oci_disk_digest(const char *file, char *digest, size_t size);
+/* Remove the OCI images' disks (and their guests' templates) whose manifest digest keep refuses:
+ * `cordon image rm|prune` pass what the store's references still name; and what killed builds left
+ * (NAME.erofs.tmp, NAME.work) of any image. Skipped (0) while a disk is
+ * being made, so that it never waits minutes for one. 0 or -errno. */
+int cdn_vm_prune_image_disks(bool (*keep)(const char *digest, void *data), void *data, struct cdn_error *err);
