@@ -333,7 +333,8 @@ int cdn_agent_main(void)
         cdn_vm_poweroff();
         return 1;
     }
-    cdn_init_caps_settle();
+    if (!vm) /* a guest's init is the guest's root: its commands are confined by init-vm.c */
+        cdn_init_caps_settle();
     (void) prctl(PR_SET_DUMPABLE, 0); /* keep sandbox processes out of /proc/1/{mem,environ,fd} */
     /* The seccomp listener, held for the host (which supervises through
      * its own copy); a command that inherited it could answer its own

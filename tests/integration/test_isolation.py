@@ -217,11 +217,18 @@ def test_no_capabilities_no_new_privs_seccomp_filter():
     assert st["Seccomp"] == "2"
 
 
-def test_init_too_has_no_capabilities():
+def test_init_keeps_only_what_it_needs_to_run_and_signal_users():
+    """init (pid 1, in the sandbox's user namespace only) keeps CAP_KILL effective, to signal commands
+    running as another user (timeouts, SIGNAL, QUIESCE), and SETUID, SETGID and SETPCAP permitted
+    only, for each command's child to take its user and then drop everything; nothing else, nothing
+    inheritable or ambient (docs/security.md). The commands themselves hold none (the test above)."""
     r = run(["--", "cat", "/proc/1/status"])
     assert r.code == 0, r.stderr
     st = status_fields(r.stdout)
-    assert int(st["CapEff"], 16) == 0 and int(st["CapBnd"], 16) == 0
+    kill, setgid, setuid, setpcap = 1 << 5, 1 << 6, 1 << 7, 1 << 8
+    assert int(st["CapEff"], 16) == kill, st["CapEff"]
+    assert int(st["CapPrm"], 16) == int(st["CapBnd"], 16) == kill | setgid | setuid | setpcap, st
+    assert int(st["CapInh"], 16) == 0 and int(st["CapAmb"], 16) == 0, st
     assert st["NoNewPrivs"] == "1" and st["Seccomp"] == "2"
 
 
