@@ -58,6 +58,16 @@ int cdn_cli_create(int argc, char *const *argv)
     }
     char *spec = cdn_spec_to_json(&o.spec);
     cdn_spec_free(&o.spec);
+    if (spec && !o.workdir_given) {
+        /* No --workdir: none sent, so that an image's WorkingDir applies (cordond's default otherwise). */
+        json_t *root = json_loads(spec, 0, NULL);
+        char *without = root && json_object_del(root, "workdir") == 0 ? json_dumps(root, JSON_COMPACT) : NULL;
+        json_decref(root);
+        if (without) {
+            free(spec);
+            spec = without;
+        }
+    }
     cordon_client *c = connect_daemon();
     char *id = NULL;
     r = c && spec ? cordon_create(c, spec, &id) : -ENOMEM;

@@ -429,3 +429,24 @@ def test_cli_create_sends_the_pull_policy(images_env):
     r = cli("exec", sid, "--", "cat", "/etc/passwd")
     assert r.returncode == 0 and r.stdout.startswith("root:"), r
     assert cli("kill", sid).returncode == 0
+
+
+def test_cli_create_leaves_the_workdir_to_the_image(images_env):
+    """`cordon create --image` without --workdir sends none: the image's WorkingDir applies, as through
+    the SDK; --workdir still wins. (It sent the default /workspace, which hid the image's.)"""
+    import subprocess
+    start, _, push = images_env
+    ref = push(task_layers(), "team/cliwd", "1")
+    d = start()
+
+    def cli(*args):
+        return subprocess.run([cordonlib.CORDON_BIN, *args], capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, CORDON_SOCKET=d.socket))
+
+    for flags, want in (([], "/testbed\n"), (["--workdir", "/tmp"], "/tmp\n")):
+        r = cli("create", "--image", ref, *flags)
+        assert r.returncode == 0, r
+        sid = r.stdout.strip()
+        r = cli("exec", sid, "--", "pwd")
+        assert (r.returncode, r.stdout) == (0, want), (flags, r)
+        assert cli("kill", sid).returncode == 0

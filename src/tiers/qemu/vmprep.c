@@ -127,7 +127,7 @@ static int write_vmlinux(const uint8_t *bz, size_t n, const char *path, struct c
     if (lzma_stream_decoder(&s, UINT64_MAX, LZMA_CONCATENATED) != LZMA_OK)
         return cdn_error_set(err, ENOMEM, "lzma decoder");
     char tmp[4200];
-    (void) snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    (void) snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int) getpid());
     _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
         lzma_end(&s);
@@ -402,7 +402,9 @@ static int write_initramfs(const char *kdir, char out[3][4096], const char *init
     char tmp[3][4300];
     int r = 0;
     for (int part = 0; part < 3 && r == 0; part++) {
-        (void) snprintf(tmp[part], sizeof tmp[part], "%s.part", out[part]);
+        /* Named after this process: two `vm prepare` at once each write their own, and the last
+         * rename wins (they are alike). */
+        (void) snprintf(tmp[part], sizeof tmp[part], "%s.%d.part", out[part], (int) getpid());
         struct archive *w = archive_write_new();
         if (!w)
             return cdn_error_set(err, ENOMEM, "libarchive");
@@ -439,7 +441,7 @@ static int write_initramfs(const char *kdir, char out[3][4096], const char *init
     /* out[k]: parts 0 to k, one after the other. */
     for (int k = 0; k < 3 && r == 0; k++) {
         char t[4300];
-        (void) snprintf(t, sizeof t, "%s.tmp", out[k]);
+        (void) snprintf(t, sizeof t, "%s.%d.tmp", out[k], (int) getpid());
         _cleanup_close_ int fd = open(t, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd < 0)
             r = cdn_error_set(err, errno, "create %s: %m", t);
