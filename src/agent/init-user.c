@@ -52,7 +52,7 @@ static int caps_set(uint64_t p, uint64_t e)
 
 void cdn_init_caps_settle(void)
 {
-    uint64_t p, e, i;
+    uint64_t p = 0, e = 0, i = 0;
     /* Not cdn_vm_guest(): that asks once, before the guest's setup opens the agent's port. */
     if (caps_get(&p, &e, &i) < 0 || (p & INIT_CAPS) != INIT_CAPS)
         return;
@@ -98,7 +98,7 @@ int cdn_user_lookup(const char *spec, struct cdn_user *ret, struct cdn_error *er
 /* Every set empty: what cdn_user_become promises before the exec. */
 static bool caps_empty(void)
 {
-    uint64_t p, e, i;
+    uint64_t p = 0, e = 0, i = 0;
     if (caps_get(&p, &e, &i) < 0 || p || e || i)
         return false;
     for (int cap = 0; cap <= 63; cap++) {

@@ -149,7 +149,7 @@ static int find_passwd(const struct cdn_user_db *db, struct span name, bool by_u
     struct span line;
     int r;
     while ((r = next_line(db->passwd, db->passwd_len, &off, &line)) > 0) {
-        struct span f[7];
+        struct span f[7] = {{0}};
         size_t n = split_fields(line, f, 7);
         uint32_t uid, gid;
         if (n < 4)
@@ -189,7 +189,7 @@ static int find_group(const struct cdn_user_db *db, struct span name, uint32_t i
     struct span line;
     int r;
     while ((r = next_line(db->group, db->group_len, &off, &line)) > 0) {
-        struct span f[4];
+        struct span f[4] = {{0}};
         if (split_fields(line, f, 4) < 3 || !(f[0].n == name.n && memcmp(f[0].p, name.p, name.n) == 0))
             continue;
         if ((r = parse_id(f[2], id_max, ret_gid)) < 0)
@@ -236,7 +236,7 @@ static int supplementary(const struct cdn_user_db *db, const char *name, uint32_
     size_t off = 0;
     struct span line;
     while (r >= 0 && name[0] && (r = next_line(db->group, db->group_len, &off, &line)) > 0) {
-        struct span f[4];
+        struct span f[4] = {{0}};
         uint32_t gid;
         if (split_fields(line, f, 4) == 4 && member_of(f[3], name) && parse_id(f[2], id_max, &gid) == 0)
             r = add_group(u, gid, err);
