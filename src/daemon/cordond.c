@@ -401,8 +401,10 @@ static void stock_fill(evutil_socket_t fd, short what, void *arg)
     int r = cdn_writable_stock_fill(&err);
     if (r < 0 && !stock_failing)
         fprintf(stderr, "cordond: a writable layer made ahead: %s (creates make their own)\n", err.msg);
-    stock_failing = r < 0; /* tried again after the next create that found none */
-    if (r > 0)
+    stock_failing = r < 0;
+    /* After a failure too: the size that failed is skipped until a create asks for it again
+     * (writable.c), the others go on filling. */
+    if (r != 0)
         stock_arm(STOCK_NEXT_US);
 }
 

@@ -2,7 +2,6 @@
  * rootfs.c) of the container tier. */
 #pragma once
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/statfs.h>
@@ -33,7 +32,7 @@ struct cdn_setup_args {
     const struct cdn_cgroup *cgroup; /* v1: to join with attach_self(); NULL when born inside it (v2) */
     bool netns_given;                /* born in a prepared network namespace: do not make one */
     uint32_t resolver_ip;            /* for /etc/resolv.conf; 0 = leave the image's */
-    bool writable; /* the writable layer's detached mount comes with 'm' (writable.c); else tmpfs */
+    int writable_fd;                 /* >= 0: the writable layer's detached mount (writable.c); else tmpfs */
 };
 
 /* The setup child: runs right after clone3 in the new user, pid, mount, net,
@@ -42,22 +41,11 @@ struct cdn_setup_args {
 _noreturn_ void cdn_container_setup(const struct cdn_setup_args *a);
 
 /* The writable layer on disk (writable.c). Host side, root in the initial namespaces: a detached
- * mount of a fresh filesystem of spec->limits.disk_mb whose root belongs to uid_base — one made
- * ahead (cdn_writable_stock_*), else made by a thread beside the clone, on a loop device named
- * "cordon-slot-<slot>". cdn_writable_finish waits for it and returns its fd (CLOEXEC), or a
- * negative errno with err naming the field "disk"; call it once for every start, failure or not.
- * Nothing of it outlives the last holder of the mount. */
-struct cdn_writable_job {
-    pthread_t thread;
-    bool running;
-    uint64_t disk_mb;
-    int slot;
-    uint32_t uid_base;
-    int fd;
-    struct cdn_error err;
-};
-void cdn_writable_start(struct cdn_writable_job *j, const struct cdn_spec *spec, int slot, uint32_t uid_base);
-int cdn_writable_finish(struct cdn_writable_job *j, struct cdn_error *err);
+ * mount of a fresh filesystem of spec->limits.disk_mb whose root belongs to uid_base, on a loop
+ * device named "cordon-slot-<slot>"; returns its
+ * fd (CLOEXEC), or a negative errno with err naming the field "disk". Nothing of it outlives the
+ * last holder of the mount. */
+int cdn_writable_make(const struct cdn_spec *spec, int slot, uint32_t uid_base, struct cdn_error *err);
 /* Whether the writable layer on disk, of statfs fs, is full: ext4 refuses a large write with
  * ENOSPC while up to ~1 MiB is still free, so "full" is less than 1 MiB left, not nothing. */
 bool cdn_writable_full(const struct statfs *fs);

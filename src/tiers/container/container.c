@@ -101,30 +101,24 @@ static int idmapped_lower(pid_t pid, const struct cdn_image *image)
     return cdn_idmapped_tree(image->lower, userns, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV);
 }
 
-/* 'm' to the setup child, with the writable layer on disk and the idmapped image root, those of
- * them there are (in that order; the child knows from its arguments whether a layer comes). */
-static int send_go_maps(int sock, int writable_fd, int lower_fd)
+/* 'm' to the setup child, with the idmapped image root when there is one. */
+static int send_go_maps(int sock, int lower_fd)
 {
     char byte = 'm';
     struct iovec iov = {.iov_base = &byte, .iov_len = 1};
     union {
         struct cmsghdr h;
-        char buf[CMSG_SPACE(2 * sizeof(int))];
+        char buf[CMSG_SPACE(sizeof(int))];
     } u = {0};
-    int fds[2], n = 0;
-    if (writable_fd >= 0)
-        fds[n++] = writable_fd;
-    if (lower_fd >= 0)
-        fds[n++] = lower_fd;
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (n) {
+    if (lower_fd >= 0) {
         msg.msg_control = u.buf;
-        msg.msg_controllen = CMSG_SPACE(n * sizeof(int));
+        msg.msg_controllen = sizeof u.buf;
         struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
         c->cmsg_level = SOL_SOCKET;
         c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(n * sizeof(int));
-        memcpy(CMSG_DATA(c), fds, n * sizeof(int));
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &lower_fd, sizeof(int));
     }
     return sendmsg(sock, &msg, MSG_NOSIGNAL) == 1 ? 0 : -1;
 }
@@ -189,8 +183,8 @@ static int child_failed(int rep_fd, int errnum, struct cdn_error *err)
 }
 
 /* The reaper also holds the writable layer on disk (writable_fd, or -1): at the sandbox's end the
- * ext4's unmount (its last metadata written out) and the loop device's release (an RCU grace
- * period among it) then come in the reaper's exit, not in init's, which `cordon run` waits for. */
+ * ext4's unmount and the loop device's release (an RCU grace period among them) then come in the
+ * reaper's exit, not in init's, which `cordon run` waits for. */
 static int start_reaper(struct cdn_sandbox *sb, int writable_fd, struct cdn_error *err)
 {
     if (sb->persistent)
@@ -204,8 +198,8 @@ static int start_reaper(struct cdn_sandbox *sb, int writable_fd, struct cdn_erro
  * mapped, while this process forks the reaper and makes the cgroup.
  * cgroup v2 can place the child at birth (CLONE_INTO_CGROUP), so there the
  * reaper and the cgroup come before clone3. On failure the caller's destroy() undoes it all. */
-static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const char *scratch,
-                 struct cdn_writable_job *layer, struct cdn_error *err)
+static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const char *scratch, int writable_fd,
+                 struct cdn_error *err)
 {
     _cleanup_close_pair_ int agent[2] = {-EBADF, -EBADF}, go[2] = {-EBADF, -EBADF}, rep[2] = {-EBADF, -EBADF};
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, agent) < 0 ||
@@ -221,7 +215,7 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         if ((r = cdn_seccomp_load_variant(cache, true, &prep.seccomp_writes, err)) < 0)
             return r;
     }
-    if (v2 && ((r = start_reaper(sb, -1, err)) < 0 || (r = cdn_slot_make_cgroup(sb, err)) < 0))
+    if (v2 && ((r = start_reaper(sb, writable_fd, err)) < 0 || (r = cdn_slot_make_cgroup(sb, err)) < 0))
         return r;
     int pidfd = -EBADF;
     struct clone_args ca = {
@@ -248,7 +242,7 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         .cgroup = v2 ? NULL : &sb->cgroup,
         .netns_given = sb->netns_fd >= 0,
         .resolver_ip = sb->resolver_ip,
-        .writable = sb->spec->disk == CDN_DISK_DISK,
+        .writable_fd = writable_fd,
     };
     /* A prepared network namespace (owned by the host's user namespace, so the
      * sandbox's root has no power over it) is entered here for the clone only:
@@ -287,13 +281,11 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
      * comes first: a cgroup must never exist without someone to remove it. */
     if ((r = write_id_maps(pid, sb->uid_base, err)) < 0)
         return r;
-    _cleanup_close_ int lower = idmapped_lower(pid, image), writable = -EBADF;
-    if (args.writable && (r = writable = cdn_writable_finish(layer, err)) < 0)
-        return r;
-    if (send_go_maps(go[1], writable, lower) < 0)
+    _cleanup_close_ int lower = idmapped_lower(pid, image);
+    if (send_go_maps(go[1], lower) < 0)
         return child_failed(rep[0], errno, err);
     lower = safe_close(lower);
-    if (!v2 && ((r = start_reaper(sb, writable, err)) < 0 || (r = cdn_slot_make_cgroup(sb, err)) < 0 ||
+    if (!v2 && ((r = start_reaper(sb, writable_fd, err)) < 0 || (r = cdn_slot_make_cgroup(sb, err)) < 0 ||
                 (r = sb->cgroup.ops->delegate_self(&sb->cgroup, sb->uid_base, sb->uid_base)) < 0))
         return err->msg[0] ? r : cdn_error_set(err, r, "delegate cgroup: %s", strerror(-r));
     if (sb->on_spawned && (r = sb->on_spawned(sb, sb->on_spawned_arg)) < 0)
@@ -328,14 +320,14 @@ static int container_create(struct cdn_sandbox *sb, struct cdn_error *err)
     /* A stale cgroup of this slot (its owner and reaper both died) is emptied and reused. */
     if (sb->cgroup.ops->kill_all(&sb->cgroup) > 0)
         (void) sb->cgroup.ops->destroy(&sb->cgroup);
-    /* The writable layer on disk: made by a thread while this one clones the setup child and
-     * maps its ids; the child has it with its maps, the reaper keeps our copy. */
-    struct cdn_writable_job layer = {.fd = -1};
-    if (sb->spec->disk == CDN_DISK_DISK)
-        cdn_writable_start(&layer, sb->spec, sb->slot, sb->uid_base);
-    r = spawn(sb, &image, scratch, &layer, err);
-    (void) safe_close(cdn_writable_finish(&layer, NULL)); /* a failed spawn's, still to be waited for */
-    if (r < 0)
+    /* The writable layer on disk: the child takes its copy of the mount at clone, ours goes here. */
+    _cleanup_close_ int writable = -EBADF;
+    if (sb->spec->disk == CDN_DISK_DISK &&
+        (r = writable = cdn_writable_make(sb->spec, sb->slot, sb->uid_base, err)) < 0) {
+        (void) container_destroy(sb);
+        return r;
+    }
+    if ((r = spawn(sb, &image, scratch, writable, err)) < 0)
         (void) container_destroy(sb);
     return r;
 }

@@ -204,7 +204,7 @@ static int lowerdir_option(const struct cdn_setup_args *a, const char *base, cha
  * (spec "disk": "memory"). */
 static int mount_scratch(const struct cdn_setup_args *a, struct cdn_error *err)
 {
-    if (a->writable)
+    if (a->writable_fd >= 0)
         return cdn_writable_attach(CDN_FD_WRITABLE, a->scratch, err);
     char opts[64];
     (void) snprintf(opts, sizeof opts, "size=%llum,mode=0755", (unsigned long long) a->spec->limits.disk_mb);

@@ -123,17 +123,22 @@ static int arrange_fds(const struct cdn_setup_args *a)
     int fan = a->fanotify_fd >= 0 ? fcntl(a->fanotify_fd, F_DUPFD_CLOEXEC, 100) : -1;
     if (a->fanotify_fd >= 0 && fan < 0)
         return -errno;
+    int wr = a->writable_fd >= 0 ? fcntl(a->writable_fd, F_DUPFD_CLOEXEC, 100) : -1;
+    if (a->writable_fd >= 0 && wr < 0)
+        return -errno;
     for (size_t i = 0; i < n; i++) /* what init keeps is not CLOEXEC */
         if (dup3(tmp[i], CDN_FD_AGENT + (int) i, i == 0 || i >= 4 ? 0 : O_CLOEXEC) < 0)
             return -errno;
     if (fan >= 0 && dup3(fan, CDN_FD_FANOTIFY, 0) < 0)
+        return -errno;
+    if (wr >= 0 && dup3(wr, CDN_FD_WRITABLE, O_CLOEXEC) < 0)
         return -errno;
     /* CDN_FD_MONITOR stays free for the seccomp listener. */
     if (syscall(SYS_close_range, CDN_FD_AGENT + (int) n, CDN_FD_FANOTIFY - 1, 0) < 0)
         return -errno;
     if (fan < 0 && syscall(SYS_close_range, CDN_FD_FANOTIFY, CDN_FD_FANOTIFY, 0) < 0)
         return -errno;
-    return RET_NERRNO((int) syscall(SYS_close_range, CDN_FD_WRITABLE, ~0U, 0));
+    return RET_NERRNO((int) syscall(SYS_close_range, CDN_FD_WRITABLE + (wr >= 0), ~0U, 0));
 }
 
 static int wait_parent(char expect)
@@ -144,37 +149,27 @@ static int wait_parent(char expect)
     return 0;
 }
 
-/* 'm' from the parent, with the writable layer on disk (when a->writable; it goes to
- * CDN_FD_WRITABLE) and then the idmapped image root (container.c idmapped_lower) when it made one:
- * returns that, or -1. Anything else than one byte and the fds expected ends the child. */
-static int wait_maps(const struct cdn_setup_args *a)
+/* 'm' from the parent, with the idmapped image root (container.c idmapped_lower) when it made one:
+ * returns that fd, or -1. Anything else than one byte and at most one fd ends the child. */
+static int wait_maps(void)
 {
     char c;
     struct iovec iov = {.iov_base = &c, .iov_len = 1};
     union {
         struct cmsghdr h;
-        char buf[CMSG_SPACE(2 * sizeof(int))];
+        char buf[CMSG_SPACE(sizeof(int))];
     } u;
     struct msghdr msg = {
         .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
     if (recvmsg(CDN_FD_SETUP_GO, &msg, MSG_CMSG_CLOEXEC) != 1 || c != 'm' || (msg.msg_flags & MSG_CTRUNC))
         _exit(1); /* parent gone or failed: nothing to report to */
-    int fds[2] = {-1, -1};
-    size_t n = 0;
     struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
-    if (h && h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS &&
-        h->cmsg_len >= CMSG_LEN(sizeof(int))) {
-        n = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        memcpy(fds, CMSG_DATA(h), (n > 2 ? 2 : n) * sizeof(int));
-    }
-    if (n > 2 || (a->writable && n < 1))
-        _exit(1);
-    if (!a->writable)
-        return n == 1 ? fds[0] : -1;
-    if (dup3(fds[0], CDN_FD_WRITABLE, O_CLOEXEC) < 0)
-        _exit(1);
-    (void) close(fds[0]);
-    return n == 2 ? fds[1] : -1;
+    if (!h || h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS ||
+        h->cmsg_len != CMSG_LEN(sizeof(int)))
+        return -1;
+    int fd;
+    memcpy(&fd, CMSG_DATA(h), sizeof fd);
+    return fd;
 }
 
 /* The spec's user (its own or the image's) must name someone in the image's /etc/passwd: a create
@@ -203,7 +198,7 @@ static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
         if ((r = loopback_up(err)) < 0)
             return r;
     }
-    _cleanup_close_ int lower = wait_maps(a); /* the id maps are written */
+    _cleanup_close_ int lower = wait_maps(); /* the id maps are written */
     if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0 || setgroups(0, NULL) < 0)
         return cdn_error_set(err, errno, "become root of the user namespace: %m");
     /* After the id change, which would reset it; if the parent is already gone

@@ -3,13 +3,13 @@
  * are ordinary, reclaimable page cache — not tmpfs pages charged to the memory cgroup, which made a
  * file larger than memory_mb an OOM kill.
  *
- * The host side runs in the creating process, root in the initial namespaces — in a thread of it
- * (cdn_writable_start) while the other clones the setup child, or ahead of time (the stock, cordond):
+ * The host side runs in the creating process, root in the initial namespaces, before the clone
+ * (cdn_writable_make), or ahead of time (the stock, cordond):
  *   a template ext4 image of that size, made once by mkfs.ext4 and cached (<cache>/writable/);
  *   → its data extents copied into an O_TMPFILE file of the state directory (a few hundred KiB);
  *   → a loop device on it (LO_FLAGS_AUTOCLEAR) → ext4 mounted on it by fsopen/fsmount, detached:
- *   → its root given to the slot's root uid, and the mount fd handed to the setup child with its id
- *   maps, which moves it onto its scratch directory in its own mount namespace (cdn_writable_attach).
+ *   → its root given to the slot's root uid, and the mount fd handed to the setup child, which moves
+ *   it onto its scratch directory inside its own mount namespace (cdn_writable_attach).
  * The one-shot's reaper keeps a copy of the mount fd: the ext4's unmount and the loop device's
  * release then happen when it exits, after the sandbox, not in init's exit that `cordon run` waits on.
  * Nothing of it is ever attached in the host's mount table and nothing has a name on the host: when
@@ -30,7 +30,6 @@
 #include <fcntl.h>
 #include <linux/loop.h>
 #include <linux/mount.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -245,7 +244,7 @@ static int layer_new(uint64_t disk_mb, const char *name, struct cdn_error *err)
 }
 
 /* A new layer's first directory reads ext4's bitmaps and inode table through the loop device: done
- * ahead or beside the clone, not by the sandbox's setup (a directory made and removed leaves the
+ * here, not by the sandbox's setup (a directory made and removed leaves the
  * filesystem as it was, its metadata read). */
 static void warm(int mnt)
 {
@@ -262,6 +261,7 @@ static struct stock {
     uint64_t mb;   /* 0: unused entry */
     uint64_t used; /* when last asked for (a counter): the least recent entry gives way */
     unsigned n;
+    bool failing; /* its last fill failed: skipped by the fills until a create asks for it again */
     int fds[STOCK_MAX];
 } stock[STOCK_SIZES];
 static unsigned stock_target;
@@ -319,7 +319,7 @@ int cdn_writable_stock_fill(struct cdn_error *err)
 {
     struct stock *s = NULL;
     for (struct stock *t = stock; t < stock + STOCK_SIZES && stock_target; t++)
-        if (t->mb && t->n < stock_target && (!s || t->used > s->used))
+        if (t->mb && !t->failing && t->n < stock_target && (!s || t->used > s->used))
             s = t;
     if (!s)
         return 0;
@@ -327,6 +327,7 @@ int cdn_writable_stock_fill(struct cdn_error *err)
     char name[64];
     (void) snprintf(name, sizeof name, "cordon-stock-%d", (int) getpid());
     int fd = layer_new(s->mb, name, err);
+    s->failing = fd < 0; /* the other sizes still fill */
     if (fd < 0)
         return fd;
     warm(fd);
@@ -341,6 +342,7 @@ static int stock_take(uint64_t mb)
         return -1;
     struct stock *s = stock_entry(mb);
     int fd = s->n ? s->fds[--s->n] : -1;
+    s->failing = false;
     if (stock_wanted)
         stock_wanted();
     return fd;
@@ -369,42 +371,11 @@ static int layer_for_slot(uint64_t disk_mb, int slot, uint32_t uid_base, struct 
     return layer_own(mnt, uid_base, err);
 }
 
-static void *job_main(void *arg)
+int cdn_writable_make(const struct cdn_spec *spec, int slot, uint32_t uid_base, struct cdn_error *err)
 {
-    struct cdn_writable_job *j = arg;
-    j->fd = layer_for_slot(j->disk_mb, j->slot, j->uid_base, &j->err);
-    return NULL;
-}
-
-/* The thread makes system calls and formats into its own buffers only (the first layer of a size
- * also forks mkfs.ext4): it takes no lock that the setup child, cloned meanwhile by the calling
- * thread, could find held — no malloc, no stdio. */
-void cdn_writable_start(struct cdn_writable_job *j, const struct cdn_spec *spec, int slot, uint32_t uid_base)
-{
-    *j = (struct cdn_writable_job){
-        .disk_mb = spec->limits.disk_mb, .slot = slot, .uid_base = uid_base, .fd = -1};
     int mnt = stock_take(spec->limits.disk_mb);
-    if (mnt >= 0) {
-        j->fd = layer_own(mnt, uid_base, &j->err);
-        return;
-    }
-    if (pthread_create(&j->thread, NULL, job_main, j) == 0)
-        j->running = true;
-    else
-        j->fd = layer_for_slot(j->disk_mb, slot, uid_base, &j->err);
-}
-
-int cdn_writable_finish(struct cdn_writable_job *j, struct cdn_error *err)
-{
-    if (j->running) {
-        (void) pthread_join(j->thread, NULL);
-        j->running = false;
-    }
-    int fd = j->fd;
-    j->fd = -1;
-    if (fd < 0 && err)
-        *err = j->err;
-    return fd;
+    return mnt >= 0 ? layer_own(mnt, uid_base, err)
+                    : layer_for_slot(spec->limits.disk_mb, slot, uid_base, err);
 }
 
 bool cdn_writable_full(const struct statfs *fs)
