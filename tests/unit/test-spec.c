@@ -38,19 +38,19 @@ TEST(disk_kind)
     struct cdn_spec s;
     struct cdn_error err;
     CHECK_EQ_INT(from_json(&s, "{}", &err), 0);
-    CHECK_EQ_INT(s.disk, CDN_DISK_MEMORY);
+    CHECK_EQ_INT(s.disk, CDN_DISK_DISK); /* the default: a filesystem of its own (issue 20) */
     char *out = cdn_spec_to_json(&s);
-    CHECK(out && strstr(out, "\"disk\":\"memory\""));
+    CHECK(out && strstr(out, "\"disk\":\"disk\""));
     free(out);
     cdn_spec_free(&s);
-    CHECK_EQ_INT(from_json(&s, "{\"disk\":\"disk\",\"limits\":{\"disk_mb\":64}}", &err), 0);
-    CHECK_EQ_INT(s.disk, CDN_DISK_DISK);
+    CHECK_EQ_INT(from_json(&s, "{\"disk\":\"memory\",\"limits\":{\"disk_mb\":64}}", &err), 0);
+    CHECK_EQ_INT(s.disk, CDN_DISK_MEMORY);
     CHECK_EQ_INT(cdn_spec_validate(&s, &err), 0);
     out = cdn_spec_to_json(&s);
-    CHECK(out && strstr(out, "\"disk\":\"disk\""));
+    CHECK(out && strstr(out, "\"disk\":\"memory\""));
     struct cdn_spec again;
     CHECK_EQ_INT(from_json(&again, out, &err), 0);
-    CHECK_EQ_INT(again.disk, CDN_DISK_DISK);
+    CHECK_EQ_INT(again.disk, CDN_DISK_MEMORY);
     cdn_spec_free(&again);
     free(out);
     cdn_spec_free(&s);
