@@ -52,9 +52,8 @@ int cdn_slot_acquire(const char *run_dir, int hint, int *ret_slot, int *ret_fd, 
 /* The reaper: runs in a forked copy of the creating process, in its own
  * session so that a signal to the caller's process group does not take it
  * down too. It holds only the pipe and the slot lock. */
-static void reaper_main(const struct cdn_cgroup *cg, int pipe_fd, int slot_fd, int keep_fd)
-    __attribute__((noreturn));
-static void reaper_main(const struct cdn_cgroup *cg, int pipe_fd, int slot_fd, int keep_fd)
+static void reaper_main(const struct cdn_cgroup *cg, int pipe_fd, int slot_fd) __attribute__((noreturn));
+static void reaper_main(const struct cdn_cgroup *cg, int pipe_fd, int slot_fd)
 {
     sigset_t all;
     sigfillset(&all);
@@ -63,10 +62,9 @@ static void reaper_main(const struct cdn_cgroup *cg, int pipe_fd, int slot_fd, i
     (void) setsid();
     /* Keep pipe_fd and slot_fd: move them to 3 and 4, close the rest. */
     int p = fcntl(pipe_fd, F_DUPFD_CLOEXEC, 100), s = fcntl(slot_fd, F_DUPFD_CLOEXEC, 100);
-    int k = keep_fd >= 0 ? fcntl(keep_fd, F_DUPFD_CLOEXEC, 100) : -1;
-    if (p < 0 || s < 0 || dup2(p, 3) < 0 || dup2(s, 4) < 0 || (k >= 0 && dup2(k, 5) < 0))
+    if (p < 0 || s < 0 || dup2(p, 3) < 0 || dup2(s, 4) < 0)
         _exit(1);
-    (void) syscall(SYS_close_range, k >= 0 ? 6 : 5, ~0U, 0);
+    (void) syscall(SYS_close_range, 5, ~0U, 0);
     int null = open("/dev/null", O_RDWR);
     if (null >= 0) {
         (void) dup2(null, 0), (void) dup2(null, 1), (void) dup2(null, 2);
@@ -89,7 +87,7 @@ static void reaper_main(const struct cdn_cgroup *cg, int pipe_fd, int slot_fd, i
     _exit(0);
 }
 
-int cdn_reaper_start(const struct cdn_cgroup *cg, int slot_fd, int keep_fd, int *ret_fd, pid_t *ret_pid)
+int cdn_reaper_start(const struct cdn_cgroup *cg, int slot_fd, int *ret_fd, pid_t *ret_pid)
 {
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0)
@@ -103,7 +101,7 @@ int cdn_reaper_start(const struct cdn_cgroup *cg, int slot_fd, int keep_fd, int 
     }
     if (pid == 0) {
         (void) close(p[1]);
-        reaper_main(cg, p[0], slot_fd, keep_fd);
+        reaper_main(cg, p[0], slot_fd);
     }
     (void) close(p[0]);
     *ret_fd = p[1];

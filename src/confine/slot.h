@@ -25,9 +25,8 @@ static inline uint32_t cdn_slot_uid_base(int slot)
 /* Fork the reaper: a small process that outlives us if we are killed and then
  * kills whatever is left in the cgroup and removes it. Writing "d" and closing
  * *ret_fd tells it all is clean. It shares the slot lock so the slot stays
- * taken until it is done. keep_fd (>= 0) it holds until it exits: the last
- * reference to what would otherwise cost the sandbox's exit its release. */
-int cdn_reaper_start(const struct cdn_cgroup *cg, int slot_fd, int keep_fd, int *ret_fd, pid_t *ret_pid);
+ * taken until it is done. */
+int cdn_reaper_start(const struct cdn_cgroup *cg, int slot_fd, int *ret_fd, pid_t *ret_pid);
 /* Tell the reaper the sandbox was torn down cleanly and let it go. */
 void cdn_reaper_release(int *fd);
 

@@ -182,14 +182,11 @@ static int child_failed(int rep_fd, int errnum, struct cdn_error *err)
     return cdn_error_set(err, errnum, "the sandbox's setup process ended early: %m");
 }
 
-/* The reaper also holds the writable layer on disk (writable_fd, or -1): at the sandbox's end the
- * ext4's unmount and the loop device's release (an RCU grace period among them) then come in the
- * reaper's exit, not in init's, which `cordon run` waits for. */
-static int start_reaper(struct cdn_sandbox *sb, int writable_fd, struct cdn_error *err)
+static int start_reaper(struct cdn_sandbox *sb, struct cdn_error *err)
 {
     if (sb->persistent)
         return 0; /* init holds the slot; whoever adopts it cleans up (cordond) */
-    int r = cdn_reaper_start(&sb->cgroup, sb->slot_fd, writable_fd, &sb->reaper_fd, &sb->reaper_pid);
+    int r = cdn_reaper_start(&sb->cgroup, sb->slot_fd, &sb->reaper_fd, &sb->reaper_pid);
     return r < 0 ? cdn_error_set(err, r, "start reaper: %s", strerror(-r)) : 0;
 }
 
@@ -215,7 +212,7 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         if ((r = cdn_seccomp_load_variant(cache, true, &prep.seccomp_writes, err)) < 0)
             return r;
     }
-    if (v2 && ((r = start_reaper(sb, writable_fd, err)) < 0 || (r = cdn_slot_make_cgroup(sb, err)) < 0))
+    if (v2 && ((r = start_reaper(sb, err)) < 0 || (r = cdn_slot_make_cgroup(sb, err)) < 0))
         return r;
     int pidfd = -EBADF;
     struct clone_args ca = {
@@ -285,7 +282,7 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
     if (send_go_maps(go[1], lower) < 0)
         return child_failed(rep[0], errno, err);
     lower = safe_close(lower);
-    if (!v2 && ((r = start_reaper(sb, writable_fd, err)) < 0 || (r = cdn_slot_make_cgroup(sb, err)) < 0 ||
+    if (!v2 && ((r = start_reaper(sb, err)) < 0 || (r = cdn_slot_make_cgroup(sb, err)) < 0 ||
                 (r = sb->cgroup.ops->delegate_self(&sb->cgroup, sb->uid_base, sb->uid_base)) < 0))
         return err->msg[0] ? r : cdn_error_set(err, r, "delegate cgroup: %s", strerror(-r));
     if (sb->on_spawned && (r = sb->on_spawned(sb, sb->on_spawned_arg)) < 0)

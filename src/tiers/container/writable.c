@@ -10,8 +10,6 @@
  *   → a loop device on it (LO_FLAGS_AUTOCLEAR) → ext4 mounted on it by fsopen/fsmount, detached:
  *   → its root given to the slot's root uid, and the mount fd handed to the setup child, which moves
  *   it onto its scratch directory inside its own mount namespace (cdn_writable_attach).
- * The one-shot's reaper keeps a copy of the mount fd: the ext4's unmount and the loop device's
- * release then happen when it exits, after the sandbox, not in init's exit that `cordon run` waits on.
  * Nothing of it is ever attached in the host's mount table and nothing has a name on the host: when
  * the sandbox's mount namespace dies (or a create fails half-way, or the creator crashes), the mount
  * goes, the loop device clears itself on its last close and the unlinked file is freed. There is no

@@ -269,7 +269,7 @@ static int process_create(struct cdn_sandbox *sb, struct cdn_error *err)
     /* cordond's (persistent) sandboxes have no reaper: cordond drops the slots it kept, and sweeps
      * what a crashed one left (process_sweep_slots). */
     if (!sb->persistent &&
-        (r = cdn_reaper_start(&sb->cgroup, sb->slot_fd, -1, &sb->reaper_fd, &sb->reaper_pid)) < 0)
+        (r = cdn_reaper_start(&sb->cgroup, sb->slot_fd, &sb->reaper_fd, &sb->reaper_pid)) < 0)
         r = cdn_error_set(err, r, "start reaper: %s", strerror(-r));
     if (r >= 0)
         r = cdn_slot_make_cgroup(sb, err);
