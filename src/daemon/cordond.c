@@ -38,6 +38,16 @@ static int set_string(char *dst, size_t size, const char *v)
     return (size_t) snprintf(dst, size, "%s", v) < size ? 0 : -ENAMETOOLONG;
 }
 
+/* A count from min to max. */
+static int set_count(unsigned *dst, const char *v, unsigned min, unsigned max)
+{
+    uint64_t n;
+    if (cdn_parse_u64(v, &n) < 0 || n < min || n > max)
+        return -EINVAL;
+    *dst = (unsigned) n;
+    return 0;
+}
+
 static int set_size(uint64_t *dst, const char *v)
 {
     return cdn_parse_size(v, dst) < 0 || *dst == 0 ? -EINVAL : 0;
@@ -94,20 +104,10 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
             return -E2BIG;
         return set_string(c->pools[c->n_pools++], sizeof c->pools[0], v);
     }
-    if (strcmp(name, "net-pool") == 0 || strcmp(name, "net_pool") == 0) {
-        uint64_t n;
-        if (cdn_parse_u64(v, &n) < 0 || n > 4096)
-            return -EINVAL;
-        c->net_pool = (unsigned) n;
-        return 0;
-    }
-    if (strcmp(name, "writable-stock") == 0 || strcmp(name, "writable_stock") == 0) {
-        uint64_t n;
-        if (cdn_parse_u64(v, &n) < 0 || n > 64)
-            return -EINVAL;
-        c->writable_stock = (unsigned) n;
-        return 0;
-    }
+    if (strcmp(name, "net-pool") == 0 || strcmp(name, "net_pool") == 0)
+        return set_count(&c->net_pool, v, 0, 4096);
+    if (strcmp(name, "writable-stock") == 0 || strcmp(name, "writable_stock") == 0)
+        return set_count(&c->writable_stock, v, 0, 64);
     if (strcmp(name, "bind-allow") == 0 || strcmp(name, "bind_allow") == 0) {
         if (c->n_bind_allow >= ELEMENTSOF(c->bind_allow))
             return -E2BIG;
@@ -116,13 +116,8 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
     }
     if (strcmp(name, "monitor-rules") == 0 || strcmp(name, "monitor_rules") == 0)
         return v[0] == '/' ? set_string(c->monitor_rules, sizeof c->monitor_rules, v) : -EINVAL;
-    if (strcmp(name, "audit-rate") == 0 || strcmp(name, "audit_rate") == 0) {
-        uint64_t n;
-        if (cdn_parse_u64(v, &n) < 0 || n > 1000000)
-            return -EINVAL;
-        c->audit_rate = (unsigned) n;
-        return 0;
-    }
+    if (strcmp(name, "audit-rate") == 0 || strcmp(name, "audit_rate") == 0)
+        return set_count(&c->audit_rate, v, 0, 1000000);
     if (strcmp(name, "audit-rotate") == 0 || strcmp(name, "audit_rotate") == 0)
         return set_size(&c->audit_rotate, v);
     if (strcmp(name, "dns-budget") == 0 || strcmp(name, "dns_budget") == 0) {
@@ -139,43 +134,18 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         return set_size(&c->max_body_bytes, v);
     if (strcmp(name, "max-output") == 0 || strcmp(name, "max_output") == 0)
         return set_size(&c->max_output_bytes, v);
-    if (strcmp(name, "agent-timeout") == 0 || strcmp(name, "agent_timeout") == 0) {
-        uint64_t n;
-        if (cdn_parse_u64(v, &n) < 0 || n == 0 || n > 86400)
-            return -EINVAL;
-        c->agent_timeout_s = (unsigned) n;
-        return 0;
-    }
-    if (strcmp(name, "auth-timeout") == 0 || strcmp(name, "auth_timeout") == 0) {
-        uint64_t n;
-        if (cdn_parse_u64(v, &n) < 0 || n == 0 || n > 3600)
-            return -EINVAL;
-        c->auth_timeout_s = (unsigned) n;
-        return 0;
-    }
-    if (strcmp(name, "max-unauthenticated") == 0 || strcmp(name, "max_unauthenticated") == 0) {
-        uint64_t n;
-        if (cdn_parse_u64(v, &n) < 0 || n == 0 || n > 65536)
-            return -EINVAL;
-        c->max_unauthenticated = (unsigned) n;
-        return 0;
-    }
-    if (strcmp(name, "max-connections") == 0 || strcmp(name, "max_connections") == 0) {
-        uint64_t n;
-        if (cdn_parse_u64(v, &n) < 0 || n == 0 || n > 1000000)
-            return -EINVAL;
-        c->max_connections = (unsigned) n;
-        return 0;
-    }
+    if (strcmp(name, "agent-timeout") == 0 || strcmp(name, "agent_timeout") == 0)
+        return set_count(&c->agent_timeout_s, v, 1, 86400);
+    if (strcmp(name, "auth-timeout") == 0 || strcmp(name, "auth_timeout") == 0)
+        return set_count(&c->auth_timeout_s, v, 1, 3600);
+    if (strcmp(name, "max-unauthenticated") == 0 || strcmp(name, "max_unauthenticated") == 0)
+        return set_count(&c->max_unauthenticated, v, 1, 65536);
+    if (strcmp(name, "max-connections") == 0 || strcmp(name, "max_connections") == 0)
+        return set_count(&c->max_connections, v, 1, 1000000);
     if (strcmp(name, "max-read") == 0 || strcmp(name, "max_read") == 0)
         return set_size(&c->max_read_bytes, v);
-    if (strcmp(name, "max-sandboxes") == 0 || strcmp(name, "max_sandboxes") == 0) {
-        uint64_t n;
-        if (cdn_parse_u64(v, &n) < 0 || n == 0 || n > 1000000)
-            return -EINVAL;
-        c->max_sandboxes = (unsigned) n;
-        return 0;
-    }
+    if (strcmp(name, "max-sandboxes") == 0 || strcmp(name, "max_sandboxes") == 0)
+        return set_count(&c->max_sandboxes, v, 1, 1000000);
     return set_image_option(c, name, v);
 }
 
