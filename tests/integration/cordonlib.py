@@ -609,6 +609,13 @@ class Daemon:
         except ValueError:
             return r.status, data
 
+    def wait_stock_full(self, n=4, timeout=30):
+        """Until cordond's writable layers made ahead (writable_stock, 4 by default; one fd each)
+        number n. It fills them from its start and after creates pause, so a count of its fds is
+        only comparable with the stock full on both sides."""
+        wait_for(lambda: sum(v == ("stock", self.proc.pid) for v in writable_loops().values()) >= n,
+                 timeout=timeout, what=f"cordond's stock of {n} writable layers")
+
     def kill9(self):
         """SIGKILL: a crash. The sandboxes stay."""
         self.proc.kill()

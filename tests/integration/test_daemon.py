@@ -443,11 +443,10 @@ def test_churn_leak_5000_cycles(daemon):
     wait_for(lambda: "cordon_sandboxes_tearing_down 0\n" in daemon.http("GET", "/metrics")[1].decode(),
              what="no teardown left")
     # cordond's writable layers made ahead (one fd each) refill once creates pause: count with it full
-    stock_full = lambda: sum(v == ("stock", daemon.proc.pid) for v in cordonlib.writable_loops().values()) >= 4
-    wait_for(stock_full, timeout=20, what="cordond's stock of writable layers full")
+    daemon.wait_stock_full()
     fds0, rss0 = fds(), rss_kb()
     assert asyncio.run(cycles(n - 200)) == [0] * (n - 200)
-    wait_for(stock_full, timeout=20, what="cordond's stock of writable layers full")
+    daemon.wait_stock_full()
     wait_for(lambda: fds() <= fds0, timeout=20, what=f"cordond's fds back to {fds0} (now {fds()})")
     assert rss_kb() < rss0 + 8 * 1024, f"cordond grew from {rss0} to {rss_kb()} kB over {n} sandboxes"
     status, text = daemon.http("GET", "/metrics")
