@@ -189,8 +189,11 @@ static int rm(int argc, char *const *argv)
         return fail(&err);
     for (int i = 0; i < argc; i++) {
         char canon[CDN_IMAGE_REF_MAX], manifest[CDN_DIGEST_MAX];
-        if (canonical(argv[i], canon, &err) < 0 || cdn_store_ref_get(s, canon, manifest, &err) < 0 ||
-            cdn_store_ref_remove(s, canon, &err) < 0)
+        if (canonical(argv[i], canon, &err) < 0 || cdn_store_ref_get(s, canon, manifest, &err) < 0)
+            return fail(&err);
+        /* Refused while a sandbox runs on it, whoever started it (cordon run, cordond). */
+        _cleanup_close_ int claim = cdn_store_image_claim(s, manifest, canon, &err);
+        if (claim < 0 || cdn_store_ref_remove(s, canon, &err) < 0)
             return fail(&err);
         struct same left = {manifest, 0};
         if (cdn_store_ref_list(s, count_refs, &left, &err) < 0 ||

@@ -31,6 +31,7 @@ void cdn_sandbox_init(struct cdn_sandbox *sb, const struct cdn_spec *spec)
         .slot_hint = -1,
         .slot_fd = -EBADF,
         .reaper_fd = -EBADF,
+        .image_fd = -EBADF,
         .netns_fd = -EBADF,
         .fanotify_fd = -EBADF,
     };

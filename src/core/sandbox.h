@@ -62,6 +62,7 @@ struct cdn_sandbox {
     struct cdn_cgroup cgroup;
     uint64_t oom_base; /* oom_kill count of a reused cgroup at creation */
     int reaper_fd;     /* write end of the reaper pipe: EOF without "done" = clean up */
+    int image_fd;      /* its OCI image's hold (image.h cdn_image_hold), until release; or -EBADF */
     pid_t reaper_pid;
     struct timespec created;
 };

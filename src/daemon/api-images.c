@@ -271,6 +271,11 @@ static void route_delete(struct evhttp_request *req, const char *name)
                                    "image %s is in use by sandbox %s%s: delete the sandboxes first", canon,
                                    first, users > 1 ? " and others" : "");
     struct cdn_error err = {0};
+    /* and while a sandbox of `cordon run` (or one cordond does not list, a pooled one) runs on it */
+    _cleanup_close_ int claim = cdn_store_image_claim(s, manifest, canon, &err);
+    if (claim < 0)
+        return cdn_api_reply_error(req, claim == -EBUSY ? 409 : 500,
+                                   claim == -EBUSY ? "image_in_use" : "store_failed", "ref", "%s", err.msg);
     struct ref_count left = {manifest, 0};
     int r = cdn_store_ref_remove(s, canon, &err);
     if (r >= 0)

@@ -838,6 +838,10 @@ static void adopt_one(const char *id, const char *path)
     if (r >= 0) {
         LIST_INSERT_HEAD(&cdn_daemon->boxes, b, link);
         cdn_daemon->n_boxes++;
+        /* Its image is held again; one removed while no cordond ran is this sandbox's loss only. */
+        struct cdn_error held = {0};
+        if (cdn_tier_hold_image(&b->sb, &held) < 0)
+            fprintf(stderr, "cordond: sandbox %s: %s\n", id, held.msg);
         if (watch(b) >= 0) {
             if (is_sibling(&b->spec)) { /* its step ended with the last cordond: nobody wants it */
                 cdn_box_delete(b, "a verifier's sibling left by the last cordond");

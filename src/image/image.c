@@ -243,6 +243,19 @@ static void ensure_dev(char *ret, size_t size)
 }
 
 int (*cdn_image_resolve_oci)(const char *name, struct cdn_image *ret, struct cdn_error *err);
+int (*cdn_image_hold_oci)(const char *manifest, struct cdn_error *err);
+
+int cdn_image_hold(const struct cdn_image *img, int *ret_fd, struct cdn_error *err)
+{
+    *ret_fd = -EBADF;
+    if (!img->digest[0] || !cdn_image_hold_oci)
+        return 0;
+    int fd = cdn_image_hold_oci(img->digest, err);
+    if (fd < 0)
+        return fd;
+    *ret_fd = fd;
+    return 0;
+}
 
 int cdn_image_resolve(const char *name, struct cdn_image *ret, struct cdn_error *err)
 {

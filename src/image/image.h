@@ -24,6 +24,11 @@ int cdn_image_resolve(const char *name, struct cdn_image *ret, struct cdn_error 
 /* OCI references (registry images, oci:, …) through the image store: set by the builds that have it
  * (oci/resolve.h: cordond, cordon-full); NULL in the lean CLI, which hands such images over. */
 extern int (*cdn_image_resolve_oci)(const char *name, struct cdn_image *ret, struct cdn_error *err);
+/* A sandbox on an OCI image holds it for its life (oci/store.h cdn_store_image_hold), so that no
+ * `image rm` takes its root's layers away: *ret_fd gets the fd to keep, or -EBADF for an image that
+ * is not in the store (host, a directory). The hook is set with cdn_image_resolve_oci. */
+int cdn_image_hold(const struct cdn_image *img, int *ret_fd, struct cdn_error *err);
+extern int (*cdn_image_hold_oci)(const char *manifest, struct cdn_error *err);
 /* (Re)build the host skeleton under <state>/images/host; progress goes to stderr when verbose. */
 int cdn_image_build_host(bool verbose, struct cdn_error *err);
 /* Host top-level directories that the host image takes from the host when they are real directories. */

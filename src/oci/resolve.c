@@ -230,9 +230,15 @@ static int resolve_oci(const char *name, struct cdn_image *ret, struct cdn_error
     return cdn_oci_stored(name, NULL, ret, NULL, err);
 }
 
+static int hold_oci(const char *manifest, struct cdn_error *err)
+{
+    return cdn_store_image_hold(cdn_state_dir(), manifest, err);
+}
+
 void cdn_oci_install_resolver(void)
 {
     cdn_image_resolve_oci = resolve_oci;
+    cdn_image_hold_oci = hold_oci;
 }
 
 int cdn_oci_ensure(const char *name, enum cdn_pull_policy policy, const struct cdn_pull_options *o,

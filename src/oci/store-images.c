@@ -5,8 +5,10 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "oci/store-internal.h"
 #include "shared/fd-util.h"
@@ -325,6 +327,11 @@ static int unref_one(const char *ref, const char *manifest, void *data)
     return 0;
 }
 
+static void use_lock_path(const char *manifest, char *buf, size_t size)
+{
+    snprintf(buf, size, "locks/use-%s", cdn_digest_hex(manifest));
+}
+
 int cdn_store_image_remove(struct cdn_store *s, const char *manifest, struct cdn_error *err)
 {
     int q = cdn_digest_check(manifest, "image", err);
@@ -339,7 +346,68 @@ int cdn_store_image_remove(struct cdn_store *s, const char *manifest, struct cdn
     if (unlinkat(cdn_store_root_fd(s), p, 0) < 0)
         return cdn_error_field(err, errno, "image", "image %s: %s", manifest,
                                errno == ENOENT ? "not in the store" : strerror(errno));
+    /* A sandbox waiting for its hold meanwhile finds its lock file gone and the record with it. */
+    use_lock_path(manifest, p, sizeof p);
+    (void) unlinkat(cdn_store_root_fd(s), p, 0);
     return 0;
+}
+
+static int flock_nointr(int fd, int op)
+{
+    while (flock(fd, op) < 0)
+        if (errno != EINTR)
+            return -errno;
+    return 0;
+}
+
+int cdn_store_image_hold(const char *state_dir, const char *manifest, struct cdn_error *err)
+{
+    int q = cdn_digest_check(manifest, "image", err);
+    if (q < 0)
+        return q;
+    char store[4096], lock[256], rec[256];
+    if ((size_t) snprintf(store, sizeof store, "%s/images/store", state_dir) >= sizeof store)
+        return cdn_error_set(err, ENAMETOOLONG, "image store: state directory path too long");
+    _cleanup_close_ int root = open(store, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (root < 0)
+        return cdn_error_field(err, errno, "image", "image %s: open %s: %m", manifest, store);
+    use_lock_path(manifest, lock, sizeof lock);
+    record_path(manifest, rec, sizeof rec);
+    /* A removal unlinks the lock file while it holds it: a hold taken on that file is on nothing
+     * (the next claim makes a new one), so it is taken again on the file the name has now. */
+    for (int attempt = 0; attempt < 16; attempt++) {
+        _cleanup_close_ int fd = openat(root, lock, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0 || (q = flock_nointr(fd, LOCK_SH)) < 0)
+            return cdn_error_field(err, fd < 0 ? errno : -q, "image", "image %s: lock %s: %s", manifest, lock,
+                                   strerror(fd < 0 ? errno : -q));
+        struct stat held, named;
+        if (fstat(fd, &held) < 0 || fstatat(root, lock, &named, AT_SYMLINK_NOFOLLOW) < 0 ||
+            held.st_ino != named.st_ino || held.st_dev != named.st_dev)
+            continue;
+        if (faccessat(root, rec, F_OK, 0) < 0)
+            return cdn_error_field(err, ENOENT, "image", "image %s was removed from the store", manifest);
+        return TAKE_FD(fd);
+    }
+    return cdn_error_field(err, EAGAIN, "image", "image %s: its lock kept changing", manifest);
+}
+
+int cdn_store_image_claim(struct cdn_store *s, const char *manifest, const char *ref, struct cdn_error *err)
+{
+    int q = cdn_digest_check(manifest, "image", err);
+    if (q < 0)
+        return q;
+    char lock[256];
+    use_lock_path(manifest, lock, sizeof lock);
+    _cleanup_close_ int fd =
+        openat(cdn_store_root_fd(s), lock, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return cdn_error_field(err, errno, "ref", "image %s: lock %s: %m", ref, lock);
+    if ((q = flock_nointr(fd, LOCK_EX | LOCK_NB)) == -EWOULDBLOCK)
+        return cdn_error_field(err, EBUSY, "ref",
+                               "image %s is in use by a running sandbox: delete the sandboxes first", ref);
+    if (q < 0)
+        return cdn_error_field(err, -q, "ref", "image %s: lock %s: %s", ref, lock, strerror(-q));
+    return TAKE_FD(fd);
 }
 
 /* What prune keeps: every digest an image record or ref names, sorted for bsearch. */

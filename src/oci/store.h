@@ -91,8 +91,21 @@ int cdn_store_image_get(struct cdn_store *s, const char *manifest, struct cdn_im
  * skipped); stops at fn's first negative result and returns it. */
 int cdn_store_image_list(struct cdn_store *s, int (*fn)(const struct cdn_image_record *r, void *data),
                          void *data, struct cdn_error *err);
-/* Remove the record and every ref that points at it (blobs and layers stay for prune). */
+/* Remove the record and every ref that points at it (blobs and layers stay for prune), and its use
+ * lock (below): the caller holds its claim. */
 int cdn_store_image_remove(struct cdn_store *s, const char *manifest, struct cdn_error *err);
+
+/* Users. A sandbox running on an image holds it for its whole life: a shared flock on
+ * locks/use-<manifest hex>, an fd in whichever process owns the sandbox (cordon run, cordond: each
+ * of its sandboxes, pooled ones too). Whoever removes a reference or the record claims the image
+ * first (the flock exclusive, without waiting), so no process, however it started the sandbox, has
+ * its root's layers taken away, and a sandbox that starts meanwhile waits for the removal and then
+ * finds the image gone.
+ * hold: taken once the image resolved; the record must still be there once held, else -ENOENT
+ * (field "image"). Does not open the store. Returns the fd to keep.
+ * claim: the fd to keep while removing, or -EBUSY (field "ref") while any sandbox holds the image. */
+int cdn_store_image_hold(const char *state_dir, const char *manifest, struct cdn_error *err);
+int cdn_store_image_claim(struct cdn_store *s, const char *manifest, const char *ref, struct cdn_error *err);
 
 /* References (canonical strings, ocimeta's cdn_image_ref_format) → manifest digests. */
 int cdn_store_ref_set(struct cdn_store *s, const char *ref, const char *manifest, struct cdn_error *err);

@@ -3,6 +3,9 @@
 #include <errno.h>
 #include <string.h>
 
+#include "image/image.h"
+#include "shared/fd-util.h"
+
 const struct cdn_tier_ops *const cdn_tiers[] = {
 #if !CDN_LEAN
     &cdn_process_tier,
@@ -49,6 +52,17 @@ void cdn_tier_release(struct cdn_sandbox *sb)
 {
     if (sb->tier && sb->tier->release)
         sb->tier->release(sb);
+    sb->image_fd = safe_close(sb->image_fd);
+}
+
+int cdn_tier_hold_image(struct cdn_sandbox *sb, struct cdn_error *err)
+{
+    const char *name = sb->spec->image;
+    if (sb->image_fd >= 0 || strcmp(name, "host") == 0 || name[0] == '/')
+        return 0; /* only images of the store have a hold */
+    struct cdn_image img;
+    int r = cdn_image_resolve(name, &img, err);
+    return r < 0 ? r : cdn_image_hold(&img, &sb->image_fd, err);
 }
 
 int cdn_tier_check_user(const struct cdn_tier_ops *t, const char *user, struct cdn_error *err)

@@ -147,5 +147,13 @@ void cdn_writable_stock_enable(unsigned target, uint64_t first_mb, void (*wanted
 int cdn_writable_stock_fill(struct cdn_error *err);
 unsigned cdn_writable_stock_ready(void);
 void cdn_writable_stock_drop(void);
+/* The stock handed over to `cordon run` (writable.c): one request answered on a connection accepted
+ * on "<API socket>.layers" (closed by the caller); true if a layer went. A process that never enabled
+ * a stock asks the cordond at $CORDON_SOCKET (or the default socket) first, and makes its own without
+ * an answer. */
+bool cdn_writable_stock_serve(int conn);
 /* The tier's release(), if any; sb->tier may be NULL (never created). */
 void cdn_tier_release(struct cdn_sandbox *sb);
+/* Take the hold on sb's image (image.h cdn_image_hold) if it is one of the store's and sb has none
+ * yet: the VM tiers' creates and an adopted sandbox. Released by cdn_tier_release. */
+int cdn_tier_hold_image(struct cdn_sandbox *sb, struct cdn_error *err);

@@ -257,7 +257,8 @@ def test_cordond_sees_a_tag_pulled_again_and_a_removed_image(daemon, oci_layout)
     assert [version(), version()] == ["one", "one"]
     pull("two")
     assert version() == "two"
-    assert cordon("image", "rm", ref).returncode == 0
+    # the last sandbox holds the image until its teardown (in the background) ends
+    cordonlib.wait_for(lambda: cordon("image", "rm", ref).returncode == 0, timeout=15, what="image rm")
     with pytest.raises(CordonError) as e:
         Sandbox.create(endpoint=daemon.endpoint, image=ref, pull="never")  # "missing" would pull it again
     assert "not in the image store" in str(e.value), e.value

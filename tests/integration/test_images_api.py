@@ -11,6 +11,8 @@ import asyncio
 import json
 import os
 import shutil
+import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -31,10 +33,10 @@ def q(ref):
 class ImageDaemon(cordonlib.Daemon):
     """A cordond with a state directory (and so an image store) of its own."""
 
-    def __init__(self, workdir, *args):
+    def __init__(self, workdir, *args, state=None):
         # below the test's 0777 directory: a sandbox's root (an unprivileged host uid) must reach
         # the state directory's prepared /dev
-        self.state = tempfile.mkdtemp(prefix="state-", dir=workdir)
+        self.state = state or tempfile.mkdtemp(prefix="state-", dir=workdir)
         os.chmod(self.state, 0o755)
         super().__init__(workdir, "--state-dir", self.state, *args)
 
@@ -74,8 +76,8 @@ def images_env(shared_dir, registry_factory, oci_layout):
         reg.push(lay.path, tag, name)
         return f"{reg.host}/{name}:{tag}"
 
-    def start(*args):
-        d = ImageDaemon(shared_dir, "--insecure-registries", reg.host, *args)
+    def start(*args, state=None):
+        d = ImageDaemon(shared_dir, "--insecure-registries", reg.host, *args, state=state)
         made.append(d)
         return d
 
@@ -246,6 +248,49 @@ def test_delete_of_an_image_in_use_is_409_then_works(images_env):
     assert st[0] == 200 and st[1]["image_removed"] is True, st
     assert d.http("GET", q(ref))[0] == 404
     assert d.http("DELETE", q(ref))[0] == 404
+
+
+def test_an_image_in_use_outside_cordonds_list_is_not_removed(images_env, shared_dir):
+    """A sandbox of `cordon run` on the same store, and a warm pool's sandboxes, hold their image: the
+    API's DELETE is 409 and `cordon image rm` refuses (125) until they are gone. What this catches:
+    without the holds, cordond knows only the sandboxes it lists, the CLI none at all, and either
+    removes the record (a prune then frees the layers) under a running root."""
+    start, reg, push = images_env
+    ref = push([busybox_layer(), unique_layer()], "team/held", "1")
+    d = start()
+    assert d.http("POST", "/v1/images/pull", {"ref": ref})[0] == 200
+    env = {**os.environ, "CORDON_STATE_DIR": d.state}
+    with cordonlib.Running(["--image", ref, "--", "sh", "-c", "echo up; sleep 60"], env=env) as run:
+        assert run.proc.stdout.readline() == "up\n"
+        st, err = d.http("DELETE", q(ref))
+        assert st == 409 and err["error"]["code"] == "image_in_use", err
+        assert "in use by a running sandbox" in err["error"]["message"], err
+        r = subprocess.run([cordonlib.CORDON_BIN, "image", "rm", ref], capture_output=True, text=True, env=env)
+        assert r.returncode == 125 and "in use by a running sandbox" in r.stderr, r
+        assert d.http("GET", q(ref))[0] == 200
+    assert d.stop() == 0
+    # a warm pool of the image (in the store before its cordond starts): its sandboxes are no
+    # one's yet, and still hold it
+    state = tempfile.mkdtemp(prefix="state-", dir=shared_dir)
+    env = {**os.environ, "CORDON_STATE_DIR": state, "CORDON_INSECURE_REGISTRIES": reg.host}
+    r = subprocess.run([cordonlib.CORDON_BIN, "image", "pull", ref], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    spec = os.path.join(shared_dir, "pool-held.json")
+    with open(spec, "w") as f:
+        json.dump({"image": ref}, f)
+    pooled = start("--pool", f"1:{spec}", state=state)
+    try:
+        cordonlib.wait_for(lambda: pooled.metric("cordon_pool_size") == 1, timeout=60, what="the pool to fill")
+    except AssertionError:
+        raise AssertionError(pooled.output())
+    st, err = pooled.http("DELETE", q(ref))
+    assert st == 409 and err["error"]["code"] == "image_in_use", err
+    r = subprocess.run([cordonlib.CORDON_BIN, "image", "rm", ref], capture_output=True, text=True, env=env)
+    assert r.returncode == 125 and "in use by a running sandbox" in r.stderr, r
+    pooled.proc.send_signal(signal.SIGTERM)  # its pool goes with it; the store stays for the rm
+    assert pooled.proc.wait(timeout=30) == 0
+    r = subprocess.run([cordonlib.CORDON_BIN, "image", "rm", ref], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
 
 
 def test_prune_frees_bytes(images_env):

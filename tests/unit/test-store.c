@@ -388,7 +388,22 @@ TEST(records_refs_remove_and_prune)
     CHECK_EQ_INT(fwrite(saved, 1, len, f), len);
     fclose(f);
 
+    /* holds and claims: a held image cannot be claimed (its removal is refused); held twice, it
+     * is claimable only once both let go; a claim makes a new hold wait, and a hold after the
+     * removal finds the image gone. Without the claim's check, the second CHECK below fails. */
+    int h1 = cdn_store_image_hold(state, mand, &err), h2 = cdn_store_image_hold(state, mand, &err);
+    CHECK(h1 >= 0 && h2 >= 0);
+    CHECK_EQ_INT(cdn_store_image_claim(s, mand, "task:1", &err), -EBUSY);
+    CHECK(strstr(err.msg, "task:1 is in use") != NULL && strcmp(err.field, "ref") == 0);
+    close(h1);
+    CHECK_EQ_INT(cdn_store_image_claim(s, mand, "task:1", &err), -EBUSY);
+    close(h2);
+    int claim = cdn_store_image_claim(s, mand, "task:1", &err);
+    CHECK(claim >= 0);
     CHECK_EQ_INT(cdn_store_image_remove(s, mand, &err), 0);
+    close(claim);
+    CHECK_EQ_INT(cdn_store_image_hold(state, mand, &err), -ENOENT);
+    CHECK(strstr(err.msg, "was removed") != NULL);
     CHECK_EQ_INT(count("refs"), 0);
     CHECK_EQ_INT(cdn_store_image_get(s, mand, &back, &err), -ENOENT);
     CHECK_EQ_INT(cdn_store_prune(s, keep_marked, l2, NULL, &err), 0);

@@ -302,7 +302,8 @@ static int container_create(struct cdn_sandbox *sb, struct cdn_error *err)
     if (r < 0)
         return r;
     struct cdn_image image;
-    if ((r = cdn_image_resolve(sb->spec->image, &image, err)) < 0)
+    if ((r = cdn_image_resolve(sb->spec->image, &image, err)) < 0 ||
+        (sb->image_fd < 0 && (r = cdn_image_hold(&image, &sb->image_fd, err)) < 0))
         return r;
     char scratch[4096];
     (void) snprintf(scratch, sizeof scratch, "%s/mnt", cdn_run_dir());

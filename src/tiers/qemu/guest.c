@@ -362,7 +362,8 @@ static int plan(struct cdn_sandbox *sb, const struct cdn_qemu_tier *t, struct pl
     p->disk[0] = p->snapshot[0] = 0;
     p->format = NULL;
     if (r < 0 || (r = check_binds(sb, err)) < 0 ||
-        (r = t->root_disk(sb->spec, p->disk, sizeof p->disk, &p->format, err)) < 0)
+        (r = t->root_disk(sb->spec, p->disk, sizeof p->disk, &p->format, err)) < 0 ||
+        (r = cdn_tier_hold_image(sb, err)) < 0)
         return r;
     struct vm_state *st = vm_state(sb);
     if (!st)
