@@ -383,11 +383,78 @@ static void stock_wanted(void)
     stock_arm(STOCK_QUIET_US);
 }
 
+/* "<socket>.layers": `cordon run` on this host takes a layer of the stock (writable.c). */
+static char layers_path[sizeof(((struct sockaddr_un *) 0)->sun_path)];
+static struct event *ev_layers;
+static int layers_fd = -EBADF;
+
+static void layers_request(evutil_socket_t fd, short what, void *arg)
+{
+    /* `cordon run` is not one of this loop's creates: no need to wait for them to pause, and one
+     * run after another would otherwise find the stock empty. */
+    if ((what & EV_READ) && cdn_writable_stock_serve(fd))
+        stock_arm(STOCK_NEXT_US);
+    event_free(arg);
+    (void) close(fd);
+}
+
+static void layers_accept(evutil_socket_t fd, short what, void *arg)
+{
+    (void) what, (void) arg;
+    int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (c < 0)
+        return;
+    struct event *ev = event_new(cdn_daemon->base, c, EV_READ, layers_request, event_self_cbarg());
+    struct timeval tv = {.tv_sec = 1};
+    if (!ev || event_add(ev, &tv) < 0) {
+        if (ev)
+            event_free(ev);
+        (void) close(c);
+    }
+}
+
+static void layers_listen(void)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if ((size_t) snprintf(layers_path, sizeof layers_path, "%s.layers", cdn_daemon->cfg.socket_path) >=
+        sizeof layers_path) {
+        layers_path[0] = '\0'; /* `cordon run` makes its own layers */
+        return;
+    }
+    memcpy(sa.sun_path, layers_path, sizeof sa.sun_path);
+    (void) unlink(layers_path);
+    _cleanup_close_ int l = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    mode_t old = umask(0177);
+    int r = l < 0 ? -1 : bind(l, (struct sockaddr *) &sa, sizeof sa);
+    (void) umask(old);
+    if (r < 0 || listen(l, 64) < 0 ||
+        !(ev_layers = event_new(cdn_daemon->base, l, EV_READ | EV_PERSIST, layers_accept, NULL)) ||
+        event_add(ev_layers, NULL) < 0) {
+        fprintf(stderr, "cordond: %s: %m (cordon run makes its own writable layers)\n", layers_path);
+        layers_path[0] = '\0';
+        return;
+    }
+    layers_fd = TAKE_FD(l);
+}
+
+static void layers_stop(void)
+{
+    if (ev_layers)
+        event_free(ev_layers);
+    ev_layers = NULL;
+    layers_fd = safe_close(layers_fd);
+    if (layers_path[0])
+        (void) unlink(layers_path);
+}
+
 static void stock_start(void)
 {
     struct cdn_spec def;
-    if (!cdn_daemon->cfg.writable_stock || cdn_spec_init(&def) < 0)
+    if (!cdn_daemon->cfg.writable_stock || cdn_spec_init(&def) < 0) {
+        cdn_writable_stock_enable(0, 0, NULL); /* none, and never another cordond's */
         return;
+    }
+    layers_listen();
     ev_stock = evtimer_new(cdn_daemon->base, stock_fill, NULL);
     if (!ev_stock)
         return;
@@ -505,5 +572,6 @@ int main(int argc, char **argv)
     cdn_box_fanotify_global_stop();
     cdn_monitor_free();
     (void) unlink(d->cfg.socket_path);
+    layers_stop();
     return 0;
 }

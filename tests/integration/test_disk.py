@@ -7,6 +7,8 @@ looks for the loop devices."""
 
 import os
 import signal
+import socket
+import struct
 
 import pytest
 
@@ -178,6 +180,92 @@ def test_cordond_makes_layers_ahead_and_uses_each_once(daemon):
     cordonlib.wait_for(lambda: len(stock_loops(pid)) == 4, timeout=10, what="the used layers to go")
     assert daemon.stop() == 0
     cordonlib.wait_for(lambda: not stock_loops(pid), timeout=10, what="the stock to go with its cordond")
+
+
+def take_layer(daemon_socket):
+    """A layer of cordond's stock, as `cordon run` takes one: its mount fd, or None."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as c:
+        c.connect(daemon_socket + ".layers")
+        c.send(b"cdnlyr1\0" + struct.pack("=Q", 1024))
+        msg, fds, _, _ = socket.recv_fds(c, 1, 1)
+        return fds[0] if msg == b"L" and fds else None
+
+
+def fake_stock(path, fd, uid):
+    """A stranger's "<socket>.layers" at path: listens as uid and hands fd over to whoever asks (in a
+    child of the test, ended by the caller). Returns its pid."""
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            srv = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            srv.bind(path)
+            os.chmod(path, 0o777)
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            srv.listen(8)  # the peer's credentials are those of listen()
+            os.write(ready_w, b"r")
+            while True:
+                c, _ = srv.accept()
+                c.recv(16)
+                socket.send_fds(c, [b"L"], [fd])
+                c.close()
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    assert os.read(ready_r, 1) == b"r"
+    os.close(ready_r)
+    return pid
+
+
+def test_cordon_run_takes_a_layer_from_cordonds_stock(daemon):
+    """`cordon run` on a host where cordond runs takes one of its layers made ahead (over
+    "<socket>.layers"), so its create pays no loop device and no mount either; the stock fills again
+    and the layer goes with the run's sandbox."""
+    pid = daemon.proc.pid
+    daemon.wait_stock_full()
+    env = {**os.environ, "CORDON_SOCKET": daemon.socket}
+    before = slot_loops()
+    with Running(["--", "sh", "-c", "echo up; df -k / | tail -1; sleep 60"], env=env) as r:
+        assert r.proc.stdout.readline() == "up\n"
+        assert 900 * 1024 < int(r.proc.stdout.readline().split()[1]) <= 1024 * 1024  # disk_mb's default
+        assert slot_loops() == before  # not a layer of its own
+        cordonlib.wait_for(lambda: len(stock_loops(pid)) == 5, timeout=30, what="the stock filled again")
+    cordonlib.wait_for(lambda: len(stock_loops(pid)) == 4, timeout=20, what="the used layer to go")
+
+
+def test_cordon_run_takes_layers_only_from_root(daemon, shared_dir):
+    """A layer is the sandbox's writable root: `cordon run` takes one only from a socket root listens
+    on, and only if it is the root of an ext4 of its own. What this catches: without the owner check,
+    the run below uses the layer a stranger (uid 65534) hands over — a genuine one here, taken from
+    cordond, so that only the owner check can refuse it — and its loop device is cordond's instead of
+    one named after its slot; without the filesystem check, a root-owned socket handing over a plain
+    directory gets it chowned to the sandbox and the run fails."""
+    daemon.wait_stock_full()
+    layer = take_layer(daemon.socket)
+    assert layer is not None
+    plain = os.path.join(shared_dir, "not-a-layer")
+    os.mkdir(plain)
+    plain_fd = os.open(plain, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for uid, fd in ((65534, layer), (0, plain_fd)):
+            sock = os.path.join(shared_dir, f"stranger-{uid}.sock")
+            server = fake_stock(sock + ".layers", fd, uid)
+            try:
+                before = slot_loops()
+                with Running(["--", "sh", "-c", "echo up; sleep 60"], env={**os.environ, "CORDON_SOCKET": sock}) as r:
+                    assert r.proc.stdout.readline() == "up\n", r.proc.stderr.read()
+                    assert len(slot_loops() - before) == 1, "the run did not make its own layer"
+            finally:
+                os.kill(server, signal.SIGKILL)
+                os.waitpid(server, 0)
+        st = os.stat(plain)
+        assert (st.st_uid, os.listdir(plain)) == (0, []), "the directory was used as a layer"
+    finally:
+        os.close(layer)
+        os.close(plain_fd)
 
 
 def test_without_a_stock_a_create_makes_its_layer(shared_dir):

@@ -27,13 +27,17 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/loop.h>
+#include <linux/magic.h>
 #include <linux/mount.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #define LOOP_ATTEMPTS 16 /* another process may take the free loop device we were told of */
@@ -266,6 +270,7 @@ static struct stock {
     int fds[STOCK_MAX];
 } stock[STOCK_SIZES];
 static unsigned stock_target;
+static bool stock_owner; /* a process with a stock of its own, even of 0: never a client of another's */
 static uint64_t stock_clock;
 static void (*stock_wanted)(void);
 
@@ -295,6 +300,7 @@ static struct stock *stock_entry(uint64_t mb)
 
 void cdn_writable_stock_enable(unsigned target, uint64_t first_mb, void (*wanted)(void))
 {
+    stock_owner = true;
     stock_target = target < STOCK_MAX ? target : STOCK_MAX;
     stock_wanted = wanted;
     if (stock_target && first_mb)
@@ -349,6 +355,110 @@ static int stock_take(uint64_t mb)
     return fd;
 }
 
+/* The stock's hand-over to `cordon run` (a process without a stock of its own): cordond serves its
+ * ready layers on a SOCK_SEQPACKET socket beside its API socket, "<socket>.layers" (root's, 0600).
+ * One request per connection: struct layer_request; one answer: 'L' with the layer's mount fd
+ * (SCM_RIGHTS), or 'N' (none of that size ready: the client makes its own). Both sides check that
+ * the other is root: a layer is a sandbox's writable root, and one handed over by anyone else could
+ * be any mount. */
+#define LAYER_MAGIC "cdnlyr1"
+struct layer_request {
+    char magic[8];
+    uint64_t disk_mb;
+};
+#define LAYER_ANSWER_MS 50 /* a cordond busy for longer: the client makes its own */
+
+bool cdn_writable_stock_serve(int conn)
+{
+    struct layer_request req;
+    struct ucred peer;
+    socklen_t len = sizeof peer;
+    if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &peer, &len) < 0 || peer.uid != 0 ||
+        recv(conn, &req, sizeof req, MSG_DONTWAIT) != (ssize_t) sizeof req ||
+        memcmp(req.magic, LAYER_MAGIC, sizeof req.magic) != 0)
+        return false;
+    /* Only a size the stock keeps: a client asking for others must not evict cordond's own. */
+    int fd = -1;
+    for (struct stock *s = stock; s < stock + STOCK_SIZES && fd < 0 && stock_target; s++)
+        if (s->mb && s->mb == req.disk_mb) {
+            s->used = ++stock_clock;
+            fd = s->n ? s->fds[--s->n] : -1;
+            if (stock_wanted)
+                stock_wanted();
+        }
+    char answer = fd >= 0 ? 'L' : 'N';
+    struct iovec iov = {.iov_base = &answer, .iov_len = 1};
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } u = {0};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (fd >= 0) {
+        msg.msg_control = u.buf, msg.msg_controllen = sizeof u.buf;
+        struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
+        h->cmsg_level = SOL_SOCKET, h->cmsg_type = SCM_RIGHTS, h->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(h), &fd, sizeof fd);
+    }
+    (void) sendmsg(conn, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (fd < 0)
+        return false;
+    (void) close(fd); /* the client has its copy; a layer lost on the way goes with its last fd */
+    return true;
+}
+
+static int stock_path(char *out, size_t size)
+{
+    const char *api = getenv("CORDON_SOCKET");
+    char def[4096];
+    if (!api || !api[0]) {
+        (void) snprintf(def, sizeof def, "%s/cordond.sock", cdn_run_dir());
+        api = def;
+    }
+    return (size_t) snprintf(out, size, "%s.layers", api) < size ? 0 : -ENAMETOOLONG;
+}
+
+/* A ready layer from the stock of a cordond on this host, or -1. */
+static int stock_remote(uint64_t mb)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (stock_path(sa.sun_path, sizeof sa.sun_path) < 0)
+        return -1;
+    _cleanup_close_ int c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    struct layer_request req = {.magic = LAYER_MAGIC, .disk_mb = mb};
+    struct ucred peer;
+    socklen_t len = sizeof peer;
+    struct timeval tv = {.tv_usec = LAYER_ANSWER_MS * 1000};
+    if (c < 0 || connect(c, (struct sockaddr *) &sa, sizeof sa) < 0 ||
+        getsockopt(c, SOL_SOCKET, SO_PEERCRED, &peer, &len) < 0 || peer.uid != 0 ||
+        setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0 ||
+        send(c, &req, sizeof req, MSG_NOSIGNAL) != (ssize_t) sizeof req)
+        return -1;
+    char answer = 0;
+    struct iovec iov = {.iov_base = &answer, .iov_len = 1};
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } u;
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    if (recvmsg(c, &msg, MSG_CMSG_CLOEXEC) != 1 || answer != 'L' || (msg.msg_flags & MSG_CTRUNC))
+        return -1;
+    struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
+    if (!h || h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS ||
+        h->cmsg_len != CMSG_LEN(sizeof(int)))
+        return -1;
+    int fd;
+    memcpy(&fd, CMSG_DATA(h), sizeof fd);
+    /* What a layer is: the root of an ext4 of its own, not a directory of some other filesystem. */
+    struct statfs fs;
+    struct stat st;
+    if (fstatfs(fd, &fs) < 0 || fs.f_type != EXT4_SUPER_MAGIC || fstat(fd, &st) < 0 || st.st_ino != 2) {
+        (void) close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 /* The sandbox's root owns the layer's root: it makes upper/, work/ and its other scratch there. */
 static int layer_own(int mnt, uint32_t uid_base, struct cdn_error *err)
 {
@@ -374,7 +484,7 @@ static int layer_for_slot(uint64_t disk_mb, int slot, uint32_t uid_base, struct 
 
 int cdn_writable_make(const struct cdn_spec *spec, int slot, uint32_t uid_base, struct cdn_error *err)
 {
-    int mnt = stock_take(spec->limits.disk_mb);
+    int mnt = stock_owner ? stock_take(spec->limits.disk_mb) : stock_remote(spec->limits.disk_mb);
     return mnt >= 0 ? layer_own(mnt, uid_base, err)
                     : layer_for_slot(spec->limits.disk_mb, slot, uid_base, err);
 }
