@@ -53,6 +53,21 @@ def test_image_user_applies_and_the_spec_overrides_it(oci_layout):
     assert (r.code, r.stdout) == (0, "/tmp\n"), r  # an env's HOME is kept
 
 
+def test_cordons_workspace_is_the_users(oci_layout):
+    """cordon's own working directory, /workspace, belongs to a non-root user, who can work where its
+    commands start; one the image ships with files in it stays as the image has it. What this
+    catches: before, /workspace stayed root's and `touch` there failed with EACCES."""
+    where = ["sh", "-c", "pwd; stat -c %u:%g .; touch f 2>/dev/null && echo wrote || echo refused"]
+    r = run(["--image", user_image(oci_layout, "app"), "--", *where], timeout=120)
+    assert (r.code, r.stdout) == (0, "/workspace\n1001:1002\nwrote\n"), r
+    r = run(["--image", user_image(oci_layout, "app"), "--user", "0", "--", *where], timeout=120)
+    assert (r.code, r.stdout) == (0, "/workspace\n0:0\nwrote\n"), r
+    shipped = user_image(oci_layout, "app", etc=lambda top: top.file("etc/passwd", PASSWD).file("etc/group", GROUP)
+                         .dir("workspace").file("workspace/README", "the image's\n"))
+    r = run(["--image", shipped, "--", *where], timeout=120)
+    assert (r.code, r.stdout) == (0, "/workspace\n0:0\nrefused\n"), r
+
+
 def test_a_command_with_a_user_holds_no_capability(oci_layout):
     # What this catches: a command child that keeps what init holds (CAP_SETUID, CAP_KILL, ...) in any
     # set, as root or not: CapBnd/CapAmb/CapPrm/CapEff/CapInh must all be zero.

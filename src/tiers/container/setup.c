@@ -24,6 +24,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -183,7 +184,25 @@ static int check_user(const struct cdn_spec *spec, struct cdn_error *err)
     if (root < 0)
         return cdn_error_field(err, errno, "user", "user: open the sandbox's root: %m");
     struct cdn_user u;
-    return cdn_user_resolve_at(root, spec->user, CDN_UID_RANGE - 1, &u, err);
+    int r = cdn_user_resolve_at(root, spec->user, CDN_UID_RANGE - 1, &u, err);
+    if (r < 0 || u.uid == 0 || strcmp(spec->workdir, "/workspace") != 0)
+        return r;
+    /* cordon's own working directory (not one of the image's), still empty and root's: the user's,
+     * as a home is, so that its commands can work where they start. */
+    int fd = openat(root, "workspace", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    DIR *d = fd < 0 || fstat(fd, &st) < 0 || st.st_uid != 0 ? NULL : fdopendir(fd);
+    if (!d) {
+        safe_close(fd);
+        return 0;
+    }
+    bool empty = true;
+    for (struct dirent *de; empty && (de = readdir(d));)
+        empty = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
+    if (empty && fchown(dirfd(d), u.uid, u.gid) < 0)
+        r = cdn_error_field(err, errno, "user", "user: give /workspace to %s: %m", spec->user);
+    closedir(d);
+    return r;
 }
 
 static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
