@@ -109,12 +109,8 @@ static const char *kernel_fs(int fd)
 
 static int openat2_retry(int dirfd, const char *path, struct open_how *how)
 {
-    for (int tries = 0;; tries++) {
-        int fd = (int) syscall(SYS_openat2, dirfd, path, how, sizeof *how);
-        /* EAGAIN: a rename raced with a ".." walk (RESOLVE_IN_ROOT checks): look again. */
-        if (fd >= 0 || (errno != EAGAIN && errno != EINTR) || tries >= 16)
-            return fd < 0 ? -errno : fd;
-    }
+    int fd = cdn_openat2(dirfd, path, how);
+    return fd < 0 ? -errno : fd;
 }
 
 int cdn_target_open(const char *path, int flags, struct file_target *ret)

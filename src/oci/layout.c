@@ -4,6 +4,7 @@
  * "../" cannot make cordon read a host file, and a FIFO cannot make it block. */
 #include "oci/layout.h"
 #include "oci/manifest-json.h"
+#include "shared/fd-util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,13 +30,7 @@ static int open_beneath(struct cdn_oci_layout *l, const char *rel, int *ret, str
         .flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK,
         .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
     };
-    int fd;
-    /* openat2 gives EAGAIN when a rename raced the lookup: try again a few times */
-    for (int i = 0;; i++) {
-        fd = (int) syscall(SYS_openat2, l->dirfd, rel, &how, sizeof how);
-        if (fd >= 0 || errno != EAGAIN || i == 8)
-            break;
-    }
+    int fd = cdn_openat2(l->dirfd, rel, &how);
     if (fd < 0 && errno == ELOOP)
         return cdn_error_field(err, ELOOP, "image",
                                "image: %.100s/%s is or passes through a symlink (a layout's files must be "

@@ -1,5 +1,6 @@
 #include "fd-util.h"
 
+#include <linux/openat2.h>
 #include <linux/stat.h> /* struct statx: musl (cordon-init, the lean CLI) has no statx() */
 #include "macro.h"
 
@@ -153,4 +154,17 @@ int cdn_mount_of(int dirfd, const char *path, int flags, uint64_t *id, bool *roo
         *root =
             (stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) && (stx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
     return 0;
+}
+
+#ifndef SYS_openat2
+#define SYS_openat2 437
+#endif
+
+int cdn_openat2(int dirfd, const char *path, struct open_how *how)
+{
+    for (int tries = 0;; tries++) {
+        int fd = (int) syscall(SYS_openat2, dirfd, path, how, sizeof *how);
+        if (fd >= 0 || (errno != EAGAIN && errno != EINTR) || tries >= 64)
+            return fd;
+    }
 }

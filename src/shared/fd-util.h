@@ -26,3 +26,8 @@ int cdn_mount_of(int dirfd, const char *path, int flags, uint64_t *id, bool *roo
 /* Run argv (found in PATH) and wait: its exit status (128+N if killed by signal N), or -errno if it
  * could not be started. out_to_err: its stdout goes to our stderr (it is not the caller's output). */
 int cdn_run_wait(char *const argv[], bool out_to_err);
+/* openat2(2), looked up again while it says EAGAIN: with RESOLVE_IN_ROOT or RESOLVE_BENEATH the kernel
+ * gives that when any rename or mount on the host raced a ".." walk (seen under load with an image's
+ * "../../etc/shadow" symlink). An fd, or -1 with errno set. `how` is struct open_how. */
+struct open_how;
+int cdn_openat2(int dirfd, const char *path, struct open_how *how);

@@ -16,11 +16,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "shared/fd-util.h"
 #include "shared/macro.h"
-
-#ifndef SYS_openat2
-#define SYS_openat2 437
-#endif
 
 struct span {
     const char *p;
@@ -331,7 +328,7 @@ int cdn_user_read_file(int root_fd, const char *name, char **ret, size_t *ret_le
      * RESOLVE_NO_MAGICLINKS: no /proc/self/fd/N jump out of it; O_NONBLOCK: a FIFO opens at once. */
     struct open_how how = {.flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY,
                            .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
-    _cleanup_close_ int fd = (int) syscall(SYS_openat2, root_fd, path, &how, sizeof how);
+    _cleanup_close_ int fd = cdn_openat2(root_fd, path, &how);
     if (fd < 0 && errno == ENOENT) {
         *ret = NULL;
         *ret_len = 0;
