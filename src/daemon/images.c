@@ -451,6 +451,11 @@ static int job_start(struct image_job *j, struct cdn_error *err)
     }
     if (pid == 0) {
         cdn_writable_stock_drop(); /* its copies would keep a used layer alive past its sandbox */
+        /* and its copies of the sandboxes' image holds an image past its last user (a pool's stay) */
+        struct box *lists[2] = {LIST_FIRST(&cdn_daemon->boxes), LIST_FIRST(&cdn_daemon->dying)};
+        for (int l = 0; l < 2; l++)
+            for (struct box *b = lists[l]; b; b = LIST_NEXT(b, link))
+                b->sb.image_fd = safe_close(b->sb.image_fd);
         child_main(j, p[1], parent);
     }
     close(p[1]);
