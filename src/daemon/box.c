@@ -310,6 +310,10 @@ void cdn_box_delete(struct box *b, const char *reason)
     else
         cdn_daemon->n_boxes--;
     if (running && b->sb.init_pidfd >= 0 && b->sb.tier->kill(&b->sb, SIGKILL) == 0) {
+        /* Killed, it runs nothing more on its image: the image is free now, not at the teardown's
+         * end, so that an image removal right after the delete's answer succeeds (as after
+         * `docker rm -f`). */
+        b->sb.image_fd = safe_close(b->sb.image_fd);
         b->dying = true; /* on_init_exit finishes it */
         LIST_INSERT_HEAD(&cdn_daemon->dying, b, link);
         return;

@@ -92,14 +92,15 @@ static const char *box_manifest(struct box *b)
     return b->image_manifest;
 }
 
+/* The listed sandboxes on the image (a deleted one, killed, runs nothing on it any more, though
+ * a prune keeps its layers until its teardown ends: used_digests). */
 unsigned cdn_images_users(const char *manifest, char first_id[64])
 {
     unsigned n = 0;
-    struct box *lists[2] = {LIST_FIRST(&cdn_daemon->boxes), LIST_FIRST(&cdn_daemon->dying)};
-    for (int l = 0; l < 2; l++)
-        for (struct box *b = lists[l]; b; b = LIST_NEXT(b, link))
-            if (strcmp(box_manifest(b), manifest) == 0 && n++ == 0 && first_id)
-                (void) snprintf(first_id, 64, "%s", b->sb.id);
+    struct box *b;
+    LIST_FOREACH(b, &cdn_daemon->boxes, link)
+    if (strcmp(box_manifest(b), manifest) == 0 && n++ == 0 && first_id)
+        (void) snprintf(first_id, 64, "%s", b->sb.id);
     return n;
 }
 
