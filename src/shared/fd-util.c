@@ -9,6 +9,7 @@
 #include <spawn.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -167,4 +168,48 @@ int cdn_openat2(int dirfd, const char *path, struct open_how *how)
         if (fd >= 0 || (errno != EAGAIN && errno != EINTR) || tries >= 64)
             return fd;
     }
+}
+
+union one_fd_cmsg {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int))];
+};
+
+int cdn_send_byte_fd(int sock, char byte, int fd, int flags)
+{
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    union one_fd_cmsg u = {0};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (fd >= 0) {
+        msg.msg_control = u.buf, msg.msg_controllen = sizeof u.buf;
+        struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
+        h->cmsg_level = SOL_SOCKET, h->cmsg_type = SCM_RIGHTS, h->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(h), &fd, sizeof fd);
+    }
+    ssize_t n = sendmsg(sock, &msg, flags);
+    return n == 1 ? 0 : n < 0 ? -errno : -EIO;
+}
+
+int cdn_recv_byte_fd(int sock, char *byte, int *fd)
+{
+    *fd = -1;
+    struct iovec iov = {.iov_base = byte, .iov_len = 1};
+    union one_fd_cmsg u;
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    if (n <= 0)
+        return n < 0 ? -errno : 0;
+    int got = -1;
+    struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
+    if (h && h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS &&
+        h->cmsg_len == CMSG_LEN(sizeof(int)))
+        memcpy(&got, CMSG_DATA(h), sizeof got);
+    if (msg.msg_flags & MSG_CTRUNC) {
+        if (got >= 0)
+            (void) close(got);
+        return -EBADMSG;
+    }
+    *fd = got;
+    return 1;
 }

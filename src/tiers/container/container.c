@@ -104,23 +104,7 @@ static int idmapped_lower(pid_t pid, const struct cdn_image *image)
 /* 'm' to the setup child, with the idmapped image root when there is one. */
 static int send_go_maps(int sock, int lower_fd)
 {
-    char byte = 'm';
-    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } u = {0};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (lower_fd >= 0) {
-        msg.msg_control = u.buf;
-        msg.msg_controllen = sizeof u.buf;
-        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &lower_fd, sizeof(int));
-    }
-    return sendmsg(sock, &msg, MSG_NOSIGNAL) == 1 ? 0 : -1;
+    return cdn_send_byte_fd(sock, 'm', lower_fd, MSG_NOSIGNAL) < 0 ? -1 : 0;
 }
 
 /* The user namespace clone3 makes is owned by the calling thread's effective uid, and the kernel

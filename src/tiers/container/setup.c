@@ -155,21 +155,9 @@ static int wait_parent(char expect)
 static int wait_maps(void)
 {
     char c;
-    struct iovec iov = {.iov_base = &c, .iov_len = 1};
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } u;
-    struct msghdr msg = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
-    if (recvmsg(CDN_FD_SETUP_GO, &msg, MSG_CMSG_CLOEXEC) != 1 || c != 'm' || (msg.msg_flags & MSG_CTRUNC))
-        _exit(1); /* parent gone or failed: nothing to report to */
-    struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
-    if (!h || h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS ||
-        h->cmsg_len != CMSG_LEN(sizeof(int)))
-        return -1;
     int fd;
-    memcpy(&fd, CMSG_DATA(h), sizeof fd);
+    if (cdn_recv_byte_fd(CDN_FD_SETUP_GO, &c, &fd) != 1 || c != 'm')
+        _exit(1); /* parent gone or failed: nothing to report to */
     return fd;
 }
 

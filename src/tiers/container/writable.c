@@ -386,20 +386,7 @@ bool cdn_writable_stock_serve(int conn)
             if (stock_wanted)
                 stock_wanted();
         }
-    char answer = fd >= 0 ? 'L' : 'N';
-    struct iovec iov = {.iov_base = &answer, .iov_len = 1};
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } u = {0};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (fd >= 0) {
-        msg.msg_control = u.buf, msg.msg_controllen = sizeof u.buf;
-        struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
-        h->cmsg_level = SOL_SOCKET, h->cmsg_type = SCM_RIGHTS, h->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(h), &fd, sizeof fd);
-    }
-    (void) sendmsg(conn, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void) cdn_send_byte_fd(conn, fd >= 0 ? 'L' : 'N', fd, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (fd < 0)
         return false;
     (void) close(fd); /* the client has its copy; a layer lost on the way goes with its last fd */
@@ -434,21 +421,11 @@ static int stock_remote(uint64_t mb)
         send(c, &req, sizeof req, MSG_NOSIGNAL) != (ssize_t) sizeof req)
         return -1;
     char answer = 0;
-    struct iovec iov = {.iov_base = &answer, .iov_len = 1};
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } u;
-    struct msghdr msg = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
-    if (recvmsg(c, &msg, MSG_CMSG_CLOEXEC) != 1 || answer != 'L' || (msg.msg_flags & MSG_CTRUNC))
-        return -1;
-    struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
-    if (!h || h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS ||
-        h->cmsg_len != CMSG_LEN(sizeof(int)))
-        return -1;
     int fd;
-    memcpy(&fd, CMSG_DATA(h), sizeof fd);
+    if (cdn_recv_byte_fd(c, &answer, &fd) != 1 || answer != 'L' || fd < 0) {
+        safe_close(fd);
+        return -1;
+    }
     /* What a layer is: the root of an ext4 of its own, not a directory of some other filesystem. */
     struct statfs fs;
     struct stat st;
