@@ -136,10 +136,10 @@ int cdn_cli_vm(int argc, char *const *argv)
         struct cdn_vm_assets vm;
         struct cdn_image img;
         char disk[4400] = "";
-        if (cdn_vm_prepare(&vm, true, &err) < 0 ||
+        if (cdn_vm_prepare(&vm, CDN_VM_PROGRESS, &err) < 0 ||
             (image && strcmp(argv[2], "host") != 0 &&
              (cdn_image_resolve(argv[2], &img, &err) < 0 ||
-              cdn_vm_image_disk(&img, true, disk, sizeof disk, &err) < 0))) {
+              cdn_vm_image_disk(&img, CDN_VM_PROGRESS, disk, sizeof disk, &err) < 0))) {
             fprintf(stderr, "cordon: %s\n", err.msg);
             return 125;
         }

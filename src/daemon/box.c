@@ -749,7 +749,6 @@ void cdn_box_create(struct cdn_spec *spec, struct cdn_box_waiter w)
 
 void cdn_box_create_resolved(struct cdn_spec *spec, struct cdn_box_waiter w, const char *image_manifest)
 {
-    struct cdn_error err = {0};
     if (create_refused(spec, w)) /* again: a pull may have taken a while */
         return;
     struct box *b = cdn_pool_take(spec);
@@ -759,7 +758,16 @@ void cdn_box_create_resolved(struct cdn_spec *spec, struct cdn_box_waiter w, con
         w.done(w.arg, b, CDN_BOX_CREATED, NULL);
         return;
     }
-    b = cdn_box_spawn(spec, NULL, &err);
+    if (!cdn_images_prepare_tier(spec, w, image_manifest))
+        cdn_box_create_prepared(spec, w, image_manifest);
+}
+
+void cdn_box_create_prepared(struct cdn_spec *spec, struct cdn_box_waiter w, const char *image_manifest)
+{
+    struct cdn_error err = {0};
+    if (create_refused(spec, w)) /* again: the preparation may have taken a while */
+        return;
+    struct box *b = cdn_box_spawn(spec, NULL, &err);
     if (b) {
         (void) snprintf(b->image_manifest, sizeof b->image_manifest, "%s", image_manifest ?: "");
         b->waiter = w; /* told by on_setup */

@@ -28,11 +28,12 @@
 #include "shared/strv.h"
 #include "tiers/qemu/vmprep.h"
 
-enum job_kind { JOB_PULL, JOB_PRUNE, JOB_SIZE };
+enum job_kind { JOB_PULL, JOB_PRUNE, JOB_SIZE, JOB_PREPARE };
 
 struct image_job {
     enum job_kind kind;
-    char *canon;   /* JOB_PULL: the reference */
+    char *canon;                 /* JOB_PULL: the reference; JOB_PREPARE: what it prepares (prepare_key) */
+    const struct cdn_spec *spec; /* JOB_PREPARE: the spec, for the child (valid until the fork) */
     char *digests; /* JOB_PULL, JOB_PRUNE: what live sandboxes use, sorted (the child's in_use) */
     size_t n_digests;
     pid_t pid;
@@ -286,6 +287,17 @@ void cdn_images_prune_disks(struct cdn_store *s)
     cdn_strv_free(&named);
 }
 
+/* A tier's make-once assets for a create (tier.h prepare), made here rather than in the loop. */
+static void run_prepare(struct child *c)
+{
+    struct cdn_error err = {0};
+    const struct cdn_tier_ops *t = cdn_tier_lookup(c->job->spec->tier);
+    int r = t && t->prepare ? t->prepare(c->job->spec, true, &err) : 1;
+    if (r < 0)
+        return put_line(c->fd, error_line(&err, r, "sandbox_failed"));
+    put_line(c->fd, json_pack("{s:s}", "status", "done"));
+}
+
 static void run_store(struct child *c)
 {
     struct cdn_error err = {0};
@@ -308,7 +320,9 @@ static _Noreturn void child_main(struct image_job *j, int wfd, pid_t parent)
 {
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
         _exit(1);
-    (void) prctl(PR_SET_NAME, j->kind == JOB_PULL ? "cordond-pull" : "cordond-store");
+    (void) prctl(PR_SET_NAME, j->kind == JOB_PULL      ? "cordond-pull"
+                              : j->kind == JOB_PREPARE ? "cordond-prepare"
+                                                       : "cordond-store");
     int sigs[] = {SIGTERM, SIGINT, SIGCHLD, SIGHUP};
     for (size_t i = 0; i < ELEMENTSOF(sigs); i++)
         (void) signal(sigs[i], SIG_DFL);
@@ -318,6 +332,8 @@ static _Noreturn void child_main(struct image_job *j, int wfd, pid_t parent)
     c.fd = 3, c.job = j;
     if (j->kind == JOB_PULL)
         run_pull(&c);
+    else if (j->kind == JOB_PREPARE)
+        run_prepare(&c);
     else
         run_store(&c);
     _exit(0);
@@ -476,7 +492,8 @@ static int job_start(struct image_job *j, struct cdn_error *err)
     return 0;
 }
 
-static int job_join(enum job_kind kind, const char *canon, struct image_waiter w, struct cdn_error *err)
+static int job_join(enum job_kind kind, const char *canon, const struct cdn_spec *spec, struct image_waiter w,
+                    struct cdn_error *err)
 {
     if (cdn_daemon->stopping)
         return cdn_error_set(err, ESHUTDOWN, "cordond is stopping");
@@ -486,9 +503,9 @@ static int job_join(enum job_kind kind, const char *canon, struct image_waiter w
     j = calloc(1, sizeof *j);
     if (!j)
         return cdn_error_set(err, ENOMEM, "out of memory");
-    *j = (struct image_job){.kind = kind, .pidfd = -EBADF, .fd = -EBADF};
+    *j = (struct image_job){.kind = kind, .spec = spec, .pidfd = -EBADF, .fd = -EBADF};
     int r = (canon && !(j->canon = strdup(canon))) ? -ENOMEM : 0;
-    if (r >= 0 && kind != JOB_SIZE)
+    if (r >= 0 && (kind == JOB_PULL || kind == JOB_PRUNE))
         r = used_digests(&j->digests, &j->n_digests);
     if (r >= 0 && w.done)
         r = add_waiter(j, w);
@@ -503,18 +520,18 @@ static int job_join(enum job_kind kind, const char *canon, struct image_waiter w
 
 int cdn_images_pull(const char *canon, struct image_waiter w, struct cdn_error *err)
 {
-    return job_join(JOB_PULL, canon, w, err);
+    return job_join(JOB_PULL, canon, NULL, w, err);
 }
 
 int cdn_images_prune(struct image_waiter w, struct cdn_error *err)
 {
-    return job_join(JOB_PRUNE, NULL, w, err);
+    return job_join(JOB_PRUNE, NULL, NULL, w, err);
 }
 
 void cdn_images_start(void)
 {
     struct cdn_error err = {0};
-    if (job_join(JOB_SIZE, NULL, (struct image_waiter){0}, &err) < 0)
+    if (job_join(JOB_SIZE, NULL, NULL, (struct image_waiter){0}, &err) < 0)
         fprintf(stderr, "cordond: measuring the image store: %s\n", err.msg);
 }
 
@@ -614,4 +631,86 @@ void cdn_images_prepare_create(struct cdn_spec *spec, struct cdn_box_waiter w)
         create_fail(&pc->spec, pc->w, err.errnum == ESHUTDOWN ? CDN_BOX_STOPPING : CDN_BOX_FAILED, &err);
         free(pc);
     }
+}
+
+/* ---- creates that wait for their tier's make-once assets ---- */
+
+struct pending_prepare {
+    struct cdn_spec spec;
+    struct cdn_box_waiter w;
+    char manifest[CDN_DIGEST_MAX];
+};
+
+/* What one child prepares: creates that ask for the same join it. The assets are cached by tier,
+ * image and shape (a guest's memory and CPUs). */
+static char *prepare_key(const struct cdn_spec *spec)
+{
+    char *key = NULL;
+    return asprintf(&key, "%d %s %llu %g", (int) spec->tier, spec->image,
+                    (unsigned long long) spec->limits.memory_mb, spec->limits.cpus) < 0
+               ? NULL
+               : key;
+}
+
+static void create_prepared(void *arg, json_t *result)
+{
+    struct pending_prepare *pp = arg;
+    json_t *e = json_object_get(result, "error");
+    if (!e) {
+        cdn_box_create_prepared(&pp->spec, pp->w, pp->manifest[0] ? pp->manifest : NULL);
+    } else {
+        struct cdn_error err = {.errnum = (int) json_integer_value(json_object_get(result, "errno"))};
+        const char *field = json_string_value(json_object_get(e, "field"));
+        bool spec_error = field && strcmp(field, "image") != 0;
+        (void) snprintf(err.field, sizeof err.field, "%s", spec_error ? field : "");
+        (void) snprintf(err.msg, sizeof err.msg, "%s",
+                        json_string_value(json_object_get(e, "message")) ?: "");
+        create_fail(&pp->spec, pp->w,
+                    err.errnum == ESHUTDOWN ? CDN_BOX_STOPPING
+                    : spec_error            ? CDN_BOX_INVALID_SPEC
+                                            : CDN_BOX_FAILED,
+                    &err);
+    }
+    free(pp);
+}
+
+int cdn_images_prepare(const struct cdn_spec *spec, struct image_waiter w, struct cdn_error *err)
+{
+    const struct cdn_tier_ops *t = cdn_tier_lookup(spec->tier);
+    int r = t && t->prepare ? t->prepare(spec, false, err) : 1;
+    if (r != 0)
+        return r;
+    _cleanup_free_ char *key = prepare_key(spec);
+    if (!key)
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    r = job_join(JOB_PREPARE, key, spec, w, err);
+    return r < 0 ? r : 0;
+}
+
+bool cdn_images_prepare_tier(struct cdn_spec *spec, struct cdn_box_waiter w, const char *manifest)
+{
+    struct cdn_error err = {0};
+    struct pending_prepare *pp = calloc(1, sizeof *pp);
+    if (!pp) {
+        (void) cdn_error_set(&err, ENOMEM, "out of memory");
+        create_fail(spec, w, CDN_BOX_FAILED, &err);
+        return true;
+    }
+    pp->spec = *spec, pp->w = w;
+    (void) snprintf(pp->manifest, sizeof pp->manifest, "%s", manifest ?: "");
+    int r = cdn_images_prepare(&pp->spec, (struct image_waiter){.done = create_prepared, .arg = pp}, &err);
+    if (r > 0) {
+        free(pp);
+        return false;
+    }
+    *spec = (struct cdn_spec){0};
+    if (r < 0) {
+        create_fail(&pp->spec, w,
+                    r == -ESHUTDOWN ? CDN_BOX_STOPPING
+                    : err.field[0]  ? CDN_BOX_INVALID_SPEC
+                                    : CDN_BOX_FAILED,
+                    &err);
+        free(pp);
+    }
+    return true;
 }

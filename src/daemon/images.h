@@ -45,11 +45,20 @@ int cdn_images_canonical(const char *name, const char *field, char out[CDN_IMAGE
 int cdn_images_check_source(const char *name, const char *field, struct cdn_error *err);
 /* The manifest digest a canonical reference points at in the store; -ENOENT if none. */
 int cdn_images_lookup(const char *canon, char manifest[CDN_DIGEST_MAX], struct cdn_error *err);
-/* The live sandboxes (deleted ones still tearing down included) that run on manifest: how many,
- * and the id of one in first_id (may be NULL). */
+/* The listed sandboxes that run on manifest (deleted ones, killed, no more): how many, and the id of
+ * one in first_id (may be NULL). */
 unsigned cdn_images_users(const char *manifest, char first_id[64]);
 
 /* The create path (box.c's cdn_box_create): an OCI image is made present per spec->pull (a pull
  * shared with whoever else waits for it), its config applied under the spec (Env, WorkingDir
  * unless spec->workdir_given), then cdn_box_create_resolved. Other images go straight there. */
 void cdn_images_prepare_create(struct cdn_spec *spec, struct cdn_box_waiter w);
+
+/* A create whose tier must first make something once (tier.h prepare: a guest's kernel, image disk,
+ * snapshot, which take seconds to minutes) waits for a child that makes it, shared by the creates
+ * that need the same, then goes on in cdn_box_create_prepared: true, spec taken (w is answered
+ * either way). false: nothing to make, spec untouched. */
+bool cdn_images_prepare_tier(struct cdn_spec *spec, struct cdn_box_waiter w, const char *manifest);
+/* The same for anyone (a warm pool's refill): 1 nothing to make; 0 a child makes it, w.done hears
+ * how it went ({"status": "done"} or an error line); -errno with err. spec is only read. */
+int cdn_images_prepare(const struct cdn_spec *spec, struct image_waiter w, struct cdn_error *err);

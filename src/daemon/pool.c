@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "images.h"
 #include "registry.h"
 #include "core/json-util.h"
 #include "shared/macro.h"
@@ -23,6 +24,7 @@ struct pool {
     char *shape; /* canonical JSON of the spec without labels, env and lifetime */
     struct cdn_spec spec;
     unsigned target, ready, filling, failures;
+    bool preparing; /* its tier's make-once assets are being made (images.h cdn_images_prepare) */
     LIST_HEAD(, box) boxes;
     struct event *refill;
 };
@@ -92,19 +94,43 @@ static void schedule(struct pool *p)
         event_active(p->refill, EV_TIMEOUT, 0);
 }
 
+static void prepared(void *arg, json_t *result)
+{
+    struct pool *p = arg;
+    p->preparing = false;
+    json_t *e = json_object_get(result, "error");
+    if (e) {
+        p->failures++;
+        fprintf(stderr, "cordond: pool: %s\n", json_string_value(json_object_get(e, "message")) ?: "?");
+    }
+    schedule(p);
+}
+
 static void refill(evutil_socket_t fd, short what, void *arg)
 {
     (void) fd, (void) what;
     struct pool *p = arg;
-    if (cdn_daemon->stopping || p->ready + p->filling >= p->target)
+    if (cdn_daemon->stopping || p->preparing || p->ready + p->filling >= p->target)
         return;
     if (p->failures >= 3) { /* a spec that cannot start must not spin */
         fprintf(stderr, "cordond: pool '%s' stopped refilling after 3 failures\n", p->shape);
         return;
     }
+    struct cdn_error err = {0};
+    /* What its tier makes once (a guest's snapshot, its image's disk) is made by a child, not here:
+     * the loop keeps serving meanwhile, and the refill goes on when it is there. */
+    int r = cdn_images_prepare(&p->spec, (struct image_waiter){.done = prepared, .arg = p}, &err);
+    if (r <= 0) {
+        p->preparing = r == 0;
+        if (r < 0) {
+            p->failures++;
+            fprintf(stderr, "cordond: pool: %s\n", err.msg);
+            schedule(p);
+        }
+        return;
+    }
     struct cdn_spec spec;
     _cleanup_free_ char *json = cdn_spec_to_json(&p->spec);
-    struct cdn_error err = {0};
     if (!json || cdn_spec_init(&spec) < 0)
         return;
     if (cdn_spec_from_json(&spec, json, strlen(json), &err) < 0) {

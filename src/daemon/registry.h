@@ -223,6 +223,8 @@ extern struct daemon *cdn_daemon;
 void cdn_box_create(struct cdn_spec *spec, struct cdn_box_waiter w);
 /* The same once the image is there: image_manifest the OCI image's manifest digest, or NULL. */
 void cdn_box_create_resolved(struct cdn_spec *spec, struct cdn_box_waiter w, const char *image_manifest);
+/* And once what its tier makes once is there (images.h cdn_images_prepare_tier). */
+void cdn_box_create_prepared(struct cdn_spec *spec, struct cdn_box_waiter w, const char *image_manifest);
 /* Make a sandbox for spec (moved in) and put it in the API's list or, with
  * pool set, in that pool. Not running yet: its setup report comes later
  * (its waiter, or cdn_pool_box_ready). NULL with err on failure. */

@@ -68,6 +68,11 @@ struct cdn_tier_ops {
     /* Build the sandbox and start its init. On success sb->agent_fd,
      * sb->init_pid/init_pidfd and sb->setup_fd are set; on failure nothing is left behind. */
     int (*create)(struct cdn_sandbox *sb, struct cdn_error *err);
+    /* Optional: what a create of spec needs that is made once and cached (a guest's kernel and
+     * initramfs, its image's disk, its snapshot). build false only looks: 1 all there, 0 something
+     * is still to be made. build true makes what is missing (seconds to minutes: cordond runs it in
+     * a child, so that its loop never waits for it), then 1. -errno, err set, when it cannot. */
+    int (*prepare)(const struct cdn_spec *spec, bool build, struct cdn_error *err);
     /* Deliver a signal to the sandbox's init (SIGKILL ends the sandbox). */
     int (*kill)(struct cdn_sandbox *sb, int sig);
     /* Resource accounting; valid until destroy. */

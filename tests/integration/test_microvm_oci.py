@@ -10,6 +10,7 @@ import os
 import stat
 import struct
 import subprocess
+import threading
 
 import pytest
 
@@ -140,13 +141,50 @@ def test_an_oci_image_is_the_guests_root_from_a_disk_made_once(registry_factory,
     assert not [n for n in os.listdir(os.path.join(cordonlib.VM_DIR, "images")) if n.endswith((".tmp", ".work"))]
 
 
+def children_named(pid, name):
+    found = []
+    for p in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                st = f.read()
+        except (OSError, ValueError):
+            continue
+        comm, rest = st[st.index("(") + 1:st.rindex(")")], st[st.rindex(")") + 2:].split()
+        if comm == name and int(rest[1]) == pid:
+            found.append(int(p))
+    return found
+
+
 def test_cordond_runs_an_oci_image_on_the_microvm_tier(daemon, oci_layout):
-    """The image's Env and WorkingDir reach the guest through cordond as on the container tier."""
+    """The image's Env and WorkingDir reach the guest through cordond as on the container tier.
+    Its disk and its guests' snapshot (this image's first) are made by a child of cordond, while
+    cordond keeps answering. Caught (with the making in cordond's loop, as before): no such child,
+    and no other request answered until the disk and the snapshot were there."""
     lay = oci_layout()
     lay.tag(lay.new_image(oci_image_layers(os.urandom(8).hex()), config=CONFIG), "v1")  # this test's own
     ref = f"oci:{lay.path}:v1"
     assert cordon("image", "pull", ref).returncode == 0
-    with Sandbox.create(endpoint=daemon.endpoint, tier="microvm", image=ref) as sb:
+    made = {}
+
+    def create():
+        try:
+            made["sb"] = Sandbox.create(endpoint=daemon.endpoint, tier="microvm", image=ref)
+        except Exception as e:  # told below
+            made["error"] = e
+
+    t = threading.Thread(target=create)
+    t.start()
+    try:
+        cordonlib.wait_for(lambda: children_named(daemon.proc.pid, "cordond-prepare") or not t.is_alive(),
+                           timeout=60, what="cordond's child that makes the disk and the snapshot")
+        assert t.is_alive(), made
+        st, health = daemon.http("GET", "/v1/health")
+        assert st == 200 and health["status"] == "ok", health
+        assert children_named(daemon.proc.pid, "cordond-prepare") and t.is_alive()  # answered meanwhile
+    finally:
+        t.join(timeout=600)
+    assert "sb" in made, made
+    with made["sb"] as sb:
         r = sb.exec(["sh", "-c", "echo $FROM_IMAGE $SHARED; pwd; stat -c %u /home/dev/notes; cat /testbed/README"])
         assert (r.exit_code, r.stdout) == (0, "yes image\n/testbed\n1000\nhello\n"), r
     disk = disk_of(ref)

@@ -12,13 +12,13 @@
 
 /* The host image's guest has no disk (the host's /usr comes over 9p); another image's has an erofs
  * of it, mounted as its root at boot. */
-static int microvm_root_disk(const struct cdn_spec *spec, char *disk, size_t size, const char **ret_format,
-                             struct cdn_error *err)
+static int microvm_root_disk(const struct cdn_spec *spec, unsigned how, char *disk, size_t size,
+                             const char **ret_format, struct cdn_error *err)
 {
     *ret_format = NULL;
     if (strcmp(spec->image, "host") == 0)
         return 0;
-    return cdn_qemu_image_erofs(spec, disk, size, err);
+    return cdn_qemu_image_erofs(spec, how, disk, size, err);
 }
 
 /* With a root disk, the initramfs that holds its modules. */
@@ -36,6 +36,11 @@ static const struct cdn_qemu_tier machine = {
     .root_disk = microvm_root_disk,
 };
 
+static int microvm_prepare(const struct cdn_spec *spec, bool build, struct cdn_error *err)
+{
+    return cdn_qemu_prepare(spec, &machine, build, err);
+}
+
 static int microvm_create(struct cdn_sandbox *sb, struct cdn_error *err)
 {
     return cdn_qemu_create(sb, &machine, err);
@@ -45,5 +50,6 @@ const struct cdn_tier_ops cdn_microvm_tier = {
     .name = "microvm",
     .tier = CDN_TIER_MICROVM,
     .create = microvm_create,
+    .prepare = microvm_prepare,
     CDN_QEMU_TIER_OPS,
 };

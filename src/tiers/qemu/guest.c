@@ -230,11 +230,12 @@ static void sweep_stale(void)
 }
 
 /* An image's root disk as an erofs (path into disk). */
-int cdn_qemu_image_erofs(const struct cdn_spec *spec, char *disk, size_t size, struct cdn_error *err)
+int cdn_qemu_image_erofs(const struct cdn_spec *spec, unsigned how, char *disk, size_t size,
+                         struct cdn_error *err)
 {
     struct cdn_image img;
     int r = cdn_image_resolve(spec->image, &img, err);
-    return r < 0 ? r : cdn_vm_image_disk(&img, true, disk, size, err);
+    return r < 0 ? r : cdn_vm_image_disk(&img, how, disk, size, err);
 }
 
 /* What QEMU's child will need of the spec: the share's mount point, and every bind's source there
@@ -356,31 +357,50 @@ struct plan {
     char snapshot[4096]; /* a restore's template directory, else "" */
 };
 
-static int plan(struct cdn_sandbox *sb, const struct cdn_qemu_tier *t, struct plan *p, struct cdn_error *err)
+/* The part of a plan made once and cached (how: CDN_VM_*): the assets, the root disk, the shape and
+ * the snapshot. */
+static int plan_assets(const struct cdn_spec *spec, const struct cdn_qemu_tier *t, unsigned how,
+                       struct plan *p, struct cdn_error *err)
 {
-    int r = cdn_vm_prepare(&p->vm, true, err);
+    int r = cdn_vm_prepare(&p->vm, how, err);
     p->disk[0] = p->snapshot[0] = 0;
     p->format = NULL;
-    if (r < 0 || (r = check_binds(sb, err)) < 0 ||
-        (r = t->root_disk(sb->spec, p->disk, sizeof p->disk, &p->format, err)) < 0 ||
-        (r = cdn_tier_hold_image(sb, err)) < 0)
+    if (r < 0 || (r = t->root_disk(spec, how, p->disk, sizeof p->disk, &p->format, err)) < 0)
+        return r;
+    p->accel = cdn_qemu_pick_accel(&p->vm);
+    const char *boot = getenv("CORDON_VM_BOOT");
+    p->boot = !t->snapshots || (boot && strcmp(boot, "cold") == 0) ? CDN_QEMU_COLD : CDN_QEMU_RESTORE;
+    /* The guest gets the limit and what its kernel, init and page cache need besides (a full VM's
+     * system too); its commands' cgroup gets the limit, as a container's cgroup does (identity
+     * memory_mb). */
+    p->mem_mb = spec->limits.memory_mb + t->overhead_mb;
+    p->smp = (int) ceil(spec->limits.cpus);
+    if (p->boot == CDN_QEMU_RESTORE &&
+        (r = cdn_qemu_snapshot_dir(t, &p->vm, p->accel, p->mem_mb, p->smp, *p->disk ? p->disk : NULL, how,
+                                   p->snapshot, sizeof p->snapshot, err)) < 0)
+        return r == -EAGAIN && (how & CDN_VM_LOOK)
+                   ? r
+                   : cdn_error_prefix(err, r, "the microvm snapshot (CORDON_VM_BOOT=cold boots without one)");
+    return 0;
+}
+
+int cdn_qemu_prepare(const struct cdn_spec *spec, const struct cdn_qemu_tier *t, bool build,
+                     struct cdn_error *err)
+{
+    static struct plan p; /* big; one caller at a time (cordond's loop, or its child) */
+    int r = plan_assets(spec, t, build ? CDN_VM_PROGRESS : CDN_VM_LOOK, &p, err);
+    return r == -EAGAIN && !build ? 0 : r < 0 ? r : 1;
+}
+
+static int plan(struct cdn_sandbox *sb, const struct cdn_qemu_tier *t, struct plan *p, struct cdn_error *err)
+{
+    int r = plan_assets(sb->spec, t, CDN_VM_PROGRESS, p, err);
+    if (r < 0 || (r = check_binds(sb, err)) < 0 || (r = cdn_tier_hold_image(sb, err)) < 0)
         return r;
     struct vm_state *st = vm_state(sb);
     if (!st)
         return cdn_error_set(err, ENOMEM, "out of memory");
-    p->accel = cdn_qemu_pick_accel(&p->vm);
     (void) snprintf(st->accel, sizeof st->accel, "%s", p->accel);
-    const char *how = getenv("CORDON_VM_BOOT");
-    p->boot = !t->snapshots || (how && strcmp(how, "cold") == 0) ? CDN_QEMU_COLD : CDN_QEMU_RESTORE;
-    /* The guest gets the limit and what its kernel, init and page cache need besides (a full VM's
-     * system too); its commands' cgroup gets the limit, as a container's cgroup does (identity
-     * memory_mb). */
-    p->mem_mb = sb->spec->limits.memory_mb + t->overhead_mb;
-    p->smp = (int) ceil(sb->spec->limits.cpus);
-    if (p->boot == CDN_QEMU_RESTORE &&
-        (r = cdn_qemu_snapshot_dir(t, &p->vm, p->accel, p->mem_mb, p->smp, *p->disk ? p->disk : NULL,
-                                   p->snapshot, sizeof p->snapshot, err)) < 0)
-        return cdn_error_prefix(err, r, "the microvm snapshot (CORDON_VM_BOOT=cold boots without one)");
     return 0;
 }
 

@@ -259,7 +259,7 @@ int cdn_vm_oci_disk_digest(const char *file, char *digest, size_t size)
     return 0;
 }
 
-int cdn_vm_image_disk(const struct cdn_image *img, bool progress, char *out, size_t size,
+int cdn_vm_image_disk(const struct cdn_image *img, unsigned how, char *out, size_t size,
                       struct cdn_error *err)
 {
     struct stat st;
@@ -280,6 +280,9 @@ int cdn_vm_image_disk(const struct cdn_image *img, bool progress, char *out, siz
     (void) snprintf(out, size, "%s/%s.erofs", dir, name);
     if (access(out, R_OK) == 0)
         return 0;
+    if (how & CDN_VM_LOOK)
+        return -EAGAIN;
+    bool progress = how & CDN_VM_PROGRESS;
     _cleanup_close_ int lfd = lock_images(dir, sizeof dir, true, err);
     if (lfd < 0)
         return lfd;

@@ -110,20 +110,25 @@ struct cdn_qemu_tier {
     const char *append;   /* cdn_qemu_opts.append */
     const char *(*initramfs)(const struct cdn_vm_assets *vm, const struct cdn_qemu_disk *disk);
     /* The guest's root disk: its path into disk ("" for none) and, for a disk image file,
-     * *ret_format. Errors name "image". */
-    int (*root_disk)(const struct cdn_spec *spec, char *disk, size_t size, const char **ret_format,
-                     struct cdn_error *err);
+     * *ret_format; how: vmprep.h's CDN_VM_*. Errors name "image". */
+    int (*root_disk)(const struct cdn_spec *spec, unsigned how, char *disk, size_t size,
+                     const char **ret_format, struct cdn_error *err);
 };
 
-/* The snapshot directory of t's guests of this shape (made, under a lock, when missing or stale). */
+/* The snapshot directory of t's guests of this shape (made, under a lock, when missing or stale;
+ * how: vmprep.h's CDN_VM_*). */
 int cdn_qemu_snapshot_dir(const struct cdn_qemu_tier *t, const struct cdn_vm_assets *vm, const char *accel,
-                          uint64_t mem_mb, int smp, const char *disk, char *dir, size_t size,
+                          uint64_t mem_mb, int smp, const char *disk, unsigned how, char *dir, size_t size,
                           struct cdn_error *err);
 /* Load a snapshot's state into a QEMU started with CDN_QEMU_RESTORE, over its QMP socket. */
 int cdn_qemu_restore(int qmp, int pidfd, struct cdn_error *err);
 
-/* An image's root disk as an erofs (path into disk). Errors name "image". */
-int cdn_qemu_image_erofs(const struct cdn_spec *spec, char *disk, size_t size, struct cdn_error *err);
+/* An image's root disk as an erofs (path into disk; how: CDN_VM_*). Errors name "image". */
+int cdn_qemu_image_erofs(const struct cdn_spec *spec, unsigned how, char *disk, size_t size,
+                         struct cdn_error *err);
+/* The tier op prepare (tier.h) of t's guests. */
+int cdn_qemu_prepare(const struct cdn_spec *spec, const struct cdn_qemu_tier *t, bool build,
+                     struct cdn_error *err);
 
 /* The ops both tiers' tables hold (guest.c). */
 int cdn_qemu_create(struct cdn_sandbox *sb, const struct cdn_qemu_tier *t, struct cdn_error *err);

@@ -259,7 +259,7 @@ static int make_template(const struct cdn_qemu_tier *t, const struct cdn_vm_asse
 
 /* The snapshot directory for this shape, made (under a lock) when missing or stale. */
 int cdn_qemu_snapshot_dir(const struct cdn_qemu_tier *t, const struct cdn_vm_assets *vm, const char *accel,
-                          uint64_t mem_mb, int smp, const char *disk, char *dir, size_t size,
+                          uint64_t mem_mb, int smp, const char *disk, unsigned how, char *dir, size_t size,
                           struct cdn_error *err)
 {
     struct stat st;
@@ -276,9 +276,14 @@ int cdn_qemu_snapshot_dir(const struct cdn_qemu_tier *t, const struct cdn_vm_ass
                     (unsigned long long) mem_mb, smp, accel, cdn_qemu_cpu_model(accel), disk ? disk : "none");
     (void) snprintf(dir, size, "%s/snap-%llum-%d-%s%s%.*s", cdn_vm_dir(), (unsigned long long) mem_mb, smp,
                     accel, img ? "-" : "", img ? (int) strcspn(img, ".") : 0, img ? img : "");
+    char p[4300], have[4800] = "";
+    if (how & CDN_VM_LOOK) { /* the key is written last: a template being made has none yet */
+        (void) snprintf(p, sizeof p, "%s/key", dir);
+        (void) cdn_read_file_at(AT_FDCWD, p, have, sizeof have);
+        return strcmp(have, key) == 0 ? 0 : -EAGAIN;
+    }
     if (cdn_mkdir_p(dir, 0700) < 0)
         return cdn_error_set(err, errno, "create %s: %m", dir);
-    char p[4300], have[4800] = "";
     (void) snprintf(p, sizeof p, "%s/lock", dir);
     _cleanup_close_ int lock = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (lock < 0 || flock(lock, LOCK_EX) < 0)

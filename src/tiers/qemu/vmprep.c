@@ -508,13 +508,17 @@ static int initramfs_current(const struct cdn_vm_assets *a, const char *init, st
            strcmp(fmt, want) == 0;
 }
 
-int cdn_vm_prepare(struct cdn_vm_assets *out, bool progress, struct cdn_error *err)
+int cdn_vm_prepare(struct cdn_vm_assets *out, unsigned how, struct cdn_error *err)
 {
+    bool progress = how & CDN_VM_PROGRESS;
     char kdir[4200], stamp[4300], init[4096], deb[4096], want[256];
     if (cdn_mkdir_p(cdn_vm_dir(), 0755) < 0)
         return cdn_error_set(err, errno, "create %s: %m", cdn_vm_dir());
     /* The kernel: unpacked once (the release file is written last). */
-    if (!asset_paths(out, kdir, sizeof kdir, stamp, sizeof stamp)) {
+    bool have = asset_paths(out, kdir, sizeof kdir, stamp, sizeof stamp);
+    if (!have && (how & CDN_VM_LOOK))
+        return -EAGAIN;
+    if (!have) {
         int r = find_deb(cdn_vm_dir(), deb, sizeof deb, progress, err);
         if (r < 0)
             return r;
@@ -533,6 +537,8 @@ int cdn_vm_prepare(struct cdn_vm_assets *out, bool progress, struct cdn_error *e
     int cur = initramfs_current(out, init, &host, want, sizeof want, err);
     if (cur < 0)
         return cur;
+    if (!cur && (how & CDN_VM_LOOK))
+        return -EAGAIN;
     if (!cur) {
         say(progress, "building the initramfs: cordon-init, the host image's skeleton, the modules of ",
             out->release);

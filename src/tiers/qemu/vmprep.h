@@ -19,10 +19,15 @@ struct cdn_vm_assets {
     char release[128];         /* the guest kernel's release, e.g. 6.1.0-57-amd64 */
 };
 
-/* Find or make the assets. progress: say each long step on stderr. The
+/* How the make-once steps (the assets, an image's disk, qemu.h's snapshots) go: CDN_VM_PROGRESS says
+ * each long step on stderr; CDN_VM_LOOK makes nothing, never waits for a lock, and returns -EAGAIN
+ * where something is still to be made (err is then not set). */
+enum { CDN_VM_PROGRESS = 1 << 0, CDN_VM_LOOK = 1 << 1 };
+
+/* Find or make the assets (how: CDN_VM_*). The
  * kernel package comes from $CORDON_VM_KERNEL_DEB, else a linux-image-*.deb in
  * <state>/vm/, else `apt-get download` of the one linux-image-amd64 depends on. */
-int cdn_vm_prepare(struct cdn_vm_assets *out, bool progress, struct cdn_error *err);
+int cdn_vm_prepare(struct cdn_vm_assets *out, unsigned how, struct cdn_error *err);
 
 #define CDN_QEMU "qemu-system-x86_64"
 
@@ -48,10 +53,9 @@ int cdn_vm_status(struct cdn_vm_status *out, struct cdn_error *err);
  * made once and cached in <vm>/images/ (path into out): of the image directory, or of an OCI
  * image's layers merged (whiteouts applied, owners as the image says), named by its manifest digest.
  * Made aside and renamed under the images' lock: a killed build leaves nothing half-visible, two
- * creates at once make it once. A line on stderr when progress and a disk is made. Errors name
- * "image". (image-disk.c) */
+ * creates at once make it once. how: CDN_VM_*. Errors name "image". (image-disk.c) */
 struct cdn_image;
-int cdn_vm_image_disk(const struct cdn_image *img, bool progress, char *out, size_t size,
+int cdn_vm_image_disk(const struct cdn_image *img, unsigned how, char *out, size_t size,
                       struct cdn_error *err);
 /* An OCI image's disk's name (no ".erofs") from its manifest digest "ALGO:HEX" ("oci-ALGO-HEX"), and
  * the digest back from a file name "oci-ALGO-HEX.erofs". -EINVAL for anything else (a digest that is

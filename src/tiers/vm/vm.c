@@ -39,8 +39,8 @@ static int disk_image(const char *path, const char **ret_format, struct cdn_erro
 
 /* The guest's root disk: a disk image file as it is, or an image directory (the host's too) as an
  * erofs. */
-static int vm_root_disk(const struct cdn_spec *spec, char *disk, size_t size, const char **ret_format,
-                        struct cdn_error *err)
+static int vm_root_disk(const struct cdn_spec *spec, unsigned how, char *disk, size_t size,
+                        const char **ret_format, struct cdn_error *err)
 {
     struct stat st;
     *ret_format = NULL;
@@ -48,7 +48,7 @@ static int vm_root_disk(const struct cdn_spec *spec, char *disk, size_t size, co
         (void) snprintf(disk, size, "%s", spec->image);
         return disk_image(spec->image, ret_format, err);
     }
-    return cdn_qemu_image_erofs(spec, disk, size, err);
+    return cdn_qemu_image_erofs(spec, how, disk, size, err);
 }
 
 /* Its own initramfs: virtio over PCI, ext4. */
@@ -69,6 +69,11 @@ static const struct cdn_qemu_tier machine = {
     .root_disk = vm_root_disk,
 };
 
+static int vm_prepare(const struct cdn_spec *spec, bool build, struct cdn_error *err)
+{
+    return cdn_qemu_prepare(spec, &machine, build, err);
+}
+
 static int vm_create(struct cdn_sandbox *sb, struct cdn_error *err)
 {
     return cdn_qemu_create(sb, &machine, err);
@@ -78,5 +83,6 @@ const struct cdn_tier_ops cdn_vm_tier = {
     .name = "vm",
     .tier = CDN_TIER_VM,
     .create = vm_create,
+    .prepare = vm_prepare,
     CDN_QEMU_TIER_OPS,
 };
