@@ -182,6 +182,28 @@ def test_cordond_makes_layers_ahead_and_uses_each_once(daemon):
     cordonlib.wait_for(lambda: not stock_loops(pid), timeout=10, what="the stock to go with its cordond")
 
 
+def loop_mb(name):
+    """A loop device's size in MiB (a layer's file is disk_mb and its inode tables: a little more)."""
+    with open(f"/sys/block/{name}/size") as f:
+        return int(f.read()) * 512 >> 20
+
+
+def test_other_sizes_never_take_the_default_sizes_stock(daemon):
+    """The stock keeps four sizes: the default spec's always, and the last three others asked for.
+    Creates of four other sizes evict each other, never the default's. Caught (with the least recently
+    asked-for size evicted, whichever it was): after them no 1 GiB layer was left in the stock, so every
+    default create paid its loop device and mount again."""
+    pid = daemon.proc.pid
+    daemon.wait_stock_full()
+    for mb in (40, 48, 56, 72):
+        with Sandbox.create(endpoint=daemon.endpoint, disk_mb=mb) as sb:
+            assert sb.exec(["true"]).exit_code == 0
+    # the refills of the other sizes run too; the default's four stay
+    cordonlib.wait_for(lambda: sum(loop_mb(n) >= 1024 for n in stock_loops(pid)) == 4, timeout=30,
+                       what="the default size's four layers in the stock")
+    assert sum(loop_mb(n) >= 1024 for n in stock_loops(pid)) == 4
+
+
 def take_layer(daemon_socket):
     """A layer of cordond's stock, as `cordon run` takes one: its mount fd, or None."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as c:

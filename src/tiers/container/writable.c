@@ -257,7 +257,8 @@ static void warm(int mnt)
         (void) unlinkat(mnt, "warm", AT_REMOVEDIR);
 }
 
-/* The stock (cordond): up to `target` layers of each of the last STOCK_SIZES sizes asked for, made
+/* The stock (cordond): up to `target` layers of each of STOCK_SIZES sizes (the default spec's, pinned, and
+ * the last others asked for), made
  * ahead by cdn_writable_stock_fill, so that a create takes one instead of paying the loop device and
  * the mount (~2 ms). A layer is used once: it is a fresh filesystem, never one a sandbox wrote to. */
 #define STOCK_SIZES 4
@@ -267,6 +268,7 @@ static struct stock {
     uint64_t used; /* when last asked for (a counter): the least recent entry gives way */
     unsigned n;
     bool failing; /* its last fill failed: skipped by the fills until a create asks for it again */
+    bool pinned;  /* the default spec's size: never gives way to another */
     int fds[STOCK_MAX];
 } stock[STOCK_SIZES];
 static unsigned stock_target;
@@ -281,16 +283,17 @@ static void stock_clear(struct stock *s)
     *s = (struct stock){0};
 }
 
-/* The entry for mb, made (in place of the least recently asked-for size) when there is none. */
+/* The entry for mb, made (in place of the least recently asked-for size but the pinned one) when
+ * there is none. */
 static struct stock *stock_entry(uint64_t mb)
 {
-    struct stock *lru = &stock[0];
+    struct stock *lru = NULL;
     for (struct stock *s = stock; s < stock + STOCK_SIZES; s++) {
         if (s->mb == mb) {
             s->used = ++stock_clock;
             return s;
         }
-        if (s->used < lru->used)
+        if (!s->pinned && (!lru || s->used < lru->used))
             lru = s;
     }
     stock_clear(lru);
@@ -304,7 +307,7 @@ void cdn_writable_stock_enable(unsigned target, uint64_t first_mb, void (*wanted
     stock_target = target < STOCK_MAX ? target : STOCK_MAX;
     stock_wanted = wanted;
     if (stock_target && first_mb)
-        (void) stock_entry(first_mb);
+        stock_entry(first_mb)->pinned = true;
 }
 
 void cdn_writable_stock_drop(void)
