@@ -18,7 +18,7 @@ import cordonlib
 from cordon import Sandbox, images
 from cordonlib import run
 from registry import Layer
-from test_images import CONFIG, cordon, task_layers
+from test_images import CONFIG, busybox_layer, cordon, task_layers
 
 pytestmark = pytest.mark.needs_vm
 
@@ -212,6 +212,23 @@ def test_two_makers_of_one_disk_at_once_make_it_once(oci_layout):
     assert sum(BUILDING in err for _, err in outs) == 1, outs
     assert cordon("image", "rm", ref).returncode == 0
     assert not os.path.exists(disk)
+
+
+def test_an_image_of_one_layer_boots(oci_layout):
+    """A flattened image (one layer, as `docker export | docker import` makes): its merge gets an
+    empty layer beneath it. Caught (before): the overlay of a single lower layer is EINVAL, and no
+    such image could run on this tier."""
+    lay = oci_layout()
+    lay.tag(lay.new_image([busybox_layer().file("one", os.urandom(8).hex())], config=CONFIG), "1")
+    ref = f"oci:{lay.path}:1"
+    assert cordon("image", "pull", ref).returncode == 0
+    try:
+        r = run(["--tier", "microvm", "--image", ref, "--", "sh", "-c", "cat /one; head -1 /etc/passwd"],
+                timeout=300)
+        assert r.code == 0 and r.stdout.endswith("root:x:0:0:root:/root:/bin/sh\n"), r
+        assert not os.path.exists(disk_of(ref)[:-len(".erofs")] + ".work")
+    finally:
+        assert cordon("image", "rm", ref).returncode == 0
 
 
 def test_an_image_of_many_layers_makes_its_disk(oci_layout, tmp_path):

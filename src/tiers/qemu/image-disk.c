@@ -160,8 +160,9 @@ static int mkfs_dir(const char *root, const char *tmp, struct cdn_error *err)
     return 0;
 }
 
-/* The scratch of an OCI image's build (NAME.work: the layers' short links 0…N-1 and the mount point
- * "root"), removed before and after, so that a killed build leaves nothing that lasts. */
+/* The scratch of an OCI image's build (NAME.work: the layers' short links 0…N-1, the mount point
+ * "root" and, for an image of one layer, the empty bottom layer "e"), removed before and after, so
+ * that a killed build leaves nothing that lasts. */
 static void remove_work(const char *work)
 {
     char p[4400];
@@ -170,6 +171,8 @@ static void remove_work(const char *work)
         (void) unlink(p);
     }
     (void) snprintf(p, sizeof p, "%s/root", work);
+    (void) rmdir(p);
+    (void) snprintf(p, sizeof p, "%s/e", work);
     (void) rmdir(p);
     (void) rmdir(work);
 }
@@ -215,6 +218,16 @@ static int mkfs_layers(const struct cdn_image *img, const char *work, const char
     size_t off = (size_t) snprintf(opts, sizeof opts, "lowerdir=");
     for (size_t i = 0; i < img->n_layers && off < sizeof opts; i++)
         off += (size_t) snprintf(opts + off, sizeof opts - off, "%s%zu", i ? ":" : "", i);
+    /* A read-only overlay needs two lower layers: an image of one gets an empty one beneath it. */
+    (void) snprintf(p, sizeof p, "%s/e", work);
+    if (img->n_layers == 1) {
+        if (mkdir(p, 0755) < 0) {
+            int r = cdn_error_set(err, errno, "create %s: %m", p);
+            remove_work(work);
+            return r;
+        }
+        (void) snprintf(opts + off, sizeof opts - off, ":e"); /* "lowerdir=0" is far from full */
+    }
     fflush(stderr);
     pid_t pid = fork();
     if (pid < 0) {
