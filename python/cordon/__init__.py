@@ -25,7 +25,7 @@ __all__ = ["Sandbox", "AsyncSandbox", "ExecResult", "Endpoint", "CordonError", "
            "TooLarge", "IncompleteRead", "ImageInUse", "PullFailed", "images"]
 
 _LIMITS = ("cpus", "memory_mb", "pids", "disk_mb", "timeout_s", "nofile", "ptys")
-_TOP = ("tier", "image", "pull", "network", "mounts", "protect", "env", "workdir", "labels", "hostname", "read_only", "watch_writes",
+_TOP = ("tier", "image", "pull", "network", "mounts", "protect", "env", "workdir", "labels", "hostname", "read_only", "writable_system", "watch_writes",
         "on_violation", "disk", "user")
 
 

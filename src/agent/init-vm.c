@@ -542,14 +542,14 @@ static int vm_binds(const struct cdn_identity *id)
     unsigned n = 0;
     int r = 0;
     for (unsigned i = 0; i < id->n_paths; i++)
-        n += id->paths[i].kind != CDN_PATH_PROTECT;
+        n += id->paths[i].kind == CDN_PATH_BIND_RW || id->paths[i].kind == CDN_PATH_BIND_RO;
     if (!n)
         return 0;
     if (make_path(share, true) < 0 ||
         mount("binds", share, "9p", MS_NOSUID | MS_NODEV, "trans=virtio,version=9p2000.L,msize=262144") < 0)
         return -errno;
     for (unsigned i = 0, b = 0; i < id->n_paths && r == 0; i++) {
-        if (id->paths[i].kind == CDN_PATH_PROTECT)
+        if (id->paths[i].kind != CDN_PATH_BIND_RW && id->paths[i].kind != CDN_PATH_BIND_RO)
             continue;
         char src[64];
         struct stat st;
@@ -688,8 +688,10 @@ static int vm_image_disk(const char *workdir, uint32_t disk_mb)
 /* An image root as landlock keeps a container's: writable beneath every top-level directory but the
  * system ones (and the workdir wherever it is), nothing else. Each such directory becomes a mount of
  * its own (bound on itself), so that the root's read-only remount that follows leaves them writable. */
-static bool is_system_top(const char *name)
+static bool is_system_top(const char *name, bool writable_system)
 {
+    if (writable_system) /* spec writable_system: only the kernel's views stay read-only */
+        return strcmp(name, "proc") == 0 || strcmp(name, "sys") == 0 || strcmp(name, "dev") == 0;
     static const char *const sys[] = {"usr",  "bin", "sbin", "lib", "lib32", "lib64", "libx32",
                                       "boot", "etc", "proc", "sys", "dev",   NULL};
     for (size_t i = 0; sys[i]; i++)
@@ -698,7 +700,7 @@ static bool is_system_top(const char *name)
     return false;
 }
 
-static int vm_image_writable_tops(const char *workdir)
+static int vm_image_writable_tops(const char *workdir, bool writable_system)
 {
     DIR *d = opendir("/");
     if (!d)
@@ -706,7 +708,7 @@ static int vm_image_writable_tops(const char *workdir)
     int r = 0;
     for (struct dirent *de; r == 0 && (de = readdir(d));) {
         char p[300];
-        if (de->d_type != DT_DIR || de->d_name[0] == '.' || is_system_top(de->d_name))
+        if (de->d_type != DT_DIR || de->d_name[0] == '.' || is_system_top(de->d_name, writable_system))
             continue;
         (void) snprintf(p, sizeof p, "/%s", de->d_name);
         if (mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0)
@@ -716,7 +718,8 @@ static int vm_image_writable_tops(const char *workdir)
     char top[256];
     size_t n = strcspn(workdir + 1, "/");
     (void) snprintf(top, sizeof top, "%.*s", (int) n, workdir + 1);
-    if (r == 0 && is_system_top(top) && mount(workdir, workdir, NULL, MS_BIND | MS_REC, NULL) < 0)
+    if (r == 0 && is_system_top(top, writable_system) &&
+        mount(workdir, workdir, NULL, MS_BIND | MS_REC, NULL) < 0)
         r = -errno;
     return r;
 }
@@ -949,7 +952,10 @@ int cdn_vm_identity(const struct cdn_identity *id)
         (step = "identity: the protected paths", r = cdn_vm_protect(id)) < 0)
         return r;
     step = "identity: the read-only root";
-    if (image_in_place && (r = vm_image_writable_tops(id->workdir)) < 0)
+    bool writable_system = false;
+    for (unsigned i = 0; i < id->n_paths; i++)
+        writable_system |= id->paths[i].kind == CDN_PATH_SYSTEM;
+    if (image_in_place && (r = vm_image_writable_tops(id->workdir, writable_system)) < 0)
         return r;
     /* The rest of the root (the initramfs, or the system directories of an image root) read-only,
      * as a container's image is to its commands. */

@@ -190,6 +190,12 @@ static int f_read_only(struct cdn_run_opts *o, const char *a, struct cdn_error *
     o->spec.read_only_root = true;
     return 0;
 }
+static int f_writable_system(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    (void) a, (void) e;
+    o->spec.writable_system = true;
+    return 0;
+}
 static int f_watch_writes(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 {
     (void) a, (void) e;
@@ -269,6 +275,8 @@ static const struct flag flags[] = {
      "log (default) | deny | kill: kill ends the sandbox at the first violation"},
     {"--watch-writes", false, f_watch_writes, "watch_writes", "",
      "record writes aimed at system paths (system_write violations); costs every file write a round trip"},
+    {"--writable-system", false, f_writable_system, "writable_system", "",
+     "the image's /usr, /etc, /bin, /lib… writable too (package managers); no in-place verifier"},
     {"--read-only", false, f_read_only, "read_only", "",
      "root read-only; only workdir and temp dirs writable"},
     {"--json", false, f_json, NULL, "", "print a JSON result record on stderr at the end"},

@@ -267,6 +267,12 @@ static int decode_field(struct cdn_spec *spec, const char *key, json_t *v, struc
         spec->read_only_root = json_is_true(v);
         return 0;
     }
+    if (strcmp(key, "writable_system") == 0) {
+        if (!json_is_boolean(v))
+            return cdn_error_field(err, EINVAL, "writable_system", "writable_system: must be a boolean");
+        spec->writable_system = json_is_true(v);
+        return 0;
+    }
     if (strcmp(key, "watch_writes") == 0) {
         if (!json_is_boolean(v))
             return cdn_error_field(err, EINVAL, "watch_writes", "watch_writes: must be a boolean");
@@ -351,6 +357,7 @@ char *cdn_spec_to_json(const struct cdn_spec *spec)
         (json_object_set_new(json_object_get(root, "limits"), "ptys", json_integer((json_int_t) l->ptys)) ||
          json_object_set_new(root, "disk", json_string(cdn_disk_kind_to_string(spec->disk))) ||
          (spec->user && json_object_set_new(root, "user", json_string(spec->user))) ||
+         (spec->writable_system && json_object_set_new(root, "writable_system", json_true())) ||
          (spec->pull != CDN_PULL_MISSING &&
           json_object_set_new(root, "pull", json_string(cdn_pull_policy_to_string(spec->pull))))))
         return NULL;

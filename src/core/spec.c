@@ -378,11 +378,19 @@ int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
             return cdn_error_field(err, EINVAL, "workdir",
                                    "workdir: the process tier works in its own directory, /workspace in the "
                                    "API (docs/process.md)");
+        if (spec->writable_system)
+            return cdn_error_field(err, EINVAL, "writable_system",
+                                   "writable_system: the process tier's system directories are the host's");
         if (spec->read_only_root)
             return cdn_error_field(err, EINVAL, "read_only_root",
                                    "read_only_root: the process tier has no root of its own (the host's is "
                                    "read-only to it already)");
     }
+    if (spec->writable_system && strcmp(spec->image, "host") == 0 && spec->tier != CDN_TIER_VM)
+        return cdn_error_field(
+            err, EINVAL, "writable_system",
+            "writable_system: the host image's system directories are the host's (its /usr "
+            "read-only); use an OCI image or an image directory");
     if (!(l->cpus > 0 && l->cpus <= 1024))
         return cdn_error_field(err, ERANGE, "limits.cpus", "limits.cpus: must be in (0, 1024]");
     if (l->memory_mb < CDN_MEMORY_MB_MIN || l->memory_mb > CDN_MEMORY_MB_MAX)

@@ -56,6 +56,11 @@ struct cdn_spec {
      * image's config User where the tier takes one. */
     char *user;
     bool read_only_root;
+    /* The image's system directories (/usr, /etc, /bin, /lib*, /boot…) writable to commands too, as
+     * package managers need (apt, pip into a python image's /usr/local): no system_write violations
+     * for them, and an in-place verifier step is refused (verifier_unsafe: the sibling mode starts from
+     * the image). Not /proc, /sys, /dev; not the host image's /usr (the host's, read-only). */
+    bool writable_system;
     /* Record write attempts on system paths (system_write violations): the
      * policy variant that reports path writes, which costs ordinary writes a
      * round trip to the supervisor; always on with protect (docs/events.md). */

@@ -390,7 +390,7 @@ int cdn_identity_encode(uint8_t *buf, size_t size, const struct cdn_identity *id
     for (unsigned i = 0; i < id->n_paths; i++) {
         size_t pl = strnlen(id->paths[i].path, sizeof id->paths[i].path);
         uint8_t k = id->paths[i].kind;
-        if (k < CDN_PATH_BIND_RW || k > CDN_PATH_PROTECT || id->paths[i].path[0] != '/' ||
+        if (k < CDN_PATH_BIND_RW || k > CDN_PATH_SYSTEM || id->paths[i].path[0] != '/' ||
             pl >= sizeof id->paths[i].path || n + 2 + pl > size)
             return -ENOBUFS;
         buf[n++] = k;
@@ -422,7 +422,7 @@ int cdn_identity_decode(const uint8_t *p, size_t len, struct cdn_identity *id)
     id->n_paths = *c++;
     for (unsigned i = 0; i < id->n_paths; i++) {
         const uint8_t *pn = c + 1 < end ? memchr(c + 1, 0, (size_t) (end - c - 1)) : NULL;
-        if (!pn || *c < CDN_PATH_BIND_RW || *c > CDN_PATH_PROTECT || c[1] != '/' ||
+        if (!pn || *c < CDN_PATH_BIND_RW || *c > CDN_PATH_SYSTEM || c[1] != '/' ||
             (size_t) (pn - c - 1) >= sizeof id->paths[i].path)
             return -EBADMSG;
         id->paths[i].kind = *c;

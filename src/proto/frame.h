@@ -211,6 +211,7 @@ enum cdn_identity_path_kind {
     CDN_PATH_BIND_RW = 1, /* the i-th bind (the i-th entry of the host's share): mounted at path */
     CDN_PATH_BIND_RO = 2,
     CDN_PATH_PROTECT = 3, /* a protected path (spec "protect"): the guest's agent guards it */
+    CDN_PATH_SYSTEM = 4,  /* path "/": the image's system directories writable (spec writable_system) */
 };
 struct cdn_identity {
     uint64_t time_ns;

@@ -92,9 +92,9 @@ static void on_reported(struct cdn_session *s, int fd, const struct cdn_seccomp_
     int i = 0;
     if (supervising(s) && cdn_write_attempt_read(ev, &w) == 0)
         for (; i < w.n && kind == _CDN_VK_MAX; i++)
-            kind = cdn_write_is_protected(&w, i, &s->sb->spec->protect) ? CDN_VK_PROTECT
-                   : cdn_path_is_system(w.path[i])                      ? CDN_VK_SYSTEM_WRITE
-                                                                        : _CDN_VK_MAX;
+            kind = cdn_write_is_protected(&w, i, &s->sb->spec->protect)             ? CDN_VK_PROTECT
+                   : cdn_path_is_system(w.path[i]) && !s->sb->spec->writable_system ? CDN_VK_SYSTEM_WRITE
+                                                                                    : _CDN_VK_MAX;
     enum cdn_answer a = supervising(s) ? CDN_ANSWER_CONTINUE : CDN_ANSWER_HOLD;
     if (kind != _CDN_VK_MAX) {
         char cmd[256];

@@ -48,11 +48,13 @@ static int loopback_up(struct cdn_error *err)
     return 0;
 }
 
-static bool is_system_dir(const char *name)
+/* With spec writable_system only the kernel's views stay read-only. */
+static bool is_system_dir(const char *name, bool writable_system)
 {
+    bool kernel_view = strcmp(name, "proc") == 0 || strcmp(name, "sys") == 0 || strcmp(name, "dev") == 0;
     for (size_t i = 0; system_dirs[i]; i++)
         if (strcmp(name, system_dirs[i]) == 0)
-            return true;
+            return !writable_system || kernel_view;
     return false;
 }
 
@@ -60,7 +62,7 @@ static bool is_system_dir(const char *name)
  * /home, /root, /var, binds below them…), binds anywhere, /dev/shm, /dev/pts
  * and the harmless device nodes. Reads and execution are not restricted. */
 /* Is path beneath a top-level directory that apply_landlock() already allows? */
-static bool under_writable_top(const char *path)
+static bool under_writable_top(const char *path, bool writable_system)
 {
     char top[260];
     size_t n = strcspn(path + 1, "/");
@@ -68,7 +70,7 @@ static bool under_writable_top(const char *path)
         return false;
     memcpy(top, path + 1, n);
     top[n] = 0;
-    return !is_system_dir(top);
+    return !is_system_dir(top, writable_system);
 }
 
 static int apply_landlock(const struct cdn_spec *spec, struct cdn_error *err)
@@ -80,7 +82,7 @@ static int apply_landlock(const struct cdn_spec *spec, struct cdn_error *err)
     if (!d)
         return cdn_error_set(err, errno, "landlock: opendir /: %m");
     for (struct dirent *de; (de = readdir(d)) && k < 64;) {
-        if (de->d_type != DT_DIR || de->d_name[0] == '.' || is_system_dir(de->d_name))
+        if (de->d_type != DT_DIR || de->d_name[0] == '.' || is_system_dir(de->d_name, spec->writable_system))
             continue;
         (void) snprintf(names[k], sizeof names[k], "/%s", de->d_name);
         dirs[n++] = names[k++];
@@ -89,9 +91,9 @@ static int apply_landlock(const struct cdn_spec *spec, struct cdn_error *err)
     /* Rules hold beneath mount points too, so only what lies under a system
      * directory needs its own. */
     for (size_t i = 0; i < spec->n_mounts; i++)
-        if (!spec->mounts[i].readonly && !under_writable_top(spec->mounts[i].target))
+        if (!spec->mounts[i].readonly && !under_writable_top(spec->mounts[i].target, spec->writable_system))
             dirs[n++] = spec->mounts[i].target;
-    if (!under_writable_top(spec->workdir))
+    if (!under_writable_top(spec->workdir, spec->writable_system))
         dirs[n++] = spec->workdir;
     dirs[n++] = "/dev/shm";
     dirs[n] = NULL;
