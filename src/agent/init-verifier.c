@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "init.h"
+#include "shared/sysdirs.h"
 
 static const char *const system_path[] = {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin",
                                           "/usr/bin",        "/sbin",          "/bin"};
@@ -74,12 +75,18 @@ int cdn_verifier_prepare(const struct cdn_exec_req *r, uint32_t channel)
  * (spec or exec "user") is refused before it forks (init-exec.c lookup_user) rather than judged by
  * owner and mode — the simpler safe choice. / itself is left out: every tier keeps its entries from being
  * replaced (landlock; a read-only root in a guest) even where its mode says otherwise. */
-static bool writable(const char *path)
+static bool may_write(const char *path, bool system_ro)
+{
+    /* access() does not ask landlock: on a container the host vouches for it (CDN_EXEC_SYSTEM_RO) */
+    return !(system_ro && cdn_path_in_system(path)) && access(path, W_OK) == 0;
+}
+
+static bool writable(const char *path, bool system_ro)
 {
     char p[256];
     (void) snprintf(p, sizeof p, "%s", path);
     for (;;) {
-        if (access(p, W_OK) == 0)
+        if (may_write(p, system_ro))
             return true;
         char *slash = strrchr(p, '/');
         if (!slash || slash == p)
@@ -93,15 +100,16 @@ int cdn_verifier_child_env(const struct cdn_exec_req *r, const char *req_home)
     /* An in-place step cannot trust the dynamic loader if the sandbox could have told it what to
      * load into every process (the sibling mode starts from the image instead). */
     static const char *const loader[] = {"/etc/ld.so.preload", "/etc"};
+    bool system_ro = r->flags & CDN_EXEC_SYSTEM_RO;
     for (size_t i = 0; i < sizeof loader / sizeof loader[0]; i++)
-        if (access(loader[i], W_OK) == 0)
+        if (may_write(loader[i], system_ro))
             return -CDN_VERIFIER_UNSAFE;
     (void) setenv("HOME", req_home ? req_home : home, 1);
     if (has_var(r, "PATH"))
         return 0;
     char path[256] = "";
     for (size_t i = 0; i < sizeof system_path / sizeof system_path[0]; i++)
-        if (access(system_path[i], X_OK) == 0 && !writable(system_path[i]))
+        if (access(system_path[i], X_OK) == 0 && !writable(system_path[i], system_ro))
             (void) snprintf(path + strlen(path), sizeof path - strlen(path), "%s%s", path[0] ? ":" : "",
                             system_path[i]);
     (void) setenv("PATH", path, 1);

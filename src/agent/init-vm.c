@@ -53,6 +53,7 @@
 #include "supervise/policy.h"
 #include "shared/fd-util.h"
 #include "shared/macro.h"
+#include "shared/sysdirs.h"
 
 /* <linux/random.h>, which the musl build of init has no copy of. */
 #ifndef RNDADDENTROPY
@@ -688,18 +689,6 @@ static int vm_image_disk(const char *workdir, uint32_t disk_mb)
 /* An image root as landlock keeps a container's: writable beneath every top-level directory but the
  * system ones (and the workdir wherever it is), nothing else. Each such directory becomes a mount of
  * its own (bound on itself), so that the root's read-only remount that follows leaves them writable. */
-static bool is_system_top(const char *name, bool writable_system)
-{
-    if (writable_system) /* spec writable_system: only the kernel's views stay read-only */
-        return strcmp(name, "proc") == 0 || strcmp(name, "sys") == 0 || strcmp(name, "dev") == 0;
-    static const char *const sys[] = {"usr",  "bin", "sbin", "lib", "lib32", "lib64", "libx32",
-                                      "boot", "etc", "proc", "sys", "dev",   NULL};
-    for (size_t i = 0; sys[i]; i++)
-        if (strcmp(name, sys[i]) == 0)
-            return true;
-    return false;
-}
-
 static int vm_image_writable_tops(const char *workdir, bool writable_system)
 {
     DIR *d = opendir("/");
@@ -708,7 +697,7 @@ static int vm_image_writable_tops(const char *workdir, bool writable_system)
     int r = 0;
     for (struct dirent *de; r == 0 && (de = readdir(d));) {
         char p[300];
-        if (de->d_type != DT_DIR || de->d_name[0] == '.' || is_system_top(de->d_name, writable_system))
+        if (de->d_type != DT_DIR || de->d_name[0] == '.' || cdn_read_only_top(de->d_name, writable_system))
             continue;
         (void) snprintf(p, sizeof p, "/%s", de->d_name);
         if (mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0)
@@ -718,7 +707,7 @@ static int vm_image_writable_tops(const char *workdir, bool writable_system)
     char top[256];
     size_t n = strcspn(workdir + 1, "/");
     (void) snprintf(top, sizeof top, "%.*s", (int) n, workdir + 1);
-    if (r == 0 && is_system_top(top, writable_system) &&
+    if (r == 0 && cdn_read_only_top(top, writable_system) &&
         mount(workdir, workdir, NULL, MS_BIND | MS_REC, NULL) < 0)
         r = -errno;
     return r;

@@ -18,6 +18,8 @@
 #include "api.h"
 #include "exec-args.h"
 #include "tiers/tier.h"
+#include "confine/landlock.h"
+#include "shared/sysdirs.h"
 #include "shared/base64.h"
 
 #define STDIN_CHUNK (256u << 10)
@@ -546,6 +548,20 @@ bool cdn_api_box_usable(struct evhttp_request *req, struct box *b)
     return false;
 }
 
+/* A container whose system directories landlock keeps read-only (CDN_EXEC_SYSTEM_RO): no
+ * writable_system, no read-write bind into them, and a kernel with Landlock (setup.c applies it
+ * whenever the kernel has it). */
+static bool system_read_only(const struct box *b)
+{
+    const struct cdn_spec *spec = &b->spec;
+    if (spec->tier != CDN_TIER_CONTAINER || spec->writable_system || cdn_landlock_abi() <= 0)
+        return false;
+    for (size_t i = 0; i < spec->n_mounts; i++)
+        if (!spec->mounts[i].readonly && cdn_path_in_system(spec->mounts[i].target))
+            return false;
+    return true;
+}
+
 static int send_exec(struct call *c, struct exec_args *a)
 {
     _cleanup_(cdn_strv_free) struct cdn_strv env = {0};
@@ -556,7 +572,8 @@ static int send_exec(struct call *c, struct exec_args *a)
     if (cdn_exec_env_as(&c->box->spec, a->pty ? "xterm" : NULL, extra, c->verifier, user, &env) < 0)
         return -ENOMEM;
     uint32_t flags = CDN_EXEC_PIPES | (a->has_stdin ? CDN_EXEC_STDIN : 0) | (a->pty ? CDN_EXEC_PTY : 0) |
-                     (c->verifier ? CDN_EXEC_VERIFIER : 0) | (a->timeout_s > 0 ? CDN_EXEC_TREE : 0);
+                     (c->verifier ? CDN_EXEC_VERIFIER : 0) | (a->timeout_s > 0 ? CDN_EXEC_TREE : 0) |
+                     (c->verifier && system_read_only(c->box) ? CDN_EXEC_SYSTEM_RO : 0);
     static uint8_t buf[CDN_FRAME_MAX];
     int n = cdn_exec_encode(buf, sizeof buf,
                             &(struct cdn_exec_args){.flags = flags,

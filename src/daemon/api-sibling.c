@@ -277,15 +277,16 @@ static void pack(struct sibling_step *s)
         return fail(s, 500, "sibling_failed", NULL, "cannot reach the sibling's agent");
     s->sreq_on = true;
     s->sstate = S_WRITING;
-    /* GNU tar, in / (its working directory: not --directory=/, which opens / for reading, and the
+    /* tar, in / (its working directory: not --directory=/, which opens / for reading, and the
      * process tier's landlock lets no command read /): the paths relative to it, the protected
      * ones left out (their patterns, anchored, '*' within one component as in the spec); the
      * sibling has them bound already. */
     _cleanup_(cdn_strv_free) struct cdn_strv argv = {0};
     const struct cdn_strv *protect = &s->orig->spec.protect;
     int r = 0;
+    /* The exclusions' GNU options only with exclusions: busybox's tar (an image's) has the rest. */
     const char *const head[] = {"tar", "--create", "--file=-", "--anchored", "--no-wildcards-match-slash"};
-    for (size_t i = 0; r == 0 && i < sizeof head / sizeof head[0]; i++)
+    for (size_t i = 0; r == 0 && i < (protect->n ? 5 : 3); i++)
         r = cdn_strv_push(&argv, head[i]);
     for (size_t i = 0; r == 0 && i < protect->n; i++) {
         char ex[1200];

@@ -11,9 +11,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-/* The same set as setup.c's read-only system directories, less the kernel's views. */
-static const char *const system_dirs[] = {"usr",   "bin",    "sbin", "lib", "lib32",
-                                          "lib64", "libx32", "boot", "etc"};
+#include "shared/sysdirs.h"
 
 bool cdn_path_normalize(const char *base, const char *rel, char *out, size_t size)
 {
@@ -52,11 +50,7 @@ bool cdn_path_is_system(const char *path)
     /* Python caching bytecode next to a system module is routine, not tampering. */
     if (strstr(path, "/__pycache__/"))
         return false;
-    size_t n = strcspn(path + 1, "/");
-    for (size_t i = 0; path[0] == '/' && i < sizeof system_dirs / sizeof system_dirs[0]; i++)
-        if (strlen(system_dirs[i]) == n && strncmp(path + 1, system_dirs[i], n) == 0)
-            return true;
-    return false;
+    return cdn_path_in_system(path);
 }
 
 bool cdn_path_is_protected(const char *path, const struct cdn_strv *protect)

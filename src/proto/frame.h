@@ -74,19 +74,23 @@ enum cdn_frame_flags {
 
 enum cdn_exec_flags {
     CDN_EXEC_SHUTDOWN_ON_EXIT =
-        1u << 0,                 /* one-shot: init exits (ending the sandbox) when this command ends */
-    CDN_EXEC_PIPES = 1u << 1,    /* stdout/stderr come back as STDOUT/STDERR frames (else init's own) */
-    CDN_EXEC_STDIN = 1u << 2,    /* with PIPES: stdin from STDIN frames (else /dev/null) */
-    CDN_EXEC_PTY = 1u << 3,      /* with PIPES: a pseudo-terminal of rows×cols is stdin/out/err; its
-                                  * output comes as STDOUT, input as STDIN; RESIZE changes its size */
-    CDN_EXEC_VERIFIER = 1u << 4, /* a verifier step (after QUIESCE): a VM guest's init lets it, alone,
-                                  * read the protected paths while it runs; init gives it a HOME and
-                                  * a PATH of its own when the request has none (init-exec.c) */
-    CDN_EXEC_TREE = 1u << 5,     /* the command is the subreaper of what it starts (a command with a
-                                  * timeout): what orphans itself, setsid or not, stays in its tree,
-                                  * which a SIGKILL SIGNAL kills whole (init-exec.c) */
-    CDN_EXEC_USER = 1u << 6,     /* a user string follows the environment: the command runs as it,
-                                  * resolved by init in the sandbox's /etc/passwd (shared/user.h) */
+        1u << 0,                  /* one-shot: init exits (ending the sandbox) when this command ends */
+    CDN_EXEC_PIPES = 1u << 1,     /* stdout/stderr come back as STDOUT/STDERR frames (else init's own) */
+    CDN_EXEC_STDIN = 1u << 2,     /* with PIPES: stdin from STDIN frames (else /dev/null) */
+    CDN_EXEC_PTY = 1u << 3,       /* with PIPES: a pseudo-terminal of rows×cols is stdin/out/err; its
+                                   * output comes as STDOUT, input as STDIN; RESIZE changes its size */
+    CDN_EXEC_VERIFIER = 1u << 4,  /* a verifier step (after QUIESCE): a VM guest's init lets it, alone,
+                                   * read the protected paths while it runs; init gives it a HOME and
+                                   * a PATH of its own when the request has none (init-exec.c) */
+    CDN_EXEC_TREE = 1u << 5,      /* the command is the subreaper of what it starts (a command with a
+                                   * timeout): what orphans itself, setsid or not, stays in its tree,
+                                   * which a SIGKILL SIGNAL kills whole (init-exec.c) */
+    CDN_EXEC_USER = 1u << 6,      /* a user string follows the environment: the command runs as it,
+                                   * resolved by init in the sandbox's /etc/passwd (shared/user.h) */
+    CDN_EXEC_SYSTEM_RO = 1u << 7, /* with VERIFIER, on the container tier: the host vouches that landlock
+                                   * keeps the system directories (shared/sysdirs.h) read-only to every
+                                   * process of the sandbox (no writable_system, no read-write bind
+                                   * there), which access() does not tell (init-verifier.c) */
 };
 
 /* The ERROR that refuses a verifier step (CDN_EXEC_VERIFIER) before it runs, by errnum (the

@@ -79,3 +79,26 @@ def test_refused_where_the_system_is_the_hosts(daemon, tier, image):
     with pytest.raises(InvalidArgument) as e:
         Sandbox.create(endpoint=daemon.endpoint, tier=tier, image=image, writable_system=True)
     assert e.value.field == "writable_system", e.value
+
+
+def test_a_sibling_step_on_an_image_whose_tar_is_busyboxs(daemon, image):
+    """The sibling's copy runs the image's own tar on both sides: busybox's has no --anchored (GNU's
+    option for the protected paths' exclusions), so it is given only with protected paths. Caught
+    (before): every sibling step on a busybox or alpine image failed, "tar: unrecognized option".
+    The sibling starts from the image: the agent's installs are not there."""
+    with Sandbox.create(endpoint=daemon.endpoint, image=image, writable_system=True) as sb:
+        assert sb.exec(["sh", "-c", INSTALL + " && echo work > /testbed/result"]).exit_code == 0
+        r = sb.exec(["sh", "-c", "cat /testbed/result; grep -c agent /etc/passwd; ls /usr/local/bin"],
+                    verifier="sibling", copy=["/testbed"])
+        assert r.stdout == "work\n0\n", r
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_without_it_an_in_place_step_runs_on_an_image(daemon, image, tier):
+    """The image's /etc is its root's, so access() says the sandbox's root may write it; landlock
+    (a guest's read-only root) says no, and the step runs in place. Caught (before, on the
+    container tier): every in-place step on an OCI image was refused as verifier_unsafe."""
+    with Sandbox.create(endpoint=daemon.endpoint, tier=tier, image=image) as sb:
+        r = sb.exec(["sh", "-c", "echo $PATH; id -u"], verifier=True)
+        assert r.exit_code == 0 and r.stdout.splitlines()[-1] == "0", r
+        assert "/usr/local/bin" in r.stdout.splitlines()[0], r  # not writable: on the step's PATH

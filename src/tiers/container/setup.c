@@ -7,6 +7,7 @@
 #include "confine/landlock.h"
 #include "confine/slot.h"
 #include "shared/fd-util.h"
+#include "shared/sysdirs.h"
 #include "shared/user.h"
 
 #include <dirent.h>
@@ -28,11 +29,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* Top-level directories that stay read-only even where the image layer would
- * accept writes: the system, and the kernel's views. */
-static const char *const system_dirs[] = {"usr",  "bin", "sbin", "lib", "lib32", "lib64", "libx32",
-                                          "boot", "etc", "proc", "sys", "dev",   NULL};
-
 static int loopback_up(struct cdn_error *err)
 {
     _cleanup_close_ int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -48,16 +44,6 @@ static int loopback_up(struct cdn_error *err)
     return 0;
 }
 
-/* With spec writable_system only the kernel's views stay read-only. */
-static bool is_system_dir(const char *name, bool writable_system)
-{
-    bool kernel_view = strcmp(name, "proc") == 0 || strcmp(name, "sys") == 0 || strcmp(name, "dev") == 0;
-    for (size_t i = 0; system_dirs[i]; i++)
-        if (strcmp(name, system_dirs[i]) == 0)
-            return !writable_system || kernel_view;
-    return false;
-}
-
 /* Writable: every top-level directory but the system ones (workdir, /tmp,
  * /home, /root, /var, binds below them…), binds anywhere, /dev/shm, /dev/pts
  * and the harmless device nodes. Reads and execution are not restricted. */
@@ -70,7 +56,7 @@ static bool under_writable_top(const char *path, bool writable_system)
         return false;
     memcpy(top, path + 1, n);
     top[n] = 0;
-    return !is_system_dir(top, writable_system);
+    return !cdn_read_only_top(top, writable_system);
 }
 
 static int apply_landlock(const struct cdn_spec *spec, struct cdn_error *err)
@@ -82,7 +68,8 @@ static int apply_landlock(const struct cdn_spec *spec, struct cdn_error *err)
     if (!d)
         return cdn_error_set(err, errno, "landlock: opendir /: %m");
     for (struct dirent *de; (de = readdir(d)) && k < 64;) {
-        if (de->d_type != DT_DIR || de->d_name[0] == '.' || is_system_dir(de->d_name, spec->writable_system))
+        if (de->d_type != DT_DIR || de->d_name[0] == '.' ||
+            cdn_read_only_top(de->d_name, spec->writable_system))
             continue;
         (void) snprintf(names[k], sizeof names[k], "/%s", de->d_name);
         dirs[n++] = names[k++];
