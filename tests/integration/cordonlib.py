@@ -352,6 +352,19 @@ def writable_loops():
     return out
 
 
+def writable_layers():
+    """writable_loops() as (device, value, backing file) triples. The kernel hands a freed loop
+    device to the next layer made anywhere (cordond's stock refill, a test beside), so "this layer
+    is gone" is judged by the triple, not by the device's name."""
+    out = set()
+    for name, v in writable_loops().items():
+        try:
+            with open(f"/sys/block/{name}/loop/backing_file") as f:
+                out.add((name, v, f.read().strip()))
+        except OSError:
+            continue  # detached meanwhile
+    return out
+
 def pid_alive(pid):
     try:
         os.kill(pid, 0)
