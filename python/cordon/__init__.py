@@ -17,14 +17,15 @@ import json
 import urllib.parse
 
 from ._http import (CordonError, Endpoint, ExecError, Forbidden, ImageInUse, IncompleteRead, InvalidArgument,
-                    NotFound, PullFailed, SandboxNotRunning, ServerError, TooLarge, TooManySandboxes, Unauthorized)
+                    NotFound, PullFailed, SandboxEnded, SandboxNotRunning, ServerError, TooLarge, TooManySandboxes,
+                    Unauthorized)
 from . import images
 
 __all__ = ["Sandbox", "AsyncSandbox", "ExecResult", "Endpoint", "CordonError", "InvalidArgument", "ExecError",
-           "NotFound", "SandboxNotRunning", "TooManySandboxes", "Unauthorized", "ServerError", "Forbidden",
+           "NotFound", "SandboxNotRunning", "SandboxEnded", "TooManySandboxes", "Unauthorized", "ServerError", "Forbidden",
            "TooLarge", "IncompleteRead", "ImageInUse", "PullFailed", "images"]
 
-_LIMITS = ("cpus", "memory_mb", "pids", "disk_mb", "timeout_s", "nofile", "ptys")
+_LIMITS = ("cpus", "memory_mb", "pids", "disk_mb", "timeout_s", "idle_timeout_s", "nofile", "ptys")
 _TOP = ("tier", "image", "pull", "network", "mounts", "protect", "env", "workdir", "labels", "hostname", "read_only", "writable_system", "watch_writes",
         "on_violation", "disk", "user")
 
@@ -86,6 +87,21 @@ def _exec_body(cmd, env, cwd, stdin, timeout_s, stream, verifier=False, copy=Non
 
 def _q(path):
     return urllib.parse.quote(path, safe="")
+
+
+def _label_query(label):
+    """label "k=v", a list of them, or a dict → the query string's label=… parts."""
+    labels = ([f"{k}={v}" for k, v in label.items()] if isinstance(label, dict)
+              else [label] if isinstance(label, str) else list(label or []))
+    return "&".join(f"label={_q(x)}" for x in labels)
+
+
+def _update_body(timeout_s, idle_timeout_s, labels):
+    body = {k: v for k, v in (("timeout_s", timeout_s), ("idle_timeout_s", idle_timeout_s), ("labels", labels))
+            if v is not None}
+    if not body:
+        raise ValueError("update: give timeout_s, idle_timeout_s or labels")
+    return body
 
 
 _READ_CHUNK = 1 << 20
@@ -265,9 +281,17 @@ class Sandbox:
     def list(cls, label=None, endpoint=None):
         """Sandboxes, optionally only those with label "k=v" (or a dict of them)."""
         ep = endpoint or Endpoint()
-        labels = [f"{k}={v}" for k, v in label.items()] if isinstance(label, dict) else [label] if label else []
-        q = "&".join(f"label={_q(x)}" for x in labels)
+        q = _label_query(label)
         return [cls(d, ep) for d in ep.json("GET", "/v1/sandboxes" + (f"?{q}" if q else ""))["sandboxes"]]
+
+    @classmethod
+    def kill_all(cls, label, endpoint=None):
+        """Delete every sandbox with all of these labels ("k=v", a list, or a dict; at least one),
+        running or ended; returns their ids."""
+        q = _label_query(label)
+        if not q:
+            raise ValueError("kill_all: give at least one label")
+        return (endpoint or Endpoint()).json("DELETE", f"/v1/sandboxes?{q}")["deleted"]
 
     # ---- using ----
     def info(self):
@@ -278,6 +302,17 @@ class Sandbox:
     @property
     def labels(self):
         return self._info.get("labels", {})
+
+    def update(self, timeout_s=None, idle_timeout_s=None, labels=None):
+        """Change the running sandbox: timeout_s a new lifetime counted from now (0: none),
+        idle_timeout_s (0: none), labels merged into its labels (a value None removes that label).
+        Returns its fresh info. An ended sandbox raises SandboxEnded."""
+        self._info = self._ep.json("PATCH", self._path, _update_body(timeout_s, idle_timeout_s, labels))
+        return self._info
+
+    def set_timeout(self, timeout_s):
+        """The sandbox ends timeout_s seconds from now (0: no lifetime)."""
+        return self.update(timeout_s=timeout_s)
 
     def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None):
         """Run cmd (a list, or a string for sh -c) to completion. verifier=True: a verifier
@@ -429,13 +464,30 @@ class AsyncSandbox:
     @classmethod
     async def list(cls, label=None, endpoint=None):
         ep = endpoint or Endpoint()
-        labels = [f"{k}={v}" for k, v in label.items()] if isinstance(label, dict) else [label] if label else []
-        q = "&".join(f"label={_q(x)}" for x in labels)
+        q = _label_query(label)
         return [cls(d, ep) for d in (await ep.ajson("GET", "/v1/sandboxes" + (f"?{q}" if q else "")))["sandboxes"]]
+
+    @classmethod
+    async def kill_all(cls, label, endpoint=None):
+        q = _label_query(label)
+        if not q:
+            raise ValueError("kill_all: give at least one label")
+        return (await (endpoint or Endpoint()).ajson("DELETE", f"/v1/sandboxes?{q}"))["deleted"]
 
     async def info(self):
         self._info = await self._ep.ajson("GET", self._path)
         return self._info
+
+    @property
+    def labels(self):
+        return self._info.get("labels", {})
+
+    async def update(self, timeout_s=None, idle_timeout_s=None, labels=None):
+        self._info = await self._ep.ajson("PATCH", self._path, _update_body(timeout_s, idle_timeout_s, labels))
+        return self._info
+
+    async def set_timeout(self, timeout_s):
+        return await self.update(timeout_s=timeout_s)
 
     async def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None):
         return ExecResult(await self._ep.ajson("POST", f"{self._path}/exec",

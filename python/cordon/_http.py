@@ -38,6 +38,16 @@ class SandboxNotRunning(CordonError):
     """409: the sandbox has ended (its lifetime ran out, its init died)."""
 
 
+class SandboxEnded(SandboxNotRunning):
+    """410 (code "sandbox_ended"): the sandbox ended (its lifetime or idle timeout ran out, its init
+    died, it was killed on a violation); .exit_reason says why. Its record (info, events,
+    violations) stays readable for cordond's retention, then it is NotFound."""
+
+    def __init__(self, status, code, message, field=None, exit_reason=None):
+        super().__init__(status, code, message, field)
+        self.exit_reason = exit_reason
+
+
 class ImageInUse(CordonError):
     """409 (code "image_in_use"): a live sandbox runs on the image; delete the sandboxes first."""
 
@@ -75,8 +85,10 @@ def error_from(status, body):
     try:
         e = json.loads(body)["error"]
         code, message, field = e.get("code", "error"), e.get("message", ""), e.get("field")
-    except (ValueError, KeyError, TypeError):
-        code, message, field = "http_error", (body or b"").decode("utf-8", "replace")[:500], None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        e, code, message, field = {}, "http_error", (body or b"").decode("utf-8", "replace")[:500], None
+    if status == 410:
+        return SandboxEnded(status, code, message, field, e.get("exit_reason"))
     if code == "exec_failed":
         cls = ExecError
     elif code == "image_in_use":

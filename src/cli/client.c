@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/json-util.h"
 #include "core/spec.h"
 #include "lib/cordon.h"
 #include "run-flags.h"
@@ -166,12 +167,37 @@ int cdn_cli_exec(int argc, char *const *argv)
     return ret;
 }
 
+/* cordon kill --label K=V…: every sandbox with all of those labels. */
+static int kill_labelled(int argc, char *const *argv)
+{
+    const char *labels[65];
+    size_t n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--label") != 0 || i + 1 >= argc || !strchr(argv[i + 1], '=') || n == 64) {
+            fprintf(stderr, "usage: cordon kill --label K=V…  (up to 64)\n");
+            return 125;
+        }
+        labels[n++] = argv[++i];
+    }
+    labels[n] = NULL;
+    cordon_client *c = connect_daemon();
+    size_t gone = 0;
+    int r = c ? cordon_delete_labelled(c, labels, &gone) : -ENOTCONN;
+    int ret = !c ? 125 : r < 0 ? fail(c, r, "kill") : 0;
+    if (ret == 0)
+        printf("%zu deleted\n", gone);
+    cordon_client_free(c);
+    return ret;
+}
+
 int cdn_cli_kill(int argc, char *const *argv)
 {
     if (argc < 1) {
-        fprintf(stderr, "usage: cordon kill ID…\n");
+        fprintf(stderr, "usage: cordon kill ID… | cordon kill --label K=V…\n");
         return 125;
     }
+    if (strcmp(argv[0], "--label") == 0)
+        return kill_labelled(argc, argv);
     cordon_client *c = connect_daemon();
     int ret = c ? 0 : 125;
     for (int i = 0; c && i < argc; i++) {
@@ -179,6 +205,54 @@ int cdn_cli_kill(int argc, char *const *argv)
         if (r < 0)
             ret = fail(c, r, "kill");
     }
+    cordon_client_free(c);
+    return ret;
+}
+
+/* cordon update ID [--timeout DUR] [--idle-timeout DUR] [--label K=V | --label K-]… */
+int cdn_cli_update(int argc, char *const *argv)
+{
+    static const char usage[] =
+        "usage: cordon update ID [--timeout DUR] [--idle-timeout DUR] [--label K=V | --label K-]…\n";
+    _cleanup_json_ json_t *patch = json_object(), *labels = json_object();
+    if (argc < 2 || argv[0][0] == '-' || !patch || !labels) {
+        fputs(usage, stderr);
+        return 125;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[++i] : NULL;
+        uint64_t ms;
+        size_t n = v ? strlen(v) : 0;
+        if (v && (strcmp(f, "--timeout") == 0 || strcmp(f, "--idle-timeout") == 0)) {
+            if (cdn_parse_duration(v, &ms) < 0) {
+                fprintf(stderr, "cordon update: %s '%s': not a duration (use e.g. 30s, 5m; 0: none)\n", f, v);
+                return 125;
+            }
+            json_object_set_new(patch, f[2] == 't' ? "timeout_s" : "idle_timeout_s",
+                                json_real((double) ms / 1e3));
+        } else if (v && strcmp(f, "--label") == 0 && strchr(v, '=')) {
+            char key[130];
+            (void) snprintf(key, sizeof key, "%.*s", (int) (strchr(v, '=') - v), v);
+            json_object_set_new(labels, key, json_string(strchr(v, '=') + 1));
+        } else if (v && strcmp(f, "--label") == 0 && n > 1 && v[n - 1] == '-') {
+            char key[130];
+            (void) snprintf(key, sizeof key, "%.*s", (int) (n - 1), v);
+            json_object_set_new(labels, key, json_null());
+        } else {
+            fputs(usage, stderr);
+            return 125;
+        }
+    }
+    if (json_object_size(labels))
+        json_object_set(patch, "labels", labels);
+    _cleanup_free_ char *body = json_dumps(patch, JSON_COMPACT);
+    cordon_client *c = body ? connect_daemon() : NULL;
+    char *resp = NULL;
+    int r = c ? cordon_update(c, argv[0], body, &resp) : -ENOMEM;
+    int ret = !c ? 125 : r < 0 ? fail(c, r, "update") : 0;
+    if (ret == 0)
+        printf("%s\n", resp);
+    free(resp);
     cordon_client_free(c);
     return ret;
 }

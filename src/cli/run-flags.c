@@ -68,6 +68,13 @@ static int f_timeout(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
                                "--timeout '%s': not a duration (use e.g. 30s, 5m)", a);
     return 0;
 }
+static int f_idle_timeout(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    if (cdn_parse_duration(a, &o->spec.limits.idle_timeout_ms) < 0)
+        return cdn_error_field(e, EINVAL, "limits.idle_timeout_s",
+                               "--idle-timeout '%s': not a duration (use e.g. 30s, 5m)", a);
+    return 0;
+}
 static int set_str(char **dst, const char *a)
 {
     char *c = strdup(a);
@@ -255,6 +262,8 @@ static const struct flag flags[] = {
      "disk (default: a filesystem of its own, full = ENOSPC) | memory (tmpfs, charged to --memory)"},
     {"--timeout", true, f_timeout, "limits.timeout_s", "DUR",
      "kill the whole sandbox after DUR, exit 124 (default 600s)"},
+    {"--idle-timeout", true, f_idle_timeout, "limits.idle_timeout_s", "DUR",
+     "cordond: end the sandbox after DUR without a request (default: never)"},
     {"--nofile", true, f_nofile, "limits.nofile", "N", "open file limit (default 1024)"},
     {"--ptys", true, f_ptys, "limits.ptys", "N", "pseudo-terminals open at once (default 64)"},
     {"--net", true, f_net, "network", "MODE",

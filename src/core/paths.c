@@ -2,9 +2,11 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifndef CDN_LIBEXECDIR
@@ -79,4 +81,28 @@ int cdn_init_path(char *buf, unsigned size)
 int cdn_worker_path(char *buf, unsigned size)
 {
     return helper_path("CORDON_WORKER", "cordon-worker", buf, size);
+}
+
+int cdn_path_unsearchable(const char *path, char *buf, unsigned size, unsigned *mode)
+{
+    char p[PATH_MAX];
+    if (path[0] != '/' || (size_t) snprintf(p, sizeof p, "%s", path) >= sizeof p)
+        return 0;
+    for (char *c = p + 1;; c++) {
+        bool end = *c == 0;
+        if (*c != '/' && !end)
+            continue;
+        *c = 0;
+        struct stat st;
+        if (stat(p, &st) < 0 || !S_ISDIR(st.st_mode))
+            return 0;
+        if (!(st.st_mode & S_IXOTH)) {
+            (void) snprintf(buf, size, "%s", p);
+            *mode = st.st_mode & 07777;
+            return 1;
+        }
+        if (end)
+            return 0;
+        *c = '/';
+    }
 }

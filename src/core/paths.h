@@ -18,3 +18,9 @@ int cdn_libexec_path(const char *name, char *buf, unsigned size);
 int cdn_init_path(char *buf, unsigned size);
 /* The same for the process tier's cordon-worker ($CORDON_WORKER). */
 int cdn_worker_path(char *buf, unsigned size);
+/* The first directory on the way to path (its ancestors, then path itself when it is a directory)
+ * that others may not search (no o+x): the sandbox's users are others on the host, so they cannot
+ * reach path through it. Writes it into buf and its mode into *mode; returns 1, or 0 when every
+ * directory on the way is searchable (or one cannot be looked at). For error messages: a lookup
+ * that failed with EACCES says what to change. */
+int cdn_path_unsearchable(const char *path, char *buf, unsigned size, unsigned *mode);

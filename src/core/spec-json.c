@@ -72,12 +72,13 @@ static int decode_limits(struct cdn_spec *spec, json_t *obj, struct cdn_error *e
             r = get_uint(v, field, &l->nofile, err);
         else if (strcmp(key, "ptys") == 0)
             r = get_uint(v, field, &l->ptys, err);
-        else if (strcmp(key, "timeout_s") == 0) {
+        else if (strcmp(key, "timeout_s") == 0 || strcmp(key, "idle_timeout_s") == 0) {
             if (!json_is_number(v) || json_number_value(v) < 0 ||
                 json_number_value(v) > CDN_TIMEOUT_MS_MAX / 1000)
                 return cdn_error_field(err, ERANGE, field, "%s: must be a number of seconds in [0, 604800]",
                                        field);
-            l->timeout_ms = (uint64_t) llround(json_number_value(v) * 1000);
+            *(key[0] == 't' ? &l->timeout_ms : &l->idle_timeout_ms) =
+                (uint64_t) llround(json_number_value(v) * 1000);
         } else
             return cdn_error_field(err, EINVAL, field, "%s: unknown field", field);
         if (r < 0)
@@ -355,6 +356,8 @@ char *cdn_spec_to_json(const struct cdn_spec *spec)
         cdn_on_violation_to_string(spec->on_violation));
     if (root &&
         (json_object_set_new(json_object_get(root, "limits"), "ptys", json_integer((json_int_t) l->ptys)) ||
+         (l->idle_timeout_ms && json_object_set_new(json_object_get(root, "limits"), "idle_timeout_s",
+                                                    json_real((double) l->idle_timeout_ms / 1000.0))) ||
          json_object_set_new(root, "disk", json_string(cdn_disk_kind_to_string(spec->disk))) ||
          (spec->user && json_object_set_new(root, "user", json_string(spec->user))) ||
          (spec->writable_system && json_object_set_new(root, "writable_system", json_true())) ||

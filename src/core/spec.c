@@ -405,6 +405,8 @@ int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
                                CDN_DISK_MB_MIN, CDN_DISK_MB_MAX);
     if (l->timeout_ms > CDN_TIMEOUT_MS_MAX)
         return cdn_error_field(err, ERANGE, "limits.timeout_s", "limits.timeout_s: at most 7 days");
+    if (l->idle_timeout_ms > CDN_TIMEOUT_MS_MAX)
+        return cdn_error_field(err, ERANGE, "limits.idle_timeout_s", "limits.idle_timeout_s: at most 7 days");
     if (l->nofile < 16 || l->nofile > 1048576)
         return cdn_error_field(err, ERANGE, "limits.nofile", "limits.nofile: must be between 16 and 1048576");
     if (l->ptys < 1 || l->ptys > CDN_PTYS_MAX)

@@ -32,8 +32,9 @@ struct cdn_limits {
     double cpus;        /* CPUs, > 0 */
     uint64_t memory_mb; /* hard limit, swap 0 */
     uint64_t pids;
-    uint64_t disk_mb;    /* writable layer (root upper, /workspace, /tmp) */
-    uint64_t timeout_ms; /* 0 = none */
+    uint64_t disk_mb;         /* writable layer (root upper, /workspace, /tmp) */
+    uint64_t timeout_ms;      /* 0 = none */
+    uint64_t idle_timeout_ms; /* 0 = none: cordond ends it after this long without a request */
     uint64_t nofile;
     uint64_t ptys; /* pseudo-terminals open at once (the container's devpts max=) */
 };

@@ -24,6 +24,7 @@ struct pending_call {
 static void call_free(struct pending_call *c)
 {
     cdn_agent_conn_remove(&c->box->agent, &c->areq);
+    cdn_box_touch(c->box); /* its idle time counts from the call's end */
     if (c->deadline_ev)
         event_free(c->deadline_ev);
     free(c);
@@ -97,9 +98,8 @@ void cdn_api_call(struct evhttp_request *req, struct box *b)
                                    "call: sandbox %s is of tier %s; calls run in "
                                    "tier process",
                                    b->sb.id, cdn_tier_to_string(b->spec.tier));
-    if (b->state != BOX_RUNNING)
-        return cdn_api_reply_error(req, 409, "sandbox_not_running", NULL, "sandbox %s is %s", b->sb.id,
-                                   cdn_box_state_name(b->state));
+    if (!cdn_api_box_usable(req, b))
+        return;
     /* A verifier step runs alone: while it does, every open of a protected path is let through. */
     if (b->verifier != VERIFIER_NONE)
         return cdn_api_reply_error(req, 409, "verifier_running", NULL,

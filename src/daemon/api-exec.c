@@ -38,6 +38,8 @@ struct call {
     uint8_t tail[2][4]; /* streamed text: an unfinished UTF-8 character, per stream, for the next chunk */
     uint8_t tail_len[2];
     char cmd[128]; /* argv[0] of an exec, for the event log */
+    json_t *argv;  /* its argv, bounded (argv_json), for the event log */
+    bool argv_trunc;
     /* A verifier step: the sandbox is quiesced before it (its args wait in
      * pending) and after it (its last frame waits in last*). */
     bool verifier;
@@ -84,11 +86,13 @@ static void call_done(struct call *c);
 static void call_free(struct call *c)
 {
     cdn_agent_conn_remove(&c->box->agent, &c->areq);
+    cdn_box_touch(c->box); /* its idle time counts from the command's end */
     if (c->pending) {
         cdn_exec_args_free(c->pending);
         free(c->pending);
     }
     free(c->last);
+    json_decref(c->argv);
     call_done(c);
     if (c->closed_ev)
         event_free(c->closed_ev);
@@ -101,6 +105,31 @@ static void call_free(struct call *c)
     if (c->err)
         evbuffer_free(c->err);
     free(c);
+}
+
+/* The event log's copy of an exec's argv: the agent chooses it, so at most ARGV_MAX_ARGS arguments
+ * and ARGV_MAX_BYTES bytes in all (an argument is cut where the budget ends); *cut says whether
+ * anything was left out. Invalid UTF-8 is replaced, as in every event. */
+#define ARGV_MAX_ARGS  64
+#define ARGV_MAX_BYTES 2048
+
+static json_t *argv_json(char *const *argv, bool *cut)
+{
+    json_t *v = json_array();
+    size_t left = ARGV_MAX_BYTES, i = 0;
+    *cut = false;
+    for (; v && argv[i]; i++) {
+        size_t n = strlen(argv[i]);
+        if (i == ARGV_MAX_ARGS || left == 0) {
+            *cut = true;
+            break;
+        }
+        if (n > left)
+            n = left, *cut = true;
+        left -= n;
+        (void) json_array_append_new(v, cdn_json_lossy_string((const uint8_t *) argv[i], n));
+    }
+    return v;
 }
 
 /* Before the reply: after it libevent may free the request (and a kept-alive
@@ -439,9 +468,11 @@ static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_
         record_latency(ms);
         struct box *owner = c->owner ? c->owner : c->box;
         owner->execs++;
-        json_t *ev = json_pack("{s:o, s:i, s:f, s:b}", "cmd",
-                               cdn_json_lossy_string((const uint8_t *) c->cmd, strlen(c->cmd)), "exit_code",
-                               code, "duration_ms", ms, "timed_out", c->timed_out);
+        json_t *ev = json_pack("{s:o, s:O?, s:i, s:f, s:b}", "cmd",
+                               cdn_json_lossy_string((const uint8_t *) c->cmd, strlen(c->cmd)), "argv",
+                               c->argv, "exit_code", code, "duration_ms", ms, "timed_out", c->timed_out);
+        if (ev && c->argv_trunc)
+            json_object_set_new(ev, "argv_truncated", json_true());
         if (ev && c->verifier_step)
             json_object_set_new(ev, "verifier", json_string(c->owner ? "sibling" : "in_place"));
         cdn_box_event(owner, "exec", ev);
@@ -543,8 +574,17 @@ bool cdn_api_box_usable(struct evhttp_request *req, struct box *b)
 {
     if (b->state == BOX_RUNNING)
         return true;
-    cdn_api_reply_error(req, 409, "sandbox_not_running", NULL, "sandbox %s is %s%s%s", b->sb.id,
-                        cdn_box_state_name(b->state), b->exit_reason[0] ? ": " : "", b->exit_reason);
+    if (b->state != BOX_EXITED) {
+        cdn_api_reply_error(req, 409, "sandbox_not_running", NULL, "sandbox %s is %s", b->sb.id,
+                            cdn_box_state_name(b->state));
+        return false;
+    }
+    /* Gone for good (410), with why; its record (GET, events, violations) stays for the retention. */
+    char msg[256];
+    (void) snprintf(msg, sizeof msg, "sandbox %s ended: %s", b->sb.id, b->exit_reason);
+    json_t *e = cdn_api_error_json("sandbox_ended", NULL, msg);
+    json_object_set_new(json_object_get(e, "error"), "exit_reason", json_string(b->exit_reason));
+    cdn_api_reply_json(req, 410, e);
     return false;
 }
 
@@ -632,6 +672,7 @@ void cdn_api_exec_begin(struct evhttp_request *req, struct box *b, struct exec_a
         c->b64 = a.b64;
         c->owner = owner;
         (void) snprintf(c->cmd, sizeof c->cmd, "%s", a.argv.v[0]);
+        c->argv = argv_json(a.argv.v, &c->argv_trunc);
         /* The whole command line, for the monitor's exec rules. */
         char line[4096];
         size_t len = 0;

@@ -279,6 +279,7 @@ static void upload_stop(struct file_call *fc);
 static void finish(struct file_call *fc, uint16_t type, const uint8_t *p, uint32_t len)
 {
     upload_stop(fc);
+    cdn_box_touch(fc->box); /* its idle time counts from the operation's end */
     if (!fc->replied) {
         forget_client(fc);
         if (fc->client_gone || (fc->started && (type != CDN_FRAME_DONE || fc->breach)))

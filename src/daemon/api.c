@@ -19,6 +19,8 @@
 
 #include "api.h"
 #include "images.h"
+#include "record.h"
+#include "update-args.h"
 #include "core/json-util.h"
 #include "tiers/tier.h"
 
@@ -193,10 +195,9 @@ static void api_network(struct evhttp_request *req, struct box *b)
         return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
     tmp.net_mode = b->spec.net_mode;
     int r = cdn_spec_from_json(&tmp, text, strlen(text), &err);
-    if (r >= 0 && b->state != BOX_RUNNING) {
+    if (r >= 0 && !cdn_api_box_usable(req, b)) {
         cdn_spec_free(&tmp);
-        return cdn_api_reply_error(req, 409, "sandbox_not_running", NULL, "sandbox %s is %s", b->sb.id,
-                                   cdn_box_state_name(b->state));
+        return;
     }
     if (r >= 0)
         r = cdn_egress_set(b, tmp.net_mode, &tmp.net_allow, &err);
@@ -233,22 +234,94 @@ static void api_violations(struct evhttp_request *req, struct box *b)
     cdn_api_reply_json(req, 200, v);
 }
 
-static void route_list(struct evhttp_request *req)
+/* The query of a list or bulk delete: label=KEY=VALUE, any number (all must match). false: the
+ * answer (400) has gone. */
+static bool label_query(struct evhttp_request *req, struct evkeyvalq *q)
 {
-    struct evkeyvalq q = {0};
-    TAILQ_INIT(&q);
+    TAILQ_INIT(q);
     const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
-    if (query && evhttp_parse_query_str(query, &q) < 0) {
+    if (query && evhttp_parse_query_str(query, q) < 0) {
         cdn_api_reply_error(req, 400, "invalid_query", "label", "the query string does not parse");
-        return;
+        return false;
     }
-    for (const struct evkeyval *kv = q.tqh_first; kv; kv = kv->next.tqe_next)
+    for (const struct evkeyval *kv = q->tqh_first; kv; kv = kv->next.tqe_next)
         if (strcmp(kv->key, "label") != 0 || !strchr(kv->value, '=')) {
             cdn_api_reply_error(req, 400, "invalid_query", kv->key,
                                 "unknown parameter or not label=KEY=VALUE: '%s'", kv->key);
-            evhttp_clear_headers(&q);
-            return;
+            evhttp_clear_headers(q);
+            return false;
         }
+    return true;
+}
+
+/* DELETE /v1/sandboxes?label=K=V[&label=…]: every sandbox with all of those labels, running or
+ * ended; at least one label (a DELETE of everything is not one typo away). */
+static void route_delete_labelled(struct evhttp_request *req)
+{
+    struct evkeyvalq q;
+    if (!label_query(req, &q))
+        return;
+    if (!q.tqh_first)
+        return cdn_api_reply_error(req, 400, "invalid_query", "label",
+                                   "DELETE /v1/sandboxes needs at least one label=KEY=VALUE");
+    json_t *ids = json_array();
+    struct box *b;
+    LIST_FOREACH(b, &cdn_daemon->boxes, link)
+    if (!b->sibling && labels_match(b, &q))
+        json_array_append_new(ids, json_string(b->sb.id));
+    evhttp_clear_headers(&q);
+    size_t i;
+    json_t *id;
+    json_array_foreach(ids, i, id) /* found again: a delete may take others with it (a sibling) */
+    {
+        struct box *x = cdn_box_find(json_string_value(id));
+        if (x)
+            cdn_box_delete(x, "deleted by request (label)");
+    }
+    cdn_api_reply_json(req, 200, json_pack("{s:o}", "deleted", ids));
+}
+
+/* PATCH /v1/sandboxes/{id} (update-args.h): everything is checked before anything changes;
+ * answers the sandbox. */
+static void api_update(struct evhttp_request *req, struct box *b)
+{
+    size_t n;
+    _cleanup_free_ char *body = body_string(req, &n);
+    struct update_args a = {0};
+    struct cdn_error err = {0};
+    if (!body)
+        return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
+    int r = cdn_update_args_parse(body, n, &b->spec.labels, &a, &err);
+    if (r < 0)
+        return cdn_api_reply_cdn_error(req, r == -ENOMEM ? 500 : 400,
+                                       r == -EBADMSG ? "invalid_json" : "invalid_argument", &err);
+    if (!cdn_api_box_usable(req, b)) {
+        cdn_update_args_free(&a);
+        return;
+    }
+    if (a.labels) {
+        struct cdn_strv old = b->spec.labels;
+        b->spec.labels = a.merged_labels;
+        a.merged_labels = old;
+        r = cdn_record_write(b);
+    }
+    cdn_update_args_free(&a);
+    if (r >= 0 && a.life)
+        r = cdn_box_set_lifetime(b, a.life_ms);
+    if (r >= 0 && a.idle)
+        r = cdn_box_set_idle(b, a.idle_ms);
+    if (r < 0)
+        return cdn_api_reply_error(req, 500, "internal", NULL, "the record could not be written: %s",
+                                   strerror(-r));
+    cdn_box_event(b, "updated", json_loadb(body, n, 0, NULL));
+    cdn_api_reply_json(req, 200, cdn_box_to_json(b));
+}
+
+static void route_list(struct evhttp_request *req)
+{
+    struct evkeyvalq q;
+    if (!label_query(req, &q))
+        return;
     json_t *arr = json_array();
     struct box *b;
     LIST_FOREACH(b, &cdn_daemon->boxes, link)
@@ -475,7 +548,10 @@ static void route(struct evhttp_request *req, void *arg)
             return route_create(req);
         if (m == EVHTTP_REQ_GET)
             return route_list(req);
-        return cdn_api_reply_error(req, 405, "method_not_allowed", NULL, "%s takes GET or POST", path);
+        if (m == EVHTTP_REQ_DELETE)
+            return route_delete_labelled(req);
+        return cdn_api_reply_error(req, 405, "method_not_allowed", NULL, "%s takes GET, POST or DELETE",
+                                   path);
     }
     rest[0] = 0;
     /* rest: one segment, or "monitor/text" */
@@ -487,6 +563,10 @@ static void route(struct evhttp_request *req, void *arg)
     struct box *b = cdn_box_find(id);
     if (!b)
         return cdn_api_reply_error(req, 404, "sandbox_not_found", "id", "no sandbox '%s'", id);
+    /* Its idle timeout counts requests that use it; looking at it (GET of it, its events, its
+     * violations) is not using it. */
+    if (m != EVHTTP_REQ_GET || (rest[0] && strcmp(rest, "events") != 0 && strcmp(rest, "violations") != 0))
+        cdn_box_touch(b);
     static const struct {
         const char *rest;
         enum evhttp_cmd_type m;
@@ -506,7 +586,10 @@ static void route(struct evhttp_request *req, void *arg)
             cdn_box_delete(b, "deleted by request");
             return cdn_api_reply_json(req, 200, json_pack("{s:s, s:b}", "id", id, "deleted", 1));
         }
-        return cdn_api_reply_error(req, 405, "method_not_allowed", NULL, "%s takes GET or DELETE", path);
+        if (m == EVHTTP_REQ_PATCH)
+            return api_update(req, b);
+        return cdn_api_reply_error(req, 405, "method_not_allowed", NULL, "%s takes GET, PATCH or DELETE",
+                                   path);
     }
     bool known = false; /* the route exists, with other methods: 405 */
     for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++) {

@@ -161,6 +161,12 @@ json_t *cdn_box_to_json(struct box *b)
         json_object_set_new(o, "spec", json_loads(spec, 0, NULL));
     if (o && b->exit_reason[0])
         json_object_set_new(o, "exit_reason", json_string(b->exit_reason));
+    if (o && b->ended_unix) /* kept for the retention: then 404 */
+        (void) json_object_update_new(o, json_pack("{s:f, s:f}", "ended_at", b->ended_unix, "retained_until",
+                                                   b->ended_unix + cdn_daemon->cfg.retention_s));
+    else if (o && b->state == BOX_RUNNING && b->spec.limits.timeout_ms)
+        json_object_set_new(o, "expires_at",
+                            json_real(b->created_unix + (double) b->spec.limits.timeout_ms / 1e3));
     if (o && b->image_manifest[0])
         json_object_set_new(o, "image_digest", json_string(b->image_manifest));
     if (o && b->sb.tier->describe) /* a VM's: what runs the guest, and how it started */
@@ -204,6 +210,8 @@ static void box_free(struct box *b)
         event_free(b->pidfd_ev);
     if (b->lifetime_ev)
         event_free(b->lifetime_ev);
+    if (b->idle_ev)
+        event_free(b->idle_ev);
     if (b->start_ev)
         event_free(b->start_ev);
     cdn_box_events_free(b);
@@ -277,8 +285,7 @@ void cdn_box_stop(struct box *b, const char *reason)
     cdn_agent_conn_close(&b->agent); /* pending execs and file ops end with an error */
     if (b->setup_ev)
         event_del(b->setup_ev);
-    /* The lifetime timer stays: it also removes the record of an exited box
-     * that nobody deletes. */
+    /* Once init is reaped, box_ended keeps the record for the retention. */
     if (b->waiter.done) {
         struct cdn_error e = {0};
         (void) snprintf(e.msg, sizeof e.msg, "the sandbox ended while starting: %s", reason);
@@ -307,6 +314,8 @@ void cdn_box_delete(struct box *b, const char *reason)
     LIST_REMOVE(b, link);
     if (b->pool)
         cdn_pool_box_gone(b);
+    else if (b->uncounted)
+        cdn_daemon->n_ended--;
     else
         cdn_daemon->n_boxes--;
     if (running && b->sb.init_pidfd >= 0 && b->sb.tier->kill(&b->sb, SIGKILL) == 0) {
@@ -342,6 +351,9 @@ static bool read_setup_failure(struct box *b, int fd)
 }
 
 static void box_started(struct box *b);
+static void box_ended(struct box *b);
+static void on_idle(evutil_socket_t fd, short what, void *arg);
+static int arm(struct event **ev, event_callback_fn fn, struct box *b, uint64_t ms);
 
 static void on_setup(evutil_socket_t fd, short what, void *arg)
 {
@@ -465,7 +477,8 @@ static void on_init_exit(evutil_socket_t fd, short what, void *arg)
         return;
     }
     /* A verifier's sibling is forgotten at its end, whatever ended it (api-sibling.c). */
-    bool started = b->state == BOX_RUNNING || (b->session.killed && !b->sibling) || b->agent_failed;
+    bool started =
+        b->state == BOX_RUNNING || ((b->session.killed || b->ending) && !b->sibling) || b->agent_failed;
     char reason[sizeof b->exit_reason] = "init exited";
     /* Dying while starting, it may have said why on the setup pipe, which
      * this event can overtake: that report is the answer to the create. */
@@ -489,7 +502,9 @@ static void on_init_exit(evutil_socket_t fd, short what, void *arg)
         if (cdn_daemon->listener)
             cdn_daemon->listener->ended(b);
         box_free(b);
+        return;
     }
+    box_ended(b);
 }
 
 static void on_agent_close(struct agent_conn *c, void *arg)
@@ -558,7 +573,129 @@ static void on_lifetime(evutil_socket_t fd, short what, void *arg)
     (void) fd, (void) what;
     struct box *b = arg;
     cdn_box_event(b, "timeout", json_pack("{s:I}", "timeout_ms", (json_int_t) b->spec.limits.timeout_ms));
-    cdn_box_delete(b, "lifetime (limits.timeout_s) reached");
+    if (b->sibling) /* a verifier's: nobody reads its record */
+        cdn_box_delete(b, "lifetime (limits.timeout_s) reached");
+    else
+        cdn_box_end(b, "lifetime (limits.timeout_s) reached");
+}
+
+static int arm(struct event **ev, event_callback_fn fn, struct box *b, uint64_t ms)
+{
+    struct timeval tv = {.tv_sec = (time_t) (ms / 1000), .tv_usec = (suseconds_t) (ms % 1000) * 1000};
+    if (!*ev && !(*ev = evtimer_new(cdn_daemon->base, fn, b)))
+        return -ENOMEM;
+    return evtimer_add(*ev, &tv) < 0 ? -ENOMEM : 0;
+}
+
+void cdn_box_touch(struct box *b)
+{
+    clock_gettime(CLOCK_MONOTONIC, &b->last_request);
+}
+
+/* limits.idle_timeout_ms without a request: a request in flight (an exec, a call, a file
+ * operation: the agent connection's) keeps it busy, and its end touches it (api-exec.c). */
+static void on_idle(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    struct box *b = arg;
+    uint64_t idle = b->spec.limits.idle_timeout_ms;
+    if (b->state != BOX_RUNNING || !idle)
+        return;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t since = (int64_t) (now.tv_sec - b->last_request.tv_sec) * 1000 +
+                    (now.tv_nsec - b->last_request.tv_nsec) / 1000000;
+    uint64_t wait = !LIST_EMPTY(&b->agent.reqs)             ? idle
+                    : since >= 0 && (uint64_t) since < idle ? idle - (uint64_t) since
+                                                            : 0;
+    if (wait) {
+        (void) arm(&b->idle_ev, on_idle, b, wait);
+        return;
+    }
+    cdn_box_event(b, "idle", json_pack("{s:I}", "idle_timeout_ms", (json_int_t) idle));
+    cdn_box_end(b, "idle (limits.idle_timeout_s) reached");
+}
+
+int cdn_box_set_idle(struct box *b, uint64_t ms)
+{
+    b->spec.limits.idle_timeout_ms = ms;
+    cdn_box_touch(b);
+    if (!ms) {
+        if (b->idle_ev)
+            evtimer_del(b->idle_ev);
+    } else if (arm(&b->idle_ev, on_idle, b, ms) < 0)
+        return -ENOMEM;
+    return cdn_record_write(b);
+}
+
+int cdn_box_set_lifetime(struct box *b, uint64_t ms)
+{
+    if (!ms) {
+        b->spec.limits.timeout_ms = 0;
+        if (b->lifetime_ev)
+            evtimer_del(b->lifetime_ev);
+    } else {
+        /* The spec's lifetime counts from the creation (a restarted cordond takes what is left). */
+        b->spec.limits.timeout_ms = (uint64_t) ((now_unix() - b->created_unix) * 1e3) + ms;
+        if (arm(&b->lifetime_ev, on_lifetime, b, ms) < 0)
+            return -ENOMEM;
+    }
+    return cdn_record_write(b);
+}
+
+static void on_retention(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    cdn_box_delete(arg, "its retention ended");
+}
+
+/* It ended and init is reaped (its resources are released): the record stays, listed as exited,
+ * for retention_s, since its events and violations are what a reward reads after the end; then
+ * it goes. At most max_sandboxes are kept so: past that the oldest goes first. b may be gone when
+ * this returns. */
+static void box_ended(struct box *b)
+{
+    b->ended_unix = now_unix();
+    if (b->idle_ev)
+        evtimer_del(b->idle_ev);
+    if (b->lifetime_ev) { /* the retention's timer takes its place */
+        event_free(b->lifetime_ev);
+        b->lifetime_ev = NULL;
+    }
+    if (cdn_daemon->listener) /* its followers: nothing more happens to it */
+        cdn_daemon->listener->ended(b);
+    if (!b->uncounted) {
+        b->uncounted = true;
+        cdn_daemon->n_boxes--;
+        cdn_daemon->n_ended++;
+    }
+    unsigned keep = cdn_daemon->cfg.retention_s;
+    if (!keep || arm(&b->lifetime_ev, on_retention, b, (uint64_t) keep * 1000) < 0) {
+        cdn_box_delete(b, keep ? "out of memory for its retention" : "ended (retention 0)");
+        return;
+    }
+    while (cdn_daemon->n_ended > cdn_daemon->cfg.max_sandboxes) {
+        struct box *x, *oldest = NULL;
+        LIST_FOREACH(x, &cdn_daemon->boxes, link)
+        if (x->uncounted && (!oldest || x->ended_unix < oldest->ended_unix))
+            oldest = x;
+        if (!oldest)
+            break;
+        cdn_box_delete(oldest, "more than max_sandboxes ended sandboxes are kept");
+    }
+}
+
+void cdn_box_end(struct box *b, const char *reason)
+{
+    if (b->state == BOX_EXITED)
+        return;
+    b->ending = true;
+    cdn_box_stop(b, reason);
+    if (b->sb.init_pidfd >= 0 && b->sb.tier->kill(&b->sb, SIGKILL) == 0)
+        return; /* on_init_exit reaps it, then box_ended */
+    if (!b->cleaned)
+        cleanup(b);
+    box_ended(b);
 }
 
 /* A VM guest that has not answered its IDENTITY and POLICY in time (a guest that hangs booting or
@@ -609,6 +746,10 @@ static int watch(struct box *b)
         if (!b->lifetime_ev || evtimer_add(b->lifetime_ev, &tv) < 0)
             return -ENOMEM;
     }
+    cdn_box_touch(b); /* an adopted box's idle time starts again with this cordond */
+    if (b->spec.limits.idle_timeout_ms && !b->pool &&
+        arm(&b->idle_ev, on_idle, b, b->spec.limits.idle_timeout_ms) < 0)
+        return -ENOMEM;
     return 0;
 }
 
@@ -719,6 +860,9 @@ void cdn_box_hand_over(struct box *b, struct cdn_spec *spec)
         if (b->lifetime_ev)
             (void) evtimer_add(b->lifetime_ev, &tv);
     }
+    cdn_box_touch(b);
+    if (b->spec.limits.idle_timeout_ms)
+        (void) arm(&b->idle_ev, on_idle, b, b->spec.limits.idle_timeout_ms);
 }
 
 /* Refused now, before any pull: cordond stops, or the maximum of sandboxes exists. */
@@ -925,7 +1069,10 @@ void cdn_box_release_all(void)
         if (cdn_daemon->listener)
             cdn_daemon->listener->ended(b);
         LIST_REMOVE(b, link);
-        cdn_daemon->n_boxes--;
+        if (b->uncounted)
+            cdn_daemon->n_ended--;
+        else
+            cdn_daemon->n_boxes--;
         b->sb.agent_fd = safe_close(b->sb.agent_fd);
         b->sb.init_pidfd = safe_close(b->sb.init_pidfd);
         b->sb.setup_fd = safe_close(b->sb.setup_fd);

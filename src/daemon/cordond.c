@@ -5,6 +5,7 @@
  * a bearer token. SIGTERM/SIGINT stop it: every sandbox is ended first. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,24 +34,47 @@
 struct daemon *cdn_daemon;
 static struct daemon the_daemon;
 
+/* Why the last option was refused, for its error message. */
+static char option_why[160];
+
+static int refuse(const char *why)
+{
+    (void) snprintf(option_why, sizeof option_why, "%s", why);
+    return -EINVAL;
+}
+
 static int set_string(char *dst, size_t size, const char *v)
 {
-    return (size_t) snprintf(dst, size, "%s", v) < size ? 0 : -ENAMETOOLONG;
+    if ((size_t) snprintf(dst, size, "%s", v) < size)
+        return 0;
+    (void) snprintf(option_why, sizeof option_why, "longer than %zu bytes", size - 1);
+    return -ENAMETOOLONG;
+}
+
+/* A file or directory: absolute, as the configuration file's are (the command line makes a
+ * relative one absolute first: parse_args). */
+static int set_path(char *dst, size_t size, const char *v)
+{
+    return v[0] == '/' ? set_string(dst, size, v) : refuse("must be an absolute path");
 }
 
 /* A count from min to max. */
 static int set_count(unsigned *dst, const char *v, unsigned min, unsigned max)
 {
     uint64_t n;
-    if (cdn_parse_u64(v, &n) < 0 || n < min || n > max)
+    if (cdn_parse_u64(v, &n) < 0 || n < min || n > max) {
+        (void) snprintf(option_why, sizeof option_why, "must be a whole number from %u to %u", min, max);
         return -EINVAL;
+    }
     *dst = (unsigned) n;
     return 0;
 }
 
 static int set_size(uint64_t *dst, const char *v)
 {
-    return cdn_parse_size(v, dst) < 0 || *dst == 0 ? -EINVAL : 0;
+    return cdn_parse_size(v, dst) < 0 || *dst == 0
+               ? refuse("must be a size above 0 (bytes, or with K, M, G, T)")
+               : 0;
 }
 
 /* A comma-separated list; each use of the option adds to it. Items are host[:port] or paths:
@@ -58,12 +82,15 @@ static int set_size(uint64_t *dst, const char *v)
 static int add_list(char *dst, size_t size, const char *v)
 {
     if (!v[0])
-        return -EINVAL;
+        return refuse("must not be empty");
     for (const char *p = v; *p; p++)
         if ((unsigned char) *p <= ' ' || *p == 0x7f)
-            return -EINVAL;
+            return refuse("must hold no blank or control character");
     size_t n = strlen(dst);
-    return (size_t) snprintf(dst + n, size - n, "%s%s", n ? "," : "", v) < size - n ? 0 : -ENAMETOOLONG;
+    if ((size_t) snprintf(dst + n, size - n, "%s%s", n ? "," : "", v) < size - n)
+        return 0;
+    (void) snprintf(option_why, sizeof option_why, "the list is longer than %zu bytes", size - 1);
+    return -ENAMETOOLONG;
 }
 
 /* The image options (images.c): registry lists and the store's size cap. */
@@ -72,7 +99,8 @@ static int set_image_option(struct daemon_config *c, const char *name, const cha
     if (strcmp(name, "insecure-registries") == 0 || strcmp(name, "insecure_registries") == 0)
         return add_list(c->insecure_registries, sizeof c->insecure_registries, v);
     if (strcmp(name, "registry-ca-files") == 0 || strcmp(name, "registry_ca_files") == 0)
-        return v[0] == '/' ? add_list(c->registry_ca_files, sizeof c->registry_ca_files, v) : -EINVAL;
+        return v[0] == '/' ? add_list(c->registry_ca_files, sizeof c->registry_ca_files, v)
+                           : refuse("must be an absolute path");
     if (strcmp(name, "registry-mirrors") == 0 || strcmp(name, "registry_mirrors") == 0)
         return add_list(c->registry_mirrors, sizeof c->registry_mirrors, v);
     if (strcmp(name, "image-store-max") == 0 || strcmp(name, "image_store_max") == 0)
@@ -84,24 +112,28 @@ static int set_image_option(struct daemon_config *c, const char *name, const cha
 static int set_option(struct daemon_config *c, const char *name, const char *v)
 {
     if (strcmp(name, "socket") == 0)
-        return v[0] == '/' ? set_string(c->socket_path, sizeof c->socket_path, v) : -EINVAL;
+        return strlen(v) >= sizeof((struct sockaddr_un *) 0)->sun_path
+                   ? refuse("longer than a unix socket's path may be (107 bytes)")
+                   : set_path(c->socket_path, sizeof c->socket_path, v);
     if (strcmp(name, "listen") == 0)
         return set_string(c->listen, sizeof c->listen, v);
     if (strcmp(name, "token-file") == 0 || strcmp(name, "token_file") == 0)
         return set_string(c->token_file, sizeof c->token_file, v);
     if (strcmp(name, "state-dir") == 0 || strcmp(name, "state_dir") == 0)
-        return v[0] == '/' ? set_string(c->state_dir, sizeof c->state_dir, v) : -EINVAL;
+        return set_path(c->state_dir, sizeof c->state_dir, v);
     if (strcmp(name, "sandbox-dir") == 0 || strcmp(name, "sandbox_dir") == 0)
-        return v[0] == '/' ? set_string(c->sandbox_dir, sizeof c->sandbox_dir, v) : -EINVAL;
+        return set_path(c->sandbox_dir, sizeof c->sandbox_dir, v);
     if (strcmp(name, "stop-sandboxes") == 0 || strcmp(name, "stop_sandboxes") == 0) {
         if (strcmp(v, "true") != 0 && strcmp(v, "false") != 0)
-            return -EINVAL;
+            return refuse("must be true or false");
         c->stop_sandboxes = strcmp(v, "true") == 0;
         return 0;
     }
     if (strcmp(name, "pool") == 0) {
-        if (c->n_pools >= sizeof c->pools / sizeof c->pools[0])
+        if (c->n_pools >= sizeof c->pools / sizeof c->pools[0]) {
+            (void) snprintf(option_why, sizeof option_why, "at most %zu pools", ELEMENTSOF(c->pools));
             return -E2BIG;
+        }
         return set_string(c->pools[c->n_pools++], sizeof c->pools[0], v);
     }
     if (strcmp(name, "net-pool") == 0 || strcmp(name, "net_pool") == 0)
@@ -109,13 +141,17 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
     if (strcmp(name, "writable-stock") == 0 || strcmp(name, "writable_stock") == 0)
         return set_count(&c->writable_stock, v, 0, 64);
     if (strcmp(name, "bind-allow") == 0 || strcmp(name, "bind_allow") == 0) {
-        if (c->n_bind_allow >= ELEMENTSOF(c->bind_allow))
+        if (c->n_bind_allow >= ELEMENTSOF(c->bind_allow)) {
+            (void) snprintf(option_why, sizeof option_why, "at most %zu directories",
+                            ELEMENTSOF(c->bind_allow));
             return -E2BIG;
-        return v[0] == '/' ? set_string(c->bind_allow[c->n_bind_allow++], sizeof c->bind_allow[0], v)
-                           : -EINVAL;
+        }
+        int r = set_path(c->bind_allow[c->n_bind_allow], sizeof c->bind_allow[0], v);
+        c->n_bind_allow += r == 0;
+        return r;
     }
     if (strcmp(name, "monitor-rules") == 0 || strcmp(name, "monitor_rules") == 0)
-        return v[0] == '/' ? set_string(c->monitor_rules, sizeof c->monitor_rules, v) : -EINVAL;
+        return set_path(c->monitor_rules, sizeof c->monitor_rules, v);
     if (strcmp(name, "audit-rate") == 0 || strcmp(name, "audit_rate") == 0)
         return set_count(&c->audit_rate, v, 0, 1000000);
     if (strcmp(name, "audit-rotate") == 0 || strcmp(name, "audit_rotate") == 0)
@@ -123,7 +159,7 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
     if (strcmp(name, "dns-budget") == 0 || strcmp(name, "dns_budget") == 0) {
         struct cdn_error err = {0};
         if (cdn_dns_budget_parse(v, &c->dns_budget, &err) < 0) {
-            fprintf(stderr, "cordond: dns_budget: %s\n", err.msg);
+            (void) snprintf(option_why, sizeof option_why, "%s", err.msg);
             return -EINVAL;
         }
         return 0;
@@ -146,6 +182,8 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         return set_size(&c->max_read_bytes, v);
     if (strcmp(name, "max-sandboxes") == 0 || strcmp(name, "max_sandboxes") == 0)
         return set_count(&c->max_sandboxes, v, 1, 1000000);
+    if (strcmp(name, "retention") == 0)
+        return set_count(&c->retention_s, v, 0, 604800);
     return set_image_option(c, name, v);
 }
 
@@ -183,10 +221,13 @@ static int load_config(struct daemon_config *c, const char *path, bool required)
         }
         *eq = 0;
         char *name = trim(s), *value = trim(eq + 1);
+        option_why[0] = 0;
         int r = set_option(c, name, value);
         if (r < 0) {
             fprintf(stderr, "cordond: %s:%d: %s '%s': %s\n", path, lineno, name, value,
-                    r == -ENOENT ? "unknown option" : "invalid value");
+                    r == -ENOENT    ? "unknown option"
+                    : option_why[0] ? option_why
+                                    : "invalid value");
             ret = -1;
         }
     }
@@ -201,6 +242,7 @@ static void usage(FILE *f)
         "               [--auth-timeout SECONDS] [--max-unauthenticated N] [--max-connections N]\n"
         "               [--state-dir DIR] [--sandbox-dir DIR] [--stop-sandboxes true|false]\n"
         "               [--max-body SIZE] [--max-output SIZE] [--max-read SIZE] [--max-sandboxes N]\n"
+        "               [--retention SECONDS]\n"
         "               [--pool SIZE[:SPECFILE]]…\n"
         "               [--dns-upstream IP[:PORT]] [--net-pool N] [--audit-rotate SIZE] [--audit-rate N]\n"
         "               [--monitor-rules FILE] [--agent-timeout SECONDS] [--bind-allow DIR[:ro]]…\n"
@@ -209,6 +251,18 @@ static void usage(FILE *f)
         "               [--image-store-max SIZE]\n"
         "Defaults and the config file format: docs/cordond.md (config: %s)\n",
         DEFAULT_CONFIG);
+}
+
+/* The options that name one file or directory: on the command line a relative one is taken from
+ * the working directory (the configuration file wants them absolute). */
+static bool is_path_option(const char *name)
+{
+    static const char *const paths[] = {"socket",     "state-dir",  "sandbox-dir",
+                                        "bind-allow", "token-file", "monitor-rules"};
+    for (size_t i = 0; i < ELEMENTSOF(paths); i++)
+        if (strcmp(name, paths[i]) == 0)
+            return true;
+    return false;
 }
 
 static int parse_args(int argc, char **argv, struct daemon_config *c)
@@ -234,10 +288,23 @@ static int parse_args(int argc, char **argv, struct daemon_config *c)
             usage(stderr);
             return -1;
         }
-        int r = set_option(c, a + 2, argv[++i]);
+        const char *v = argv[++i];
+        char abs[PATH_MAX];
+        if (is_path_option(a + 2) && v[0] && v[0] != '/') { /* as the shell's user meant it: from here */
+            if (!getcwd(abs, sizeof abs) || (size_t) snprintf(abs + strlen(abs), sizeof abs - strlen(abs),
+                                                              "/%s", v) >= sizeof abs - strlen(abs)) {
+                fprintf(stderr, "cordond: %s '%s': cannot make it absolute: %s\n", a, v, strerror(errno));
+                return -1;
+            }
+            v = abs;
+        }
+        option_why[0] = 0;
+        int r = set_option(c, a + 2, v);
         if (r < 0) {
             fprintf(stderr, "cordond: %s '%s': %s\n", a, argv[i],
-                    r == -ENOENT ? "unknown option" : "invalid value");
+                    r == -ENOENT    ? "unknown option"
+                    : option_why[0] ? option_why
+                                    : "invalid value");
             return -1;
         }
     }
@@ -474,6 +541,7 @@ int main(int argc, char **argv)
         .max_output_bytes = 16ULL << 20,
         .max_read_bytes = 256ULL << 20,
         .max_sandboxes = 4096,
+        .retention_s = 600,
         .agent_timeout_s = 60,
         .auth_timeout_s = 10,
         .max_unauthenticated = 64,
@@ -496,6 +564,14 @@ int main(int argc, char **argv)
     if (d->cfg.listen[0] && read_token(d) < 0)
         return 1;
     (void) setenv("CORDON_STATE_DIR", d->cfg.state_dir, 1); /* the core reads it */
+    char closed[160];
+    unsigned mode;
+    if (cdn_path_unsearchable(d->cfg.state_dir, closed, sizeof closed, &mode))
+        fprintf(stderr,
+                "cordond: warning: the container tier's sandboxes cannot reach the state directory %s: %s "
+                "(mode %04o) is closed to others; chmod o+x %s, or pick a --state-dir under directories "
+                "others may search\n",
+                d->cfg.state_dir, closed, mode, closed);
     if (bind_policy_setup(d) < 0)
         return 2;
     /* Three fds per sandbox (agent socket, pidfd, slot lock) and two per client. */

@@ -43,6 +43,7 @@ static char *shape_of(const struct cdn_spec *spec)
     json_object_del(o, "env");
     json_object_del(o, "pull"); /* what a create does first, not what it makes */
     json_object_del(json_object_get(o, "limits"), "timeout_s");
+    json_object_del(json_object_get(o, "limits"), "idle_timeout_s");
     return json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
 }
 

@@ -43,7 +43,8 @@ struct daemon_config {
     uint64_t max_output_bytes; /* per stream of a buffered exec; more is dropped and flagged */
     uint64_t max_read_bytes;   /* a file download without max_bytes: a longer file gets 413 */
     unsigned max_sandboxes;
-    char pools[8][300]; /* "SIZE[:SPECFILE]" each, see pool.c */
+    unsigned retention_s; /* an ended sandbox's record (state, events, violations) is kept this long */
+    char pools[8][300];   /* "SIZE[:SPECFILE]" each, see pool.c */
     unsigned n_pools;
     char dns_upstream[64];   /* IP[:PORT] the DNS stub and the proxy resolve with; empty = /etc/resolv.conf */
     unsigned net_pool;       /* prepared network namespaces kept for sandboxes with network */
@@ -124,7 +125,7 @@ struct box {
     struct cdn_spec spec;
     enum box_state state;
     unsigned start_answers; /* init's DONEs while starting (tier.h start_answers) */
-    char exit_reason[64];   /* why it is not running any more */
+    char exit_reason[192];  /* why it is not running any more */
     struct agent_conn agent;
     struct agent_req warm; /* a pooled VM guest's first command (box.c: warm_start) */
     struct event *setup_ev, *pidfd_ev, *lifetime_ev, *start_ev; /* start_ev: a VM guest's answers due */
@@ -136,6 +137,11 @@ struct box {
     struct event *throttle_ev;
     bool pool_ready; /* … and is running (else still starting) */
     double created_unix;
+    double ended_unix;     /* when it exited (ended: box_ended); 0 while it runs */
+    bool ending;           /* cordond ends it (its lifetime, its idle timeout): it ran, keep its record */
+    bool uncounted;        /* ended and kept for its retention: not one of n_boxes, one of n_ended */
+    struct event *idle_ev; /* limits.idle_timeout_ms: looks at last_request (box.c) */
+    struct timespec last_request; /* CLOCK_MONOTONIC of the last request on it (cdn_box_touch) */
     uint64_t execs;
     struct cdn_egress_box *egress; /* network != none (egress.c) */
     struct cdn_netns netns;
@@ -198,7 +204,8 @@ struct daemon {
     int devnull;            /* fds 0-2 of every sandbox's init */
     LIST_HEAD(, box) boxes; /* what the API sees */
     LIST_HEAD(, box) dying; /* deleted, waiting for init's exit to clean up */
-    unsigned n_boxes;
+    unsigned n_boxes;       /* live ones (starting, running, or exited and not yet reaped) */
+    unsigned n_ended;       /* ended ones kept for retention_s: still listed, at most max_sandboxes */
     bool stopping;
     int *kept_slots; /* slots whose emptied cgroups wait for the next sandbox (box.c) */
     size_t n_kept, cap_kept;
@@ -259,6 +266,13 @@ struct box *cdn_box_find(const char *id);
 void cdn_box_delete(struct box *b, const char *reason);
 /* The box cannot be used any more (reason goes to the log and its state); init is killed by the caller. */
 void cdn_box_stop(struct box *b, const char *reason);
+/* cordond ends a running box (reason to its log and state): killed, its record kept for retention. */
+void cdn_box_end(struct box *b, const char *reason);
+/* A request on b: its idle timeout counts from now. */
+void cdn_box_touch(struct box *b);
+/* A new lifetime of ms from now (0: none) or idle timeout (0: none); the record follows. */
+int cdn_box_set_lifetime(struct box *b, uint64_t ms);
+int cdn_box_set_idle(struct box *b, uint64_t ms);
 const char *cdn_box_state_name(enum box_state s);
 
 /* ---- a box's events and violations (box-events.c) ---- */

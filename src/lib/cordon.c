@@ -302,6 +302,48 @@ int cordon_delete(cordon_client *c, const char *id)
     return r < 0 ? r : request_json(c, "DELETE", path, NULL, NULL);
 }
 
+int cordon_delete_labelled(cordon_client *c, const char *const *labels, size_t *ret_n)
+{
+    char path[4096] = "/v1/sandboxes";
+    size_t off = strlen(path);
+    for (size_t i = 0; labels && labels[i]; i++) {
+        char *q = curl_easy_escape(c->curl, labels[i], 0);
+        if (!q)
+            return -ENOMEM;
+        off += (size_t) snprintf(path + off, off < sizeof path ? sizeof path - off : 0, "%clabel=%s",
+                                 i ? '&' : '?', q);
+        curl_free(q);
+    }
+    if (!labels || !labels[0] || off >= sizeof path) {
+        set_error(c, 0, "invalid_argument", "label", "%s",
+                  off >= sizeof path ? "too many labels" : "no label");
+        return -EINVAL;
+    }
+    json_t *o = NULL;
+    int r = request_json(c, "DELETE", path, NULL, &o);
+    if (r >= 0 && ret_n)
+        *ret_n = json_array_size(json_object_get(o, "deleted"));
+    json_decref(o);
+    return r;
+}
+
+int cordon_update(cordon_client *c, const char *id, const char *patch_json, char **ret_json)
+{
+    char path[128];
+    int r = sandbox_path(c, path, sizeof path, id, "");
+    if (r < 0)
+        return r;
+    size_t len = 0;
+    char *resp = NULL;
+    r = cordon_request(c, "PATCH", path, patch_json, strlen(patch_json), "application/json", NULL, &resp,
+                       &len);
+    if (r >= 0 && ret_json)
+        *ret_json = resp;
+    else
+        free(resp);
+    return r;
+}
+
 int cordon_call(cordon_client *c, const char *id, const char *body_json, char **ret_json)
 {
     char path[128];

@@ -59,6 +59,13 @@ CORDON_API int cordon_call(cordon_client *c, const char *id, const char *body_js
 /* POST /v1/sandboxes with a spec (JSON text, NULL = defaults); *ret_id is the new sandbox's id. */
 CORDON_API int cordon_create(cordon_client *c, const char *spec_json, char **ret_id);
 CORDON_API int cordon_delete(cordon_client *c, const char *id);
+/* DELETE /v1/sandboxes?label=…: every sandbox with all of labels ("K=V", NULL-terminated, at least
+ * one); *ret_n (may be NULL) how many went. */
+CORDON_API int cordon_delete_labelled(cordon_client *c, const char *const *labels, size_t *ret_n);
+/* PATCH /v1/sandboxes/{id}: patch_json is any of {"timeout_s": a new lifetime from now (0: none),
+ * "idle_timeout_s", "labels": {"k": "v", "k2": null}}; *ret_json (may be NULL; free() it) the
+ * sandbox as GET shows it. */
+CORDON_API int cordon_update(cordon_client *c, const char *id, const char *patch_json, char **ret_json);
 
 struct cordon_exec_opts {
     const char *const *env; /* "K=V", NULL-terminated, or NULL */

@@ -131,8 +131,9 @@ def tier(request):
 
 
 # What the process tier does not do (docs/process.md): filter egress by an allowlist (it has no
-# network namespace: none or open), outlive the cordond that made it, guard protected paths (not
-# yet). These tier-independent tests are deselected for it; test_process.py tests what it does.
+# network namespace: none or open), outlive the cordond that made it, keep its protection across a
+# cordond crash. It guards protected paths as the other tiers do (test_protect.py, test_files_api.py).
+# These tier-independent tests are deselected for it; test_process.py tests what it does.
 PROCESS_TIER_NA = {
     "test_allowed_http_and_https", "test_name_off_the_list", "test_direct_ip_and_metadata",
     "test_explicit_proxy_requests", "test_udp_quic_icmp_ipv6_dropped", "test_dns_rebinding_and_other_resolvers",
@@ -165,7 +166,7 @@ VM_TIER_TESTS = {
     "test_symlinks_into_protected_paths_are_refused_and_counted", "test_a_stalled_or_departed_download_does_not_hold_up_the_sandbox",
     "test_a_signal_to_init_reaches_no_command", "test_a_protected_directory_cannot_be_moved_aside",
     "test_the_verifier_does_not_run_what_the_agent_planted", "test_a_sibling_verifier_sees_only_what_was_copied",
-    "test_inotify_cannot_watch_a_protected_directory",
+    "test_inotify_cannot_watch_a_protected_directory", "test_the_operators_file_requests_are_never_violations",
 }
 
 

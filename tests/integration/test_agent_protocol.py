@@ -139,7 +139,7 @@ def test_a_frame_the_exec_channel_cannot_take_ends_the_request(hostile, behaviou
     assert body["error"]["code"] == "agent_protocol_error" and frame in body["error"]["message"], body
     assert_failed_with(sb, frame)
     status, body = exec_raw(d, sb, {"cmd": ["ok"]})
-    assert status == 409 and "agent protocol violation" in body["error"]["message"], body
+    assert status == 410 and body["error"]["exit_reason"].startswith("agent protocol violation"), body
     sb.kill()
 
 

@@ -276,26 +276,38 @@ def test_oversize_body_is_refused(shared_dir):
 # ---------------------------------------------------------------- lifetime and faults
 
 
-def test_lifetime_timeout_deletes_the_sandbox(daemon, tier):
+def inits_of(daemon, tier):
+    """The daemon's sandbox inits: cordon-init, the worker (not its zygote, which stays root), or the
+    QEMU the guest's init runs in."""
+    return [p for p in all_procs() if p.ppid == daemon.proc.pid and p.state != "Z"
+            and p.comm == {"container": "cordon-init", "process": "cordon-worker"}.get(tier, "qemu-system-x86")
+            and not (tier == "process" and p.uid == 0)]
+
+
+def test_lifetime_timeout_ends_the_sandbox(daemon, tier):
+    """At the end of its lifetime the sandbox is ended and its init reaped; its record stays (410 for
+    what would use it, test_lifetimes.py) until the retention or a DELETE."""
     sb = create(daemon, tier=tier, timeout_s=1)
     assert sb.exec("true").exit_code == 0
-    wait_for(lambda: daemon.http("GET", f"/v1/sandboxes/{sb.id}")[0] == 404, timeout=10,
-             what="the sandbox to be deleted at the end of its lifetime")
+    assert len(inits_of(daemon, tier)) == 1
+    wait_for(lambda: "ended_at" in sb.info(), timeout=10, what="the end of its lifetime")
+    assert inits_of(daemon, tier) == []
+    with pytest.raises(cordon.SandboxEnded):
+        sb.exec("true")
+    sb.kill()
+    assert daemon.http("GET", f"/v1/sandboxes/{sb.id}")[0] == 404
 
 
 def test_init_that_dies_leaves_a_stopped_sandbox(daemon, tier):
     with create(daemon, tier=tier) as sb:
-        # its init: cordon-init, the worker (not its zygote, which stays root), or the QEMU the guest's
-        # init runs in
-        inits = [p for p in all_procs() if p.ppid == daemon.proc.pid and p.state != "Z"
-                 and p.comm == {"container": "cordon-init", "process": "cordon-worker"}.get(tier, "qemu-system-x86")
-                 and not (tier == "process" and p.uid == 0)]
+        inits = inits_of(daemon, tier)
         assert len(inits) == 1
         os.kill(inits[0].pid, signal.SIGKILL)
         wait_for(lambda: sb.info()["state"] == "exited", timeout=10, what="state exited")
         assert sb.info()["exit_reason"].startswith("init exited")
-        with pytest.raises(cordon.SandboxNotRunning):
+        with pytest.raises(cordon.SandboxEnded) as e:  # 410: ended, and why
             sb.exec("true")
+        assert e.value.exit_reason.startswith("init exited"), e.value
 
 
 def test_events(daemon, tier):

@@ -130,8 +130,9 @@ def test_lifetime_counts_across_a_restart(workdir, tier):
     assert d.stop() == 0
     d2 = Daemon(workdir)
     try:
-        wait_for(lambda: d2.http("GET", f"/v1/sandboxes/{sb.id}")[0] == 404, timeout=15,
-                 what="the lifetime to end the adopted sandbox")
+        info = wait_for(lambda: (lambda i: "ended_at" in i and i)(Sandbox.connect(sb.id, endpoint=d2.endpoint).info()),
+                        timeout=15, what="the lifetime to end the adopted sandbox")
         assert 2.5 < time.monotonic() - t0 < 12
+        assert info["exit_reason"] == "lifetime (limits.timeout_s) reached", info
     finally:
         assert d2.stop() == 0

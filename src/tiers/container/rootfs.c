@@ -12,6 +12,7 @@
  * redirect a mount outside it. */
 #include "container-internal.h"
 #include "core/bind-policy.h"
+#include "core/paths.h"
 #include "core/protect.h"
 #include "shared/fd-util.h"
 
@@ -213,6 +214,23 @@ static int mount_scratch(const struct cdn_setup_args *a, struct cdn_error *err)
     return 0;
 }
 
+/* A lookup of path by the sandbox's root failed with errnum: when that is EACCES because a directory
+ * on the way is closed to others (the sandbox's uids are others on the host: a state directory or
+ * bind source under a 0700 /root), say which and what to change; else the plain message (fmt). */
+static int lookup_failed(struct cdn_error *err, int errnum, const char *field, const char *what,
+                         const char *path)
+{
+    char dir[160];
+    unsigned mode;
+    if (errnum == EACCES && cdn_path_unsearchable(path, dir, sizeof dir, &mode))
+        return cdn_error_field(
+            err, errnum, field,
+            "%s '%s': the sandbox's users cannot search %s (mode %04o): chmod o+x %s, or keep "
+            "it under directories others may search",
+            what, path, dir, mode, dir);
+    return cdn_error_field(err, errnum, field, "%s '%s': %s", what, path, strerror(errnum));
+}
+
 /* Returns 1 when the image's files keep their owners inside (idmapped), 0 when they are nobody's. */
 static int mount_overlay(const struct cdn_setup_args *a, const char *root, int lower_fd,
                          struct cdn_error *err)
@@ -244,7 +262,7 @@ static int mount_overlay(const struct cdn_setup_args *a, const char *root, int l
     (void) snprintf(opts + off, sizeof opts - off, ",upperdir=upper,workdir=work,userxattr");
     CHECK(chdir(a->scratch), "chdir %s: %m", a->scratch);
     if (mount("overlay", root, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
-        return cdn_error_field(err, errno, "image", "mount overlay on image '%s': %m", a->image->lower);
+        return lookup_failed(err, errno, "image", "mount overlay on image", a->image->lower);
     /* The overlay holds its own clones of the layers. The idmapped mount under scratch/lower is
      * left where it is: it is in the old root's tree, which pivot() detaches whole, the sandbox
      * never sees it, and an umount of its own would cost a second RCU grace period per create. */
@@ -309,7 +327,8 @@ static int mount_dev_prepared(const struct cdn_setup_args *a, int rootfd, int fd
 {
     char fdp[64];
     (void) fd_path(fdp, fd);
-    CHECK(mount(a->image->dev, fdp, NULL, MS_BIND, NULL), "bind %s on /dev: %m", a->image->dev);
+    if (mount(a->image->dev, fdp, NULL, MS_BIND, NULL) < 0)
+        return lookup_failed(err, errno, "image", "bind on /dev", a->image->dev);
     _cleanup_close_ int dev = open_in_root(rootfd, "/dev", true, 0);
     if (dev < 0)
         return cdn_error_set(err, dev, "reopen /dev: %s", strerror(-dev));
@@ -399,7 +418,7 @@ static int mount_binds(const struct cdn_setup_args *a, int rootfd, struct cdn_er
         (void) snprintf(field, sizeof field, "mounts[%zu]", i);
         _cleanup_close_ int src = cdn_bind_source_open(m->source);
         if (src < 0 || fstat(src, &st) < 0)
-            return cdn_error_field(err, src < 0 ? -src : errno, field, "--bind source '%s': %m", m->source);
+            return lookup_failed(err, src < 0 ? -src : errno, field, "--bind source", m->source);
         int fd = open_in_root(rootfd, m->target, S_ISDIR(st.st_mode), S_ISDIR(st.st_mode) ? 0755 : 0644);
         if (fd < 0)
             return cdn_error_field(err, fd, field, "--bind target '%s': %s", m->target, strerror(-fd));

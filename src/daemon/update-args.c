@@ -1,0 +1,96 @@
+/* The body of PATCH /v1/sandboxes/{id} (update-args.h): from any client of the API. */
+#include "update-args.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/json-util.h"
+#include "core/spec.h"
+
+#define SECONDS_MAX 604800 /* 7 days, as the spec's timeouts */
+
+static int seconds(json_t *v, const char *field, uint64_t *ms, struct cdn_error *e)
+{
+    if (!json_is_number(v) || !(json_number_value(v) >= 0 && json_number_value(v) <= SECONDS_MAX))
+        return cdn_error_field(e, ERANGE, field, "%s: must be a number of seconds in [0, %d]", field,
+                               SECONDS_MAX);
+    *ms = (uint64_t) llround(json_number_value(v) * 1000);
+    return 0;
+}
+
+/* labels (an object: a string sets, null removes) merged into cur, checked as a spec's labels. */
+static int merge_labels(json_t *patch, const struct cdn_strv *cur, struct cdn_strv *out, struct cdn_error *e)
+{
+    if (!json_is_object(patch))
+        return cdn_error_field(e, EINVAL, "labels",
+                               "labels: must be an object of strings (null removes a label)");
+    struct cdn_spec tmp = {0};
+    int r = 0;
+    for (size_t i = 0; r >= 0 && i < cur->n; i++) { /* the ones it keeps */
+        const char *kv = cur->v[i], *eq = strchr(kv, '=');
+        char key[130];
+        if (!eq || (size_t) (eq - kv) >= sizeof key)
+            continue;
+        (void) snprintf(key, sizeof key, "%.*s", (int) (eq - kv), kv);
+        if (!json_object_get(patch, key))
+            r = cdn_strv_push(&tmp.labels, kv);
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(patch, k, v)
+    {
+        if (r < 0 || json_is_null(v))
+            continue;
+        r = json_is_string(v)
+                ? cdn_spec_add_label(&tmp, k, json_string_value(v), e)
+                : cdn_error_field(e, EINVAL, "labels", "labels.%.30s: must be a string, or null", k);
+    }
+    if (r == -ENOMEM || r == -E2BIG)
+        r = cdn_error_field(e, -r, "labels", "labels: %s", r == -E2BIG ? "too many" : "out of memory");
+    if (r < 0) {
+        cdn_strv_free(&tmp.labels);
+        return r;
+    }
+    *out = tmp.labels;
+    return 0;
+}
+
+int cdn_update_args_parse(const char *body, size_t len, const struct cdn_strv *labels,
+                          struct update_args *ret, struct cdn_error *e)
+{
+    _cleanup_json_ json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+    if (!json_is_object(o) || !json_object_size(o))
+        return cdn_error_field(e, EBADMSG, "body",
+                               "body: expected a JSON object with timeout_s, idle_timeout_s or labels");
+    struct update_args a = {0};
+    const char *k;
+    json_t *v;
+    int r = 0;
+    json_object_foreach(o, k, v)
+    {
+        if (r < 0)
+            break;
+        if (strcmp(k, "timeout_s") == 0)
+            a.life = true, r = seconds(v, k, &a.life_ms, e);
+        else if (strcmp(k, "idle_timeout_s") == 0)
+            a.idle = true, r = seconds(v, k, &a.idle_ms, e);
+        else if (strcmp(k, "labels") == 0)
+            a.labels = true, r = merge_labels(v, labels, &a.merged_labels, e);
+        else
+            r = cdn_error_field(e, EINVAL, k, "%.40s: unknown field (timeout_s, idle_timeout_s, labels)", k);
+    }
+    if (r < 0) {
+        cdn_update_args_free(&a);
+        return r;
+    }
+    *ret = a;
+    return 0;
+}
+
+void cdn_update_args_free(struct update_args *a)
+{
+    cdn_strv_free(&a->merged_labels);
+}
