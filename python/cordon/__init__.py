@@ -62,14 +62,27 @@ def _verifier(verifier, copy):
     raise ValueError(f"verifier: True, 'in_place' or 'sibling', not {verifier!r}")
 
 
-def _exec_body(cmd, env, cwd, stdin, timeout_s, stream, verifier=False, copy=None, user=None):
+def _pty(pty):
+    """pty=True: 24x80; (rows, cols); {"rows": R, "cols": C}. cordond checks the numbers (1-999)."""
+    if pty is True:
+        return {"rows": 24, "cols": 80}
+    if isinstance(pty, dict):
+        return {"rows": pty.get("rows"), "cols": pty.get("cols")}
+    if isinstance(pty, (tuple, list)) and len(pty) == 2:
+        return {"rows": pty[0], "cols": pty[1]}
+    raise ValueError(f"pty: True, (rows, cols) or {{'rows': R, 'cols': C}}, not {pty!r}")
+
+
+def _exec_body(cmd, env, cwd, stdin, timeout_s, stream, verifier=False, copy=None, user=None, pty=None):
     if isinstance(cmd, str):
         cmd = ["sh", "-c", cmd]
     body = {"cmd": list(cmd), "encoding": "base64"}
     if env:
         body["env"] = dict(env)
-    if cwd:
+    if cwd is not None:  # cordond refuses an empty one, naming "cwd"
         body["cwd"] = cwd
+    if pty not in (None, False):
+        body["pty"] = _pty(pty)
     if user is not None:
         body["user"] = user
     if stdin is not None:
@@ -111,7 +124,8 @@ def _stat_query(sb, path, follow_symlinks):
 
 class ExecResult:
     """What a command did. stdout/stderr are str (invalid UTF-8 replaced);
-    stdout_bytes/stderr_bytes are exact."""
+    stdout_bytes/stderr_bytes are exact; max_rss_kb is the largest resident set
+    of its processes."""
 
     def __init__(self, d):
         self.exit_code = d["exit_code"]
@@ -121,6 +135,7 @@ class ExecResult:
         self.duration_ms = d.get("duration_ms")
         self.cpu_user_ms = d.get("cpu_user_ms")
         self.cpu_system_ms = d.get("cpu_system_ms")
+        self.max_rss_kb = d.get("max_rss_kb")
         self.stdout_bytes = base64.b64decode(d.get("stdout_b64", ""))
         self.stderr_bytes = base64.b64decode(d.get("stderr_b64", ""))
         self.stdout = self.stdout_bytes.decode("utf-8", "replace")
@@ -279,14 +294,18 @@ class Sandbox:
     def labels(self):
         return self._info.get("labels", {})
 
-    def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None):
-        """Run cmd (a list, or a string for sh -c) to completion. verifier=True: a verifier
+    def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None,
+             pty=None):
+        """Run cmd (a list, or a string for sh -c) to completion. cwd: absolute, or relative to
+        the sandbox's workdir. pty=True (24x80), (rows, cols) or {"rows", "cols"}: on a
+        pseudo-terminal (stdout and stderr are then one stream). verifier=True: a verifier
         step, which ends the sandbox's other processes first, runs alone and may read the
         protected paths; verifier="sibling", copy=[paths]: the same in a fresh sandbox of the
         same spec that gets only those paths from this one (docs/events.md). user: run as
         this user of the sandbox ("name", "uid", "name:group", "uid:gid"; docs/spec.md)."""
         return ExecResult(self._ep.json("POST", f"{self._path}/exec",
-                                        _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier, copy, user)))
+                                        _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier, copy, user,
+                                                   pty)))
 
     def call(self, code, input=None, timeout_s=None, fresh=False):
         """Run Python code in the sandbox's warm interpreter (tier process): the variable
@@ -295,11 +314,13 @@ class Sandbox:
         started; use it for any call whose result must be trusted (docs/process.md)."""
         return CallResult(self._ep.json("POST", f"{self._path}/call", _call_body(code, input, timeout_s, fresh)))
 
-    def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None):
+    def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None,
+                    pty=None):
         """Yield events as they come: {"type": "stdout"|"stderr", "data", "data_bytes"}, then
         {"type": "exit", "exit_code", …} (or {"type": "error", "error": {…}})."""
         _, resp = self._ep.request("POST", f"{self._path}/exec",
-                                   _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy, user), stream=True)
+                                   _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy, user, pty),
+                                   stream=True)
         decoders = {}
         try:
             for line in resp:
@@ -437,26 +458,36 @@ class AsyncSandbox:
         self._info = await self._ep.ajson("GET", self._path)
         return self._info
 
-    async def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None):
+    async def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None,
+                   pty=None):
         return ExecResult(await self._ep.ajson("POST", f"{self._path}/exec",
-                                               _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier, copy, user)))
+                                               _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier, copy, user,
+                                                          pty)))
 
     async def call(self, code, input=None, timeout_s=None, fresh=False):
         return CallResult(await self._ep.ajson("POST", f"{self._path}/call", _call_body(code, input, timeout_s, fresh)))
 
-    async def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None):
+    async def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None,
+                          pty=None):
         buf = b""
         decoders = {}
         async for chunk in self._ep.astream("POST", f"{self._path}/exec",
-                                            _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy, user)):
+                                            _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy, user,
+                                                       pty)):
             buf += chunk
             *lines, buf = buf.split(b"\n")
             for line in lines:
                 if line.strip():
                     yield _stream_event(json.loads(line), decoders)
 
-    async def events(self, follow=False):
-        """A list of events; with follow=True use `async for ev in sb.follow_events()`."""
+    def events(self, follow=False):
+        """`await sb.events()`: a list of events; `async for ev in sb.events(follow=True)`: they
+        as they happen, until the sandbox is deleted (as follow_events())."""
+        if follow:
+            return self.follow_events()
+        return self._events()
+
+    async def _events(self):
         _, data = await self._ep.arequest("GET", f"{self._path}/events")
         return [json.loads(x) for x in data.splitlines() if x.strip()]
 

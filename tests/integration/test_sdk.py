@@ -115,3 +115,118 @@ def test_pip_installs_the_sdk_offline(tmp_path):
         ["__init__.py", "_http.py", "images.py"]
     r = _import_from(target)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+# ---------------------------------------------------------------- 3-6: exec and events
+
+def test_async_events_follow_is_an_async_iterator(daemon, tier):
+    """`async for ev in sb.events(follow=True)` yields events as they happen; `await sb.events()`
+    is still the list, and follow_events() still works.
+
+    Seen failing before the fix: TypeError ("'async for' requires an object with __aiter__ method,
+    got coroutine"): follow was ignored."""
+    async def main():
+        async with await AsyncSandbox.create(endpoint=daemon.endpoint, tier=tier) as sb:
+            await sb.exec(["true"])
+            listed = await sb.events()
+            assert isinstance(listed, list) and any(e["type"] == "exec" for e in listed)
+            for follow in (lambda: sb.events(follow=True), sb.follow_events):
+                seen = []
+
+                async def take():
+                    async for ev in follow():
+                        seen.append(ev)
+                        if ev["type"] == "exec":
+                            return
+                await asyncio.wait_for(take(), 60)
+                assert seen and seen[-1]["type"] == "exec"
+    asyncio.run(main())
+
+
+def test_exec_on_a_pty(daemon, tier):
+    """pty=True is 24x80, (rows, cols) and {"rows", "cols"} set the size: `tty` names a terminal and
+    `stty size` gives it, in exec and exec_stream, sync and async; without pty, no terminal.
+
+    Seen failing before the fix: TypeError (exec() got an unexpected keyword argument 'pty')."""
+    if tier == "process":
+        pytest.skip("the process tier has no terminal: Landlock keeps /dev/ptmx out of reach (docs/spec.md, "
+                    "limits.ptys)")
+    cmd = "tty; stty size"
+    with Sandbox.create(endpoint=daemon.endpoint, tier=tier) as sb:
+        r = sb.exec(cmd)
+        assert "not a tty" in r.stdout, r.stdout
+        for pty, size in ((True, "24 80"), ((30, 100), "30 100"), ({"rows": 7, "cols": 9}, "7 9")):
+            r = sb.exec(cmd, pty=pty)
+            assert r.exit_code == 0 and "/dev/pts/" in r.stdout and size in r.stdout, (pty, r.stdout, r.stderr)
+        out = "".join(ev.get("data", "") for ev in sb.exec_stream(cmd, pty=(40, 120)))
+        assert "/dev/pts/" in out and "40 120" in out, out
+        with pytest.raises(ValueError):
+            sb.exec(cmd, pty=(1, 2, 3))
+        with pytest.raises(cordon.InvalidArgument) as ei:
+            sb.exec(cmd, pty=(0, 80))
+        assert ei.value.field == "pty"
+
+    async def main():
+        async with await AsyncSandbox.create(endpoint=daemon.endpoint, tier=tier) as asb:
+            r = await asb.exec(cmd, pty=(25, 81))
+            assert "/dev/pts/" in r.stdout and "25 81" in r.stdout, r.stdout
+            out = "".join([ev.get("data", "") async for ev in asb.exec_stream(cmd, pty=True)])
+            assert "/dev/pts/" in out and "24 80" in out, out
+    asyncio.run(main())
+
+
+def test_exec_result_keeps_max_rss_kb(daemon, tier):
+    """ExecResult.max_rss_kb is cordond's answer's: a command that touches 64 MiB has more than
+    that at its peak, a `true` much less.
+
+    Seen failing before the fix: AttributeError ('ExecResult' object has no attribute
+    'max_rss_kb')."""
+    big = "python3 -c 'b = bytearray(64 << 20); b[::4096] = b\"x\" * len(b[::4096])'"
+    with Sandbox.create(endpoint=daemon.endpoint, tier=tier, memory_mb=512) as sb:
+        r = sb.exec(big)
+        assert r.exit_code == 0, r.stderr
+        assert r.max_rss_kb >= 64 * 1024, r.max_rss_kb
+        small = sb.exec(["true"]).max_rss_kb
+        assert 0 < small < r.max_rss_kb, small
+
+    async def main():
+        async with await AsyncSandbox.create(endpoint=daemon.endpoint, tier=tier) as asb:
+            assert (await asb.exec(["true"])).max_rss_kb > 0
+    asyncio.run(main())
+
+
+def test_a_relative_exec_cwd_is_the_workdir_s(daemon, tier):
+    """cwd="sub/dir" runs in <workdir>/sub/dir, the directory files.*("sub/dir/…") reach; an
+    absolute one is unchanged; an empty one (SDK) or one with a NUL byte (raw) is refused naming
+    cwd; `cordon exec --workdir sub` takes a relative one too.
+
+    Seen failing before the fix: InvalidArgument "cwd: must be an absolute path" (and cordon exec
+    refused "--workdir 'sub': unknown flag or bad value")."""
+    with Sandbox.create(endpoint=daemon.endpoint, tier=tier) as sb:
+        workdir = sb.info()["spec"]["workdir"]
+        sb.files.write("sub/dir/f.txt", b"here\n")
+        r = sb.exec("pwd; cat f.txt", cwd="sub/dir")
+        assert r.exit_code == 0 and r.stdout == f"{workdir}/sub/dir\nhere\n", (r.stdout, r.stderr)
+        assert sb.exec("pwd", cwd=".").stdout == f"{workdir}\n"
+        assert sb.exec("pwd", cwd="/tmp").stdout == "/tmp\n"
+        out = "".join(ev.get("data", "") for ev in sb.exec_stream("pwd", cwd="sub"))
+        assert out == f"{workdir}/sub\n"
+        with pytest.raises(cordon.InvalidArgument) as ei:
+            sb.exec("pwd", cwd="")
+        assert ei.value.field == "cwd"
+        with pytest.raises(cordon.ExecError):
+            sb.exec("pwd", cwd="no/such/dir")
+        status, body = daemon.http("POST", f"/v1/sandboxes/{sb.id}/exec", {"cmd": ["pwd"], "cwd": "sub\u0000/x"})
+        assert status == 400, body
+        status, body = daemon.http("POST", f"/v1/sandboxes/{sb.id}/exec", {"cmd": ["pwd"], "cwd": ""})
+        assert status == 400 and body["error"]["field"] == "cwd", body
+        env = dict(os.environ, CORDON_SOCKET=daemon.socket)
+        r = subprocess.run([CORDON_BIN, "exec", sb.id, "--workdir", "sub/dir", "--", "pwd"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stdout == f"{workdir}/sub/dir\n", (r.stdout, r.stderr)
+
+    async def main():
+        async with await AsyncSandbox.create(endpoint=daemon.endpoint, tier=tier) as asb:
+            await asb.files.mkdir("a")
+            assert (await asb.exec("pwd", cwd="a")).stdout == f"{workdir}/a\n"
+    asyncio.run(main())
