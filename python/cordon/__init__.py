@@ -16,13 +16,14 @@ import http.client
 import json
 import urllib.parse
 
-from ._http import (CordonError, Endpoint, ExecError, Forbidden, ImageInUse, IncompleteRead, InvalidArgument,
-                    NotFound, PullFailed, SandboxNotRunning, ServerError, TooLarge, TooManySandboxes, Unauthorized)
+from ._http import (ConnectionLost, CordonError, Endpoint, ExecError, Forbidden, ImageInUse, IncompleteRead,
+                    InvalidArgument, NotFound, PullFailed, SandboxNotRunning, ServerError, TooLarge, TooManySandboxes,
+                    Unauthorized, Unavailable, alines, cut_short)
 from . import images
 
 __all__ = ["Sandbox", "AsyncSandbox", "ExecResult", "Endpoint", "CordonError", "InvalidArgument", "ExecError",
            "NotFound", "SandboxNotRunning", "TooManySandboxes", "Unauthorized", "ServerError", "Forbidden",
-           "TooLarge", "IncompleteRead", "ImageInUse", "PullFailed", "images"]
+           "TooLarge", "IncompleteRead", "ImageInUse", "PullFailed", "Unavailable", "ConnectionLost", "images"]
 
 _LIMITS = ("cpus", "memory_mb", "pids", "disk_mb", "timeout_s", "nofile", "ptys")
 _TOP = ("tier", "image", "pull", "network", "mounts", "protect", "env", "workdir", "labels", "hostname", "read_only", "writable_system", "watch_writes",
@@ -217,6 +218,8 @@ class _Files:
         try:
             while True:
                 chunk = resp.read(_READ_CHUNK)
+                if not chunk and cut_short(resp):
+                    raise http.client.IncompleteRead(b"")
                 if not chunk:
                     return n
                 n = _take(n, chunk, max_bytes, path)
@@ -317,18 +320,19 @@ class Sandbox:
     def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None,
                     pty=None):
         """Yield events as they come: {"type": "stdout"|"stderr", "data", "data_bytes"}, then
-        {"type": "exit", "exit_code", …} (or {"type": "error", "error": {…}})."""
+        {"type": "exit", "exit_code", …} (or {"type": "error", "error": {…}}). Closing the
+        generator early (close(), leaving a for loop and dropping it) hangs up: cordond ends
+        the command."""
         _, resp = self._ep.request("POST", f"{self._path}/exec",
                                    _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy, user, pty),
                                    stream=True)
         decoders = {}
+        lines = self._ep.lines(resp)
         try:
-            for line in resp:
-                if line.strip():
-                    yield _stream_event(json.loads(line), decoders)
+            for line in lines:
+                yield _stream_event(json.loads(line), decoders)
         finally:
-            resp.close()
-            resp._cordon_conn.close()
+            lines.close()
 
     def events(self, follow=False):
         """The sandbox's events (dicts with "type"); with follow=True an
@@ -340,13 +344,12 @@ class Sandbox:
 
     def _follow(self):
         _, resp = self._ep.request("GET", f"{self._path}/events?follow=true", stream=True)
+        lines = self._ep.lines(resp)
         try:
-            for line in resp:
-                if line.strip():
-                    yield json.loads(line)
+            for line in lines:
+                yield json.loads(line)
         finally:
-            resp.close()
-            resp._cordon_conn.close()
+            lines.close()
 
     def set_network(self, mode="allowlist", allow=()):
         """Replace the egress policy of the running sandbox (e.g. open package
@@ -409,6 +412,10 @@ class _AsyncFiles:
             async for chunk in stream:
                 n = _take(n, chunk, max_bytes, path)
                 sink(chunk)
+        except IncompleteRead:
+            raise
+        except ConnectionLost as e:
+            raise IncompleteRead(200, "incomplete", f"{path}: the download ended early ({e.message})") from None
         finally:
             await stream.aclose()
         return n
@@ -460,6 +467,7 @@ class AsyncSandbox:
 
     async def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None,
                    pty=None):
+        """Cancelled (asyncio.wait_for, task.cancel()), it hangs up at once: cordond ends the command."""
         return ExecResult(await self._ep.ajson("POST", f"{self._path}/exec",
                                                _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier, copy, user,
                                                           pty)))
@@ -469,16 +477,16 @@ class AsyncSandbox:
 
     async def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None,
                           pty=None):
-        buf = b""
+        """An async iterator of exec_stream's events. Cancelled, or closed early (aclose()), it
+        hangs up: cordond ends the command."""
         decoders = {}
-        async for chunk in self._ep.astream("POST", f"{self._path}/exec",
-                                            _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy, user,
-                                                       pty)):
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                if line.strip():
-                    yield _stream_event(json.loads(line), decoders)
+        lines = alines(self._ep.astream("POST", f"{self._path}/exec",
+                                        _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy, user, pty)))
+        try:
+            async for line in lines:
+                yield _stream_event(json.loads(line), decoders)
+        finally:
+            await lines.aclose()
 
     def events(self, follow=False):
         """`await sb.events()`: a list of events; `async for ev in sb.events(follow=True)`: they
@@ -492,13 +500,12 @@ class AsyncSandbox:
         return [json.loads(x) for x in data.splitlines() if x.strip()]
 
     async def follow_events(self):
-        buf = b""
-        async for chunk in self._ep.astream("GET", f"{self._path}/events?follow=true"):
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                if line.strip():
-                    yield json.loads(line)
+        lines = alines(self._ep.astream("GET", f"{self._path}/events?follow=true"))
+        try:
+            async for line in lines:
+                yield json.loads(line)
+        finally:
+            await lines.aclose()
 
     async def set_network(self, mode="allowlist", allow=()):
         return await self._ep.ajson("PATCH", f"{self._path}/network", {"mode": mode, "allow": list(allow)})

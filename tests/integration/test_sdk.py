@@ -117,6 +117,177 @@ def test_pip_installs_the_sdk_offline(tmp_path):
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
+# ---------------------------------------------------------------- 2. transport failures
+
+def _all_calls(ep):
+    """Each way a user reaches cordond, sync and async, as callables raising what they raise."""
+    def sync_create():
+        Sandbox.create(endpoint=ep)
+
+    def sync_list():
+        Sandbox.list(endpoint=ep)
+
+    def sync_images():
+        cordon.images.list(endpoint=ep)
+
+    def async_create():
+        asyncio.run(AsyncSandbox.create(endpoint=ep))
+
+    def async_list():
+        asyncio.run(AsyncSandbox.list(endpoint=ep))
+
+    return [sync_create, sync_list, sync_images, async_create, async_list]
+
+
+def test_an_unreachable_cordond_is_unavailable(tmp_path):
+    """No socket file, a socket file nobody listens on, a closed TCP port: cordon.Unavailable (a
+    CordonError) naming the socket path or URL and the OS's reason, sync and async.
+
+    Seen failing before the fix: FileNotFoundError and ConnectionRefusedError (not CordonError),
+    whose messages named neither the socket nor the URL."""
+    missing = str(tmp_path / "nobody.sock")
+    stale = str(tmp_path / "stale.sock")
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(stale)
+    s.close()  # the file stays, nobody listens: ECONNREFUSED
+    port_sock = socket.socket()
+    port_sock.bind(("127.0.0.1", 0))
+    port = port_sock.getsockname()[1]
+    port_sock.close()  # nobody listens on it
+    url = f"http://127.0.0.1:{port}"
+    cases = [(Endpoint(socket_path=missing), missing, "No such file or directory"),
+             (Endpoint(socket_path=stale), stale, "Connection refused"),
+             (Endpoint(url=url, token="t"), url, "Connection refused")]
+    for ep, where, why in cases:
+        for call in _all_calls(ep):
+            with pytest.raises(cordon.Unavailable) as ei:
+                call()
+            e = ei.value
+            assert isinstance(e, cordon.CordonError)
+            assert where in str(e) and why in str(e), (call.__name__, str(e))
+            assert e.code == "unavailable" and e.status == 0 and isinstance(e.reason, OSError)
+
+
+class _Liar:
+    """A unix-socket server that reads a request and answers with `answer` (bytes), then closes:
+    cordond dying in the middle of its answer."""
+
+    def __init__(self, path, answer):
+        self.path, self.answer = path, answer
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.bind(path)
+        self.sock.listen(16)
+        self.stop = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while not self.stop:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            with c:
+                c.settimeout(5)
+                data = b""
+                try:
+                    while b"\r\n\r\n" not in data:
+                        chunk = c.recv(65536)
+                        if not chunk:
+                            break
+                        data += chunk
+                    c.sendall(self.answer)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.stop = True
+        self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        self.thread.join(5)
+
+
+CUT_ANSWERS = {
+    "nothing": b"",
+    "half a status line": b"HTTP/1.1 20",
+    "headers only": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n",
+    "half a body": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"sandboxes\": [",
+    "half a chunked body": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n40\r\n{\"sandboxes\"",
+}
+
+
+@pytest.mark.parametrize("answer", sorted(CUT_ANSWERS))
+def test_a_connection_dropped_mid_answer_is_connection_lost(tmp_path, answer):
+    """A server that closes the connection before its answer is whole: cordon.ConnectionLost (a
+    CordonError) naming the socket, sync and async.
+
+    Seen failing before the fix: sync http.client's RemoteDisconnected, IncompleteRead and
+    BadStatusLine; async asyncio.IncompleteReadError, IncompleteRead (a download's error),
+    ServerError "not an HTTP response: b''" and, for half a status line, a TypeError."""
+    path = str(tmp_path / "liar.sock")
+    liar = _Liar(path, CUT_ANSWERS[answer])
+    try:
+        ep = Endpoint(socket_path=path, timeout=10)
+        for call in _all_calls(ep):
+            with pytest.raises(cordon.ConnectionLost) as ei:
+                call()
+            assert path in str(ei.value) and ei.value.code == "connection_lost", (call.__name__, str(ei.value))
+    finally:
+        liar.close()
+
+
+def test_a_stream_cut_short_is_connection_lost_and_a_download_incomplete_read(tmp_path):
+    """An exec stream (sync and async) that ends before its last chunk raises ConnectionLost; a
+    download cut so raises IncompleteRead, which is a ConnectionLost too.
+
+    Seen failing before the fix: the sync exec_stream and files.read ended quietly (http.client
+    answers b"" for a chunked body cut between chunks): no exit event, a short file and no error;
+    the async exec_stream raised IncompleteRead, a download's error."""
+    path = str(tmp_path / "liar.sock")
+    line = json.dumps({"type": "stdout", "data_b64": "aGkK"}).encode() + b"\n"
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    liar = _Liar(path, head + b"%x\r\n" % len(line) + line + b"\r\n")  # then nothing: no last chunk
+    try:
+        ep = Endpoint(socket_path=path, timeout=10)
+        sb = Sandbox({"id": "x"}, ep)
+        events = []
+        with pytest.raises(cordon.ConnectionLost):
+            for ev in sb.exec_stream(["true"]):
+                events.append(ev)
+        assert [e["data"] for e in events] == ["hi\n"]
+
+        async def astream():
+            asb = AsyncSandbox({"id": "x"}, ep)
+            got = []
+            with pytest.raises(cordon.ConnectionLost):
+                async for ev in asb.exec_stream(["true"]):
+                    got.append(ev)
+            assert [e["data"] for e in got] == ["hi\n"]
+            with pytest.raises(cordon.IncompleteRead):
+                await asb.files.read("a")
+        asyncio.run(astream())
+        with pytest.raises(cordon.IncompleteRead):
+            sb.files.read("a")
+    finally:
+        liar.close()
+
+
+def test_every_403_is_forbidden(daemon):
+    """A write into a kernel file system is 403: Forbidden, which is exported; error_from maps a 403
+    to Forbidden whatever its code.
+
+    Seen failing before the fix: a 403 with code "exec_failed" was an ExecError."""
+    assert "Forbidden" in cordon.__all__
+    with Sandbox.create(endpoint=daemon.endpoint) as sb:
+        with pytest.raises(cordon.Forbidden) as ei:
+            sb.files.write("/proc/self/comm", b"x")
+        assert ei.value.status == 403
+    from cordon._http import error_from
+    for code in ("protected_path", "invalid_ref", "exec_failed", "image_in_use", "whatever"):
+        body = json.dumps({"error": {"code": code, "message": "m"}}).encode()
+        assert type(error_from(403, body)) is cordon.Forbidden, code
+
+
 # ---------------------------------------------------------------- 3-6: exec and events
 
 def test_async_events_follow_is_an_async_iterator(daemon, tier):
@@ -230,3 +401,116 @@ def test_a_relative_exec_cwd_is_the_workdir_s(daemon, tier):
             await asb.files.mkdir("a")
             assert (await asb.exec("pwd", cwd="a")).stdout == f"{workdir}/a\n"
     asyncio.run(main())
+
+
+# ---------------------------------------------------------------- 7. cancellation
+
+def _sockets():
+    """The sockets this process holds (each a /proc/self/fd link "socket:[inode]")."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return n
+
+
+def _marker():
+    """A sleep only this test runs: `sleep 3600.<random>`, found again by pgrep -f."""
+    return f"sleep 3600.{uuid.uuid4().int % 10**9:09d}"
+
+
+def _running(sb, marker):
+    r = sb.exec(["pgrep", "-f", marker])  # pgrep leaves itself out
+    assert r.exit_code in (0, 1), r.stderr
+    return r.exit_code == 0
+
+
+async def _arunning(sb, marker):
+    r = await sb.exec(["pgrep", "-f", marker])
+    assert r.exit_code in (0, 1), r.stderr
+    return r.exit_code == 0
+
+
+async def _await_gone(sb, marker, held, timeout=10.0):
+    """Until the command is gone in the sandbox and this process holds `held` sockets again."""
+    end = time.monotonic() + timeout
+    while True:
+        socks = _sockets()
+        running = await _arunning(sb, marker)  # its own connection is closed when it returns
+        if not running and socks <= held:
+            return
+        if time.monotonic() > end:
+            raise AssertionError(f"{timeout}s after the cancel: command running {running}, "
+                                 f"{socks} sockets held (before: {held})")
+        await asyncio.sleep(0.1)
+
+
+def test_a_cancelled_async_exec_ends_its_command_and_connection(daemon, tier):
+    """asyncio.wait_for(sb.exec(["sleep", …]), 1) times out: the SDK hangs up, so cordond ends the
+    command (within seconds, not 3600 s) and the process holds no socket more than before.
+
+    Seen failing before the fix: the sleep still ran 10 s after the cancel and the connection
+    stayed open (one socket more than before)."""
+    async def main():
+        async with await AsyncSandbox.create(endpoint=daemon.endpoint, tier=tier) as sb:
+            marker = _marker()
+            await sb.exec(["true"])
+            await asyncio.sleep(0.1)  # a closed connection's socket goes at the loop's next turn
+            held = _sockets()
+            task = asyncio.ensure_future(sb.exec(marker))
+            for _ in range(200):  # until it runs
+                if await _arunning(sb, marker):
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("the command never ran")
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(task, 0.5)
+            await _await_gone(sb, marker, held)
+    asyncio.run(main())
+
+
+def test_a_cancelled_async_exec_stream_ends_its_command_and_connection(daemon, tier):
+    """A task iterating exec_stream cancelled mid-stream (wait_for): the same.
+
+    Passed before the fix too (the cancellation reached astream's finally, which closed the
+    connection); it guards the new path: alines closes its stream however the consumer leaves."""
+    async def main():
+        async with await AsyncSandbox.create(endpoint=daemon.endpoint, tier=tier) as sb:
+            marker = _marker()
+            await sb.exec(["true"])
+            await asyncio.sleep(0.1)  # a closed connection's socket goes at the loop's next turn
+            held = _sockets()
+            started = asyncio.Event()
+
+            async def consume():
+                async for ev in sb.exec_stream(f"echo started; {marker}"):
+                    if ev.get("data", "").startswith("started"):
+                        started.set()
+            task = asyncio.ensure_future(consume())
+            await asyncio.wait_for(started.wait(), 30)
+            assert await _arunning(sb, marker)
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(task, 0.5)
+            await _await_gone(sb, marker, held)
+    asyncio.run(main())
+
+
+def test_a_sync_exec_stream_closed_early_ends_its_command_and_connection(daemon, tier):
+    """The sync exec_stream generator closed after its first event (close(), as leaving a for loop
+    and dropping it does): cordond ends the command and no socket is left open.
+
+    Passed before the fix too; it guards Endpoint.lines, which now closes the response."""
+    with Sandbox.create(endpoint=daemon.endpoint, tier=tier) as sb:
+        marker = _marker()
+        sb.exec(["true"])
+        held = _sockets()
+        gen = sb.exec_stream(f"echo started; {marker}")
+        assert next(gen)["data"].startswith("started")
+        assert _running(sb, marker)
+        assert _sockets() == held + 1
+        gen.close()
+        wait_for(lambda: _sockets() <= held and not _running(sb, marker), timeout=10,
+                 what="the command gone and its connection closed")
