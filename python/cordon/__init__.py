@@ -16,14 +16,15 @@ import http.client
 import json
 import urllib.parse
 
-from ._http import (CordonError, Endpoint, ExecError, Forbidden, ImageInUse, IncompleteRead, InvalidArgument,
-                    NotFound, PullFailed, SandboxEnded, SandboxNotRunning, ServerError, TooLarge, TooManySandboxes,
-                    Unauthorized)
+from ._http import (ConnectionLost, CordonError, Endpoint, ExecError, Forbidden, ImageInUse, IncompleteRead,
+                    InvalidArgument, NotFound, PullFailed, SandboxEnded, SandboxNotRunning, ServerError, TooLarge,
+                    TooManySandboxes, Unauthorized, Unavailable, alines, cut_short)
 from . import images
 
 __all__ = ["Sandbox", "AsyncSandbox", "ExecResult", "Endpoint", "CordonError", "InvalidArgument", "ExecError",
-           "NotFound", "SandboxNotRunning", "SandboxEnded", "TooManySandboxes", "Unauthorized", "ServerError", "Forbidden",
-           "TooLarge", "IncompleteRead", "ImageInUse", "PullFailed", "images"]
+           "NotFound", "SandboxNotRunning", "SandboxEnded", "TooManySandboxes", "Unauthorized", "ServerError",
+           "Forbidden", "TooLarge", "IncompleteRead", "ImageInUse", "PullFailed", "Unavailable", "ConnectionLost",
+           "images"]
 
 _LIMITS = ("cpus", "memory_mb", "pids", "disk_mb", "timeout_s", "idle_timeout_s", "nofile", "ptys")
 _TOP = ("tier", "image", "pull", "network", "mounts", "protect", "env", "workdir", "labels", "hostname", "read_only", "writable_system", "watch_writes",
@@ -63,14 +64,27 @@ def _verifier(verifier, copy):
     raise ValueError(f"verifier: True, 'in_place' or 'sibling', not {verifier!r}")
 
 
-def _exec_body(cmd, env, cwd, stdin, timeout_s, stream, verifier=False, copy=None, user=None):
+def _pty(pty):
+    """pty=True: 24x80; (rows, cols); {"rows": R, "cols": C}. cordond checks the numbers (1-999)."""
+    if pty is True:
+        return {"rows": 24, "cols": 80}
+    if isinstance(pty, dict):
+        return {"rows": pty.get("rows"), "cols": pty.get("cols")}
+    if isinstance(pty, (tuple, list)) and len(pty) == 2:
+        return {"rows": pty[0], "cols": pty[1]}
+    raise ValueError(f"pty: True, (rows, cols) or {{'rows': R, 'cols': C}}, not {pty!r}")
+
+
+def _exec_body(cmd, env, cwd, stdin, timeout_s, stream, verifier=False, copy=None, user=None, pty=None):
     if isinstance(cmd, str):
         cmd = ["sh", "-c", cmd]
     body = {"cmd": list(cmd), "encoding": "base64"}
     if env:
         body["env"] = dict(env)
-    if cwd:
+    if cwd is not None:  # cordond refuses an empty one, naming "cwd"
         body["cwd"] = cwd
+    if pty not in (None, False):
+        body["pty"] = _pty(pty)
     if user is not None:
         body["user"] = user
     if stdin is not None:
@@ -127,7 +141,8 @@ def _stat_query(sb, path, follow_symlinks):
 
 class ExecResult:
     """What a command did. stdout/stderr are str (invalid UTF-8 replaced);
-    stdout_bytes/stderr_bytes are exact."""
+    stdout_bytes/stderr_bytes are exact; max_rss_kb is the largest resident set
+    of its processes."""
 
     def __init__(self, d):
         self.exit_code = d["exit_code"]
@@ -137,6 +152,7 @@ class ExecResult:
         self.duration_ms = d.get("duration_ms")
         self.cpu_user_ms = d.get("cpu_user_ms")
         self.cpu_system_ms = d.get("cpu_system_ms")
+        self.max_rss_kb = d.get("max_rss_kb")
         self.stdout_bytes = base64.b64decode(d.get("stdout_b64", ""))
         self.stderr_bytes = base64.b64decode(d.get("stderr_b64", ""))
         self.stdout = self.stdout_bytes.decode("utf-8", "replace")
@@ -218,6 +234,8 @@ class _Files:
         try:
             while True:
                 chunk = resp.read(_READ_CHUNK)
+                if not chunk and cut_short(resp):
+                    raise http.client.IncompleteRead(b"")
                 if not chunk:
                     return n
                 n = _take(n, chunk, max_bytes, path)
@@ -314,14 +332,18 @@ class Sandbox:
         """The sandbox ends timeout_s seconds from now (0: no lifetime)."""
         return self.update(timeout_s=timeout_s)
 
-    def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None):
-        """Run cmd (a list, or a string for sh -c) to completion. verifier=True: a verifier
+    def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None,
+             pty=None):
+        """Run cmd (a list, or a string for sh -c) to completion. cwd: absolute, or relative to
+        the sandbox's workdir. pty=True (24x80), (rows, cols) or {"rows", "cols"}: on a
+        pseudo-terminal (stdout and stderr are then one stream). verifier=True: a verifier
         step, which ends the sandbox's other processes first, runs alone and may read the
         protected paths; verifier="sibling", copy=[paths]: the same in a fresh sandbox of the
         same spec that gets only those paths from this one (docs/events.md). user: run as
         this user of the sandbox ("name", "uid", "name:group", "uid:gid"; docs/spec.md)."""
         return ExecResult(self._ep.json("POST", f"{self._path}/exec",
-                                        _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier, copy, user)))
+                                        _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier, copy, user,
+                                                   pty)))
 
     def call(self, code, input=None, timeout_s=None, fresh=False):
         """Run Python code in the sandbox's warm interpreter (tier process): the variable
@@ -330,19 +352,22 @@ class Sandbox:
         started; use it for any call whose result must be trusted (docs/process.md)."""
         return CallResult(self._ep.json("POST", f"{self._path}/call", _call_body(code, input, timeout_s, fresh)))
 
-    def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None):
+    def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None,
+                    pty=None):
         """Yield events as they come: {"type": "stdout"|"stderr", "data", "data_bytes"}, then
-        {"type": "exit", "exit_code", …} (or {"type": "error", "error": {…}})."""
+        {"type": "exit", "exit_code", …} (or {"type": "error", "error": {…}}). Closing the
+        generator early (close(), leaving a for loop and dropping it) hangs up: cordond ends
+        the command."""
         _, resp = self._ep.request("POST", f"{self._path}/exec",
-                                   _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy, user), stream=True)
+                                   _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy, user, pty),
+                                   stream=True)
         decoders = {}
+        lines = self._ep.lines(resp)
         try:
-            for line in resp:
-                if line.strip():
-                    yield _stream_event(json.loads(line), decoders)
+            for line in lines:
+                yield _stream_event(json.loads(line), decoders)
         finally:
-            resp.close()
-            resp._cordon_conn.close()
+            lines.close()
 
     def events(self, follow=False):
         """The sandbox's events (dicts with "type"); with follow=True an
@@ -354,13 +379,12 @@ class Sandbox:
 
     def _follow(self):
         _, resp = self._ep.request("GET", f"{self._path}/events?follow=true", stream=True)
+        lines = self._ep.lines(resp)
         try:
-            for line in resp:
-                if line.strip():
-                    yield json.loads(line)
+            for line in lines:
+                yield json.loads(line)
         finally:
-            resp.close()
-            resp._cordon_conn.close()
+            lines.close()
 
     def set_network(self, mode="allowlist", allow=()):
         """Replace the egress policy of the running sandbox (e.g. open package
@@ -423,6 +447,10 @@ class _AsyncFiles:
             async for chunk in stream:
                 n = _take(n, chunk, max_bytes, path)
                 sink(chunk)
+        except IncompleteRead:
+            raise
+        except ConnectionLost as e:
+            raise IncompleteRead(200, "incomplete", f"{path}: the download ended early ({e.message})") from None
         finally:
             await stream.aclose()
         return n
@@ -489,37 +517,47 @@ class AsyncSandbox:
     async def set_timeout(self, timeout_s):
         return await self.update(timeout_s=timeout_s)
 
-    async def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None):
+    async def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None,
+                   pty=None):
+        """Cancelled (asyncio.wait_for, task.cancel()), it hangs up at once: cordond ends the command."""
         return ExecResult(await self._ep.ajson("POST", f"{self._path}/exec",
-                                               _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier, copy, user)))
+                                               _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier, copy, user,
+                                                          pty)))
 
     async def call(self, code, input=None, timeout_s=None, fresh=False):
         return CallResult(await self._ep.ajson("POST", f"{self._path}/call", _call_body(code, input, timeout_s, fresh)))
 
-    async def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None):
-        buf = b""
+    async def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None,
+                          pty=None):
+        """An async iterator of exec_stream's events. Cancelled, or closed early (aclose()), it
+        hangs up: cordond ends the command."""
         decoders = {}
-        async for chunk in self._ep.astream("POST", f"{self._path}/exec",
-                                            _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy, user)):
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                if line.strip():
-                    yield _stream_event(json.loads(line), decoders)
+        lines = alines(self._ep.astream("POST", f"{self._path}/exec",
+                                        _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy, user, pty)))
+        try:
+            async for line in lines:
+                yield _stream_event(json.loads(line), decoders)
+        finally:
+            await lines.aclose()
 
-    async def events(self, follow=False):
-        """A list of events; with follow=True use `async for ev in sb.follow_events()`."""
+    def events(self, follow=False):
+        """`await sb.events()`: a list of events; `async for ev in sb.events(follow=True)`: they
+        as they happen, until the sandbox is deleted (as follow_events())."""
+        if follow:
+            return self.follow_events()
+        return self._events()
+
+    async def _events(self):
         _, data = await self._ep.arequest("GET", f"{self._path}/events")
         return [json.loads(x) for x in data.splitlines() if x.strip()]
 
     async def follow_events(self):
-        buf = b""
-        async for chunk in self._ep.astream("GET", f"{self._path}/events?follow=true"):
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                if line.strip():
-                    yield json.loads(line)
+        lines = alines(self._ep.astream("GET", f"{self._path}/events?follow=true"))
+        try:
+            async for line in lines:
+                yield json.loads(line)
+        finally:
+            await lines.aclose()
 
     async def set_network(self, mode="allowlist", allow=()):
         return await self._ep.ajson("PATCH", f"{self._path}/network", {"mode": mode, "allow": list(allow)})

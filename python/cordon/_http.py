@@ -69,8 +69,44 @@ class TooLarge(CordonError):
     """413: over a size limit; .field names it ("max_bytes": a file longer than the read's limit)."""
 
 
-class IncompleteRead(CordonError):
+class Unavailable(CordonError):
+    """cordond cannot be reached: no socket at the path, nobody listening, no permission, a refused or
+    unreachable TCP address. .status 0, .code "unavailable"; the message names the socket path or URL
+    and the OS's reason, .reason is the OSError."""
+
+    def __init__(self, where, reason):
+        super().__init__(0, "unavailable", f"cannot reach cordond at {where}: {_why(reason)}")
+        self.where, self.reason = where, reason
+
+
+class ConnectionLost(CordonError):
+    """cordond's connection ended before its whole answer (cordond stopped or crashed, the connection
+    was reset). .status 0, .code "connection_lost"; the message names the socket path or URL."""
+
+    def __init__(self, where, reason):
+        super().__init__(0, "connection_lost", f"the connection to cordond at {where} ended before its answer did: "
+                                               f"{_why(reason)}")
+        self.where, self.reason = where, reason
+
+
+class IncompleteRead(ConnectionLost):
     """A download that ended before its last byte (the file grew past the limit, the sandbox ended)."""
+
+    def __init__(self, status, code, message, field=None):
+        CordonError.__init__(self, status, code, message, field)
+        self.where = self.reason = None
+
+
+def _why(reason):
+    """The OS's words for reason (asyncio words a refused connect its own way)."""
+    if isinstance(reason, http.client.RemoteDisconnected) or (
+            isinstance(reason, asyncio.IncompleteReadError) and not reason.partial):
+        return "closed without an answer"
+    if isinstance(reason, (http.client.IncompleteRead, asyncio.IncompleteReadError)):
+        return "closed in the middle of the answer"
+    if isinstance(reason, OSError) and reason.errno:
+        return os.strerror(reason.errno)
+    return str(reason) or type(reason).__name__
 
 
 class ExecError(InvalidArgument):
@@ -89,7 +125,9 @@ def error_from(status, body):
         e, code, message, field = {}, "http_error", (body or b"").decode("utf-8", "replace")[:500], None
     if status == 410:
         return SandboxEnded(status, code, message, field, e.get("exit_reason"))
-    if code == "exec_failed":
+    if status == 403:  # whatever its code ("protected_path", "invalid_ref", …)
+        cls = Forbidden
+    elif code == "exec_failed":
         cls = ExecError
     elif code == "image_in_use":
         cls = ImageInUse
@@ -125,18 +163,49 @@ class Endpoint:
         h.update(extra or {})
         return h
 
+    @property
+    def where(self):
+        """The socket path or the URL, for messages."""
+        return self.socket_path or self.url
+
     # ---- sync ----
     def connection(self):
         if self.socket_path:
             return _UnixConnection(self.socket_path, self.timeout)
         return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
 
+    def connect(self):
+        """A connected connection; Unavailable when cordond cannot be reached (a connect that
+        takes longer than timeout= too)."""
+        conn = self.connection()
+        try:
+            conn.connect()
+        except OSError as e:
+            conn.close()
+            raise Unavailable(self.where, e) from e
+        return conn
+
+    def lines(self, resp):
+        """The non-empty lines of a streamed (NDJSON) response, which is closed at the end, on an
+        error or when the caller stops early; ConnectionLost if cordond's connection ends first."""
+        try:
+            for line in resp:
+                if line.strip():
+                    yield line
+            if cut_short(resp):
+                raise http.client.IncompleteRead(b"")
+        except _LOST as e:
+            raise ConnectionLost(self.where, e) from e
+        finally:
+            resp.close()
+            resp._cordon_conn.close()
+
     def request(self, method, path, body=None, headers=None, stream=False):
         """Returns (status, bytes) or, with stream=True and a 2xx, the open response."""
         if isinstance(body, (dict, list)):
             body = json.dumps(body).encode()
             headers = dict(headers or {}, **{"Content-Type": "application/json"})
-        conn = self.connection()
+        conn = self.connect()
         try:
             conn.request(method, path, body=body, headers=self.headers(headers))
             resp = conn.getresponse()
@@ -144,6 +213,9 @@ class Endpoint:
                 resp._cordon_conn = conn  # closed with the response
                 return resp.status, resp
             data = resp.read()
+        except _LOST as e:
+            conn.close()
+            raise ConnectionLost(self.where, e) from e
         except BaseException:
             conn.close()
             raise
@@ -158,10 +230,11 @@ class Endpoint:
 
     # ---- async ----
     async def arequest(self, method, path, body=None, headers=None):
-        """(status, bytes); raises CordonError for >= 300."""
+        """(status, bytes); raises CordonError for >= 300. Cancelled, it closes its connection at
+        once: cordond ends a buffered exec whose client hung up."""
         status, resp_headers, reader, writer = await self._astart(method, path, body, headers)
         try:
-            data = b"".join([chunk async for chunk in _abody(reader, resp_headers)])
+            data = b"".join([chunk async for chunk in self._abody(reader, resp_headers)])
         finally:
             writer.close()
         if status >= 300:
@@ -177,57 +250,74 @@ class Endpoint:
         status, headers, reader, writer = await self._astart(method, path, body, None)
         try:
             if status >= 300:
-                data = b"".join([c async for c in _abody(reader, headers)])
+                data = b"".join([c async for c in self._abody(reader, headers)])
                 raise error_from(status, data)
-            async for chunk in _abody(reader, headers):
+            async for chunk in self._abody(reader, headers):
                 yield chunk
         finally:
             writer.close()
+
+    async def _abody(self, reader, headers):
+        try:
+            async for chunk in _body_chunks(reader, headers):
+                yield chunk
+        except _LOST as e:
+            raise ConnectionLost(self.where, e) from e
 
     async def _astart(self, method, path, body, headers):
         if isinstance(body, (dict, list)):
             body = json.dumps(body).encode()
             headers = dict(headers or {}, **{"Content-Type": "application/json"})
         body = body or b""
-        if self.socket_path:
-            reader, writer = await asyncio.open_unix_connection(self.socket_path, limit=1 << 24)
-        else:
-            reader, writer = await asyncio.open_connection(self.host, self.port, limit=1 << 24)
+        try:
+            if self.socket_path:
+                reader, writer = await asyncio.open_unix_connection(self.socket_path, limit=1 << 24)
+            else:
+                reader, writer = await asyncio.open_connection(self.host, self.port, limit=1 << 24)
+        except OSError as e:
+            raise Unavailable(self.where, e) from e
         h = self.headers(headers)
         h["Content-Length"] = str(len(body))
         h["Connection"] = "close"
         head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items()) + "\r\n"
-        writer.write(head.encode() + body)
-        await writer.drain()
-        status_line = await reader.readline()
-        parts = status_line.split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/"):
+        try:  # the connection is ours until it is returned: closed on any way out, cancellation too
+            writer.write(head.encode() + body)
+            await writer.drain()
+            status_line = await reader.readline()
+            if not status_line.endswith(b"\n"):
+                raise asyncio.IncompleteReadError(status_line, None)
+            parts = status_line.split(None, 2)
+            if len(parts) < 2 or not parts[0].startswith(b"HTTP/"):
+                raise ServerError(0, "bad_response", f"not an HTTP response: {status_line[:80]!r}")
+            resp_headers = {}
+            while True:
+                line = await reader.readline()
+                if not line.endswith(b"\n"):
+                    raise asyncio.IncompleteReadError(line, None)
+                if line in (b"\r\n", b"\n"):
+                    break
+                k, _, v = line.decode("latin-1").partition(":")
+                resp_headers[k.strip().lower()] = v.strip()
+            return int(parts[1]), resp_headers, reader, writer
+        except _LOST as e:
             writer.close()
-            raise ServerError(0, "bad_response", f"not an HTTP response: {status_line[:80]!r}")
-        resp_headers = {}
-        while True:
-            line = await reader.readline()
-            if line in (b"\r\n", b"\n", b""):
-                break
-            k, _, v = line.decode("latin-1").partition(":")
-            resp_headers[k.strip().lower()] = v.strip()
-        return int(parts[1]), resp_headers, reader, writer
+            raise ConnectionLost(self.where, e) from e
+        except BaseException:
+            writer.close()
+            raise
 
 
-async def _abody(reader, headers):
+async def _body_chunks(reader, headers):
     if headers.get("transfer-encoding", "").lower() == "chunked":
         while True:
             size_line = await reader.readline()
             if not size_line.endswith(b"\n"):  # the connection ended before the last chunk
-                raise IncompleteRead(0, "incomplete", "the response ended before its last chunk")
+                raise asyncio.IncompleteReadError(size_line, None)
             size = int(size_line.split(b";")[0].strip() or b"0", 16)
             if size == 0:
                 await reader.readline()
                 return
-            try:
-                chunk = await reader.readexactly(size)
-            except asyncio.IncompleteReadError:
-                raise IncompleteRead(0, "incomplete", "the response ended inside a chunk") from None
+            chunk = await reader.readexactly(size)
             await reader.readline()
             yield chunk
     elif "content-length" in headers:
@@ -238,6 +328,35 @@ async def _abody(reader, headers):
         data = await reader.read()
         if data:
             yield data
+
+
+async def alines(stream):
+    """The non-empty lines of an NDJSON body's chunks; the stream (Endpoint.astream) is closed
+    however the caller leaves, so its connection is too."""
+    buf = b""
+    try:
+        async for chunk in stream:
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    yield line
+        if buf.strip():
+            yield buf
+    finally:
+        await stream.aclose()
+
+
+def cut_short(resp):
+    """Whether an http.client response whose reads came to an end (b"") lost its end: its
+    connection closed before the last chunk (http.client's readline and read(n) then answer b""
+    rather than raise) or before Content-Length bytes. chunk_left is None after the last chunk."""
+    return resp.chunk_left is not None if resp.chunked else bool(resp.length)
+
+
+# A connection that ends in the middle of a request or an answer: ConnectionError (reset, broken
+# pipe, aborted; http.client's RemoteDisconnected is one), a body cut short, no status line.
+_LOST = (ConnectionError, http.client.IncompleteRead, http.client.BadStatusLine, asyncio.IncompleteReadError)
 
 
 class _UnixConnection(http.client.HTTPConnection):

@@ -15,7 +15,7 @@ Every call takes endpoint= (an Endpoint; default: $CORDON_SOCKET or /run/cordon/
 import json
 import urllib.parse
 
-from ._http import Endpoint, error_from
+from ._http import Endpoint, alines, error_from
 
 __all__ = ["pull", "list", "get", "remove", "prune", "aio"]
 
@@ -59,13 +59,12 @@ def pull(ref, stream=False, endpoint=None):
 
 def _pull_stream(ep, ref):
     _, resp = ep.request("POST", _PULL, _body(ref, True), stream=True)
+    lines = ep.lines(resp)
     try:
-        for line in resp:
-            if line.strip():
-                yield _event(line)
+        for line in lines:
+            yield _event(line)
     finally:
-        resp.close()
-        resp._cordon_conn.close()
+        lines.close()
 
 
 def list(endpoint=None):  # noqa: A001 (the API's noun)
@@ -99,15 +98,12 @@ class _Aio:
         return ep.ajson("POST", _PULL, _body(ref, False))
 
     async def _pull_stream(self, ep, ref):
-        buf = b""
-        async for chunk in ep.astream("POST", _PULL, _body(ref, True)):
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                if line.strip():
-                    yield _event(line)
-        if buf.strip():
-            yield _event(buf)
+        lines = alines(ep.astream("POST", _PULL, _body(ref, True)))
+        try:
+            async for line in lines:
+                yield _event(line)
+        finally:
+            await lines.aclose()
 
     async def list(self, endpoint=None):
         return (await (endpoint or Endpoint()).ajson("GET", "/v1/images"))["images"]

@@ -100,6 +100,7 @@ int cdn_cli_exec(int argc, char *const *argv)
                 "              read its protected paths\n"
                 "  --verifier=sibling --copy PATH…: the same in a fresh sandbox of the same spec that\n"
                 "              gets only the PATHs from this one\n"
+                "  --workdir DIR: absolute, or relative to the sandbox's workdir\n"
                 "  --user U: name, uid, name:group or uid:gid of the sandbox's /etc/passwd\n");
         return 125;
     }
@@ -129,7 +130,7 @@ int cdn_cli_exec(int argc, char *const *argv)
         uint64_t ms;
         if (strcmp(a, "--env") == 0 && strchr(v, '=') && n_env < ELEMENTSOF(env) - 1)
             env[n_env++] = v;
-        else if (strcmp(a, "--workdir") == 0 && v[0] == '/')
+        else if (strcmp(a, "--workdir") == 0 && v[0]) /* relative: to the sandbox's workdir (cordond) */
             cwd = v;
         else if (strcmp(a, "--user") == 0 && v[0])
             user = v;

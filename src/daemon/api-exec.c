@@ -489,7 +489,8 @@ static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_
                                                            : "verifier_unsafe",
                                  refused                          ? NULL
                                  : strncmp(msg, "user: ", 6) == 0 ? "user" /* init-user.c, init-exec.c */
-                                                                  : "cmd",
+                                 : strncmp(msg, "working directory ", 18) == 0 ? "cwd" /* init-exec.c */
+                                                                               : "cmd",
                                  msg);
     } else {
         res = lost_json(c, &status);
@@ -650,7 +651,8 @@ void cdn_api_exec(struct evhttp_request *req, struct box *b)
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     _cleanup_(cdn_exec_args_free) struct exec_args a = {0}; /* moved out by what starts the exec */
     struct cdn_error e = {0};
-    int r = cdn_exec_args_parse((const char *) evbuffer_pullup(in, -1), evbuffer_get_length(in), &a, &e);
+    int r = cdn_exec_args_parse((const char *) evbuffer_pullup(in, -1), evbuffer_get_length(in),
+                                b->spec.workdir, &a, &e);
     if (r < 0)
         return cdn_api_reply_cdn_error(req, 400, r == -EBADMSG ? "invalid_json" : "invalid_argument", &e);
     if (cdn_tier_check_user(b->sb.tier, a.user, &e) < 0)

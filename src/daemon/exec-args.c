@@ -137,7 +137,26 @@ static int parse_verifier(json_t *v, struct exec_args *a, struct cdn_error *e)
     return 0;
 }
 
-static int parse_object(json_t *o, struct exec_args *a, struct cdn_error *e)
+/* "cwd": absolute, or relative to the sandbox's workdir, as the files API takes a path
+ * (file-args.c): the command and a files call of the same path agree on the file. */
+static int parse_cwd(json_t *v, const char *workdir, struct exec_args *a, struct cdn_error *e)
+{
+    const char *p = json_string_value(v);
+    if (!json_is_string(v) || !p[0] || strlen(p) != json_string_length(v))
+        return bad(e, "cwd", "must be a non-empty path without NUL bytes (relative: to the workdir)");
+    bool rel = p[0] != '/';
+    if (rel && (!workdir || workdir[0] != '/'))
+        return bad(e, "cwd", "must be an absolute path (the sandbox has no workdir)");
+    if (asprintf(&a->cwd, "%s%s%s", rel ? workdir : "", rel ? "/" : "", p) < 0) {
+        a->cwd = NULL;
+        return cdn_error_set(e, ENOMEM, "out of memory");
+    }
+    if (strlen(a->cwd) >= EXEC_CWD_MAX)
+        return cdn_error_field(e, ENAMETOOLONG, "cwd", "cwd: longer than %d bytes", EXEC_CWD_MAX - 1);
+    return 0;
+}
+
+static int parse_object(json_t *o, const char *workdir, struct exec_args *a, struct cdn_error *e)
 {
     if (!json_is_object(o))
         return bad(e, "body", "must be a JSON object");
@@ -151,10 +170,7 @@ static int parse_object(json_t *o, struct exec_args *a, struct cdn_error *e)
         else if (strcmp(k, "env") == 0)
             r = parse_env(v, &a->env, e);
         else if (strcmp(k, "cwd") == 0)
-            r = json_is_string(v) && json_string_value(v)[0] == '/'
-                    ? ((a->cwd = strdup(json_string_value(v))) ? 0
-                                                               : cdn_error_set(e, ENOMEM, "out of memory"))
-                    : bad(e, "cwd", "must be an absolute path");
+            r = parse_cwd(v, workdir, a, e);
         else if (strcmp(k, "user") == 0)
             r = !json_is_string(v) ? bad(e, "user", "must be a string: name, uid, name:group or uid:gid")
                 : cdn_user_check(json_string_value(v), e) < 0
@@ -210,12 +226,13 @@ void cdn_exec_args_free(struct exec_args *a)
     a->user = NULL; /* a second call frees nothing: a cleanup variable may hold what a callee freed */
 }
 
-int cdn_exec_args_parse(const char *body, size_t len, struct exec_args *a, struct cdn_error *e)
+int cdn_exec_args_parse(const char *body, size_t len, const char *workdir, struct exec_args *a,
+                        struct cdn_error *e)
 {
     json_error_t jerr;
     _cleanup_json_ json_t *o = json_loadb(body, len, 0, &jerr);
     if (!o)
         return cdn_error_field(e, EBADMSG, "body", "body: not JSON: %s (line %d, column %d)", jerr.text,
                                jerr.line, jerr.column);
-    return parse_object(o, a, e);
+    return parse_object(o, workdir, a, e);
 }

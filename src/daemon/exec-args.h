@@ -19,7 +19,7 @@
 struct exec_args {
     /* owned; cdn_exec_args_free() releases them, also after a failed parse */
     struct cdn_strv argv, env;
-    char *cwd;
+    char *cwd;  /* absolute (a relative one is joined to the workdir); NULL: the workdir */
     char *user; /* "name", "uid", "name:group", "uid:gid" (shared/user.h); NULL: the spec's */
     uint8_t *stdin_data;
     long stdin_len;
@@ -32,7 +32,13 @@ struct exec_args {
     uint16_t rows, cols;
 };
 
-/* Parse body (len bytes) into a, which must be zeroed. -EBADMSG: not JSON;
- * -EINVAL: a field is wrong (e names it); -ENOMEM. */
-int cdn_exec_args_parse(const char *body, size_t len, struct exec_args *a, struct cdn_error *e);
+/* Longest cwd, once joined to the workdir (as file-args.h's path). */
+#define EXEC_CWD_MAX 4096
+
+/* Parse body (len bytes) into a, which must be zeroed. A relative "cwd" is
+ * joined to workdir (the sandbox's spec.workdir), as the files API does with
+ * a relative path. -EBADMSG: not JSON; -EINVAL: a field is wrong (e names
+ * it); -ENAMETOOLONG: cwd (named); -ENOMEM. */
+int cdn_exec_args_parse(const char *body, size_t len, const char *workdir, struct exec_args *a,
+                        struct cdn_error *e);
 void cdn_exec_args_free(struct exec_args *a);

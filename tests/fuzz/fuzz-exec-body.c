@@ -10,7 +10,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct exec_args a = {0};
     struct cdn_error e = {0};
-    (void) cdn_exec_args_parse((const char *) data, size, &a, &e);
+    (void) cdn_exec_args_parse((const char *) data, size, "/workspace", &a, &e);
     cdn_exec_args_free(&a);
     return 0;
 }

@@ -127,11 +127,14 @@ def test_exec_errors(daemon, tier):
             sb.exec(["/no/such/command"])
         assert e.value.field == "cmd" and "/no/such/command" in e.value.message
         for body, field in [({}, "cmd"), ({"cmd": []}, "cmd"), ({"cmd": "ls"}, "cmd"), ({"cmd": ["ls", 1]}, "cmd"),
-                            ({"cmd": ["ls"], "cwd": "rel"}, "cwd"), ({"cmd": ["ls"], "timeout_s": -1}, "timeout_s"),
+                            ({"cmd": ["ls"], "cwd": ""}, "cwd"), ({"cmd": ["ls"], "timeout_s": -1}, "timeout_s"),
                             ({"cmd": ["ls"], "bogus": True}, "bogus"), ({"cmd": ["ls"], "env": {"A=B": "c"}}, "env"),
                             ({"cmd": ["ls"], "stdin_b64": "!!!"}, "stdin_b64")]:
             status, r = daemon.http("POST", f"/v1/sandboxes/{sb.id}/exec", body)
             assert status == 400 and r["error"]["field"] == field, (body, r)
+        with pytest.raises(cordon.ExecError) as e:  # relative: the workdir's (test_sdk.py), and not there
+            sb.exec(["ls"], cwd="no/such/dir")
+        assert e.value.field == "cwd" and "no/such/dir" in e.value.message, e.value
         status, r = daemon.http("POST", f"/v1/sandboxes/{sb.id}/exec", b"[1,")
         assert status == 400 and r["error"]["code"] == "invalid_json"
         assert sb.exec("true").exit_code == 0  # the sandbox is fine
