@@ -386,6 +386,24 @@ class Sandbox:
         finally:
             lines.close()
 
+    def usage(self):
+        """What it uses now (once it ended: at its end): {"time", "cpu_ms", "memory_bytes",
+        "memory_peak_bytes", "pids", "disk_used_bytes", "disk_size_bytes", "net_rx_bytes",
+        "net_tx_bytes", "oom_kills", "pids_limit_hits"}; None where the tier cannot tell."""
+        return self._ep.json("GET", f"{self._path}/usage")
+
+    def usage_stream(self, interval_s=1.0):
+        """Yield usage() every interval_s seconds (0.1-3600) until the sandbox ends (the last one is
+        its usage at the end)."""
+        _, resp = self._ep.request("GET", f"{self._path}/usage?follow=true&interval_s={float(interval_s)!r}",
+                                   stream=True)
+        lines = self._ep.lines(resp)
+        try:
+            for line in lines:
+                yield json.loads(line)
+        finally:
+            lines.close()
+
     def set_network(self, mode="allowlist", allow=()):
         """Replace the egress policy of the running sandbox (e.g. open package
         mirrors for setup, then close them): connections the new list forbids
@@ -553,6 +571,17 @@ class AsyncSandbox:
 
     async def follow_events(self):
         lines = alines(self._ep.astream("GET", f"{self._path}/events?follow=true"))
+        try:
+            async for line in lines:
+                yield json.loads(line)
+        finally:
+            await lines.aclose()
+
+    async def usage(self):
+        return await self._ep.ajson("GET", f"{self._path}/usage")
+
+    async def usage_stream(self, interval_s=1.0):
+        lines = alines(self._ep.astream("GET", f"{self._path}/usage?follow=true&interval_s={float(interval_s)!r}"))
         try:
             async for line in lines:
                 yield json.loads(line)

@@ -23,6 +23,7 @@ int cdn_cli_create(int argc, char *const *argv);
 int cdn_cli_exec(int argc, char *const *argv);
 int cdn_cli_kill(int argc, char *const *argv);
 int cdn_cli_update(int argc, char *const *argv);
+int cdn_cli_stats(int argc, char *const *argv);
 int cdn_cli_ls(int argc, char *const *argv);
 int cdn_cli_inspect(int argc, char *const *argv);
 int cdn_cli_events(int argc, char *const *argv);

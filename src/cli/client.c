@@ -363,6 +363,27 @@ int cdn_cli_events(int argc, char *const *argv)
     return ret;
 }
 
+/* cordon stats ID: what it uses now (GET …/usage), as JSON. */
+int cdn_cli_stats(int argc, char *const *argv)
+{
+    if (argc != 1) {
+        fprintf(stderr, "usage: cordon stats ID\n");
+        return 125;
+    }
+    char path[256];
+    (void) snprintf(path, sizeof path, "/v1/sandboxes/%.64s/usage", argv[0]);
+    cordon_client *c = connect_daemon();
+    json_t *o = NULL;
+    int ret = c ? get_json(c, path, &o, "stats") : 125;
+    if (ret == 0) {
+        _cleanup_free_ char *s = json_dumps(o, JSON_INDENT(2));
+        printf("%s\n", s ? s : "{}");
+    }
+    json_decref(o);
+    cordon_client_free(c);
+    return ret;
+}
+
 /* A download into local ("-": stdout), streamed. A file that cannot be had whole is removed. */
 static int download(cordon_client *c, const char *id, const char *remote, const char *local, uint64_t max)
 {

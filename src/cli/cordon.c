@@ -37,6 +37,8 @@ static const struct {
     {"ls", cdn_cli_ls, false, "ls [--label K=V]…             list sandboxes"},
     {"inspect", cdn_cli_inspect, false, "inspect ID                    a sandbox as JSON"},
     {"events", cdn_cli_events, false, "events ID [--follow]          its event log (NDJSON)"},
+    {"stats", cdn_cli_stats, false,
+     "stats ID                      what it uses now: CPU, memory, pids, disk, network"},
     {"cp", cdn_cli_cp, false,
      "cp ID:PATH HOST | HOST ID:PATH copy a file out of or into a sandbox\n"
      "  cordon cp --max-bytes SIZE ID:PATH HOST   a download of a file over cordond's max_read"},
@@ -55,6 +57,7 @@ static const struct {
     {"ls", NULL, false, ""},
     {"inspect", NULL, false, ""},
     {"events", NULL, false, ""},
+    {"stats", NULL, false, ""},
     {"cp", NULL, false, ""},
     {"vm", NULL, false, ""},
     {"selftest", NULL, false, ""},

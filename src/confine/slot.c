@@ -128,7 +128,7 @@ int cdn_slot_make_cgroup(struct cdn_sandbox *sb, struct cdn_error *err)
         return r;
     struct cdn_cgroup_stats st; /* a reused directory keeps its OOM count: remember where it stood */
     if (r > 0 && sb->cgroup.ops->stats(&sb->cgroup, &st) == 0)
-        sb->oom_base = st.oom_kills;
+        sb->oom_base = st.oom_kills, sb->cpu_base = st.cpu_usec;
     return 0;
 }
 
@@ -144,6 +144,12 @@ int cdn_slot_usage(struct cdn_sandbox *sb, struct cdn_usage *ret)
         .memory_peak_bytes = st.memory_peak_bytes,
         .oom_kills = st.oom_kills - (st.oom_kills >= sb->oom_base ? sb->oom_base : 0),
         .pids_max_hits = st.pids_max_hits,
+        .cpu_usec = st.cpu_usec - (st.cpu_usec >= sb->cpu_base ? sb->cpu_base : 0),
+        .memory_bytes = st.memory_bytes,
+        .pids = st.pids,
+        .cpu_known = st.cpu_known,
+        .memory_known = true,
+        .pids_known = true,
     };
     return 0;
 }

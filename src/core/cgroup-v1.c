@@ -18,6 +18,27 @@
 static const char *const controllers[] = {"cpu", "memory", "pids"};
 #define N_CTRL (sizeof controllers / sizeof controllers[0])
 
+/* Where CPU time is counted: cpuacct co-mounted with cpu ("cpu,cpuacct": the cpu directory has
+ * cpuacct.usage), a cpuacct hierarchy of its own (then a fourth directory per cgroup, optional:
+ * nothing fails without it), or none (no CPU time). */
+enum cpuacct { CPUACCT_NONE, CPUACCT_IN_CPU, CPUACCT_OWN };
+
+static enum cpuacct cpuacct(void)
+{
+    static int known = -1;
+    if (known < 0) {
+        char p[512];
+        (void) snprintf(p, sizeof p, "%s/cpu/cpuacct.usage", cdn_cgroup_root());
+        if (access(p, F_OK) == 0)
+            known = CPUACCT_IN_CPU;
+        else {
+            (void) snprintf(p, sizeof p, "%s/cpuacct/cpuacct.usage", cdn_cgroup_root());
+            known = access(p, F_OK) == 0 ? CPUACCT_OWN : CPUACCT_NONE;
+        }
+    }
+    return (enum cpuacct) known;
+}
+
 static int knob(const struct cdn_cgroup *cg, const char *ctrl, const char *file, char *buf, size_t size)
 {
     char dir[512];
@@ -78,6 +99,19 @@ static int v1_create(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, s
         else if (m)
             return cdn_error_set(err, m, "cgroup v1: mkdir %s: %m", p);
     }
+    if (cpuacct() == CPUACCT_OWN) { /* optional: CPU time only */
+        char p[512];
+        if (cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V1, "cpuacct", cg->name) == 0 && mkdir(p, 0755) < 0 &&
+            errno == ENOENT) {
+            *strrchr(p, '/') = 0;
+            (void) mkdir(p, 0755);
+            *strchr(p, 0) = '/';
+            (void) mkdir(p, 0755);
+        }
+    }
+    /* A reused directory's count starts again (v2's cannot: the slot keeps a base). */
+    if (cpuacct() != CPUACCT_NONE)
+        (void) write_knob(cg, cpuacct() == CPUACCT_OWN ? "cpuacct" : "cpu", "cpuacct.usage", "0");
     char v[32];
     int r = set_memory(cg, l->memory_bytes, err);
     if (r < 0)
@@ -105,6 +139,8 @@ static int v1_attach(struct cdn_cgroup *cg, pid_t pid)
         if (r < 0)
             return r;
     }
+    if (cpuacct() == CPUACCT_OWN)
+        (void) write_knob(cg, "cpuacct", "cgroup.procs", v);
     return 0;
 }
 
@@ -118,6 +154,9 @@ static int v1_delegate_self(struct cdn_cgroup *cg, uid_t uid, gid_t gid)
         if (chown(p, uid, gid) < 0)
             return -errno;
     }
+    char p[600];
+    if (cpuacct() == CPUACCT_OWN && knob(cg, "cpuacct", "tasks", p, sizeof p) == 0)
+        (void) !chown(p, uid, gid);
     return 0;
 }
 
@@ -130,6 +169,8 @@ static int v1_attach_self(const struct cdn_cgroup *cg)
         if (r < 0)
             return r;
     }
+    if (cpuacct() == CPUACCT_OWN)
+        (void) write_knob(cg, "cpuacct", "tasks", "0");
     return 0;
 }
 
@@ -152,6 +193,13 @@ static int v1_stats(struct cdn_cgroup *cg, struct cdn_cgroup_stats *ret)
         .memory_peak_bytes = read_u64(cg, "memory", "memory.max_usage_in_bytes", NULL),
         .oom_kills = read_u64(cg, "memory", "memory.oom_control", "oom_kill"),
         .pids_max_hits = read_u64(cg, "pids", "pids.events", "max"),
+        .memory_bytes = read_u64(cg, "memory", "memory.usage_in_bytes", NULL),
+        .pids = read_u64(cg, "pids", "pids.current", NULL),
+        .cpu_usec =
+            cpuacct() == CPUACCT_NONE
+                ? 0
+                : read_u64(cg, cpuacct() == CPUACCT_OWN ? "cpuacct" : "cpu", "cpuacct.usage", NULL) / 1000,
+        .cpu_known = cpuacct() != CPUACCT_NONE,
     };
     return 0;
 }
@@ -176,6 +224,9 @@ static int v1_destroy(struct cdn_cgroup *cg)
         if (r < 0 && ret == 0)
             ret = r;
     }
+    char p[512];
+    if (cpuacct() == CPUACCT_OWN && cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V1, "cpuacct", cg->name) == 0)
+        (void) cdn_cgroup_rmdir(p);
     return ret;
 }
 

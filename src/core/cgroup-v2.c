@@ -95,6 +95,10 @@ static int v2_stats(struct cdn_cgroup *cg, struct cdn_cgroup_stats *ret)
         .memory_peak_bytes = read_keyed(cg, "memory.peak", NULL),
         .oom_kills = read_keyed(cg, "memory.events", "oom_kill"),
         .pids_max_hits = read_keyed(cg, "pids.events", "max"),
+        .memory_bytes = read_keyed(cg, "memory.current", NULL),
+        .pids = read_keyed(cg, "pids.current", NULL),
+        .cpu_usec = read_keyed(cg, "cpu.stat", "usage_usec"),
+        .cpu_known = true, /* cpu.stat's usage_usec is in every cgroup */
     };
     return 0;
 }

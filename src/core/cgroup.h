@@ -22,6 +22,10 @@ struct cdn_cgroup_stats {
     uint64_t memory_peak_bytes;
     uint64_t oom_kills;
     uint64_t pids_max_hits; /* times the pids limit refused a fork, when the kernel counts it */
+    uint64_t memory_bytes;  /* charged now */
+    uint64_t pids;          /* tasks now */
+    uint64_t cpu_usec;      /* CPU time used, since the directory was made (v1: since create) */
+    bool cpu_known;         /* v1 without a cpuacct hierarchy has no CPU time */
 };
 
 enum cdn_cgroup_version { CDN_CGROUP_V1 = 1, CDN_CGROUP_V2 = 2 };

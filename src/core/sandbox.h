@@ -61,6 +61,7 @@ struct cdn_sandbox {
     uint32_t uid_base;
     struct cdn_cgroup cgroup;
     uint64_t oom_base; /* oom_kill count of a reused cgroup at creation */
+    uint64_t cpu_base; /* … and its CPU time (µs; v2 cannot reset it) */
     int reaper_fd;     /* write end of the reaper pipe: EOF without "done" = clean up */
     int image_fd;      /* its OCI image's hold (image.h cdn_image_hold), until release; or -EBADF */
     pid_t reaper_pid;
@@ -71,6 +72,10 @@ struct cdn_usage {
     uint64_t memory_peak_bytes;
     uint64_t oom_kills;
     uint64_t pids_max_hits;
+    /* Now (cdn_tier_ops.usage): what a known_* flag says is known. A VM's cpu and memory are its
+     * QEMU's on the host (the guest's kernel and commands); its pids and disk are the guest's. */
+    uint64_t cpu_usec, memory_bytes, pids, disk_used_bytes, disk_size_bytes;
+    bool cpu_known, memory_known, pids_known, disk_known;
 };
 
 /* Fill id with 12 random hex digits. */

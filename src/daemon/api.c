@@ -24,11 +24,26 @@
 #include "core/json-util.h"
 #include "tiers/tier.h"
 
+/* A client following a sandbox: its events, or (tick set) its usage every interval. */
 struct follower {
     struct evhttp_request *req;
     struct box *box;
+    struct event *tick;
     LIST_ENTRY(follower) link;
 };
+
+/* One NDJSON line to a follower (body taken). */
+static void follower_line(struct follower *f, json_t *body)
+{
+    _cleanup_free_ char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    _cleanup_evbuffer_ struct evbuffer *chunk = s ? evbuffer_new() : NULL;
+    if (!chunk)
+        return;
+    evbuffer_add(chunk, s, strlen(s));
+    evbuffer_add(chunk, "\n", 1);
+    evhttp_send_reply_chunk(f->req, chunk);
+}
 
 /* ---- replies ---- */
 
@@ -423,6 +438,27 @@ static void route_metrics(struct evhttp_request *req)
                             "# HELP cordon_image_store_bytes Bytes the image store takes on disk.\n"
                             "# TYPE cordon_image_store_bytes gauge\ncordon_image_store_bytes %llu\n",
                             (unsigned long long) cdn_daemon->image_store_bytes);
+    /* What the live sandboxes use, summed: no label per sandbox (their number would be unbounded). */
+    static const char *const sums[][3] = {
+        {"cpu_ms", "cordon_sandboxes_cpu_seconds", "CPU time of the running sandboxes (the known ones)"},
+        {"memory_bytes", "cordon_sandboxes_memory_bytes", "Memory the running sandboxes are charged now"},
+        {"pids", "cordon_sandboxes_pids", "Tasks in the running sandboxes now"},
+        {"disk_used_bytes", "cordon_sandboxes_disk_used_bytes", "Bytes used on the running sandboxes' disks"},
+        {"net_rx_bytes", "cordon_sandboxes_network_received_bytes", "Bytes the running sandboxes received"},
+        {"net_tx_bytes", "cordon_sandboxes_network_sent_bytes", "Bytes the running sandboxes sent"},
+    };
+    double total[ELEMENTSOF(sums)] = {0};
+    LIST_FOREACH(x, &cdn_daemon->boxes, link)
+    {
+        if (x->state != BOX_RUNNING)
+            continue;
+        _cleanup_json_ json_t *u = cdn_box_usage_json(x);
+        for (size_t i = 0; u && i < ELEMENTSOF(sums); i++)
+            total[i] += json_number_value(json_object_get(u, sums[i][0])); /* null: 0 */
+    }
+    for (size_t i = 0; i < ELEMENTSOF(sums); i++)
+        evbuffer_add_printf(b, "# HELP %s %s.\n# TYPE %s gauge\n%s %.17g\n", sums[i][1], sums[i][2],
+                            sums[i][1], sums[i][1], i == 0 ? total[i] / 1e3 : total[i]);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain; version=0.0.4");
     evhttp_send_reply(req, 200, "OK", b);
 }
@@ -437,6 +473,8 @@ static void follower_gone(struct evhttp_connection *conn, void *arg)
     /* libevent detached the request from the dying connection: ending it frees it */
     if (!evhttp_request_get_connection(f->req))
         evhttp_send_reply_end(f->req);
+    if (f->tick)
+        event_free(f->tick);
     free(f);
 }
 
@@ -445,6 +483,8 @@ void cdn_api_events_push(struct box *b, const char *line, size_t len)
     struct follower *f;
     LIST_FOREACH(f, &b->followers, link)
     {
+        if (f->tick) /* a usage follower */
+            continue;
         _cleanup_evbuffer_ struct evbuffer *chunk = evbuffer_new();
         if (!chunk)
             continue;
@@ -458,6 +498,12 @@ void cdn_api_events_end(struct box *b)
     while (!LIST_EMPTY(&b->followers)) {
         struct follower *f = LIST_FIRST(&b->followers);
         LIST_REMOVE(f, link);
+        if (f->tick) { /* its last line: the usage as the sandbox ended, when it is known */
+            event_free(f->tick);
+            json_t *u = cdn_box_usage_json(b);
+            if (u)
+                follower_line(f, u);
+        }
         evhttp_connection_set_closecb(evhttp_request_get_connection(f->req), NULL, NULL);
         evhttp_send_reply_end(f->req);
         free(f);
@@ -502,6 +548,65 @@ void cdn_api_events(struct evhttp_request *req, struct box *b)
         cdn_box_events_write(b, copy);
         evhttp_send_reply_chunk(req, copy);
     }
+    LIST_INSERT_HEAD(&b->followers, f, link);
+    evhttp_connection_set_closecb(evhttp_request_get_connection(req), follower_gone, f);
+}
+
+static void usage_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    struct follower *f = arg;
+    json_t *u = cdn_box_usage_json(f->box);
+    if (u)
+        follower_line(f, u);
+}
+
+/* GET /v1/sandboxes/{id}/usage[?follow=true[&interval_s=S]]: what it uses now (once it ended:
+ * at its end); followed, a line every interval_s (default 1, 0.1-3600) until it ends. */
+static void api_usage(struct evhttp_request *req, struct box *b)
+{
+    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    struct evkeyvalq q;
+    TAILQ_INIT(&q);
+    if (query && evhttp_parse_query_str(query, &q) < 0)
+        return cdn_api_reply_error(req, 400, "invalid_query", NULL, "the query string does not parse");
+    const char *fv = evhttp_find_header(&q, "follow"), *iv = evhttp_find_header(&q, "interval_s");
+    bool follow = fv && (strcmp(fv, "true") == 0 || strcmp(fv, "1") == 0);
+    char *end = NULL;
+    double interval = iv ? strtod(iv, &end) : 1.0;
+    const char *bad = fv && !follow && strcmp(fv, "false") != 0 && strcmp(fv, "0") != 0 ? "follow"
+                      : iv && (!end || *end || !(interval >= 0.1 && interval <= 3600))  ? "interval_s"
+                                                                                        : NULL;
+    char unknown[64]; /* a copy: the query's strings go with it */
+    for (const struct evkeyval *kv = q.tqh_first; kv && !bad; kv = kv->next.tqe_next)
+        if (strcmp(kv->key, "follow") != 0 && strcmp(kv->key, "interval_s") != 0)
+            bad = unknown, (void) snprintf(unknown, sizeof unknown, "%s", kv->key);
+    evhttp_clear_headers(&q);
+    if (bad)
+        return cdn_api_reply_error(req, 400, "invalid_query", bad,
+                                   "%s: follow=true|false, interval_s=0.1-3600, nothing else", bad);
+    json_t *now = cdn_box_usage_json(b);
+    if (!now)
+        return cdn_api_reply_error(req, 409, "sandbox_not_running", NULL, "sandbox %s is %s", b->sb.id,
+                                   cdn_box_state_name(b->state));
+    if (!follow || b->state != BOX_RUNNING) /* an ended one: its last usage, once */
+        return cdn_api_reply_json(req, 200, now);
+    struct follower *f = calloc(1, sizeof *f);
+    struct timeval tv = {.tv_sec = (time_t) interval,
+                         .tv_usec = (suseconds_t) ((interval - (time_t) interval) * 1e6)};
+    if (!f || !(f->tick = event_new(cdn_daemon->base, -1, EV_PERSIST, usage_tick, f)) ||
+        evtimer_add(f->tick, &tv) < 0) {
+        if (f && f->tick)
+            event_free(f->tick);
+        free(f);
+        json_decref(now);
+        return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
+    }
+    f->req = req, f->box = b;
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/x-ndjson");
+    evhttp_send_reply_start(req, 200, "OK");
+    cdn_api_stream_timeout(req);
+    follower_line(f, now);
     LIST_INSERT_HEAD(&b->followers, f, link);
     evhttp_connection_set_closecb(evhttp_request_get_connection(req), follower_gone, f);
 }
@@ -565,7 +670,8 @@ static void route(struct evhttp_request *req, void *arg)
         return cdn_api_reply_error(req, 404, "sandbox_not_found", "id", "no sandbox '%s'", id);
     /* Its idle timeout counts requests that use it; looking at it (GET of it, its events, its
      * violations) is not using it. */
-    if (m != EVHTTP_REQ_GET || (rest[0] && strcmp(rest, "events") != 0 && strcmp(rest, "violations") != 0))
+    if (m != EVHTTP_REQ_GET || (rest[0] && strcmp(rest, "events") != 0 && strcmp(rest, "violations") != 0 &&
+                                strcmp(rest, "usage") != 0))
         cdn_box_touch(b);
     static const struct {
         const char *rest;
@@ -578,6 +684,7 @@ static void route(struct evhttp_request *req, void *arg)
         {"events", EVHTTP_REQ_GET, cdn_api_events},     {"stat", EVHTTP_REQ_GET, cdn_api_stat},
         {"mkdir", EVHTTP_REQ_POST, cdn_api_mkdir},      {"network", EVHTTP_REQ_PATCH, api_network},
         {"violations", EVHTTP_REQ_GET, api_violations}, {"monitor/text", EVHTTP_REQ_POST, api_monitor_text},
+        {"usage", EVHTTP_REQ_GET, api_usage},
     };
     if (!rest[0]) {
         if (m == EVHTTP_REQ_GET)

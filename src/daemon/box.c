@@ -179,12 +179,43 @@ json_t *cdn_box_to_json(struct box *b)
         (void) snprintf(ip, sizeof ip, "%u.%u.%u.%u", a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255);
         json_object_set_new(o, "network", json_pack("{s:s, s:s}", "ip", ip, "interface", b->netns.host_if));
     }
-    struct cdn_usage u;
-    if (o && b->state == BOX_RUNNING && b->sb.tier->usage(&b->sb, &u) == 0)
-        json_object_set_new(o, "usage",
-                            json_pack("{s:I, s:I}", "memory_peak_bytes", (json_int_t) u.memory_peak_bytes,
-                                      "oom_kills", (json_int_t) u.oom_kills));
+    json_t *usage = o ? cdn_box_usage_json(b) : NULL;
+    if (usage)
+        json_object_set_new(o, "usage", usage);
     return o;
+}
+
+/* A counter of the host's end of its veth (the sandbox's own, seen the other way round), or null. */
+static json_t *veth_counter(const struct box *b, const char *name)
+{
+    char p[128], buf[32];
+    if (!b->egress || !b->netns.host_if[0])
+        return json_null();
+    (void) snprintf(p, sizeof p, "/sys/class/net/%s/statistics/%s", b->netns.host_if, name);
+    _cleanup_fclose_ FILE *f = fopen(p, "re");
+    return f && fgets(buf, sizeof buf, f) ? json_integer((json_int_t) strtoull(buf, NULL, 10)) : json_null();
+}
+
+static json_t *known(bool k, uint64_t v)
+{
+    return k ? json_integer((json_int_t) v) : json_null();
+}
+
+json_t *cdn_box_usage_json(struct box *b)
+{
+    if (b->cleaned || b->state == BOX_STARTING || b->pool)
+        return b->final_usage ? json_deep_copy(b->final_usage) : NULL;
+    struct cdn_usage u = {0};
+    if (b->sb.tier->usage(&b->sb, &u) < 0)
+        return NULL;
+    return json_pack("{s:f, s:o, s:o, s:I, s:o, s:o, s:o, s:I, s:I, s:o, s:o}", "time", now_unix(), "cpu_ms",
+                     u.cpu_known ? json_real((double) u.cpu_usec / 1e3) : json_null(), "memory_bytes",
+                     known(u.memory_known, u.memory_bytes), "memory_peak_bytes",
+                     (json_int_t) u.memory_peak_bytes, "pids", known(u.pids_known, u.pids), "disk_used_bytes",
+                     known(u.disk_known, u.disk_used_bytes), "disk_size_bytes",
+                     known(u.disk_known, u.disk_size_bytes), "oom_kills", (json_int_t) u.oom_kills,
+                     "pids_limit_hits", (json_int_t) u.pids_max_hits, "net_rx_bytes",
+                     veth_counter(b, "tx_bytes"), "net_tx_bytes", veth_counter(b, "rx_bytes"));
 }
 
 /* The end of a create, told once to whoever waits for it (the API: its HTTP answer). */
@@ -215,6 +246,7 @@ static void box_free(struct box *b)
     if (b->start_ev)
         event_free(b->start_ev);
     cdn_box_events_free(b);
+    json_decref(b->final_usage);
     cdn_tier_release(&b->sb);
     cdn_spec_free(&b->spec);
     free(b);
@@ -248,6 +280,8 @@ void cdn_box_drop_kept_slots(void)
 /* init has exited (or never started): release the tier's resources. */
 static void cleanup(struct box *b)
 {
+    if (b->state != BOX_STARTING && !b->dying && !b->final_usage) /* its last: its cgroup still counts */
+        b->final_usage = cdn_box_usage_json(b);
     b->cleaned = true;
     monitor_stop(b);
     cdn_box_fanotify_stop(b);

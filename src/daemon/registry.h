@@ -141,6 +141,7 @@ struct box {
     bool ending;           /* cordond ends it (its lifetime, its idle timeout): it ran, keep its record */
     bool uncounted;        /* ended and kept for its retention: not one of n_boxes, one of n_ended */
     struct event *idle_ev; /* limits.idle_timeout_ms: looks at last_request (box.c) */
+    json_t *final_usage;   /* its usage as it ended (cleanup), for GET afterwards */
     struct timespec last_request; /* CLOCK_MONOTONIC of the last request on it (cdn_box_touch) */
     uint64_t execs;
     struct cdn_egress_box *egress; /* network != none (egress.c) */
@@ -307,6 +308,8 @@ void cdn_box_check_limits(struct box *b);
 json_t *cdn_box_violations_json(const struct box *b);
 /* JSON of the box for GET, caller frees (json_decref). */
 json_t *cdn_box_to_json(struct box *b);
+/* What it uses now (docs/cordond.md "usage"), or at its end once it ended; NULL while it starts. */
+json_t *cdn_box_usage_json(struct box *b);
 
 /* ---- egress (egress.c, DESIGN §7) ---- */
 /* Proxy, DNS stub, nftables table. A failure leaves cordond up, refusing

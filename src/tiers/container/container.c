@@ -319,9 +319,20 @@ static int container_kill(struct cdn_sandbox *sb, int sig)
     return cdn_slot_signal(sb, sig);
 }
 
+/* The cgroup's counts, and its root's filesystem: the overlay answers for its upper layer (the
+ * writable layer on disk, or the tmpfs of disk "memory"). */
 static int container_usage(struct cdn_sandbox *sb, struct cdn_usage *ret)
 {
-    return cdn_slot_usage(sb, ret);
+    int r = cdn_slot_usage(sb, ret);
+    char root[64];
+    struct statfs fs;
+    (void) snprintf(root, sizeof root, "/proc/%d/root/", (int) sb->init_pid);
+    if (r == 0 && sb->init_pid > 0 && statfs(root, &fs) == 0) {
+        ret->disk_used_bytes = (uint64_t) (fs.f_blocks - fs.f_bfree) * (uint64_t) fs.f_bsize;
+        ret->disk_size_bytes = (uint64_t) fs.f_blocks * (uint64_t) fs.f_bsize;
+        ret->disk_known = true;
+    }
+    return r;
 }
 
 static int container_destroy(struct cdn_sandbox *sb)

@@ -291,9 +291,19 @@ static int process_kill(struct cdn_sandbox *sb, int sig)
     return cdn_slot_signal(sb, sig);
 }
 
+/* The cgroup's counts, and its directory's tmpfs (limits.disk_mb). */
 static int process_usage(struct cdn_sandbox *sb, struct cdn_usage *ret)
 {
-    return cdn_slot_usage(sb, ret);
+    int r = cdn_slot_usage(sb, ret);
+    char dir[4200];
+    struct statfs fs;
+    (void) snprintf(dir, sizeof dir, "%s/process/%d", cdn_run_dir(), sb->slot);
+    if (r == 0 && statfs(dir, &fs) == 0) {
+        ret->disk_used_bytes = (uint64_t) (fs.f_blocks - fs.f_bfree) * (uint64_t) fs.f_bsize;
+        ret->disk_size_bytes = (uint64_t) fs.f_blocks * (uint64_t) fs.f_bsize;
+        ret->disk_known = true;
+    }
+    return r;
 }
 
 static void release_dir(struct cdn_sandbox *sb)

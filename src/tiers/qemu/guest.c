@@ -132,6 +132,9 @@ static int qemu_cgroup(struct cdn_sandbox *sb, uint64_t guest_mb, struct cdn_err
         sb->cgroup.ops = NULL;
         return cdn_error_prefix(err, r, "QEMU's cgroup");
     }
+    struct cdn_cgroup_stats st; /* a reused directory's CPU time so far (cdn_qemu_usage) */
+    if (r > 0 && sb->cgroup.ops->stats(&sb->cgroup, &st) == 0)
+        sb->cpu_base = st.cpu_usec;
     return 0;
 }
 
@@ -510,10 +513,18 @@ int cdn_qemu_kill(struct cdn_sandbox *sb, int sig)
 int cdn_qemu_usage(struct cdn_sandbox *sb, struct cdn_usage *ret)
 {
     const struct vm_state *st = sb->tier_data;
+    struct cdn_cgroup_stats host = {0}; /* QEMU's: the guest's kernel and commands */
+    bool known = sb->cgroup.ops && sb->cgroup.ops->stats(&sb->cgroup, &host) == 0;
     *ret = st ? (struct cdn_usage){.memory_peak_bytes = st->memory_peak,
                                    .oom_kills = st->oom_kills,
                                    .pids_max_hits = st->pids_max_hits}
               : (struct cdn_usage){0};
+    if (known) {
+        ret->cpu_usec = host.cpu_usec - (host.cpu_usec >= sb->cpu_base ? sb->cpu_base : 0);
+        ret->cpu_known = host.cpu_known;
+        ret->memory_bytes = host.memory_bytes;
+        ret->memory_known = true;
+    }
     return 0;
 }
 
