@@ -110,11 +110,14 @@ def _label_query(label):
     return "&".join(f"label={_q(x)}" for x in labels)
 
 
-def _update_body(timeout_s, idle_timeout_s, labels):
-    body = {k: v for k, v in (("timeout_s", timeout_s), ("idle_timeout_s", idle_timeout_s), ("labels", labels))
-            if v is not None}
+def _update_body(timeout_s, idle_timeout_s, labels, cpus=None, memory_mb=None, pids=None, on_violation=None):
+    body = {k: v for k, v in (("timeout_s", timeout_s), ("idle_timeout_s", idle_timeout_s), ("labels", labels),
+                              ("on_violation", on_violation)) if v is not None}
+    limits = {k: v for k, v in (("cpus", cpus), ("memory_mb", memory_mb), ("pids", pids)) if v is not None}
+    if limits:
+        body["limits"] = limits
     if not body:
-        raise ValueError("update: give timeout_s, idle_timeout_s or labels")
+        raise ValueError("update: give timeout_s, idle_timeout_s, labels, cpus, memory_mb, pids or on_violation")
     return body
 
 
@@ -321,11 +324,14 @@ class Sandbox:
     def labels(self):
         return self._info.get("labels", {})
 
-    def update(self, timeout_s=None, idle_timeout_s=None, labels=None):
-        """Change the running sandbox: timeout_s a new lifetime counted from now (0: none),
-        idle_timeout_s (0: none), labels merged into its labels (a value None removes that label).
+    def update(self, timeout_s=None, idle_timeout_s=None, labels=None, cpus=None, memory_mb=None, pids=None,
+               on_violation=None):
+        """Change the running sandbox (a phase change: setup, agent, verifier): timeout_s a new
+        lifetime counted from now (0: none), idle_timeout_s (0: none), labels merged into its labels
+        (a value None removes that label), its limits (cpus, memory_mb, pids) and on_violation.
         Returns its fresh info. An ended sandbox raises SandboxEnded."""
-        self._info = self._ep.json("PATCH", self._path, _update_body(timeout_s, idle_timeout_s, labels))
+        self._info = self._ep.json("PATCH", self._path, _update_body(timeout_s, idle_timeout_s, labels, cpus,
+                                                                     memory_mb, pids, on_violation))
         return self._info
 
     def set_timeout(self, timeout_s):
@@ -528,8 +534,10 @@ class AsyncSandbox:
     def labels(self):
         return self._info.get("labels", {})
 
-    async def update(self, timeout_s=None, idle_timeout_s=None, labels=None):
-        self._info = await self._ep.ajson("PATCH", self._path, _update_body(timeout_s, idle_timeout_s, labels))
+    async def update(self, timeout_s=None, idle_timeout_s=None, labels=None, cpus=None, memory_mb=None, pids=None,
+                     on_violation=None):
+        self._info = await self._ep.ajson("PATCH", self._path, _update_body(timeout_s, idle_timeout_s, labels, cpus,
+                                                                            memory_mb, pids, on_violation))
         return self._info
 
     async def set_timeout(self, timeout_s):

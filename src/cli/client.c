@@ -214,9 +214,10 @@ int cdn_cli_kill(int argc, char *const *argv)
 int cdn_cli_update(int argc, char *const *argv)
 {
     static const char usage[] =
-        "usage: cordon update ID [--timeout DUR] [--idle-timeout DUR] [--label K=V | --label K-]…\n";
-    _cleanup_json_ json_t *patch = json_object(), *labels = json_object();
-    if (argc < 2 || argv[0][0] == '-' || !patch || !labels) {
+        "usage: cordon update ID [--timeout DUR] [--idle-timeout DUR] [--label K=V | --label K-]…\n"
+        "                        [--cpus N] [--memory SIZE] [--pids N] [--on-violation log|deny|kill]\n";
+    _cleanup_json_ json_t *patch = json_object(), *labels = json_object(), *limits = json_object();
+    if (argc < 2 || argv[0][0] == '-' || !patch || !labels || !limits) {
         fputs(usage, stderr);
         return 125;
     }
@@ -231,6 +232,23 @@ int cdn_cli_update(int argc, char *const *argv)
             }
             json_object_set_new(patch, f[2] == 't' ? "timeout_s" : "idle_timeout_s",
                                 json_real((double) ms / 1e3));
+        } else if (v && (strcmp(f, "--cpus") == 0 || strcmp(f, "--pids") == 0)) {
+            char *end = NULL;
+            double x = strtod(v, &end);
+            if (!end || *end || !(x > 0)) {
+                fprintf(stderr, "cordon update: %s '%s': not a positive number\n", f, v);
+                return 125;
+            }
+            json_object_set_new(limits, f + 2, f[2] == 'c' ? json_real(x) : json_integer((json_int_t) x));
+        } else if (v && strcmp(f, "--memory") == 0) {
+            uint64_t bytes;
+            if (cdn_parse_size(v, &bytes) < 0) {
+                fprintf(stderr, "cordon update: --memory '%s': not a size (use e.g. 512M, 2G)\n", v);
+                return 125;
+            }
+            json_object_set_new(limits, "memory_mb", json_integer((json_int_t) (bytes >> 20)));
+        } else if (v && strcmp(f, "--on-violation") == 0) {
+            json_object_set_new(patch, "on_violation", json_string(v));
         } else if (v && strcmp(f, "--label") == 0 && strchr(v, '=')) {
             char key[130];
             (void) snprintf(key, sizeof key, "%.*s", (int) (strchr(v, '=') - v), v);
@@ -246,6 +264,8 @@ int cdn_cli_update(int argc, char *const *argv)
     }
     if (json_object_size(labels))
         json_object_set(patch, "labels", labels);
+    if (json_object_size(limits))
+        json_object_set(patch, "limits", limits);
     _cleanup_free_ char *body = json_dumps(patch, JSON_COMPACT);
     cordon_client *c = body ? connect_daemon() : NULL;
     char *resp = NULL;

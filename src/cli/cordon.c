@@ -32,8 +32,9 @@ static const struct {
     {"kill", cdn_cli_kill, false,
      "kill ID… | kill --label K=V…  delete sandboxes (by id, or all with those labels)"},
     {"update", cdn_cli_update, false,
-     "update ID [--timeout DUR] [--idle-timeout DUR] [--label K=V | --label K-]…\n"
-     "                                       a new lifetime from now (0: none), idle timeout, labels"},
+     "update ID [--timeout DUR] [--idle-timeout DUR] [--label K=V | --label K-]… [--cpus N] [--memory SIZE]\n"
+     "         [--pids N] [--on-violation P]  a new lifetime from now (0: none), idle timeout, labels, "
+     "limits"},
     {"ls", cdn_cli_ls, false, "ls [--label K=V]…             list sandboxes"},
     {"inspect", cdn_cli_inspect, false, "inspect ID                    a sandbox as JSON"},
     {"events", cdn_cli_events, false, "events ID [--follow]          its event log (NDJSON)"},

@@ -154,6 +154,15 @@ int cdn_slot_usage(struct cdn_sandbox *sb, struct cdn_usage *ret)
     return 0;
 }
 
+int cdn_slot_set_limits(struct cdn_sandbox *sb, const struct cdn_limits *l, unsigned which,
+                        struct cdn_error *err)
+{
+    if (!sb->cgroup.ops)
+        return cdn_error_set(err, ENODEV, "the sandbox has no cgroup");
+    struct cdn_cgroup_limits c = {.cpus = l->cpus, .memory_bytes = l->memory_mb << 20, .pids = l->pids};
+    return sb->cgroup.ops->set_limits(&sb->cgroup, &c, which, err);
+}
+
 int cdn_slot_signal(struct cdn_sandbox *sb, int sig)
 {
     if (sb->init_pidfd < 0)

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include "core/cgroup.h"
+#include "core/spec.h"
 #include "shared/error.h"
 
 #define CDN_UID_BASE   0x40000000u /* host uids 2^30 … 2^31-1: above any distribution's allocations */
@@ -38,6 +39,9 @@ struct cdn_usage;
 int cdn_slot_make_cgroup(struct cdn_sandbox *sb, struct cdn_error *err);
 /* Accounting from sb->cgroup; -ENODEV once it is gone. */
 int cdn_slot_usage(struct cdn_sandbox *sb, struct cdn_usage *ret);
+/* The slot cgroup's limits (tier.h set_limits). */
+int cdn_slot_set_limits(struct cdn_sandbox *sb, const struct cdn_limits *l, unsigned which,
+                        struct cdn_error *err);
 /* A signal to init through its pidfd. */
 int cdn_slot_signal(struct cdn_sandbox *sb, int sig);
 /* Kill init and reap it, close its fds, empty the cgroup (removed, or kept with keep_cgroup),

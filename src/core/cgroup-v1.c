@@ -73,7 +73,31 @@ static int set_memory(struct cdn_cgroup *cg, uint64_t bytes, struct cdn_error *e
         return cdn_error_field(err, s, "limits.memory_mb", "cgroup v1: set memory.memsw.limit_in_bytes: %s",
                                strerror(-s));
     (void) write_knob(cg, "memory", "memory.swappiness", "0");
-    (void) write_knob(cg, "memory", "memory.max_usage_in_bytes", "0");
+    return 0;
+}
+
+static int v1_set_limits(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, unsigned which,
+                         struct cdn_error *err)
+{
+    char v[32];
+    int r = which & CDN_CGROUP_SET_MEMORY ? set_memory(cg, l->memory_bytes, err) : 0;
+    if (r < 0)
+        return r;
+    if (which & CDN_CGROUP_SET_CPUS) {
+        (void) snprintf(v, sizeof v, "%" PRIu64, cdn_cgroup_cpu_quota(l->cpus, 100000));
+        r = write_knob(cg, "cpu", "cpu.cfs_period_us", "100000");
+        if (r >= 0)
+            r = write_knob(cg, "cpu", "cpu.cfs_quota_us", v);
+        if (r < 0)
+            return cdn_error_field(err, r, "limits.cpus", "cgroup v1: set cpu.cfs_quota_us=%s: %s", v,
+                                   strerror(-r));
+    }
+    if (which & CDN_CGROUP_SET_PIDS) {
+        (void) snprintf(v, sizeof v, "%" PRIu64, l->pids);
+        r = write_knob(cg, "pids", "pids.max", v);
+        if (r < 0)
+            return cdn_error_field(err, r, "limits.pids", "cgroup v1: set pids.max=%s: %s", v, strerror(-r));
+    }
     return 0;
 }
 
@@ -112,21 +136,10 @@ static int v1_create(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, s
     /* A reused directory's count starts again (v2's cannot: the slot keeps a base). */
     if (cpuacct() != CPUACCT_NONE)
         (void) write_knob(cg, cpuacct() == CPUACCT_OWN ? "cpuacct" : "cpu", "cpuacct.usage", "0");
-    char v[32];
-    int r = set_memory(cg, l->memory_bytes, err);
+    int r = v1_set_limits(cg, l, CDN_CGROUP_SET_CPUS | CDN_CGROUP_SET_MEMORY | CDN_CGROUP_SET_PIDS, err);
     if (r < 0)
         return r;
-    (void) snprintf(v, sizeof v, "%" PRIu64, cdn_cgroup_cpu_quota(l->cpus, 100000));
-    r = write_knob(cg, "cpu", "cpu.cfs_period_us", "100000");
-    if (r >= 0)
-        r = write_knob(cg, "cpu", "cpu.cfs_quota_us", v);
-    if (r < 0)
-        return cdn_error_field(err, r, "limits.cpus", "cgroup v1: set cpu.cfs_quota_us=%s: %s", v,
-                               strerror(-r));
-    (void) snprintf(v, sizeof v, "%" PRIu64, l->pids);
-    r = write_knob(cg, "pids", "pids.max", v);
-    if (r < 0)
-        return cdn_error_field(err, r, "limits.pids", "cgroup v1: set pids.max=%s: %s", v, strerror(-r));
+    (void) write_knob(cg, "memory", "memory.max_usage_in_bytes", "0"); /* a reused one's watermark */
     return reused ? 1 : 0;
 }
 
@@ -237,6 +250,7 @@ const struct cdn_cgroup_ops cdn_cgroup_v1_ops = {
     .delegate_self = v1_delegate_self,
     .attach_self = v1_attach_self,
     .stats = v1_stats,
+    .set_limits = v1_set_limits,
     .kill_all = v1_kill_all,
     .destroy = v1_destroy,
 };

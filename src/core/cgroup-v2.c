@@ -35,9 +35,33 @@ static int ensure_parent(struct cdn_error *err)
     return 0;
 }
 
+static int v2_set_limits(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, unsigned which,
+                         struct cdn_error *err)
+{
+    char v[64];
+    int r;
+    if (which & CDN_CGROUP_SET_MEMORY) {
+        (void) snprintf(v, sizeof v, "%" PRIu64, l->memory_bytes);
+        if ((r = write_knob(cg, "memory.max", v)) < 0)
+            return cdn_error_field(err, r, "limits.memory_mb", "cgroup v2: memory.max=%s: %s", v,
+                                   strerror(-r));
+    }
+    if (which & CDN_CGROUP_SET_CPUS) {
+        (void) snprintf(v, sizeof v, "%" PRIu64 " 100000", cdn_cgroup_cpu_quota(l->cpus, 100000));
+        if ((r = write_knob(cg, "cpu.max", v)) < 0)
+            return cdn_error_field(err, r, "limits.cpus", "cgroup v2: cpu.max=%s: %s", v, strerror(-r));
+    }
+    if (which & CDN_CGROUP_SET_PIDS) {
+        (void) snprintf(v, sizeof v, "%" PRIu64, l->pids);
+        if ((r = write_knob(cg, "pids.max", v)) < 0)
+            return cdn_error_field(err, r, "limits.pids", "cgroup v2: pids.max=%s: %s", v, strerror(-r));
+    }
+    return 0;
+}
+
 static int v2_create(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, struct cdn_error *err)
 {
-    char p[512], v[64];
+    char p[512];
     int r = cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V2, NULL, cg->name);
     if (r < 0)
         return cdn_error_set(err, r, "cgroup path too long");
@@ -55,17 +79,11 @@ static int v2_create(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, s
     cg->dirfd = open(p, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
     if (cg->dirfd < 0)
         return cdn_error_set(err, errno, "cgroup v2: open %s: %m", p);
-    (void) snprintf(v, sizeof v, "%" PRIu64, l->memory_bytes);
-    if ((r = write_knob(cg, "memory.max", v)) < 0)
-        return cdn_error_field(err, r, "limits.memory_mb", "cgroup v2: memory.max=%s: %s", v, strerror(-r));
+    if ((r = v2_set_limits(cg, l, CDN_CGROUP_SET_CPUS | CDN_CGROUP_SET_MEMORY | CDN_CGROUP_SET_PIDS, err)) <
+        0)
+        return r;
     (void) write_knob(cg, "memory.swap.max", "0"); /* absent without swap accounting */
     (void) write_knob(cg, "memory.peak", "0");     /* reset the watermark where the kernel allows it */
-    (void) snprintf(v, sizeof v, "%" PRIu64 " 100000", cdn_cgroup_cpu_quota(l->cpus, 100000));
-    if ((r = write_knob(cg, "cpu.max", v)) < 0)
-        return cdn_error_field(err, r, "limits.cpus", "cgroup v2: cpu.max=%s: %s", v, strerror(-r));
-    (void) snprintf(v, sizeof v, "%" PRIu64, l->pids);
-    if ((r = write_knob(cg, "pids.max", v)) < 0)
-        return cdn_error_field(err, r, "limits.pids", "cgroup v2: pids.max=%s: %s", v, strerror(-r));
     return reused ? 1 : 0;
 }
 
@@ -135,6 +153,7 @@ const struct cdn_cgroup_ops cdn_cgroup_v2_ops = {
     .create = v2_create,
     .attach = v2_attach,
     .stats = v2_stats,
+    .set_limits = v2_set_limits,
     .kill_all = v2_kill_all,
     .destroy = v2_destroy,
 };

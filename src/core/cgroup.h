@@ -30,6 +30,10 @@ struct cdn_cgroup_stats {
 
 enum cdn_cgroup_version { CDN_CGROUP_V1 = 1, CDN_CGROUP_V2 = 2 };
 
+#define CDN_CGROUP_SET_CPUS   1u
+#define CDN_CGROUP_SET_MEMORY 2u
+#define CDN_CGROUP_SET_PIDS   4u
+
 #define CDN_CGROUP_NAME_MAX 64
 
 struct cdn_cgroup {
@@ -53,6 +57,11 @@ struct cdn_cgroup_ops {
     int (*delegate_self)(struct cdn_cgroup *cg, uid_t uid, gid_t gid);
     int (*attach_self)(const struct cdn_cgroup *cg);
     int (*stats)(struct cdn_cgroup *cg, struct cdn_cgroup_stats *ret);
+    /* Change the limits of a live cgroup (which: CDN_CGROUP_SET_* bits); nothing is reset. A
+     * memory limit under what it holds: v1 refuses (EBUSY) what it cannot reclaim, v2 reclaims and
+     * OOM-kills. err names the spec field. */
+    int (*set_limits)(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, unsigned which,
+                      struct cdn_error *err);
     /* SIGKILL every process in it; returns how many were signalled. */
     int (*kill_all)(struct cdn_cgroup *cg);
     /* rmdir, retrying while the kernel still counts exiting tasks. Missing is fine. */

@@ -306,7 +306,7 @@ static void api_update(struct evhttp_request *req, struct box *b)
     struct cdn_error err = {0};
     if (!body)
         return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
-    int r = cdn_update_args_parse(body, n, &b->spec.labels, &a, &err);
+    int r = cdn_update_args_parse(body, n, &b->spec, &a, &err);
     if (r < 0)
         return cdn_api_reply_cdn_error(req, r == -ENOMEM ? 500 : 400,
                                        r == -EBADMSG ? "invalid_json" : "invalid_argument", &err);
@@ -314,7 +314,32 @@ static void api_update(struct evhttp_request *req, struct box *b)
         cdn_update_args_free(&a);
         return;
     }
-    if (a.labels) {
+    const struct cdn_tier_ops *t = b->sb.tier;
+    /* What the tier cannot change is refused before anything changes. A guest enforces its kill
+     * mode itself, as told at its start. */
+    if ((a.on_violation && t->guest_supervises) || (a.limits && !t->set_limits)) {
+        cdn_update_args_free(&a);
+        const char *f = a.on_violation && t->guest_supervises ? "on_violation" : "limits";
+        return cdn_api_reply_error(req, 400, "invalid_argument", f, "%s: fixed at creation on tier %s", f,
+                                   t->name);
+    }
+    if (a.limits) { /* the one change the kernel may refuse (a memory limit it cannot reclaim down to) */
+        r = t->set_limits(&b->sb, &a.new_limits, a.limits, &err);
+        if (r < 0) {
+            cdn_update_args_free(&a);
+            return cdn_api_reply_cdn_error(
+                req, r == -EOPNOTSUPP || r == -EINVAL ? 400 : 409,
+                r == -EOPNOTSUPP || r == -EINVAL ? "invalid_argument" : "limits_refused", &err);
+        }
+        b->spec.limits.cpus = a.new_limits.cpus;
+        b->spec.limits.memory_mb = a.new_limits.memory_mb;
+        b->spec.limits.pids = a.new_limits.pids;
+    }
+    if (a.on_violation)
+        b->spec.on_violation = a.policy;
+    if (a.limits || a.on_violation)
+        r = cdn_record_write(b);
+    if (r >= 0 && a.labels) {
         struct cdn_strv old = b->spec.labels;
         b->spec.labels = a.merged_labels;
         a.merged_labels = old;

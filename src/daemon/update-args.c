@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/cgroup.h"
 #include "core/json-util.h"
 #include "core/spec.h"
 
@@ -58,8 +59,42 @@ static int merge_labels(json_t *patch, const struct cdn_strv *cur, struct cdn_st
     return 0;
 }
 
-int cdn_update_args_parse(const char *body, size_t len, const struct cdn_strv *labels,
-                          struct update_args *ret, struct cdn_error *e)
+/* limits: any of cpus, memory_mb, pids, checked as a spec's (the others stay as they are). */
+static int new_limits(json_t *v, const struct cdn_spec *cur, struct update_args *a, struct cdn_error *e)
+{
+    if (!json_is_object(v) || !json_object_size(v))
+        return cdn_error_field(e, EINVAL, "limits", "limits: an object of cpus, memory_mb, pids");
+    const char *k;
+    json_t *x;
+    json_object_foreach(v, k, x)
+    {
+        unsigned bit = strcmp(k, "cpus") == 0        ? CDN_CGROUP_SET_CPUS
+                       : strcmp(k, "memory_mb") == 0 ? CDN_CGROUP_SET_MEMORY
+                       : strcmp(k, "pids") == 0      ? CDN_CGROUP_SET_PIDS
+                                                     : 0;
+        if (!bit)
+            return cdn_error_field(e, EINVAL, "limits",
+                                   "limits.%.30s: not one a running sandbox changes (cpus, memory_mb, pids; "
+                                   "timeout_s is at the top)",
+                                   k);
+        a->limits |= bit;
+    }
+    _cleanup_json_ json_t *wrap = json_pack("{s:O}", "limits", v);
+    _cleanup_free_ char *text = wrap ? json_dumps(wrap, JSON_COMPACT) : NULL;
+    struct cdn_spec tmp;
+    if (!text || cdn_spec_init(&tmp) < 0)
+        return -ENOMEM;
+    tmp.limits = cur->limits;
+    int r = cdn_spec_from_json(&tmp, text, strlen(text), e);
+    if (r >= 0)
+        r = cdn_spec_validate(&tmp, e);
+    a->new_limits = tmp.limits;
+    cdn_spec_free(&tmp);
+    return r;
+}
+
+int cdn_update_args_parse(const char *body, size_t len, const struct cdn_spec *cur, struct update_args *ret,
+                          struct cdn_error *e)
 {
     _cleanup_json_ json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
     if (!json_is_object(o) || !json_object_size(o))
@@ -78,9 +113,19 @@ int cdn_update_args_parse(const char *body, size_t len, const struct cdn_strv *l
         else if (strcmp(k, "idle_timeout_s") == 0)
             a.idle = true, r = seconds(v, k, &a.idle_ms, e);
         else if (strcmp(k, "labels") == 0)
-            a.labels = true, r = merge_labels(v, labels, &a.merged_labels, e);
-        else
-            r = cdn_error_field(e, EINVAL, k, "%.40s: unknown field (timeout_s, idle_timeout_s, labels)", k);
+            a.labels = true, r = merge_labels(v, &cur->labels, &a.merged_labels, e);
+        else if (strcmp(k, "limits") == 0)
+            r = new_limits(v, cur, &a, e);
+        else if (strcmp(k, "on_violation") == 0) {
+            int p = json_is_string(v) ? cdn_on_violation_from_string(json_string_value(v)) : -EINVAL;
+            if (p < 0)
+                r = cdn_error_field(e, EINVAL, k, "on_violation: log, deny or kill");
+            else
+                a.on_violation = true, a.policy = (enum cdn_on_violation) p;
+        } else
+            r = cdn_error_field(
+                e, EINVAL, k,
+                "%.40s: unknown field (timeout_s, idle_timeout_s, labels, limits, on_violation)", k);
     }
     if (r < 0) {
         cdn_update_args_free(&a);

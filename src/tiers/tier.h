@@ -77,6 +77,10 @@ struct cdn_tier_ops {
     int (*kill)(struct cdn_sandbox *sb, int sig);
     /* Resource accounting; valid until destroy. */
     int (*usage)(struct cdn_sandbox *sb, struct cdn_usage *ret);
+    /* Change limits of the running sandbox: which of l's cpus, memory_mb, pids (CDN_CGROUP_SET_*
+     * bits). One the tier cannot change is refused naming its field. */
+    int (*set_limits)(struct cdn_sandbox *sb, const struct cdn_limits *l, unsigned which,
+                      struct cdn_error *err);
     /* Whether the sandbox's writable space is full now (its tmpfs, its overlay's upper layer, a
      * guest's disk as it last reported). -errno: not known (init gone). */
     int (*disk_full)(struct cdn_sandbox *sb, bool *ret);

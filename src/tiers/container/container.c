@@ -468,6 +468,7 @@ const struct cdn_tier_ops cdn_container_tier = {
     .create = container_create,
     .kill = container_kill,
     .usage = container_usage,
+    .set_limits = cdn_slot_set_limits,
     .disk_full = container_disk_full,
     .destroy = container_destroy,
     .detach = container_detach,

@@ -398,6 +398,7 @@ const struct cdn_tier_ops cdn_process_tier = {
     .create = process_create,
     .kill = process_kill,
     .usage = process_usage,
+    .set_limits = cdn_slot_set_limits,
     .disk_full = process_disk_full,
     .destroy = process_destroy,
     .detach = process_detach,

@@ -528,6 +528,23 @@ int cdn_qemu_usage(struct cdn_sandbox *sb, struct cdn_usage *ret)
     return 0;
 }
 
+/* A VM's cpus are its QEMU's cgroup quota; its memory (the guest's RAM, fixed at boot) and pids
+ * (the guest kernel's) are not the host's to change. */
+int cdn_qemu_set_limits(struct cdn_sandbox *sb, const struct cdn_limits *l, unsigned which,
+                        struct cdn_error *err)
+{
+    if (which & (CDN_CGROUP_SET_MEMORY | CDN_CGROUP_SET_PIDS))
+        return cdn_error_field(err, EOPNOTSUPP,
+                               which & CDN_CGROUP_SET_MEMORY ? "limits.memory_mb" : "limits.pids",
+                               "%s: fixed at creation on tier %s (the guest's own)",
+                               which & CDN_CGROUP_SET_MEMORY ? "limits.memory_mb" : "limits.pids",
+                               cdn_tier_to_string(sb->spec->tier));
+    if (!sb->cgroup.ops)
+        return cdn_error_set(err, ENODEV, "QEMU has no cgroup");
+    struct cdn_cgroup_limits c = {.cpus = l->cpus};
+    return sb->cgroup.ops->set_limits(&sb->cgroup, &c, CDN_CGROUP_SET_CPUS, err);
+}
+
 /* The guest's disk is the guest's: full as it last reported. */
 int cdn_qemu_disk_full(struct cdn_sandbox *sb, bool *ret)
 {

@@ -135,6 +135,8 @@ int cdn_qemu_create(struct cdn_sandbox *sb, const struct cdn_qemu_tier *t, struc
 int cdn_qemu_ready(struct cdn_error *err);
 int cdn_qemu_kill(struct cdn_sandbox *sb, int sig);
 int cdn_qemu_usage(struct cdn_sandbox *sb, struct cdn_usage *ret);
+int cdn_qemu_set_limits(struct cdn_sandbox *sb, const struct cdn_limits *l, unsigned which,
+                        struct cdn_error *err);
 int cdn_qemu_disk_full(struct cdn_sandbox *sb, bool *ret);
 int cdn_qemu_destroy(struct cdn_sandbox *sb);
 void cdn_qemu_detach(struct cdn_sandbox *sb);
@@ -153,6 +155,7 @@ extern const struct cdn_tier_escape cdn_qemu_by_design[];
 #define CDN_QEMU_TIER_OPS                                                                                    \
     .guest_supervises = true, .exec_pipes = true, .start_answers = 2, .warm_exec = true,                     \
     .by_design = cdn_qemu_by_design, .ready = cdn_qemu_ready, .kill = cdn_qemu_kill,                         \
-    .usage = cdn_qemu_usage, .disk_full = cdn_qemu_disk_full, .destroy = cdn_qemu_destroy,                   \
-    .detach = cdn_qemu_detach, .adopt = cdn_qemu_adopt, .forget = cdn_qemu_forget, .frame = cdn_qemu_frame,  \
-    .describe = cdn_qemu_describe, .restore = cdn_qemu_restore_state, .release = cdn_qemu_release
+    .usage = cdn_qemu_usage, .set_limits = cdn_qemu_set_limits, .disk_full = cdn_qemu_disk_full,             \
+    .destroy = cdn_qemu_destroy, .detach = cdn_qemu_detach, .adopt = cdn_qemu_adopt,                         \
+    .forget = cdn_qemu_forget, .frame = cdn_qemu_frame, .describe = cdn_qemu_describe,                       \
+    .restore = cdn_qemu_restore_state, .release = cdn_qemu_release
