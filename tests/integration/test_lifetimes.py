@@ -56,23 +56,34 @@ def test_a_sandbox_past_its_lifetime_answers_410_and_keeps_its_record(daemon, ti
         sb.info()
 
 
-def test_the_retention_ends_and_keeps_at_most_max_sandboxes(shared_dir):
-    d = Daemon(shared_dir, "--retention", "2", "--max-sandboxes", "2")
+def test_at_most_max_sandboxes_ended_ones_are_kept(shared_dir):
+    d = Daemon(shared_dir, "--retention", "600", "--max-sandboxes", "2")
     try:
-        boxes = [Sandbox.create(endpoint=d.endpoint, timeout_s=1) for _ in range(2)]
-        for sb in boxes:
-            ended(sb)
+        boxes = []
+        for _ in range(2):  # one after the other: the first is the oldest to end
+            boxes.append(Sandbox.create(endpoint=d.endpoint, timeout_s=1))
+            ended(boxes[-1])
         # two ended ones do not keep a third from being made (they are not live ones) …
         third = Sandbox.create(endpoint=d.endpoint, timeout_s=1)
         ended(third)
         # … and past max_sandboxes ended ones the oldest goes
+        wait_for(lambda: d.http("GET", f"/v1/sandboxes/{boxes[0].id}")[0] == 404, timeout=10,
+                 what="the oldest ended sandbox to go")
+        assert boxes[1].info()["state"] == "exited" and third.info()["state"] == "exited"
+    finally:
+        assert d.stop() == 0, d.output()
+
+
+def test_the_retention_ends(shared_dir):
+    d = Daemon(shared_dir, "--retention", "1")
+    try:
+        sb = Sandbox.create(endpoint=d.endpoint, timeout_s=1)
+        info = ended(sb)
+        assert info["retained_until"] - info["ended_at"] == 1, info
+        wait_for(lambda: d.http("GET", f"/v1/sandboxes/{sb.id}")[0] == 404, timeout=10, what="the retention's end")
         with pytest.raises(NotFound):
-            boxes[0].info()
-        assert boxes[1].info()["state"] == "exited"
-        # the retention: 2 s after its end a record goes
-        wait_for(lambda: not Sandbox.list(endpoint=d.endpoint), timeout=10, what="the retention's end")
-        with pytest.raises(NotFound):
-            third.exec("true")
+            sb.exec("true")
+        assert Sandbox.list(endpoint=d.endpoint) == []
     finally:
         assert d.stop() == 0, d.output()
 
