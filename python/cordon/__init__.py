@@ -383,8 +383,9 @@ class Sandbox:
             return [json.loads(x) for x in data.splitlines() if x.strip()]
         return self._follow()
 
-    def _follow(self):
-        _, resp = self._ep.request("GET", f"{self._path}/events?follow=true", stream=True)
+    def _follow(self, what="events?follow=true"):
+        """An NDJSON stream of the sandbox's (events, usage), decoded line by line."""
+        _, resp = self._ep.request("GET", f"{self._path}/{what}", stream=True)
         lines = self._ep.lines(resp)
         try:
             for line in lines:
@@ -401,14 +402,7 @@ class Sandbox:
     def usage_stream(self, interval_s=1.0):
         """Yield usage() every interval_s seconds (0.1-3600) until the sandbox ends (the last one is
         its usage at the end)."""
-        _, resp = self._ep.request("GET", f"{self._path}/usage?follow=true&interval_s={float(interval_s)!r}",
-                                   stream=True)
-        lines = self._ep.lines(resp)
-        try:
-            for line in lines:
-                yield json.loads(line)
-        finally:
-            lines.close()
+        return self._follow(f"usage?follow=true&interval_s={float(interval_s)!r}")
 
     def set_network(self, mode="allowlist", allow=()):
         """Replace the egress policy of the running sandbox (e.g. open package

@@ -339,26 +339,36 @@ int cdn_cli_ls(int argc, char *const *argv)
     return ret;
 }
 
-int cdn_cli_inspect(int argc, char *const *argv)
+/* cordon WHAT ID: GET /v1/sandboxes/ID<rest>, printed as indented JSON. */
+static int show_json(int argc, char *const *argv, const char *what, const char *rest)
 {
     if (argc != 1) {
-        fprintf(stderr, "usage: cordon inspect ID\n");
+        fprintf(stderr, "usage: cordon %s ID\n", what);
         return 125;
     }
     char path[256];
-    (void) snprintf(path, sizeof path, "/v1/sandboxes/%.64s", argv[0]);
+    (void) snprintf(path, sizeof path, "/v1/sandboxes/%.64s%s", argv[0], rest);
     cordon_client *c = connect_daemon();
     json_t *o = NULL;
-    int ret = c ? get_json(c, path, &o, "inspect") : 125;
+    int ret = c ? get_json(c, path, &o, what) : 125;
     if (ret == 0) {
-        char *s = json_dumps(o, JSON_INDENT(2));
-        if (s)
-            printf("%s\n", s);
-        free(s);
+        _cleanup_free_ char *s = json_dumps(o, JSON_INDENT(2));
+        printf("%s\n", s ? s : "{}");
     }
     json_decref(o);
     cordon_client_free(c);
     return ret;
+}
+
+int cdn_cli_inspect(int argc, char *const *argv)
+{
+    return show_json(argc, argv, "inspect", "");
+}
+
+/* cordon stats ID: what it uses now (GET …/usage). */
+int cdn_cli_stats(int argc, char *const *argv)
+{
+    return show_json(argc, argv, "stats", "/usage");
 }
 
 /* cordon events ID [--follow]: NDJSON lines as the daemon sends them. */
@@ -379,27 +389,6 @@ int cdn_cli_events(int argc, char *const *argv)
     if (ret == 0)
         (void) fwrite(body, 1, len, stdout);
     free(body);
-    cordon_client_free(c);
-    return ret;
-}
-
-/* cordon stats ID: what it uses now (GET …/usage), as JSON. */
-int cdn_cli_stats(int argc, char *const *argv)
-{
-    if (argc != 1) {
-        fprintf(stderr, "usage: cordon stats ID\n");
-        return 125;
-    }
-    char path[256];
-    (void) snprintf(path, sizeof path, "/v1/sandboxes/%.64s/usage", argv[0]);
-    cordon_client *c = connect_daemon();
-    json_t *o = NULL;
-    int ret = c ? get_json(c, path, &o, "stats") : 125;
-    if (ret == 0) {
-        _cleanup_free_ char *s = json_dumps(o, JSON_INDENT(2));
-        printf("%s\n", s ? s : "{}");
-    }
-    json_decref(o);
     cordon_client_free(c);
     return ret;
 }

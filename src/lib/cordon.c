@@ -327,16 +327,17 @@ int cordon_delete_labelled(cordon_client *c, const char *const *labels, size_t *
     return r;
 }
 
-int cordon_update(cordon_client *c, const char *id, const char *patch_json, char **ret_json)
+/* A JSON body to /v1/sandboxes/{id}<rest>; *ret_json (NULL: dropped) the answer's text. */
+static int sandbox_json(cordon_client *c, const char *method, const char *id, const char *rest,
+                        const char *body, char **ret_json)
 {
     char path[128];
-    int r = sandbox_path(c, path, sizeof path, id, "");
+    int r = sandbox_path(c, path, sizeof path, id, rest);
     if (r < 0)
         return r;
     size_t len = 0;
     char *resp = NULL;
-    r = cordon_request(c, "PATCH", path, patch_json, strlen(patch_json), "application/json", NULL, &resp,
-                       &len);
+    r = cordon_request(c, method, path, body, strlen(body), "application/json", NULL, &resp, &len);
     if (r >= 0 && ret_json)
         *ret_json = resp;
     else
@@ -344,16 +345,14 @@ int cordon_update(cordon_client *c, const char *id, const char *patch_json, char
     return r;
 }
 
+int cordon_update(cordon_client *c, const char *id, const char *patch_json, char **ret_json)
+{
+    return sandbox_json(c, "PATCH", id, "", patch_json, ret_json);
+}
+
 int cordon_call(cordon_client *c, const char *id, const char *body_json, char **ret_json)
 {
-    char path[128];
-    int r = sandbox_path(c, path, sizeof path, id, "/call");
-    if (r < 0)
-        return r;
-    long status = 0;
-    size_t len = 0;
-    return cordon_request(c, "POST", path, body_json, strlen(body_json), "application/json", &status,
-                          ret_json, &len);
+    return sandbox_json(c, "POST", id, "/call", body_json, ret_json);
 }
 
 /* Add v to o under k (k NULL: append to the array o); false when v is NULL
