@@ -86,7 +86,9 @@ static void call_done(struct call *c);
 static void call_free(struct call *c)
 {
     cdn_agent_conn_remove(&c->box->agent, &c->areq);
-    cdn_box_touch(c->box); /* its idle time counts from the command's end */
+    cdn_box_touch(c->box); /* its idle time counts from the command's end … */
+    if (c->owner)
+        cdn_box_touch(c->owner); /* … and a sibling step's sandbox's too */
     if (c->pending) {
         cdn_exec_args_free(c->pending);
         free(c->pending);

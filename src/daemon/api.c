@@ -296,6 +296,13 @@ static void route_delete_labelled(struct evhttp_request *req)
     cdn_api_reply_json(req, 200, json_pack("{s:o}", "deleted", ids));
 }
 
+static double now_unix_api(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (double) t.tv_sec + (double) t.tv_nsec / 1e9;
+}
+
 /* PATCH /v1/sandboxes/{id} (update-args.h): everything is checked before anything changes;
  * answers the sandbox. */
 static void api_update(struct evhttp_request *req, struct box *b)
@@ -323,6 +330,17 @@ static void api_update(struct evhttp_request *req, struct box *b)
         return cdn_api_reply_error(req, 400, "invalid_argument", f, "%s: fixed at creation on tier %s", f,
                                    t->name);
     }
+    /* The spec's lifetime counts from the creation, and a spec's is at most 7 days (a record past
+     * that would not load again after a restart). */
+    double age = now_unix_api() - b->created_unix;
+    if (a.life && a.life_ms && (age > 0 ? age * 1e3 : 0) + (double) a.life_ms > (double) CDN_TIMEOUT_MS_MAX) {
+        cdn_update_args_free(&a);
+        return cdn_api_reply_error(
+            req, 400, "invalid_argument", "timeout_s",
+            "timeout_s: a lifetime ends at most 7 days after the creation (%.0f s from now)",
+            (double) CDN_TIMEOUT_MS_MAX / 1e3 - (age > 0 ? age : 0));
+    }
+    struct cdn_limits before = b->spec.limits;
     if (a.limits) { /* the one change the kernel may refuse (a memory limit it cannot reclaim down to) */
         r = t->set_limits(&b->sb, &a.new_limits, a.limits, &err);
         if (r < 0) {
@@ -350,10 +368,32 @@ static void api_update(struct evhttp_request *req, struct box *b)
         r = cdn_box_set_lifetime(b, a.life_ms);
     if (r >= 0 && a.idle)
         r = cdn_box_set_idle(b, a.idle_ms);
-    if (r < 0)
+    if (r < 0) {
+        if (a.limits) /* as it was, as far as the kernel lets it */
+            (void) t->set_limits(&b->sb, &before, a.limits, NULL);
+        b->spec.limits.cpus = before.cpus, b->spec.limits.memory_mb = before.memory_mb;
+        b->spec.limits.pids = before.pids;
         return cdn_api_reply_error(req, 500, "internal", NULL, "the record could not be written: %s",
                                    strerror(-r));
-    cdn_box_event(b, "updated", json_loadb(body, n, 0, NULL));
+    }
+    /* What it is now, not the body (which may be large and hostile): bounded by the spec's rules. */
+    _cleanup_free_ char *spec = cdn_spec_to_json(&b->spec);
+    _cleanup_json_ json_t *now = spec ? json_loads(spec, 0, NULL) : NULL;
+    json_t *ev = json_object(), *lim = json_object_get(now, "limits");
+    if (ev && a.life)
+        json_object_set_new(ev, "timeout_s", json_real((double) a.life_ms / 1e3));
+    if (ev && a.idle)
+        json_object_set_new(ev, "idle_timeout_s", json_real((double) a.idle_ms / 1e3));
+    if (ev && a.labels)
+        json_object_set(ev, "labels", json_object_get(now, "labels"));
+    if (ev && a.limits)
+        json_object_set_new(ev, "limits",
+                            json_pack("{s:O?, s:O?, s:O?}", "cpus", json_object_get(lim, "cpus"), "memory_mb",
+                                      json_object_get(lim, "memory_mb"), "pids",
+                                      json_object_get(lim, "pids")));
+    if (ev && a.on_violation)
+        json_object_set(ev, "on_violation", json_object_get(now, "on_violation"));
+    cdn_box_event(b, "updated", ev);
     cdn_api_reply_json(req, 200, cdn_box_to_json(b));
 }
 
@@ -553,7 +593,8 @@ void cdn_api_events(struct evhttp_request *req, struct box *b)
         return;
     }
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/x-ndjson");
-    if (!follow) { /* a copy: evhttp_send_reply drains the buffer it is given */
+    if (!follow || b->ended_unix) { /* a copy: evhttp_send_reply drains the buffer it is given; an ended
+                                       sandbox's log is whole (nothing more comes): as if not followed */
         _cleanup_evbuffer_ struct evbuffer *copy = evbuffer_new();
         if (copy)
             cdn_box_events_write(b, copy);
@@ -611,9 +652,11 @@ static void api_usage(struct evhttp_request *req, struct box *b)
         return cdn_api_reply_error(req, 400, "invalid_query", bad,
                                    "%s: follow=true|false, interval_s=0.1-3600, nothing else", bad);
     json_t *now = cdn_box_usage_json(b);
-    if (!now)
-        return cdn_api_reply_error(req, 409, "sandbox_not_running", NULL, "sandbox %s is %s", b->sb.id,
-                                   cdn_box_state_name(b->state));
+    if (!now) { /* starting (409), ended with nothing known of its end (410), or not readable */
+        if (cdn_api_box_usable(req, b))
+            cdn_api_reply_error(req, 500, "internal", NULL, "its usage cannot be read");
+        return;
+    }
     if (!follow || b->state != BOX_RUNNING) /* an ended one: its last usage, once */
         return cdn_api_reply_json(req, 200, now);
     struct follower *f = calloc(1, sizeof *f);

@@ -607,7 +607,9 @@ static void on_lifetime(evutil_socket_t fd, short what, void *arg)
     (void) fd, (void) what;
     struct box *b = arg;
     cdn_box_event(b, "timeout", json_pack("{s:I}", "timeout_ms", (json_int_t) b->spec.limits.timeout_ms));
-    if (b->sibling) /* a verifier's: nobody reads its record */
+    /* A verifier's sibling (nobody reads its record), one still starting (its create fails: nobody
+     * has its id), or one stopped whose init never went (it would hold its record for ever). */
+    if (b->sibling || b->state != BOX_RUNNING)
         cdn_box_delete(b, "lifetime (limits.timeout_s) reached");
     else
         cdn_box_end(b, "lifetime (limits.timeout_s) reached");
@@ -633,21 +635,26 @@ static void on_idle(evutil_socket_t fd, short what, void *arg)
     (void) fd, (void) what;
     struct box *b = arg;
     uint64_t idle = b->spec.limits.idle_timeout_ms;
+    if (b->state == BOX_STARTING && idle) /* a slow start (a VM's boot) is not idleness */
+        (void) arm(&b->idle_ev, on_idle, b, idle);
     if (b->state != BOX_RUNNING || !idle)
         return;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     int64_t since = (int64_t) (now.tv_sec - b->last_request.tv_sec) * 1000 +
                     (now.tv_nsec - b->last_request.tv_nsec) / 1000000;
-    uint64_t wait = !LIST_EMPTY(&b->agent.reqs)             ? idle
-                    : since >= 0 && (uint64_t) since < idle ? idle - (uint64_t) since
-                                                            : 0;
+    /* busy: a request on its agent, or a verifier step (a sibling's runs on the sibling's agent) */
+    bool busy = !LIST_EMPTY(&b->agent.reqs) || b->step || b->verifier != VERIFIER_NONE;
+    uint64_t wait = busy ? idle : since >= 0 && (uint64_t) since < idle ? idle - (uint64_t) since : 0;
     if (wait) {
         (void) arm(&b->idle_ev, on_idle, b, wait);
         return;
     }
     cdn_box_event(b, "idle", json_pack("{s:I}", "idle_timeout_ms", (json_int_t) idle));
-    cdn_box_end(b, "idle (limits.idle_timeout_s) reached");
+    if (b->sibling) /* a verifier's: nobody reads its record */
+        cdn_box_delete(b, "idle (limits.idle_timeout_s) reached");
+    else
+        cdn_box_end(b, "idle (limits.idle_timeout_s) reached");
 }
 
 int cdn_box_set_idle(struct box *b, uint64_t ms)
@@ -670,7 +677,8 @@ int cdn_box_set_lifetime(struct box *b, uint64_t ms)
             evtimer_del(b->lifetime_ev);
     } else {
         /* The spec's lifetime counts from the creation (a restarted cordond takes what is left). */
-        b->spec.limits.timeout_ms = (uint64_t) ((now_unix() - b->created_unix) * 1e3) + ms;
+        double age = now_unix() - b->created_unix; /* a clock stepped back: 0 */
+        b->spec.limits.timeout_ms = (uint64_t) (age > 0 ? age * 1e3 : 0) + ms;
         if (arm(&b->lifetime_ev, on_lifetime, b, ms) < 0)
             return -ENOMEM;
     }
@@ -690,6 +698,7 @@ static void on_retention(evutil_socket_t fd, short what, void *arg)
 static void box_ended(struct box *b)
 {
     b->ended_unix = now_unix();
+    b->sb.image_fd = safe_close(b->sb.image_fd); /* it runs nothing on its image any more */
     if (b->idle_ev)
         evtimer_del(b->idle_ev);
     if (b->lifetime_ev) { /* the retention's timer takes its place */
@@ -1012,6 +1021,7 @@ static void adopt_one(const char *id, const char *path)
     b->sb.slot = rec.slot;
     b->sb.init_pid = rec.init_pid;
     b->created_unix = rec.created_unix;
+    b->sb.oom_base = rec.oom_base, b->sb.cpu_base = rec.cpu_base;
     b->init_start = rec.init_start;
     b->state = BOX_RUNNING;
     r = -ESRCH;

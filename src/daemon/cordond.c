@@ -257,8 +257,9 @@ static void usage(FILE *f)
  * the working directory (the configuration file wants them absolute). */
 static bool is_path_option(const char *name)
 {
-    static const char *const paths[] = {"socket",     "state-dir",  "sandbox-dir",
-                                        "bind-allow", "token-file", "monitor-rules"};
+    static const char *const paths[] = {"socket",     "state-dir",     "sandbox-dir",  "bind-allow",
+                                        "token-file", "monitor-rules", "state_dir",    "sandbox_dir",
+                                        "bind_allow", "token_file",    "monitor_rules"};
     for (size_t i = 0; i < ELEMENTSOF(paths); i++)
         if (strcmp(name, paths[i]) == 0)
             return true;

@@ -100,7 +100,7 @@ unsigned cdn_images_users(const char *manifest, char first_id[64])
     unsigned n = 0;
     struct box *b;
     LIST_FOREACH(b, &cdn_daemon->boxes, link)
-    if (strcmp(box_manifest(b), manifest) == 0 && n++ == 0 && first_id)
+    if (!b->cleaned && strcmp(box_manifest(b), manifest) == 0 && n++ == 0 && first_id)
         (void) snprintf(first_id, 64, "%s", b->sb.id);
     return n;
 }
@@ -120,6 +120,8 @@ static int used_digests(char **ret, size_t *ret_n)
     struct box *lists[2] = {LIST_FIRST(&cdn_daemon->boxes), LIST_FIRST(&cdn_daemon->dying)};
     for (int l = 0; l < 2; l++)
         for (struct box *b = lists[l]; b; b = LIST_NEXT(b, link)) {
+            if (b->cleaned) /* an ended one kept for its retention runs nothing */
+                continue;
             const char *m = box_manifest(b);
             struct cdn_image_record rec = {0};
             if (!m[0] || (!s && cdn_store_open(cdn_daemon->cfg.state_dir, &s, NULL) < 0) ||

@@ -66,6 +66,9 @@ int cdn_record_write(const struct box *b)
     char path[512], tmp[520];
     cdn_record_path(b->sb.id, "json", path, sizeof path);
     (void) snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (o) /* a reused cgroup directory's counts before it (slot.c): what it used is the rest */
+        (void) json_object_update_new(o, json_pack("{s:I, s:I}", "oom_base", (json_int_t) b->sb.oom_base,
+                                                   "cpu_base", (json_int_t) b->sb.cpu_base));
     if (o && b->sb.tier->describe) /* a VM's: what runs the guest, how it started */
         b->sb.tier->describe(&b->sb, o, CDN_DESCRIBE_RECORD);
     int r = o ? json_dump_file(o, tmp, JSON_COMPACT) : -1;
@@ -149,7 +152,11 @@ int cdn_record_load(const char *path, struct record *ret, struct cdn_error *err)
     /* slot -1: a tier's whose records name no slot (checked against the spec's tier below) */
     if (r < 0 || !valid_id(id) || slot < -1 || pid <= 1 || start <= 0)
         return cdn_error_set(err, EBADMSG, "%s: not a sandbox record", path);
+    json_int_t oom_base = 0, cpu_base = 0; /* absent in a record of an older cordond: 0 */
+    (void) json_unpack(o, "{s?I, s?I}", "oom_base", &oom_base, "cpu_base", &cpu_base);
     *ret = (struct record){.slot = slot,
+                           .oom_base = oom_base > 0 ? (uint64_t) oom_base : 0,
+                           .cpu_base = cpu_base > 0 ? (uint64_t) cpu_base : 0,
                            .init_pid = pid,
                            .init_start = (uint64_t) start,
                            .created_unix = created,

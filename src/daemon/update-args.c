@@ -28,6 +28,8 @@ static int merge_labels(json_t *patch, const struct cdn_strv *cur, struct cdn_st
     if (!json_is_object(patch))
         return cdn_error_field(e, EINVAL, "labels",
                                "labels: must be an object of strings (null removes a label)");
+    if (json_object_size(patch) > CDN_STRV_MAX)
+        return cdn_error_field(e, E2BIG, "labels", "labels: at most %d in a patch", CDN_STRV_MAX);
     struct cdn_spec tmp = {0};
     int r = 0;
     for (size_t i = 0; r >= 0 && i < cur->n; i++) { /* the ones it keeps */

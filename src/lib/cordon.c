@@ -306,12 +306,11 @@ int cordon_delete_labelled(cordon_client *c, const char *const *labels, size_t *
 {
     char path[4096] = "/v1/sandboxes";
     size_t off = strlen(path);
-    for (size_t i = 0; labels && labels[i]; i++) {
+    for (size_t i = 0; labels && labels[i] && off < sizeof path; i++) {
         char *q = curl_easy_escape(c->curl, labels[i], 0);
         if (!q)
             return -ENOMEM;
-        off += (size_t) snprintf(path + off, off < sizeof path ? sizeof path - off : 0, "%clabel=%s",
-                                 i ? '&' : '?', q);
+        off += (size_t) snprintf(path + off, sizeof path - off, "%clabel=%s", i ? '&' : '?', q);
         curl_free(q);
     }
     if (!labels || !labels[0] || off >= sizeof path) {

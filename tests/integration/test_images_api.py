@@ -249,6 +249,22 @@ def test_delete_of_an_image_in_use_is_409_then_works(images_env):
     assert d.http("DELETE", q(ref))[0] == 404
 
 
+def test_an_ended_sandbox_kept_for_its_retention_holds_no_image(images_env):
+    """A sandbox past its lifetime is kept (410, its events) for the retention, but runs nothing: its
+    image can go. Caught (review of the retention): the record kept the image's hold and was counted
+    as a user, so the DELETE answered 409 for the whole retention."""
+    start, _, push = images_env
+    ref = push([busybox_layer(), unique_layer()], "team/ended", "1")
+    d = start()
+    sb = Sandbox.create(endpoint=d.endpoint, image=ref, timeout_s=1)
+    cordonlib.wait_for(lambda: "ended_at" in sb.info(), timeout=30, what="the end of its lifetime")
+    assert d.http("GET", q(ref))[1]["in_use"] == 0
+    st = d.http("DELETE", q(ref))
+    assert st[0] == 200 and st[1]["image_removed"] is True, st
+    assert sb.info()["state"] == "exited"  # its record stays
+    sb.kill()
+
+
 def test_an_image_in_use_outside_cordonds_list_is_not_removed(images_env, shared_dir):
     """A sandbox of `cordon run` on the same store, and a warm pool's sandboxes, hold their image: the
     API's DELETE is 409 and `cordon image rm` refuses (125) until they are gone. What this catches:

@@ -104,6 +104,28 @@ def test_the_lifetime_is_extended_and_shortened(daemon):
         assert sb.exec("true").exit_code == 0
 
 
+def test_a_lifetime_stays_within_seven_days_of_the_creation(daemon):
+    """Caught (review): a PATCH to the largest timeout_s of a sandbox a second old gave a lifetime of
+    more than 7 days from its creation, which its record, read again after a restart, refuses."""
+    with Sandbox.create(endpoint=daemon.endpoint) as sb:
+        time.sleep(1)
+        with pytest.raises(InvalidArgument) as e:
+            sb.set_timeout(604800)
+        assert e.value.field == "timeout_s" and "7 days after the creation" in e.value.message, e.value
+        assert sb.set_timeout(604000)["spec"]["limits"]["timeout_s"] < 604800
+
+
+def test_following_an_ended_sandbox_s_events_ends(daemon):
+    sb = Sandbox.create(endpoint=daemon.endpoint, timeout_s=1)
+    try:
+        ended(sb)
+        t0 = time.time()
+        evs = list(sb.events(follow=True))  # its log is whole: the stream ends at once
+        assert time.time() - t0 < 5 and evs[-1]["type"] == "exited", evs[-3:]
+    finally:
+        sb.kill()
+
+
 def test_the_idle_timeout_counts_requests_not_looks(daemon, tier):
     with Sandbox.create(endpoint=daemon.endpoint, tier=tier, idle_timeout_s=2) as sb:
         assert sb.info()["spec"]["limits"]["idle_timeout_s"] == 2
