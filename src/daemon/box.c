@@ -208,14 +208,15 @@ json_t *cdn_box_usage_json(struct box *b)
     struct cdn_usage u = {0};
     if (b->sb.tier->usage(&b->sb, &u) < 0)
         return NULL;
-    return json_pack("{s:f, s:o, s:o, s:I, s:o, s:o, s:o, s:I, s:I, s:o, s:o}", "time", now_unix(), "cpu_ms",
-                     u.cpu_known ? json_real((double) u.cpu_usec / 1e3) : json_null(), "memory_bytes",
-                     known(u.memory_known, u.memory_bytes), "memory_peak_bytes",
-                     (json_int_t) u.memory_peak_bytes, "pids", known(u.pids_known, u.pids), "disk_used_bytes",
-                     known(u.disk_known, u.disk_used_bytes), "disk_size_bytes",
-                     known(u.disk_known, u.disk_size_bytes), "oom_kills", (json_int_t) u.oom_kills,
-                     "pids_limit_hits", (json_int_t) u.pids_max_hits, "net_rx_bytes",
-                     veth_counter(b, "tx_bytes"), "net_tx_bytes", veth_counter(b, "rx_bytes"));
+    return json_pack(
+        "{s:f, s:o, s:o, s:I, s:o, s:o, s:o, s:I, s:I, s:o, s:o}", "time", now_unix(), "cpu_ms",
+        u.cpu_known ? json_real((double) u.cpu_usec / 1e3) : json_null(), "memory_bytes",
+        known(u.memory_known, u.memory_bytes), "memory_peak_bytes", (json_int_t) u.memory_peak_bytes, "pids",
+        known(u.pids_known, u.pids), "disk_used_bytes", known(u.disk_known, u.disk_used_bytes),
+        "disk_size_bytes", known(u.disk_known, u.disk_size_bytes), "oom_kills", (json_int_t) u.oom_kills,
+        "pids_limit_hits",
+        (json_int_t) (u.pids_max_hits - (u.pids_max_hits >= b->viol.pids_base ? b->viol.pids_base : 0)),
+        "net_rx_bytes", veth_counter(b, "tx_bytes"), "net_tx_bytes", veth_counter(b, "rx_bytes"));
 }
 
 /* The end of a create, told once to whoever waits for it (the API: its HTTP answer). */
@@ -849,7 +850,7 @@ struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_e
         struct cdn_usage u0; /* a reused cgroup keeps its counters: count from here */
         if (b->sb.tier->usage(&b->sb, &u0) == 0) {
             b->viol.oom_seen = u0.oom_kills;
-            b->viol.pids_seen = u0.pids_max_hits;
+            b->viol.pids_seen = b->viol.pids_base = u0.pids_max_hits;
         }
         /* The hint's lock can be busy for a moment (a just-cloned setup child
          * holds copies of our fds until it closes them): keep it for later. */

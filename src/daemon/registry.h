@@ -74,6 +74,7 @@ struct daemon_config {
  * cordond records of them (box-events.c) ---- */
 struct violations {
     uint64_t oom_seen, pids_seen; /* cgroup counters already counted */
+    uint64_t pids_base;           /* pids.events max of its (reused) cgroup at creation: usage counts on */
     bool disk_full;               /* the writable layer was full at the last look */
     /* Their events (box-events.c): written, and counted but not written since the last summary */
     uint64_t logged[_CDN_VK_MAX], suppressed[_CDN_VK_MAX];
