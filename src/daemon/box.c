@@ -1048,6 +1048,11 @@ static void adopt_one(const char *id, const char *path)
                 cdn_box_delete(b, "a verifier's sibling left by the last cordond");
                 return;
             }
+            /* What its cgroup counted so far the last cordond saw (or an earlier tenant's): the
+             * violations count on from here, not again (in kill mode that would end it). */
+            struct cdn_usage u0;
+            if (b->sb.tier->usage(&b->sb, &u0) == 0)
+                b->viol.oom_seen = u0.oom_kills, b->viol.pids_seen = u0.pids_max_hits;
             monitor_start(b);
             if (cdn_box_fanotify_adopt(b, &err) < 0 && b->spec.protect.n) {
                 fprintf(stderr, "cordond: sandbox %s: %s; ending it\n", id, err.msg);

@@ -141,3 +141,26 @@ def test_cli_update_limits(daemon):
         info = sb.info()
         assert (info["spec"]["limits"]["cpus"], info["spec"]["limits"]["memory_mb"], info["spec"]["limits"]["pids"],
                 info["spec"]["on_violation"]) == (0.5, 256, 32, "deny"), info["spec"]
+
+
+def test_an_adopted_sandbox_does_not_count_its_past_again(shared_dir):
+    """An OOM before a restart was the last cordond's to count. Caught (review): the adopted sandbox
+    started with nothing seen, so its first look at the cgroup counted that OOM again — here, with
+    on_violation switched to kill after the restart, the sandbox was killed for it."""
+    d = Daemon(shared_dir, keep=True)
+    try:
+        sb = Sandbox.create(endpoint=d.endpoint, memory_mb=64, on_violation="log")
+        r = sb.exec("python3 -c 'b = bytearray(128 << 20); b[::4096] = b\"x\" * (len(b) // 4096)'")
+        assert r.exit_code == 137, r
+        assert sb.violations()["counts"]["oom"] == 1
+    finally:
+        assert d.stop() == 0, d.output()
+    d = Daemon(shared_dir)
+    try:
+        sb = Sandbox.connect(sb.id, endpoint=d.endpoint)
+        sb.update(on_violation="kill")
+        assert sb.exec("true").exit_code == 0
+        assert sb.info()["state"] == "running" and sb.violations()["counts"]["oom"] == 0
+        sb.kill()
+    finally:
+        assert d.stop() == 0, d.output()
