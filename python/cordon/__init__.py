@@ -571,8 +571,12 @@ class AsyncSandbox:
         _, data = await self._ep.arequest("GET", f"{self._path}/events")
         return [json.loads(x) for x in data.splitlines() if x.strip()]
 
-    async def follow_events(self):
-        lines = alines(self._ep.astream("GET", f"{self._path}/events?follow=true"))
+    def follow_events(self):
+        return self._follow()
+
+    async def _follow(self, what="events?follow=true"):
+        """An NDJSON stream of the sandbox's (events, usage), decoded line by line."""
+        lines = alines(self._ep.astream("GET", f"{self._path}/{what}"))
         try:
             async for line in lines:
                 yield json.loads(line)
@@ -582,13 +586,8 @@ class AsyncSandbox:
     async def usage(self):
         return await self._ep.ajson("GET", f"{self._path}/usage")
 
-    async def usage_stream(self, interval_s=1.0):
-        lines = alines(self._ep.astream("GET", f"{self._path}/usage?follow=true&interval_s={float(interval_s)!r}"))
-        try:
-            async for line in lines:
-                yield json.loads(line)
-        finally:
-            await lines.aclose()
+    def usage_stream(self, interval_s=1.0):
+        return self._follow(f"usage?follow=true&interval_s={float(interval_s)!r}")
 
     async def set_network(self, mode="allowlist", allow=()):
         return await self._ep.ajson("PATCH", f"{self._path}/network", {"mode": mode, "allow": list(allow)})
