@@ -365,6 +365,19 @@ def writable_layers():
             continue  # detached meanwhile
     return out
 
+def layers_of(pid):
+    """The writable_layers() mounted in the mount namespace of pid or of one of its descendants:
+    this run's own layer, not one that a test beside made meanwhile (the other pass's cordond
+    refilling its stock, another run's slot layer) — a "what is new" diff would count those too."""
+    devs = set()
+    for p in [pid] + [c.pid for c in descendants(pid)]:
+        for line in (read(f"/proc/{p}/mountinfo") or "").splitlines():
+            right = line.partition(" - ")[2].split()
+            if len(right) > 1 and right[1].startswith("/dev/loop"):
+                devs.add(right[1][len("/dev/"):])
+    return {t for t in writable_layers() if t[0] in devs}
+
+
 def pid_alive(pid):
     try:
         os.kill(pid, 0)

@@ -315,8 +315,11 @@ def test_a_killed_cordon_run_leaves_no_layer():
     file never had a name: nothing is left in <state>/writable either."""
     before = cordonlib.writable_layers()
     with Running(["--disk", "64M", "--disk-kind", "disk", "--", "sh", "-c", "dd if=/dev/zero of=/tmp/x bs=1M count=40; sleep 60"]) as p:
-        mine = cordonlib.wait_for(lambda: cordonlib.writable_layers() - before, timeout=10,
+        # Its own layer, not whatever is new: CI (stop 32) counted the other pass's stock refill in,
+        # which stays until that cordond stops.
+        mine = cordonlib.wait_for(lambda: cordonlib.layers_of(p.proc.pid) - before, timeout=10,
                                   what="a writable layer")
+        assert len(mine) == 1, mine
         p.signal(signal.SIGKILL)
         p.proc.wait(timeout=10)
     cordonlib.wait_for(lambda: not (cordonlib.writable_layers() & mine), timeout=10, what="the layer to go")
