@@ -16,15 +16,15 @@ import http.client
 import json
 import urllib.parse
 
-from ._http import (ConnectionLost, CordonError, Endpoint, ExecError, Forbidden, ImageInUse, IncompleteRead,
-                    InvalidArgument, NotFound, PullFailed, SandboxEnded, SandboxNotRunning, ServerError, TooLarge,
-                    TooManySandboxes, Unauthorized, Unavailable, alines, cut_short)
+from ._http import (ConnectionLost, CordonError, Endpoint, ExecError, FileExists, Forbidden, ImageInUse,
+                    IncompleteRead, InvalidArgument, NotFound, PullFailed, SandboxEnded, SandboxNotRunning,
+                    ServerError, TooLarge, TooManySandboxes, Unauthorized, Unavailable, alines, cut_short)
 from . import images
 
 __all__ = ["Sandbox", "AsyncSandbox", "ExecResult", "Endpoint", "CordonError", "InvalidArgument", "ExecError",
            "NotFound", "SandboxNotRunning", "SandboxEnded", "TooManySandboxes", "Unauthorized", "ServerError",
            "Forbidden", "TooLarge", "IncompleteRead", "ImageInUse", "PullFailed", "Unavailable", "ConnectionLost",
-           "images"]
+           "FileExists", "images"]
 
 _LIMITS = ("cpus", "memory_mb", "pids", "disk_mb", "timeout_s", "idle_timeout_s", "nofile", "ptys")
 _TOP = ("tier", "image", "pull", "network", "mounts", "protect", "env", "workdir", "labels", "hostname", "read_only", "writable_system", "watch_writes",
@@ -136,6 +136,15 @@ def _take(n, chunk, max_bytes, path):
     if max_bytes is not None and n > max_bytes:
         raise TooLarge(413, "file_too_large", f"{path}: more than max_bytes ({max_bytes})", "max_bytes")
     return n
+
+
+def _move_query(sb, src, dst, overwrite):
+    return f"{sb._path}/move?from={_q(src)}&to={_q(dst)}" + ("" if overwrite else "&overwrite=false")
+
+
+def _chmod_query(sb, path, mode):
+    m = format(mode, "o") if isinstance(mode, int) else str(mode)
+    return f"{sb._path}/chmod?path={_q(path)}&mode={_q(m)}"
 
 
 def _stat_query(sb, path, follow_symlinks):
@@ -271,6 +280,18 @@ class _Files:
     def mkdir(self, path):
         """mkdir -p; returns the directory's stat dict."""
         return self._sb._ep.json("POST", f"{self._sb._path}/mkdir?path={_q(path)}")
+
+    def rename(self, src, dst, overwrite=True):
+        """Move src to dst inside the sandbox (dst's parents are made); a dst ending in "/" receives
+        src under its own name. Returns dst's stat dict. An existing dst is replaced, as mv does;
+        with overwrite=False it raises FileExists. Across file systems: InvalidArgument
+        ("cross_device")."""
+        return self._sb._ep.json("POST", _move_query(self._sb, src, dst, overwrite))
+
+    def chmod(self, path, mode):
+        """Set path's permission bits (an int such as 0o755, or an octal string "755"); a symlink is
+        followed. Returns the stat dict."""
+        return self._sb._ep.json("POST", _chmod_query(self._sb, path, mode))
 
 
 class Sandbox:
@@ -484,6 +505,12 @@ class _AsyncFiles:
 
     async def mkdir(self, path):
         return await self._sb._ep.ajson("POST", f"{self._sb._path}/mkdir?path={_q(path)}")
+
+    async def rename(self, src, dst, overwrite=True):
+        return await self._sb._ep.ajson("POST", _move_query(self._sb, src, dst, overwrite))
+
+    async def chmod(self, path, mode):
+        return await self._sb._ep.ajson("POST", _chmod_query(self._sb, path, mode))
 
 
 class AsyncSandbox:

@@ -52,6 +52,11 @@ class ImageInUse(CordonError):
     """409 (code "image_in_use"): a live sandbox runs on the image; delete the sandboxes first."""
 
 
+class FileExists(CordonError):
+    """409 (code "exists" or "not_empty"): a rename with overwrite=False found its destination, or
+    would replace a directory that is not empty."""
+
+
 class PullFailed(CordonError):
     """A pull that the registry or the image refused (502), or that ended as cordond stopped (503)."""
 
@@ -131,6 +136,8 @@ def error_from(status, body):
         cls = ExecError
     elif code == "image_in_use":
         cls = ImageInUse
+    elif code in ("exists", "not_empty") and status == 409:
+        cls = FileExists
     elif code in ("pull_failed", "stopping") and status in (502, 503):
         cls = PullFailed
     else:

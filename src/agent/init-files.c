@@ -22,10 +22,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "init.h"
 #include "shared/macro.h"
+
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE 1 /* linux/fs.h's; a libc without renameat2 lacks it */
+#endif
 
 #define MAX_WRITES 64
 #define MAX_READS  64
@@ -491,6 +496,78 @@ static void do_remove(uint32_t channel, const char *path)
         cdn_agent_send(CDN_FRAME_DONE, channel, NULL, 0);
 }
 
+/* The directory that holds path's last component, opened and judged (content: a kernel file
+ * system's entries are not moved); *ret_base: that component, never followed. */
+static int open_parent(uint32_t channel, const char *op, const char *path, struct file_target *ret,
+                       const char **ret_base)
+{
+    const char *base = strrchr(path, '/') + 1;
+    char dir[4096];
+    if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) {
+        fail_why(channel, EINVAL, op, path, "names no entry");
+        return -EINVAL;
+    }
+    (void) snprintf(dir, sizeof dir, "%.*s", (int) (base - path), path);
+    *ret_base = base;
+    return open_judged(channel, op, dir, path, O_DIRECTORY, true, ret);
+}
+
+/* renameat2 on two judged directories: what the agent does to either path's components meanwhile
+ * changes nothing, and the entries themselves are moved, never followed. A file system without
+ * RENAME_NOREPLACE gets a look first (a race only with the sandbox's own writes). */
+static void do_rename(uint32_t channel, const struct cdn_file_req *r)
+{
+    _cleanup_(cdn_target_close) struct file_target from = {.fd = -EBADF};
+    _cleanup_(cdn_target_close) struct file_target to = {.fd = -EBADF};
+    const char *base, *tobase = strrchr(r->to, '/') + 1;
+    if (r->to[0] != '/' || !*tobase || strcmp(tobase, ".") == 0 || strcmp(tobase, "..") == 0) {
+        fail_why(channel, EINVAL, "move", r->to, "names no entry");
+        return;
+    }
+    if (open_parent(channel, "move", r->path, &from, &base) < 0)
+        return;
+    struct stat st;
+    if (fstatat(from.fd, base, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return fail(channel, errno, "move", r->path);
+    if (walk_dirs(channel, "move", r->to, false, 0755, &to) < 0)
+        return;
+    const char *fs = NULL;
+    if (cdn_target_check(&to, true, &fs) == REFUSE_KERNEL_FS)
+        return refuse(channel, "move", r->to, &to, REFUSE_KERNEL_FS, fs);
+    bool noreplace = r->opts.flags & CDN_FILE_NOREPLACE;
+    long e = syscall(SYS_renameat2, from.fd, base, to.fd, tobase, noreplace ? RENAME_NOREPLACE : 0);
+    if (e < 0 && errno == EINVAL && noreplace) {
+        if (fstatat(to.fd, tobase, &st, AT_SYMLINK_NOFOLLOW) == 0)
+            errno = EEXIST;
+        else
+            e = renameat(from.fd, base, to.fd, tobase);
+    }
+    if (e < 0 && errno == EXDEV)
+        return fail_why(channel, EXDEV, "move", r->path, "the destination is on another file system");
+    if (e < 0 && errno == EBUSY)
+        return fail_why(channel, EBUSY, "move", r->path, "a mount point (a protected path or a bind): not moved");
+    if (e < 0)
+        return fail_why(channel, errno, "move", r->path, errno == EEXIST ? r->to : NULL);
+    if (fstatat(to.fd, tobase, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return fail(channel, errno, "move", r->to);
+    send_stat(channel, CDN_FRAME_DONE, &st, "");
+}
+
+/* The judged file's bits, through its /proc/self/fd link (the anchor do_remove uses): a
+ * symlink of the agent's is followed as chmod(1) follows it, and judged like any. */
+static void do_chmod(uint32_t channel, const struct cdn_file_req *r)
+{
+    _cleanup_(cdn_target_close) struct file_target t = {.fd = -EBADF};
+    if (open_judged(channel, "chmod", r->path, r->path, 0, true, &t) < 0)
+        return;
+    char at[64];
+    (void) snprintf(at, sizeof at, "/proc/self/fd/%d", t.fd);
+    struct stat st;
+    if (chmod(at, (mode_t) r->mode) < 0 || fstat(t.fd, &st) < 0)
+        return fail(channel, errno, "chmod", r->path);
+    send_stat(channel, CDN_FRAME_DONE, &st, "");
+}
+
 static void do_stat(uint32_t channel, const struct cdn_file_req *r)
 {
     _cleanup_(cdn_target_close) struct file_target t = {.fd = -EBADF};
@@ -538,6 +615,12 @@ void cdn_files_request(uint32_t channel, uint16_t flags, const uint8_t *p, size_
         break;
     case CDN_FILE_STAT:
         do_stat(channel, &r);
+        break;
+    case CDN_FILE_RENAME:
+        do_rename(channel, &r);
+        break;
+    case CDN_FILE_CHMOD:
+        do_chmod(channel, &r);
         break;
     }
 }

@@ -27,7 +27,10 @@ int cdn_cli_stats(int argc, char *const *argv);
 int cdn_cli_ls(int argc, char *const *argv);
 int cdn_cli_inspect(int argc, char *const *argv);
 int cdn_cli_events(int argc, char *const *argv);
+/* cordon cp, mv, chmod (cp.c, full build only). */
 int cdn_cli_cp(int argc, char *const *argv);
+int cdn_cli_mv(int argc, char *const *argv);
+int cdn_cli_chmod(int argc, char *const *argv);
 /* cordon selftest: the escape probes against this host (selftest.c, full build only). */
 int cdn_cli_selftest(int argc, char *const *argv);
 

@@ -1,6 +1,6 @@
 /* The CLI's client commands (DESIGN §3): create, exec, kill, ls, inspect,
- * events, cp — each one request or two to cordond through libcordon. They
- * find the daemon at $CORDON_SOCKET or the default socket. */
+ * events — each one request or two to cordond through libcordon (cp, mv and
+ * chmod: cp.c). They find the daemon at $CORDON_SOCKET or the default socket. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "client.h"
 #include "core/json-util.h"
 #include "core/spec.h"
 #include "lib/cordon.h"
@@ -18,7 +19,7 @@
 #include "shared/macro.h"
 #include "shared/parse-util.h"
 
-static int fail(cordon_client *c, int r, const char *what)
+int cdn_cli_fail(cordon_client *c, int r, const char *what)
 {
     const struct cordon_error *e = cordon_last_error(c);
     if (e->message[0])
@@ -29,7 +30,7 @@ static int fail(cordon_client *c, int r, const char *what)
     return 125;
 }
 
-static cordon_client *connect_daemon(void)
+cordon_client *cdn_cli_connect(void)
 {
     cordon_client *c = cordon_client_new(NULL);
     if (!c)
@@ -69,11 +70,11 @@ int cdn_cli_create(int argc, char *const *argv)
             spec = without;
         }
     }
-    cordon_client *c = connect_daemon();
+    cordon_client *c = cdn_cli_connect();
     char *id = NULL;
     r = c && spec ? cordon_create(c, spec, &id) : -ENOMEM;
     free(spec);
-    int ret = r < 0 ? (c ? fail(c, r, "create") : 125) : (printf("%s\n", id), 0);
+    int ret = r < 0 ? (c ? cdn_cli_fail(c, r, "create") : 125) : (printf("%s\n", id), 0);
     free(id);
     cordon_client_free(c);
     return ret;
@@ -152,7 +153,7 @@ int cdn_cli_exec(int argc, char *const *argv)
                 "cordon exec: --verifier=sibling takes one --copy PATH or more, and --copy needs it\n");
         return 125;
     }
-    cordon_client *c = connect_daemon();
+    cordon_client *c = cdn_cli_connect();
     if (!c)
         return 125;
     struct cordon_exec_opts opts = {.env = n_env ? env : NULL,
@@ -163,7 +164,7 @@ int cdn_cli_exec(int argc, char *const *argv)
                                     .user = user};
     struct cordon_exec_result res;
     int r = cordon_exec_stream(c, id, (const char *const *) argv + i, &opts, write_out, NULL, &res);
-    int ret = r < 0 ? fail(c, r, "exec") : res.exit_code;
+    int ret = r < 0 ? cdn_cli_fail(c, r, "exec") : res.exit_code;
     cordon_client_free(c);
     return ret;
 }
@@ -181,10 +182,10 @@ static int kill_labelled(int argc, char *const *argv)
         labels[n++] = argv[++i];
     }
     labels[n] = NULL;
-    cordon_client *c = connect_daemon();
+    cordon_client *c = cdn_cli_connect();
     size_t gone = 0;
     int r = c ? cordon_delete_labelled(c, labels, &gone) : -ENOTCONN;
-    int ret = !c ? 125 : r < 0 ? fail(c, r, "kill") : 0;
+    int ret = !c ? 125 : r < 0 ? cdn_cli_fail(c, r, "kill") : 0;
     if (ret == 0)
         printf("%zu deleted\n", gone);
     cordon_client_free(c);
@@ -199,12 +200,12 @@ int cdn_cli_kill(int argc, char *const *argv)
     }
     if (strcmp(argv[0], "--label") == 0)
         return kill_labelled(argc, argv);
-    cordon_client *c = connect_daemon();
+    cordon_client *c = cdn_cli_connect();
     int ret = c ? 0 : 125;
     for (int i = 0; c && i < argc; i++) {
         int r = cordon_delete(c, argv[i]);
         if (r < 0)
-            ret = fail(c, r, "kill");
+            ret = cdn_cli_fail(c, r, "kill");
     }
     cordon_client_free(c);
     return ret;
@@ -267,10 +268,10 @@ int cdn_cli_update(int argc, char *const *argv)
     if (json_object_size(limits))
         json_object_set(patch, "limits", limits);
     _cleanup_free_ char *body = json_dumps(patch, JSON_COMPACT);
-    cordon_client *c = body ? connect_daemon() : NULL;
+    cordon_client *c = body ? cdn_cli_connect() : NULL;
     char *resp = NULL;
     int r = c ? cordon_update(c, argv[0], body, &resp) : -ENOMEM;
-    int ret = !c ? 125 : r < 0 ? fail(c, r, "update") : 0;
+    int ret = !c ? 125 : r < 0 ? cdn_cli_fail(c, r, "update") : 0;
     if (ret == 0)
         printf("%s\n", resp);
     free(resp);
@@ -286,7 +287,7 @@ static int get_json(cordon_client *c, const char *path, json_t **ret, const char
     *ret = r >= 0 ? json_loadb(body, len, 0, NULL) : NULL;
     free(body);
     if (r < 0)
-        return fail(c, r, what);
+        return cdn_cli_fail(c, r, what);
     if (!*ret) {
         fprintf(stderr, "cordon %s: the daemon's answer is not JSON\n", what);
         return 125;
@@ -311,7 +312,7 @@ int cdn_cli_ls(int argc, char *const *argv)
             return 125;
         }
     }
-    cordon_client *c = connect_daemon();
+    cordon_client *c = cdn_cli_connect();
     json_t *o = NULL;
     int ret = c ? get_json(c, path, &o, "ls") : 125;
     if (ret == 0) {
@@ -348,7 +349,7 @@ static int show_json(int argc, char *const *argv, const char *what, const char *
     }
     char path[256];
     (void) snprintf(path, sizeof path, "/v1/sandboxes/%.64s%s", argv[0], rest);
-    cordon_client *c = connect_daemon();
+    cordon_client *c = cdn_cli_connect();
     json_t *o = NULL;
     int ret = c ? get_json(c, path, &o, what) : 125;
     if (ret == 0) {
@@ -381,94 +382,14 @@ int cdn_cli_events(int argc, char *const *argv)
     }
     char path[256];
     (void) snprintf(path, sizeof path, "/v1/sandboxes/%.64s/events%s", argv[0], follow ? "?follow=true" : "");
-    cordon_client *c = connect_daemon();
+    cordon_client *c = cdn_cli_connect();
     char *body = NULL;
     size_t len = 0;
     int r = c ? cordon_request(c, "GET", path, NULL, 0, NULL, NULL, &body, &len) : -ENOMEM;
-    int ret = r < 0 ? (c ? fail(c, r, "events") : 125) : 0;
+    int ret = r < 0 ? (c ? cdn_cli_fail(c, r, "events") : 125) : 0;
     if (ret == 0)
         (void) fwrite(body, 1, len, stdout);
     free(body);
-    cordon_client_free(c);
-    return ret;
-}
-
-/* A download into local ("-": stdout), streamed. A file that cannot be had whole is removed. */
-static int download(cordon_client *c, const char *id, const char *remote, const char *local, uint64_t max)
-{
-    bool out = strcmp(local, "-") == 0;
-    int fd = out ? STDOUT_FILENO : open(local, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        fprintf(stderr, "cordon cp: %s: %s\n", local, strerror(errno));
-        return 125;
-    }
-    int r = cordon_file_read_fd(c, id, remote, fd, max, NULL);
-    int ret = r < 0 ? fail(c, r, "cp") : 0;
-    if (!out && close(fd) < 0 && ret == 0) {
-        fprintf(stderr, "cordon cp: %s: %s\n", local, strerror(errno));
-        ret = 125;
-    }
-    if (!out && ret)
-        (void) unlink(local);
-    return ret;
-}
-
-/* cordon cp [--max-bytes SIZE] SRC DST: one side ID:PATH, the other a host path ("-" = stdin/stdout). */
-int cdn_cli_cp(int argc, char *const *argv)
-{
-    uint64_t max = 0;
-    if (argc == 4 && strcmp(argv[0], "--max-bytes") == 0) {
-        if (cdn_parse_size(argv[1], &max) < 0 || max == 0) {
-            fprintf(stderr, "cordon cp: --max-bytes: expected a size such as 512M, got '%s'\n", argv[1]);
-            return 125;
-        }
-        argc -= 2, argv += 2;
-    }
-    if (argc != 2) {
-        fprintf(stderr,
-                "usage: cordon cp [--max-bytes SIZE] ID:PATH HOSTPATH | cordon cp HOSTPATH ID:PATH  (- for "
-                "stdin/stdout)\n");
-        return 125;
-    }
-    const char *src = argv[0], *dst = argv[1];
-    const char *scolon = strchr(src, ':'), *dcolon = strchr(dst, ':');
-    bool upload = dcolon && !scolon;
-    if (!!scolon == !!dcolon) {
-        fprintf(stderr, "cordon cp: exactly one side must be ID:PATH\n");
-        return 125;
-    }
-    const char *remote = upload ? dst : src, *colon = upload ? dcolon : scolon, *local = upload ? src : dst;
-    char id[65];
-    (void) snprintf(id, sizeof id, "%.*s", (int) (colon - remote) < 64 ? (int) (colon - remote) : 64, remote);
-    cordon_client *c = connect_daemon();
-    if (!c)
-        return 125;
-    int ret = 0, r;
-    if (upload) {
-        FILE *f = strcmp(local, "-") == 0 ? stdin : fopen(local, "rb");
-        char *data = NULL;
-        size_t len = 0, cap = 0;
-        if (!f) {
-            fprintf(stderr, "cordon cp: %s: %s\n", local, strerror(errno));
-            cordon_client_free(c);
-            return 125;
-        }
-        for (;;) {
-            if (len + 65536 > cap && !(data = realloc(data, cap = (cap ? cap * 2 : 65536) + 65536)))
-                break;
-            size_t n = fread(data + len, 1, 65536, f);
-            len += n;
-            if (n == 0)
-                break;
-        }
-        if (f != stdin)
-            fclose(f);
-        r = data ? cordon_file_write(c, id, colon + 1, data, len) : -ENOMEM;
-        free(data);
-        if (r < 0)
-            ret = fail(c, r, "cp");
-    } else
-        ret = download(c, id, colon + 1, local, max);
     cordon_client_free(c);
     return ret;
 }

@@ -1,5 +1,5 @@
-/* cordond's file routes: PUT|GET|DELETE …/files, GET …/ls, GET …/stat and
- * POST …/mkdir. Each is one FILE request on a channel of the box's agent
+/* cordond's file routes: PUT|GET|DELETE …/files, GET …/ls, GET …/stat,
+ * POST …/mkdir, …/move and …/chmod. Each is one FILE request on a channel of the box's agent
  * connection; the frames that come back become the reply (a download streams).
  *
  * Runs in the loop. The client is trusted as far as the socket lets it in;
@@ -33,6 +33,7 @@ struct file_call {
     struct evhttp_request *req;
     int op;
     char path[4096];
+    char to[4096];    /* a move's destination */
     bool started;     /* a download's 200 went out */
     bool client_gone; /* its client left: nothing more is sent to it (the request still needs ending) */
     bool replied;     /* the request is ended (libevent frees it): req may not be touched */
@@ -194,7 +195,7 @@ static void on_violation(struct file_call *fc, const uint8_t *p, uint32_t len)
     struct cdn_violation_msg v;
     if (fc->violation || cdn_violation_decode(p, len, &v) < 0 || v.kind != CDN_VIOLATION_MSG_SYMLINK)
         return;
-    static const char *const ops[] = {"", "write", "read", "stat", "list", "mkdir", "remove"};
+    static const char *const ops[] = {"", "write", "read", "stat", "list", "mkdir", "remove", "move", "chmod"};
     fc->violation = json_pack("{s:o, s:o, s:s, s:s, s:s}", "path",
                               cdn_json_lossy_string((const uint8_t *) v.path, strlen(v.path)), "requested",
                               cdn_json_lossy_string((const uint8_t *) fc->path, strlen(fc->path)), "op",
@@ -211,11 +212,17 @@ static int http_status_of(int errnum)
     case EPERM:
     case EROFS:
         return 403;
+    case EBUSY: /* a mount point: a protected path, a bind */
+        return 403;
     case EISDIR:
     case EINVAL:
     case ENAMETOOLONG:
     case ELOOP:
+    case EXDEV:
         return 400;
+    case EEXIST:
+    case ENOTEMPTY:
+        return 409;
     case ENOSPC:
     case EDQUOT:
     case EFBIG:
@@ -243,8 +250,13 @@ static void reply_failed(struct file_call *fc, uint16_t type, const uint8_t *p, 
         return cdn_api_reply_error(fc->req, 413, "file_too_large", "max_bytes",
                                    "%s; pass a larger ?max_bytes= (this read's limit: %llu bytes)", msg,
                                    (unsigned long long) fc->max_bytes);
-    cdn_api_reply_error(fc->req, http_status_of(e), e == ENOENT ? "not_found" : "file_error", "path", "%s",
-                        msg);
+    const char *code = e == ENOENT      ? "not_found"
+                       : e == EEXIST    ? "exists"
+                       : e == ENOTEMPTY ? "not_empty"
+                       : e == EXDEV     ? "cross_device"
+                                        : "file_error";
+    const char *field = fc->op != CDN_FILE_RENAME ? "path" : e == EEXIST || e == ENOTEMPTY ? "to" : "from";
+    cdn_api_reply_error(fc->req, http_status_of(e), code, field, "%s", msg);
 }
 
 static void reply_done(struct file_call *fc, const uint8_t *p, uint32_t len)
@@ -267,6 +279,9 @@ static void reply_done(struct file_call *fc, const uint8_t *p, uint32_t len)
             json_pack("{s:o, s:O, s:b}", "path", path, "entries", fc->entries, "truncated", fc->truncated));
     case CDN_FILE_REMOVE:
         return cdn_api_reply_json(fc->req, 200, json_pack("{s:o, s:b}", "path", path, "removed", 1));
+    case CDN_FILE_RENAME:
+        json_decref(path);
+        return cdn_api_reply_json(fc->req, 200, stat_json(fc->to, &st));
     default:
         json_decref(path);
         return cdn_api_reply_json(fc->req, 200, stat_json(fc->path, &st));
@@ -369,9 +384,11 @@ static int send_request(struct file_call *fc, const struct file_args *a, uint32_
     /* Options only where they say something: the other requests stay readable by an init from
      * before them (a sandbox adopted across an upgrade). */
     bool opts = fc->op == CDN_FILE_READ || o.flags;
-    int n = opts ? cdn_file_encode_opts(buf, sizeof buf, (uint32_t) fc->op, mode, fc->path, &o)
-                 : cdn_file_encode(buf, sizeof buf, (uint32_t) fc->op, mode, fc->path,
-                                   evbuffer_pullup(body, (ev_ssize_t) first), first);
+    int n = fc->op == CDN_FILE_RENAME
+                ? cdn_file_encode_rename(buf, sizeof buf, fc->path, fc->to, a->noreplace ? CDN_FILE_NOREPLACE : 0)
+            : opts ? cdn_file_encode_opts(buf, sizeof buf, (uint32_t) fc->op, mode, fc->path, &o)
+                   : cdn_file_encode(buf, sizeof buf, (uint32_t) fc->op, mode, fc->path,
+                                     evbuffer_pullup(body, (ev_ssize_t) first), first);
     struct agent_conn *ac = &fc->box->agent;
     uint32_t ch = cdn_agent_conn_add(
         ac, &fc->areq,
@@ -420,7 +437,8 @@ static void file_call(struct evhttp_request *req, struct box *b, int op, uint32_
     fc->op = op;
     fc->max_bytes = a.max_bytes ? a.max_bytes : cdn_daemon->cfg.max_read_bytes;
     (void) snprintf(fc->path, sizeof fc->path, "%s", a.path);
-    int r = send_request(fc, &a, mode);
+    (void) snprintf(fc->to, sizeof fc->to, "%s", a.to);
+    int r = send_request(fc, &a, op == CDN_FILE_CHMOD ? a.mode : mode);
     if (r < 0)
         return cdn_api_reply_error(req, r == -ENOBUFS ? 400 : 500, "file_error", "path", "%s",
                                    r == -ENOBUFS ? "path is too long" : "cannot reach the sandbox's agent");
@@ -476,4 +494,14 @@ void cdn_api_stat(struct evhttp_request *req, struct box *b)
 void cdn_api_mkdir(struct evhttp_request *req, struct box *b)
 {
     file_call(req, b, CDN_FILE_MKDIR, 0755);
+}
+
+void cdn_api_move(struct evhttp_request *req, struct box *b)
+{
+    file_call(req, b, CDN_FILE_RENAME, 0);
+}
+
+void cdn_api_chmod(struct evhttp_request *req, struct box *b)
+{
+    file_call(req, b, CDN_FILE_CHMOD, 0);
 }

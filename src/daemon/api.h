@@ -47,6 +47,8 @@ void cdn_api_files(struct evhttp_request *req, struct box *b); /* api-files.c: f
 void cdn_api_ls(struct evhttp_request *req, struct box *b);
 void cdn_api_stat(struct evhttp_request *req, struct box *b);
 void cdn_api_mkdir(struct evhttp_request *req, struct box *b);
+void cdn_api_move(struct evhttp_request *req, struct box *b);
+void cdn_api_chmod(struct evhttp_request *req, struct box *b);
 void cdn_api_events(struct evhttp_request *req, struct box *b);
 /* /v1/images and below (api-images.c): path is the request's, still URL-encoded. */
 void cdn_api_images(struct evhttp_request *req, const char *path);

@@ -1,6 +1,7 @@
 /* The query of the files routes (docs/cordond.md): ?path=P, and per route
- * max_bytes (GET …/files) or follow (GET …/stat). Anything else is refused
- * with the parameter's name. */
+ * max_bytes (GET …/files), follow (GET …/stat), mode (POST …/chmod); the move
+ * takes from, to and overwrite instead. Anything else is refused with the
+ * parameter's name. */
 #pragma once
 
 #include <stdbool.h>
@@ -9,9 +10,12 @@
 #include "shared/error.h"
 
 struct file_args {
-    char path[4096];    /* absolute: a relative one is joined to the workdir */
+    char path[4096];    /* absolute: a relative one is joined to the workdir; the move's "from" */
+    char to[4096];      /* move: absolute; one ending in '/' gets the last component of from */
     uint64_t max_bytes; /* read: 0 = the daemon's max_read */
+    uint32_t mode;      /* chmod: 0–07777 */
     bool nofollow;      /* stat: follow=false */
+    bool noreplace;     /* move: overwrite=false */
 };
 
 /* query: the URI's query string (NULL: none); op: enum cdn_file_op. -EINVAL

@@ -549,19 +549,73 @@ int cordon_exec_stream(cordon_client *c, const char *id, const char *const argv[
     return 0;
 }
 
+/* /v1/sandboxes/{id}<route>?<k1>=<v1>[&<k2>=<v2>], each value escaped. */
+static int query_path(cordon_client *c, char *buf, size_t size, const char *id, const char *route, const char *k1,
+                      const char *v1, const char *k2, const char *v2)
+{
+    char *q1 = curl_easy_escape(c->curl, v1, 0), *q2 = k2 ? curl_easy_escape(c->curl, v2, 0) : NULL;
+    char rest[1800];
+    int r = !q1 || (k2 && !q2) ? -ENOMEM
+            : (size_t) snprintf(rest, sizeof rest, "%s?%s=%s%s%s%s%s", route, k1, q1, k2 ? "&" : "", k2 ? k2 : "",
+                                k2 ? "=" : "", k2 ? q2 : "") < sizeof rest
+                ? 0
+                : -ENAMETOOLONG;
+    curl_free(q1);
+    curl_free(q2);
+    if (r == -ENAMETOOLONG)
+        set_error(c, 0, "invalid_argument", k1, "%s too long", k1);
+    return r < 0 ? r : sandbox_path(c, buf, size, id, rest);
+}
+
 static int file_path(cordon_client *c, char *buf, size_t size, const char *id, const char *path)
 {
-    char *q = curl_easy_escape(c->curl, path, 0);
-    if (!q)
-        return -ENOMEM;
-    char rest[1800];
-    int r = (size_t) snprintf(rest, sizeof rest, "/files?path=%s", q) < sizeof rest ? 0 : -ENAMETOOLONG;
-    curl_free(q);
-    if (r < 0) {
-        set_error(c, 0, "invalid_argument", "path", "path too long");
-        return r;
+    return query_path(c, buf, size, id, "/files", "path", path, NULL, NULL);
+}
+
+int cordon_file_stat(cordon_client *c, const char *id, const char *path, struct cordon_file_info *ret)
+{
+    char p[2048];
+    json_t *o = NULL;
+    int r = query_path(c, p, sizeof p, id, "/stat", "path", path, NULL, NULL);
+    if (r >= 0)
+        r = request_json(c, "GET", p, NULL, &o);
+    const char *type = json_string_value(json_object_get(o, "type"));
+    if (r >= 0 && !type) {
+        set_error(c, 200, "bad_response", NULL, "no type in the daemon's answer");
+        r = -EBADMSG;
     }
-    return sandbox_path(c, buf, size, id, rest);
+    if (r >= 0) {
+        *ret = (struct cordon_file_info){
+            .size = (uint64_t) json_integer_value(json_object_get(o, "size")),
+            .mode = (uint32_t) json_integer_value(json_object_get(o, "mode")),
+            .mtime = (int64_t) json_integer_value(json_object_get(o, "mtime")),
+        };
+        (void) snprintf(ret->type, sizeof ret->type, "%s", type);
+    }
+    json_decref(o);
+    return r;
+}
+
+int cordon_file_move(cordon_client *c, const char *id, const char *from, const char *to, bool overwrite)
+{
+    char p[4096];
+    int r = query_path(c, p, sizeof p, id, "/move", "from", from, "to", to);
+    size_t n = r < 0 ? 0 : strlen(p);
+    if (r >= 0 && !overwrite)
+        (void) snprintf(p + n, sizeof p - n, "&overwrite=false");
+    return r < 0 ? r : request_json(c, "POST", p, NULL, NULL);
+}
+
+int cordon_file_chmod(cordon_client *c, const char *id, const char *path, unsigned mode)
+{
+    char p[2048], m[16];
+    if (mode > 07777) {
+        set_error(c, 0, "invalid_argument", "mode", "mode %o: more than the permission bits (7777)", mode);
+        return -EINVAL;
+    }
+    (void) snprintf(m, sizeof m, "%o", mode);
+    int r = query_path(c, p, sizeof p, id, "/chmod", "path", path, "mode", m);
+    return r < 0 ? r : request_json(c, "POST", p, NULL, NULL);
 }
 
 int cordon_file_write(cordon_client *c, const char *id, const char *path, const void *data, size_t len)

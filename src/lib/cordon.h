@@ -120,6 +120,22 @@ CORDON_API int cordon_file_read(cordon_client *c, const char *id, const char *pa
 CORDON_API int cordon_file_read_fd(cordon_client *c, const char *id, const char *path, int fd,
                                    uint64_t max_bytes, uint64_t *ret_len);
 
+/* GET …/stat: what path is (a symlink followed). */
+struct cordon_file_info {
+    char type[16]; /* "file", "dir", "symlink" or "other" */
+    uint64_t size;
+    uint32_t mode; /* the permission bits */
+    int64_t mtime;
+};
+CORDON_API int cordon_file_stat(cordon_client *c, const char *id, const char *path, struct cordon_file_info *ret);
+/* POST …/move: rename from to to, within the sandbox (its parents made). A to ending in '/' receives
+ * from's last component. An existing to is replaced, unless !overwrite: -EPROTO, 409 "exists". Across
+ * file systems: 400 "cross_device". */
+CORDON_API int cordon_file_move(cordon_client *c, const char *id, const char *from, const char *to,
+                                bool overwrite);
+/* POST …/chmod: path's permission bits (at most 07777); a symlink is followed. */
+CORDON_API int cordon_file_chmod(cordon_client *c, const char *id, const char *path, unsigned mode);
+
 #ifdef __cplusplus
 }
 #endif

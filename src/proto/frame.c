@@ -170,12 +170,17 @@ int cdn_file_decode(const uint8_t *p, size_t len, struct cdn_file_req *ret)
     if (r.op == 0 || r.op >= _CDN_FILE_OP_MAX || r.mode > 07777 || take_str(p, len, &off, &r.path) < 0 ||
         r.path[0] == 0)
         return -EBADMSG;
-    if (r.op != CDN_FILE_WRITE && off < len) { /* the options */
-        if (len - off != CDN_FILE_OPTS)
+    if (r.op != CDN_FILE_WRITE && (off < len || r.op == CDN_FILE_RENAME)) { /* the options */
+        if (len - off < CDN_FILE_OPTS || (r.op != CDN_FILE_RENAME && len - off != CDN_FILE_OPTS))
             return -EBADMSG;
         r.opts = (struct cdn_file_opts){
             .flags = get32(p + off), .window = get32(p + off + 4), .max_bytes = get64(p + off + 8)};
-        if (r.opts.flags & ~(uint32_t) CDN_FILE_NOFOLLOW)
+        uint32_t known = r.op == CDN_FILE_RENAME ? CDN_FILE_NOREPLACE : CDN_FILE_NOFOLLOW;
+        if (r.opts.flags & ~known)
+            return -EBADMSG;
+        off += CDN_FILE_OPTS;
+        if (r.op == CDN_FILE_RENAME && (r.mode || r.opts.window || r.opts.max_bytes ||
+                                        take_str(p, len, &off, &r.to) < 0 || !r.to[0] || off != len))
             return -EBADMSG;
         off = len;
     }
@@ -197,6 +202,16 @@ int cdn_file_encode_opts(uint8_t *buf, size_t size, uint32_t op, uint32_t mode, 
     put32(buf + n + 4, o->window);
     put64(buf + n + 8, o->max_bytes);
     return n + (int) CDN_FILE_OPTS;
+}
+
+int cdn_file_encode_rename(uint8_t *buf, size_t size, const char *from, const char *to, uint32_t flags)
+{
+    struct cdn_file_opts o = {.flags = flags};
+    int n = cdn_file_encode_opts(buf, size, CDN_FILE_RENAME, 0, from, &o);
+    size_t off = n < 0 ? 0 : (size_t) n;
+    if (n < 0 || !to[0] || put_str(buf, size < CDN_FRAME_MAX ? size : CDN_FRAME_MAX, &off, to) < 0)
+        return n < 0 ? n : -ENOBUFS;
+    return (int) off;
 }
 
 int cdn_window_decode(const uint8_t *p, size_t len, uint32_t *ret_bytes)

@@ -132,14 +132,18 @@ enum cdn_file_op {
     CDN_FILE_LIST = 4,   /* DATA frames of entries, then DONE */
     CDN_FILE_MKDIR = 5,  /* mkdir -p */
     CDN_FILE_REMOVE = 6, /* a file, or a directory with everything in it */
+    CDN_FILE_RENAME = 7, /* path → to (options, then to\0); the destination's parents are made */
+    CDN_FILE_CHMOD = 8,  /* path's permission bits := mode (a symlink is followed, as chmod(1) does) */
     _CDN_FILE_OP_MAX,
 };
 
 /* FILE payload: u32 op | u32 mode | path\0 | then, for WRITE, the first bytes; for the other ops,
- * optionally (absent: all zero) the options: u32 flags | u32 window | u64 max_bytes. */
+ * optionally (absent: all zero) the options: u32 flags | u32 window | u64 max_bytes; for RENAME,
+ * the options and then the destination: to\0. */
 #define CDN_FILE_OPTS 16u
 enum cdn_file_flags {
-    CDN_FILE_NOFOLLOW = 1u << 0, /* STAT: of a symlink in the last component itself (lstat) */
+    CDN_FILE_NOFOLLOW = 1u << 0,  /* STAT: of a symlink in the last component itself (lstat) */
+    CDN_FILE_NOREPLACE = 1u << 1, /* RENAME: an existing destination is an error (EEXIST) */
 };
 struct cdn_file_opts {
     uint32_t flags;     /* enum cdn_file_flags */
@@ -150,6 +154,7 @@ struct cdn_file_req {
     uint32_t op;
     uint32_t mode;
     const char *path; /* points into the payload */
+    const char *to;   /* RENAME: the destination, into the payload; else NULL */
     const uint8_t *data;
     size_t data_len;
     struct cdn_file_opts opts;
@@ -187,6 +192,8 @@ int cdn_file_encode(uint8_t *buf, size_t size, uint32_t op, uint32_t mode, const
 /* Any op but WRITE, with its options. */
 int cdn_file_encode_opts(uint8_t *buf, size_t size, uint32_t op, uint32_t mode, const char *path,
                          const struct cdn_file_opts *o);
+/* RENAME: from → to, flags CDN_FILE_NOREPLACE or 0. */
+int cdn_file_encode_rename(uint8_t *buf, size_t size, const char *from, const char *to, uint32_t flags);
 int cdn_file_decode(const uint8_t *p, size_t len, struct cdn_file_req *ret);
 /* WINDOW payload: u32 bytes (> 0). */
 int cdn_window_decode(const uint8_t *p, size_t len, uint32_t *ret_bytes);

@@ -23,7 +23,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int op = 1 + data[0] % (_CDN_FILE_OP_MAX - 1);
     if (cdn_file_args_parse(q, op, "/workspace", &a, &e) == 0 &&
         (a.path[0] != '/' || memchr(a.path, 0, sizeof a.path) == NULL ||
-         (a.max_bytes && op != CDN_FILE_READ) || (a.nofollow && op != CDN_FILE_STAT)))
+         (a.max_bytes && op != CDN_FILE_READ) || (a.nofollow && op != CDN_FILE_STAT) ||
+         (a.noreplace && op != CDN_FILE_RENAME) || a.mode > 07777 || (a.mode && op != CDN_FILE_CHMOD) ||
+         (op == CDN_FILE_RENAME) != (a.to[0] == '/') || memchr(a.to, 0, sizeof a.to) == NULL))
         __builtin_trap(); /* accepted: an absolute path, and only the route's own parameters */
     else if (e.msg[0] && !memchr(e.msg, 0, sizeof e.msg))
         __builtin_trap();

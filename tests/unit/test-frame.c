@@ -128,7 +128,10 @@ TEST(file_options_roundtrip_and_rejects)
     n = cdn_file_encode_opts(buf, sizeof buf, CDN_FILE_STAT, 0, "/l",
                              &(struct cdn_file_opts){.flags = CDN_FILE_NOFOLLOW});
     CHECK(cdn_file_decode(buf, (size_t) n, &r) == 0 && r.opts.flags == CDN_FILE_NOFOLLOW);
-    n = cdn_file_encode_opts(buf, sizeof buf, CDN_FILE_STAT, 0, "/l", &(struct cdn_file_opts){.flags = 2});
+    n = cdn_file_encode_opts(buf, sizeof buf, CDN_FILE_STAT, 0, "/l",
+                             &(struct cdn_file_opts){.flags = CDN_FILE_NOREPLACE});
+    CHECK(cdn_file_decode(buf, (size_t) n, &r) < 0); /* another op's flag */
+    n = cdn_file_encode_opts(buf, sizeof buf, CDN_FILE_STAT, 0, "/l", &(struct cdn_file_opts){.flags = 1u << 7});
     CHECK(cdn_file_decode(buf, (size_t) n, &r) < 0); /* an unknown flag */
     buf[n] = 0;
     CHECK(cdn_file_decode(buf, (size_t) n + 1, &r) < 0); /* a byte past the options */
@@ -160,6 +163,27 @@ TEST(window_and_protected_payloads)
     CHECK_EQ_INT(cdn_protected_encode(buf, sizeof buf, ids, CDN_PROTECTED_MAX + 1), -ENOBUFS);
     buf[0] = (uint8_t) (CDN_PROTECTED_MAX + 1), buf[1] = (uint8_t) ((CDN_PROTECTED_MAX + 1) >> 8);
     CHECK(cdn_protected_decode(buf, 4 + 8 * (CDN_PROTECTED_MAX + 1), back, &n) < 0); /* too many */
+}
+
+TEST(file_rename_roundtrip_and_rejects)
+{
+    uint8_t buf[256];
+    struct cdn_file_req r;
+    int n = cdn_file_encode_rename(buf, sizeof buf, "/w/a", "/w/d/b", CDN_FILE_NOREPLACE);
+    CHECK(n > 0);
+    CHECK_EQ_INT(cdn_file_decode(buf, (size_t) n, &r), 0);
+    CHECK(r.op == CDN_FILE_RENAME && strcmp(r.path, "/w/a") == 0 && strcmp(r.to, "/w/d/b") == 0 &&
+          r.opts.flags == CDN_FILE_NOREPLACE && r.data_len == 0);
+    for (int cut = 0; cut < n; cut++) /* every prefix: the destination or its NUL missing */
+        CHECK(cdn_file_decode(buf, (size_t) cut, &r) < 0);
+    buf[n] = 'x';
+    CHECK(cdn_file_decode(buf, (size_t) n + 1, &r) < 0); /* a byte past the destination */
+    n = cdn_file_encode_rename(buf, sizeof buf, "/w/a", "/b", CDN_FILE_NOFOLLOW);
+    CHECK(cdn_file_decode(buf, (size_t) n, &r) < 0); /* STAT's flag */
+    CHECK_EQ_INT(cdn_file_encode_rename(buf, sizeof buf, "/w/a", "", 0), -ENOBUFS);
+    CHECK_EQ_INT(cdn_file_encode_rename(buf, 30, "/w/a", "/a/destination/too/long/for/it", 0), -ENOBUFS);
+    n = cdn_file_encode(buf, sizeof buf, CDN_FILE_CHMOD, 0755, "/w/x", NULL, 0);
+    CHECK(cdn_file_decode(buf, (size_t) n, &r) == 0 && r.mode == 0755 && r.to == NULL);
 }
 
 TEST(file_stat_entries)

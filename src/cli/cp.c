@@ -1,0 +1,207 @@
+/* cordon cp, mv and chmod: files in and out of a sandbox, and moved or
+ * chmod-ed inside it, through cordond's files routes (docs/cordond.md). Runs
+ * as the CLI's user; the host paths are theirs, the sandbox's are resolved by
+ * the sandbox's init. A name that is a directory receives the file under its
+ * own name, on either side, as cp(1) does. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "client.h"
+#include "shared/parse-util.h"
+
+/* A path's last component, trailing slashes ignored: into buf. */
+static const char *last_name(const char *path, char *buf, size_t size)
+{
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/')
+        b--;
+    (void) snprintf(buf, size, "%.*s", (int) (n - b), path + b);
+    return buf;
+}
+
+/* dir/name into buf; false (said) if too long. */
+static bool join(char *buf, size_t size, const char *dir, const char *name)
+{
+    size_t n = strlen(dir);
+    if ((size_t) snprintf(buf, size, "%s%s%s", dir, n && dir[n - 1] == '/' ? "" : "/", name) < size)
+        return true;
+    fprintf(stderr, "cordon cp: %s/%s: the name is too long\n", dir, name);
+    return false;
+}
+
+/* A download into local ("-": stdout), streamed. A file that cannot be had whole is removed. */
+static int download(cordon_client *c, const char *id, const char *remote, const char *local, uint64_t max)
+{
+    char into[4096], name[1024];
+    struct stat st;
+    bool out = strcmp(local, "-") == 0;
+    size_t n = strlen(local);
+    if (!out && ((n && local[n - 1] == '/') || (stat(local, &st) == 0 && S_ISDIR(st.st_mode)))) {
+        if (!join(into, sizeof into, local, last_name(remote, name, sizeof name)))
+            return 125;
+        local = into;
+    }
+    int fd = out ? STDOUT_FILENO : open(local, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "cordon cp: %s: %s\n", local, strerror(errno));
+        return 125;
+    }
+    int r = cordon_file_read_fd(c, id, remote, fd, max, NULL);
+    int ret = r < 0 ? cdn_cli_fail(c, r, "cp") : 0;
+    if (!out && close(fd) < 0 && ret == 0) {
+        fprintf(stderr, "cordon cp: %s: %s\n", local, strerror(errno));
+        ret = 125;
+    }
+    if (!out && ret)
+        (void) unlink(local);
+    return ret;
+}
+
+static int upload(cordon_client *c, const char *id, const char *remote, const char *local)
+{
+    char into[4096], name[1024];
+    size_t rn = strlen(remote);
+    bool in = strcmp(local, "-") == 0;
+    struct cordon_file_info info;
+    /* A remote directory, by its slash or by what it is, receives the file under its name. */
+    if ((rn && remote[rn - 1] == '/') || (!in && cordon_file_stat(c, id, remote, &info) == 0 &&
+                                          strcmp(info.type, "dir") == 0)) {
+        if (in) {
+            fprintf(stderr, "cordon cp: standard input into the directory %s: name the file\n", remote);
+            return 125;
+        }
+        if (!join(into, sizeof into, remote, last_name(local, name, sizeof name)))
+            return 125;
+        remote = into;
+    }
+    FILE *f = in ? stdin : fopen(local, "rb");
+    char *data = NULL;
+    size_t len = 0, cap = 0;
+    if (!f) {
+        fprintf(stderr, "cordon cp: %s: %s\n", local, strerror(errno));
+        return 125;
+    }
+    for (;;) {
+        if (len + 65536 > cap && !(data = realloc(data, cap = (cap ? cap * 2 : 65536) + 65536)))
+            break;
+        size_t n = fread(data + len, 1, 65536, f);
+        len += n;
+        if (n == 0)
+            break;
+    }
+    bool bad = ferror(f);
+    if (f != stdin)
+        fclose(f);
+    if (bad) {
+        fprintf(stderr, "cordon cp: %s: a read error\n", local);
+        free(data);
+        return 125;
+    }
+    int r = data ? cordon_file_write(c, id, remote, data, len) : -ENOMEM;
+    free(data);
+    return r < 0 ? cdn_cli_fail(c, r, "cp") : 0;
+}
+
+/* ID:PATH → id (NUL-terminated in buf) and *ret_path; false (said) if it names no sandbox. */
+static bool split(const char *what, const char *arg, char id[65], const char **ret_path)
+{
+    const char *colon = strchr(arg, ':');
+    if (!colon || colon == arg || colon - arg > 64 || !colon[1]) {
+        fprintf(stderr, "cordon %s: '%s': expected ID:PATH\n", what, arg);
+        return false;
+    }
+    (void) snprintf(id, 65, "%.*s", (int) (colon - arg), arg);
+    *ret_path = colon + 1;
+    return true;
+}
+
+/* cordon cp [--max-bytes SIZE] SRC DST: one side ID:PATH, the other a host path ("-" = stdin/stdout). */
+int cdn_cli_cp(int argc, char *const *argv)
+{
+    uint64_t max = 0;
+    if (argc == 4 && strcmp(argv[0], "--max-bytes") == 0) {
+        if (cdn_parse_size(argv[1], &max) < 0 || max == 0) {
+            fprintf(stderr, "cordon cp: --max-bytes: expected a size such as 512M, got '%s'\n", argv[1]);
+            return 125;
+        }
+        argc -= 2, argv += 2;
+    }
+    if (argc != 2) {
+        fprintf(stderr,
+                "usage: cordon cp [--max-bytes SIZE] ID:PATH HOSTPATH | cordon cp HOSTPATH ID:PATH  (- for "
+                "stdin/stdout)\n");
+        return 125;
+    }
+    const char *src = argv[0], *dst = argv[1];
+    bool up = strchr(dst, ':') && !strchr(src, ':');
+    if (!!strchr(src, ':') == !!strchr(dst, ':')) {
+        fprintf(stderr, "cordon cp: exactly one side must be ID:PATH\n");
+        return 125;
+    }
+    char id[65];
+    const char *remote;
+    if (!split("cp", up ? dst : src, id, &remote))
+        return 125;
+    cordon_client *c = cdn_cli_connect();
+    if (!c)
+        return 125;
+    int ret = up ? upload(c, id, remote, src) : download(c, id, remote, dst, max);
+    cordon_client_free(c);
+    return ret;
+}
+
+/* cordon mv [-n] ID:FROM [ID:]TO: a rename inside the sandbox; -n keeps an existing TO. */
+int cdn_cli_mv(int argc, char *const *argv)
+{
+    bool keep = argc == 3 && strcmp(argv[0], "-n") == 0;
+    if (keep)
+        argc--, argv++;
+    char id[65];
+    const char *from;
+    if (argc != 2) {
+        fprintf(stderr, "usage: cordon mv [-n] ID:FROM [ID:]TO   (a TO ending in / receives FROM's name)\n");
+        return 125;
+    }
+    if (!split("mv", argv[0], id, &from))
+        return 125;
+    size_t n = strlen(id);
+    const char *to = strncmp(argv[1], id, n) == 0 && argv[1][n] == ':' ? argv[1] + n + 1 : argv[1];
+    cordon_client *c = cdn_cli_connect();
+    int r = c ? cordon_file_move(c, id, from, to, !keep) : -ENOMEM;
+    int ret = !c ? 125 : r < 0 ? cdn_cli_fail(c, r, "mv") : 0;
+    cordon_client_free(c);
+    return ret;
+}
+
+/* cordon chmod MODE ID:PATH: octal permission bits, as chmod 755 takes them. */
+int cdn_cli_chmod(int argc, char *const *argv)
+{
+    char id[65], *end = NULL;
+    const char *path;
+    if (argc != 2) {
+        fprintf(stderr, "usage: cordon chmod MODE ID:PATH   (MODE in octal, e.g. 755)\n");
+        return 125;
+    }
+    errno = 0;
+    unsigned long mode = strtoul(argv[0], &end, 8);
+    if (errno || end == argv[0] || *end || mode > 07777 || argv[0][0] == '-' || argv[0][0] == '+') {
+        fprintf(stderr, "cordon chmod: MODE: expected octal permission bits such as 755, got '%s'\n", argv[0]);
+        return 125;
+    }
+    if (!split("chmod", argv[1], id, &path))
+        return 125;
+    cordon_client *c = cdn_cli_connect();
+    int r = c ? cordon_file_chmod(c, id, path, (unsigned) mode) : -ENOMEM;
+    int ret = !c ? 125 : r < 0 ? cdn_cli_fail(c, r, "chmod") : 0;
+    cordon_client_free(c);
+    return ret;
+}
