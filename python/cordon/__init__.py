@@ -10,16 +10,19 @@
 AsyncSandbox has the same methods as coroutines, for trainers that drive
 thousands of sandboxes from one process. docs/sdk-python.md has the rest."""
 
+import asyncio
 import base64
 import codecs
 import http.client
 import json
+import tarfile
+import tempfile
 import urllib.parse
 
 from ._http import (ConnectionLost, CordonError, Endpoint, ExecError, FileExists, Forbidden, ImageInUse,
                     IncompleteRead, InvalidArgument, NotFound, PullFailed, SandboxEnded, SandboxNotRunning,
                     ServerError, TooLarge, TooManySandboxes, Unauthorized, Unavailable, alines, cut_short)
-from . import images
+from . import _tar, images
 
 __all__ = ["Sandbox", "AsyncSandbox", "ExecResult", "Endpoint", "CordonError", "InvalidArgument", "ExecError",
            "NotFound", "SandboxNotRunning", "SandboxEnded", "TooManySandboxes", "Unauthorized", "ServerError",
@@ -136,6 +139,10 @@ def _take(n, chunk, max_bytes, path):
     if max_bytes is not None and n > max_bytes:
         raise TooLarge(413, "file_too_large", f"{path}: more than max_bytes ({max_bytes})", "max_bytes")
     return n
+
+
+def _archive_query(sb, remote, max_bytes):
+    return f"{sb._path}/archive?path={_q(remote)}" + (f"&max_bytes={int(max_bytes)}" if max_bytes else "")
 
 
 def _move_query(sb, src, dst, overwrite):
@@ -292,6 +299,39 @@ class _Files:
         """Set path's permission bits (an int such as 0o755, or an octal string "755"); a symlink is
         followed. Returns the stat dict."""
         return self._sb._ep.json("POST", _chmod_query(self._sb, path, mode))
+
+    def upload_dir(self, local, remote):
+        """The contents of the host directory local into remote (made if missing), as one tar
+        stream; symlinks stay links. Returns {"path", "entries", "bytes"}."""
+        return self._put_archive(remote, _tar.pack_dir(local))
+
+    def write_many(self, files):
+        """Several files in one request (two if absolute and relative paths are mixed): files is
+        {path: bytes or str}; parents are made. Returns the number of files written."""
+        return sum(self._put_archive(root, _tar.pack_files(names))["entries"]
+                   for root, names in _tar.split_files(files).items())
+
+    def _put_archive(self, remote, data):
+        _, body = self._sb._ep.request("PUT", f"{self._sb._path}/archive?path={_q(remote)}", data,
+                                       {"Content-Type": "application/x-tar"})
+        return json.loads(body)
+
+    def download_dir(self, remote, local, max_bytes=None):
+        """The tree under remote into the host directory local (made if missing); returns the number
+        of entries written. Only names beneath local are written, never through a symlink; links
+        are made as links, devices and FIFOs left out. max_bytes (default: the daemon's max_read)
+        bounds the files' bytes in all."""
+        _, resp = self._sb._ep.request("GET", _archive_query(self._sb, remote, max_bytes), stream=True)
+        try:
+            n = _tar.unpack(resp, local)
+            if resp.read() == b"" and cut_short(resp):
+                raise http.client.IncompleteRead(b"")
+            return n
+        except (tarfile.TarError, EOFError, http.client.HTTPException, ConnectionError) as e:
+            raise IncompleteRead(200, "incomplete", f"{remote}: the download ended early ({e!r})") from None
+        finally:
+            resp.close()
+            resp._cordon_conn.close()
 
 
 class Sandbox:
@@ -511,6 +551,37 @@ class _AsyncFiles:
 
     async def chmod(self, path, mode):
         return await self._sb._ep.ajson("POST", _chmod_query(self._sb, path, mode))
+
+    async def upload_dir(self, local, remote):
+        return await self._put_archive(remote, await asyncio.to_thread(_tar.pack_dir, local))
+
+    async def write_many(self, files):
+        n = 0
+        for root, names in _tar.split_files(files).items():
+            n += (await self._put_archive(root, _tar.pack_files(names)))["entries"]
+        return n
+
+    async def _put_archive(self, remote, data):
+        _, body = await self._sb._ep.arequest("PUT", f"{self._sb._path}/archive?path={_q(remote)}", data,
+                                              {"Content-Type": "application/x-tar"})
+        return json.loads(body)
+
+    async def download_dir(self, remote, local, max_bytes=None):
+        """As Sandbox's: the stream is spooled (to disk past 64 MiB), then unpacked in a thread."""
+        stream = self._sb._ep.astream("GET", _archive_query(self._sb, remote, max_bytes))
+        with tempfile.SpooledTemporaryFile(max_size=64 << 20) as spool:
+            try:
+                async for chunk in stream:
+                    spool.write(chunk)
+            except ConnectionLost as e:
+                raise IncompleteRead(200, "incomplete", f"{remote}: the download ended early ({e.message})") from None
+            finally:
+                await stream.aclose()
+            spool.seek(0)
+            try:
+                return await asyncio.to_thread(_tar.unpack, spool, local, False)
+            except (tarfile.TarError, EOFError) as e:
+                raise IncompleteRead(200, "incomplete", f"{remote}: the archive is not whole ({e!r})") from None
 
 
 class AsyncSandbox:

@@ -545,11 +545,35 @@ static void do_rename(uint32_t channel, const struct cdn_file_req *r)
     if (e < 0 && errno == EXDEV)
         return fail_why(channel, EXDEV, "move", r->path, "the destination is on another file system");
     if (e < 0 && errno == EBUSY)
-        return fail_why(channel, EBUSY, "move", r->path, "a mount point (a protected path or a bind): not moved");
+        return fail_why(channel, EBUSY, "move", r->path,
+                        "a mount point (a protected path or a bind): not moved");
     if (e < 0)
         return fail_why(channel, errno, "move", r->path, errno == EEXIST ? r->to : NULL);
     if (fstatat(to.fd, tobase, &st, AT_SYMLINK_NOFOLLOW) < 0)
         return fail(channel, errno, "move", r->to);
+    send_stat(channel, CDN_FRAME_DONE, &st, "");
+}
+
+/* A symlink made in the judged parent (made too, as a write's), replacing a file or a link there:
+ * what it points to is a name, never opened here. */
+static void do_symlink(uint32_t channel, const struct cdn_file_req *r)
+{
+    _cleanup_(cdn_target_close) struct file_target parent = {.fd = -EBADF};
+    const char *base = strrchr(r->path, '/') + 1;
+    if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
+        return fail_why(channel, EINVAL, "symlink", r->path, "names no entry");
+    if (walk_dirs(channel, "symlink", r->path, false, 0755, &parent) < 0)
+        return;
+    const char *fs = NULL;
+    if (cdn_target_check(&parent, true, &fs) == REFUSE_KERNEL_FS)
+        return refuse(channel, "symlink", r->path, &parent, REFUSE_KERNEL_FS, fs);
+    struct stat st;
+    int e = symlinkat(r->to, parent.fd, base);
+    if (e < 0 && errno == EEXIST && fstatat(parent.fd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        !S_ISDIR(st.st_mode))
+        e = unlinkat(parent.fd, base, 0) < 0 ? -1 : symlinkat(r->to, parent.fd, base);
+    if (e < 0 || fstatat(parent.fd, base, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return fail(channel, errno, "symlink", r->path);
     send_stat(channel, CDN_FRAME_DONE, &st, "");
 }
 
@@ -621,6 +645,9 @@ void cdn_files_request(uint32_t channel, uint16_t flags, const uint8_t *p, size_
         break;
     case CDN_FILE_CHMOD:
         do_chmod(channel, &r);
+        break;
+    case CDN_FILE_SYMLINK:
+        do_symlink(channel, &r);
         break;
     }
 }

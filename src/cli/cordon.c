@@ -43,9 +43,11 @@ static const struct {
     {"cp", cdn_cli_cp, false,
      "cp ID:PATH HOST | HOST ID:PATH copy a file out of or into a sandbox\n"
      "  cordon cp --max-bytes SIZE ID:PATH HOST   a download of a file over cordond's max_read\n"
-     "  cordon cp FILE ID:DIR/                    into a directory, under its own name (either way)"},
+     "  cordon cp FILE ID:DIR/                    into a directory, under its own name (either way)\n"
+     "  cordon cp -r DIR ID:PATH | ID:PATH DIR    a directory, as one tar stream"},
     {"mv", cdn_cli_mv, false, "mv [-n] ID:FROM [ID:]TO       move a file or directory inside a sandbox"},
-    {"chmod", cdn_cli_chmod, false, "chmod MODE ID:PATH            set permission bits (octal) inside a sandbox"},
+    {"chmod", cdn_cli_chmod, false,
+     "chmod MODE ID:PATH            set permission bits (octal) inside a sandbox"},
     {"vm", cdn_cli_vm, false,
      "vm prepare                    the VM tiers' guest kernel and initramfs (cached)\n"
      "  cordon vm status [--json]            whether they are prepared (exit 1 if not), preparing nothing"},

@@ -195,7 +195,8 @@ static void on_violation(struct file_call *fc, const uint8_t *p, uint32_t len)
     struct cdn_violation_msg v;
     if (fc->violation || cdn_violation_decode(p, len, &v) < 0 || v.kind != CDN_VIOLATION_MSG_SYMLINK)
         return;
-    static const char *const ops[] = {"", "write", "read", "stat", "list", "mkdir", "remove", "move", "chmod"};
+    static const char *const ops[] = {"",      "write",  "read", "stat",  "list",
+                                      "mkdir", "remove", "move", "chmod", "symlink"};
     fc->violation = json_pack("{s:o, s:o, s:s, s:s, s:s}", "path",
                               cdn_json_lossy_string((const uint8_t *) v.path, strlen(v.path)), "requested",
                               cdn_json_lossy_string((const uint8_t *) fc->path, strlen(fc->path)), "op",
@@ -384,8 +385,8 @@ static int send_request(struct file_call *fc, const struct file_args *a, uint32_
     /* Options only where they say something: the other requests stay readable by an init from
      * before them (a sandbox adopted across an upgrade). */
     bool opts = fc->op == CDN_FILE_READ || o.flags;
-    int n = fc->op == CDN_FILE_RENAME
-                ? cdn_file_encode_rename(buf, sizeof buf, fc->path, fc->to, a->noreplace ? CDN_FILE_NOREPLACE : 0)
+    int n = fc->op == CDN_FILE_RENAME ? cdn_file_encode_to(buf, sizeof buf, CDN_FILE_RENAME, fc->path, fc->to,
+                                                           a->noreplace ? CDN_FILE_NOREPLACE : 0)
             : opts ? cdn_file_encode_opts(buf, sizeof buf, (uint32_t) fc->op, mode, fc->path, &o)
                    : cdn_file_encode(buf, sizeof buf, (uint32_t) fc->op, mode, fc->path,
                                      evbuffer_pullup(body, (ev_ssize_t) first), first);

@@ -49,6 +49,7 @@ void cdn_api_stat(struct evhttp_request *req, struct box *b);
 void cdn_api_mkdir(struct evhttp_request *req, struct box *b);
 void cdn_api_move(struct evhttp_request *req, struct box *b);
 void cdn_api_chmod(struct evhttp_request *req, struct box *b);
+void cdn_api_archive(struct evhttp_request *req, struct box *b); /* api-archive.c: PUT|GET …/archive */
 void cdn_api_events(struct evhttp_request *req, struct box *b);
 /* /v1/images and below (api-images.c): path is the request's, still URL-encoded. */
 void cdn_api_images(struct evhttp_request *req, const char *path);

@@ -24,8 +24,9 @@ static const struct {
     const char *name;
     uint32_t ops; /* 1u << op */
 } params[] = {
-    {"path", ~(1u << CDN_FILE_RENAME)}, {"max_bytes", 1u << CDN_FILE_READ}, {"follow", 1u << CDN_FILE_STAT},
-    {"from", 1u << CDN_FILE_RENAME},    {"to", 1u << CDN_FILE_RENAME},      {"overwrite", 1u << CDN_FILE_RENAME},
+    {"path", ~(1u << CDN_FILE_RENAME)}, {"max_bytes", 1u << CDN_FILE_READ},
+    {"follow", 1u << CDN_FILE_STAT},    {"from", 1u << CDN_FILE_RENAME},
+    {"to", 1u << CDN_FILE_RENAME},      {"overwrite", 1u << CDN_FILE_RENAME},
     {"mode", 1u << CDN_FILE_CHMOD},
 };
 enum { P_PATH, P_MAX_BYTES, P_FOLLOW, P_FROM, P_TO, P_OVERWRITE, P_MODE, N_PARAMS };
@@ -66,8 +67,8 @@ static int one(int op, const struct evkeyval *kv, bool *seen, struct file_args *
             if (params[i].ops & (1u << op))
                 (void) snprintf(takes + strlen(takes), sizeof takes - strlen(takes), "%s%s",
                                 takes[0] ? ", " : "", params[i].name);
-        return cdn_error_field(err, EINVAL, kv->key, "unknown parameter '%.64s' (this route takes %s)", kv->key,
-                               takes);
+        return cdn_error_field(err, EINVAL, kv->key, "unknown parameter '%.64s' (this route takes %s)",
+                               kv->key, takes);
     }
     if (seen[k])
         return bad(err, params[k].name, "given twice");
@@ -101,7 +102,8 @@ static int take_path(const struct evkeyvalq *q, const char *name, const char *wo
 {
     const char *p = evhttp_find_header(q, name);
     if (!p || !p[0])
-        return cdn_error_field(err, EINVAL, name, "%s: the %s parameter is required: ?%s=P", name, name, name);
+        return cdn_error_field(err, EINVAL, name, "%s: the %s parameter is required: ?%s=P", name, name,
+                               name);
     if ((size_t) snprintf(buf, size, "%s%s%s", p[0] == '/' ? "" : workdir, p[0] == '/' ? "" : "/", p) >= size)
         return cdn_error_field(err, ENAMETOOLONG, name, "%s: longer than %zu bytes", name, size - 1);
     return 0;
@@ -114,7 +116,8 @@ int cdn_file_args_parse(const char *query, int op, const char *workdir, struct f
     TAILQ_INIT(&q);
     const char *first = op == CDN_FILE_RENAME ? "from" : "path";
     if (!query || evhttp_parse_query_str(query, &q) < 0)
-        return cdn_error_field(err, EINVAL, first, "%s: the %s parameter is required: ?%s=P", first, first, first);
+        return cdn_error_field(err, EINVAL, first, "%s: the %s parameter is required: ?%s=P", first, first,
+                               first);
     if (strstr(query, "%00")) { /* decoded, it would cut the value short without a trace */
         evhttp_clear_headers(&q);
         return bad(err, first, "the query holds a NUL byte (%00)");

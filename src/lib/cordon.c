@@ -550,14 +550,14 @@ int cordon_exec_stream(cordon_client *c, const char *id, const char *const argv[
 }
 
 /* /v1/sandboxes/{id}<route>?<k1>=<v1>[&<k2>=<v2>], each value escaped. */
-static int query_path(cordon_client *c, char *buf, size_t size, const char *id, const char *route, const char *k1,
-                      const char *v1, const char *k2, const char *v2)
+static int query_path(cordon_client *c, char *buf, size_t size, const char *id, const char *route,
+                      const char *k1, const char *v1, const char *k2, const char *v2)
 {
     char *q1 = curl_easy_escape(c->curl, v1, 0), *q2 = k2 ? curl_easy_escape(c->curl, v2, 0) : NULL;
     char rest[1800];
     int r = !q1 || (k2 && !q2) ? -ENOMEM
-            : (size_t) snprintf(rest, sizeof rest, "%s?%s=%s%s%s%s%s", route, k1, q1, k2 ? "&" : "", k2 ? k2 : "",
-                                k2 ? "=" : "", k2 ? q2 : "") < sizeof rest
+            : (size_t) snprintf(rest, sizeof rest, "%s?%s=%s%s%s%s%s", route, k1, q1, k2 ? "&" : "",
+                                k2 ? k2 : "", k2 ? "=" : "", k2 ? q2 : "") < sizeof rest
                 ? 0
                 : -ENAMETOOLONG;
     curl_free(q1);
@@ -627,11 +627,33 @@ int cordon_file_write(cordon_client *c, const char *id, const char *path, const 
                                   NULL);
 }
 
+static int read_fd(cordon_client *c, const char *id, const char *route, const char *path, int fd,
+                   uint64_t max_bytes, uint64_t *ret_len);
+
 int cordon_file_read_fd(cordon_client *c, const char *id, const char *path, int fd, uint64_t max_bytes,
                         uint64_t *ret_len)
 {
+    return read_fd(c, id, "/files", path, fd, max_bytes, ret_len);
+}
+
+int cordon_archive_get_fd(cordon_client *c, const char *id, const char *path, int fd, uint64_t max_bytes)
+{
+    return read_fd(c, id, "/archive", path, fd, max_bytes, NULL);
+}
+
+int cordon_archive_put(cordon_client *c, const char *id, const char *path, const void *tar, size_t len)
+{
     char p[2048];
-    int r = file_path(c, p, sizeof p, id, path);
+    int r = query_path(c, p, sizeof p, id, "/archive", "path", path, NULL, NULL);
+    return r < 0 ? r
+                 : cordon_request(c, "PUT", p, tar ? tar : "", len, "application/x-tar", NULL, NULL, NULL);
+}
+
+static int read_fd(cordon_client *c, const char *id, const char *route, const char *path, int fd,
+                   uint64_t max_bytes, uint64_t *ret_len)
+{
+    char p[2048];
+    int r = query_path(c, p, sizeof p, id, route, "path", path, NULL, NULL);
     size_t n = r < 0 ? 0 : strlen(p);
     if (r >= 0 && max_bytes &&
         (size_t) snprintf(p + n, sizeof p - n, "&max_bytes=%llu", (unsigned long long) max_bytes) >=

@@ -120,6 +120,14 @@ CORDON_API int cordon_file_read(cordon_client *c, const char *id, const char *pa
 CORDON_API int cordon_file_read_fd(cordon_client *c, const char *id, const char *path, int fd,
                                    uint64_t max_bytes, uint64_t *ret_len);
 
+/* A directory as one tar stream (docs/cordond.md, …/archive). Put: tar (plain or gzip'd) unpacked
+ * beneath path, made if missing; every entry is checked before any is written. Get: path's tree as
+ * a tar into fd, streamed; max_bytes bounds its files' bytes in all (0: the daemon's max_read),
+ * refused up front with 413 "file_too_large". */
+CORDON_API int cordon_archive_put(cordon_client *c, const char *id, const char *path, const void *tar,
+                                  size_t len);
+CORDON_API int cordon_archive_get_fd(cordon_client *c, const char *id, const char *path, int fd,
+                                     uint64_t max_bytes);
 /* GET …/stat: what path is (a symlink followed). */
 struct cordon_file_info {
     char type[16]; /* "file", "dir", "symlink" or "other" */
@@ -127,7 +135,8 @@ struct cordon_file_info {
     uint32_t mode; /* the permission bits */
     int64_t mtime;
 };
-CORDON_API int cordon_file_stat(cordon_client *c, const char *id, const char *path, struct cordon_file_info *ret);
+CORDON_API int cordon_file_stat(cordon_client *c, const char *id, const char *path,
+                                struct cordon_file_info *ret);
 /* POST …/move: rename from to to, within the sandbox (its parents made). A to ending in '/' receives
  * from's last component. An existing to is replaced, unless !overwrite: -EPROTO, 409 "exists". Across
  * file systems: 400 "cross_device". */

@@ -170,17 +170,18 @@ int cdn_file_decode(const uint8_t *p, size_t len, struct cdn_file_req *ret)
     if (r.op == 0 || r.op >= _CDN_FILE_OP_MAX || r.mode > 07777 || take_str(p, len, &off, &r.path) < 0 ||
         r.path[0] == 0)
         return -EBADMSG;
-    if (r.op != CDN_FILE_WRITE && (off < len || r.op == CDN_FILE_RENAME)) { /* the options */
-        if (len - off < CDN_FILE_OPTS || (r.op != CDN_FILE_RENAME && len - off != CDN_FILE_OPTS))
+    bool to = r.op == CDN_FILE_RENAME || r.op == CDN_FILE_SYMLINK;
+    if (r.op != CDN_FILE_WRITE && (off < len || to)) { /* the options */
+        if (len - off < CDN_FILE_OPTS || (!to && len - off != CDN_FILE_OPTS))
             return -EBADMSG;
         r.opts = (struct cdn_file_opts){
             .flags = get32(p + off), .window = get32(p + off + 4), .max_bytes = get64(p + off + 8)};
-        uint32_t known = r.op == CDN_FILE_RENAME ? CDN_FILE_NOREPLACE : CDN_FILE_NOFOLLOW;
+        uint32_t known = r.op == CDN_FILE_RENAME ? CDN_FILE_NOREPLACE : to ? 0 : CDN_FILE_NOFOLLOW;
         if (r.opts.flags & ~known)
             return -EBADMSG;
         off += CDN_FILE_OPTS;
-        if (r.op == CDN_FILE_RENAME && (r.mode || r.opts.window || r.opts.max_bytes ||
-                                        take_str(p, len, &off, &r.to) < 0 || !r.to[0] || off != len))
+        if (to && (r.mode || r.opts.window || r.opts.max_bytes || take_str(p, len, &off, &r.to) < 0 ||
+                   !r.to[0] || off != len))
             return -EBADMSG;
         off = len;
     }
@@ -204,10 +205,13 @@ int cdn_file_encode_opts(uint8_t *buf, size_t size, uint32_t op, uint32_t mode, 
     return n + (int) CDN_FILE_OPTS;
 }
 
-int cdn_file_encode_rename(uint8_t *buf, size_t size, const char *from, const char *to, uint32_t flags)
+int cdn_file_encode_to(uint8_t *buf, size_t size, uint32_t op, const char *from, const char *to,
+                       uint32_t flags)
 {
     struct cdn_file_opts o = {.flags = flags};
-    int n = cdn_file_encode_opts(buf, size, CDN_FILE_RENAME, 0, from, &o);
+    if (op != CDN_FILE_RENAME && op != CDN_FILE_SYMLINK)
+        return -EINVAL;
+    int n = cdn_file_encode_opts(buf, size, op, 0, from, &o);
     size_t off = n < 0 ? 0 : (size_t) n;
     if (n < 0 || !to[0] || put_str(buf, size < CDN_FRAME_MAX ? size : CDN_FRAME_MAX, &off, to) < 0)
         return n < 0 ? n : -ENOBUFS;

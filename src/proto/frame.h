@@ -126,20 +126,21 @@ struct cdn_exit_msg {
 };
 
 enum cdn_file_op {
-    CDN_FILE_WRITE = 1,  /* create/truncate path (mode), write DATA; parents are made */
-    CDN_FILE_READ = 2,   /* DATA chunks of the contents, then DONE */
-    CDN_FILE_STAT = 3,   /* DONE */
-    CDN_FILE_LIST = 4,   /* DATA frames of entries, then DONE */
-    CDN_FILE_MKDIR = 5,  /* mkdir -p */
-    CDN_FILE_REMOVE = 6, /* a file, or a directory with everything in it */
-    CDN_FILE_RENAME = 7, /* path → to (options, then to\0); the destination's parents are made */
-    CDN_FILE_CHMOD = 8,  /* path's permission bits := mode (a symlink is followed, as chmod(1) does) */
+    CDN_FILE_WRITE = 1,   /* create/truncate path (mode), write DATA; parents are made */
+    CDN_FILE_READ = 2,    /* DATA chunks of the contents, then DONE */
+    CDN_FILE_STAT = 3,    /* DONE */
+    CDN_FILE_LIST = 4,    /* DATA frames of entries, then DONE */
+    CDN_FILE_MKDIR = 5,   /* mkdir -p */
+    CDN_FILE_REMOVE = 6,  /* a file, or a directory with everything in it */
+    CDN_FILE_RENAME = 7,  /* path → to (options, then to\0); the destination's parents are made */
+    CDN_FILE_CHMOD = 8,   /* path's permission bits := mode (a symlink is followed, as chmod(1) does) */
+    CDN_FILE_SYMLINK = 9, /* path := a symlink to `to` (options, then to\0), replacing a non-directory */
     _CDN_FILE_OP_MAX,
 };
 
 /* FILE payload: u32 op | u32 mode | path\0 | then, for WRITE, the first bytes; for the other ops,
- * optionally (absent: all zero) the options: u32 flags | u32 window | u64 max_bytes; for RENAME,
- * the options and then the destination: to\0. */
+ * optionally (absent: all zero) the options: u32 flags | u32 window | u64 max_bytes; for RENAME
+ * and SYMLINK, the options and then the destination or the link's target: to\0. */
 #define CDN_FILE_OPTS 16u
 enum cdn_file_flags {
     CDN_FILE_NOFOLLOW = 1u << 0,  /* STAT: of a symlink in the last component itself (lstat) */
@@ -154,7 +155,7 @@ struct cdn_file_req {
     uint32_t op;
     uint32_t mode;
     const char *path; /* points into the payload */
-    const char *to;   /* RENAME: the destination, into the payload; else NULL */
+    const char *to;   /* RENAME: the destination; SYMLINK: the target; into the payload; else NULL */
     const uint8_t *data;
     size_t data_len;
     struct cdn_file_opts opts;
@@ -192,8 +193,9 @@ int cdn_file_encode(uint8_t *buf, size_t size, uint32_t op, uint32_t mode, const
 /* Any op but WRITE, with its options. */
 int cdn_file_encode_opts(uint8_t *buf, size_t size, uint32_t op, uint32_t mode, const char *path,
                          const struct cdn_file_opts *o);
-/* RENAME: from → to, flags CDN_FILE_NOREPLACE or 0. */
-int cdn_file_encode_rename(uint8_t *buf, size_t size, const char *from, const char *to, uint32_t flags);
+/* RENAME (from → to, flags CDN_FILE_NOREPLACE or 0) or SYMLINK (from := a link to to, flags 0). */
+int cdn_file_encode_to(uint8_t *buf, size_t size, uint32_t op, const char *from, const char *to,
+                       uint32_t flags);
 int cdn_file_decode(const uint8_t *p, size_t len, struct cdn_file_req *ret);
 /* WINDOW payload: u32 bytes (> 0). */
 int cdn_window_decode(const uint8_t *p, size_t len, uint32_t *ret_bytes);

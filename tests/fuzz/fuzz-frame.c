@@ -23,8 +23,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct cdn_file_req f;
     if (cdn_file_decode(data, size, &f) == 0 && f.op != CDN_FILE_WRITE && size > 8) { /* round trip */
         static uint8_t out[CDN_FRAME_MAX];
-        int n = f.op == CDN_FILE_RENAME ? cdn_file_encode_rename(out, sizeof out, f.path, f.to, f.opts.flags)
-                                        : cdn_file_encode_opts(out, sizeof out, f.op, f.mode, f.path, &f.opts);
+        int n = f.to ? cdn_file_encode_to(out, sizeof out, f.op, f.path, f.to, f.opts.flags)
+                     : cdn_file_encode_opts(out, sizeof out, f.op, f.mode, f.path, &f.opts);
         bool had_opts = size == 8 + strlen(f.path) + 1 + CDN_FILE_OPTS + (f.to ? strlen(f.to) + 1 : 0);
         if (n < 0 || (had_opts && ((size_t) n != size || memcmp(out, data, size) != 0)))
             __builtin_trap();

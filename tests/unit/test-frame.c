@@ -131,7 +131,8 @@ TEST(file_options_roundtrip_and_rejects)
     n = cdn_file_encode_opts(buf, sizeof buf, CDN_FILE_STAT, 0, "/l",
                              &(struct cdn_file_opts){.flags = CDN_FILE_NOREPLACE});
     CHECK(cdn_file_decode(buf, (size_t) n, &r) < 0); /* another op's flag */
-    n = cdn_file_encode_opts(buf, sizeof buf, CDN_FILE_STAT, 0, "/l", &(struct cdn_file_opts){.flags = 1u << 7});
+    n = cdn_file_encode_opts(buf, sizeof buf, CDN_FILE_STAT, 0, "/l",
+                             &(struct cdn_file_opts){.flags = 1u << 7});
     CHECK(cdn_file_decode(buf, (size_t) n, &r) < 0); /* an unknown flag */
     buf[n] = 0;
     CHECK(cdn_file_decode(buf, (size_t) n + 1, &r) < 0); /* a byte past the options */
@@ -169,7 +170,7 @@ TEST(file_rename_roundtrip_and_rejects)
 {
     uint8_t buf[256];
     struct cdn_file_req r;
-    int n = cdn_file_encode_rename(buf, sizeof buf, "/w/a", "/w/d/b", CDN_FILE_NOREPLACE);
+    int n = cdn_file_encode_to(buf, sizeof buf, CDN_FILE_RENAME, "/w/a", "/w/d/b", CDN_FILE_NOREPLACE);
     CHECK(n > 0);
     CHECK_EQ_INT(cdn_file_decode(buf, (size_t) n, &r), 0);
     CHECK(r.op == CDN_FILE_RENAME && strcmp(r.path, "/w/a") == 0 && strcmp(r.to, "/w/d/b") == 0 &&
@@ -178,10 +179,16 @@ TEST(file_rename_roundtrip_and_rejects)
         CHECK(cdn_file_decode(buf, (size_t) cut, &r) < 0);
     buf[n] = 'x';
     CHECK(cdn_file_decode(buf, (size_t) n + 1, &r) < 0); /* a byte past the destination */
-    n = cdn_file_encode_rename(buf, sizeof buf, "/w/a", "/b", CDN_FILE_NOFOLLOW);
+    n = cdn_file_encode_to(buf, sizeof buf, CDN_FILE_RENAME, "/w/a", "/b", CDN_FILE_NOFOLLOW);
     CHECK(cdn_file_decode(buf, (size_t) n, &r) < 0); /* STAT's flag */
-    CHECK_EQ_INT(cdn_file_encode_rename(buf, sizeof buf, "/w/a", "", 0), -ENOBUFS);
-    CHECK_EQ_INT(cdn_file_encode_rename(buf, 30, "/w/a", "/a/destination/too/long/for/it", 0), -ENOBUFS);
+    CHECK_EQ_INT(cdn_file_encode_to(buf, sizeof buf, CDN_FILE_RENAME, "/w/a", "", 0), -ENOBUFS);
+    CHECK_EQ_INT(cdn_file_encode_to(buf, 30, CDN_FILE_RENAME, "/w/a", "/a/destination/too/long/for/it", 0),
+                 -ENOBUFS);
+    n = cdn_file_encode_to(buf, sizeof buf, CDN_FILE_SYMLINK, "/w/l", "../t", 0);
+    CHECK(cdn_file_decode(buf, (size_t) n, &r) == 0 && r.op == CDN_FILE_SYMLINK && strcmp(r.to, "../t") == 0);
+    CHECK_EQ_INT(cdn_file_encode_to(buf, sizeof buf, CDN_FILE_SYMLINK, "/w/l", "t", CDN_FILE_NOREPLACE), 31);
+    CHECK(cdn_file_decode(buf, 31, &r) < 0); /* RENAME's flag */
+    CHECK_EQ_INT(cdn_file_encode_to(buf, sizeof buf, CDN_FILE_STAT, "/w/l", "t", 0), -EINVAL);
     n = cdn_file_encode(buf, sizeof buf, CDN_FILE_CHMOD, 0755, "/w/x", NULL, 0);
     CHECK(cdn_file_decode(buf, (size_t) n, &r) == 0 && r.mode == 0755 && r.to == NULL);
 }

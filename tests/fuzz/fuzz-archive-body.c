@@ -1,0 +1,37 @@
+/* Fuzz the body of PUT …/archive (src/daemon/archive-body.c): a tar from any
+ * client that can reach the socket, plain or compressed. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "daemon/archive-body.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct archive_plan p;
+    char msg[1200];
+    msg[0] = 0;
+    int status = cdn_archive_body_parse(data, size, 1 << 20, &p, msg, sizeof msg);
+    if (status != 0) {
+        if ((status != 400 && status != 413 && status != 500) || !msg[0] || !memchr(msg, 0, sizeof msg))
+            __builtin_trap(); /* refused: an HTTP status and the reason */
+        return 0;
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < p.n; i++) { /* accepted: every name beneath the destination */
+        const struct archive_entry_plan *e = &p.ents[i];
+        size_t n = strlen(e->name);
+        if (n == 0 || e->name[0] == '/' || strcmp(e->name, "..") == 0 || strncmp(e->name, "../", 3) == 0 ||
+            strstr(e->name, "/../") || (n >= 3 && strcmp(e->name + n - 3, "/..") == 0) || e->mode > 07777 ||
+            (e->type != S_IFREG && e->type != S_IFDIR && e->type != S_IFLNK) ||
+            (e->type == S_IFLNK && (!e->target || !e->target[0])) || (e->size && !e->data))
+            __builtin_trap();
+        total += e->size;
+    }
+    if (total > (1u << 20)) /* within the cap, copies of hard links included */
+        __builtin_trap();
+    cdn_archive_plan_free(&p);
+    return 0;
+}
