@@ -23,11 +23,12 @@ from ._http import (ConnectionLost, CordonError, Endpoint, ExecError, FileExists
                     IncompleteRead, InvalidArgument, NotFound, PullFailed, SandboxEnded, SandboxNotRunning,
                     ServerError, TooLarge, TooManySandboxes, Unauthorized, Unavailable, alines, cut_short)
 from . import _tar, images
+from .processes import AsyncProcess, Process
 
 __all__ = ["Sandbox", "AsyncSandbox", "ExecResult", "Endpoint", "CordonError", "InvalidArgument", "ExecError",
            "NotFound", "SandboxNotRunning", "SandboxEnded", "TooManySandboxes", "Unauthorized", "ServerError",
            "Forbidden", "TooLarge", "IncompleteRead", "ImageInUse", "PullFailed", "Unavailable", "ConnectionLost",
-           "FileExists", "images"]
+           "FileExists", "Process", "AsyncProcess", "images"]
 
 _LIMITS = ("cpus", "memory_mb", "pids", "disk_mb", "timeout_s", "idle_timeout_s", "nofile", "ptys")
 _TOP = ("tier", "image", "pull", "network", "mounts", "protect", "env", "workdir", "labels", "hostname", "read_only", "writable_system", "watch_writes",
@@ -412,6 +413,24 @@ class Sandbox:
                                         _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier, copy, user,
                                                    pty)))
 
+    def start(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, user=None, pty=None, keep_stdin=False):
+        """Start cmd in the background and return at once, with its Process (.pid in the sandbox).
+        keep_stdin=True: its stdin stays open for Process.send_stdin (a pty's always is). Its output is
+        kept (the newest 1 MiB) for Process.output/follow, by this client or any other later."""
+        body = _exec_body(cmd, env, cwd, stdin, timeout_s, False, user=user, pty=pty)
+        body["background"] = True
+        if keep_stdin:
+            body["keep_stdin"] = True
+        return Process(self, self._ep.json("POST", f"{self._path}/exec", body))
+
+    def processes(self):
+        """Its background processes, running or ended (until deleted): a list of Process."""
+        return [Process(self, i) for i in self._ep.json("GET", f"{self._path}/processes")["processes"]]
+
+    def process(self, pid):
+        """The background process pid (NotFound if it is not one, or was deleted)."""
+        return Process(self, self._ep.json("GET", f"{self._path}/processes/{int(pid)}"))
+
     def call(self, code, input=None, timeout_s=None, fresh=False):
         """Run Python code in the sandbox's warm interpreter (tier process): the variable
         `input` holds input; the value of the last expression is the result. fresh=True:
@@ -641,6 +660,20 @@ class AsyncSandbox:
         return ExecResult(await self._ep.ajson("POST", f"{self._path}/exec",
                                                _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier, copy, user,
                                                           pty)))
+
+    async def start(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, user=None, pty=None,
+                    keep_stdin=False):
+        body = _exec_body(cmd, env, cwd, stdin, timeout_s, False, user=user, pty=pty)
+        body["background"] = True
+        if keep_stdin:
+            body["keep_stdin"] = True
+        return AsyncProcess(self, await self._ep.ajson("POST", f"{self._path}/exec", body))
+
+    async def processes(self):
+        return [AsyncProcess(self, i) for i in (await self._ep.ajson("GET", f"{self._path}/processes"))["processes"]]
+
+    async def process(self, pid):
+        return AsyncProcess(self, await self._ep.ajson("GET", f"{self._path}/processes/{int(pid)}"))
 
     async def call(self, code, input=None, timeout_s=None, fresh=False):
         return CallResult(await self._ep.ajson("POST", f"{self._path}/call", _call_body(code, input, timeout_s, fresh)))

@@ -19,8 +19,9 @@ def pack_dir(local):
         raise NotADirectoryError(local)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
-        for name in sorted(os.listdir(local)):
-            t.add(os.path.join(local, name), arcname=name, recursive=True)
+        for name in sorted(os.listdir(local)):  # FIFOs, sockets, devices left out (cordond refuses them)
+            t.add(os.path.join(local, name), arcname=name, recursive=True,
+                  filter=lambda i: i if i.isfile() or i.isdir() or i.issym() or i.islnk() else None)
     return buf.getvalue()
 
 

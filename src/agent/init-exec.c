@@ -364,6 +364,10 @@ void cdn_exec_start(uint32_t channel, const uint8_t *p, size_t len)
             cdn_agent_error(channel, -r, what);
         if (shutdown)
             shutdown_due = true;
+    } else if (req.flags & CDN_EXEC_PID) {
+        uint32_t pid = (uint32_t) j->pid;
+        uint8_t le[4] = {(uint8_t) pid, (uint8_t) (pid >> 8), (uint8_t) (pid >> 16), (uint8_t) (pid >> 24)};
+        cdn_agent_send(CDN_FRAME_STARTED, channel, le, sizeof le);
     }
 }
 

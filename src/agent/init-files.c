@@ -48,6 +48,7 @@ static struct {
     int fd;
     uint64_t window; /* bytes the host takes before its next WINDOW; UINT64_MAX: no limit */
     uint64_t left;   /* of max_bytes; UINT64_MAX: no limit */
+    bool cut;        /* CDN_FILE_CUT: done at max_bytes, not refused past it */
     struct stat st;  /* at the open: DONE's payload */
     char path[256];
 } reads[MAX_READS];
@@ -327,7 +328,8 @@ static void do_read(uint32_t channel, const struct cdn_file_req *r)
     if (!S_ISREG(t.st.st_mode)) /* a fifo or device could block init or never end */
         fail_why(channel, S_ISDIR(t.st.st_mode) ? EISDIR : EINVAL, "read", r->path,
                  S_ISDIR(t.st.st_mode) ? NULL : "not a regular file");
-    else if (r->opts.max_bytes && (uint64_t) t.st.st_size > r->opts.max_bytes) {
+    else if (r->opts.max_bytes && !(r->opts.flags & CDN_FILE_CUT) &&
+             (uint64_t) t.st.st_size > r->opts.max_bytes) {
         (void) snprintf(what, sizeof what,
                         "read '%.256s': %" PRIu64 " bytes, more than max_bytes (%" PRIu64 ")", r->path,
                         (uint64_t) t.st.st_size, r->opts.max_bytes);
@@ -338,7 +340,9 @@ static void do_read(uint32_t channel, const struct cdn_file_req *r)
         reads[slot].channel = channel;
         reads[slot].fd = fd;
         reads[slot].window = r->opts.window ? r->opts.window : UINT64_MAX;
-        reads[slot].left = r->opts.max_bytes ? r->opts.max_bytes : UINT64_MAX;
+        reads[slot].left =
+            r->opts.max_bytes || (r->opts.flags & CDN_FILE_CUT) ? r->opts.max_bytes : UINT64_MAX;
+        reads[slot].cut = r->opts.flags & CDN_FILE_CUT;
         reads[slot].st = t.st;
         (void) snprintf(reads[slot].path, sizeof reads[slot].path, "%s", r->path);
     }
@@ -355,11 +359,12 @@ static void read_chunk(size_t i)
 {
     static uint8_t buf[READ_CHUNK];
     uint64_t want = reads[i].window < READ_CHUNK ? reads[i].window : READ_CHUNK;
-    if (reads[i].left != UINT64_MAX && reads[i].left < want)
-        want = reads[i].left + 1; /* one byte past the limit tells a file that grew past it */
-    ssize_t n;
+    if (reads[i].left != UINT64_MAX &&
+        reads[i].left < want) /* one byte past the limit tells a file that grew */
+        want = reads[i].left + (reads[i].cut ? 0 : 1);
+    ssize_t n = 0;
     do
-        n = read(reads[i].fd, buf, (size_t) want);
+        n = want ? read(reads[i].fd, buf, (size_t) want) : 0; /* cut at the limit: done */
     while (n < 0 && errno == EINTR);
     if (n < 0) {
         fail(reads[i].channel, errno, "read", reads[i].path);
@@ -507,6 +512,10 @@ static int open_parent(uint32_t channel, const char *op, const char *path, struc
         fail_why(channel, EINVAL, op, path, "names no entry");
         return -EINVAL;
     }
+    if ((size_t) (base - path) >= sizeof dir) {
+        fail(channel, ENAMETOOLONG, op, path);
+        return -ENAMETOOLONG;
+    }
     (void) snprintf(dir, sizeof dir, "%.*s", (int) (base - path), path);
     *ret_base = base;
     return open_judged(channel, op, dir, path, O_DIRECTORY, true, ret);
@@ -570,8 +579,18 @@ static void do_symlink(uint32_t channel, const struct cdn_file_req *r)
     struct stat st;
     int e = symlinkat(r->to, parent.fd, base);
     if (e < 0 && errno == EEXIST && fstatat(parent.fd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-        !S_ISDIR(st.st_mode))
-        e = unlinkat(parent.fd, base, 0) < 0 ? -1 : symlinkat(r->to, parent.fd, base);
+        !S_ISDIR(st.st_mode)) {
+        /* made aside, then renamed over what was there: never a moment without either */
+        char tmp[64];
+        (void) snprintf(tmp, sizeof tmp, ".cordon-symlink-%u", channel);
+        (void) unlinkat(parent.fd, tmp, 0);
+        e = symlinkat(r->to, parent.fd, tmp) < 0 ? -1 : renameat(parent.fd, tmp, parent.fd, base);
+        if (e < 0) {
+            int saved = errno;
+            (void) unlinkat(parent.fd, tmp, 0);
+            errno = saved;
+        }
+    }
     if (e < 0 || fstatat(parent.fd, base, &st, AT_SYMLINK_NOFOLLOW) < 0)
         return fail(channel, errno, "symlink", r->path);
     send_stat(channel, CDN_FRAME_DONE, &st, "");

@@ -31,6 +31,11 @@ int cdn_cli_events(int argc, char *const *argv);
 int cdn_cli_cp(int argc, char *const *argv);
 int cdn_cli_mv(int argc, char *const *argv);
 int cdn_cli_chmod(int argc, char *const *argv);
+/* cordon ps, logs, signal, wait: background processes (proc.c, full build only). */
+int cdn_cli_ps(int argc, char *const *argv);
+int cdn_cli_logs(int argc, char *const *argv);
+int cdn_cli_signal(int argc, char *const *argv);
+int cdn_cli_wait(int argc, char *const *argv);
 /* cordon selftest: the escape probes against this host (selftest.c, full build only). */
 int cdn_cli_selftest(int argc, char *const *argv);
 

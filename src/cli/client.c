@@ -95,12 +95,13 @@ int cdn_cli_exec(int argc, char *const *argv)
 {
     if (argc < 2) {
         fprintf(stderr,
-                "usage: cordon exec ID [--env K=V] [--workdir DIR] [--user U] [--timeout DUR]\n"
+                "usage: cordon exec ID [-d] [--env K=V] [--workdir DIR] [--user U] [--timeout DUR]\n"
                 "                      [--verifier[=sibling] [--copy PATH]…] [--] CMD [ARG…]\n"
                 "  --verifier: a verifier step: ends the sandbox's other processes, runs alone and may\n"
                 "              read its protected paths\n"
                 "  --verifier=sibling --copy PATH…: the same in a fresh sandbox of the same spec that\n"
                 "              gets only the PATHs from this one\n"
+                "  -d, --detach: in the background: prints its pid (cordon ps, logs, signal, wait)\n"
                 "  --workdir DIR: absolute, or relative to the sandbox's workdir\n"
                 "  --user U: name, uid, name:group or uid:gid of the sandbox's /etc/passwd\n");
         return 125;
@@ -109,13 +110,17 @@ int cdn_cli_exec(int argc, char *const *argv)
     const char *env[256] = {0}, *copy[17] = {0}, *cwd = NULL, *user = NULL;
     size_t n_env = 0, n_copy = 0;
     double timeout_s = 0;
-    bool verifier = false, sibling = false;
+    bool verifier = false, sibling = false, detach = false;
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--") == 0) {
             i++;
             break;
+        }
+        if (strcmp(a, "-d") == 0 || strcmp(a, "--detach") == 0) {
+            detach = true;
+            continue;
         }
         if (strcmp(a, "--verifier") == 0 || strcmp(a, "--verifier=in_place") == 0 ||
             strcmp(a, "--verifier=sibling") == 0) {
@@ -163,8 +168,16 @@ int cdn_cli_exec(int argc, char *const *argv)
                                     .verifier_copy = sibling ? copy : NULL,
                                     .user = user};
     struct cordon_exec_result res;
-    int r = cordon_exec_stream(c, id, (const char *const *) argv + i, &opts, write_out, NULL, &res);
-    int ret = r < 0 ? cdn_cli_fail(c, r, "exec") : res.exit_code;
+    uint32_t pid = 0;
+    int r = detach && verifier
+                ? (fprintf(stderr, "cordon exec: a verifier step runs in the foreground\n"), -EINVAL)
+            : detach
+                ? cordon_start(c, id, (const char *const *) argv + i, &opts, false, &pid)
+                : cordon_exec_stream(c, id, (const char *const *) argv + i, &opts, write_out, NULL, &res);
+    int ret = detach && verifier ? 125
+              : r < 0            ? cdn_cli_fail(c, r, "exec")
+              : detach           ? (printf("%u\n", pid), 0)
+                                 : res.exit_code;
     cordon_client_free(c);
     return ret;
 }

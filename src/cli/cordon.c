@@ -28,7 +28,15 @@ static const struct {
 #if !CDN_LEAN
     {"create", cdn_cli_create, false, "create [FLAGS]                a sandbox in cordond; prints its id"},
     {"exec", cdn_cli_exec, false,
-     "exec ID [--env K=V] [--workdir D] [--user U] [--timeout T] [--] CMD [ARG…]"},
+     "exec ID [-d] [--env K=V] [--workdir D] [--user U] [--timeout T] [--] CMD [ARG…]  (-d: in the "
+     "background)"},
+    {"ps", cdn_cli_ps, false,
+     "ps ID                         its background processes (cordon exec -d starts them)"},
+    {"logs", cdn_cli_logs, false,
+     "logs [-f] ID PID              what a background process printed (-f: and prints)"},
+    {"signal", cdn_cli_signal, false,
+     "signal ID PID SIGNAL          any signal to a background process (TERM, 9, …)"},
+    {"wait", cdn_cli_wait, false, "wait ID PID                   until it ends; prints its exit code"},
     {"kill", cdn_cli_kill, false,
      "kill ID… | kill --label K=V…  delete sandboxes (by id, or all with those labels)"},
     {"update", cdn_cli_update, false,
@@ -58,6 +66,10 @@ static const struct {
     /* the lean build hands these to cordon-full (see main) */
     {"create", NULL, false, ""},
     {"exec", NULL, false, ""},
+    {"ps", NULL, false, ""},
+    {"logs", NULL, false, ""},
+    {"signal", NULL, false, ""},
+    {"wait", NULL, false, ""},
     {"kill", NULL, false, ""},
     {"update", NULL, false, ""},
     {"ls", NULL, false, ""},

@@ -157,9 +157,11 @@ static int pack_dir(const char *local, struct membuf *ret)
     while (r == ARCHIVE_OK && e && (r = archive_read_next_header2(disk, e)) == ARCHIVE_OK) {
         const char *name = archive_entry_pathname(e);
         (void) archive_read_disk_descend(disk);
-        if (strlen(name) <= skip + 1)
-            continue; /* local itself */
-        archive_entry_set_pathname(e, name + skip + 1);
+        size_t from = skip == 1 && local[0] == '/' ? 1 : skip + 1; /* "/": its entries are "/x" */
+        mode_t type = archive_entry_filetype(e);
+        if (strlen(name) <= from || (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK))
+            continue; /* local itself; a FIFO, socket or device is left out, as cordond would refuse it */
+        archive_entry_set_pathname(e, name + from);
         archive_entry_set_uid(e, 0), archive_entry_set_gid(e, 0);
         archive_entry_set_uname(e, NULL), archive_entry_set_gname(e, NULL);
         if ((r = archive_write_header(out, e)) != ARCHIVE_OK)

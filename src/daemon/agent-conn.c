@@ -29,7 +29,7 @@ const char *cdn_agent_frame_name(uint16_t type)
         [CDN_FRAME_FILE] = "FILE",     [CDN_FRAME_DATA] = "DATA",           [CDN_FRAME_DONE] = "DONE",
         [CDN_FRAME_RESIZE] = "RESIZE", [CDN_FRAME_QUIESCE] = "QUIESCE",     [CDN_FRAME_IDENTITY] = "IDENTITY",
         [CDN_FRAME_POLICY] = "POLICY", [CDN_FRAME_VIOLATION] = "VIOLATION", [CDN_FRAME_USAGE] = "USAGE",
-        [CDN_FRAME_CALL] = "CALL",     [CDN_FRAME_RESULT] = "RESULT",
+        [CDN_FRAME_CALL] = "CALL",     [CDN_FRAME_RESULT] = "RESULT",       [CDN_FRAME_STARTED] = "STARTED",
     };
     static char unknown[16];
     if (type < sizeof names / sizeof names[0] && names[type])

@@ -33,12 +33,13 @@
 #include "archive-body.h"
 #include "file-args.h"
 
-#define MAX_ENTRIES  CDN_ARCHIVE_MAX_ENTRIES
-#define MAX_DEPTH    256
-#define CHUNK        (512u << 10)
-#define UPLOAD_AHEAD (1u << 20) /* a file's bytes queued for init at a time */
-#define READ_WINDOW  (1u << 20) /* a download's bytes granted to init */
-#define OUT_HIGH     (2u << 20) /* the client this far behind: the download waits */
+#define MAX_ENTRIES    CDN_ARCHIVE_MAX_ENTRIES
+#define MAX_DEPTH      256
+#define CHUNK          (512u << 10)
+#define UPLOAD_AHEAD   (1u << 20)  /* a file's bytes queued for init at a time */
+#define READ_WINDOW    (1u << 20)  /* a download's bytes granted to init */
+#define OUT_HIGH       (2u << 20)  /* the client this far behind: the download waits */
+#define MAX_NAME_BYTES (64u << 20) /* of a download's listed names, all told */
 
 struct down_entry {
     char *rel; /* relative to the root */
@@ -71,7 +72,11 @@ struct arch_call {
     bool listed;                   /* scanning done: archiving */
     uint64_t total, max_bytes, want, got, inflight;
     uint16_t op;
-    int list_err; /* a listing dropped: why */
+    int list_err;               /* a listing dropped: why */
+    uint64_t name_bytes;        /* of the listed names: bounded as the entries are */
+    struct event *later;        /* its end, outside evhttp's close callback */
+    struct event *deadline;     /* its client left: init has agent_timeout to end what is in flight */
+    LIST_ENTRY(arch_call) link; /* on its box's archives: ended when the box goes */
 };
 
 static const char *const op_names[] = {
@@ -84,6 +89,11 @@ static void call_free(struct arch_call *a)
     for (size_t i = 0; i < a->n_d; i++)
         free(a->ents_d[i].rel);
     free(a->ents_d);
+    LIST_REMOVE(a, link);
+    if (a->later)
+        event_free(a->later);
+    if (a->deadline)
+        event_free(a->deadline);
     if (a->ar)
         archive_write_free(a->ar);
     if (a->out)
@@ -342,17 +352,6 @@ static int header(struct arch_call *a, const struct down_entry *d, const char *l
     return r == ARCHIVE_OK ? 0 : -EIO;
 }
 
-static void pad(struct arch_call *a)
-{
-    static const uint8_t zeros[4096];
-    while (a->got < a->want) {
-        size_t k = a->want - a->got < sizeof zeros ? (size_t) (a->want - a->got) : sizeof zeros;
-        if (archive_write_data(a->ar, zeros, k) < 0)
-            break;
-        a->got += k;
-    }
-}
-
 /* LIST's entries, appended to the tree. */
 static int add_listed(struct arch_call *a, const uint8_t *p, uint32_t len)
 {
@@ -374,8 +373,11 @@ static int add_listed(struct arch_call *a, const uint8_t *p, uint32_t len)
             a->ents_d = grown, a->cap_d = cap;
         }
         char rel[8192];
-        if ((size_t) snprintf(rel, sizeof rel, "%s%s%s", a->cur, a->cur[0] ? "/" : "", st.name) >= 4096)
+        size_t n_rel = (size_t) snprintf(rel, sizeof rel, "%s%s%s", a->cur, a->cur[0] ? "/" : "", st.name);
+        if (n_rel >= 4096)
             return -ENAMETOOLONG;
+        if ((a->name_bytes += n_rel) > MAX_NAME_BYTES)
+            return -E2BIG;
         a->ents_d[a->n_d] =
             (struct down_entry){.rel = strdup(rel), .mode = st.mode, .size = st.size, .mtime = st.mtime};
         if (!a->ents_d[a->n_d++].rel)
@@ -401,8 +403,10 @@ static void down_frame(struct arch_call *a, uint16_t type, const uint8_t *p, uin
             return;
         }
         a->inflight -= len;
-        if (archive_write_data(a->ar, p, len) < 0)
+        if (archive_write_data(a->ar, p, len) < 0 && !a->cancelled) { /* no memory: the read stops */
             a->cancelled = true;
+            (void) cdn_agent_conn_send(&a->box->agent, CDN_FRAME_CANCEL, 0, a->areq.channel, NULL, 0);
+        }
         a->got += len;
         flush(a);
         on_drained(NULL, a);
@@ -413,15 +417,14 @@ static void down_frame(struct arch_call *a, uint16_t type, const uint8_t *p, uin
     if (!last || a->violation)
         return end_failed(a, type, p, len);
     if (a->op == CDN_FILE_LIST && a->list_err)
-        return a->list_err == -E2BIG ? end(a, 413, "too_many_entries", "more than %d entries", MAX_ENTRIES)
+        return a->list_err == -E2BIG
+                   ? end(a, 413, "too_many_entries", "more than %d entries (or 64 MiB of names)", MAX_ENTRIES)
                : a->list_err == -EBADMSG
                    ? end(a, 502, "agent_protocol_error",
                          "the sandbox's agent sent a listing that does not decode")
                    : end(a, 500, "file_error", "listing '%.1024s': %s", a->cur, strerror(-a->list_err));
     if (a->op == CDN_FILE_LIST && type == CDN_FRAME_ERROR && !a->cur[0])
         return end_failed(a, type, p, len); /* the root itself; a directory below may go meanwhile */
-    if (a->op == CDN_FILE_READ)             /* a file that changed while read: its listed size all the same */
-        pad(a);
     if (a->op == CDN_FILE_STAT && type == CDN_FRAME_DONE) {
         struct cdn_file_stat st;
         struct down_entry d = {.rel = a->cur, .mode = S_IFLNK | 0777};
@@ -445,6 +448,8 @@ static int depth_of(const char *rel)
 static void down_next(struct arch_call *a)
 {
     while (!a->busy && !a->listed) {
+        if (a->client_gone)
+            return end(a, 499, "client_gone", NULL);
         while (a->scan < a->n_d &&
                !(S_ISDIR(a->ents_d[a->scan].mode) && depth_of(a->ents_d[a->scan].rel) < MAX_DEPTH))
             a->scan++;
@@ -460,13 +465,13 @@ static void down_next(struct arch_call *a)
     if (a->busy)
         return;
     if (a->emit == 0 && a->total == 0) {
-        for (size_t i = 0; i < a->n_d; i++)
-            if (S_ISREG(a->ents_d[i].mode))
+        for (size_t i = 0; i < a->n_d; i++) /* sizes are init's words: no sum may wrap */
+            if (S_ISREG(a->ents_d[i].mode) && a->ents_d[i].size > a->max_bytes - a->total)
+                return end(a, 413, "file_too_large",
+                           "the files under '%.1024s' hold more than max_bytes (%llu)", a->root,
+                           (unsigned long long) a->max_bytes);
+            else if (S_ISREG(a->ents_d[i].mode))
                 a->total += a->ents_d[i].size;
-        if (a->total > a->max_bytes)
-            return end(a, 413, "file_too_large",
-                       "the files under '%.1024s' hold %llu bytes, more than max_bytes (%llu)", a->root,
-                       (unsigned long long) a->total, (unsigned long long) a->max_bytes);
     }
     while (!a->busy) {
         if (a->client_gone)
@@ -474,6 +479,15 @@ static void down_next(struct arch_call *a)
         if (client_backlog(a) >= OUT_HIGH) {
             a->waiting = true; /* on_drained goes on */
             return;
+        }
+        if (a->got < a->want) { /* a file that shrank or failed while read: its listed size all the same */
+            static const uint8_t zeros[64 << 10];
+            size_t k = a->want - a->got < sizeof zeros ? (size_t) (a->want - a->got) : sizeof zeros;
+            if (archive_write_data(a->ar, zeros, k) < 0)
+                return end(a, 500, "internal", "out of memory");
+            a->got += k;
+            flush(a);
+            continue;
         }
         if (a->emit == a->n_d) {
             (void) archive_write_close(a->ar);
@@ -483,11 +497,13 @@ static void down_next(struct arch_call *a)
         struct down_entry d = a->ents_d[a->emit++];
         (void) snprintf(a->cur, sizeof a->cur, "%s", d.rel);
         int r = 0;
+        a->want = a->got = 0;
         if (S_ISDIR(d.mode)) {
             r = header(a, &d, NULL);
         } else if (S_ISREG(d.mode)) {
-            a->want = d.size, a->got = 0, a->inflight = READ_WINDOW;
-            struct cdn_file_opts o = {.window = READ_WINDOW, .max_bytes = d.size ? d.size : 1};
+            a->want = d.size, a->inflight = READ_WINDOW;
+            /* CUT: a file that grew since it was listed is read up to its listed size */
+            struct cdn_file_opts o = {.flags = CDN_FILE_CUT, .window = READ_WINDOW, .max_bytes = d.size};
             if ((r = header(a, &d, NULL)) == 0 && d.size)
                 r = send_op(a, CDN_FILE_READ, 0, &o, NULL, NULL, 0, false);
         } else if (S_ISLNK(d.mode)) {
@@ -522,6 +538,16 @@ static void end_later(evutil_socket_t fd, short what, void *arg)
     end(arg, 499, "client_gone", NULL);
 }
 
+/* init did not end what was in flight within agent_timeout of the client's leaving: its channel is
+ * dropped (a late frame finds nobody) and the call ends. */
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    struct arch_call *a = arg;
+    cdn_agent_conn_remove(&a->box->agent, &a->areq);
+    end(a, 499, "client_gone", NULL);
+}
+
 /* Its client left: what is in flight is cancelled (a download) or let finish (an upload's
  * entry); then it ends. A download waiting for its client ends now, outside evhttp's callback. */
 static void leave(struct arch_call *a)
@@ -534,8 +560,22 @@ static void leave(struct arch_call *a)
         a->cancelled = true;
         (void) cdn_agent_conn_send(&a->box->agent, CDN_FRAME_CANCEL, 0, a->areq.channel, NULL, 0);
     }
-    if (!a->busy && a->waiting)
-        (void) event_base_once(cdn_daemon->base, -1, EV_TIMEOUT, end_later, a, &(struct timeval){0});
+    struct timeval now = {0}, tv = {.tv_sec = (time_t) cdn_daemon->cfg.agent_timeout_s};
+    if (!a->busy && a->waiting && (a->later = evtimer_new(cdn_daemon->base, end_later, a)))
+        (void) evtimer_add(a->later, &now);
+    else if (a->busy && (a->deadline = evtimer_new(cdn_daemon->base, on_deadline, a)))
+        (void) evtimer_add(a->deadline, &tv);
+}
+
+void cdn_api_archives_end(struct box *b)
+{
+    while (!LIST_EMPTY(&b->archives)) {
+        struct arch_call *a = LIST_FIRST(&b->archives);
+        cdn_agent_conn_remove(&b->agent, &a->areq);
+        json_decref(a->violation); /* the box goes: nothing more is counted on it */
+        a->violation = NULL;
+        end(a, 500, "sandbox_gone", "the sandbox ended during the archive");
+    }
 }
 
 static void on_conn_close(struct evhttp_connection *conn, void *arg)
@@ -565,6 +605,7 @@ void cdn_api_archive(struct evhttp_request *req, struct box *b)
         return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
     a->areq.on_frame = arch_frame;
     a->box = b, a->req = req, a->upload = upload;
+    LIST_INSERT_HEAD(&b->archives, a, link);
     a->max_bytes = args.max_bytes ? args.max_bytes : cdn_daemon->cfg.max_read_bytes;
     (void) snprintf(a->root, sizeof a->root, "%s", args.path);
     int r;

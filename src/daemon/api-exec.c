@@ -115,7 +115,7 @@ static void call_free(struct call *c)
 #define ARGV_MAX_ARGS  64
 #define ARGV_MAX_BYTES 2048
 
-static json_t *argv_json(char *const *argv, bool *cut)
+json_t *cdn_api_argv_json(char *const *argv, bool *cut)
 {
     json_t *v = json_array();
     size_t left = ARGV_MAX_BYTES, i = 0;
@@ -214,6 +214,8 @@ static void throttle_stop(struct box *b)
 
 void cdn_api_throttle_end(struct box *b)
 {
+    cdn_api_procs_free(b);
+    cdn_api_archives_end(b);
     throttle_stop(b);
     if (b->throttle_ev)
         event_free(b->throttle_ev);
@@ -607,38 +609,46 @@ static bool system_read_only(const struct box *b)
 
 static int send_exec(struct call *c, struct exec_args *a)
 {
+    return cdn_api_exec_send(c->box, &c->areq, a, c->verifier, 0);
+}
+
+int cdn_api_exec_send(struct box *b, struct agent_req *req, const struct exec_args *a, bool verifier,
+                      uint32_t more_flags)
+{
     _cleanup_(cdn_strv_free) struct cdn_strv env = {0};
     char *const *extra = a->env.n ? a->env.v : NULL;
     /* The request's user, else the spec's; a verifier step is the operator's and takes only its
      * own (root without one: init refuses it any other, init-exec.c). */
-    const char *user = a->user ? a->user : c->verifier ? NULL : c->box->spec.user;
-    if (cdn_exec_env_as(&c->box->spec, a->pty ? "xterm" : NULL, extra, c->verifier, user, &env) < 0)
+    const char *user = a->user ? a->user : verifier ? NULL : b->spec.user;
+    if (cdn_exec_env_as(&b->spec, a->pty ? "xterm" : NULL, extra, verifier, user, &env) < 0)
         return -ENOMEM;
-    uint32_t flags = CDN_EXEC_PIPES | (a->has_stdin ? CDN_EXEC_STDIN : 0) | (a->pty ? CDN_EXEC_PTY : 0) |
-                     (c->verifier ? CDN_EXEC_VERIFIER : 0) | (a->timeout_s > 0 ? CDN_EXEC_TREE : 0) |
-                     (c->verifier && system_read_only(c->box) ? CDN_EXEC_SYSTEM_RO : 0);
+    uint32_t flags = CDN_EXEC_PIPES | (a->has_stdin || a->keep_stdin ? CDN_EXEC_STDIN : 0) |
+                     (a->pty ? CDN_EXEC_PTY : 0) | (verifier ? CDN_EXEC_VERIFIER : 0) |
+                     (a->timeout_s > 0 ? CDN_EXEC_TREE : 0) |
+                     (verifier && system_read_only(b) ? CDN_EXEC_SYSTEM_RO : 0) | more_flags;
     static uint8_t buf[CDN_FRAME_MAX];
     int n = cdn_exec_encode(buf, sizeof buf,
                             &(struct cdn_exec_args){.flags = flags,
                                                     .rows = a->rows,
                                                     .cols = a->cols,
-                                                    .cwd = a->cwd ? a->cwd : c->box->spec.workdir,
+                                                    .cwd = a->cwd ? a->cwd : b->spec.workdir,
                                                     .argv = a->argv.v,
                                                     .envp = env.v,
                                                     .user = user});
     if (n < 0)
         return n;
-    struct agent_conn *ac = &c->box->agent;
-    uint32_t ch = cdn_agent_conn_add(ac, &c->areq, AGENT_EXEC_FRAMES);
+    struct agent_conn *ac = &b->agent;
+    uint32_t ch = cdn_agent_conn_add(
+        ac, req, AGENT_EXEC_FRAMES | (more_flags & CDN_EXEC_PID ? AGENT_FRAME(CDN_FRAME_STARTED) : 0));
     int r = cdn_agent_conn_send(ac, CDN_FRAME_EXEC, 0, ch, buf, (uint32_t) n);
     for (long off = 0; r >= 0 && a->has_stdin && off < a->stdin_len; off += STDIN_CHUNK) {
         long k = a->stdin_len - off < (long) STDIN_CHUNK ? a->stdin_len - off : (long) STDIN_CHUNK;
         r = cdn_agent_conn_send(ac, CDN_FRAME_STDIN, 0, ch, a->stdin_data + off, (uint32_t) k);
     }
-    if (r >= 0 && a->has_stdin)
+    if (r >= 0 && a->has_stdin && !a->keep_stdin)
         r = cdn_agent_conn_send(ac, CDN_FRAME_STDIN, 0, ch, NULL, 0);
     if (r < 0)
-        cdn_agent_conn_remove(ac, &c->areq);
+        cdn_agent_conn_remove(ac, req);
     return r;
 }
 
@@ -661,6 +671,8 @@ void cdn_api_exec(struct evhttp_request *req, struct box *b)
         return cdn_api_reply_cdn_error(req, 400, "invalid_argument", &e);
     if (a.verifier == EXEC_VERIFIER_SIBLING)
         return cdn_api_sibling_start(req, b, &a);
+    if (a.background)
+        return cdn_api_proc_start(req, b, &a);
     cdn_api_exec_begin(req, b, &a, NULL, NULL, NULL);
 }
 
@@ -676,7 +688,7 @@ void cdn_api_exec_begin(struct evhttp_request *req, struct box *b, struct exec_a
         c->b64 = a.b64;
         c->owner = owner;
         (void) snprintf(c->cmd, sizeof c->cmd, "%s", a.argv.v[0]);
-        c->argv = argv_json(a.argv.v, &c->argv_trunc);
+        c->argv = cdn_api_argv_json(a.argv.v, &c->argv_trunc);
         /* The whole command line, for the monitor's exec rules. */
         char line[4096];
         size_t len = 0;

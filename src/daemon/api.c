@@ -32,8 +32,7 @@ struct follower {
     LIST_ENTRY(follower) link;
 };
 
-/* One NDJSON line to a follower (body taken). */
-static void follower_line(struct follower *f, json_t *body)
+void cdn_api_send_line(struct evhttp_request *req, json_t *body)
 {
     _cleanup_free_ char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
@@ -42,7 +41,13 @@ static void follower_line(struct follower *f, json_t *body)
         return;
     evbuffer_add(chunk, s, strlen(s));
     evbuffer_add(chunk, "\n", 1);
-    evhttp_send_reply_chunk(f->req, chunk);
+    evhttp_send_reply_chunk(req, chunk);
+}
+
+/* One NDJSON line to a follower (body taken). */
+static void follower_line(struct follower *f, json_t *body)
+{
+    cdn_api_send_line(f->req, body);
 }
 
 /* ---- replies ---- */
@@ -727,11 +732,11 @@ static void route(struct evhttp_request *req, void *arg)
                                    path);
     }
     rest[0] = 0;
-    /* rest: one segment, or "monitor/text" */
+    /* rest: one segment, "monitor/text", or "processes/…" */
     if (sscanf(path, "/v1/sandboxes/%63[^/]%n", id, &n) != 1 ||
         (path[n] && sscanf(path + n, "/%63s", rest) != 1) ||
         (path[n] && strlen(path + n) != strlen(rest) + 1) ||
-        (strchr(rest, '/') && strcmp(rest, "monitor/text") != 0))
+        (strchr(rest, '/') && strcmp(rest, "monitor/text") != 0 && strncmp(rest, "processes/", 10) != 0))
         return cdn_api_reply_error(req, 404, "not_found", NULL, "no route for %s", path);
     struct box *b = cdn_box_find(id);
     if (!b)
@@ -767,6 +772,11 @@ static void route(struct evhttp_request *req, void *arg)
             return api_update(req, b);
         return cdn_api_reply_error(req, 405, "method_not_allowed", NULL, "%s takes GET, PATCH or DELETE",
                                    path);
+    }
+    if (strcmp(rest, "processes") == 0 || strncmp(rest, "processes/", 10) == 0) {
+        if (m != EVHTTP_REQ_GET && !cdn_api_box_usable(req, b))
+            return;
+        return cdn_api_procs(req, b, rest[9] ? rest + 10 : "");
     }
     bool known = false; /* the route exists, with other methods: 405 */
     for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++) {

@@ -40,7 +40,9 @@ void cdn_api_exec_begin(struct evhttp_request *req, struct box *b, struct exec_a
 void cdn_api_sibling_start(struct evhttp_request *req, struct box *b, struct exec_args *args);
 void cdn_api_call(struct evhttp_request *req, struct box *b); /* api-call.c: the process tier */
 void cdn_api_throttle_end(struct box *b);                     /* the box is going */
-void cdn_api_stream_timeout(struct evhttp_request *req);      /* after evhttp_send_reply_start */
+/* One NDJSON line (body taken) as a chunk of a streaming reply. */
+void cdn_api_send_line(struct evhttp_request *req, json_t *body);
+void cdn_api_stream_timeout(struct evhttp_request *req); /* after evhttp_send_reply_start */
 /* 409 (answered) unless the box is running. */
 bool cdn_api_box_usable(struct evhttp_request *req, struct box *b);
 void cdn_api_files(struct evhttp_request *req, struct box *b); /* api-files.c: files, ls, stat, mkdir */
@@ -50,6 +52,20 @@ void cdn_api_mkdir(struct evhttp_request *req, struct box *b);
 void cdn_api_move(struct evhttp_request *req, struct box *b);
 void cdn_api_chmod(struct evhttp_request *req, struct box *b);
 void cdn_api_archive(struct evhttp_request *req, struct box *b); /* api-archive.c: PUT|GET …/archive */
+void cdn_api_archives_end(struct box *b); /* the box goes: its archives under way end */
+/* api-proc.c: background processes. start: POST …/exec with "background" (a is the parsed body);
+ * procs: …/processes and what is below it (sub: the rest after "processes/", "" for the list);
+ * procs_free: the box goes (its records, followers and waiters). */
+struct exec_args;
+void cdn_api_proc_start(struct evhttp_request *req, struct box *b, struct exec_args *a);
+void cdn_api_procs(struct evhttp_request *req, struct box *b, const char *sub);
+void cdn_api_procs_free(struct box *b);
+/* api-exec.c, for api-proc.c: an EXEC of a on r's new channel (more_flags: CDN_EXEC_PID admits STARTED
+ * on it); the argv of an event, bounded. */
+struct agent_req;
+int cdn_api_exec_send(struct box *b, struct agent_req *req, const struct exec_args *a, bool verifier,
+                      uint32_t more_flags);
+json_t *cdn_api_argv_json(char *const *argv, bool *cut);
 void cdn_api_events(struct evhttp_request *req, struct box *b);
 /* /v1/images and below (api-images.c): path is the request's, still URL-encoded. */
 void cdn_api_images(struct evhttp_request *req, const char *path);

@@ -28,21 +28,25 @@ void cdn_archive_plan_free(struct archive_plan *p)
 /* name as it goes beneath the root: "./" and "/" in front dropped, no "..", no empty result. */
 static int clean_name(const char *in, char *out, size_t size)
 {
-    while (in[0] == '.' && in[1] == '/')
-        in += 2;
     if (in[0] == '/')
         return -EINVAL;
-    size_t n = strlen(in);
-    while (n > 0 && in[n - 1] == '/')
-        n--;
-    if (n == 0 || (n == 1 && in[0] == '.') || n >= size)
-        return n >= size ? -ENAMETOOLONG : -ENOENT;
-    memcpy(out, in, n);
-    out[n] = 0;
-    for (const char *c = out; c; c = strchr(c, '/'), c = c ? c + 1 : NULL)
-        if (strncmp(c, "..", 2) == 0 && (c[2] == '/' || c[2] == 0))
+    size_t n = 0;
+    for (const char *c = in; *c;) { /* component by component: "", "." dropped, ".." refused */
+        size_t k = strcspn(c, "/");
+        if (k == 2 && c[0] == '.' && c[1] == '.')
             return -EINVAL;
-    return 0;
+        if (k && !(k == 1 && c[0] == '.')) {
+            if (n + (n ? 1 : 0) + k >= size)
+                return -ENAMETOOLONG;
+            if (n)
+                out[n++] = '/';
+            memcpy(out + n, c, k);
+            n += k;
+        }
+        c += k + (c[k] == '/');
+    }
+    out[n] = 0;
+    return n ? 0 : -ENOENT;
 }
 
 /* Reads every entry of the body before anything is written: a refused entry leaves the sandbox as
@@ -81,12 +85,12 @@ int cdn_archive_body_parse(const uint8_t *body, size_t len, uint64_t cap, struct
             status = 400;
             break;
         }
-        for (size_t i = 0; i < n_links; i++) { /* a link the archive made is not a way in */
+        for (size_t i = 0; i < n_links; i++) { /* a link the archive made is not a way in, nor written over */
             const char *l = a->ents[links[i]].name;
             size_t k = strlen(l);
-            if (strncmp(name, l, k) == 0 && name[k] == '/') {
-                (void) snprintf(msg, size, "entry '%.512s': goes through the symlink entry '%.512s'", name,
-                                l);
+            if (strncmp(name, l, k) == 0 && (name[k] == '/' || name[k] == 0)) {
+                (void) snprintf(msg, size, "entry '%.512s': %s the symlink entry '%.512s'", name,
+                                name[k] ? "goes through" : "has the name of", l);
                 status = 400;
                 break;
             }
@@ -126,8 +130,8 @@ int cdn_archive_body_parse(const uint8_t *body, size_t len, uint64_t cap, struct
                 break;
             }
             if (of->size > cap - total) { /* a copy counts as the bytes it takes */
-                (void) snprintf(msg, size, "entry '%.512s': the archive unpacks to more than %llu bytes", name,
-                                (unsigned long long) cap);
+                (void) snprintf(msg, size, "entry '%.512s': the archive unpacks to more than %llu bytes",
+                                name, (unsigned long long) cap);
                 status = 413;
                 break;
             }

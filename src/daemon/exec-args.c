@@ -189,6 +189,12 @@ static int parse_object(json_t *o, const char *workdir, struct exec_args *a, str
         else if (strcmp(k, "stream") == 0)
             r = json_is_boolean(v) ? (a->stream = json_is_true(v), 0)
                                    : bad(e, "stream", "must be true or false");
+        else if (strcmp(k, "background") == 0)
+            r = json_is_boolean(v) ? (a->background = json_is_true(v), 0)
+                                   : bad(e, "background", "must be true or false");
+        else if (strcmp(k, "keep_stdin") == 0)
+            r = json_is_boolean(v) ? (a->keep_stdin = json_is_true(v), 0)
+                                   : bad(e, "keep_stdin", "must be true or false");
         else if (strcmp(k, "encoding") == 0)
             r = json_is_string(v) && (strcmp(json_string_value(v), "utf8") == 0 ||
                                       strcmp(json_string_value(v), "base64") == 0)
@@ -210,6 +216,12 @@ static int parse_object(json_t *o, const char *workdir, struct exec_args *a, str
     }
     if (a->argv.n == 0)
         return bad(e, "cmd", "is required");
+    if (a->background && a->stream)
+        return bad(e, "stream", "a background process is not streamed: follow …/processes/{pid}/output");
+    if (a->background && a->verifier != EXEC_PLAIN)
+        return bad(e, "background", "a verifier step runs in the foreground");
+    if (a->keep_stdin && !a->background)
+        return bad(e, "keep_stdin", "only for a background process (write it with …/processes/{pid}/stdin)");
     return 0;
 }
 

@@ -1,5 +1,5 @@
 /* The exec request body (docs/cordond.md): cmd, env, cwd, user, stdin or
- * stdin_b64, timeout_s, stream, encoding, pty. */
+ * stdin_b64, timeout_s, stream, encoding, pty, background, keep_stdin. */
 #pragma once
 
 #include <jansson.h>
@@ -24,6 +24,7 @@ struct exec_args {
     uint8_t *stdin_data;
     long stdin_len;
     bool has_stdin, stream, b64, pty;
+    bool background, keep_stdin; /* api-proc.c: started and answered at once; its stdin left open */
     /* A verifier step: runs alone, may read protected paths (api-exec.c); in place, or in a clean
      * sibling into which copy (absolute paths) is copied from the sandbox (api-sibling.c). */
     enum { EXEC_PLAIN, EXEC_VERIFIER_IN_PLACE, EXEC_VERIFIER_SIBLING } verifier;

@@ -183,6 +183,9 @@ struct box {
     size_t n_pinned;
     struct box_budget budget;
     LIST_HEAD(, follower) followers; /* GET …/events?follow=true (api.c) */
+    LIST_HEAD(, bproc) procs;        /* its background processes (api-proc.c) */
+    LIST_HEAD(, arch_call) archives; /* its archives under way (api-archive.c) */
+    unsigned n_procs;
     LIST_ENTRY(box) link;
 };
 

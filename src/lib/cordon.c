@@ -470,6 +470,33 @@ int cordon_exec(cordon_client *c, const char *id, const char *const argv[],
     return 0;
 }
 
+int cordon_start(cordon_client *c, const char *id, const char *const argv[],
+                 const struct cordon_exec_opts *opts, bool keep_stdin, uint32_t *ret_pid)
+{
+    char path[128];
+    int r = sandbox_path(c, path, sizeof path, id, "/exec");
+    if (r < 0)
+        return r;
+    json_t *body = exec_body(c, argv, opts, false), *o = NULL;
+    if (body &&
+        (json_object_del(body, "stream") < 0 || json_object_set_new(body, "background", json_true()) < 0 ||
+         (keep_stdin && json_object_set_new(body, "keep_stdin", json_true()) < 0))) {
+        json_decref(body);
+        body = NULL;
+    }
+    r = body ? request_json(c, "POST", path, body, &o) : -EINVAL;
+    json_decref(body);
+    json_int_t pid = json_integer_value(json_object_get(o, "pid"));
+    json_decref(o);
+    if (r >= 0 && (pid <= 0 || pid > UINT32_MAX)) {
+        set_error(c, 200, "bad_response", NULL, "no pid in the daemon's answer");
+        return -EBADMSG;
+    }
+    if (r >= 0 && ret_pid)
+        *ret_pid = (uint32_t) pid;
+    return r;
+}
+
 void cordon_exec_result_free(struct cordon_exec_result *r)
 {
     free(r->out);
@@ -547,6 +574,18 @@ int cordon_exec_stream(cordon_client *c, const char *id, const char *const argv[
     }
     *ret = res;
     return 0;
+}
+
+int cordon_request_lines(cordon_client *c, const char *method, const char *path,
+                         void (*each)(const char *line, size_t len, void *arg), void *arg)
+{
+    struct buf out = {.on_line = each, .arg = arg, .h = c->curl};
+    long status = 0;
+    int r = perform(c, method, path, NULL, 0, NULL, &out, &status);
+    if (r >= 0 && out.len) /* a last line without its newline */
+        each(out.p, out.len, arg);
+    free(out.p);
+    return r;
 }
 
 /* /v1/sandboxes/{id}<route>?<k1>=<v1>[&<k2>=<v2>], each value escaped. */

@@ -52,6 +52,11 @@ CORDON_API int cordon_request(cordon_client *c, const char *method, const char *
                               size_t body_len, const char *content_type, long *ret_status, char **ret_body,
                               size_t *ret_len);
 
+/* A request whose answer is NDJSON (…?follow=true): on_line(line, len, arg) for each line as it
+ * comes (line NUL-terminated, without its newline); returns at the answer's end. */
+CORDON_API int cordon_request_lines(cordon_client *c, const char *method, const char *path,
+                                    void (*on_line)(const char *line, size_t len, void *arg), void *arg);
+
 /* POST /v1/sandboxes/{id}/call (tier process, docs/process.md): body_json is the request
  * ({"code": "...", "input": ...}); *ret_json (free() it) the result object's JSON text. */
 CORDON_API int cordon_call(cordon_client *c, const char *id, const char *body_json, char **ret_json);
@@ -99,6 +104,12 @@ struct cordon_exec_result {
 CORDON_API int cordon_exec(cordon_client *c, const char *id, const char *const argv[],
                            const struct cordon_exec_opts *opts, struct cordon_exec_result *ret);
 CORDON_API void cordon_exec_result_free(struct cordon_exec_result *r);
+
+/* Start argv in the background (…/processes, docs/cordond.md): answered once it runs, with its pid in
+ * the sandbox. keep_stdin: its stdin stays open for POST …/processes/{pid}/stdin. Its output, status,
+ * signals and wait: the …/processes routes (cordon_request). */
+CORDON_API int cordon_start(cordon_client *c, const char *id, const char *const argv[],
+                            const struct cordon_exec_opts *opts, bool keep_stdin, uint32_t *ret_pid);
 
 /* Streaming exec: on_output(stream 1 or 2, bytes, len, arg) as output comes;
  * the result (out/err left empty) at the end. */

@@ -61,6 +61,8 @@ enum cdn_frame_type {
                                * (a FILE READ whose request set a window) */
     CDN_FRAME_PROTECTED = 23, /* host→init on channel 0: the mounts of the protected paths (payload:
                                * u32 n | n x u64 mount id), replacing the last list; no answer */
+    CDN_FRAME_STARTED = 24,   /* init→host: a CDN_EXEC_PID command runs (payload: u32 its pid in the
+                               * sandbox); its output and EXIT follow */
 };
 
 /* CALL payload: u32 timeout (ms, 0 = none) | u32 flags | the request's JSON ({"code", "input"}). */
@@ -87,6 +89,7 @@ enum cdn_exec_flags {
                                    * which a SIGKILL SIGNAL kills whole (init-exec.c) */
     CDN_EXEC_USER = 1u << 6,      /* a user string follows the environment: the command runs as it,
                                    * resolved by init in the sandbox's /etc/passwd (shared/user.h) */
+    CDN_EXEC_PID = 1u << 8,       /* STARTED with its pid once it runs (an older init ignores it) */
     CDN_EXEC_SYSTEM_RO = 1u << 7, /* with VERIFIER, on the container tier: the host vouches that landlock
                                    * keeps the system directories (shared/sysdirs.h) read-only to every
                                    * process of the sandbox (no writable_system, no read-write bind
@@ -145,6 +148,7 @@ enum cdn_file_op {
 enum cdn_file_flags {
     CDN_FILE_NOFOLLOW = 1u << 0,  /* STAT: of a symlink in the last component itself (lstat) */
     CDN_FILE_NOREPLACE = 1u << 1, /* RENAME: an existing destination is an error (EEXIST) */
+    CDN_FILE_CUT = 1u << 2,       /* READ: a file longer than max_bytes is read up to it, not refused */
 };
 struct cdn_file_opts {
     uint32_t flags;     /* enum cdn_file_flags */

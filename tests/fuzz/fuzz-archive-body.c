@@ -25,6 +25,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t n = strlen(e->name);
         if (n == 0 || e->name[0] == '/' || strcmp(e->name, "..") == 0 || strncmp(e->name, "../", 3) == 0 ||
             strstr(e->name, "/../") || (n >= 3 && strcmp(e->name + n - 3, "/..") == 0) || e->mode > 07777 ||
+            strstr(e->name, "//") || strstr(e->name, "/./") || strncmp(e->name, "./", 2) == 0 ||
+            e->name[n - 1] == '/' || strcmp(e->name, ".") == 0 ||
             (e->type != S_IFREG && e->type != S_IFDIR && e->type != S_IFLNK) ||
             (e->type == S_IFLNK && (!e->target || !e->target[0])) || (e->size && !e->data))
             __builtin_trap();

@@ -25,9 +25,7 @@ import pytest
 import cordon
 from cordon import AsyncSandbox, Sandbox
 from cordonlib import CORDON_BIN, Daemon
-
-SECRET = "the-answer-is-42"
-HIDDEN = "def test_hidden(): assert solve() == 42\n"
+from test_files_api import HIDDEN, SECRET, ws  # noqa: F401 (ws: the protected workspace fixture)
 
 
 def test_moves_files_and_directories(daemon, tier, shared_dir):
@@ -119,18 +117,6 @@ def test_async_rename_and_chmod(daemon):
             assert (await sb.files.chmod("/workspace/d/a", 0o751))["mode"] == 0o751
             assert (await sb.exec("stat -c %a /workspace/d/a")).stdout == "751\n"
     asyncio.run(main())
-
-
-@pytest.fixture
-def ws(shared_dir):
-    w = os.path.join(shared_dir, "ws")
-    os.makedirs(os.path.join(w, "tests"))
-    with open(os.path.join(w, "answer.key"), "w") as f:
-        f.write(SECRET)
-    with open(os.path.join(w, "tests", "test_hidden.py"), "w") as f:
-        f.write(HIDDEN)
-    os.chmod(w, 0o777)
-    return w
 
 
 def test_moves_and_chmods_through_an_agents_symlinks_are_refused_and_counted(shared_dir, ws, tier):

@@ -1,6 +1,7 @@
 /* The exec request body (src/daemon/exec-args.c): a relative cwd is joined to
  * the sandbox's workdir, as the files API joins a relative path; an empty cwd
- * or one with a NUL byte is refused, naming "cwd". */
+ * or one with a NUL byte is refused, naming "cwd"; background and keep_stdin
+ * go together, never with stream or a verifier step. */
 #include "daemon/exec-args.h"
 #include "tap.h"
 
@@ -86,4 +87,28 @@ TEST(cwd_too_long_is_refused)
     CHECK_EQ_INT(parse(body, "/a-much-longer-workdir-than-that", &a, &e), -ENAMETOOLONG);
     CHECK_STREQ(e.field, "cwd");
     cdn_exec_args_free(&a);
+}
+
+TEST(background_and_keep_stdin)
+{
+    struct exec_args a;
+    struct cdn_error e;
+    CHECK_EQ_INT(parse("{\"cmd\": [\"cat\"], \"background\": true, \"keep_stdin\": true, \"stdin\": \"x\"}",
+                       "/w", &a, &e),
+                 0);
+    CHECK(a.background && a.keep_stdin && a.has_stdin && a.stdin_len == 1);
+    cdn_exec_args_free(&a);
+    static const struct {
+        const char *body, *field;
+    } bad[] = {
+        {"{\"cmd\": [\"cat\"], \"background\": 1}", "background"},
+        {"{\"cmd\": [\"cat\"], \"keep_stdin\": true}", "keep_stdin"}, /* only for a background one */
+        {"{\"cmd\": [\"cat\"], \"background\": true, \"stream\": true}", "stream"},
+        {"{\"cmd\": [\"cat\"], \"background\": true, \"verifier\": true}", "background"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_EQ_INT(parse(bad[i].body, "/w", &a, &e), -EINVAL);
+        CHECK_STREQ(e.field, bad[i].field);
+        cdn_exec_args_free(&a);
+    }
 }
