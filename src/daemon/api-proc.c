@@ -34,11 +34,12 @@
 #define PROC_MAX      64         /* records per sandbox, running or exited */
 #define FOLLOW_BEHIND (4u << 20) /* a follower this far behind is cut (it may come back with since) */
 #define STDIN_PIECE   (256u << 10)
+#define CHUNK_MIN     (4u << 10) /* a chunk's room at least */
 
 struct chunk {
     uint64_t pos; /* of its first byte, counting both streams since the start */
     uint8_t stream;
-    uint32_t len;
+    uint32_t len, cap; /* small frames of one stream share a chunk: few, whatever the frames */
     TAILQ_ENTRY(chunk) link;
     uint8_t data[];
 };
@@ -64,7 +65,7 @@ struct bproc {
     bool argv_trunc;
     double started_unix, ended_unix;
     struct timespec t0;
-    TAILQ_HEAD(, chunk) out;
+    TAILQ_HEAD(chunks, chunk) out;
     uint64_t kept, next_pos; /* bytes in out; the position after the last */
     struct event *timer;
     LIST_HEAD(, proc_client) clients;
@@ -107,17 +108,19 @@ static json_t *base64_json(const uint8_t *d, size_t n)
     return json_string(s);
 }
 
-static json_t *chunk_json(const struct chunk *c, bool b64, uint64_t from)
+static json_t *bytes_json(uint8_t stream, uint64_t pos, const uint8_t *d, size_t n, bool b64)
 {
-    uint64_t skip = from > c->pos ? from - c->pos : 0;
-    const uint8_t *d = c->data + skip;
-    size_t n = c->len - (size_t) skip;
-    json_t *o = json_pack("{s:s, s:I}", "type", c->stream == 1 ? "stdout" : "stderr", "pos",
-                          (json_int_t) (c->pos + skip));
+    json_t *o = json_pack("{s:s, s:I}", "type", stream == 1 ? "stdout" : "stderr", "pos", (json_int_t) pos);
     if (o)
         json_object_set_new(o, b64 ? "data_b64" : "data",
                             b64 ? base64_json(d, n) : cdn_json_lossy_string(d, n));
     return o;
+}
+
+static json_t *chunk_json(const struct chunk *c, bool b64, uint64_t from)
+{
+    uint64_t skip = from > c->pos ? from - c->pos : 0;
+    return bytes_json(c->stream, c->pos + skip, c->data + skip, c->len - (size_t) skip, b64);
 }
 
 static void client_free(struct proc_client *c)
@@ -175,18 +178,25 @@ static size_t backlog(struct evhttp_request *req)
 
 static void keep_output(struct bproc *p, uint8_t stream, const uint8_t *d, uint32_t len)
 {
-    struct chunk *c = malloc(sizeof *c + len);
-    if (!c)
-        return;
-    *c = (struct chunk){.pos = p->next_pos, .stream = stream, .len = len};
-    memcpy(c->data, d, len);
+    uint64_t pos = p->next_pos;
+    struct chunk *c = TAILQ_LAST(&p->out, chunks);
+    if (c && c->stream == stream && c->cap - c->len >= len) { /* one more small frame of that stream */
+        memcpy(c->data + c->len, d, len);
+        c->len += len;
+    } else {
+        uint32_t cap = len > CHUNK_MIN ? len : CHUNK_MIN;
+        if (!(c = malloc(sizeof *c + cap)))
+            return;
+        *c = (struct chunk){.pos = pos, .stream = stream, .len = len, .cap = cap};
+        memcpy(c->data, d, len);
+        TAILQ_INSERT_TAIL(&p->out, c, link);
+        p->kept += sizeof *c + cap; /* what it takes, not what it holds: any frames are bounded */
+    }
     p->next_pos += len;
-    TAILQ_INSERT_TAIL(&p->out, c, link);
-    p->kept += sizeof *c + len; /* the overhead too: a stream of 1-byte frames is bounded as well */
     while (p->kept > PROC_RING && TAILQ_FIRST(&p->out) != c) { /* the oldest go: nobody is waited for */
         struct chunk *old = TAILQ_FIRST(&p->out);
         TAILQ_REMOVE(&p->out, old, link);
-        p->kept -= sizeof *old + old->len;
+        p->kept -= sizeof *old + old->cap;
         free(old);
     }
     for (struct proc_client *f = LIST_FIRST(&p->clients), *next; f; f = next) {
@@ -196,7 +206,7 @@ static void keep_output(struct bproc *p, uint8_t stream, const uint8_t *d, uint3
         if (backlog(f->req) > FOLLOW_BEHIND)
             client_end(f); /* "cut": it comes back with since= for what it missed */
         else
-            cdn_api_send_line(f->req, chunk_json(c, f->b64, c->pos));
+            cdn_api_send_line(f->req, bytes_json(stream, pos, d, len, f->b64));
     }
 }
 

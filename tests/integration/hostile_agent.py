@@ -13,6 +13,8 @@ What it does is chosen by the requests themselves:
                  hang        nothing, ever (SIGNALs for it are ignored too)
                  chan0 T     a frame of type T (a number) on channel 0, then EXIT 0
                  quiesce M   how the next QUIESCEs are answered: done | result | hang; then EXIT 0
+                 bg-old      STDOUT without STARTED first, then EXIT 0 (an init from before STARTED)
+                 bg-flood N  STARTED (pid 4242), N one-byte STDOUT frames, a STARTED again, EXIT 0
   QUIESCE        as set by `quiesce M` (default: done)
   FILE           path "/exit": EXIT on the file's channel; "/hang": nothing, ever (nor to CANCEL);
                  "/stall": nothing, and the agent stops reading its socket (so an upload's body stays
@@ -27,7 +29,7 @@ import time
 MAGIC = 0x314E4443
 HEADER = struct.Struct("<IHHII")
 EXEC, EXIT, ERROR, SIGNAL, PING, PONG, STDOUT, STDERR, STDIN, FILE, DATA, DONE = range(1, 13)
-QUIESCE, RESULT = 14, 20
+QUIESCE, RESULT, STARTED = 14, 20, 24
 FD = 3
 
 
@@ -81,6 +83,19 @@ def on_exec(channel, payload, state):
         send(EXIT, channel, exit_payload(0))
     elif what == "quiesce":
         state["quiesce"] = argv[1]
+        send(EXIT, channel, exit_payload(0))
+    elif what == "bg-old":
+        send(STDOUT, channel, b"x")
+        send(EXIT, channel, exit_payload(0))
+    elif what == "bg-flood":
+        send(STARTED, channel, struct.pack("<I", 4242))
+        frame = HEADER.pack(MAGIC, STDOUT, 0, channel, 1) + b"y"
+        batch = frame * 4096
+        for _ in range(int(argv[1]) // 4096):
+            data = batch
+            while data:
+                data = data[os.write(FD, data):]
+        send(STARTED, channel, struct.pack("<I", 1))  # a second one: ignored
         send(EXIT, channel, exit_payload(0))
     elif what != "hang":
         send(ERROR, channel, struct.pack("<i", 2) + f"no behaviour {what!r}".encode() + b"\0")

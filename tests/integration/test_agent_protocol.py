@@ -283,3 +283,30 @@ def test_file_requests_whose_client_left_do_not_outlive_agent_timeout(hostile):
     grown = rss_kb(d.proc.pid) - before
     assert grown < 40 << 10, f"cordond grew by {grown} kB over 30 abandoned 4 MB uploads"
     sb.kill()
+
+
+def test_a_hostile_agents_background_process_cannot_grow_cordond(hostile):
+    """Background processes (api-proc.c) keep the newest 1 MiB of output. What this catches: with a
+    chunk per frame, a flood of one-byte frames (1,048,576 of them here) kept ~48 bytes of overhead per
+    byte when only payload counted (the review's finding), and with the overhead counted a GET of the
+    output still built ~30,000 JSON objects: cordond grew by 24 MB (measured, stop 33). Small frames of
+    one stream now share 4 KiB chunks. An agent from before STARTED gets 501, and leaves no record."""
+    start, sandbox = hostile
+    d = start()
+    with sandbox(d) as sb:
+        before = rss_kb(d.proc.pid)
+        status, r = exec_raw(d, sb, {"cmd": ["bg-flood", str(1 << 20)], "background": True}, timeout=60)
+        assert status == 200 and r["pid"] == 4242, r
+        info = wait_for(lambda: (lambda i: i if not i["running"] else None)(
+            d.http("GET", f"/v1/sandboxes/{sb.id}/processes/4242")[1]), timeout=60, what="the flood's end")
+        assert info["exit_code"] == 0 and info["output_next"] == 1 << 20, info
+        status, out = d.http("GET", f"/v1/sandboxes/{sb.id}/processes/4242/output")
+        kept = sum(len(e["data"]) for e in out["output"])
+        assert status == 200 and out["dropped"] and 900 << 10 < kept <= 1 << 20, (kept, out["dropped"])
+        assert len(out["output"]) < 300, len(out["output"])  # one-byte frames share chunks
+        grew = rss_kb(d.proc.pid) - before
+        assert grew < 16 << 10, f"cordond grew by {grew} kB"
+        status, r = exec_raw(d, sb, {"cmd": ["bg-old"], "background": True})
+        assert status == 501 and r["error"]["code"] == "agent_too_old", r
+        status, r = d.http("GET", f"/v1/sandboxes/{sb.id}/processes")
+        assert [p["pid"] for p in r["processes"]] == [4242], r
