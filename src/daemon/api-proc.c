@@ -230,7 +230,9 @@ static void answer_start(struct bproc *p, int status, const char *code, const ch
     p->start_req = NULL;
     if (!req)
         return;
-    evhttp_connection_set_closecb(evhttp_request_get_connection(req), NULL, NULL);
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    if (conn)
+        evhttp_connection_set_closecb(conn, NULL, NULL);
     if (status == 200)
         cdn_api_reply_json(req, 200, info_json(p));
     else

@@ -305,7 +305,10 @@ def test_a_hostile_agents_background_process_cannot_grow_cordond(hostile):
         assert status == 200 and out["dropped"] and 900 << 10 < kept <= 1 << 20, (kept, out["dropped"])
         assert len(out["output"]) < 300, len(out["output"])  # one-byte frames share chunks
         grew = rss_kb(d.proc.pid) - before
-        assert grew < 16 << 10, f"cordond grew by {grew} kB"
+        # A sanitizer build keeps what was freed in quarantine (16 MB here, cordonlib.Daemon) and adds
+        # its shadow: it measured 24 MB there, against ~0 for the normal build.
+        asan = "libasan" in read(f"/proc/{d.proc.pid}/maps")
+        assert grew < (40 if asan else 16) << 10, f"cordond grew by {grew} kB"
         status, r = exec_raw(d, sb, {"cmd": ["bg-old"], "background": True})
         assert status == 501 and r["error"]["code"] == "agent_too_old", r
         status, r = d.http("GET", f"/v1/sandboxes/{sb.id}/processes")
