@@ -21,14 +21,16 @@ import urllib.parse
 
 from ._http import (ConnectionLost, CordonError, Endpoint, ExecError, FileExists, Forbidden, ImageInUse,
                     IncompleteRead, InvalidArgument, NotFound, PullFailed, SandboxEnded, SandboxNotRunning,
-                    ServerError, TooLarge, TooManySandboxes, Unauthorized, Unavailable, alines, cut_short)
+                    ServerError, SessionBusy, TooLarge, TooManySandboxes, Unauthorized, Unavailable, alines,
+                    cut_short)
 from . import _tar, images
 from .processes import AsyncProcess, Process
+from .sessions import AsyncSession, Session, _open_body
 
 __all__ = ["Sandbox", "AsyncSandbox", "ExecResult", "Endpoint", "CordonError", "InvalidArgument", "ExecError",
            "NotFound", "SandboxNotRunning", "SandboxEnded", "TooManySandboxes", "Unauthorized", "ServerError",
            "Forbidden", "TooLarge", "IncompleteRead", "ImageInUse", "PullFailed", "Unavailable", "ConnectionLost",
-           "FileExists", "Process", "AsyncProcess", "images"]
+           "FileExists", "Process", "AsyncProcess", "Session", "AsyncSession", "SessionResult", "SessionBusy", "images"]
 
 _LIMITS = ("cpus", "memory_mb", "pids", "disk_mb", "timeout_s", "idle_timeout_s", "nofile", "ptys")
 _TOP = ("tier", "image", "pull", "network", "mounts", "protect", "env", "workdir", "labels", "hostname", "read_only", "writable_system", "watch_writes",
@@ -180,6 +182,24 @@ class ExecResult:
 
     def __repr__(self):
         return f"ExecResult(exit_code={self.exit_code}, stdout={self.stdout[:60]!r}, stderr={self.stderr[:60]!r})"
+
+
+class SessionResult(ExecResult):
+    """What a command of a session did: ExecResult's fields (no signal or CPU times: the command ran
+    inside the shell), and interrupted (it was interrupted: timeout_s, Session.interrupt(), or its
+    client left), restarted (the shell was started again: the command did not end on SIGINT, or
+    the last one ended the shell), session_ended (the shell exited: `exit N`)."""
+
+    def __init__(self, d):
+        super().__init__(d)
+        self.session = d.get("session")
+        self.interrupted = d.get("interrupted", False)
+        self.restarted = d.get("restarted", False)
+        self.session_ended = d.get("session_ended", False)
+
+    def __repr__(self):
+        return (f"SessionResult(exit_code={self.exit_code}, stdout={self.stdout[:60]!r}, "
+                f"stderr={self.stderr[:60]!r})")
 
 
 class CallResult:
@@ -431,6 +451,18 @@ class Sandbox:
         """The background process pid (NotFound if it is not one, or was deleted)."""
         return Process(self, self._ep.json("GET", f"{self._path}/processes/{int(pid)}"))
 
+    def session(self, shell=None, cwd=None, env=None, user=None, id=None):
+        """A shell session (Session): one shell whose state (cwd, exported variables, functions,
+        aliases) carries over from one Session.run to the next. shell: "bash" (default; "sh" where
+        there is none), "sh", or a path. id="s1": the existing session of that id (any client)."""
+        if id is not None:
+            return Session(self, self._ep.json("GET", f"{self._path}/sessions/{_q(id)}"))
+        return Session(self, self._ep.json("POST", f"{self._path}/sessions", _open_body(shell, cwd, env, user)))
+
+    def sessions(self):
+        """Its open sessions: a list of Session."""
+        return [Session(self, i) for i in self._ep.json("GET", f"{self._path}/sessions")["sessions"]]
+
     def call(self, code, input=None, timeout_s=None, fresh=False):
         """Run Python code in the sandbox's warm interpreter (tier process): the variable
         `input` holds input; the value of the last expression is the result. fresh=True:
@@ -674,6 +706,15 @@ class AsyncSandbox:
 
     async def process(self, pid):
         return AsyncProcess(self, await self._ep.ajson("GET", f"{self._path}/processes/{int(pid)}"))
+
+    async def session(self, shell=None, cwd=None, env=None, user=None, id=None):
+        if id is not None:
+            return AsyncSession(self, await self._ep.ajson("GET", f"{self._path}/sessions/{_q(id)}"))
+        return AsyncSession(self, await self._ep.ajson("POST", f"{self._path}/sessions",
+                                                       _open_body(shell, cwd, env, user)))
+
+    async def sessions(self):
+        return [AsyncSession(self, i) for i in (await self._ep.ajson("GET", f"{self._path}/sessions"))["sessions"]]
 
     async def call(self, code, input=None, timeout_s=None, fresh=False):
         return CallResult(await self._ep.ajson("POST", f"{self._path}/call", _call_body(code, input, timeout_s, fresh)))

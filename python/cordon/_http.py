@@ -57,6 +57,10 @@ class FileExists(CordonError):
     would replace a directory that is not empty."""
 
 
+class SessionBusy(CordonError):
+    """409 (code "session_busy"): the session runs a command; wait for it, or interrupt it."""
+
+
 class PullFailed(CordonError):
     """A pull that the registry or the image refused (502), or that ended as cordond stopped (503)."""
 
@@ -136,6 +140,8 @@ def error_from(status, body):
         cls = ExecError
     elif code == "image_in_use":
         cls = ImageInUse
+    elif code == "session_busy":
+        cls = SessionBusy
     elif code in ("exists", "not_empty") and status == 409:
         cls = FileExists
     elif code in ("pull_failed", "stopping") and status in (502, 503):

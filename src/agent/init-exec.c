@@ -32,7 +32,9 @@
 #define MAX_EXECS    256
 #define STDIN_MAX    (8u << 20) /* input buffered for a command that is not reading; more is dropped */
 #define OUTPUT_CHUNK (64u << 10)
-#define POLL_PER_JOB 3
+#define POLL_PER_JOB 5
+#define CONTROL_MAX  (8u << 20) /* control bytes buffered for a command that is not reading fd 3 */
+#define CONTROL_READ 4096u
 
 struct job {
     pid_t pid; /* 0: free. Also the process group: each command gets its own session */
@@ -42,6 +44,12 @@ struct job {
     uint8_t *inbuf;
     size_t inlen;
     bool in_close; /* the host closed stdin: close once inbuf is written */
+    bool in_sync;  /* the host waits for WINDOW (CDN_FRAME_SYNC) */
+    /* CDN_EXEC_CONTROL: our write end of its fd 3 and what waits to go there; our read end of its
+     * fd 4. -1 when there is none (or closed). */
+    int cmd, ctl;
+    uint8_t *cbuf;
+    size_t clen;
 };
 
 static struct job jobs[MAX_EXECS];
@@ -74,9 +82,9 @@ static struct job *find(uint32_t channel)
 
 /* In the forked child: wire up stdio and become the command. Reports a failed
  * step to the parent through errfd (CLOEXEC, so a successful exec closes it). */
-static void exec_child(const struct cdn_exec_req *r, const struct cdn_user *u, int errfd, const int stdio[3],
+static void exec_child(const struct cdn_exec_req *r, const struct cdn_user *u, int errfd, const int stdio[5],
                        const char *pts) __attribute__((noreturn));
-static void exec_child(const struct cdn_exec_req *r, const struct cdn_user *u, int errfd, const int stdio[3],
+static void exec_child(const struct cdn_exec_req *r, const struct cdn_user *u, int errfd, const int stdio[5],
                        const char *pts)
 {
     sigset_t none;
@@ -93,9 +101,20 @@ static void exec_child(const struct cdn_exec_req *r, const struct cdn_user *u, i
         if (fd < 0 || ioctl(fd, TIOCSCTTY, 0) < 0 || dup2(fd, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
             stage = 3;
     } else if (r->flags & CDN_EXEC_PIPES) {
+        /* The control ends first go above 4, out of the way of the dup2s below. */
+        int c3 = stdio[3] >= 0 ? fcntl(stdio[3], F_DUPFD, 10) : -1;
+        int c4 = stdio[4] >= 0 ? fcntl(stdio[4], F_DUPFD, 10) : -1;
+        if (stdio[3] >= 0 && (c3 < 0 || c4 < 0))
+            stage = 3;
         for (int i = 0; i < 3 && !stage; i++)
             if (dup2(stdio[i], i) < 0)
                 stage = 3;
+        if (!stage && c3 >= 0 && (dup2(c3, 3) < 0 || dup2(c4, 4) < 0)) /* not CLOEXEC: they stay */
+            stage = 3;
+        if (c3 >= 0)
+            (void) close(c3);
+        if (c4 >= 0)
+            (void) close(c4);
     }
     if (!stage && cdn_user_become(u) < 0) {
         stage = 6; /* the user, or a capability left: not run */
@@ -130,25 +149,29 @@ static int set_nonblock(int fd)
     return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
-/* Our ends into j, the child's into stdio[] (to be closed after fork). */
-static int make_pipes(struct job *j, int stdio[3])
+/* Our ends into j, the child's into stdio[] (to be closed after fork): 0–2, and with
+ * CDN_EXEC_CONTROL its fds 3 (commands in) and 4 (control records out). */
+static int make_pipes(struct job *j, int stdio[5])
 {
-    int p[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
-    bool want_in = j->flags & CDN_EXEC_STDIN;
+    int p[5][2] = {{-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}};
+    bool want_in = j->flags & CDN_EXEC_STDIN, control = j->flags & CDN_EXEC_CONTROL;
     if ((want_in ? pipe2(p[0], O_CLOEXEC) : (p[0][0] = open("/dev/null", O_RDONLY | O_CLOEXEC))) < 0 ||
-        pipe2(p[1], O_CLOEXEC) < 0 || pipe2(p[2], O_CLOEXEC) < 0) {
+        pipe2(p[1], O_CLOEXEC) < 0 || pipe2(p[2], O_CLOEXEC) < 0 ||
+        (control && (pipe2(p[3], O_CLOEXEC) < 0 || pipe2(p[4], O_CLOEXEC) < 0))) {
         int e = errno;
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 5; i++)
             for (int k = 0; k < 2; k++)
                 close_fd(&p[i][k]);
         return -e;
     }
-    stdio[0] = p[0][0], stdio[1] = p[1][1], stdio[2] = p[2][1];
+    stdio[0] = p[0][0], stdio[1] = p[1][1], stdio[2] = p[2][1], stdio[3] = p[3][0], stdio[4] = p[4][1];
     j->in = want_in ? p[0][1] : -1;
     j->out = p[1][0], j->err = p[2][0];
-    (void) set_nonblock(j->out), (void) set_nonblock(j->err);
-    if (j->in >= 0)
-        (void) set_nonblock(j->in);
+    j->cmd = p[3][1], j->ctl = p[4][0];
+    int *ours[] = {&j->out, &j->err, &j->in, &j->cmd, &j->ctl};
+    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
+        if (*ours[i] >= 0)
+            (void) set_nonblock(*ours[i]);
     return 0;
 }
 
@@ -175,8 +198,11 @@ static void release(struct job *j)
     close_fd(&j->out);
     close_fd(&j->err);
     close_fd(&j->in);
+    close_fd(&j->cmd);
+    close_fd(&j->ctl);
     free(j->inbuf);
-    *j = (struct job){.out = -1, .err = -1, .in = -1};
+    free(j->cbuf);
+    *j = (struct job){.out = -1, .err = -1, .in = -1, .cmd = -1, .ctl = -1};
 }
 
 static void deliver_held(const struct job *j)
@@ -194,7 +220,7 @@ static void deliver_held(const struct job *j)
 
 static int spawn(struct job *j, const struct cdn_exec_req *r, const struct cdn_user *u, int *ret_stage)
 {
-    int stdio[3] = {-1, -1, -1}, e = 0;
+    int stdio[5] = {-1, -1, -1, -1, -1}, e = 0;
     _cleanup_close_pair_ int errpipe[2] = {-EBADF, -EBADF};
     char pts[64] = "";
     bool pty = (r->flags & CDN_EXEC_PIPES) && (r->flags & CDN_EXEC_PTY);
@@ -209,7 +235,7 @@ static int spawn(struct job *j, const struct cdn_exec_req *r, const struct cdn_u
     if ((confined ? socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, errpipe)
                   : pipe2(errpipe, O_CLOEXEC)) < 0) {
         e = -errno;
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 5; i++)
             close_fd(&stdio[i]);
         return e;
     }
@@ -228,7 +254,7 @@ static int spawn(struct job *j, const struct cdn_exec_req *r, const struct cdn_u
         exec_child(r, u, errpipe[1], stdio, pty ? pts : NULL);
     e = pid < 0 ? -errno : 0;
     /* The child's ends go now: the pipe reads EOF once its exec closes the last copy of errpipe[1]. */
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 5; i++)
         close_fd(&stdio[i]);
     errpipe[1] = safe_close(errpipe[1]);
     if (e < 0)
@@ -329,7 +355,10 @@ void cdn_exec_start(uint32_t channel, const uint8_t *p, size_t len)
         return; /* refused: it said why */
     if ((req.flags & CDN_EXEC_VERIFIER) && cdn_verifier_prepare(&req, channel) < 0)
         return; /* refused: it said why */
-    *j = (struct job){.channel = channel, .flags = req.flags, .out = -1, .err = -1, .in = -1};
+    if ((req.flags & CDN_EXEC_CONTROL) && (!(req.flags & CDN_EXEC_PIPES) || (req.flags & CDN_EXEC_PTY)))
+        req.flags &= ~(uint32_t) CDN_EXEC_CONTROL; /* only over pipes: a terminal has no fd 3 or 4 */
+    *j = (struct job){
+        .channel = channel, .flags = req.flags, .out = -1, .err = -1, .in = -1, .cmd = -1, .ctl = -1};
     int stage = 0, r = spawn(j, &req, req.user ? &user : NULL, &stage);
     if (r < 0 && j->pid <= 0) {
         release(j);
@@ -393,11 +422,27 @@ static void flush_stdin(struct job *j)
     }
 }
 
-void cdn_exec_stdin(uint32_t channel, const uint8_t *p, size_t len)
+/* The host asked (CDN_FRAME_SYNC) to hear when it may send more: once little waits, or none can go. */
+static void stdin_sync(struct job *j)
+{
+    if (!j->in_sync || (j->inlen > CDN_STDIN_LOW && j->in >= 0))
+        return;
+    j->in_sync = false;
+    uint32_t room = j->inlen < CDN_STDIN_LOW * 2 ? (uint32_t) (CDN_STDIN_LOW * 2 - j->inlen) : 1;
+    uint8_t le[4] = {(uint8_t) room, (uint8_t) (room >> 8), (uint8_t) (room >> 16), (uint8_t) (room >> 24)};
+    cdn_agent_send(CDN_FRAME_WINDOW, j->channel, le, sizeof le);
+}
+
+void cdn_exec_stdin(uint32_t channel, uint16_t flags, const uint8_t *p, size_t len)
 {
     struct job *j = find(channel);
-    if (!j || j->in < 0 || j->in_close)
-        return; /* it ended or has no stdin: input for it is dropped */
+    if (j && (flags & CDN_FRAME_SYNC))
+        j->in_sync = true;
+    if (!j || j->in < 0 || j->in_close) {
+        if (j)
+            stdin_sync(j); /* none can go: it is told so at once */
+        return;            /* it ended or has no stdin: input for it is dropped */
+    }
     if (len == 0) {
         j->in_close = true;
     } else if (j->inlen + len > STDIN_MAX) {
@@ -411,6 +456,7 @@ void cdn_exec_stdin(uint32_t channel, const uint8_t *p, size_t len)
         j->inlen += len;
     }
     flush_stdin(j);
+    stdin_sync(j);
 }
 
 void cdn_exec_resize(uint32_t channel, const uint8_t *p, size_t len)
@@ -421,6 +467,80 @@ void cdn_exec_resize(uint32_t channel, const uint8_t *p, size_t len)
     struct winsize ws = {.ws_row = (unsigned short) (p[0] | p[1] << 8),
                          .ws_col = (unsigned short) (p[2] | p[3] << 8)};
     (void) ioctl(j->out, TIOCSWINSZ, &ws);
+}
+
+static void flush_cmd(struct job *j)
+{
+    while (j->clen > 0 && j->cmd >= 0) {
+        ssize_t n = write(j->cmd, j->cbuf, j->clen);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN) {
+                j->clen = 0; /* EPIPE: it closed its fd 3 */
+                close_fd(&j->cmd);
+            }
+            break;
+        }
+        memmove(j->cbuf, j->cbuf + n, j->clen - (size_t) n);
+        j->clen -= (size_t) n;
+    }
+}
+
+/* Bytes for the command's fd 3 (from the host, or init's acknowledgements). More than CONTROL_MAX
+ * waiting means it does not read them: its fd 3 is closed, which ends a session's shell. */
+static void queue_cmd(struct job *j, const uint8_t *p, size_t len)
+{
+    if (j->cmd < 0 || len == 0)
+        return;
+    uint8_t *b = j->clen + len <= CONTROL_MAX ? realloc(j->cbuf, j->clen + len) : NULL;
+    if (!b) {
+        j->clen = 0;
+        close_fd(&j->cmd);
+        return;
+    }
+    memcpy(b + j->clen, p, len);
+    j->cbuf = b;
+    j->clen += len;
+    flush_cmd(j);
+}
+
+void cdn_exec_control(uint32_t channel, const uint8_t *p, size_t len)
+{
+    struct job *j = find(channel);
+    if (j && (j->flags & CDN_EXEC_CONTROL))
+        queue_cmd(j, p, len);
+}
+
+static bool pump(struct job *j, int *fd, uint16_t type);
+
+/* What the command wrote to its fd 4. Its output before that is in the pipes: it goes first, so the
+ * host sees output and control records in the order they were written. Each line is acknowledged on
+ * fd 3 once sent: a shell that waits for that before running a command (api-session.c's) has none of
+ * the command's output taken for what came before its record. */
+static void control_read(struct job *j)
+{
+    if (j->out >= 0)
+        (void) pump(j, &j->out, CDN_FRAME_STDOUT);
+    if (j->err >= 0)
+        (void) pump(j, &j->err, CDN_FRAME_STDERR);
+    uint8_t buf[CONTROL_READ];
+    ssize_t n;
+    do
+        n = read(j->ctl, buf, sizeof buf);
+    while (n < 0 && errno == EINTR);
+    if (n < 0 && errno == EAGAIN)
+        return;
+    if (n <= 0) {
+        close_fd(&j->ctl);
+        return;
+    }
+    cdn_agent_send(CDN_FRAME_CONTROL, j->channel, buf, (uint32_t) n);
+    static const uint8_t acks[CONTROL_READ] = {[0 ... CONTROL_READ - 1] = '\n'};
+    size_t lines = 0;
+    for (ssize_t i = 0; i < n; i++)
+        lines += buf[i] == '\n';
+    queue_cmd(j, acks, lines);
 }
 
 /* The pids below root in the parent links of /proc (the sandbox's: its pid namespace, a worker's
@@ -627,11 +747,13 @@ void cdn_exec_poll_add(struct pollfd *pfd, size_t *n, size_t max, bool output)
         struct job *j = &jobs[i];
         if (j->pid <= 0)
             continue;
-        int *fds[] = {&j->out, &j->err, &j->in};
-        for (size_t k = 0; k < 3 && *n < max; k++) {
-            if (*fds[k] < 0 || (k == 2 && j->inlen == 0) || (k < 2 && !output))
+        int *fds[] = {&j->out, &j->err, &j->ctl, &j->in, &j->cmd};
+        for (size_t k = 0; k < POLL_PER_JOB && *n < max; k++) {
+            bool write_end = k >= 3;
+            if (*fds[k] < 0 || (k == 3 && j->inlen == 0) || (k == 4 && j->clen == 0) ||
+                (!write_end && !output))
                 continue;
-            pfd[*n] = (struct pollfd){.fd = *fds[k], .events = k == 2 ? POLLOUT : POLLIN};
+            pfd[*n] = (struct pollfd){.fd = *fds[k], .events = write_end ? POLLOUT : POLLIN};
             polled[polled_n++] = (typeof(polled[0])){j, fds[k]};
             (*n)++;
         }
@@ -646,8 +768,13 @@ void cdn_exec_poll_handle(const struct pollfd *pfd, size_t n)
         int *fd = polled[i].fd;
         if (!p->revents || j->pid <= 0 || *fd != p->fd)
             continue; /* the job ended while handling an earlier entry */
-        if (fd == &j->in)
+        if (fd == &j->in) {
             flush_stdin(j);
+            stdin_sync(j);
+        } else if (fd == &j->cmd)
+            flush_cmd(j);
+        else if (fd == &j->ctl)
+            control_read(j);
         else
             (void) pump(j, fd, fd == &j->out ? CDN_FRAME_STDOUT : CDN_FRAME_STDERR);
     }

@@ -35,8 +35,8 @@
 #include "init.h"
 
 #define MAX_POLL                                                                                             \
-    (4 + 3 * 256 +                                                                                           \
-     256) /* connection, signals, listener, a call, 3 per command, a guest's seccomp listeners */
+    (4 + 5 * 256 +                                                                                           \
+     256) /* connection, signals, listener, a call, 5 per command, a guest's seccomp listeners */
 
 /* The connection. Non-blocking both ways: frames from the host are assembled
  * in inbuf, frames to it queue in out and go as the socket takes them. While
@@ -229,10 +229,13 @@ static void dispatch(const struct cdn_frame_header *hp, const uint8_t *payload)
         cdn_exec_start(h.channel, payload, len);
         break;
     case CDN_FRAME_STDIN:
-        cdn_exec_stdin(h.channel, payload, len);
+        cdn_exec_stdin(h.channel, h.flags, payload, len);
         break;
     case CDN_FRAME_RESIZE:
         cdn_exec_resize(h.channel, payload, len);
+        break;
+    case CDN_FRAME_CONTROL:
+        cdn_exec_control(h.channel, payload, len);
         break;
     case CDN_FRAME_SIGNAL:
         if (len == 4 && payload[0] > 0 && payload[0] < 65 && !payload[1] && !payload[2] && !payload[3])

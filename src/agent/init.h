@@ -24,8 +24,10 @@ void cdn_agent_error(uint32_t channel, int errnum, const char *what);
 
 /* Commands. */
 void cdn_exec_start(uint32_t channel, const uint8_t *p, size_t len);
-void cdn_exec_stdin(uint32_t channel, const uint8_t *p, size_t len);
+void cdn_exec_stdin(uint32_t channel, uint16_t flags, const uint8_t *p, size_t len);
 void cdn_exec_resize(uint32_t channel, const uint8_t *p, size_t len);
+/* CONTROL bytes for a CDN_EXEC_CONTROL command's fd 3. */
+void cdn_exec_control(uint32_t channel, const uint8_t *p, size_t len);
 void cdn_exec_signal(uint32_t channel, int sig);
 /* A signal from the host (init.c) to every command; held for a one-shot command (cordon run's) when
  * none runs yet. */

@@ -8,6 +8,8 @@
  * handed to the full glibc build, `cordon-full`, by exec with the same argv. */
 #pragma once
 
+#include <stdbool.h>
+
 #ifndef CDN_LEAN
 #define CDN_LEAN 0
 #endif
@@ -36,6 +38,12 @@ int cdn_cli_ps(int argc, char *const *argv);
 int cdn_cli_logs(int argc, char *const *argv);
 int cdn_cli_signal(int argc, char *const *argv);
 int cdn_cli_wait(int argc, char *const *argv);
+/* cordon exec -i / -t (attach.c, full build only): cmd as a background process we talk to; body holds
+ * the exec's other fields (env, cwd, user, timeout_s). Returns its exit status, or 125. */
+struct json_t;
+int cdn_cli_exec_attached(const char *id, const char *const *cmd, struct json_t *body, bool in, bool tty);
+/* cordon session: shell sessions (session.c, full build only). */
+int cdn_cli_session(int argc, char *const *argv);
 /* cordon selftest: the escape probes against this host (selftest.c, full build only). */
 int cdn_cli_selftest(int argc, char *const *argv);
 

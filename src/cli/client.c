@@ -95,31 +95,44 @@ int cdn_cli_exec(int argc, char *const *argv)
 {
     if (argc < 2) {
         fprintf(stderr,
-                "usage: cordon exec ID [-d] [--env K=V] [--workdir DIR] [--user U] [--timeout DUR]\n"
+                "usage: cordon exec ID [-d | -i | -t | -it] [--env K=V] [--workdir DIR] [--user U] "
+                "[--timeout DUR]\n"
                 "                      [--verifier[=sibling] [--copy PATH]…] [--] CMD [ARG…]\n"
                 "  --verifier: a verifier step: ends the sandbox's other processes, runs alone and may\n"
                 "              read its protected paths\n"
                 "  --verifier=sibling --copy PATH…: the same in a fresh sandbox of the same spec that\n"
                 "              gets only the PATHs from this one\n"
                 "  -d, --detach: in the background: prints its pid (cordon ps, logs, signal, wait)\n"
+                "  -i, --interactive: our stdin is its stdin (piped, or typed)\n"
+                "  -t, --tty: on a terminal of our window's size; ours is raw meanwhile (-it: docker's)\n"
                 "  --workdir DIR: absolute, or relative to the sandbox's workdir\n"
                 "  --user U: name, uid, name:group or uid:gid of the sandbox's /etc/passwd\n");
         return 125;
     }
-    const char *id = argv[0];
+    const char *id = NULL; /* the first word that is not a flag: flags go before it (docker's way) or after */
     const char *env[256] = {0}, *copy[17] = {0}, *cwd = NULL, *user = NULL;
     size_t n_env = 0, n_copy = 0;
     double timeout_s = 0;
-    bool verifier = false, sibling = false, detach = false;
-    int i = 1;
-    for (; i < argc && argv[i][0] == '-'; i++) {
+    bool verifier = false, sibling = false, detach = false, in = false, tty = false;
+    int i = 0;
+    for (; i < argc && (!id || argv[i][0] == '-'); i++) {
         const char *a = argv[i];
+        if (a[0] != '-') {
+            id = a;
+            continue;
+        }
         if (strcmp(a, "--") == 0) {
             i++;
             break;
         }
         if (strcmp(a, "-d") == 0 || strcmp(a, "--detach") == 0) {
             detach = true;
+            continue;
+        }
+        if (strcmp(a, "-i") == 0 || strcmp(a, "--interactive") == 0 || strcmp(a, "-t") == 0 ||
+            strcmp(a, "--tty") == 0 || strcmp(a, "-it") == 0 || strcmp(a, "-ti") == 0) {
+            in |= strchr(a, 'i') && strcmp(a, "-t") != 0 && strcmp(a, "--tty") != 0;
+            tty |= strcmp(a, "-i") != 0 && strcmp(a, "--interactive") != 0;
             continue;
         }
         if (strcmp(a, "--verifier") == 0 || strcmp(a, "--verifier=in_place") == 0 ||
@@ -149,14 +162,38 @@ int cdn_cli_exec(int argc, char *const *argv)
             return 125;
         }
     }
-    if (i >= argc) {
-        fprintf(stderr, "cordon exec: no command given\n");
+    if (!id || i >= argc) {
+        fprintf(stderr, "cordon exec: %s\n", id ? "no command given" : "no sandbox id given");
         return 125;
     }
     if (sibling != (n_copy > 0)) {
         fprintf(stderr,
                 "cordon exec: --verifier=sibling takes one --copy PATH or more, and --copy needs it\n");
         return 125;
+    }
+    if ((in || tty) && (detach || verifier)) {
+        fprintf(stderr, "cordon exec: -i and -t are for a command in the foreground, not with %s\n",
+                detach ? "-d" : "--verifier");
+        return 125;
+    }
+    if (in || tty) {
+        json_t *body = json_object(), *envo = json_object();
+        for (size_t k = 0; k < n_env; k++) {
+            _cleanup_free_ char *name = strndup(env[k], (size_t) (strchr(env[k], '=') - env[k]));
+            json_object_set_new(envo, name, json_string(strchr(env[k], '=') + 1));
+        }
+        if (n_env)
+            json_object_set(body, "env", envo);
+        json_decref(envo);
+        if (cwd)
+            json_object_set_new(body, "cwd", json_string(cwd));
+        if (user)
+            json_object_set_new(body, "user", json_string(user));
+        if (timeout_s > 0)
+            json_object_set_new(body, "timeout_s", json_real(timeout_s));
+        int ret = cdn_cli_exec_attached(id, (const char *const *) argv + i, body, in, tty);
+        json_decref(body);
+        return ret;
     }
     cordon_client *c = cdn_cli_connect();
     if (!c)

@@ -37,6 +37,9 @@ static const struct {
     {"signal", cdn_cli_signal, false,
      "signal ID PID SIGNAL          any signal to a background process (TERM, 9, …)"},
     {"wait", cdn_cli_wait, false, "wait ID PID                   until it ends; prints its exit code"},
+    {"session", cdn_cli_session, false,
+     "session open ID [--shell SH] [--workdir D] [--user U] [--env K=V]…  a shell kept between commands\n"
+     "  cordon session run [-i] [--timeout DUR] ID SID CMD…  one command line in it (ls, interrupt, rm)"},
     {"kill", cdn_cli_kill, false,
      "kill ID… | kill --label K=V…  delete sandboxes (by id, or all with those labels)"},
     {"update", cdn_cli_update, false,
@@ -70,6 +73,7 @@ static const struct {
     {"logs", NULL, false, ""},
     {"signal", NULL, false, ""},
     {"wait", NULL, false, ""},
+    {"session", NULL, false, ""},
     {"kill", NULL, false, ""},
     {"update", NULL, false, ""},
     {"ls", NULL, false, ""},

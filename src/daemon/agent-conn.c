@@ -23,13 +23,17 @@ static uint8_t payload[CDN_FRAME_MAX];
 const char *cdn_agent_frame_name(uint16_t type)
 {
     static const char *const names[] = {
-        [CDN_FRAME_EXEC] = "EXEC",     [CDN_FRAME_EXIT] = "EXIT",           [CDN_FRAME_ERROR] = "ERROR",
-        [CDN_FRAME_SIGNAL] = "SIGNAL", [CDN_FRAME_PING] = "PING",           [CDN_FRAME_PONG] = "PONG",
-        [CDN_FRAME_STDOUT] = "STDOUT", [CDN_FRAME_STDERR] = "STDERR",       [CDN_FRAME_STDIN] = "STDIN",
-        [CDN_FRAME_FILE] = "FILE",     [CDN_FRAME_DATA] = "DATA",           [CDN_FRAME_DONE] = "DONE",
-        [CDN_FRAME_RESIZE] = "RESIZE", [CDN_FRAME_QUIESCE] = "QUIESCE",     [CDN_FRAME_IDENTITY] = "IDENTITY",
-        [CDN_FRAME_POLICY] = "POLICY", [CDN_FRAME_VIOLATION] = "VIOLATION", [CDN_FRAME_USAGE] = "USAGE",
-        [CDN_FRAME_CALL] = "CALL",     [CDN_FRAME_RESULT] = "RESULT",       [CDN_FRAME_STARTED] = "STARTED",
+        [CDN_FRAME_EXEC] = "EXEC",           [CDN_FRAME_EXIT] = "EXIT",
+        [CDN_FRAME_ERROR] = "ERROR",         [CDN_FRAME_SIGNAL] = "SIGNAL",
+        [CDN_FRAME_PING] = "PING",           [CDN_FRAME_PONG] = "PONG",
+        [CDN_FRAME_STDOUT] = "STDOUT",       [CDN_FRAME_STDERR] = "STDERR",
+        [CDN_FRAME_STDIN] = "STDIN",         [CDN_FRAME_FILE] = "FILE",
+        [CDN_FRAME_DATA] = "DATA",           [CDN_FRAME_DONE] = "DONE",
+        [CDN_FRAME_RESIZE] = "RESIZE",       [CDN_FRAME_QUIESCE] = "QUIESCE",
+        [CDN_FRAME_IDENTITY] = "IDENTITY",   [CDN_FRAME_POLICY] = "POLICY",
+        [CDN_FRAME_VIOLATION] = "VIOLATION", [CDN_FRAME_USAGE] = "USAGE",
+        [CDN_FRAME_CALL] = "CALL",           [CDN_FRAME_RESULT] = "RESULT",
+        [CDN_FRAME_STARTED] = "STARTED",     [CDN_FRAME_CONTROL] = "CONTROL",
     };
     static char unknown[16];
     if (type < sizeof names / sizeof names[0] && names[type])

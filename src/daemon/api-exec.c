@@ -215,6 +215,7 @@ static void throttle_stop(struct box *b)
 void cdn_api_throttle_end(struct box *b)
 {
     cdn_api_procs_free(b);
+    cdn_api_sessions_free(b);
     cdn_api_archives_end(b);
     throttle_stop(b);
     if (b->throttle_ev)
@@ -639,7 +640,10 @@ int cdn_api_exec_send(struct box *b, struct agent_req *req, const struct exec_ar
         return n;
     struct agent_conn *ac = &b->agent;
     uint32_t ch = cdn_agent_conn_add(
-        ac, req, AGENT_EXEC_FRAMES | (more_flags & CDN_EXEC_PID ? AGENT_FRAME(CDN_FRAME_STARTED) : 0));
+        ac, req,
+        AGENT_EXEC_FRAMES |
+            (more_flags & CDN_EXEC_PID ? AGENT_FRAME(CDN_FRAME_STARTED) | AGENT_FRAME(CDN_FRAME_WINDOW) : 0) |
+            (more_flags & CDN_EXEC_CONTROL ? AGENT_FRAME(CDN_FRAME_CONTROL) : 0));
     int r = cdn_agent_conn_send(ac, CDN_FRAME_EXEC, 0, ch, buf, (uint32_t) n);
     for (long off = 0; r >= 0 && a->has_stdin && off < a->stdin_len; off += STDIN_CHUNK) {
         long k = a->stdin_len - off < (long) STDIN_CHUNK ? a->stdin_len - off : (long) STDIN_CHUNK;

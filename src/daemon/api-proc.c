@@ -56,6 +56,8 @@ struct bproc {
     struct agent_req areq; /* first: the agent connection hands it back */
     struct box *box;
     struct evhttp_request *start_req; /* answered once it runs */
+    struct evhttp_request *stdin_req; /* a stdin write, answered once init has taken it (WINDOW) */
+    uint64_t stdin_bytes;
     uint32_t pid;
     bool running, started, timed_out, pty, stdin_open, forget;
     int exit_code, signal;
@@ -152,8 +154,11 @@ static void client_end(struct proc_client *c)
     evhttp_send_reply_end(req);
 }
 
+static void stdin_answer(struct bproc *p);
+
 static void proc_free(struct bproc *p)
 {
+    stdin_answer(p);
     while (!LIST_EMPTY(&p->clients))
         client_end(LIST_FIRST(&p->clients));
     while (!TAILQ_EMPTY(&p->out)) {
@@ -210,9 +215,24 @@ static void keep_output(struct bproc *p, uint8_t stream, const uint8_t *d, uint3
     }
 }
 
+static void stdin_answer(struct bproc *p)
+{
+    struct evhttp_request *req = p->stdin_req;
+    p->stdin_req = NULL;
+    if (!req)
+        return;
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    if (conn)
+        evhttp_connection_set_closecb(conn, NULL, NULL);
+    cdn_api_reply_json(req, 200,
+                       json_pack("{s:I, s:I, s:b}", "pid", (json_int_t) p->pid, "bytes",
+                                 (json_int_t) p->stdin_bytes, "stdin_open", p->stdin_open));
+}
+
 static void ended(struct bproc *p)
 {
     p->running = p->stdin_open = false;
+    stdin_answer(p); /* what init had not passed on went with the process */
     p->ended_unix = now_unix();
     if (p->timer) {
         event_free(p->timer);
@@ -255,6 +275,12 @@ static void proc_frame(struct agent_req *r, uint16_t type, const uint8_t *d, uin
                      "this sandbox's agent predates background processes: recreate the sandbox");
         p->started = true;
         p->forget = true;
+    }
+    if (type == CDN_FRAME_WINDOW) { /* init took the last stdin write: its writer may send more */
+        uint32_t room;
+        if (cdn_window_decode(d, len, &room) == 0)
+            stdin_answer(p);
+        return;
     }
     if ((type == CDN_FRAME_STDOUT || type == CDN_FRAME_STDERR || type == CDN_FRAME_STARTED) && p->running) {
         if (len && type != CDN_FRAME_STARTED)
@@ -493,6 +519,18 @@ static void route_output(struct evhttp_request *req, struct bproc *p, struct evk
     }
 }
 
+static void stdin_client_gone(struct evhttp_connection *conn, void *arg)
+{
+    (void) conn;
+    struct bproc *p = arg;
+    if (p->stdin_req && !evhttp_request_get_connection(p->stdin_req))
+        evhttp_send_reply_end(p->stdin_req);
+    p->stdin_req = NULL; /* what it sent goes in all the same */
+}
+
+/* The body goes to its stdin; the answer comes once init has passed it on but CDN_STDIN_LOW (its
+ * WINDOW to the last piece, CDN_FRAME_SYNC), so a writer never runs ahead of a slow reader by more:
+ * one write at a time per process. */
 static void route_stdin(struct evhttp_request *req, struct bproc *p, struct evkeyvalq *q)
 {
     bool eof = false;
@@ -502,12 +540,16 @@ static void route_stdin(struct evhttp_request *req, struct bproc *p, struct evke
         return cdn_api_reply_error(req, 409, p->running ? "stdin_closed" : "process_ended", "stdin",
                                    p->running ? "its stdin is closed (start it with keep_stdin or a pty)"
                                               : "the process has ended");
+    if (p->stdin_req)
+        return cdn_api_reply_error(req, 409, "stdin_busy", "stdin",
+                                   "another write to its stdin waits for the process to read: one at a time");
     struct evbuffer *body = evhttp_request_get_input_buffer(req);
-    size_t len = evbuffer_get_length(body), sent = len;
+    size_t len = evbuffer_get_length(body);
     int r = 0;
     while (r >= 0 && evbuffer_get_length(body) > 0) {
         size_t k = evbuffer_get_length(body) < STDIN_PIECE ? evbuffer_get_length(body) : STDIN_PIECE;
-        r = cdn_agent_conn_send(&p->box->agent, CDN_FRAME_STDIN, 0, p->areq.channel,
+        bool last = k == evbuffer_get_length(body);
+        r = cdn_agent_conn_send(&p->box->agent, CDN_FRAME_STDIN, last ? CDN_FRAME_SYNC : 0, p->areq.channel,
                                 evbuffer_pullup(body, (ev_ssize_t) k), (uint32_t) k);
         (void) evbuffer_drain(body, k);
     }
@@ -517,9 +559,11 @@ static void route_stdin(struct evhttp_request *req, struct bproc *p, struct evke
     }
     if (r < 0)
         return cdn_api_reply_error(req, 500, "internal", NULL, "cannot reach the sandbox's agent");
-    cdn_api_reply_json(req, 200,
-                       json_pack("{s:I, s:I, s:b}", "pid", (json_int_t) p->pid, "bytes", (json_int_t) sent,
-                                 "stdin_open", p->stdin_open));
+    p->stdin_bytes = len;
+    p->stdin_req = req;
+    if (len == 0)
+        return stdin_answer(p);
+    evhttp_connection_set_closecb(evhttp_request_get_connection(req), stdin_client_gone, p);
 }
 
 static int signal_of(json_t *v)

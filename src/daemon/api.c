@@ -736,7 +736,8 @@ static void route(struct evhttp_request *req, void *arg)
     if (sscanf(path, "/v1/sandboxes/%63[^/]%n", id, &n) != 1 ||
         (path[n] && sscanf(path + n, "/%63s", rest) != 1) ||
         (path[n] && strlen(path + n) != strlen(rest) + 1) ||
-        (strchr(rest, '/') && strcmp(rest, "monitor/text") != 0 && strncmp(rest, "processes/", 10) != 0))
+        (strchr(rest, '/') && strcmp(rest, "monitor/text") != 0 && strncmp(rest, "processes/", 10) != 0 &&
+         strncmp(rest, "sessions/", 9) != 0))
         return cdn_api_reply_error(req, 404, "not_found", NULL, "no route for %s", path);
     struct box *b = cdn_box_find(id);
     if (!b)
@@ -777,6 +778,11 @@ static void route(struct evhttp_request *req, void *arg)
         if (m != EVHTTP_REQ_GET && !cdn_api_box_usable(req, b))
             return;
         return cdn_api_procs(req, b, rest[9] ? rest + 10 : "");
+    }
+    if (strcmp(rest, "sessions") == 0 || strncmp(rest, "sessions/", 9) == 0) {
+        if (m != EVHTTP_REQ_GET && !cdn_api_box_usable(req, b))
+            return;
+        return cdn_api_sessions(req, b, rest[8] ? rest + 9 : "");
     }
     bool known = false; /* the route exists, with other methods: 405 */
     for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++) {

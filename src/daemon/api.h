@@ -60,6 +60,10 @@ struct exec_args;
 void cdn_api_proc_start(struct evhttp_request *req, struct box *b, struct exec_args *a);
 void cdn_api_procs(struct evhttp_request *req, struct box *b, const char *sub);
 void cdn_api_procs_free(struct box *b);
+/* api-session.c: shell sessions. sessions: …/sessions and what is below it (sub as procs');
+ * sessions_free: the box goes. */
+void cdn_api_sessions(struct evhttp_request *req, struct box *b, const char *sub);
+void cdn_api_sessions_free(struct box *b);
 /* api-exec.c, for api-proc.c: an EXEC of a on r's new channel (more_flags: CDN_EXEC_PID admits STARTED
  * on it); the argv of an event, bounded. */
 struct agent_req;

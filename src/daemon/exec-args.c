@@ -156,10 +156,8 @@ static int parse_cwd(json_t *v, const char *workdir, struct exec_args *a, struct
     return 0;
 }
 
-static int parse_object(json_t *o, const char *workdir, struct exec_args *a, struct cdn_error *e)
+static int parse_object_fields(json_t *o, const char *workdir, struct exec_args *a, struct cdn_error *e)
 {
-    if (!json_is_object(o))
-        return bad(e, "body", "must be a JSON object");
     const char *k;
     json_t *v;
     int r = 0;
@@ -214,6 +212,16 @@ static int parse_object(json_t *o, const char *workdir, struct exec_args *a, str
         if (r < 0)
             return r;
     }
+    return 0;
+}
+
+static int parse_object(json_t *o, const char *workdir, struct exec_args *a, struct cdn_error *e)
+{
+    if (!json_is_object(o))
+        return bad(e, "body", "must be a JSON object");
+    int r = parse_object_fields(o, workdir, a, e);
+    if (r < 0)
+        return r;
     if (a->argv.n == 0)
         return bad(e, "cmd", "is required");
     if (a->background && a->stream)
@@ -247,4 +255,64 @@ int cdn_exec_args_parse(const char *body, size_t len, const char *workdir, struc
         return cdn_error_field(e, EBADMSG, "body", "body: not JSON: %s (line %d, column %d)", jerr.text,
                                jerr.line, jerr.column);
     return parse_object(o, workdir, a, e);
+}
+
+static int parse_text(json_t *v, const char *field, size_t max, struct exec_args *a, struct cdn_error *e)
+{
+    const char *t = json_string_value(v);
+    if (!json_is_string(v) || !t[0] || strlen(t) != json_string_length(v))
+        return bad(e, field, "must be a non-empty string without NUL bytes");
+    if (json_string_length(v) > max)
+        return cdn_error_field(e, E2BIG, field, "%s: longer than %zu bytes", field, max);
+    return cdn_strv_push(&a->argv, t) < 0 ? cdn_error_set(e, ENOMEM, "out of memory") : 0;
+}
+
+int cdn_session_args_parse(const char *body, size_t len, const char *workdir, bool run, struct exec_args *a,
+                           struct cdn_error *e)
+{
+    json_error_t jerr;
+    _cleanup_json_ json_t *o = len ? json_loadb(body, len, 0, &jerr) : json_object();
+    if (!o)
+        return cdn_error_field(e, EBADMSG, "body", "body: not JSON: %s (line %d, column %d)", jerr.text,
+                               jerr.line, jerr.column);
+    if (!json_is_object(o))
+        return bad(e, "body", "must be a JSON object");
+    static const char *const open_fields[] = {"shell", "cwd", "env", "user", NULL};
+    static const char *const run_fields[] = {"cmd", "timeout_s", "stdin", "stdin_b64", "encoding", NULL};
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v)
+    {
+        bool known = false;
+        for (const char *const *f = run ? run_fields : open_fields; *f && !known; f++)
+            known = strcmp(k, *f) == 0;
+        if (!known)
+            return cdn_error_field(e, EINVAL, k, "unknown field '%s'%s", k,
+                                   run ? "" : " (a session takes shell, cwd, env and user)");
+    }
+    json_t *shell = json_object_get(o, "shell"), *cmd = json_object_get(o, "cmd");
+    if (shell) {
+        int r = parse_text(shell, "shell", SESSION_SHELL_MAX, a, e);
+        if (r < 0)
+            return r;
+        if (strpbrk(a->argv.v[0], " \t\n"))
+            return bad(e, "shell", "a name in PATH or an absolute path, without blanks");
+        json_object_del(o, "shell");
+    }
+    if (cmd) {
+        int r = parse_text(cmd, "cmd", SESSION_CMD_MAX, a, e);
+        if (r < 0)
+            return r;
+        json_object_del(o, "cmd");
+    } else if (run)
+        return bad(e, "cmd", "is required (a shell command line)");
+    /* What is left is the exec body's (cwd, env, user; timeout_s, stdin, encoding): its checks. */
+    int r = parse_object_fields(o, workdir, a, e);
+    if (r < 0)
+        return r;
+    if (a->has_stdin && a->stdin_len > (long) SESSION_STDIN_MAX)
+        return cdn_error_field(e, E2BIG, json_object_get(o, "stdin_b64") ? "stdin_b64" : "stdin",
+                               "stdin: more than %u KiB for one command of a session",
+                               SESSION_STDIN_MAX >> 10);
+    return 0;
 }

@@ -43,3 +43,13 @@ struct exec_args {
 int cdn_exec_args_parse(const char *body, size_t len, const char *workdir, struct exec_args *a,
                         struct cdn_error *e);
 void cdn_exec_args_free(struct exec_args *a);
+
+/* Shell sessions (api-session.c), in the same struct. Open (run false): {"shell", "cwd", "env",
+ * "user"}, all optional (an empty body is {}); argv holds the shell, if given (a name found in PATH
+ * or an absolute path). Run (run true): {"cmd": "…", "timeout_s", "stdin" | "stdin_b64",
+ * "encoding"}; argv holds the command line. Errors as cdn_exec_args_parse's. */
+#define SESSION_CMD_MAX   (256u << 10)
+#define SESSION_STDIN_MAX (256u << 10)
+#define SESSION_SHELL_MAX 255u
+int cdn_session_args_parse(const char *body, size_t len, const char *workdir, bool run, struct exec_args *a,
+                           struct cdn_error *e);

@@ -186,6 +186,8 @@ struct box {
     LIST_HEAD(, bproc) procs;        /* its background processes (api-proc.c) */
     LIST_HEAD(, arch_call) archives; /* its archives under way (api-archive.c) */
     unsigned n_procs;
+    LIST_HEAD(, session) sessions; /* its shell sessions (api-session.c) */
+    unsigned n_sessions, next_session;
     LIST_ENTRY(box) link;
 };
 

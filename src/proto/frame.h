@@ -63,6 +63,9 @@ enum cdn_frame_type {
                                * u32 n | n x u64 mount id), replacing the last list; no answer */
     CDN_FRAME_STARTED = 24,   /* init→host: a CDN_EXEC_PID command runs (payload: u32 its pid in the
                                * sandbox); its output and EXIT follow */
+    CDN_FRAME_CONTROL = 25,   /* either way, a CDN_EXEC_CONTROL command's control channel: host→init,
+                               * bytes for its fd 3; init→host, what it wrote to its fd 4, sent once
+                               * its output before them went (init-exec.c) */
 };
 
 /* CALL payload: u32 timeout (ms, 0 = none) | u32 flags | the request's JSON ({"code", "input"}). */
@@ -72,6 +75,9 @@ enum cdn_frame_type {
 /* Frame header flags. */
 enum cdn_frame_flags {
     CDN_FRAME_MORE = 1u << 0, /* FILE(WRITE)/DATA host→init: more DATA frames of this write follow */
+    CDN_FRAME_SYNC = 1u << 1, /* STDIN host→init: answer WINDOW (u32: what init takes now, > 0) on its
+                               * channel once at most CDN_STDIN_LOW of the command's input waits in
+                               * init: the host sends more only then (backpressure) */
 };
 
 enum cdn_exec_flags {
@@ -90,6 +96,10 @@ enum cdn_exec_flags {
     CDN_EXEC_USER = 1u << 6,      /* a user string follows the environment: the command runs as it,
                                    * resolved by init in the sandbox's /etc/passwd (shared/user.h) */
     CDN_EXEC_PID = 1u << 8,       /* STARTED with its pid once it runs (an older init ignores it) */
+    CDN_EXEC_CONTROL = 1u << 9,   /* with PIPES, not PTY: fd 3 reads CONTROL bytes from the host, and
+                                   * what it writes to fd 4 goes to the host as CONTROL, after the output
+                                   * it wrote before; each line of it is acknowledged by a "\n" on fd 3
+                                   * once sent (a shell session, api-session.c) */
     CDN_EXEC_SYSTEM_RO = 1u << 7, /* with VERIFIER, on the container tier: the host vouches that landlock
                                    * keeps the system directories (shared/sysdirs.h) read-only to every
                                    * process of the sandbox (no writable_system, no read-write bind
@@ -202,6 +212,7 @@ int cdn_file_encode_to(uint8_t *buf, size_t size, uint32_t op, const char *from,
                        uint32_t flags);
 int cdn_file_decode(const uint8_t *p, size_t len, struct cdn_file_req *ret);
 /* WINDOW payload: u32 bytes (> 0). */
+#define CDN_STDIN_LOW (256u << 10)
 int cdn_window_decode(const uint8_t *p, size_t len, uint32_t *ret_bytes);
 /* PROTECTED payload: u32 n (<= CDN_PROTECTED_MAX) | n x u64. Decode fills ids[0..n) (room for
  * CDN_PROTECTED_MAX); encode returns the length or -ENOBUFS. */

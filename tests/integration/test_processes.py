@@ -193,3 +193,89 @@ def test_cli_exec_detached_ps_logs_signal_wait(daemon):
         for args in (("wait", sb.id, "nope"), ("signal", sb.id, pid, "NOSUCH"), ("logs", sb.id, "999999")):
             r = cli(*args)
             assert r.returncode == 125 and r.stderr, (args, r)
+
+
+def test_cli_exec_forwards_piped_stdin_at_the_readers_pace(daemon, tier):
+    """cordon exec -i: our stdin is the command's, however much comes. Each write is answered once
+    the sandbox's init has passed it on (CDN_FRAME_SYNC): 20 MiB into a command that reads only after
+    2 s all arrive. (init buffers 8 MiB for a command that does not read and drops its stdin past
+    that: without the pacing, wc counts 8 MiB or less.)"""
+    import os
+    import subprocess
+    from cordonlib import CORDON_BIN
+    env = dict(os.environ, CORDON_SOCKET=daemon.socket)
+    with Sandbox.create(endpoint=daemon.endpoint, tier=tier) as sb:
+        r = subprocess.run([CORDON_BIN, "exec", "-i", sb.id, "--", "sh", "-c", "read a; read b; echo \"$b $a\""],
+                           input=b"one\ntwo\n", capture_output=True, env=env, timeout=60)
+        assert (r.returncode, r.stdout) == (0, b"two one\n"), r
+        size = 20 << 20
+        with subprocess.Popen([CORDON_BIN, "exec", "-i", sb.id, "--", "sh", "-c", "sleep 2; wc -c"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env) as p:
+            chunk = b"x" * (1 << 20)
+            for _ in range(size >> 20):
+                p.stdin.write(chunk)
+            p.stdin.close()
+            out = p.stdout.read()
+            assert p.wait(timeout=120) == 0
+        assert out.strip() == str(size).encode(), out
+        # its exit status is ours; without -i it reads nothing
+        r = subprocess.run([CORDON_BIN, "exec", "-i", sb.id, "--", "sh", "-c", "cat >/dev/null; exit 7"],
+                           input=b"x", capture_output=True, env=env, timeout=60)
+        assert r.returncode == 7, r
+        assert sb.processes() == []  # the CLI forgets the record it made
+
+
+def test_cli_exec_it_is_a_terminal(daemon):
+    """cordon exec -it ID -- sh behaves like docker exec -it: a terminal of our window's size, our
+    keys to it (Ctrl-C interrupts the command in the sandbox, not the CLI), a resize followed, and the
+    shell's exit status ours."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import termios
+    from cordonlib import CORDON_BIN
+
+    def read_until(fd, want, timeout=30):
+        got, deadline = b"", time.monotonic() + timeout
+        while want not in got and time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    got += os.read(fd, 4096)
+                except OSError:
+                    break
+        assert want in got, got
+        return got
+
+    with Sandbox.create(endpoint=daemon.endpoint) as sb:
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.environ["CORDON_SOCKET"] = daemon.socket
+            os.execv(CORDON_BIN, [CORDON_BIN, "exec", "-it", sb.id, "--", "sh"])
+        try:
+            fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
+            time.sleep(1)
+            os.write(fd, b"stty size; tty; echo $((6*7))\n")
+            got = read_until(fd, b"42")
+            assert b"/dev/pts/" in got, got
+            os.write(fd, b"sleep 100\n")
+            time.sleep(1)
+            os.write(fd, b"\x03")  # Ctrl-C: SIGINT to the sleep in the sandbox; the shell stays
+            os.write(fd, b"echo after-$?\n")
+            read_until(fd, b"after-130")
+            fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+            os.kill(pid, 28)  # SIGWINCH, as the terminal would send
+            time.sleep(1)
+            os.write(fd, b"stty size\n")
+            read_until(fd, b"40 120")
+            os.write(fd, b"exit 3\n")
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 3
+        finally:
+            try:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            os.close(fd)
