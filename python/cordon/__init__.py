@@ -26,6 +26,7 @@ from ._http import (ConnectionLost, CordonError, Endpoint, ExecError, FileExists
 from . import _tar, images
 from .processes import AsyncProcess, Process
 from .sessions import AsyncSession, Session, _open_body
+from . import ports as _ports
 
 __all__ = ["Sandbox", "AsyncSandbox", "ExecResult", "Endpoint", "CordonError", "InvalidArgument", "ExecError",
            "NotFound", "SandboxNotRunning", "SandboxEnded", "TooManySandboxes", "Unauthorized", "ServerError",
@@ -459,6 +460,23 @@ class Sandbox:
             return Session(self, self._ep.json("GET", f"{self._path}/sessions/{_q(id)}"))
         return Session(self, self._ep.json("POST", f"{self._path}/sessions", _open_body(shell, cwd, env, user)))
 
+    def open_port(self, port):
+        """A socket connected to TCP port `port` inside the sandbox (127.0.0.1 there), through cordond:
+        raw bytes both ways, whatever the sandbox's network mode. NotFound/ServerError-like CordonError
+        (502, code "port_unreachable") when nothing listens there."""
+        return _ports.open_tunnel(self._ep, f"{self._path}/ports/{int(port)}")
+
+    def port_request(self, port, path="/", method="GET", body=None, headers=None):
+        """An HTTP request to the server on `port` inside the sandbox, through cordond's proxy path:
+        (status, headers, body bytes) as that server answered."""
+        path = path if path.startswith("/") else "/" + path
+        return _ports.request(self._ep, f"{self._path}/ports/{int(port)}{path}", method, body, headers)
+
+    def forward_port(self, port, local_port=0):
+        """PortForward: 127.0.0.1:.port here (local_port, 0: any free one) to `port` inside the
+        sandbox, served by a thread until .close() or the end of `with`."""
+        return _ports.PortForward(self, port, local_port)
+
     def sessions(self):
         """Its open sessions: a list of Session."""
         return [Session(self, i) for i in self._ep.json("GET", f"{self._path}/sessions")["sessions"]]
@@ -712,6 +730,10 @@ class AsyncSandbox:
             return AsyncSession(self, await self._ep.ajson("GET", f"{self._path}/sessions/{_q(id)}"))
         return AsyncSession(self, await self._ep.ajson("POST", f"{self._path}/sessions",
                                                        _open_body(shell, cwd, env, user)))
+
+    async def open_port(self, port):
+        """(reader, writer): an asyncio connection to `port` inside the sandbox, through cordond."""
+        return await _ports.aopen_tunnel(self._ep, f"{self._path}/ports/{int(port)}")
 
     async def sessions(self):
         return [AsyncSession(self, i) for i in (await self._ep.ajson("GET", f"{self._path}/sessions"))["sessions"]]

@@ -42,6 +42,8 @@ int cdn_cli_wait(int argc, char *const *argv);
  * the exec's other fields (env, cwd, user, timeout_s). Returns its exit status, or 125. */
 struct json_t;
 int cdn_cli_exec_attached(const char *id, const char *const *cmd, struct json_t *body, bool in, bool tty);
+/* cordon port-forward: a local port to a sandbox's (portfwd.c, full build only). */
+int cdn_cli_port_forward(int argc, char *const *argv);
 /* cordon session: shell sessions (session.c, full build only). */
 int cdn_cli_session(int argc, char *const *argv);
 /* cordon selftest: the escape probes against this host (selftest.c, full build only). */

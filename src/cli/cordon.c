@@ -37,6 +37,8 @@ static const struct {
     {"signal", cdn_cli_signal, false,
      "signal ID PID SIGNAL          any signal to a background process (TERM, 9, …)"},
     {"wait", cdn_cli_wait, false, "wait ID PID                   until it ends; prints its exit code"},
+    {"port-forward", cdn_cli_port_forward, false,
+     "port-forward ID [LOCAL:]REMOTE  127.0.0.1:LOCAL (0: any) to port REMOTE inside the sandbox"},
     {"session", cdn_cli_session, false,
      "session open ID [--shell SH] [--workdir D] [--user U] [--env K=V]…  a shell kept between commands\n"
      "  cordon session run [-i] [--timeout DUR] ID SID CMD…  one command line in it (ls, interrupt, rm)"},
@@ -73,6 +75,7 @@ static const struct {
     {"logs", NULL, false, ""},
     {"signal", NULL, false, ""},
     {"wait", NULL, false, ""},
+    {"port-forward", NULL, false, ""},
     {"session", NULL, false, ""},
     {"kill", NULL, false, ""},
     {"update", NULL, false, ""},

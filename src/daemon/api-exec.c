@@ -216,6 +216,7 @@ void cdn_api_throttle_end(struct box *b)
 {
     cdn_api_procs_free(b);
     cdn_api_sessions_free(b);
+    cdn_api_ports_end(b);
     cdn_api_archives_end(b);
     throttle_stop(b);
     if (b->throttle_ev)

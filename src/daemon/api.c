@@ -732,6 +732,16 @@ static void route(struct evhttp_request *req, void *arg)
                                    path);
     }
     rest[0] = 0;
+    /* …/ports/{port}/anything: the path after the port is the sandbox server's, of any length */
+    if (sscanf(path, "/v1/sandboxes/%63[^/]%n", id, &n) == 1 && strncmp(path + n, "/ports/", 7) == 0) {
+        struct box *pb = cdn_box_find(id);
+        if (!pb)
+            return cdn_api_reply_error(req, 404, "sandbox_not_found", "id", "no sandbox '%s'", id);
+        if (!cdn_api_box_usable(req, pb))
+            return;
+        cdn_box_touch(pb);
+        return cdn_api_ports(req, pb, path + n + 7);
+    }
     /* rest: one segment, "monitor/text", or "processes/…" */
     if (sscanf(path, "/v1/sandboxes/%63[^/]%n", id, &n) != 1 ||
         (path[n] && sscanf(path + n, "/%63s", rest) != 1) ||

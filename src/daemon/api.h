@@ -64,6 +64,10 @@ void cdn_api_procs_free(struct box *b);
  * sessions_free: the box goes. */
 void cdn_api_sessions(struct evhttp_request *req, struct box *b, const char *sub);
 void cdn_api_sessions_free(struct box *b);
+/* api-ports.c: …/ports/{port}[/…] (sub: what follows "ports/", still URL-encoded); ports_end: the
+ * box goes (its connections close). */
+void cdn_api_ports(struct evhttp_request *req, struct box *b, const char *sub);
+void cdn_api_ports_end(struct box *b);
 /* api-exec.c, for api-proc.c: an EXEC of a on r's new channel (more_flags: CDN_EXEC_PID admits STARTED
  * on it); the argv of an event, bounded. */
 struct agent_req;

@@ -188,6 +188,8 @@ struct box {
     unsigned n_procs;
     LIST_HEAD(, session) sessions; /* its shell sessions (api-session.c) */
     unsigned n_sessions, next_session;
+    LIST_HEAD(, tunnel) tunnels; /* connections to its ports (api-ports.c) */
+    unsigned n_tunnels;
     LIST_ENTRY(box) link;
 };
 

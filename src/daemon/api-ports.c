@@ -1,0 +1,360 @@
+/* cordond: a sandbox's TCP ports, reached from the client — …/ports/{port}[/path…] (docs/cordond.md).
+ * Runs in the loop.
+ *
+ * cordond makes the connection itself, from inside the sandbox's network namespace (the socket is
+ * created there: setns for the socket() call only), to 127.0.0.1:{port}: whatever the sandbox's
+ * network mode, nothing is exposed on an interface of the host, and the connection is subject to the
+ * sandbox's own rules, as the agent's connections are. Two ways in:
+ *
+ *  - HTTP (the default): the client's request is sent on with its target cut to what follows the
+ *    port ("/v1/sandboxes/ID/ports/8000/api?x=1" → "/api?x=1"), without cordond's bearer token and
+ *    hop-by-hop fields, with "Connection: close" (each request its own connection upstream) unless it
+ *    asks for an Upgrade (a WebSocket), and X-Forwarded-Prefix. The answer comes back as it is sent,
+ *    bytes unread by cordond: a WebSocket after its 101 goes on both ways.
+ *  - A raw TCP tunnel ("Upgrade: cordon-tcp"): cordond answers 101 once the sandbox accepted the
+ *    connection, and bytes pass both ways (cordon port-forward, the SDK's open_port).
+ *
+ * The client's connection is taken from evhttp once its request has been read: its socket is
+ * duplicated and evhttp's descriptor number is pointed at a spare socket, so that what evhttp does
+ * when it drops the connection (shutdown, close) reaches the spare, never the client.
+ *
+ * Trusted: the operator's request. Not trusted: everything from the sandbox's side, which is never
+ * parsed; each direction is bounded (PIPE_HIGH waiting: the other side is not read meanwhile). */
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <event2/keyvalq_struct.h>
+
+#include "api.h"
+#include "tiers/tier.h"
+
+#define PIPE_HIGH   (1u << 20) /* bytes waiting for one side before the other is not read */
+#define TUNNELS_MAX 64         /* per sandbox */
+
+struct tunnel {
+    struct box *box;
+    struct bufferevent *client, *up;
+    struct evbuffer *pending; /* for the sandbox's side once connected: the request, what followed it */
+    bool raw, connected, client_eof, up_eof;
+    uint16_t port;
+    LIST_ENTRY(tunnel) link;
+};
+
+static void tunnel_free(struct tunnel *t)
+{
+    if (t->client)
+        bufferevent_free(t->client);
+    if (t->up)
+        bufferevent_free(t->up);
+    if (t->pending)
+        evbuffer_free(t->pending);
+    LIST_REMOVE(t, link);
+    t->box->n_tunnels--;
+    free(t);
+}
+
+void cdn_api_ports_end(struct box *b)
+{
+    while (!LIST_EMPTY(&b->tunnels))
+        tunnel_free(LIST_FIRST(&b->tunnels));
+}
+
+/* A short answer straight to the client's socket, then the tunnel goes. */
+static void fail(struct tunnel *t, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void fail(struct tunnel *t, int status, const char *code, const char *fmt, ...)
+{
+    char msg[300];
+    va_list ap;
+    va_start(ap, fmt);
+    (void) vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *body = cdn_api_error_json(code, "port", msg);
+    _cleanup_free_ char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    char head[256];
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\n\r\n",
+                     status,
+                     status == 502   ? "Bad Gateway"
+                     : status == 429 ? "Too Many Requests"
+                                     : "Error",
+                     s ? strlen(s) + 1 : 1);
+    int fd = bufferevent_getfd(t->client);
+    if (n > 0)
+        (void) send(fd, head, (size_t) n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (s)
+        (void) send(fd, s, strlen(s), MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void) send(fd, "\n", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    tunnel_free(t);
+}
+
+static void pass(struct bufferevent *from, struct bufferevent *to)
+{
+    (void) evbuffer_add_buffer(bufferevent_get_output(to), bufferevent_get_input(from));
+    if (evbuffer_get_length(bufferevent_get_output(to)) >= PIPE_HIGH)
+        bufferevent_disable(from, EV_READ); /* until to has taken most of it (on_drained) */
+}
+
+/* Both ways done, or the HTTP answer complete (its sender closed) and sent: the tunnel goes. */
+static void maybe_done(struct tunnel *t)
+{
+    bool client_out = evbuffer_get_length(bufferevent_get_output(t->client)) > 0;
+    bool up_out = t->up && evbuffer_get_length(bufferevent_get_output(t->up)) > 0;
+    if (t->up_eof && !client_out && (!t->raw || t->client_eof))
+        return tunnel_free(t);
+    if (t->up_eof && !client_out && t->raw)
+        (void) shutdown(bufferevent_getfd(t->client), SHUT_WR); /* its end, passed on */
+    if (t->client_eof && !up_out && t->up && t->connected)
+        (void) shutdown(bufferevent_getfd(t->up), SHUT_WR);
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+    struct tunnel *t = arg;
+    if (bev == t->client && (!t->connected || !t->up)) {
+        (void) bufferevent_disable(bev, EV_READ); /* read on once the sandbox's side is there */
+        return;
+    }
+    pass(bev, bev == t->client ? t->up : t->client);
+}
+
+static void on_drained(struct bufferevent *bev, void *arg)
+{
+    struct tunnel *t = arg;
+    struct bufferevent *other = bev == t->client ? t->up : t->client;
+    bool other_eof = bev == t->client ? t->up_eof : t->client_eof;
+    if (other && !other_eof && (bev != t->up || t->connected))
+        bufferevent_enable(other, EV_READ);
+    maybe_done(t);
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct tunnel *t = arg;
+    if (bev == t->up && (what & BEV_EVENT_CONNECTED)) {
+        t->connected = true;
+        if (t->raw)
+            evbuffer_add_printf(bufferevent_get_output(t->client),
+                                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: cordon-tcp\r\n"
+                                "Connection: Upgrade\r\n\r\n");
+        (void) evbuffer_add_buffer(bufferevent_get_output(t->up), t->pending);
+        bufferevent_enable(t->up, EV_READ | EV_WRITE);
+        bufferevent_enable(t->client, EV_READ | EV_WRITE);
+        cdn_box_touch(t->box);
+        return;
+    }
+    if (bev == t->up && !t->connected) {
+        int e = evutil_socket_geterror(bufferevent_getfd(bev));
+        return fail(t, 502, "port_unreachable", "nothing accepts connections on port %u in sandbox %s: %s",
+                    t->port, t->box->sb.id, strerror(e ? e : ECONNREFUSED));
+    }
+    if (what & BEV_EVENT_ERROR)
+        return tunnel_free(t); /* a reset either way: the other side's connection goes too */
+    if (what & BEV_EVENT_EOF) {
+        if (bev == t->up) {
+            t->up_eof = true;
+            pass(t->up, t->client);
+        } else {
+            t->client_eof = true;
+            if (t->up && t->connected)
+                pass(t->client, t->up);
+        }
+        bufferevent_disable(bev, EV_READ);
+        maybe_done(t);
+    }
+}
+
+/* A TCP socket in the sandbox's network namespace (its init's): created there, used from here. Never
+ * one in cordond's own namespace (a tier that has none of its own: the process tier). */
+static int sandbox_socket(struct box *b, struct cdn_error *err)
+{
+    _cleanup_close_ int self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    struct stat own, there;
+    if (self < 0 || fstat(self, &own) < 0)
+        return cdn_error_set(err, errno, "cordond's network namespace: %m");
+    if (b->sb.init_pidfd < 0 || setns(b->sb.init_pidfd, CLONE_NEWNET) < 0)
+        return cdn_error_set(err, errno, "enter the sandbox's network namespace: %m");
+    int fd = -1, e = 0;
+    _cleanup_close_ int ns = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (ns >= 0 && fstat(ns, &there) == 0 && (there.st_ino != own.st_ino || there.st_dev != own.st_dev))
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    else
+        e = ns < 0 ? errno : EXDEV;
+    if (fd < 0 && !e)
+        e = errno;
+    if (setns(self, CLONE_NEWNET) < 0)
+        abort(); /* never go on in the sandbox's namespace */
+    if (fd < 0)
+        return cdn_error_field(err, e, "port", "%s",
+                               e == EXDEV
+                                   ? "tier process has no network namespace of its own: its ports are the "
+                                     "host's, which cordond does not reach for it"
+                                   : strerror(e));
+    return fd;
+}
+
+/* The client's socket, out of evhttp's hands (see the top); what it sent after the request into
+ * rest. -errno. */
+static void drop_conn(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    evhttp_connection_free(arg);
+}
+
+static int take_client(struct evhttp_request *req, struct evbuffer *rest)
+{
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    struct bufferevent *bev = conn ? evhttp_connection_get_bufferevent(conn) : NULL;
+    int fd = bev ? bufferevent_getfd(bev) : -1;
+    if (fd < 0)
+        return -ENOTCONN;
+    bufferevent_disable(bev, EV_READ | EV_WRITE); /* off the loop's watch before the number changes */
+    (void) evbuffer_add_buffer(rest, bufferevent_get_input(bev));
+    int ours = fcntl(fd, F_DUPFD_CLOEXEC, 3), e = errno;
+    _cleanup_close_ int spare = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (ours < 0 || spare < 0 || dup3(spare, fd, O_CLOEXEC) < 0) {
+        e = ours < 0 ? e : errno;
+        if (ours >= 0)
+            (void) close(ours);
+        return -e;
+    }
+    /* After this request's callback: evhttp frees the connection and the request (drop_conn). */
+    if (event_base_once(cdn_daemon->base, -1, EV_TIMEOUT, drop_conn, conn, &(struct timeval){0}) < 0)
+        evhttp_connection_free(conn); /* cannot happen short of memory; the request is not used again */
+    return ours;
+}
+
+static bool hop_by_hop(const char *k)
+{
+    static const char *const names[] = {
+        "authorization", "connection",        "keep-alive",     "proxy-connection", "te",
+        "trailer",       "transfer-encoding", "content-length", "upgrade",          "proxy-authorization"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcasecmp(k, names[i]) == 0)
+            return true;
+    return false;
+}
+
+/* The request as the sandbox's server gets it. target: what follows the port in the client's. */
+static int request_head(struct evhttp_request *req, const char *target, const char *prefix,
+                        struct evbuffer *out)
+{
+    static const struct {
+        enum evhttp_cmd_type m;
+        const char *name;
+    } methods[] = {{EVHTTP_REQ_GET, "GET"},       {EVHTTP_REQ_POST, "POST"},
+                   {EVHTTP_REQ_HEAD, "HEAD"},     {EVHTTP_REQ_PUT, "PUT"},
+                   {EVHTTP_REQ_DELETE, "DELETE"}, {EVHTTP_REQ_OPTIONS, "OPTIONS"},
+                   {EVHTTP_REQ_TRACE, "TRACE"},   {EVHTTP_REQ_PATCH, "PATCH"}};
+    const char *m = NULL;
+    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++)
+        if (methods[i].m == evhttp_request_get_command(req))
+            m = methods[i].name;
+    if (!m)
+        return -EINVAL;
+    struct evkeyvalq *h = evhttp_request_get_input_headers(req);
+    const char *upgrade = evhttp_find_header(h, "Upgrade");
+    struct evbuffer *body = evhttp_request_get_input_buffer(req);
+    evbuffer_add_printf(out, "%s %s HTTP/1.1\r\n", m, target);
+    for (struct evkeyval *kv = TAILQ_FIRST(h); kv; kv = TAILQ_NEXT(kv, next))
+        if (!hop_by_hop(kv->key) && strcasecmp(kv->key, "x-forwarded-prefix") != 0)
+            evbuffer_add_printf(out, "%s: %s\r\n", kv->key, kv->value);
+    if (upgrade)
+        evbuffer_add_printf(out, "Connection: Upgrade\r\nUpgrade: %s\r\n", upgrade);
+    else
+        evbuffer_add_printf(out, "Connection: close\r\n");
+    if (evbuffer_get_length(body) || m[0] == 'P')
+        evbuffer_add_printf(out, "Content-Length: %zu\r\n", evbuffer_get_length(body));
+    evbuffer_add_printf(out, "X-Forwarded-Prefix: %s\r\n\r\n", prefix);
+    (void) evbuffer_add_buffer(out, body);
+    return 0;
+}
+
+void cdn_api_ports(struct evhttp_request *req, struct box *b, const char *sub)
+{
+    char *end = NULL;
+    unsigned long port = strtoul(sub, &end, 10);
+    if (!end || end == sub || (*end && *end != '/') || port == 0 || port > 65535 || sub[0] == '0')
+        return cdn_api_reply_error(req, 400, "invalid_argument", "port", "port: a TCP port, 1-65535");
+    const struct cdn_tier_ops *tier = b->sb.tier;
+    if (tier->guest_supervises)
+        return cdn_api_reply_error(
+            req, 501, "not_supported", "port",
+            "tier %s: reaching a port inside a VM guest is not built yet (container tier)", tier->name);
+    if (b->n_tunnels >= TUNNELS_MAX)
+        return cdn_api_reply_error(req, 429, "too_many_connections", "port",
+                                   "%d connections to its ports are open in this sandbox", TUNNELS_MAX);
+    struct evkeyvalq *h = evhttp_request_get_input_headers(req);
+    const char *upgrade = evhttp_find_header(h, "Upgrade");
+    bool raw = upgrade && strcasecmp(upgrade, "cordon-tcp") == 0;
+    /* The target after the port, as the client sent it (still URL-encoded), query included. */
+    const char *uri = evhttp_request_get_uri(req), *at = NULL;
+    char seg[16];
+    (void) snprintf(seg, sizeof seg, "/ports/%lu", port);
+    for (const char *p = strstr(uri, seg); p; p = strstr(p + 1, seg))
+        if (p[strlen(seg)] == '/' || p[strlen(seg)] == '?' || !p[strlen(seg)])
+            at = p + strlen(seg);
+    char prefix[128];
+    (void) snprintf(prefix, sizeof prefix, "/v1/sandboxes/%s/ports/%lu", b->sb.id, port);
+    _cleanup_free_ char *target = NULL;
+    if (!at || asprintf(&target, "%s%s", at[0] == '/' ? "" : "/", at) < 0)
+        return cdn_api_reply_error(req, 400, "invalid_argument", "port",
+                                   "the request's target does not parse");
+    struct cdn_error err = {0};
+    int up = sandbox_socket(b, &err);
+    if (up < 0)
+        return cdn_api_reply_cdn_error(req, up == -EXDEV ? 501 : 500,
+                                       up == -EXDEV ? "not_supported" : "internal", &err);
+    struct tunnel *t = calloc(1, sizeof *t);
+    if (!t || !(t->pending = evbuffer_new()) || (!raw && request_head(req, target, prefix, t->pending) < 0)) {
+        (void) close(up);
+        if (t && t->pending)
+            evbuffer_free(t->pending);
+        free(t);
+        return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory, or a method not passed on");
+    }
+    struct evbuffer *rest = evbuffer_new();
+    int client = rest ? take_client(req, rest) : -ENOMEM;
+    if (client < 0) { /* the request cannot be answered any more than it can be served */
+        (void) close(up);
+        if (rest)
+            evbuffer_free(rest);
+        evbuffer_free(t->pending);
+        free(t);
+        return;
+    }
+    (void) evbuffer_add_buffer(t->pending, rest); /* a client that did not wait for the 101 */
+    evbuffer_free(rest);
+    *t = (struct tunnel){.box = b, .pending = t->pending, .raw = raw, .port = (uint16_t) port};
+    t->client = bufferevent_socket_new(cdn_daemon->base, client, BEV_OPT_CLOSE_ON_FREE);
+    t->up = bufferevent_socket_new(cdn_daemon->base, up, BEV_OPT_CLOSE_ON_FREE);
+    LIST_INSERT_HEAD(&b->tunnels, t, link);
+    b->n_tunnels++;
+    if (!t->client || !t->up) {
+        if (!t->client)
+            (void) close(client);
+        if (!t->up)
+            (void) close(up);
+        return tunnel_free(t);
+    }
+    bufferevent_setcb(t->client, on_read, on_drained, on_event, t);
+    bufferevent_setcb(t->up, on_read, on_drained, on_event, t);
+    bufferevent_setwatermark(t->client, EV_WRITE, PIPE_HIGH / 4, 0);
+    bufferevent_setwatermark(t->up, EV_WRITE, PIPE_HIGH / 4, 0);
+    struct sockaddr_in sin = {
+        .sin_family = AF_INET, .sin_port = htons((uint16_t) port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (bufferevent_socket_connect(t->up, (struct sockaddr *) &sin, sizeof sin) < 0)
+        return fail(t, 502, "port_unreachable", "cannot connect to port %lu in sandbox %s", port, b->sb.id);
+}
