@@ -158,6 +158,10 @@ def _chmod_query(sb, path, mode):
     return f"{sb._path}/chmod?path={_q(path)}&mode={_q(m)}"
 
 
+def _watch_query(sb, path, recursive):
+    return f"{sb._path}/watch?path={_q(path)}" + ("&recursive=true" if recursive else "")
+
+
 def _stat_query(sb, path, follow_symlinks):
     return f"{sb._path}/stat?path={_q(path)}" + ("" if follow_symlinks else "&follow=false")
 
@@ -321,6 +325,20 @@ class _Files:
         """Set path's permission bits (an int such as 0o755, or an octal string "755"); a symlink is
         followed. Returns the stat dict."""
         return self._sb._ep.json("POST", _chmod_query(self._sb, path, mode))
+
+    def watch(self, path, recursive=False):
+        """Yield the changes below the directory path as they happen: {"type": "start"} first, then
+        {"type": "create"|"write"|"remove"|"rename_from"|"rename_to"|"chmod", "path" (relative to
+        path; "path_b64" when the name is not UTF-8), "dir", ["cookie"]}, {"type": "overflow"} when
+        some were lost, and last {"type": "gone"} if the directory went. recursive=True: its
+        subdirectories too, those made later as well. Closing the generator ends the watch."""
+        _, resp = self._sb._ep.request("GET", _watch_query(self._sb, path, recursive), stream=True)
+        lines = self._sb._ep.lines(resp)
+        try:
+            for line in lines:
+                yield json.loads(line)
+        finally:
+            lines.close()
 
     def upload_dir(self, local, remote):
         """The contents of the host directory local into remote (made if missing), as one tar
@@ -620,6 +638,15 @@ class _AsyncFiles:
 
     async def chmod(self, path, mode):
         return await self._sb._ep.ajson("POST", _chmod_query(self._sb, path, mode))
+
+    async def watch(self, path, recursive=False):
+        """An async iterator of watch()'s events; cancelled or closed early, the watch ends."""
+        lines = alines(self._sb._ep.astream("GET", _watch_query(self._sb, path, recursive)))
+        try:
+            async for line in lines:
+                yield json.loads(line)
+        finally:
+            await lines.aclose()
 
     async def upload_dir(self, local, remote):
         return await self._put_archive(remote, await asyncio.to_thread(_tar.pack_dir, local))

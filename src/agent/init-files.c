@@ -410,7 +410,7 @@ void cdn_files_pump(void)
 void cdn_files_window(uint32_t channel, const uint8_t *p, size_t len)
 {
     uint32_t more;
-    if (cdn_window_decode(p, len, &more) < 0)
+    if (cdn_window_decode(p, len, &more) < 0 || cdn_watch_window(channel, more))
         return;
     for (size_t i = 0; i < MAX_READS; i++)
         if (channel && reads[i].channel == channel && reads[i].window != UINT64_MAX)
@@ -419,6 +419,8 @@ void cdn_files_window(uint32_t channel, const uint8_t *p, size_t len)
 
 void cdn_files_cancel(uint32_t channel)
 {
+    if (cdn_watch_cancel(channel))
+        return;
     for (size_t i = 0; channel && i < MAX_READS; i++)
         if (reads[i].channel == channel) {
             fail(channel, ECANCELED, "read", reads[i].path);
@@ -668,11 +670,20 @@ void cdn_files_request(uint32_t channel, uint16_t flags, const uint8_t *p, size_
     case CDN_FILE_SYMLINK:
         do_symlink(channel, &r);
         break;
+    case CDN_FILE_WATCH:
+        cdn_watch_start(channel, &r);
+        break;
     }
+}
+
+int cdn_files_judge(uint32_t channel, const char *op, const char *path, int flags, struct file_target *ret)
+{
+    return open_judged(channel, op, path, path, flags, false, ret);
 }
 
 void cdn_files_reset(void)
 {
+    cdn_watch_reset();
     for (size_t i = 0; i < MAX_WRITES; i++)
         if (writes[i].channel) {
             (void) close(writes[i].fd);

@@ -35,8 +35,8 @@
 #include "init.h"
 
 #define MAX_POLL                                                                                             \
-    (4 + 5 * 256 +                                                                                           \
-     256) /* connection, signals, listener, a call, 5 per command, a guest's seccomp listeners */
+    (5 + 5 * 256 +                                                                                           \
+     256) /* connection, signals, listener, a call, inotify, 5 per command, a guest's seccomp listeners */
 
 /* The connection. Non-blocking both ways: frames from the host are assembled
  * in inbuf, frames to it queue in out and go as the socket takes them. While
@@ -372,11 +372,13 @@ int cdn_agent_main(void)
         cdn_exec_poll_add(pfd, &n, MAX_POLL, outlen <= OUT_LOW);
         cdn_vm_poll_add(pfd, &n, MAX_POLL);
         cdn_call_poll_add(pfd, &n, MAX_POLL);
+        cdn_watch_poll_add(pfd, &n, MAX_POLL);
         /* Without a host, a guest's port reports a hang-up until one comes: looked at every 20 ms.
          * A read that may send now does not wait. */
-        int timeout = conn < 0 && guest_port >= 0               ? 20
-                      : cdn_files_pending() && cdn_agent_room() ? 0
-                                                                : cdn_call_timeout_ms();
+        int timeout = conn < 0 && guest_port >= 0 ? 20
+                      : (cdn_files_pending() || cdn_watch_pending()) && cdn_agent_room()
+                          ? 0
+                          : cdn_call_timeout_ms();
         if (poll(pfd, n, timeout) < 0) {
             if (errno == EINTR)
                 continue;
@@ -391,6 +393,7 @@ int cdn_agent_main(void)
         cdn_exec_poll_handle(pfd, n);
         cdn_vm_poll_handle(pfd, n);
         cdn_call_poll_handle(pfd, n);
+        cdn_watch_poll_handle(pfd, n);
         /* Reap after output: a command's last bytes go out before its EXIT. */
         if (pfd[1].revents & POLLIN)
             cdn_exec_reap();
@@ -399,6 +402,7 @@ int cdn_agent_main(void)
         if (conn >= 0 && (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)))
             read_frames();
         cdn_files_pump(); /* reads: a chunk each, between everything else */
+        cdn_watch_pump();
         if (listener >= 0 && (pfd[2].revents & POLLIN))
             take_connection();
         if (guest_port >= 0)

@@ -124,6 +124,21 @@ bool cdn_files_pending(void);
 void cdn_files_pump(void);
 /* The connection ended: drop reads and writes in progress. */
 void cdn_files_reset(void);
+/* path opened and judged for op as the files API does (O_DIRECTORY in flags: it must be one), content
+ * not wanted; on a refusal the ERROR (and VIOLATION) are sent and -errno returned. */
+struct file_target;
+int cdn_files_judge(uint32_t channel, const char *op, const char *path, int flags, struct file_target *ret);
+/* Watches (init-watch.c): FILE WATCH starts one; the poll hooks read inotify; pending/pump send what
+ * each has queued within its window; window/cancel take the host's frames (false: not a watch's). */
+struct cdn_file_req;
+void cdn_watch_start(uint32_t channel, const struct cdn_file_req *r);
+void cdn_watch_poll_add(struct pollfd *pfd, size_t *n, size_t max);
+void cdn_watch_poll_handle(const struct pollfd *pfd, size_t n);
+bool cdn_watch_pending(void);
+void cdn_watch_pump(void);
+bool cdn_watch_window(uint32_t channel, uint32_t more);
+bool cdn_watch_cancel(uint32_t channel);
+void cdn_watch_reset(void);
 
 /* Where a path of the files API leads (init-resolve.c). The PROTECTED frame's mounts, or (a VM
  * guest) the mount of a path its init bound read-only as a protected path. */

@@ -70,15 +70,20 @@ static double ms_since(const struct timespec *t0)
     return (double) (t.tv_sec - t0->tv_sec) * 1e3 + (double) (t.tv_nsec - t0->tv_nsec) / 1e6;
 }
 
-static json_t *bytes_json(const struct call *c, const uint8_t *p, size_t n)
+json_t *cdn_api_bytes_json(const uint8_t *p, size_t n, bool b64)
 {
-    if (!c->b64)
+    if (!b64)
         return cdn_json_lossy_string(p, n);
     _cleanup_free_ char *s = malloc(cdn_base64_len(n) + 1);
     if (!s)
         return json_null();
     cdn_base64_encode(p, n, s);
     return json_string(s);
+}
+
+static json_t *bytes_json(const struct call *c, const uint8_t *p, size_t n)
+{
+    return cdn_api_bytes_json(p, n, c->b64);
 }
 
 static void call_done(struct call *c);

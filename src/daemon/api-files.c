@@ -20,6 +20,7 @@
 
 #include "api.h"
 #include "file-args.h"
+#include "shared/base64.h"
 
 #define UPLOAD_CHUNK (512u << 10)
 #define LIST_MAX     10000      /* entries of one ls answer */
@@ -190,13 +191,74 @@ static void list_data(struct file_call *fc, const uint8_t *p, uint32_t len)
     }
 }
 
+/* A watch's entries (init-watch.c), each an NDJSON line; init sends them within the window as a
+ * download's bytes. Names are the sandbox's bytes: JSON-encoded lossily, and in base64 as well when
+ * they are not UTF-8. */
+static void watch_data(struct file_call *fc, const uint8_t *p, uint32_t len)
+{
+    if (fc->cancelled)
+        return;
+    if (len > fc->inflight) {
+        fc->breach = true;
+        cancel(fc);
+        if (fc->started)
+            abort_stream(fc);
+        return;
+    }
+    fc->inflight -= len;
+    if (!fc->started) {
+        evhttp_add_header(evhttp_request_get_output_headers(fc->req), "Content-Type", "application/x-ndjson");
+        evhttp_send_reply_start(fc->req, 200, "OK");
+        cdn_api_stream_timeout(fc->req);
+        fc->started = true;
+    }
+    static const char *const kinds[] = {"",          "start", "create",  "write", "remove", "rename_from",
+                                        "rename_to", "chmod", "overflow"};
+    _cleanup_evbuffer_ struct evbuffer *b = evbuffer_new();
+    for (uint32_t off = 0; b && off < len;) {
+        struct cdn_file_stat st;
+        int n = cdn_file_stat_decode(p + off, len - off, &st);
+        if (n <= 0)
+            break;
+        off += (uint32_t) n;
+        if (st.size == 0 || st.size >= sizeof kinds / sizeof kinds[0])
+            continue; /* no kind of ours: dropped */
+        json_t *o = json_pack("{s:s}", "type", kinds[st.size]);
+        size_t nl = strlen(st.name);
+        if (o && st.size != CDN_WATCH_START && st.size != CDN_WATCH_OVERFLOW) {
+            json_t *name = cdn_json_lossy_string((const uint8_t *) st.name, nl);
+            json_object_set_new(o, "path", name);
+            json_object_set_new(o, "dir", json_boolean(S_ISDIR(st.mode)));
+            if (st.mtime && (st.size == CDN_WATCH_RENAME_FROM || st.size == CDN_WATCH_RENAME_TO))
+                json_object_set_new(o, "cookie", json_integer(st.mtime));
+            if (name &&
+                (strlen(json_string_value(name)) != nl || memcmp(json_string_value(name), st.name, nl))) {
+                char b64[6000]; /* replaced bytes: the exact name too (names are < 4 KiB) */
+                if (cdn_base64_len(nl) < sizeof b64) {
+                    cdn_base64_encode((const uint8_t *) st.name, nl, b64);
+                    json_object_set_new(o, "path_b64", json_string(b64));
+                }
+            }
+        }
+        _cleanup_free_ char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        json_decref(o);
+        if (s) {
+            evbuffer_add(b, s, strlen(s));
+            evbuffer_add(b, "\n", 1);
+        }
+    }
+    if (b && evbuffer_get_length(b))
+        evhttp_send_reply_chunk_with_cb(fc->req, b, on_drained, fc);
+    grant(fc);
+}
+
 static void on_violation(struct file_call *fc, const uint8_t *p, uint32_t len)
 {
     struct cdn_violation_msg v;
     if (fc->violation || cdn_violation_decode(p, len, &v) < 0 || v.kind != CDN_VIOLATION_MSG_SYMLINK)
         return;
-    static const char *const ops[] = {"",      "write",  "read", "stat",  "list",
-                                      "mkdir", "remove", "move", "chmod", "symlink"};
+    static const char *const ops[] = {"",       "write", "read",  "stat",    "list", "mkdir",
+                                      "remove", "move",  "chmod", "symlink", "watch"};
     fc->violation = json_pack("{s:o, s:o, s:s, s:s, s:s}", "path",
                               cdn_json_lossy_string((const uint8_t *) v.path, strlen(v.path)), "requested",
                               cdn_json_lossy_string((const uint8_t *) fc->path, strlen(fc->path)), "op",
@@ -267,6 +329,14 @@ static void reply_done(struct file_call *fc, const uint8_t *p, uint32_t len)
         st = (struct cdn_file_stat){.name = ""};
     json_t *path = cdn_json_lossy_string((const uint8_t *) fc->path, strlen(fc->path));
     switch (fc->op) {
+    case CDN_FILE_WATCH: /* the directory went */
+        json_decref(path);
+        if (!fc->started)
+            return cdn_api_reply_error(fc->req, 502, "bad_agent", NULL, "the watch ended before it began");
+        evbuffer_add_printf(evhttp_request_get_output_buffer(fc->req), "{\"type\":\"gone\"}\n");
+        evhttp_send_reply_chunk(fc->req, evhttp_request_get_output_buffer(fc->req));
+        evhttp_send_reply_end(fc->req);
+        return;
     case CDN_FILE_READ:
         json_decref(path);
         if (fc->started)
@@ -326,6 +396,8 @@ static void file_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
         return read_data(fc, p, len);
     if (type == CDN_FRAME_DATA && fc->op == CDN_FILE_LIST)
         return list_data(fc, p, len);
+    if (type == CDN_FRAME_DATA && fc->op == CDN_FILE_WATCH)
+        return watch_data(fc, p, len);
     if (type == CDN_FRAME_VIOLATION)
         return on_violation(fc, p, len);
     return finish(fc, type, p, len); /* DONE, ERROR, or the end (0): agent-conn.c admits no other */
@@ -378,22 +450,24 @@ static int send_request(struct file_call *fc, const struct file_args *a, uint32_
     size_t first = total < UPLOAD_CHUNK ? total : UPLOAD_CHUNK;
     static uint8_t buf[CDN_FRAME_MAX];
     struct cdn_file_opts o = {
-        .flags = a->nofollow ? CDN_FILE_NOFOLLOW : 0,
-        .window = fc->op == CDN_FILE_READ ? READ_WINDOW : 0,
+        .flags = (a->nofollow ? CDN_FILE_NOFOLLOW : 0) | (a->recursive ? CDN_FILE_RECURSIVE : 0),
+        .window = fc->op == CDN_FILE_READ || fc->op == CDN_FILE_WATCH ? READ_WINDOW : 0,
         .max_bytes = fc->op == CDN_FILE_READ ? fc->max_bytes : 0,
     };
     /* Options only where they say something: the other requests stay readable by an init from
      * before them (a sandbox adopted across an upgrade). */
-    bool opts = fc->op == CDN_FILE_READ || o.flags;
+    bool opts = fc->op == CDN_FILE_READ || fc->op == CDN_FILE_WATCH || o.flags;
     int n = fc->op == CDN_FILE_RENAME ? cdn_file_encode_to(buf, sizeof buf, CDN_FILE_RENAME, fc->path, fc->to,
                                                            a->noreplace ? CDN_FILE_NOREPLACE : 0)
             : opts ? cdn_file_encode_opts(buf, sizeof buf, (uint32_t) fc->op, mode, fc->path, &o)
                    : cdn_file_encode(buf, sizeof buf, (uint32_t) fc->op, mode, fc->path,
                                      evbuffer_pullup(body, (ev_ssize_t) first), first);
     struct agent_conn *ac = &fc->box->agent;
-    uint32_t ch = cdn_agent_conn_add(
-        ac, &fc->areq,
-        fc->op == CDN_FILE_READ || fc->op == CDN_FILE_LIST ? AGENT_FILE_DATA_FRAMES : AGENT_FILE_FRAMES);
+    uint32_t ch =
+        cdn_agent_conn_add(ac, &fc->areq,
+                           fc->op == CDN_FILE_READ || fc->op == CDN_FILE_LIST || fc->op == CDN_FILE_WATCH
+                               ? AGENT_FILE_DATA_FRAMES
+                               : AGENT_FILE_FRAMES);
     fc->inflight = o.window;
     int r = n < 0 ? n
                   : cdn_agent_conn_send(ac, CDN_FRAME_FILE, total > first ? CDN_FRAME_MORE : 0, ch, buf,
@@ -500,6 +574,11 @@ void cdn_api_mkdir(struct evhttp_request *req, struct box *b)
 void cdn_api_move(struct evhttp_request *req, struct box *b)
 {
     file_call(req, b, CDN_FILE_RENAME, 0);
+}
+
+void cdn_api_watch(struct evhttp_request *req, struct box *b)
+{
+    file_call(req, b, CDN_FILE_WATCH, 0);
 }
 
 void cdn_api_chmod(struct evhttp_request *req, struct box *b)

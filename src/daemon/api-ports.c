@@ -38,17 +38,31 @@
 #include "api.h"
 #include "tiers/tier.h"
 
-#define PIPE_HIGH   (1u << 20) /* bytes waiting for one side before the other is not read */
-#define TUNNELS_MAX 64         /* per sandbox */
+#define PIPE_HIGH     (1u << 20) /* bytes waiting for one side before the other is not read */
+#define TUNNELS_MAX   64         /* per sandbox */
+#define TUNNELS_TOTAL 1024       /* in all (they are not counted as the API's connections) */
+
+/* What of the client's bytes go to the sandbox. RAW: all of them (a tunnel the client asked for).
+ * UPGRADE: the request, then nothing until the server's answer begins with a 101 (a WebSocket),
+ * then all. PLAIN: the request only. A client that reuses its connection for another request
+ * (a pooling HTTP client, with the next cordond call and its bearer token) never has it reach
+ * the sandbox: more bytes from it end the tunnel. */
+enum tunnel_mode { TUNNEL_PLAIN, TUNNEL_UPGRADE, TUNNEL_RAW };
 
 struct tunnel {
     struct box *box;
     struct bufferevent *client, *up;
-    struct evbuffer *pending; /* for the sandbox's side once connected: the request, what followed it */
-    bool raw, connected, client_eof, up_eof;
+    struct evbuffer *pending; /* for the sandbox's side once connected: the request (RAW: what followed) */
+    struct evbuffer *held;    /* UPGRADE: what followed the request, until the 101 */
+    enum tunnel_mode mode;
+    bool connected, client_eof, up_eof;
+    bool client_passes; /* the client's bytes go on (RAW once connected; UPGRADE after the 101) */
+    bool decided;       /* UPGRADE: the server's answer was looked at */
     uint16_t port;
     LIST_ENTRY(tunnel) link;
 };
+
+static unsigned tunnels_total;
 
 static void tunnel_free(struct tunnel *t)
 {
@@ -58,8 +72,11 @@ static void tunnel_free(struct tunnel *t)
         bufferevent_free(t->up);
     if (t->pending)
         evbuffer_free(t->pending);
+    if (t->held)
+        evbuffer_free(t->held);
     LIST_REMOVE(t, link);
     t->box->n_tunnels--;
+    tunnels_total--;
     free(t);
 }
 
@@ -107,26 +124,47 @@ static void pass(struct bufferevent *from, struct bufferevent *to)
         bufferevent_disable(from, EV_READ); /* until to has taken most of it (on_drained) */
 }
 
-/* Both ways done, or the HTTP answer complete (its sender closed) and sent: the tunnel goes. */
+/* A raw tunnel: both ways ended and passed on. HTTP: the server's answer ended (it closed) and
+ * reached the client. Either way the tunnel goes; a half-close is passed on meanwhile. */
 static void maybe_done(struct tunnel *t)
 {
     bool client_out = evbuffer_get_length(bufferevent_get_output(t->client)) > 0;
     bool up_out = t->up && evbuffer_get_length(bufferevent_get_output(t->up)) > 0;
-    if (t->up_eof && !client_out && (!t->raw || t->client_eof))
+    if (t->up_eof && !client_out && (t->mode != TUNNEL_RAW || (t->client_eof && !up_out)))
         return tunnel_free(t);
-    if (t->up_eof && !client_out && t->raw)
+    if (t->up_eof && !client_out)
         (void) shutdown(bufferevent_getfd(t->client), SHUT_WR); /* its end, passed on */
-    if (t->client_eof && !up_out && t->up && t->connected)
+    if (t->client_eof && !up_out && t->client_passes)
         (void) shutdown(bufferevent_getfd(t->up), SHUT_WR);
+}
+
+/* UPGRADE: the server's answer's first bytes say whether the client's may follow. */
+static bool decide(struct tunnel *t)
+{
+    struct evbuffer *in = bufferevent_get_input(t->up);
+    if (evbuffer_get_length(in) < 12 && !t->up_eof)
+        return false; /* not enough to tell yet */
+    const char *head = (const char *) evbuffer_pullup(in, 12);
+    t->decided = true;
+    if (head && (memcmp(head, "HTTP/1.1 101", 12) == 0 || memcmp(head, "HTTP/1.0 101", 12) == 0)) {
+        t->client_passes = true;
+        (void) evbuffer_add_buffer(bufferevent_get_output(t->up), t->held);
+        bufferevent_enable(t->client, EV_READ);
+    }
+    return true;
 }
 
 static void on_read(struct bufferevent *bev, void *arg)
 {
     struct tunnel *t = arg;
-    if (bev == t->client && (!t->connected || !t->up)) {
+    if (bev == t->client && !t->client_passes) {
+        if (t->mode == TUNNEL_PLAIN || t->decided)
+            return tunnel_free(t); /* another request on this connection: never the sandbox's to see */
         (void) bufferevent_disable(bev, EV_READ); /* read on once the sandbox's side is there */
         return;
     }
+    if (bev == t->up && t->mode == TUNNEL_UPGRADE && !t->decided && !decide(t))
+        return;
     pass(bev, bev == t->client ? t->up : t->client);
 }
 
@@ -135,7 +173,7 @@ static void on_drained(struct bufferevent *bev, void *arg)
     struct tunnel *t = arg;
     struct bufferevent *other = bev == t->client ? t->up : t->client;
     bool other_eof = bev == t->client ? t->up_eof : t->client_eof;
-    if (other && !other_eof && (bev != t->up || t->connected))
+    if (other && !other_eof && (other == t->up ? t->connected : t->client_passes || t->mode != TUNNEL_RAW))
         bufferevent_enable(other, EV_READ);
     maybe_done(t);
 }
@@ -145,13 +183,16 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
     struct tunnel *t = arg;
     if (bev == t->up && (what & BEV_EVENT_CONNECTED)) {
         t->connected = true;
-        if (t->raw)
+        if (t->mode == TUNNEL_RAW) {
             evbuffer_add_printf(bufferevent_get_output(t->client),
                                 "HTTP/1.1 101 Switching Protocols\r\nUpgrade: cordon-tcp\r\n"
                                 "Connection: Upgrade\r\n\r\n");
+            t->client_passes = true;
+        }
         (void) evbuffer_add_buffer(bufferevent_get_output(t->up), t->pending);
         bufferevent_enable(t->up, EV_READ | EV_WRITE);
-        bufferevent_enable(t->client, EV_READ | EV_WRITE);
+        /* PLAIN reads the client only to see it go or send more (which ends the tunnel) */
+        bufferevent_enable(t->client, t->mode == TUNNEL_UPGRADE ? EV_WRITE : EV_READ | EV_WRITE);
         cdn_box_touch(t->box);
         return;
     }
@@ -165,10 +206,12 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_EOF) {
         if (bev == t->up) {
             t->up_eof = true;
+            if (t->mode == TUNNEL_UPGRADE && !t->decided)
+                (void) decide(t);
             pass(t->up, t->client);
         } else {
             t->client_eof = true;
-            if (t->up && t->connected)
+            if (t->client_passes)
                 pass(t->client, t->up);
         }
         bufferevent_disable(bev, EV_READ);
@@ -206,7 +249,7 @@ static int sandbox_socket(struct box *b, struct cdn_error *err)
 }
 
 /* The client's socket, out of evhttp's hands (see the top); what it sent after the request into
- * rest. -errno. */
+ * rest. -errno, with the request still evhttp's to answer; -ECONNABORTED: it is gone (not answered). */
 static void drop_conn(evutil_socket_t fd, short what, void *arg)
 {
     (void) fd, (void) what;
@@ -220,20 +263,26 @@ static int take_client(struct evhttp_request *req, struct evbuffer *rest)
     int fd = bev ? bufferevent_getfd(bev) : -1;
     if (fd < 0)
         return -ENOTCONN;
-    bufferevent_disable(bev, EV_READ | EV_WRITE); /* off the loop's watch before the number changes */
-    (void) evbuffer_add_buffer(rest, bufferevent_get_input(bev));
-    int ours = fcntl(fd, F_DUPFD_CLOEXEC, 3), e = errno;
-    _cleanup_close_ int spare = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (ours < 0 || spare < 0 || dup3(spare, fd, O_CLOEXEC) < 0) {
-        e = ours < 0 ? e : errno;
-        if (ours >= 0)
-            (void) close(ours);
+    /* What can fail, first: nothing of the connection changed yet. */
+    int ours = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (ours < 0)
+        return -errno;
+    int spare = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (spare < 0) {
+        int e = errno;
+        (void) close(ours);
         return -e;
     }
+    bufferevent_disable(bev, EV_READ | EV_WRITE); /* off the loop's watch before the number changes */
+    (void) evbuffer_add_buffer(rest, bufferevent_get_input(bev));
+    int r = dup3(spare, fd, O_CLOEXEC) < 0 ? -ECONNABORTED : ours;
+    (void) close(spare);
+    if (r < 0)
+        (void) close(ours); /* evhttp's own socket, disabled: it goes with the connection below */
     /* After this request's callback: evhttp frees the connection and the request (drop_conn). */
     if (event_base_once(cdn_daemon->base, -1, EV_TIMEOUT, drop_conn, conn, &(struct timeval){0}) < 0)
         evhttp_connection_free(conn); /* cannot happen short of memory; the request is not used again */
-    return ours;
+    return r;
 }
 
 static bool hop_by_hop(const char *k)
@@ -293,9 +342,11 @@ void cdn_api_ports(struct evhttp_request *req, struct box *b, const char *sub)
         return cdn_api_reply_error(
             req, 501, "not_supported", "port",
             "tier %s: reaching a port inside a VM guest is not built yet (container tier)", tier->name);
-    if (b->n_tunnels >= TUNNELS_MAX)
-        return cdn_api_reply_error(req, 429, "too_many_connections", "port",
-                                   "%d connections to its ports are open in this sandbox", TUNNELS_MAX);
+    if (b->n_tunnels >= TUNNELS_MAX || tunnels_total >= TUNNELS_TOTAL)
+        return cdn_api_reply_error(
+            req, 429, "too_many_connections", "port",
+            "%d connections to ports are open in this sandbox, %u in all (at most %d, %d)", b->n_tunnels,
+            tunnels_total, TUNNELS_MAX, TUNNELS_TOTAL);
     struct evkeyvalq *h = evhttp_request_get_input_headers(req);
     const char *upgrade = evhttp_find_header(h, "Upgrade");
     bool raw = upgrade && strcasecmp(upgrade, "cordon-tcp") == 0;
@@ -303,7 +354,7 @@ void cdn_api_ports(struct evhttp_request *req, struct box *b, const char *sub)
     const char *uri = evhttp_request_get_uri(req), *at = NULL;
     char seg[16];
     (void) snprintf(seg, sizeof seg, "/ports/%lu", port);
-    for (const char *p = strstr(uri, seg); p; p = strstr(p + 1, seg))
+    for (const char *p = strstr(uri, seg); p && !at; p = strstr(p + 1, seg)) /* the route's own: the first */
         if (p[strlen(seg)] == '/' || p[strlen(seg)] == '?' || !p[strlen(seg)])
             at = p + strlen(seg);
     char prefix[128];
@@ -325,19 +376,30 @@ void cdn_api_ports(struct evhttp_request *req, struct box *b, const char *sub)
         free(t);
         return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory, or a method not passed on");
     }
-    struct evbuffer *rest = evbuffer_new();
-    int client = rest ? take_client(req, rest) : -ENOMEM;
-    if (client < 0) { /* the request cannot be answered any more than it can be served */
+    struct evbuffer *rest = evbuffer_new(), *held = evbuffer_new();
+    int client = rest && held ? take_client(req, rest) : -ENOMEM;
+    if (client < 0) {
         (void) close(up);
         if (rest)
             evbuffer_free(rest);
+        if (held)
+            evbuffer_free(held);
         evbuffer_free(t->pending);
         free(t);
+        if (client != -ECONNABORTED) /* still evhttp's: answered */
+            cdn_api_reply_error(req, 503, "unavailable", "port", "cannot take the connection over: %s",
+                                strerror(-client));
         return;
     }
-    (void) evbuffer_add_buffer(t->pending, rest); /* a client that did not wait for the 101 */
-    evbuffer_free(rest);
-    *t = (struct tunnel){.box = b, .pending = t->pending, .raw = raw, .port = (uint16_t) port};
+    enum tunnel_mode mode = raw ? TUNNEL_RAW : upgrade ? TUNNEL_UPGRADE : TUNNEL_PLAIN;
+    if (mode == TUNNEL_RAW) /* what a raw client sent before the 101 is its stream's start */
+        (void) evbuffer_add_buffer(t->pending, rest);
+    else if (mode == TUNNEL_UPGRADE) /* a WebSocket's first frames, once the server said 101 */
+        (void) evbuffer_add_buffer(held, rest);
+    evbuffer_free(rest); /* PLAIN: another request of the client's, never passed on */
+    *t =
+        (struct tunnel){.box = b, .pending = t->pending, .held = held, .mode = mode, .port = (uint16_t) port};
+    tunnels_total++;
     t->client = bufferevent_socket_new(cdn_daemon->base, client, BEV_OPT_CLOSE_ON_FREE);
     t->up = bufferevent_socket_new(cdn_daemon->base, up, BEV_OPT_CLOSE_ON_FREE);
     LIST_INSERT_HEAD(&b->tunnels, t, link);

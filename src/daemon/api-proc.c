@@ -57,6 +57,9 @@ struct bproc {
     struct box *box;
     struct evhttp_request *start_req; /* answered once it runs */
     struct evhttp_request *stdin_req; /* a stdin write, answered once init has taken it (WINDOW) */
+    struct evbuffer *stdin_left;      /* … what of it is still to go, a piece after each WINDOW */
+    bool stdin_eof;                   /* … and whether stdin closes after it */
+    struct event *stdin_closed_ev;    /* … its client hanging up */
     uint64_t stdin_bytes;
     uint32_t pid;
     bool running, started, timed_out, pty, stdin_open, forget;
@@ -155,6 +158,7 @@ static void client_end(struct proc_client *c)
 }
 
 static void stdin_answer(struct bproc *p);
+static void stdin_next(struct bproc *p);
 
 static void proc_free(struct bproc *p)
 {
@@ -215,10 +219,22 @@ static void keep_output(struct bproc *p, uint8_t stream, const uint8_t *d, uint3
     }
 }
 
+/* The write's end: its watchers go; answered, unless its client left (req NULL). */
+static void stdin_done(struct bproc *p)
+{
+    if (p->stdin_left)
+        evbuffer_free(p->stdin_left);
+    p->stdin_left = NULL;
+    if (p->stdin_closed_ev)
+        event_free(p->stdin_closed_ev);
+    p->stdin_closed_ev = NULL;
+}
+
 static void stdin_answer(struct bproc *p)
 {
     struct evhttp_request *req = p->stdin_req;
     p->stdin_req = NULL;
+    stdin_done(p);
     if (!req)
         return;
     struct evhttp_connection *conn = evhttp_request_get_connection(req);
@@ -276,10 +292,10 @@ static void proc_frame(struct agent_req *r, uint16_t type, const uint8_t *d, uin
         p->started = true;
         p->forget = true;
     }
-    if (type == CDN_FRAME_WINDOW) { /* init took the last stdin write: its writer may send more */
+    if (type == CDN_FRAME_WINDOW) { /* init took the last piece of stdin: the next may go */
         uint32_t room;
-        if (cdn_window_decode(d, len, &room) == 0)
-            stdin_answer(p);
+        if (cdn_window_decode(d, len, &room) == 0 && p->stdin_left)
+            stdin_next(p);
         return;
     }
     if ((type == CDN_FRAME_STDOUT || type == CDN_FRAME_STDERR || type == CDN_FRAME_STARTED) && p->running) {
@@ -523,9 +539,44 @@ static void stdin_client_gone(struct evhttp_connection *conn, void *arg)
 {
     (void) conn;
     struct bproc *p = arg;
+    /* Detached from the dying connection, ending it frees it; still on it, the connection's free
+     * does. What of it did not go yet is dropped: the next writer may write. */
     if (p->stdin_req && !evhttp_request_get_connection(p->stdin_req))
         evhttp_send_reply_end(p->stdin_req);
-    p->stdin_req = NULL; /* what it sent goes in all the same */
+    p->stdin_req = NULL;
+    stdin_done(p);
+}
+
+static void stdin_client_closed(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    struct bproc *p = arg;
+    struct evhttp_connection *conn = p->stdin_req ? evhttp_request_get_connection(p->stdin_req) : NULL;
+    if (conn)
+        evhttp_connection_free(conn); /* its close callback (stdin_client_gone) ends the write */
+    else
+        stdin_client_gone(NULL, p);
+}
+
+/* The next piece of the write in progress (CDN_FRAME_SYNC: init answers WINDOW once it has passed all
+ * but CDN_STDIN_LOW of its input on), or its end: stdin closed if asked, and the answer. */
+static void stdin_next(struct bproc *p)
+{
+    struct evbuffer *left = p->stdin_left;
+    size_t k = evbuffer_get_length(left) < STDIN_PIECE ? evbuffer_get_length(left) : STDIN_PIECE;
+    int r = 0;
+    if (k) {
+        r = cdn_agent_conn_send(&p->box->agent, CDN_FRAME_STDIN, CDN_FRAME_SYNC, p->areq.channel,
+                                evbuffer_pullup(left, (ev_ssize_t) k), (uint32_t) k);
+        (void) evbuffer_drain(left, k);
+        if (r >= 0)
+            return;
+    }
+    if (r >= 0 && p->stdin_eof) {
+        (void) cdn_agent_conn_send(&p->box->agent, CDN_FRAME_STDIN, 0, p->areq.channel, NULL, 0);
+        p->stdin_open = false;
+    }
+    stdin_answer(p);
 }
 
 /* The body goes to its stdin; the answer comes once init has passed it on but CDN_STDIN_LOW (its
@@ -544,26 +595,21 @@ static void route_stdin(struct evhttp_request *req, struct bproc *p, struct evke
         return cdn_api_reply_error(req, 409, "stdin_busy", "stdin",
                                    "another write to its stdin waits for the process to read: one at a time");
     struct evbuffer *body = evhttp_request_get_input_buffer(req);
-    size_t len = evbuffer_get_length(body);
-    int r = 0;
-    while (r >= 0 && evbuffer_get_length(body) > 0) {
-        size_t k = evbuffer_get_length(body) < STDIN_PIECE ? evbuffer_get_length(body) : STDIN_PIECE;
-        bool last = k == evbuffer_get_length(body);
-        r = cdn_agent_conn_send(&p->box->agent, CDN_FRAME_STDIN, last ? CDN_FRAME_SYNC : 0, p->areq.channel,
-                                evbuffer_pullup(body, (ev_ssize_t) k), (uint32_t) k);
-        (void) evbuffer_drain(body, k);
-    }
-    if (r >= 0 && eof) {
-        r = cdn_agent_conn_send(&p->box->agent, CDN_FRAME_STDIN, 0, p->areq.channel, NULL, 0);
-        p->stdin_open = false;
-    }
-    if (r < 0)
-        return cdn_api_reply_error(req, 500, "internal", NULL, "cannot reach the sandbox's agent");
-    p->stdin_bytes = len;
+    if (!(p->stdin_left = evbuffer_new()))
+        return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
+    p->stdin_bytes = evbuffer_get_length(body);
+    (void) evbuffer_add_buffer(p->stdin_left, body);
+    p->stdin_eof = eof;
     p->stdin_req = req;
-    if (len == 0)
-        return stdin_answer(p);
-    evhttp_connection_set_closecb(evhttp_request_get_connection(req), stdin_client_gone, p);
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    evhttp_connection_set_closecb(conn, stdin_client_gone, p);
+    /* evhttp does not read a connection whose request waits for its answer: only the socket says
+     * that the writer hung up. */
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(conn);
+    if (bev && (p->stdin_closed_ev =
+                    event_new(cdn_daemon->base, bufferevent_getfd(bev), EV_CLOSED, stdin_client_closed, p)))
+        (void) event_add(p->stdin_closed_ev, NULL);
+    stdin_next(p);
 }
 
 static int signal_of(json_t *v)

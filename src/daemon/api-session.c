@@ -36,7 +36,6 @@
 #include "api.h"
 #include "core/json-util.h"
 #include "exec-args.h"
-#include "shared/base64.h"
 
 #define SESSION_MAX       16 /* per sandbox */
 #define INTERRUPT_GRACE_S 2  /* after SIGINT, before the shell is killed and started again */
@@ -51,10 +50,13 @@
 static const char bootstrap[] =
     "trap '' TSTP TTIN TTOU; trap '[ -z \"$__cdn_busy\" ] || return 130' INT\n"
     "__cdn_st=$1; __cdn_busy=\n"
+    "if [ \"$2\" = restore ] && [ -n \"$3\" ]; then cd -- \"$3\" 2>/dev/null; fi\n"
     "if [ \"$2\" = restore ] && [ -r \"$__cdn_st\" ]; then . \"$__cdn_st\" >/dev/null 2>&1; fi\n"
     "if [ -n \"${__cdn_cwd+x}\" ]; then cd -- \"$__cdn_cwd\" 2>/dev/null; unset __cdn_cwd; fi\n"
     "__cdn_um=$(umask); umask 077\n"
-    "if { : >\"$__cdn_st\" && : >\"$__cdn_st.in\" && : >\"$__cdn_st.cmd\"; } 2>/dev/null; then __cdn_f=1; "
+    /* Emptied for a new session; a restored one keeps its state until its next command saves it. */
+    "if [ \"$2\" = fresh ]; then : >\"$__cdn_st\"; fi 2>/dev/null\n"
+    "if { : >>\"$__cdn_st\" && : >\"$__cdn_st.in\" && : >\"$__cdn_st.cmd\"; } 2>/dev/null; then __cdn_f=1; "
     "else __cdn_f=; fi\n"
     "umask \"$__cdn_um\"\n"
     "while IFS= read -r __cdn_l <&3; do\n"
@@ -84,7 +86,7 @@ struct run {
     struct session *s;
     struct evhttp_request *req;
     uint64_t seq;
-    bool begun, b64, timed_out, interrupted, restarted, ended, killing;
+    bool begun, b64, timed_out, interrupted, restarted, ended, killing, sigint_sent;
     struct evbuffer *out, *err;
     bool out_trunc, err_trunc;
     struct timespec t0;
@@ -130,15 +132,7 @@ static json_t *info_json(const struct session *s)
 
 static json_t *bytes_json(bool b64, struct evbuffer *b)
 {
-    size_t n = evbuffer_get_length(b);
-    const uint8_t *p = evbuffer_pullup(b, -1);
-    if (!b64)
-        return cdn_json_lossy_string(p, n);
-    _cleanup_free_ char *s = malloc(cdn_base64_len(n) + 1);
-    if (!s)
-        return json_null();
-    cdn_base64_encode(p, n, s);
-    return json_string(s);
+    return cdn_api_bytes_json(evbuffer_pullup(b, -1), evbuffer_get_length(b), b64);
 }
 
 static void run_free(struct run *r)
@@ -185,9 +179,9 @@ static void run_answer(struct run *r, int code, int status, const char *err_code
                                "duration_ms", ms, "timed_out", r->timed_out, "interrupted", r->interrupted,
                                "seq", (json_int_t) r->seq);
         cdn_box_event(s->box, "session_run", ev);
-        cdn_box_check_limits(s->box);
         cdn_box_touch(s->box);
     }
+    struct box *b = s->box;
     struct evhttp_request *req = r->req;
     run_free(r);
     if (req && evhttp_request_get_connection(req))
@@ -197,6 +191,10 @@ static void run_answer(struct run *r, int code, int status, const char *err_code
         if (req)
             evhttp_send_reply_end(req); /* detached from a dead connection: this frees it */
     }
+    /* Last, with the run gone and answered: in kill mode a limit hit ends the sandbox now, and with
+     * it this session's channel (shell_ended, sessions_free). */
+    if (!err_code)
+        cdn_box_check_limits(b);
 }
 
 static int start_shell(struct session *s, bool fresh);
@@ -221,11 +219,14 @@ static void on_grace(evutil_socket_t fd, short what, void *arg)
  * then SIGKILL for the whole tree if the command has not ended within the grace. */
 static void interrupt(struct run *r)
 {
-    if (r->grace)
-        return;
     r->interrupted = true;
-    send_signal(r->s, SIGINT);
-    if ((r->grace = evtimer_new(cdn_daemon->base, on_grace, r))) {
+    /* Before "B" the shell is still reading the command's line, which SIGINT would cut: record()
+     * sends it once the command began. The grace runs from now either way. */
+    if (r->begun && !r->sigint_sent) {
+        r->sigint_sent = true;
+        send_signal(r->s, SIGINT);
+    }
+    if (!r->grace && (r->grace = evtimer_new(cdn_daemon->base, on_grace, r))) {
         struct timeval tv = {.tv_sec = INTERRUPT_GRACE_S};
         evtimer_add(r->grace, &tv);
     }
@@ -275,10 +276,12 @@ static void record(struct session *s, const char *line)
     int rc, n = 0;
     if (!r)
         return;
-    if (line[0] == 'B' && sscanf(line, "B %llu%n", &seq, &n) == 1 && !line[n] && seq == r->seq)
+    if (line[0] == 'B' && sscanf(line, "B %llu%n", &seq, &n) == 1 && !line[n] && seq == r->seq && !r->begun) {
         r->begun = true;
-    else if (line[0] == 'E' && sscanf(line, "E %llu %d%n", &seq, &rc, &n) == 2 && !line[n] && seq == r->seq &&
-             r->begun)
+        if (r->interrupted) /* asked for before it began */
+            interrupt(r);
+    } else if (line[0] == 'E' && sscanf(line, "E %llu %d%n", &seq, &rc, &n) == 2 && !line[n] &&
+               seq == r->seq && r->begun)
         run_answer(r, rc, 0, NULL, NULL);
 }
 
@@ -375,8 +378,10 @@ static void shell_ended(struct session *s, uint16_t type, const uint8_t *p, uint
     struct run *r = s->run;
     if (!r)
         return; /* it starts again with the next command */
-    if (type == 0 || (type == CDN_FRAME_ERROR && !s->started))
-        return run_answer(r, 0, 500, "sandbox_gone", type ? msg : "the sandbox ended while the command ran");
+    if (type == 0)
+        return run_answer(r, 0, 500, "sandbox_gone", "the sandbox ended while the command ran");
+    if (type == CDN_FRAME_ERROR && !s->started)
+        return run_answer(r, 0, 500, "shell_failed", msg); /* its new shell could not start */
     int code = exited ? (m.signal ? 128 + m.signal : m.exit_code) : 130;
     if (r->killing) { /* we ended it: a new shell takes the session on from its saved state */
         r->restarted = true;
@@ -409,7 +414,9 @@ static void session_frame(struct agent_req *ar, uint16_t type, const uint8_t *p,
     }
     if (type == CDN_FRAME_CONTROL)
         return control_bytes(s, p, len);
-    shell_ended(s, type, p, len);
+    if (type == CDN_FRAME_EXIT || type == CDN_FRAME_ERROR || type == 0)
+        shell_ended(s, type, p, len); /* its last frame: the channel is off the connection */
+    /* anything else agent-conn.c admits (WINDOW: no stdin here) says nothing to a session */
 }
 
 /* Start the session's shell (fresh: a new session; else it takes the saved state on). */
@@ -418,19 +425,26 @@ static int start_shell(struct session *s, bool fresh)
     struct cdn_strv *v = &s->shell.argv;
     const char *sh = v->v[0], *base = strrchr(sh, '/') ? strrchr(sh, '/') + 1 : sh;
     bool bash = strcmp(base, "bash") == 0;
-    /* argv: shell [--noprofile --norc] -c BOOTSTRAP cordon-session STATE fresh|restore */
+    /* argv: shell [--noprofile --norc] -c BOOTSTRAP cordon-session STATE fresh|restore CWD */
     while (v->n > 1)
         free(v->v[--v->n]), v->v[v->n] = NULL;
     if ((bash && (cdn_strv_push(v, "--noprofile") < 0 || cdn_strv_push(v, "--norc") < 0)) ||
         cdn_strv_push(v, "-c") < 0 || cdn_strv_push(v, bootstrap) < 0 ||
         cdn_strv_push(v, "cordon-session") < 0 || cdn_strv_push(v, s->state) < 0 ||
-        cdn_strv_push(v, fresh ? "fresh" : "restore") < 0)
+        cdn_strv_push(v, fresh ? "fresh" : "restore") < 0 ||
+        cdn_strv_push(v, s->shell.cwd ? s->shell.cwd : "") < 0)
         return -ENOMEM;
     s->started = false;
     s->rec_len = 0;
     s->rec_long = false;
+    cdn_agent_conn_remove(&s->box->agent, &s->areq); /* a channel of its old shell never stays */
+    /* Started again: in / (the session's directory may be gone), then where the state says. */
+    char *cwd = s->shell.cwd;
+    if (!fresh)
+        s->shell.cwd = (char *) "/";
     int r = cdn_api_exec_send(s->box, &s->areq, &s->shell, false,
                               CDN_EXEC_PID | CDN_EXEC_CONTROL | CDN_EXEC_TREE);
+    s->shell.cwd = cwd;
     if (r < 0)
         return r;
     s->alive = true;

@@ -770,7 +770,7 @@ static void route(struct evhttp_request *req, void *arg)
         {"violations", EVHTTP_REQ_GET, api_violations}, {"monitor/text", EVHTTP_REQ_POST, api_monitor_text},
         {"usage", EVHTTP_REQ_GET, api_usage},           {"move", EVHTTP_REQ_POST, cdn_api_move},
         {"chmod", EVHTTP_REQ_POST, cdn_api_chmod},      {"archive", EVHTTP_REQ_PUT, cdn_api_archive},
-        {"archive", EVHTTP_REQ_GET, cdn_api_archive},
+        {"archive", EVHTTP_REQ_GET, cdn_api_archive},   {"watch", EVHTTP_REQ_GET, cdn_api_watch},
     };
     if (!rest[0]) {
         if (m == EVHTTP_REQ_GET)

@@ -51,6 +51,7 @@ void cdn_api_stat(struct evhttp_request *req, struct box *b);
 void cdn_api_mkdir(struct evhttp_request *req, struct box *b);
 void cdn_api_move(struct evhttp_request *req, struct box *b);
 void cdn_api_chmod(struct evhttp_request *req, struct box *b);
+void cdn_api_watch(struct evhttp_request *req, struct box *b);   /* GET …/watch?path=DIR[&recursive=] */
 void cdn_api_archive(struct evhttp_request *req, struct box *b); /* api-archive.c: PUT|GET …/archive */
 void cdn_api_archives_end(struct box *b); /* the box goes: its archives under way end */
 /* api-proc.c: background processes. start: POST …/exec with "background" (a is the parsed body);
@@ -74,6 +75,8 @@ struct agent_req;
 int cdn_api_exec_send(struct box *b, struct agent_req *req, const struct exec_args *a, bool verifier,
                       uint32_t more_flags);
 json_t *cdn_api_argv_json(char *const *argv, bool *cut);
+/* Output bytes as a JSON string: UTF-8, invalid sequences replaced, or base64 (b64). */
+json_t *cdn_api_bytes_json(const uint8_t *p, size_t n, bool b64);
 void cdn_api_events(struct evhttp_request *req, struct box *b);
 /* /v1/images and below (api-images.c): path is the request's, still URL-encoded. */
 void cdn_api_images(struct evhttp_request *req, const char *path);

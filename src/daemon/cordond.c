@@ -591,7 +591,14 @@ int main(int argc, char **argv)
         return 1;
     LIST_INIT(&d->boxes);
     LIST_INIT(&d->dying);
-    d->base = event_base_new();
+    /* IGNORE_ENV: no EVENT_* variable changes how fds are watched (api-ports.c relies on an fd's
+     * epoll registration being gone when its event is deleted: no change list). */
+    struct event_config *ec = event_config_new();
+    if (ec)
+        (void) event_config_set_flag(ec, EVENT_BASE_FLAG_IGNORE_ENV);
+    d->base = ec ? event_base_new_with_config(ec) : NULL;
+    if (ec)
+        event_config_free(ec);
     /* priorities: 0 unused, 1 everything (the default for 3), 2 warm-pool refills */
     if (!d->base || event_base_priority_init(d->base, 3) < 0)
         return 1;

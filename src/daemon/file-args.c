@@ -27,9 +27,9 @@ static const struct {
     {"path", ~(1u << CDN_FILE_RENAME)}, {"max_bytes", 1u << CDN_FILE_READ},
     {"follow", 1u << CDN_FILE_STAT},    {"from", 1u << CDN_FILE_RENAME},
     {"to", 1u << CDN_FILE_RENAME},      {"overwrite", 1u << CDN_FILE_RENAME},
-    {"mode", 1u << CDN_FILE_CHMOD},
+    {"mode", 1u << CDN_FILE_CHMOD},     {"recursive", 1u << CDN_FILE_WATCH},
 };
-enum { P_PATH, P_MAX_BYTES, P_FOLLOW, P_FROM, P_TO, P_OVERWRITE, P_MODE, N_PARAMS };
+enum { P_PATH, P_MAX_BYTES, P_FOLLOW, P_FROM, P_TO, P_OVERWRITE, P_MODE, P_RECURSIVE, N_PARAMS };
 
 static int boolean(const char *field, const char *v, bool *ret, struct cdn_error *err)
 {
@@ -91,6 +91,8 @@ static int one(int op, const struct evkeyval *kv, bool *seen, struct file_args *
         return 0;
     case P_MODE:
         return octal(kv->value, &a->mode, err);
+    case P_RECURSIVE:
+        return boolean("recursive", kv->value, &a->recursive, err);
     default:
         return 0; /* the paths: below */
     }

@@ -16,6 +16,7 @@ struct file_args {
     uint32_t mode;      /* chmod: 0–07777 */
     bool nofollow;      /* stat: follow=false */
     bool noreplace;     /* move: overwrite=false */
+    bool recursive;     /* watch: recursive=true */
 };
 
 /* query: the URI's query string (NULL: none); op: enum cdn_file_op. -EINVAL

@@ -176,10 +176,11 @@ int cdn_file_decode(const uint8_t *p, size_t len, struct cdn_file_req *ret)
             return -EBADMSG;
         r.opts = (struct cdn_file_opts){
             .flags = get32(p + off), .window = get32(p + off + 4), .max_bytes = get64(p + off + 8)};
-        uint32_t known = r.op == CDN_FILE_RENAME ? CDN_FILE_NOREPLACE
-                         : to                    ? 0
-                         : r.op == CDN_FILE_READ ? CDN_FILE_NOFOLLOW | CDN_FILE_CUT
-                                                 : CDN_FILE_NOFOLLOW;
+        uint32_t known = r.op == CDN_FILE_RENAME  ? CDN_FILE_NOREPLACE
+                         : to                     ? 0
+                         : r.op == CDN_FILE_READ  ? CDN_FILE_NOFOLLOW | CDN_FILE_CUT
+                         : r.op == CDN_FILE_WATCH ? CDN_FILE_RECURSIVE
+                                                  : CDN_FILE_NOFOLLOW;
         if (r.opts.flags & ~known)
             return -EBADMSG;
         off += CDN_FILE_OPTS;

@@ -148,6 +148,8 @@ enum cdn_file_op {
     CDN_FILE_RENAME = 7,  /* path → to (options, then to\0); the destination's parents are made */
     CDN_FILE_CHMOD = 8,   /* path's permission bits := mode (a symlink is followed, as chmod(1) does) */
     CDN_FILE_SYMLINK = 9, /* path := a symlink to `to` (options, then to\0), replacing a non-directory */
+    CDN_FILE_WATCH = 10,  /* the directory's changes as DATA frames of entries (init-watch.c), within the
+                           * options' window, until DONE (it went) or CANCEL */
     _CDN_FILE_OP_MAX,
 };
 
@@ -159,6 +161,7 @@ enum cdn_file_flags {
     CDN_FILE_NOFOLLOW = 1u << 0,  /* STAT: of a symlink in the last component itself (lstat) */
     CDN_FILE_NOREPLACE = 1u << 1, /* RENAME: an existing destination is an error (EEXIST) */
     CDN_FILE_CUT = 1u << 2,       /* READ: a file longer than max_bytes is read up to it, not refused */
+    CDN_FILE_RECURSIVE = 1u << 3, /* WATCH: its subdirectories too, those made later as well */
 };
 struct cdn_file_opts {
     uint32_t flags;     /* enum cdn_file_flags */
@@ -176,7 +179,18 @@ struct cdn_file_req {
 };
 
 /* DONE payload and LIST entries: u32 mode | u64 size | i64 mtime (s) | name\0
- * (name: the entry's name for LIST, empty for DONE). */
+ * (name: the entry's name for LIST, empty for DONE). WATCH entries use it too: mode S_IFDIR or
+ * S_IFREG, size the kind below, mtime a rename's cookie, name relative to the watched directory. */
+enum cdn_watch_kind {
+    CDN_WATCH_START = 1, /* first: the watch is set */
+    CDN_WATCH_CREATE = 2,
+    CDN_WATCH_WRITE = 3, /* a file opened for writing was closed */
+    CDN_WATCH_REMOVE = 4,
+    CDN_WATCH_RENAME_FROM = 5,
+    CDN_WATCH_RENAME_TO = 6,
+    CDN_WATCH_CHMOD = 7,    /* its metadata changed */
+    CDN_WATCH_OVERFLOW = 8, /* events were lost (a queue was full) */
+};
 struct cdn_file_stat {
     uint32_t mode; /* st_mode: type and permission bits */
     uint64_t size;

@@ -25,7 +25,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (a.path[0] != '/' || memchr(a.path, 0, sizeof a.path) == NULL ||
          (a.max_bytes && op != CDN_FILE_READ) || (a.nofollow && op != CDN_FILE_STAT) ||
          (a.noreplace && op != CDN_FILE_RENAME) || a.mode > 07777 || (a.mode && op != CDN_FILE_CHMOD) ||
-         (op == CDN_FILE_RENAME) != (a.to[0] == '/') || memchr(a.to, 0, sizeof a.to) == NULL))
+         (a.recursive && op != CDN_FILE_WATCH) || (op == CDN_FILE_RENAME) != (a.to[0] == '/') ||
+         memchr(a.to, 0, sizeof a.to) == NULL))
         __builtin_trap(); /* accepted: an absolute path, and only the route's own parameters */
     else if (e.msg[0] && !memchr(e.msg, 0, sizeof e.msg))
         __builtin_trap();

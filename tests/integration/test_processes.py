@@ -218,6 +218,12 @@ def test_cli_exec_forwards_piped_stdin_at_the_readers_pace(daemon, tier):
             out = p.stdout.read()
             assert p.wait(timeout=120) == 0
         assert out.strip() == str(size).encode(), out
+        # one large write through the API is paced the same way, piece by piece
+        p = sb.start(["sh", "-c", "sleep 2; wc -c"], keep_stdin=True)
+        assert p.send_stdin(b"y" * size, eof=True)["bytes"] == size
+        assert p.wait(timeout=120)["exit_code"] == 0
+        assert text_of(p.output()["output"], "stdout").strip() == str(size)
+        p.delete()
         # its exit status is ours; without -i it reads nothing
         r = subprocess.run([CORDON_BIN, "exec", "-i", sb.id, "--", "sh", "-c", "cat >/dev/null; exit 7"],
                            input=b"x", capture_output=True, env=env, timeout=60)

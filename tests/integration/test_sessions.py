@@ -70,11 +70,27 @@ def test_a_hanging_command_is_interrupted_and_the_session_goes_on(daemon, tier):
         timer.join()
         assert r.interrupted and not r.timed_out and r.exit_code == 130 and r.stdout == "", r
         assert not s.interrupt()  # nothing runs now
-        # exit ends the shell; the next command gets a new one with the same state
+        # exit ends the shell; the next command gets a new one with the same state, again and again
+        # (a restored shell keeps the saved state until its own first command saves it)
         r = s.run("exit 3")
         assert r.session_ended and r.exit_code == 3, r
+        r = s.run("exit 4")
+        assert r.restarted and r.session_ended and r.exit_code == 4, r
         r = s.run("echo $X; pwd")
         assert r.restarted and r.stdout == "kept\n/tmp\n", r
+
+
+def test_a_session_whose_directory_went_starts_again(daemon):
+    """Its shell started again in / and then where its state says: a session opened in a directory
+    that was removed since goes on (it failed with 500 for every command before)."""
+    with Sandbox.create(endpoint=daemon.endpoint) as sb:
+        sb.files.mkdir("/tmp/gone")
+        with sb.session(cwd="/tmp/gone") as s:
+            assert s.run("pwd").stdout == "/tmp/gone\n"
+            s.run("cd / && rmdir /tmp/gone && export K=v")
+            assert s.run("exit 2").session_ended
+            r = s.run("echo $K; pwd")
+            assert (r.exit_code, r.stdout, r.restarted) == (0, "v\n/\n", True), r
 
 
 def test_a_posix_sh_session(daemon):
