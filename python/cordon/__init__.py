@@ -117,14 +117,19 @@ def _label_query(label):
     return "&".join(f"label={_q(x)}" for x in labels)
 
 
-def _update_body(timeout_s, idle_timeout_s, labels, cpus=None, memory_mb=None, pids=None, on_violation=None):
+def _update_body(timeout_s, idle_timeout_s, labels, cpus=None, memory_mb=None, pids=None, on_violation=None,
+                 protect=None):
+    if isinstance(protect, str):
+        raise ValueError("protect: a list of patterns (the whole new list), not a string")
     body = {k: v for k, v in (("timeout_s", timeout_s), ("idle_timeout_s", idle_timeout_s), ("labels", labels),
-                              ("on_violation", on_violation)) if v is not None}
+                              ("on_violation", on_violation),
+                              ("protect", None if protect is None else list(protect))) if v is not None}
     limits = {k: v for k, v in (("cpus", cpus), ("memory_mb", memory_mb), ("pids", pids)) if v is not None}
     if limits:
         body["limits"] = limits
     if not body:
-        raise ValueError("update: give timeout_s, idle_timeout_s, labels, cpus, memory_mb, pids or on_violation")
+        raise ValueError("update: give timeout_s, idle_timeout_s, labels, cpus, memory_mb, pids, on_violation or "
+                         "protect")
     return body
 
 
@@ -426,13 +431,15 @@ class Sandbox:
         return self._info.get("labels", {})
 
     def update(self, timeout_s=None, idle_timeout_s=None, labels=None, cpus=None, memory_mb=None, pids=None,
-               on_violation=None):
+               on_violation=None, protect=None):
         """Change the running sandbox (a phase change: setup, agent, verifier): timeout_s a new
         lifetime counted from now (0: none), idle_timeout_s (0: none), labels merged into its labels
-        (a value None removes that label), its limits (cpus, memory_mb, pids) and on_violation.
+        (a value None removes that label), its limits (cpus, memory_mb, pids), on_violation, and
+        protect (the whole new list of protected paths; [] none; container tier). A process of the
+        sandbox that holds something beneath a new one raises SandboxNotRunning (409 protect_busy).
         Returns its fresh info. An ended sandbox raises SandboxEnded."""
         self._info = self._ep.json("PATCH", self._path, _update_body(timeout_s, idle_timeout_s, labels, cpus,
-                                                                     memory_mb, pids, on_violation))
+                                                                     memory_mb, pids, on_violation, protect))
         return self._info
 
     def set_timeout(self, timeout_s):
@@ -723,9 +730,9 @@ class AsyncSandbox:
         return self._info.get("labels", {})
 
     async def update(self, timeout_s=None, idle_timeout_s=None, labels=None, cpus=None, memory_mb=None, pids=None,
-                     on_violation=None):
+                     on_violation=None, protect=None):
         self._info = await self._ep.ajson("PATCH", self._path, _update_body(timeout_s, idle_timeout_s, labels, cpus,
-                                                                            memory_mb, pids, on_violation))
+                                                                            memory_mb, pids, on_violation, protect))
         return self._info
 
     async def set_timeout(self, timeout_s):

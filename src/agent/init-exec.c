@@ -604,6 +604,10 @@ static void kill_tree(struct job *j)
 {
     _cleanup_free_ pid_t *done = NULL;
     size_t n = 0, cap = 0;
+    /* Stopped first, so that the command does not run on between its children's end and its own
+     * (a shell that saw `sleep` killed ran its next command: seen in a guest under TCG). */
+    (void) kill(-j->pid, SIGSTOP);
+    (void) kill(j->pid, SIGSTOP);
     for (int round = 0; round < 16; round++) {
         size_t from = n;
         if (scan_tree(j->pid, &done, &n, &cap) <= 0)

@@ -283,6 +283,8 @@ static void do_write(uint32_t channel, uint16_t flags, const struct cdn_file_req
 
 void cdn_files_data(uint32_t channel, uint16_t flags, const uint8_t *p, size_t len)
 {
+    if (cdn_tcp_data(channel, p, len))
+        return;
     size_t i = 0;
     while (i < MAX_WRITES && writes[i].channel != channel)
         i++;
@@ -410,7 +412,8 @@ void cdn_files_pump(void)
 void cdn_files_window(uint32_t channel, const uint8_t *p, size_t len)
 {
     uint32_t more;
-    if (cdn_window_decode(p, len, &more) < 0 || cdn_watch_window(channel, more))
+    if (cdn_window_decode(p, len, &more) < 0 || cdn_watch_window(channel, more) ||
+        cdn_tcp_window(channel, more))
         return;
     for (size_t i = 0; i < MAX_READS; i++)
         if (channel && reads[i].channel == channel && reads[i].window != UINT64_MAX)
@@ -419,7 +422,7 @@ void cdn_files_window(uint32_t channel, const uint8_t *p, size_t len)
 
 void cdn_files_cancel(uint32_t channel)
 {
-    if (cdn_watch_cancel(channel))
+    if (cdn_watch_cancel(channel) || cdn_tcp_cancel(channel))
         return;
     for (size_t i = 0; channel && i < MAX_READS; i++)
         if (reads[i].channel == channel) {
@@ -684,6 +687,7 @@ int cdn_files_judge(uint32_t channel, const char *op, const char *path, int flag
 void cdn_files_reset(void)
 {
     cdn_watch_reset();
+    cdn_tcp_reset();
     for (size_t i = 0; i < MAX_WRITES; i++)
         if (writes[i].channel) {
             (void) close(writes[i].fd);

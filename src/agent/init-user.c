@@ -7,12 +7,14 @@
  * cdn_user_become() runs in each command's forked child, before its exec: it takes the user on
  * (setgroups, setresgid, setresuid), then clears every set — bounding, ambient, permitted,
  * effective, inheritable — and checks that they are empty, or the command does not run. Where init
- * holds none of them (a VM guest's commands are confined by init-vm.c; the process tier's worker),
- * both do nothing and a command with a user is refused. */
+ * holds none of them (the process tier's worker) both do nothing and a command with a user is
+ * refused. A VM guest's init is the guest's root: there the ids change first, and
+ * cdn_vm_confine_child takes every capability (become_in_guest). */
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <linux/securebits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -26,6 +28,12 @@
 #define INIT_CAPS  (CAP_BIT(CAP_SETUID) | CAP_BIT(CAP_SETGID) | CAP_BIT(CAP_SETPCAP) | CAP_BIT(CAP_KILL))
 
 static bool holds_caps;
+static bool guest; /* a VM guest's init: the guest's root, every capability (cdn_user_guest) */
+
+void cdn_user_guest(void)
+{
+    guest = true;
+}
 
 static int caps_get(uint64_t *ret_p, uint64_t *ret_e, uint64_t *ret_i)
 {
@@ -84,7 +92,7 @@ static int id_max(uint32_t *ret)
 int cdn_user_lookup(const char *spec, struct cdn_user *ret, struct cdn_error *err)
 {
     uint32_t max;
-    if (!holds_caps)
+    if (!holds_caps && !guest)
         return cdn_error_field(err, EOPNOTSUPP, "user", "user: this sandbox's init cannot change users");
     int r = id_max(&max);
     if (r < 0)
@@ -111,8 +119,30 @@ static bool caps_empty(void)
     return true;
 }
 
+/* In a guest: the ids change with every capability kept (SECBIT_NO_SETUID_FIXUP), since
+ * cdn_vm_confine_child, next, needs CAP_SETPCAP to drop them all and lock that; a command that is
+ * not confined drops them here. */
+static int become_in_guest(const struct cdn_user *u)
+{
+    if (!u)
+        return 0;
+    if (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP) < 0 || setgroups(u->n_groups, u->groups) < 0 ||
+        setresgid(u->gid, u->gid, u->gid) < 0 || setresuid(u->uid, u->uid, u->uid) < 0)
+        return -errno;
+    if (cdn_vm_confines())
+        return 0;
+    for (int cap = 0; cap <= 63; cap++)
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 && errno == EINVAL)
+            break;
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 || caps_set(0, 0) < 0)
+        return -errno;
+    return caps_empty() ? 0 : -EPERM;
+}
+
 int cdn_user_become(const struct cdn_user *u)
 {
+    if (guest)
+        return become_in_guest(u);
     if (!holds_caps)
         return u ? -EOPNOTSUPP : 0;
     if (caps_set(INIT_CAPS, INIT_CAPS) < 0)

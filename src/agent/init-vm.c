@@ -907,6 +907,41 @@ static int write_machine_id(const struct cdn_identity *id)
     return 0;
 }
 
+/* The spec's user (CDN_PATH_USER): one of the guest's /etc/passwd, or the start fails naming it (as
+ * a container's does); the workdir cordon made, still empty and root's, becomes the user's. */
+static int vm_user(const struct cdn_identity *id)
+{
+    static char why[320];
+    for (unsigned i = 0; i < id->n_paths; i++) {
+        if (id->paths[i].kind != CDN_PATH_USER)
+            continue;
+        struct cdn_user u;
+        struct cdn_error e = {0};
+        int r = cdn_user_lookup(id->paths[i].path, &u, &e);
+        if (r < 0) {
+            (void) snprintf(why, sizeof why, "%s", e.msg);
+            step = why;
+            return r;
+        }
+        if (u.uid == 0 || strcmp(id->workdir, "/workspace") != 0)
+            return 0;
+        _cleanup_close_ int fd = open("/workspace", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0 || st.st_uid != 0)
+            return 0;
+        _cleanup_closedir_ DIR *d = fdopendir(fd);
+        if (!d)
+            return 0;
+        fd = -EBADF; /* d's */
+        bool empty = true;
+        for (struct dirent *de; empty && (de = readdir(d));)
+            empty = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
+        step = "identity: give the workdir to the user";
+        return empty && fchown(dirfd(d), u.uid, u.gid) < 0 ? -errno : 0;
+    }
+    return 0;
+}
+
 int cdn_vm_identity(const struct cdn_identity *id)
 {
     if (!vm_guest_mode)
@@ -938,6 +973,7 @@ int cdn_vm_identity(const struct cdn_identity *id)
     r = vm_cgroup(id->pids, id->memory_mb);
     if (r < 0 || (step = "identity: the disk", r = vm_disk(id->workdir, id->disk_mb)) < 0 ||
         (step = "identity: the binds", r = vm_binds(id)) < 0 ||
+        (step = "identity: the user", r = vm_user(id)) < 0 ||
         (step = "identity: the protected paths", r = cdn_vm_protect(id)) < 0)
         return r;
     step = "identity: the read-only root";

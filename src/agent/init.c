@@ -35,8 +35,8 @@
 #include "init.h"
 
 #define MAX_POLL                                                                                             \
-    (5 + 5 * 256 +                                                                                           \
-     256) /* connection, signals, listener, a call, inotify, 5 per command, a guest's seccomp listeners */
+    (5 + 5 * 256 + 256 + 64) /* connection, signals, listener, a call, inotify, 5 per command, a guest's     \
+                                seccomp listeners, port relays */
 
 /* The connection. Non-blocking both ways: frames from the host are assembled
  * in inbuf, frames to it queue in out and go as the socket takes them. While
@@ -181,6 +181,43 @@ static void find_listener(void)
     }
 }
 
+/* A descriptor that came with the host's bytes: the only one it sends is the fanotify group of
+ * paths it protected at run time, which init holds in its place as one made at the start (a
+ * restarted host takes it back from there). A guest's host sends none. */
+static void take_group(int fd)
+{
+    if (!cdn_vm_guest())
+        (void) dup3(fd, CDN_FD_FANOTIFY, O_CLOEXEC);
+    (void) close(fd);
+}
+
+/* read() of the connection, with the descriptors a socket may carry (a guest's port is no socket). */
+static ssize_t read_conn(void *buf, size_t len)
+{
+    static bool plain;
+    if (plain)
+        return read(conn, buf, len);
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(4 * sizeof(int))];
+    } c;
+    struct iovec iov = {buf, len};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.b, .msg_controllen = sizeof c.b};
+    ssize_t n = recvmsg(conn, &m, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == ENOTSOCK) {
+        plain = true;
+        return read(conn, buf, len);
+    }
+    for (struct cmsghdr *h = n >= 0 ? CMSG_FIRSTHDR(&m) : NULL; h; h = CMSG_NXTHDR(&m, h))
+        if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS)
+            for (size_t i = 0; i < (h->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+                int fd;
+                memcpy(&fd, CMSG_DATA(h) + i * sizeof fd, sizeof fd);
+                take_group(fd);
+            }
+    return n;
+}
+
 /* Read what has arrived; dispatch every whole frame. */
 static void read_frames(void)
 {
@@ -206,7 +243,7 @@ static void read_frames(void)
                 continue;
             }
         }
-        ssize_t n = read(conn, inbuf + inlen, want - inlen);
+        ssize_t n = read_conn(inbuf + inlen, want - inlen);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN)
@@ -247,6 +284,9 @@ static void dispatch(const struct cdn_frame_header *hp, const uint8_t *payload)
         break;
     case CDN_FRAME_DATA:
         cdn_files_data(h.channel, h.flags, payload, len);
+        break;
+    case CDN_FRAME_TCP:
+        cdn_tcp_open(h.channel, payload, len);
         break;
     case CDN_FRAME_WINDOW:
         cdn_files_window(h.channel, payload, len);
@@ -338,6 +378,8 @@ int cdn_agent_main(void)
     }
     if (!vm) /* a guest's init is the guest's root: its commands are confined by init-vm.c */
         cdn_init_caps_settle();
+    else
+        cdn_user_guest();
     (void) prctl(PR_SET_DUMPABLE, 0); /* keep sandbox processes out of /proc/1/{mem,environ,fd} */
     /* The seccomp listener, held for the host (which supervises through
      * its own copy); a command that inherited it could answer its own
@@ -347,6 +389,15 @@ int cdn_agent_main(void)
      * so that its marks outlive a restarting host; a command holding it could
      * answer for its own opens. */
     (void) fcntl(CDN_FD_FANOTIFY, F_SETFD, FD_CLOEXEC);
+    /* Without one, the place is kept (nothing else of init takes fd 10) for the group the host
+     * sends when it protects paths at run time (take_group). */
+    if (!vm && fcntl(CDN_FD_FANOTIFY, F_GETFD) < 0) {
+        int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (null >= 0 && null != CDN_FD_FANOTIFY) {
+            (void) dup3(null, CDN_FD_FANOTIFY, O_CLOEXEC);
+            (void) close(null);
+        }
+    }
     /* Out of the caller's terminal process group: a Ctrl-C reaches the host
      * side once, which forwards it; it must not also arrive here directly. */
     (void) setsid();
@@ -373,6 +424,7 @@ int cdn_agent_main(void)
         cdn_vm_poll_add(pfd, &n, MAX_POLL);
         cdn_call_poll_add(pfd, &n, MAX_POLL);
         cdn_watch_poll_add(pfd, &n, MAX_POLL);
+        cdn_tcp_poll_add(pfd, &n, MAX_POLL);
         /* Without a host, a guest's port reports a hang-up until one comes: looked at every 20 ms.
          * A read that may send now does not wait. */
         int timeout = conn < 0 && guest_port >= 0 ? 20
@@ -394,6 +446,7 @@ int cdn_agent_main(void)
         cdn_vm_poll_handle(pfd, n);
         cdn_call_poll_handle(pfd, n);
         cdn_watch_poll_handle(pfd, n);
+        cdn_tcp_poll_handle(pfd, n);
         /* Reap after output: a command's last bytes go out before its EXIT. */
         if (pfd[1].revents & POLLIN)
             cdn_exec_reap();

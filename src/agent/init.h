@@ -107,6 +107,7 @@ int cdn_agent_main(void);
  * resolve spec in the sandbox's files, in init (err names "user"). cdn_user_become(): in a command's
  * child, take u on (NULL: stay root) and clear every capability; -errno, and then it must not run. */
 void cdn_init_caps_settle(void);
+void cdn_user_guest(void); /* a VM guest's init, instead of cdn_init_caps_settle() */
 int cdn_user_lookup(const char *spec, struct cdn_user *ret, struct cdn_error *err);
 int cdn_user_become(const struct cdn_user *u);
 
@@ -139,6 +140,16 @@ void cdn_watch_pump(void);
 bool cdn_watch_window(uint32_t channel, uint32_t more);
 bool cdn_watch_cancel(uint32_t channel);
 void cdn_watch_reset(void);
+
+/* A connection to a port of the sandbox, relayed (init-tcp.c, frame TCP). data/window/cancel:
+ * false when channel is not a relay's. */
+void cdn_tcp_open(uint32_t channel, const uint8_t *p, size_t len);
+bool cdn_tcp_data(uint32_t channel, const uint8_t *p, size_t len);
+bool cdn_tcp_window(uint32_t channel, uint32_t more);
+bool cdn_tcp_cancel(uint32_t channel);
+void cdn_tcp_reset(void);
+void cdn_tcp_poll_add(struct pollfd *pfd, size_t *n, size_t max);
+void cdn_tcp_poll_handle(const struct pollfd *pfd, size_t n);
 
 /* Where a path of the files API leads (init-resolve.c). The PROTECTED frame's mounts, or (a VM
  * guest) the mount of a path its init bound read-only as a protected path. */

@@ -266,13 +266,22 @@ int cdn_cli_update(int argc, char *const *argv)
 {
     static const char usage[] =
         "usage: cordon update ID [--timeout DUR] [--idle-timeout DUR] [--label K=V | --label K-]…\n"
-        "                        [--cpus N] [--memory SIZE] [--pids N] [--on-violation log|deny|kill]\n";
-    _cleanup_json_ json_t *patch = json_object(), *labels = json_object(), *limits = json_object();
-    if (argc < 2 || argv[0][0] == '-' || !patch || !labels || !limits) {
+        "                        [--cpus N] [--memory SIZE] [--pids N] [--on-violation log|deny|kill]\n"
+        "                        [--network allowlist|open [--allow ENTRY]…] [--protect PATTERN]… "
+        "[--no-protect]\n";
+    _cleanup_json_ json_t *patch = json_object(), *labels = json_object(), *limits = json_object(),
+                          *allow = json_array();
+    const char *network = NULL;
+    json_t *protect = NULL; /* the whole new list, when given */
+    if (argc < 2 || argv[0][0] == '-' || !patch || !labels || !limits || !allow) {
         fputs(usage, stderr);
         return 125;
     }
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--no-protect") == 0) {
+            json_object_set_new(patch, "protect", json_array());
+            continue;
+        }
         const char *f = argv[i], *v = i + 1 < argc ? argv[++i] : NULL;
         uint64_t ms;
         size_t n = v ? strlen(v) : 0;
@@ -300,6 +309,14 @@ int cdn_cli_update(int argc, char *const *argv)
             json_object_set_new(limits, "memory_mb", json_integer((json_int_t) (bytes >> 20)));
         } else if (v && strcmp(f, "--on-violation") == 0) {
             json_object_set_new(patch, "on_violation", json_string(v));
+        } else if (v && strcmp(f, "--network") == 0) {
+            network = v;
+        } else if (v && strcmp(f, "--allow") == 0) {
+            json_array_append_new(allow, json_string(v));
+        } else if (v && strcmp(f, "--protect") == 0) {
+            if (!(protect = json_object_get(patch, "protect")))
+                json_object_set_new(patch, "protect", protect = json_array());
+            json_array_append_new(protect, json_string(v));
         } else if (v && strcmp(f, "--label") == 0 && strchr(v, '=')) {
             char key[130];
             (void) snprintf(key, sizeof key, "%.*s", (int) (strchr(v, '=') - v), v);
@@ -317,13 +334,39 @@ int cdn_cli_update(int argc, char *const *argv)
         json_object_set(patch, "labels", labels);
     if (json_object_size(limits))
         json_object_set(patch, "limits", limits);
+    if (json_array_size(allow) && !network) {
+        fputs("cordon update: --allow needs --network allowlist|open\n", stderr);
+        return 125;
+    }
     _cleanup_free_ char *body = json_dumps(patch, JSON_COMPACT);
     cordon_client *c = body ? cdn_cli_connect() : NULL;
     char *resp = NULL;
-    int r = c ? cordon_update(c, argv[0], body, &resp) : -ENOMEM;
-    int ret = !c ? 125 : r < 0 ? cdn_cli_fail(c, r, "update") : 0;
-    if (ret == 0)
-        printf("%s\n", resp);
+    int r = 0, ret = c ? 0 : 125;
+    /* The network first (PATCH …/network): a phase change that opens it is in force before the
+     * rest is answered. A network alone changes nothing else. */
+    if (c && network) {
+        _cleanup_json_ json_t *net = json_pack("{s:s, s:O}", "mode", network, "allow", allow);
+        _cleanup_free_ char *nbody = net ? json_dumps(net, JSON_COMPACT) : NULL;
+        char path[256];
+        size_t len = 0;
+        (void) snprintf(path, sizeof path, "/v1/sandboxes/%s/network", argv[0]);
+        r = nbody ? cordon_request(c, "PATCH", path, nbody, strlen(nbody), "application/json", NULL, &resp,
+                                   &len)
+                  : -ENOMEM;
+        ret = r < 0 ? cdn_cli_fail(c, r, "update") : 0;
+        while (len && resp[len - 1] == '\n')
+            len--;
+        if (ret == 0)
+            printf("%.*s\n", (int) len, resp);
+        free(resp);
+        resp = NULL;
+    }
+    if (c && ret == 0 && (!network || json_object_size(patch))) {
+        r = cordon_update(c, argv[0], body, &resp);
+        ret = r < 0 ? cdn_cli_fail(c, r, "update") : 0;
+        if (ret == 0)
+            printf("%s%s", resp, resp[0] && resp[strlen(resp) - 1] == '\n' ? "" : "\n");
+    }
     free(resp);
     cordon_client_free(c);
     return ret;

@@ -46,8 +46,10 @@ static const struct {
      "kill ID… | kill --label K=V…  delete sandboxes (by id, or all with those labels)"},
     {"update", cdn_cli_update, false,
      "update ID [--timeout DUR] [--idle-timeout DUR] [--label K=V | --label K-]… [--cpus N] [--memory SIZE]\n"
-     "         [--pids N] [--on-violation P]  a new lifetime from now (0: none), idle timeout, labels, "
-     "limits"},
+     "         [--pids N] [--on-violation P] [--network allowlist|open [--allow E]…] [--protect P]…\n"
+     "         [--no-protect]  a new lifetime from now (0: none), idle timeout, labels, limits, violation\n"
+     "         and egress policy (a container made with network none gets its network), protected paths\n"
+     "         (the whole new list)"},
     {"ls", cdn_cli_ls, false, "ls [--label K=V]…             list sandboxes"},
     {"inspect", cdn_cli_inspect, false, "inspect ID                    a sandbox as JSON"},
     {"events", cdn_cli_events, false, "events ID [--follow]          its event log (NDJSON)"},

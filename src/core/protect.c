@@ -1,6 +1,7 @@
 /* Expansion of protected-path patterns beneath a root (protect.h). libc
  * only: it runs in the setup child and in the lean CLI's build too. */
 #include "protect.h"
+#include "shared/mount-util.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -188,10 +189,9 @@ static int pin_parents(void *ud, const char *path, int fd)
         struct statvfs vfs;
         int r = 0;
         if (!mount_root(dfd) && fstatvfs(dfd, &vfs) == 0 && !(vfs.f_flag & ST_RDONLY)) {
-            char fdp[64];
-            (void) snprintf(fdp, sizeof fdp, "/proc/self/fd/%d", dfd);
-            if (mount(fdp, fdp, NULL, MS_BIND | MS_REC, NULL) < 0)
-                r = cdn_error_set(p->err, errno, "protect %s: pin its parent %s: %m", path, prefix);
+            if ((r = cdn_bind_on_itself(dfd)) < 0)
+                r = cdn_error_set(p->err, -r, "protect %s: pin its parent %s: %s", path, prefix,
+                                  strerror(-r));
         }
         (void) close(dfd);
         if (r < 0)

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -218,6 +219,40 @@ void cdn_agent_conn_remove(struct agent_conn *c, struct agent_req *r)
         return;
     LIST_REMOVE(r, link);
     r->listed = false;
+}
+
+int cdn_agent_conn_send_fd(struct agent_conn *c, uint16_t type, const void *p, uint32_t len, int fd)
+{
+    if (!c->bev)
+        return -ENOTCONN;
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    if (evbuffer_get_length(out) > 0)
+        return -EAGAIN; /* the descriptor must come with the first byte of a frame, in order */
+    uint8_t frame[CDN_FRAME_HEADER + 4096];
+    if (len > sizeof frame - CDN_FRAME_HEADER)
+        return -EMSGSIZE;
+    cdn_frame_header_encode(frame, &(struct cdn_frame_header){.type = type, .length = len});
+    if (len)
+        memcpy(frame + CDN_FRAME_HEADER, p, len);
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(sizeof(int))];
+    } ctl = {0};
+    struct iovec iov = {frame, CDN_FRAME_HEADER + len};
+    struct msghdr m = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b, .msg_controllen = sizeof ctl.b};
+    struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+    h->cmsg_level = SOL_SOCKET;
+    h->cmsg_type = SCM_RIGHTS;
+    h->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(h), &fd, sizeof fd);
+    ssize_t n = sendmsg(bufferevent_getfd(c->bev), &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0)
+        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    /* The rest of a frame the socket took in part goes after it, as any frame does. */
+    if ((size_t) n < iov.iov_len && evbuffer_add(out, frame + n, iov.iov_len - (size_t) n) < 0)
+        return -ENOMEM;
+    return 0;
 }
 
 int cdn_agent_conn_send(struct agent_conn *c, uint16_t type, uint16_t flags, uint32_t channel, const void *p,

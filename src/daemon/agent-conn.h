@@ -68,6 +68,9 @@ uint32_t cdn_agent_conn_add(struct agent_conn *c, struct agent_req *r, uint32_t 
 void cdn_agent_conn_remove(struct agent_conn *c, struct agent_req *r);
 int cdn_agent_conn_send(struct agent_conn *c, uint16_t type, uint16_t flags, uint32_t channel, const void *p,
                         uint32_t len);
+/* The same, with fd (SCM_RIGHTS) on its first byte, on channel 0: only when nothing waits to be
+ * written (-EAGAIN: try again later). A socket connection only. */
+int cdn_agent_conn_send_fd(struct agent_conn *c, uint16_t type, const void *p, uint32_t len, int fd);
 /* Stop/resume reading frames from init (a slow streaming client: init then
  * stops reading its commands' output, and they block). */
 void cdn_agent_conn_pause(struct agent_conn *c, bool pause);

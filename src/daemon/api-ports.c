@@ -49,8 +49,11 @@
  * the sandbox: more bytes from it end the tunnel. */
 enum tunnel_mode { TUNNEL_PLAIN, TUNNEL_UPGRADE, TUNNEL_RAW };
 
+struct relay;
+
 struct tunnel {
     struct box *box;
+    struct relay *relay; /* a VM guest's: the sandbox's side goes through its init (below) */
     struct bufferevent *client, *up;
     struct evbuffer *pending; /* for the sandbox's side once connected: the request (RAW: what followed) */
     struct evbuffer *held;    /* UPGRADE: what followed the request, until the 101 */
@@ -64,8 +67,12 @@ struct tunnel {
 
 static unsigned tunnels_total;
 
+static void relay_close(struct relay *r);
+
 static void tunnel_free(struct tunnel *t)
 {
+    if (t->relay)
+        relay_close(t->relay);
     if (t->client)
         bufferevent_free(t->client);
     if (t->up)
@@ -178,24 +185,13 @@ static void on_drained(struct bufferevent *bev, void *arg)
     maybe_done(t);
 }
 
+static void connected(struct tunnel *t);
+
 static void on_event(struct bufferevent *bev, short what, void *arg)
 {
     struct tunnel *t = arg;
-    if (bev == t->up && (what & BEV_EVENT_CONNECTED)) {
-        t->connected = true;
-        if (t->mode == TUNNEL_RAW) {
-            evbuffer_add_printf(bufferevent_get_output(t->client),
-                                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: cordon-tcp\r\n"
-                                "Connection: Upgrade\r\n\r\n");
-            t->client_passes = true;
-        }
-        (void) evbuffer_add_buffer(bufferevent_get_output(t->up), t->pending);
-        bufferevent_enable(t->up, EV_READ | EV_WRITE);
-        /* PLAIN reads the client only to see it go or send more (which ends the tunnel) */
-        bufferevent_enable(t->client, t->mode == TUNNEL_UPGRADE ? EV_WRITE : EV_READ | EV_WRITE);
-        cdn_box_touch(t->box);
-        return;
-    }
+    if (bev == t->up && (what & BEV_EVENT_CONNECTED))
+        return connected(t);
     if (bev == t->up && !t->connected) {
         int e = evutil_socket_geterror(bufferevent_getfd(bev));
         return fail(t, 502, "port_unreachable", "nothing accepts connections on port %u in sandbox %s: %s",
@@ -217,6 +213,207 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         bufferevent_disable(bev, EV_READ);
         maybe_done(t);
     }
+}
+
+/* The sandbox accepted the connection: what waited goes, both sides are read. */
+static void connected(struct tunnel *t)
+{
+    t->connected = true;
+    if (t->mode == TUNNEL_RAW) {
+        evbuffer_add_printf(bufferevent_get_output(t->client), "HTTP/1.1 101 Switching Protocols\r\nUpgrade: "
+                                                               "cordon-tcp\r\nConnection: Upgrade\r\n\r\n");
+        t->client_passes = true;
+    }
+    (void) evbuffer_add_buffer(bufferevent_get_output(t->up), t->pending);
+    bufferevent_enable(t->up, EV_READ | EV_WRITE);
+    /* PLAIN reads the client only to see it go or send more (which ends the tunnel) */
+    if (!t->client_eof)
+        bufferevent_enable(t->client, t->mode == TUNNEL_UPGRADE ? EV_WRITE : EV_READ | EV_WRITE);
+    cdn_box_touch(t->box);
+    /* What a raw client sent, and its end, while the sandbox's side was still connecting (a guest's
+     * relay takes a while): seen lost before, the echo of a short write with its FIN came back empty. */
+    if (t->client_passes && evbuffer_get_length(bufferevent_get_input(t->client)))
+        pass(t->client, t->up);
+    if (t->client_eof)
+        maybe_done(t);
+}
+
+/* ---- a VM guest's side: relayed by its init (frame TCP, src/agent/init-tcp.c) ----
+ *
+ * The tunnel's sandbox side is one end of a socket pair; the relay moves the other end's bytes to
+ * and from init as DATA frames on the relay's channel, each way within the other side's WINDOW.
+ * The guest is hostile: a frame it may not send ends the agent connection (agent-conn.h), DATA past
+ * what was granted ends the relay, and nothing it sends is parsed. */
+#define RELAY_WINDOW (256u << 10)
+#define RELAY_CHUNK  (64u << 10)
+
+struct relay {
+    struct box *box;
+    struct tunnel *tunnel; /* until the tunnel goes */
+    struct agent_req req;
+    struct bufferevent *bev; /* our end of the pair */
+    uint64_t may_send;       /* bytes the guest takes before its next WINDOW */
+    uint64_t granted;        /* bytes the guest may still send us */
+    size_t queued;           /* bytes it sent that the pair has not taken yet (granted back as it does) */
+    bool open, guest_eof, local_eof, local_said; /* local_said: its end went to the guest */
+    bool ended; /* the guest ended the relay (DONE, ERROR): it goes once the pair took what came before */
+};
+
+static void relay_free(struct relay *r)
+{
+    if (r->tunnel)
+        r->tunnel->relay = NULL;
+    cdn_agent_conn_remove(&r->box->agent, &r->req);
+    if (r->bev)
+        bufferevent_free(r->bev);
+    free(r);
+}
+
+/* The tunnel went (or the relay must): the guest is told to close, and the relay goes. */
+static void relay_close(struct relay *r)
+{
+    r->tunnel = NULL;
+    if (r->req.listed)
+        (void) cdn_agent_conn_send(&r->box->agent, CDN_FRAME_CANCEL, 0, r->req.channel, NULL, 0);
+    relay_free(r);
+}
+
+/* Bytes of ours the guest may have, as its window allows. */
+static void relay_send(struct relay *r)
+{
+    struct evbuffer *in = bufferevent_get_input(r->bev);
+    static uint8_t buf[RELAY_CHUNK];
+    while (r->may_send && evbuffer_get_length(in)) {
+        size_t n = evbuffer_remove(in, buf, r->may_send < sizeof buf ? (size_t) r->may_send : sizeof buf);
+        if (cdn_agent_conn_send(&r->box->agent, CDN_FRAME_DATA, 0, r->req.channel, buf, (uint32_t) n) < 0)
+            return relay_close(r);
+        r->may_send -= n;
+    }
+    if (r->local_eof && !r->local_said && !evbuffer_get_length(in)) {
+        (void) cdn_agent_conn_send(&r->box->agent, CDN_FRAME_DATA, 0, r->req.channel, NULL, 0);
+        r->local_said = true;
+    }
+    if (r->may_send && !r->local_eof)
+        bufferevent_enable(r->bev, EV_READ);
+    else
+        bufferevent_disable(r->bev, EV_READ);
+}
+
+static void relay_read(struct bufferevent *bev, void *arg)
+{
+    (void) bev;
+    relay_send(arg);
+}
+
+/* The pair took some of the guest's bytes: that much more it may send. Its end follows them. */
+static void relay_drained(struct bufferevent *bev, void *arg)
+{
+    struct relay *r = arg;
+    size_t left = evbuffer_get_length(bufferevent_get_output(bev));
+    if (r->queued > left) {
+        uint32_t more = (uint32_t) (r->queued - left);
+        uint8_t w[4];
+        cdn_window_encode(w, more);
+        if (cdn_agent_conn_send(&r->box->agent, CDN_FRAME_WINDOW, 0, r->req.channel, w, sizeof w) == 0)
+            r->granted += more;
+        r->queued = left;
+    }
+    if (!left && r->ended)
+        return relay_free(r); /* the tunnel sees the pair close */
+    if (!left && r->guest_eof)
+        (void) shutdown(bufferevent_getfd(bev), SHUT_WR);
+}
+
+static void relay_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct relay *r = arg;
+    if (what & BEV_EVENT_ERROR)
+        return relay_close(r);  /* the tunnel's end is gone */
+    if (what & BEV_EVENT_EOF) { /* the tunnel's client ended its side */
+        bufferevent_disable(bev, EV_READ);
+        r->local_eof = true;
+        relay_send(r);
+    }
+}
+
+static void relay_frame(struct agent_req *req, uint16_t type, const uint8_t *p, uint32_t len)
+{
+    struct relay *r = (struct relay *) ((char *) req - offsetof(struct relay, req));
+    struct tunnel *t = r->tunnel;
+    uint32_t more;
+    int e;
+    const char *msg;
+    switch (type) {
+    case CDN_FRAME_WINDOW:
+        if (cdn_window_decode(p, len, &more) < 0)
+            return relay_close(r);
+        r->may_send += more;
+        if (!r->open) { /* the first: connected */
+            r->open = true;
+            if (t)
+                connected(t);
+        }
+        return relay_send(r);
+    case CDN_FRAME_DATA:
+        if (!r->open || len > r->granted || r->guest_eof)
+            return relay_close(r); /* before its WINDOW, past what it was granted, after its end */
+        if (!len) {
+            r->guest_eof = true;
+            return relay_drained(r->bev, r);
+        }
+        r->granted -= len;
+        r->queued += len;
+        if (bufferevent_write(r->bev, p, len) < 0)
+            return relay_close(r);
+        return;
+    case CDN_FRAME_ERROR:
+        if (!r->open && t && cdn_errmsg_decode(p, len, &e, &msg) == 0) {
+            r->tunnel = NULL, t->relay = NULL;
+            relay_free(r);
+            return fail(t, 502, "port_unreachable",
+                        "nothing accepts connections on port %u in sandbox %s: %s", t->port, t->box->sb.id,
+                        strerror(e ? e : ECONNREFUSED));
+        }
+        __attribute__((fallthrough)); /* its end, after what it sent */
+    case CDN_FRAME_DONE:
+        r->ended = true;
+        bufferevent_disable(r->bev, EV_READ);
+        return relay_drained(r->bev, r);
+    default: /* the connection's end (type 0) */
+        return relay_free(r);
+    }
+}
+
+/* The tunnel's sandbox side for a VM guest: a socket pair whose other end the relay takes. */
+static int guest_socket(struct box *b, uint16_t port, struct relay **ret, struct cdn_error *err)
+{
+    int sp[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp) < 0)
+        return cdn_error_set(err, errno, "socketpair: %m");
+    struct relay *r = calloc(1, sizeof *r);
+    if (!r || !(r->bev = bufferevent_socket_new(cdn_daemon->base, sp[1], BEV_OPT_CLOSE_ON_FREE))) {
+        free(r);
+        (void) close(sp[0]);
+        (void) close(sp[1]);
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    }
+    r->box = b;
+    r->granted = RELAY_WINDOW;
+    r->req.on_frame = relay_frame;
+    bufferevent_setcb(r->bev, relay_read, relay_drained, relay_event, r);
+    (void) cdn_agent_conn_add(&b->agent, &r->req,
+                              AGENT_FRAME(CDN_FRAME_WINDOW) | AGENT_FRAME(CDN_FRAME_DATA) |
+                                  AGENT_FRAME(CDN_FRAME_DONE) | AGENT_FRAME(CDN_FRAME_ERROR));
+    uint8_t open[6];
+    cdn_tcp_open_encode(open, port, RELAY_WINDOW);
+    if (cdn_agent_conn_send(&b->agent, CDN_FRAME_TCP, 0, r->req.channel, open, sizeof open) < 0) {
+        relay_free(r);
+        (void) close(sp[0]);
+        return cdn_error_set(err, ENOTCONN, "the sandbox's init is not connected");
+    }
+    bufferevent_disable(r->bev, EV_READ); /* until the guest's first WINDOW */
+    *ret = r;
+    return sp[0];
 }
 
 /* A TCP socket in the sandbox's network namespace (its init's): created there, used from here. Never
@@ -338,10 +535,6 @@ void cdn_api_ports(struct evhttp_request *req, struct box *b, const char *sub)
     if (!end || end == sub || (*end && *end != '/') || port == 0 || port > 65535 || sub[0] == '0')
         return cdn_api_reply_error(req, 400, "invalid_argument", "port", "port: a TCP port, 1-65535");
     const struct cdn_tier_ops *tier = b->sb.tier;
-    if (tier->guest_supervises)
-        return cdn_api_reply_error(
-            req, 501, "not_supported", "port",
-            "tier %s: reaching a port inside a VM guest is not built yet (container tier)", tier->name);
     if (b->n_tunnels >= TUNNELS_MAX || tunnels_total >= TUNNELS_TOTAL)
         return cdn_api_reply_error(
             req, 429, "too_many_connections", "port",
@@ -364,12 +557,16 @@ void cdn_api_ports(struct evhttp_request *req, struct box *b, const char *sub)
         return cdn_api_reply_error(req, 400, "invalid_argument", "port",
                                    "the request's target does not parse");
     struct cdn_error err = {0};
-    int up = sandbox_socket(b, &err);
+    struct relay *relay = NULL; /* a VM guest's connections go through its init */
+    int up =
+        tier->guest_supervises ? guest_socket(b, (uint16_t) port, &relay, &err) : sandbox_socket(b, &err);
     if (up < 0)
         return cdn_api_reply_cdn_error(req, up == -EXDEV ? 501 : 500,
                                        up == -EXDEV ? "not_supported" : "internal", &err);
     struct tunnel *t = calloc(1, sizeof *t);
     if (!t || !(t->pending = evbuffer_new()) || (!raw && request_head(req, target, prefix, t->pending) < 0)) {
+        if (relay)
+            relay_close(relay);
         (void) close(up);
         if (t && t->pending)
             evbuffer_free(t->pending);
@@ -379,6 +576,8 @@ void cdn_api_ports(struct evhttp_request *req, struct box *b, const char *sub)
     struct evbuffer *rest = evbuffer_new(), *held = evbuffer_new();
     int client = rest && held ? take_client(req, rest) : -ENOMEM;
     if (client < 0) {
+        if (relay)
+            relay_close(relay);
         (void) close(up);
         if (rest)
             evbuffer_free(rest);
@@ -404,6 +603,9 @@ void cdn_api_ports(struct evhttp_request *req, struct box *b, const char *sub)
     t->up = bufferevent_socket_new(cdn_daemon->base, up, BEV_OPT_CLOSE_ON_FREE);
     LIST_INSERT_HEAD(&b->tunnels, t, link);
     b->n_tunnels++;
+    t->relay = relay;
+    if (relay)
+        relay->tunnel = t;
     if (!t->client || !t->up) {
         if (!t->client)
             (void) close(client);
@@ -415,6 +617,8 @@ void cdn_api_ports(struct evhttp_request *req, struct box *b, const char *sub)
     bufferevent_setcb(t->up, on_read, on_drained, on_event, t);
     bufferevent_setwatermark(t->client, EV_WRITE, PIPE_HIGH / 4, 0);
     bufferevent_setwatermark(t->up, EV_WRITE, PIPE_HIGH / 4, 0);
+    if (relay)
+        return; /* connected when the guest's init says so (relay_frame) */
     struct sockaddr_in sin = {
         .sin_family = AF_INET, .sin_port = htons((uint16_t) port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (bufferevent_socket_connect(t->up, (struct sockaddr *) &sin, sizeof sin) < 0)

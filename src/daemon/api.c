@@ -329,9 +329,12 @@ static void api_update(struct evhttp_request *req, struct box *b)
     const struct cdn_tier_ops *t = b->sb.tier;
     /* What the tier cannot change is refused before anything changes. A guest enforces its kill
      * mode itself, as told at its start. */
-    if ((a.on_violation && t->guest_supervises) || (a.limits && !t->set_limits)) {
+    if ((a.on_violation && t->guest_supervises) || (a.limits && !t->set_limits) ||
+        (a.protect && !t->protect)) {
         cdn_update_args_free(&a);
-        const char *f = a.on_violation && t->guest_supervises ? "on_violation" : "limits";
+        const char *f = a.on_violation && t->guest_supervises ? "on_violation"
+                        : a.limits && !t->set_limits          ? "limits"
+                                                              : "protect";
         return cdn_api_reply_error(req, 400, "invalid_argument", f, "%s: fixed at creation on tier %s", f,
                                    t->name);
     }
@@ -345,6 +348,12 @@ static void api_update(struct evhttp_request *req, struct box *b)
             "timeout_s: a lifetime ends at most 7 days after the creation (%.0f s from now)",
             (double) CDN_TIMEOUT_MS_MAX / 1e3 - (age > 0 ? age : 0));
     }
+    _cleanup_(cdn_strv_free) struct cdn_strv protect_before = {0};
+    for (size_t i = 0; a.protect && i < b->spec.protect.n; i++)
+        if (cdn_strv_push(&protect_before, b->spec.protect.v[i]) < 0) {
+            cdn_update_args_free(&a);
+            return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
+        }
     struct cdn_limits before = b->spec.limits;
     if (a.limits) { /* the one change the kernel may refuse (a memory limit it cannot reclaim down to) */
         r = t->set_limits(&b->sb, &a.new_limits, a.limits, &err);
@@ -358,9 +367,26 @@ static void api_update(struct evhttp_request *req, struct box *b)
         b->spec.limits.memory_mb = a.new_limits.memory_mb;
         b->spec.limits.pids = a.new_limits.pids;
     }
+    /* The protected paths after the limits (which the kernel may refuse); the limits go back when
+     * they cannot change (a process of the sandbox holding a way in past a new one). */
+    if (a.protect && (r = cdn_box_protect(b, &a.new_protect, &err)) < 0) {
+        cdn_update_args_free(&a);
+        if (a.limits)
+            (void) t->set_limits(&b->sb, &before, a.limits, NULL);
+        b->spec.limits.cpus = before.cpus, b->spec.limits.memory_mb = before.memory_mb;
+        b->spec.limits.pids = before.pids;
+        int st = r == -EBUSY                                                                      ? 409
+                 : r == -ENOENT || r == -E2BIG || r == -EINVAL || r == -EOPNOTSUPP || r == -ELOOP ? 400
+                                                                                                  : 500;
+        return cdn_api_reply_cdn_error(req, st,
+                                       st == 409   ? "protect_busy"
+                                       : st == 400 ? "invalid_argument"
+                                                   : "internal",
+                                       &err);
+    }
     if (a.on_violation)
         b->spec.on_violation = a.policy;
-    if (a.limits || a.on_violation)
+    if (a.limits || a.on_violation || a.protect)
         r = cdn_record_write(b);
     if (r >= 0 && a.labels) {
         struct cdn_strv old = b->spec.labels;
@@ -374,10 +400,13 @@ static void api_update(struct evhttp_request *req, struct box *b)
     if (r >= 0 && a.idle)
         r = cdn_box_set_idle(b, a.idle_ms);
     if (r < 0) {
+        if (a.protect)
+            (void) cdn_box_protect(b, &protect_before, NULL);
         if (a.limits) /* as it was, as far as the kernel lets it */
             (void) t->set_limits(&b->sb, &before, a.limits, NULL);
         b->spec.limits.cpus = before.cpus, b->spec.limits.memory_mb = before.memory_mb;
         b->spec.limits.pids = before.pids;
+        (void) cdn_record_write(b); /* what it holds now, if it was written with the new ones */
         return cdn_api_reply_error(req, 500, "internal", NULL, "the record could not be written: %s",
                                    strerror(-r));
     }
@@ -398,6 +427,8 @@ static void api_update(struct evhttp_request *req, struct box *b)
                                       json_object_get(lim, "pids")));
     if (ev && a.on_violation)
         json_object_set(ev, "on_violation", json_object_get(now, "on_violation"));
+    if (ev && a.protect)
+        json_object_set(ev, "protect", json_object_get(now, "protect"));
     cdn_box_event(b, "updated", ev);
     cdn_api_reply_json(req, 200, cdn_box_to_json(b));
 }

@@ -419,10 +419,11 @@ static void start_answer(struct box *b, uint16_t type, const uint8_t *p, uint32_
         return;
     }
     cdn_daemon->create_errors++;
-    bool spec = strstr(msg, "protected paths") != NULL;
+    bool spec = strstr(msg, "protected paths") != NULL, user = strncmp(msg, "user: ", 6) == 0;
     struct cdn_error why = {0};
-    (void) snprintf(why.field, sizeof why.field, "%s", spec ? "protect" : "");
-    (void) snprintf(why.msg, sizeof why.msg, "%s%s", spec ? "protect: " : "the guest: ", msg);
+    (void) snprintf(why.field, sizeof why.field, "%s", spec ? "protect" : user ? "user" : "");
+    (void) snprintf(why.msg, sizeof why.msg, "%s%s", spec ? "protect: " : user ? "" : "the guest: ", msg);
+    spec = spec || user;
     created(b, spec ? CDN_BOX_INVALID_SPEC : CDN_BOX_FAILED, &why);
     cdn_box_delete(b, "the guest could not set itself up");
 }

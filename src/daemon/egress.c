@@ -6,10 +6,12 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,6 +27,7 @@
 #include "net/proxy.h"
 #include "net/listeners.h"
 #include "net/udp-relay.h"
+#include "tiers/tier.h"
 
 static struct {
     bool ready;
@@ -328,13 +331,62 @@ void cdn_egress_detach(struct box *b)
     b->egress = NULL;
 }
 
+/* Is fd the host's own network namespace (where cordond runs)? An fd that cannot be read counts
+ * as the host's: nothing is added to it then. */
+static bool is_host_netns(int fd)
+{
+    struct stat a, h;
+    return fstat(fd, &a) < 0 || stat("/proc/self/ns/net", &h) < 0 ||
+           (a.st_dev == h.st_dev && a.st_ino == h.st_ino);
+}
+
+/* A container created with network 'none' gets one now: its own namespace (made by its setup, so
+ * owned by its user namespace, in which no process of it holds CAP_NET_ADMIN: confine/privileges.h)
+ * gains eth0 and the host end a lease, as a prepared namespace has. The VM tiers booted without a
+ * NIC; the process tier has no namespace of its own. */
+static int give_network(struct box *b, char **resolv, struct cdn_error *err)
+{
+    if (!b->sb.tier->network_given)
+        return cdn_error_field(
+            err, EOPNOTSUPP, "mode",
+            "mode: a %s sandbox created with network 'none' cannot get a network later (%s); "
+            "create it with 'allowlist' and an empty list, which denies everything until "
+            "changed",
+            cdn_tier_to_string(b->spec.tier),
+            b->spec.tier == CDN_TIER_PROCESS ? "it shares the host's network stack, filtered "
+                                               "by its seccomp policy from the start"
+                                             : "its guest was booted without a network device");
+    if (!eg.ready)
+        return cdn_error_field(err, EOPNOTSUPP, "mode", "mode: the egress layer is not running: %s",
+                               eg.error);
+    char path[64];
+    (void) snprintf(path, sizeof path, "/proc/%d/ns/net", (int) b->sb.init_pid);
+    _cleanup_close_ int nsfd = b->sb.init_pid > 0 ? open(path, O_RDONLY | O_CLOEXEC) : -EBADF;
+    /* Still init (its pidfd alive after the open), and never the host's namespace. */
+    if (nsfd < 0 || b->sb.init_pidfd < 0 ||
+        syscall(SYS_pidfd_send_signal, b->sb.init_pidfd, 0, NULL, 0) < 0 || is_host_netns(nsfd))
+        return cdn_error_set(err, ESRCH, "the sandbox's network namespace: its init is gone");
+    _cleanup_(egress_box_freep) struct cdn_egress_box *e = NULL;
+    int r = new_box(b, &e, err);
+    if (r < 0)
+        return r;
+    if ((r = cdn_netns_join(&b->netns, nsfd, err)) < 0)
+        return r;
+    if ((r = cdn_nft_add_if(eg.ls.table, b->netns.host_if, err)) < 0 || (r = register_box(b, e, err)) < 0) {
+        netns_drop(&b->netns);
+        return r;
+    }
+    TAKE_PTR(e); /* b->egress now */
+    b->sb.netns_fd = b->netns.fd;
+    b->sb.resolver_ip = b->netns.host_ip;
+    b->sb.sandbox_ip = b->netns.sandbox_ip;
+    struct cdn_error why = {0};
+    *resolv = b->sb.tier->network_given(&b->sb, &why) < 0 ? strdup(why.msg) : NULL;
+    return 0;
+}
+
 int cdn_egress_set(struct box *b, enum cdn_net_mode mode, struct cdn_strv *allow, struct cdn_error *err)
 {
-    struct cdn_egress_box *e = b->egress;
-    if (!e)
-        return cdn_error_field(err, EINVAL, "mode",
-                               "network: this sandbox was created with network mode 'none' and has no "
-                               "network to change; create it with 'allowlist' (an empty list denies all)");
     if (mode == CDN_NET_NONE)
         return cdn_error_field(err, EINVAL, "mode",
                                "mode: 'none' cannot be set at run time; use 'allowlist' with an empty list");
@@ -342,11 +394,30 @@ int cdn_egress_set(struct box *b, enum cdn_net_mode mode, struct cdn_strv *allow
     int r = cdn_allowlist_parse(allow, &l, err);
     if (r < 0)
         return r;
+    bool given = !b->egress;
+    _cleanup_free_ char *resolv = NULL; /* why its resolv.conf was left as it was */
+    if (given) {
+        /* Made with an empty list (register_box reads the mode): the new one is set below. */
+        enum cdn_net_mode was = b->spec.net_mode;
+        struct cdn_strv none = b->spec.net_allow;
+        b->spec.net_allow = (struct cdn_strv){0};
+        b->spec.net_mode = CDN_NET_ALLOWLIST;
+        r = give_network(b, &resolv, err);
+        b->spec.net_allow = none;
+        if (r < 0) {
+            b->spec.net_mode = was;
+            return r;
+        }
+    }
+    struct cdn_egress_box *e = b->egress;
     /* UDP opens before the list changes only if the new mode is open; it
      * closes (and its flows end) right after, if the new mode is not. */
     if (mode == CDN_NET_OPEN && e->mode != CDN_NET_OPEN &&
-        (r = cdn_nft_set_open(eg.ls.table, b->netns.host_if, true, err)) < 0)
+        (r = cdn_nft_set_open(eg.ls.table, b->netns.host_if, true, err)) < 0) {
+        if (given) /* it has a network now (the empty list): a restarted cordond must know its lease */
+            (void) cdn_record_write(b);
         return r;
+    }
     bool closing_udp = mode != CDN_NET_OPEN && e->mode == CDN_NET_OPEN;
     /* One step of the loop: the new list takes effect and the connections it
      * forbids are cut before anything else runs. */
@@ -366,7 +437,7 @@ int cdn_egress_set(struct box *b, enum cdn_net_mode mode, struct cdn_strv *allow
     }
     (void) cdn_record_write(b); /* the new policy is what a restarted cordond restores */
     cdn_box_event(b, "network",
-                  json_pack("{s:s, s:I}", "mode", cdn_net_mode_to_string(mode), "generation",
-                            (json_int_t) e->generation));
+                  json_pack("{s:s, s:I, s:b, s:s*}", "mode", cdn_net_mode_to_string(mode), "generation",
+                            (json_int_t) e->generation, "given", given, "resolv_conf", resolv));
     return 0;
 }

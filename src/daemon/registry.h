@@ -162,6 +162,7 @@ struct box {
     /* The file-access guard (box-fanotify.c) */
     int fanotify_fd;           /* its own fanotify group (protected paths), else -1 */
     struct event *fanotify_ev; /* … and its events */
+    struct event *group_ev;    /* a group made at run time, until init holds it (box-fanotify.c) */
     bool fanotify_listed;      /* in the group list (box-fanotify.c) */
     LIST_ENTRY(box) fanotify_link;
     enum { VERIFIER_NONE, VERIFIER_STARTING, VERIFIER_RUNNING, VERIFIER_ENDING } verifier; /* api-exec.c */
@@ -353,6 +354,11 @@ int cdn_box_fanotify_start(struct box *b, struct cdn_error *err);
 int cdn_box_fanotify_adopt(struct box *b, struct cdn_error *err);
 /* Before a verifier step: -ESTALE (err says which) if a protected path is not its mount any more. */
 int cdn_box_fanotify_check_moved(struct box *b, struct cdn_error *err);
+/* PATCH "protect": the sandbox's protected paths become want (patterns, checked): the tier binds
+ * the new ones and releases the dropped (tier.h protect), then they are marked and unmarked, and
+ * init told. A group made for it goes to init to hold (across a restart of ours). Nothing changes
+ * on failure; -EBUSY: a process of the sandbox holds something beneath a new one (err names it). */
+int cdn_box_protect(struct box *b, const struct cdn_strv *want, struct cdn_error *err);
 void cdn_box_fanotify_stop(struct box *b);
 /* Its supervision budget is spent (box-events.c): its own group is not read, and its refusals from
  * the shared group are held (their openers wait) until cdn_box_fanotify_resume. */

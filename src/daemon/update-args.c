@@ -9,6 +9,7 @@
 
 #include "core/cgroup.h"
 #include "core/json-util.h"
+#include "core/protect.h"
 #include "core/spec.h"
 
 #define SECONDS_MAX 604800 /* 7 days, as the spec's timeouts */
@@ -95,6 +96,28 @@ static int new_limits(json_t *v, const struct cdn_spec *cur, struct update_args 
     return r;
 }
 
+/* protect: the whole new list of patterns, checked as a spec's. */
+static int new_protect(json_t *v, struct update_args *a, struct cdn_error *e)
+{
+    _cleanup_json_ json_t *wrap = json_pack("{s:O}", "protect", v);
+    _cleanup_free_ char *text = wrap ? json_dumps(wrap, JSON_COMPACT) : NULL;
+    struct cdn_spec tmp;
+    if (!text || cdn_spec_init(&tmp) < 0)
+        return -ENOMEM;
+    int r = cdn_spec_from_json(&tmp, text, strlen(text), e);
+    if (r >= 0 && tmp.protect.n > CDN_PROTECT_MAX)
+        r = cdn_error_field(e, E2BIG, "protect", "protect: at most %d patterns", CDN_PROTECT_MAX);
+    for (size_t i = 0; r >= 0 && i < tmp.protect.n; i++)
+        r = cdn_protect_pattern_check(tmp.protect.v[i], i, e);
+    if (r >= 0) {
+        a->protect = true;
+        a->new_protect = tmp.protect;
+        tmp.protect = (struct cdn_strv){0};
+    }
+    cdn_spec_free(&tmp);
+    return r;
+}
+
 int cdn_update_args_parse(const char *body, size_t len, const struct cdn_spec *cur, struct update_args *ret,
                           struct cdn_error *e)
 {
@@ -118,6 +141,8 @@ int cdn_update_args_parse(const char *body, size_t len, const struct cdn_spec *c
             a.labels = true, r = merge_labels(v, &cur->labels, &a.merged_labels, e);
         else if (strcmp(k, "limits") == 0)
             r = new_limits(v, cur, &a, e);
+        else if (strcmp(k, "protect") == 0)
+            r = new_protect(v, &a, e);
         else if (strcmp(k, "on_violation") == 0) {
             int p = json_is_string(v) ? cdn_on_violation_from_string(json_string_value(v)) : -EINVAL;
             if (p < 0)
@@ -127,7 +152,7 @@ int cdn_update_args_parse(const char *body, size_t len, const struct cdn_spec *c
         } else
             r = cdn_error_field(
                 e, EINVAL, k,
-                "%.40s: unknown field (timeout_s, idle_timeout_s, labels, limits, on_violation)", k);
+                "%.40s: unknown field (timeout_s, idle_timeout_s, labels, limits, on_violation, protect)", k);
     }
     if (r < 0) {
         cdn_update_args_free(&a);
@@ -140,4 +165,5 @@ int cdn_update_args_parse(const char *body, size_t len, const struct cdn_spec *c
 void cdn_update_args_free(struct update_args *a)
 {
     cdn_strv_free(&a->merged_labels);
+    cdn_strv_free(&a->new_protect);
 }

@@ -32,6 +32,14 @@ int cdn_fanotify_open(void)
     return fd < 0 ? -errno : fd;
 }
 
+static int add(struct cdn_fanotify_marks *m, int mnt_id, enum cdn_guard_kind kind, const char *path);
+
+int cdn_fanotify_marks_add(struct cdn_fanotify_marks *m, int mnt_id, enum cdn_guard_kind kind,
+                           const char *path)
+{
+    return add(m, mnt_id, kind, path);
+}
+
 static int add(struct cdn_fanotify_marks *m, int mnt_id, enum cdn_guard_kind kind, const char *path)
 {
     if (cdn_fanotify_marks_find(m, mnt_id))
@@ -131,46 +139,64 @@ static void unescape(char *s)
     *w = 0;
 }
 
+void cdn_mounts_free(struct cdn_mount_info *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i].mp);
+    free(v);
+}
+
+int cdn_mounts_read(pid_t pid, struct cdn_mount_info **ret, size_t *ret_n)
+{
+    char p[64];
+    (void) snprintf(p, sizeof p, "/proc/%d/mountinfo", (int) pid);
+    _cleanup_fclose_ FILE *f = fopen(p, "re");
+    if (!f)
+        return -errno;
+    struct cdn_mount_info *v = NULL;
+    size_t n = 0, cap = 0;
+    char line[8192];
+    while (fgets(line, sizeof line, f)) {
+        int id, parent;
+        char mp[4096], opts[256];
+        if (sscanf(line, "%d %d %*s %*s %4095s %255s", &id, &parent, mp, opts) != 4)
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            struct cdn_mount_info *nv = realloc(v, cap * sizeof *nv);
+            if (!nv) {
+                cdn_mounts_free(v, n);
+                return -ENOMEM;
+            }
+            v = nv;
+        }
+        unescape(mp);
+        v[n] = (struct cdn_mount_info){.id = id,
+                                       .parent = parent,
+                                       .mp = strdup(mp),
+                                       .ro = strncmp(opts, "ro", 2) == 0 && (opts[2] == ',' || !opts[2])};
+        if (!v[n++].mp) {
+            cdn_mounts_free(v, n);
+            return -ENOMEM;
+        }
+    }
+    *ret = v;
+    *ret_n = n;
+    return 0;
+}
+
 /* Every mount beneath a protected one gets the same mark: opens through it do
  * not pass the protected mount. */
 static int mark_submounts(int group, pid_t init_pid, int rootfd, struct cdn_fanotify_marks *out, size_t first,
                           struct cdn_error *err)
 {
-    char p[64];
-    (void) snprintf(p, sizeof p, "/proc/%d/mountinfo", (int) init_pid);
-    FILE *f = fopen(p, "re");
-    if (!f)
-        return cdn_error_set(err, errno, "read %s: %m", p);
-    struct ent {
-        int id, parent;
-        char *mp;
-    } *v = NULL;
-    size_t n = 0, cap = 0;
-    char line[8192];
-    int r = 0;
-    while (r == 0 && fgets(line, sizeof line, f)) {
-        int id, parent;
-        char mp[4096];
-        if (sscanf(line, "%d %d %*s %*s %4095s", &id, &parent, mp) != 3)
-            continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            struct ent *nv = realloc(v, cap * sizeof *nv);
-            if (!nv) {
-                r = -ENOMEM;
-                break;
-            }
-            v = nv;
-        }
-        unescape(mp);
-        v[n].mp = strdup(mp);
-        v[n].id = id, v[n].parent = parent;
-        if (!v[n++].mp)
-            r = -ENOMEM;
-    }
-    fclose(f);
+    struct cdn_mount_info *v = NULL;
+    size_t n = 0;
+    int r = cdn_mounts_read(init_pid, &v, &n);
+    if (r < 0)
+        return cdn_error_set(err, -r, "read the mounts of init %d: %s", (int) init_pid, strerror(-r));
     /* Until nothing changes: a mount is guarded when its parent is. */
-    for (bool more = r == 0; more;) {
+    for (bool more = true; more;) {
         more = false;
         for (size_t i = 0; r == 0 && i < n; i++) {
             const struct cdn_fanotify_mark *pm = cdn_fanotify_marks_find(out, v[i].parent);
@@ -191,9 +217,52 @@ static int mark_submounts(int group, pid_t init_pid, int rootfd, struct cdn_fano
                 (void) cdn_error_set(err, r, "protect the mount on %s: %s", v[i].mp, strerror(-r));
         }
     }
-    for (size_t i = 0; i < n; i++)
-        free(v[i].mp);
-    free(v);
+    cdn_mounts_free(v, n);
+    return r;
+}
+
+int cdn_fanotify_mark_mounts(int group, pid_t init_pid, const struct cdn_protect_mount *m, size_t n_m,
+                             struct cdn_fanotify_marks *out, struct cdn_error *err)
+{
+    char p[64];
+    (void) snprintf(p, sizeof p, "/proc/%d/root", (int) init_pid);
+    _cleanup_close_ int rootfd = open(p, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rootfd < 0)
+        return cdn_error_set(err, errno, "open %s: %m", p);
+    size_t first = out->n;
+    for (size_t i = 0; i < n_m; i++) {
+        _cleanup_close_ int fd = open_beneath(rootfd, m[i].path);
+        int id = -1;
+        bool root = false;
+        if (fd < 0 || mount_of(fd, &id, &root) < 0 || id != m[i].mnt_id || !root)
+            return cdn_error_set(err, ESTALE, "protect %s: not the mount bound there a moment ago",
+                                 m[i].path);
+        int r = mark_fd(group, fd, PROTECT_MASK);
+        if (r < 0 || (r = add(out, id, CDN_MARK_PROTECT, m[i].path)) < 0)
+            return cdn_error_set(err, -r, "protect %s: fanotify_mark: %s", m[i].path, strerror(-r));
+    }
+    return out->n > first ? mark_submounts(group, init_pid, rootfd, out, first, err) : 0;
+}
+
+int cdn_fanotify_mounts_beneath(pid_t init_pid, const struct cdn_fanotify_marks *m, const int *ids,
+                                size_t n_ids, struct cdn_fanotify_marks *out)
+{
+    struct cdn_mount_info *v = NULL;
+    size_t n = 0;
+    int r = cdn_mounts_read(init_pid, &v, &n);
+    if (r < 0)
+        return r;
+    for (size_t k = 0; r >= 0 && k < n_ids; k++)
+        if (cdn_fanotify_marks_find(m, ids[k]))
+            r = add(out, ids[k], CDN_MARK_PROTECT, NULL);
+    for (bool more = r >= 0; more;) { /* a mount whose parent is in out, until nothing changes */
+        more = false;
+        for (size_t i = 0; r >= 0 && i < n; i++)
+            if (cdn_fanotify_marks_find(out, v[i].parent) && !cdn_fanotify_marks_find(out, v[i].id) &&
+                cdn_fanotify_marks_find(m, v[i].id))
+                r = add(out, v[i].id, CDN_MARK_PROTECT, NULL), more = true;
+    }
+    cdn_mounts_free(v, n);
     return r;
 }
 
@@ -233,6 +302,38 @@ int cdn_fanotify_mark_sandbox(int group, pid_t init_pid, const struct cdn_strv *
         int r = mark_fd(group, fd, FAN_OPEN_PERM);
         if (r < 0 || (r = add(out, id, CDN_MARK_KERNEL, NULL)) < 0)
             return cdn_error_set(err, r, "guard %s: %s", kernel_files[i], strerror(-r));
+    }
+    return 0;
+}
+
+int cdn_fanotify_unmark(int group, pid_t init_pid, const struct cdn_fanotify_marks *m, struct cdn_error *err)
+{
+    if (!m->n)
+        return 0;
+    char p[64];
+    (void) snprintf(p, sizeof p, "/proc/%d/root", (int) init_pid);
+    _cleanup_close_ int rootfd = open(p, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    (void) snprintf(p, sizeof p, "/proc/%d/mountinfo", (int) init_pid);
+    _cleanup_fclose_ FILE *f = rootfd >= 0 ? fopen(p, "re") : NULL;
+    if (!f)
+        return cdn_error_set(err, errno, "read %s: %m", p);
+    char line[8192];
+    while (fgets(line, sizeof line, f)) {
+        int id, parent;
+        char mp[4096];
+        if (sscanf(line, "%d %d %*s %*s %4095s", &id, &parent, mp) != 3 || !cdn_fanotify_marks_find(m, id))
+            continue;
+        unescape(mp);
+        _cleanup_close_ int fd = open_beneath(rootfd, mp);
+        int got = -1;
+        bool root = false;
+        if (fd < 0 || mount_of(fd, &got, &root) < 0 || got != id || !root)
+            continue; /* gone meanwhile: its mark went with it */
+        char fp[64];
+        (void) snprintf(fp, sizeof fp, "/proc/self/fd/%d", fd);
+        if (fanotify_mark(group, FAN_MARK_REMOVE | FAN_MARK_MOUNT, PROTECT_MASK, AT_FDCWD, fp) < 0 &&
+            errno != ENOENT)
+            return cdn_error_set(err, errno, "unguard %s: fanotify_mark: %m", mp);
     }
     return 0;
 }

@@ -43,6 +43,34 @@ int cdn_fanotify_open(void);
  * error: marking its parent mount would guard far more than asked. */
 int cdn_fanotify_mark_sandbox(int group, pid_t init_pid, const struct cdn_strv *protect, bool kernel,
                               struct cdn_fanotify_marks *out, struct cdn_error *err);
+/* The mounts of pid's mount namespace (its /proc/PID/mountinfo; pid 1 from inside a sandbox's): id,
+ * parent id, mount point (unescaped), read-only. cdn_mounts_free() the array. -errno. */
+struct cdn_mount_info {
+    int id, parent;
+    bool ro;
+    char *mp;
+};
+int cdn_mounts_read(pid_t pid, struct cdn_mount_info **ret, size_t *ret_n);
+void cdn_mounts_free(struct cdn_mount_info *v, size_t n);
+/* A mount bound for a protected path while the sandbox runs (tier.h protect), as the sandbox sees it. */
+struct cdn_protect_mount {
+    int mnt_id;
+    char path[256];
+};
+/* Mark those mounts (each still the one at its path: else -ESTALE) and every mount beneath them, as
+ * cdn_fanotify_mark_sandbox does, without expanding a pattern again. Appends to out. */
+int cdn_fanotify_mark_mounts(int group, pid_t init_pid, const struct cdn_protect_mount *m, size_t n_m,
+                             struct cdn_fanotify_marks *out, struct cdn_error *err);
+/* The marks of m that are ids[] or mounts beneath one of them (the sandbox's mounts now), into out.
+ * -errno. */
+int cdn_fanotify_mounts_beneath(pid_t init_pid, const struct cdn_fanotify_marks *m, const int *ids,
+                                size_t n_ids, struct cdn_fanotify_marks *out);
+/* Remove from group the marks of the mounts in m (as the sandbox of init_pid has them now; one
+ * that is gone has lost its mark with it). */
+int cdn_fanotify_unmark(int group, pid_t init_pid, const struct cdn_fanotify_marks *m, struct cdn_error *err);
+/* Append one (nothing if mnt_id is in m already; path copied). -ENOMEM. */
+int cdn_fanotify_marks_add(struct cdn_fanotify_marks *m, int mnt_id, enum cdn_guard_kind kind,
+                           const char *path);
 const struct cdn_fanotify_mark *cdn_fanotify_marks_find(const struct cdn_fanotify_marks *m, int mnt_id);
 void cdn_fanotify_marks_free(struct cdn_fanotify_marks *m);
 /* Whether each protected path marked for the sandbox of init_pid still leads (as a command would

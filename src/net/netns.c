@@ -328,7 +328,8 @@ out:
     return r;
 }
 
-int cdn_netns_create(struct cdn_netns *ns, bool veth, struct cdn_error *err)
+/* A new namespace (join < 0), or the one of join (an fd of it). */
+static int make(struct cdn_netns *ns, bool veth, int join, struct cdn_error *err)
 {
     *ns = (struct cdn_netns) CDN_NETNS_INIT;
     int hostfd = host_ns_fd();
@@ -337,8 +338,9 @@ int cdn_netns_create(struct cdn_netns *ns, bool veth, struct cdn_error *err)
     int r;
     if (veth && (r = lease_take(ns, err)) < 0)
         return r;
-    if (unshare(CLONE_NEWNET) < 0) {
-        r = cdn_error_set(err, errno, "unshare network namespace: %m");
+    if (join >= 0 ? setns(join, CLONE_NEWNET) < 0 : unshare(CLONE_NEWNET) < 0) {
+        r = cdn_error_set(err, errno, "%s network namespace: %m",
+                          join >= 0 ? "enter the sandbox's" : "unshare");
         goto fail;
     }
     ns->fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
@@ -363,6 +365,18 @@ done:
 fail:
     cdn_netns_destroy(ns);
     return r;
+}
+
+int cdn_netns_create(struct cdn_netns *ns, bool veth, struct cdn_error *err)
+{
+    return make(ns, veth, -EBADF, err);
+}
+
+int cdn_netns_join(struct cdn_netns *ns, int nsfd, struct cdn_error *err)
+{
+    if (nsfd < 0)
+        return cdn_error_set(err, EBADF, "no network namespace to join");
+    return make(ns, true, nsfd, err);
 }
 
 void cdn_netns_destroy(struct cdn_netns *ns)

@@ -44,6 +44,10 @@ struct cdn_netns {
  * (addresses, routes, IPv6 off on both ends). Runs in the caller's thread:
  * it enters the new namespace for a moment and comes back. */
 int cdn_netns_create(struct cdn_netns *ns, bool veth, struct cdn_error *err);
+/* The same in an existing namespace (nsfd, e.g. a running sandbox's that had no network): a
+ * lease, eth0 ↔ host_if, lo up, IPv6 off. Only where nothing of the sandbox holds CAP_NET_ADMIN
+ * over that namespace (a container's commands and init hold none), as it may be the sandbox's. */
+int cdn_netns_join(struct cdn_netns *ns, int nsfd, struct cdn_error *err);
 /* After a restart of the owner: take lease back and open the namespace of
  * pid (a process inside it, e.g. the sandbox's init). Its flows' conntrack
  * entries still lead to the last owner's listeners (net/conntrack.h). */

@@ -230,6 +230,29 @@ int cdn_window_decode(const uint8_t *p, size_t len, uint32_t *ret_bytes)
     return 0;
 }
 
+void cdn_window_encode(uint8_t buf[4], uint32_t bytes)
+{
+    put32(buf, bytes);
+}
+
+void cdn_tcp_open_encode(uint8_t buf[6], uint16_t port, uint32_t window)
+{
+    buf[0] = (uint8_t) port, buf[1] = (uint8_t) (port >> 8);
+    put32(buf + 2, window);
+}
+
+int cdn_tcp_open_decode(const uint8_t *p, size_t len, uint16_t *ret_port, uint32_t *ret_window)
+{
+    if (len != 6)
+        return -EBADMSG;
+    uint16_t port = (uint16_t) (p[0] | p[1] << 8);
+    uint32_t window = get32(p + 2);
+    if (!port || !window)
+        return -EBADMSG;
+    *ret_port = port, *ret_window = window;
+    return 0;
+}
+
 int cdn_protected_encode(uint8_t *buf, size_t size, const uint64_t *ids, uint32_t n)
 {
     if (n > CDN_PROTECTED_MAX || size < 4 + 8 * (size_t) n)
@@ -413,7 +436,9 @@ int cdn_identity_encode(uint8_t *buf, size_t size, const struct cdn_identity *id
     for (unsigned i = 0; i < id->n_paths; i++) {
         size_t pl = strnlen(id->paths[i].path, sizeof id->paths[i].path);
         uint8_t k = id->paths[i].kind;
-        if (k < CDN_PATH_BIND_RW || k > CDN_PATH_SYSTEM || id->paths[i].path[0] != '/' ||
+        bool user = k == CDN_PATH_USER;
+        if (k < CDN_PATH_BIND_RW || k > CDN_PATH_USER ||
+            (user ? !pl || memchr(id->paths[i].path, '/', pl) : id->paths[i].path[0] != '/') ||
             pl >= sizeof id->paths[i].path || n + 2 + pl > size)
             return -ENOBUFS;
         buf[n++] = k;
@@ -445,7 +470,9 @@ int cdn_identity_decode(const uint8_t *p, size_t len, struct cdn_identity *id)
     id->n_paths = *c++;
     for (unsigned i = 0; i < id->n_paths; i++) {
         const uint8_t *pn = c + 1 < end ? memchr(c + 1, 0, (size_t) (end - c - 1)) : NULL;
-        if (!pn || *c < CDN_PATH_BIND_RW || *c > CDN_PATH_SYSTEM || c[1] != '/' ||
+        bool user = *c == CDN_PATH_USER;
+        if (!pn || *c < CDN_PATH_BIND_RW || *c > CDN_PATH_USER ||
+            (user ? pn == c + 1 || memchr(c + 1, '/', (size_t) (pn - c - 1)) : c[1] != '/') ||
             (size_t) (pn - c - 1) >= sizeof id->paths[i].path)
             return -EBADMSG;
         id->paths[i].kind = *c;

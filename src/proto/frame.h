@@ -66,6 +66,9 @@ enum cdn_frame_type {
     CDN_FRAME_CONTROL = 25,   /* either way, a CDN_EXEC_CONTROL command's control channel: host→init,
                                * bytes for its fd 3; init→host, what it wrote to its fd 4, sent once
                                * its output before them went (init-exec.c) */
+    CDN_FRAME_TCP = 26,       /* host→init: connect to 127.0.0.1:port in the sandbox (payload: u16 port |
+                               * u32 window, what init may send first); then WINDOW and DATA both ways,
+                               * DONE or ERROR at the end (init-tcp.c) */
 };
 
 /* CALL payload: u32 timeout (ms, 0 = none) | u32 flags | the request's JSON ({"code", "input"}). */
@@ -228,6 +231,10 @@ int cdn_file_decode(const uint8_t *p, size_t len, struct cdn_file_req *ret);
 /* WINDOW payload: u32 bytes (> 0). */
 #define CDN_STDIN_LOW (256u << 10)
 int cdn_window_decode(const uint8_t *p, size_t len, uint32_t *ret_bytes);
+void cdn_window_encode(uint8_t buf[4], uint32_t bytes);
+/* TCP's payload (6 bytes). decode: -EBADMSG unless port and window are non-zero. */
+void cdn_tcp_open_encode(uint8_t buf[6], uint16_t port, uint32_t window);
+int cdn_tcp_open_decode(const uint8_t *p, size_t len, uint16_t *ret_port, uint32_t *ret_window);
 /* PROTECTED payload: u32 n (<= CDN_PROTECTED_MAX) | n x u64. Decode fills ids[0..n) (room for
  * CDN_PROTECTED_MAX); encode returns the length or -ENOBUFS. */
 #define CDN_PROTECTED_MAX 16384
@@ -246,7 +253,8 @@ int cdn_exit_encode(uint8_t *buf, size_t size, const struct cdn_exit_msg *m);
  * u32 gateway, u32 resolver (IPv4, 0 = no network), u8 prefix length (0-30),
  * u32 pids, u32 nofile, u32 disk_mb, u32 memory_mb (the spec's limits, which the guest applies to
  * its commands), then two NUL-terminated strings: hostname (1-64 bytes), workdir (absolute, < 256),
- * then u8 n (<= CDN_IDENTITY_PATHS) and n times: u8 kind, absolute path NUL-terminated (< 256). */
+ * then u8 n (<= CDN_IDENTITY_PATHS) and n times: u8 kind, absolute path NUL-terminated (< 256; for
+ * CDN_PATH_USER a user, not empty, without '/'). */
 #define CDN_IDENTITY_SEED  32
 #define CDN_IDENTITY_PATHS 32
 enum cdn_identity_path_kind {
@@ -254,6 +262,7 @@ enum cdn_identity_path_kind {
     CDN_PATH_BIND_RO = 2,
     CDN_PATH_PROTECT = 3, /* a protected path (spec "protect"): the guest's agent guards it */
     CDN_PATH_SYSTEM = 4,  /* path "/": the image's system directories writable (spec writable_system) */
+    CDN_PATH_USER = 5,    /* not a path: the spec's user (name, uid, name:group, uid:gid), at most one */
 };
 struct cdn_identity {
     uint64_t time_ns;

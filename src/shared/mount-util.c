@@ -21,3 +21,16 @@ int cdn_idmapped_tree(const char *dir, int userns_fd, uint64_t attrs)
         return -errno;
     return TAKE_FD(tree);
 }
+
+int cdn_bind_on_itself(int fd)
+{
+    int tree = (int) syscall(SYS_open_tree, fd, "",
+                             OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH);
+    if (tree < 0)
+        return -errno;
+    int r =
+        (int) syscall(SYS_move_mount, tree, "", fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH);
+    r = r < 0 ? -errno : 0;
+    (void) close(tree);
+    return r;
+}

@@ -9,3 +9,8 @@
  * _NOSUID, _NODEV…) added. Its fd (close-on-exec), or -errno: -EINVAL when the kernel or the file
  * system cannot idmap. Nothing is mounted anywhere until the fd is moved (move_mount). */
 int cdn_idmapped_tree(const char *dir, int userns_fd, uint64_t attrs);
+
+/* Bind what fd (O_PATH) names on itself, with what is mounted beneath it (as mount --rbind PATH
+ * PATH), without a path: it works where /proc/self is not this process's (a host process in a
+ * sandbox's mount namespace). 0 or -errno. */
+int cdn_bind_on_itself(int fd);

@@ -28,6 +28,8 @@ struct cdn_tier_escape {
     const char *why;
 };
 
+struct cdn_protect_mount; /* monitor/fanotify.h */
+
 struct cdn_tier_ops {
     const char *name;
     enum cdn_tier tier; /* the spec's value naming it */
@@ -112,6 +114,20 @@ struct cdn_tier_ops {
     /* A copy of the fanotify group init holds (sandbox.h fanotify_fd), for a
      * restarted cordond; -errno (EBADF: it holds none). NULL: its init holds none. */
     int (*fanotify_fd)(struct cdn_sandbox *sb);
+    /* A sandbox made with network "none" was given one at run time (cordond's egress.c joined its
+     * namespace; sb->resolver_ip is set): point its resolver there. -errno with err saying why
+     * not (the network works; names resolve through any address on port 53). NULL: the tier
+     * cannot be given a network later. */
+    int (*network_given)(struct cdn_sandbox *sb, struct cdn_error *err);
+    /* Change the protected paths of the running sandbox: bind add's patterns read-only (their
+     * parents pinned) and say which mounts that made (*ret, malloc'd, *ret_n of them), release the
+     * mounts release[] (ids of binds made for paths no longer protected). Nothing changes on
+     * failure; -EBUSY when a process of the sandbox holds a way in past a new bind (err names it).
+     * hook(hook_arg) runs every few ms meanwhile (the caller answers the fanotify events the work
+     * may cause). The host's marks are the caller's. NULL: fixed at creation. */
+    int (*protect)(struct cdn_sandbox *sb, const struct cdn_strv *add, const int *release, size_t n_release,
+                   struct cdn_protect_mount **ret, size_t *ret_n, void (*hook)(void *), void *hook_arg,
+                   struct cdn_error *err);
     /* A frame init sent on channel 0 that only this tier knows (a guest's USAGE report). Runs in
      * the host process that owns the sandbox; the payload is the sandbox's: hostile. 1: the tier's,
      * taken (its accounting may have changed); 0: not one of the tier's; -errno: the tier's, and

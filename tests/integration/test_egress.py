@@ -14,6 +14,7 @@ check in proxy.c's decide_named() skipped, the "ip-mismatch" cases reach
 203.0.113.66 and fail.
 """
 
+import asyncio
 import json
 import os
 import socket
@@ -299,10 +300,14 @@ def test_bad_network_input(egd):
     with pytest.raises(InvalidArgument) as e:
         Sandbox.create(endpoint=ep, network={"mode": "none", "allow": ["pypi.test"]})
     assert "network.allow" in str(e.value)
-    with Sandbox.create(endpoint=ep) as sb:
+    with Sandbox.create(endpoint=ep) as sb:  # none: a bad list gives it no network either
         with pytest.raises(InvalidArgument) as e:
-            sb.set_network(allow=["pypi.test"])
-        assert "none" in str(e.value)
+            sb.set_network(allow=["10.0.0.0/33"])
+        assert "network.allow[0]" in str(e.value)
+        with pytest.raises(InvalidArgument) as e:
+            sb.set_network(mode="none")
+        assert "'none' cannot be set at run time" in str(e.value)
+        assert sh(sb, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '").stdout.split() == ["lo"]
     with make(egd) as sb:
         with pytest.raises(InvalidArgument) as e:
             sb.set_network(allow=["10.0.0.0/33"])
@@ -1032,3 +1037,126 @@ def test_one_shot_run_judges_every_request(shared_dir, net, tier):
     assert "host=pypi.test" in got[0] and "keepalive" not in got[1], got
     assert json.loads(p.stderr.strip().splitlines()[-1])["violations"]["egress"] == 1, p.stderr
     assert [h["host"] for h in net.hits(kind="keepalive")[before:]] == ["pypi.test"]
+
+
+def host_if_of(sb):
+    return sb.info()["network"]["interface"]
+
+
+def test_a_none_sandbox_is_given_a_network_later(egd, net):
+    """The setup phase runs with no network at all; then the agent phase gets an allowlist. The
+    sandbox's own namespace gains eth0 (its processes hold no CAP_NET_ADMIN there, so they cannot
+    change it), its resolv.conf names the stub, and the interface goes with the sandbox."""
+    with Sandbox.create(endpoint=egd.endpoint, network="none") as sb:
+        r = sh(sb, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; curl -sS -m 5 http://203.0.113.10/")
+        assert r.stdout.split() == ["lo"] and r.exit_code != 0, r  # nothing reachable
+        res = sb.set_network(mode="allowlist", allow=["pypi.test:80"])
+        assert res["mode"] == "allowlist" and res["allow"] == ["pypi.test:80"], res
+        ev = [e for e in sb.events() if e["type"] == "network"]
+        assert ev and ev[-1]["given"] is True and "resolv_conf" not in ev[-1], ev
+        host_if = host_if_of(sb)
+        assert os.path.exists(f"/sys/class/net/{host_if}"), host_if
+        r = sh(sb, "grep nameserver /etc/resolv.conf; curl -sS -m 10 http://pypi.test/; echo; "
+                   "curl -sSk -m 10 https://secure.test/")
+        assert r.stdout.startswith("nameserver 198.1") and "host=pypi.test" in r.stdout, r
+        assert "203.0.113.11" not in r.stdout, r  # off the list: refused as in any allowlist sandbox
+        assert [(e["name"], e["decision"]) for e in tcp(sb)] == [("pypi.test", "allow")], tcp(sb)
+        r = sh(sb, "ip link set eth0 down; ip addr add 10.1.2.3/8 dev eth0; ip -o addr show eth0")
+        assert r.stderr.count("Operation not permitted") == 2, r
+        assert "state UP" in sh(sb, "ip -o link show eth0").stdout and "10.1.2.3" not in r.stdout, r
+        # Given once: the next change is an ordinary policy change.
+        assert sb.set_network(mode="allowlist", allow=[])["generation"] == 2
+        assert sh(sb, "curl -sS -m 5 http://pypi.test/").exit_code != 0
+    cordonlib.wait_for(lambda: not os.path.exists(f"/sys/class/net/{host_if}"), timeout=LEAK_TIMEOUT,
+                       what=f"{host_if} removed with the sandbox")
+
+
+@pytest.fixture
+def etc_image(oci_layout):
+    """An image whose /etc the sandbox's root owns (the host image's is the host's: read-only)."""
+    from test_images import busybox_layer, cordon
+    lay = oci_layout()
+    lay.tag(lay.new_image([busybox_layer()], config={"Env": ["PATH=/bin"]}), "v1")
+    ref = f"oci:{lay.path}:v1"
+    assert cordon("image", "pull", ref).returncode == 0
+    yield ref
+    cordon("image", "rm", ref)
+
+
+def test_a_resolv_conf_the_agent_replaced_is_left_alone(egd, net, etc_image):
+    """An agent that put a FIFO or a symlink at /etc/resolv.conf (writable_system) neither hangs
+    cordond's loop nor steers where the resolver's file is bound: the network is given, the path
+    left, and the event says why. Resolved with symlinks followed (container.c), the bind went over
+    the symlink's target, wherever the agent pointed it (a file a verifier reads): this test failed."""
+    with Sandbox.create(endpoint=egd.endpoint, network="none", image=etc_image, writable_system=True) as sb:
+        assert sh(sb, "rm -f /etc/resolv.conf && mkfifo /etc/resolv.conf").exit_code == 0
+        t0 = time.monotonic()
+        sb.set_network(mode="allowlist", allow=["pypi.test:80"])
+        assert time.monotonic() - t0 < 1.5
+        ev = [e for e in sb.events() if e["type"] == "network"][-1]
+        assert ev["given"] and "left as it was" in ev["resolv_conf"], ev
+    with Sandbox.create(endpoint=egd.endpoint, network="none", image=etc_image, writable_system=True) as sb:
+        assert sh(sb, "rm -f /etc/resolv.conf && echo mine > /tmp/r && ln -s /tmp/r /etc/resolv.conf").exit_code == 0
+        sb.set_network(mode="allowlist", allow=["pypi.test:80"])
+        ev = [e for e in sb.events() if e["type"] == "network"][-1]
+        assert ev["resolv_conf"] == "/etc/resolv.conf left as it was: a symlink", ev
+        assert sh(sb, "cat /tmp/r").stdout == "mine\n"
+        # The stub answers whatever address the agent's resolver asks on port 53.
+        r = sh(sb, "nslookup pypi.test 192.0.2.53")
+        assert "203.0.113.10" in r.stdout, r
+
+
+@pytest.mark.parametrize("tier", ["process", pytest.param("microvm", marks=pytest.mark.needs_vm)])
+def test_a_tier_that_cannot_be_given_a_network_says_so(egd, net, tier):
+    with Sandbox.create(endpoint=egd.endpoint, network="none", tier=tier) as sb:
+        with pytest.raises(InvalidArgument) as e:
+            sb.set_network(mode="allowlist", allow=["pypi.test:80"])
+        assert f"a {tier} sandbox created with network 'none' cannot get a network later" in str(e.value)
+        assert "'allowlist' and an empty list" in str(e.value)
+        assert sb.exec(["true"]).exit_code == 0  # nothing changed
+
+
+def test_a_network_given_later_survives_a_restart(shared_dir, net):
+    state = os.path.join(shared_dir, "state")
+    args = ("--state-dir", state, "--dns-upstream", fakenet.DNS_IP)
+    d = cordonlib.Daemon(shared_dir, *args, keep=True)
+    try:
+        sb = Sandbox.create(endpoint=d.endpoint, network="none")
+        sb.set_network(mode="allowlist", allow=["pypi.test:80"])
+        host_if = host_if_of(sb)
+    finally:
+        d.kill9()
+    d2 = cordonlib.Daemon(shared_dir, *args)
+    try:
+        sb2 = Sandbox.connect(sb.id, endpoint=d2.endpoint)
+        assert host_if_of(sb2) == host_if
+        assert "host=pypi.test" in sh(sb2, "curl -sS -m 10 http://pypi.test/").stdout
+        sb2.kill()
+    finally:
+        code = d2.stop()
+    assert code == 0, d2.output()
+    assert not os.path.exists(f"/sys/class/net/{host_if}")
+
+
+def test_cli_and_async_sdk_give_a_network(egd, net):
+    from cordon import AsyncSandbox
+    env = dict(os.environ, CORDON_SOCKET=egd.socket)
+    with Sandbox.create(endpoint=egd.endpoint, network="none") as sb:
+        p = subprocess.run([cordonlib.CORDON_BIN, "update", sb.id, "--network", "allowlist", "--allow", "pypi.test:80",
+                            "--label", "phase=agent"], env=env, capture_output=True, text=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        net_answer, info = [json.loads(x) for x in p.stdout.splitlines()]
+        assert net_answer["allow"] == ["pypi.test:80"] and info["labels"] == {"phase": "agent"}, p.stdout
+        assert "host=pypi.test" in sh(sb, "curl -sS -m 10 http://pypi.test/").stdout
+        p = subprocess.run([cordonlib.CORDON_BIN, "update", sb.id, "--allow", "x.test"], env=env,
+                           capture_output=True, text=True, timeout=30)
+        assert p.returncode == 125 and "--allow needs --network" in p.stderr, p
+
+    async def agent_phase():
+        async with await AsyncSandbox.create(endpoint=egd.endpoint, network="none") as asb:
+            res = await asb.set_network(mode="allowlist", allow=["pypi.test:80"])
+            assert res["mode"] == "allowlist", res
+            r = await asb.exec(["curl", "-sS", "-m", "10", "http://pypi.test/"])
+            assert "host=pypi.test" in r.stdout, r
+
+    asyncio.run(agent_phase())

@@ -285,8 +285,43 @@ TEST(identity_roundtrip_and_rejects)
     id.prefix = 31;
     CHECK(cdn_identity_encode(buf, sizeof buf, &id) < 0);
     id.prefix = 30;
+    /* The spec's user: a name, not a path; empty or with a '/' it is refused both ways. */
+    id.n_paths = 3;
+    id.paths[2].kind = CDN_PATH_USER;
+    (void) snprintf(id.paths[2].path, sizeof id.paths[2].path, "dev:1000");
+    CHECK((n = cdn_identity_encode(buf, sizeof buf, &id)) > 0);
+    CHECK_EQ_INT(cdn_identity_decode(buf, (size_t) n, &d), 0);
+    CHECK(d.n_paths == 3 && d.paths[2].kind == CDN_PATH_USER);
+    CHECK_STREQ(d.paths[2].path, "dev:1000");
+    buf[n - 2] = '/'; /* "dev:100/" */
+    CHECK_EQ_INT(cdn_identity_decode(buf, (size_t) n, &d), -EBADMSG);
+    id.paths[2].path[0] = 0;
+    CHECK(cdn_identity_encode(buf, sizeof buf, &id) < 0);
+    (void) snprintf(id.paths[2].path, sizeof id.paths[2].path, "a/b");
+    CHECK(cdn_identity_encode(buf, sizeof buf, &id) < 0);
+    id.n_paths = 2;
     id.workdir[0] = 0; /* a workdir is required */
     CHECK(cdn_identity_encode(buf, sizeof buf, &id) < 0);
+}
+
+TEST(tcp_open_payload)
+{
+    uint8_t p[6];
+    uint16_t port;
+    uint32_t window;
+    cdn_tcp_open_encode(p, 8000, 1u << 18);
+    CHECK_EQ_INT(cdn_tcp_open_decode(p, sizeof p, &port, &window), 0);
+    CHECK(port == 8000 && window == 1u << 18);
+    CHECK_EQ_INT(cdn_tcp_open_decode(p, sizeof p - 1, &port, &window), -EBADMSG);
+    cdn_tcp_open_encode(p, 0, 1);
+    CHECK_EQ_INT(cdn_tcp_open_decode(p, sizeof p, &port, &window), -EBADMSG); /* port 0 */
+    cdn_tcp_open_encode(p, 1, 0);
+    CHECK_EQ_INT(cdn_tcp_open_decode(p, sizeof p, &port, &window), -EBADMSG); /* no window */
+    uint8_t w[4];
+    uint32_t more;
+    cdn_window_encode(w, 65536);
+    CHECK_EQ_INT(cdn_window_decode(w, sizeof w, &more), 0);
+    CHECK(more == 65536);
 }
 
 TEST(policy_and_violation_payloads)

@@ -11,22 +11,32 @@
 #include "tiers/tier.h"
 #include "shared/fd-util.h"
 #include "shared/mount-util.h"
+#include "core/protect.h"
+#include "monitor/fanotify.h"
+#include "monitor/writes.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <linux/mount.h>
+#include <linux/openat2.h>
 #include <linux/sched.h>
+#include <ftw.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mount.h>
+#include <sys/fsuid.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -442,7 +452,17 @@ static int container_fanotify_fd(struct cdn_sandbox *sb)
     if (sb->init_pidfd < 0)
         return -ESRCH;
     int fd = (int) syscall(SYS_pidfd_getfd, sb->init_pidfd, CDN_FD_FANOTIFY, 0);
-    return fd < 0 ? -errno : fd;
+    if (fd < 0)
+        return -errno;
+    /* A group, not the place init keeps for one (init.c): EBADF as if it held none. */
+    char p[64], what[64];
+    (void) snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(p, what, sizeof what - 1);
+    if (n <= 0 || (what[n] = 0, strcmp(what, "anon_inode:[fanotify]") != 0)) {
+        (void) close(fd);
+        return -EBADF;
+    }
+    return fd;
 }
 
 /* The writable layer (of limits.disk_mb, on disk or a tmpfs) under its overlay, seen through init's
@@ -458,6 +478,412 @@ static int container_disk_full(struct cdn_sandbox *sb, bool *ret)
         return -errno;
     *ret = sb->spec->disk == CDN_DISK_DISK ? cdn_writable_full(&fs) : fs.f_bavail == 0;
     return 0;
+}
+
+/* Network given at run time (egress.c): a read-only file naming the new resolver is bound over
+ * the sandbox's /etc/resolv.conf, as at a create with a network (rootfs.c), by a child that enters
+ * its mount namespace. The agent owns that path by now: only a regular file reached without a
+ * symlink, and not a mount already, is covered (a symlink it planted could otherwise steer the
+ * bind over a file a verifier reads); err says why it was left. 2 s at most. */
+static int network_given_bind(const struct cdn_sandbox *sb, int fd);
+
+static int network_given_child(const struct cdn_sandbox *sb, const char *text)
+{
+    char dir[4200], name[64];
+    (void) snprintf(dir, sizeof dir, "%s/mnt", cdn_run_dir());
+    (void) snprintf(name, sizeof name, "resolv-%d.conf", (int) getpid());
+    int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    int fd = dfd < 0 ? -1 : openat(dfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 || cdn_write_all(fd, text, strlen(text)) < 0)
+        return errno;
+    int e = network_given_bind(sb, fd);
+    (void) unlinkat(dfd, name, 0); /* after the bind (a file unlinked first cannot be bound): it holds it */
+    return e;
+}
+
+static int network_given_bind(const struct cdn_sandbox *sb, int fd)
+{
+    int e, tree = (int) syscall(SYS_open_tree, fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+    e = errno;
+    struct mount_attr ro = {.attr_set =
+                                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC};
+    if (tree < 0 || syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &ro, sizeof ro) < 0)
+        return tree < 0 ? e : errno;
+    if (setns(sb->init_pidfd, CLONE_NEWNS) < 0)
+        return errno;
+    struct open_how how = {.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC,
+                           .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+    int target = cdn_openat2(AT_FDCWD, "/etc/resolv.conf", &how);
+    if (target < 0 && errno == ENOENT) { /* an image without one: made as the sandbox's root */
+        how = (struct open_how){.flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                                .mode = 0644,
+                                .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+        (void) setfsgid(sb->uid_base);
+        (void) setfsuid(sb->uid_base);
+        target = cdn_openat2(AT_FDCWD, "/etc/resolv.conf", &how);
+        e = errno;
+        (void) setfsuid(0);
+        (void) setfsgid(0);
+        errno = e;
+    }
+    struct stat st;
+    uint64_t id;
+    bool root = false;
+    if (target < 0)
+        return errno;
+    if (fstat(target, &st) < 0 || (e = -cdn_mount_of(target, "", AT_EMPTY_PATH, &id, &root)) > 0)
+        return e ? e : errno;
+    if (!S_ISREG(st.st_mode))
+        return S_ISLNK(st.st_mode) ? ELOOP : EINVAL;
+    if (root)
+        return EBUSY;
+    return syscall(SYS_move_mount, tree, "", target, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) <
+                   0
+               ? errno
+               : 0;
+}
+
+static int container_network_given(struct cdn_sandbox *sb, struct cdn_error *err)
+{
+    char text[128];
+    uint32_t ip = sb->resolver_ip;
+    (void) snprintf(text, sizeof text, "nameserver %u.%u.%u.%u\noptions timeout:2 attempts:2\n", ip >> 24,
+                    (ip >> 16) & 255, (ip >> 8) & 255, ip & 255);
+    if (sb->init_pidfd < 0)
+        return cdn_error_set(err, ESRCH, "its init is gone");
+    pid_t pid = fork();
+    if (pid < 0)
+        return cdn_error_set(err, errno, "fork: %m");
+    if (pid == 0)
+        _exit(network_given_child(sb, text) & 255);
+    _cleanup_close_ int pidfd = (int) syscall(SYS_pidfd_open, pid, 0);
+    struct pollfd p = {.fd = pidfd, .events = POLLIN};
+    int k;
+    while ((k = pidfd < 0 ? -1 : poll(&p, 1, 2000)) < 0 && errno == EINTR)
+        ;
+    if (k != 1)
+        (void) kill(pid, SIGKILL);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    char left[4200]; /* its file, whatever became of the child */
+    (void) snprintf(left, sizeof left, "%s/mnt/resolv-%d.conf", cdn_run_dir(), (int) pid);
+    (void) unlink(left);
+    int e = WIFEXITED(status) ? WEXITSTATUS(status) : ETIMEDOUT;
+    if (e == 0)
+        return 0;
+    return cdn_error_set(err, e, "/etc/resolv.conf left as it was: %s",
+                         e == ELOOP    ? "a symlink"
+                         : e == EINVAL ? "not a regular file"
+                         : e == EBUSY  ? "a mount point"
+                                       : strerror(e));
+}
+
+/* ---- protected paths changed at run time ---- */
+
+/* Where a reference held from before the change would lead past it: beneath each new pattern, and
+ * beneath the highest ancestor of its literal part that is not a mount point yet (the binds of
+ * cdn_protect_pin_parents land on a new mount there, and a working directory or descriptor in the
+ * mount beneath it still reaches the match unguarded). A pattern with a wildcard before its last
+ * component: its whole literal part. */
+static int holder_roots(int rootfd, const struct cdn_strv *add, struct cdn_strv *roots)
+{
+    for (size_t i = 0; i < add->n; i++) {
+        const char *p = add->v[i];
+        if (cdn_strv_push(roots, p) < 0)
+            return -ENOMEM;
+        char lit[1100];
+        size_t wild = strcspn(p, "*?["), cut = wild;
+        while (cut > 0 && p[cut - 1] != '/')
+            cut--; /* the literal directories before the first wildcard */
+        (void) snprintf(lit, sizeof lit, "%.*s", (int) (p[wild] ? cut : strlen(p)), p);
+        if (p[wild] && strchr(p + wild, '/') && cdn_strv_push(roots, cut > 1 ? lit : "/") < 0)
+            return -ENOMEM;
+        for (char *c = lit + 1; (c = strchr(c, '/')); c++) { /* "/a", "/a/b", … above the match */
+            *c = 0;
+            struct open_how how = {.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC,
+                                   .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+            _cleanup_close_ int fd = cdn_openat2(rootfd, lit, &how);
+            uint64_t id;
+            bool root = true;
+            if (fd >= 0)
+                (void) cdn_mount_of(fd, "", AT_EMPTY_PATH, &id, &root);
+            if (!root) { /* pinned now: everything beneath it */
+                if (cdn_strv_push(roots, lit) < 0)
+                    return -ENOMEM;
+                break;
+            }
+            *c = '/';
+        }
+    }
+    return 0;
+}
+
+static bool held_beneath(const char *target, const struct cdn_strv *roots)
+{
+    if (target[0] != '/')
+        return false;
+    for (size_t i = 0; i < roots->n; i++) {
+        size_t l = strlen(roots->v[i]);
+        if (strcmp(roots->v[i], "/") == 0 ||
+            (strncmp(target, roots->v[i], l) == 0 && (target[l] == 0 || target[l] == '/')))
+            return true;
+    }
+    return cdn_path_is_protected(target, roots); /* the patterns' own wildcards */
+}
+
+/* A thread of the sandbox (not its init) that holds something beneath roots: its working directory
+ * or root there, a descriptor, a mapping. Such a reference leads to the mount as it was before the
+ * bind, writable and unguarded. Read in the sandbox's own /proc, from its root (so that the paths
+ * are the sandbox's), thread by thread (a thread may have files and directory of its own). 0, or
+ * -EBUSY with err naming it. A descriptor in flight in a socket is not seen (docs/events.md). */
+static int find_holder(const struct cdn_strv *roots, struct cdn_error *err)
+{
+    _cleanup_closedir_ DIR *procs = opendir("/proc");
+    if (!procs)
+        return cdn_error_set(err, errno, "open the sandbox's /proc: %m");
+    char p[160], target[1024];
+    for (struct dirent *de; (de = readdir(procs));) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        if (*end || pid <= 1)
+            continue;
+        (void) snprintf(p, sizeof p, "/proc/%ld/task", pid);
+        _cleanup_closedir_ DIR *tasks = opendir(p);
+        for (struct dirent *te; tasks && (te = readdir(tasks));) {
+            if (te->d_name[0] == '.')
+                continue;
+            static const char *const links[] = {"cwd", "root"};
+            for (size_t i = 0; i < ELEMENTSOF(links); i++) {
+                (void) snprintf(p, sizeof p, "/proc/%ld/task/%s/%s", pid, te->d_name, links[i]);
+                ssize_t n = readlink(p, target, sizeof target - 1);
+                if (n > 0 && (target[n] = 0, held_beneath(target, roots)))
+                    return cdn_error_set(err, EBUSY, "pid %ld has its %s in %s", pid, links[i], target);
+            }
+            (void) snprintf(p, sizeof p, "/proc/%ld/task/%s/fd", pid, te->d_name);
+            _cleanup_closedir_ DIR *fds = opendir(p);
+            for (struct dirent *fe; fds && (fe = readdir(fds));) {
+                if (fe->d_name[0] == '.')
+                    continue;
+                (void) snprintf(p, sizeof p, "/proc/%ld/task/%s/fd/%s", pid, te->d_name, fe->d_name);
+                ssize_t n = readlink(p, target, sizeof target - 1);
+                if (n > 0 && (target[n] = 0, held_beneath(target, roots)))
+                    return cdn_error_set(err, EBUSY, "pid %ld holds %s open (fd %s)", pid, target,
+                                         fe->d_name);
+            }
+        }
+        (void) snprintf(p, sizeof p, "/proc/%ld/maps", pid);
+        _cleanup_fclose_ FILE *maps = fopen(p, "re");
+        char line[1400];
+        while (maps && fgets(line, sizeof line, maps)) {
+            char *path = strchr(line, '/');
+            if (!path)
+                continue;
+            path[strcspn(path, "\n")] = 0;
+            if (held_beneath(path, roots))
+                return cdn_error_set(err, EBUSY, "pid %ld maps %s", pid, path);
+        }
+    }
+    return 0;
+}
+
+/* A file beneath a new bind with another name (a hard link made before the change): that name is
+ * on the mount beneath, writable and unguarded. */
+static __thread struct cdn_error *link_err;
+static int check_links(const char *path, const struct stat *st, int type, struct FTW *f)
+{
+    (void) f;
+    if (type == FTW_F && S_ISREG(st->st_mode) && st->st_nlink > 1)
+        return cdn_error_set(link_err, EBUSY, "%s has %ju names: a hard link to it lies outside", path,
+                             (uintmax_t) st->st_nlink);
+    return 0;
+}
+
+struct bound {
+    struct cdn_protect_mount *v;
+    size_t n, cap;
+    bool oom;
+};
+
+static void on_bound(void *ud, const char *path, int mnt_id)
+{
+    struct bound *b = ud;
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 16;
+        struct cdn_protect_mount *v = realloc(b->v, cap * sizeof *v);
+        if (!v) {
+            b->oom = true;
+            return;
+        }
+        b->v = v, b->cap = cap;
+    }
+    b->v[b->n].mnt_id = mnt_id;
+    (void) snprintf(b->v[b->n++].path, sizeof b->v[0].path, "%s", path);
+}
+
+/* Released: the bind of a path no longer protected stays (a mount point, so it still cannot be
+ * moved aside) and takes the mode of the mount it covers again. By mount id (the host's record),
+ * never by a path the agent could have pointed elsewhere since. */
+static int release(int rootfd, const int *ids, size_t n_ids, struct cdn_error *err)
+{
+    if (!n_ids)
+        return 0;
+    struct cdn_mount_info *m = NULL;
+    size_t n = 0;
+    int r = cdn_mounts_read(1, &m, &n); /* the sandbox's /proc: its init */
+    if (r < 0)
+        return cdn_error_set(err, -r, "read the sandbox's mounts: %s", strerror(-r));
+    for (size_t i = 0; r >= 0 && i < n; i++) {
+        bool wanted = false, covered_ro = false;
+        for (size_t k = 0; k < n_ids; k++)
+            wanted |= ids[k] == m[i].id;
+        for (size_t j = 0; wanted && j < n; j++)
+            covered_ro |= m[j].id == m[i].parent && m[j].ro;
+        if (!wanted || covered_ro)
+            continue; /* read-only beneath: it stays so */
+        struct open_how how = {.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC,
+                               .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+        _cleanup_close_ int fd = cdn_openat2(rootfd, m[i].mp, &how);
+        uint64_t id;
+        bool root = false;
+        if (fd < 0 || cdn_mount_of(fd, "", AT_EMPTY_PATH, &id, &root) < 0 || (int) id != m[i].id || !root)
+            continue; /* gone, or covered */
+        struct mount_attr rw = {.attr_clr = MOUNT_ATTR_RDONLY};
+        if (syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH, &rw, sizeof rw) < 0)
+            r = cdn_error_set(err, errno, "release %s: %m", m[i].mp);
+    }
+    cdn_mounts_free(m, n);
+    return r;
+}
+
+/* In the sandbox's mount namespace: add's matches bound read-only (cdn_rootfs_protect, each new
+ * bind recorded in b), then the mounts of release released. If a pattern fails or a process holds
+ * a way in (find_holder, check_links), every bind made here is undone and nothing released. */
+static int protect_child(const struct cdn_sandbox *sb, const struct cdn_strv *add, const int *rel,
+                         size_t n_rel, struct bound *b, struct cdn_error *err)
+{
+    if (setns(sb->init_pidfd, CLONE_NEWNS) < 0)
+        return cdn_error_set(err, errno, "enter the sandbox's mount namespace: %m");
+    _cleanup_close_ int rootfd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rootfd < 0)
+        return cdn_error_set(err, errno, "open the sandbox's root: %m");
+    _cleanup_(cdn_strv_free) struct cdn_strv roots = {0};
+    int r = holder_roots(rootfd, add, &roots) < 0 ? cdn_error_set(err, ENOMEM, "out of memory") : 0;
+    if (r >= 0 && add->n)
+        r = cdn_rootfs_protect(rootfd, add, on_bound, b, err);
+    if (r >= 0 && b->oom)
+        r = cdn_error_set(err, ENOMEM, "out of memory");
+    if (r >= 0 && add->n)
+        r = find_holder(&roots, err);
+    link_err = err;
+    for (size_t i = 0; r >= 0 && i < b->n; i++)
+        if (nftw(b->v[i].path, check_links, 32, FTW_PHYS | FTW_MOUNT) != 0)
+            r = err->errnum ? -err->errnum : cdn_error_set(err, errno, "walk %s: %m", b->v[i].path);
+    if (r < 0) {
+        for (size_t i = b->n; i-- > 0;)
+            (void) umount2(b->v[i].path, MNT_DETACH | UMOUNT_NOFOLLOW);
+        b->n = 0;
+        return r;
+    }
+    return release(rootfd, rel, n_rel, err);
+}
+
+/* What the child sends: an int, then that many cdn_protect_mount, or -1 then a cdn_error. */
+static int container_protect(struct cdn_sandbox *sb, const struct cdn_strv *add, const int *rel, size_t n_rel,
+                             struct cdn_protect_mount **ret, size_t *ret_n, void (*hook)(void *),
+                             void *hook_arg, struct cdn_error *err)
+{
+    *ret = NULL, *ret_n = 0;
+    if (sb->init_pidfd < 0)
+        return cdn_error_set(err, ESRCH, "its init is gone");
+    int pipefd[2];
+    if (pipe2(pipefd, O_CLOEXEC) < 0)
+        return cdn_error_set(err, errno, "pipe: %m");
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        (void) close(pipefd[0]);
+        (void) close(pipefd[1]);
+        return cdn_error_set(err, e, "fork: %m");
+    }
+    if (pid == 0) {
+        struct cdn_error e = {0};
+        struct bound b = {0};
+        int r = protect_child(sb, add, rel, n_rel, &b, &e), n = r < 0 ? -1 : (int) b.n;
+        bool ok = cdn_write_all(pipefd[1], &n, sizeof n) == 0 &&
+                  (r < 0 ? cdn_write_all(pipefd[1], &e, sizeof e)
+                         : cdn_write_all(pipefd[1], b.v, b.n * sizeof *b.v)) == 0;
+        _exit(ok ? 0 : 1);
+    }
+    (void) close(pipefd[1]);
+    /* Read all of it while waiting: the child's walk may open a directory the host guards, whose
+     * permission event the caller answers in hook (else the two would wait on each other). */
+    uint8_t *buf = NULL;
+    size_t len = 0, cap = 0;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int r = 0;
+    for (;;) {
+        struct pollfd pfd = {.fd = pipefd[0], .events = POLLIN};
+        int k = poll(&pfd, 1, 10);
+        if (hook)
+            hook(hook_arg);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - t0.tv_sec > 30) {
+            (void) kill(pid, SIGKILL);
+            r = cdn_error_set(err, ETIMEDOUT, "changing the protected paths took over 30 s");
+            break;
+        }
+        if (k <= 0)
+            continue;
+        if (len == cap) {
+            uint8_t *nb = realloc(buf, cap = cap ? cap * 2 : 65536);
+            if (!nb) {
+                (void) kill(pid, SIGKILL);
+                r = cdn_error_set(err, ENOMEM, "out of memory");
+                break;
+            }
+            buf = nb;
+        }
+        ssize_t got = read(pipefd[0], buf + len, cap - len);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        len += (size_t) got;
+    }
+    (void) close(pipefd[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    int n = 0;
+    if (r >= 0 && (len < sizeof n || !WIFEXITED(status) || WEXITSTATUS(status) != 0))
+        r = cdn_error_set(err, EIO, "the child that changes the protected paths failed (status %d)", status);
+    if (r >= 0)
+        memcpy(&n, buf, sizeof n);
+    if (r >= 0 && n < 0) {
+        struct cdn_error e = {0};
+        if (len != sizeof n + sizeof e)
+            r = cdn_error_set(err, EIO, "the child that changes the protected paths said nothing");
+        else {
+            memcpy(&e, buf + sizeof n, sizeof e);
+            e.msg[sizeof e.msg - 1] = 0, e.field[sizeof e.field - 1] = 0;
+            *err = e;
+            r = -(e.errnum ? e.errnum : EIO);
+        }
+    } else if (r >= 0 && len != sizeof n + (size_t) n * sizeof **ret) {
+        r = cdn_error_set(err, EIO, "the child that changes the protected paths said too little");
+    } else if (r >= 0 && n > 0) {
+        *ret = malloc((size_t) n * sizeof **ret);
+        if (!*ret)
+            r = cdn_error_set(err, ENOMEM, "out of memory");
+        else {
+            memcpy(*ret, buf + sizeof n, (size_t) n * sizeof **ret);
+            *ret_n = (size_t) n;
+        }
+    }
+    free(buf);
+    return r;
 }
 
 const struct cdn_tier_ops cdn_container_tier = {
@@ -477,4 +903,6 @@ const struct cdn_tier_ops cdn_container_tier = {
     .sweep_slots = container_sweep_slots,
     .monitor_fd = container_monitor_fd,
     .fanotify_fd = container_fanotify_fd,
+    .network_given = container_network_given,
+    .protect = container_protect,
 };

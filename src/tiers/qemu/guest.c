@@ -76,6 +76,11 @@ static int send_identity(struct cdn_sandbox *sb)
         id.paths[id.n_paths].kind = CDN_PATH_SYSTEM;
         (void) snprintf(id.paths[id.n_paths++].path, sizeof id.paths[0].path, "/");
     }
+    if (sb->spec->user &&
+        id.n_paths < CDN_IDENTITY_PATHS) { /* the guest checks it, and gives it /workspace */
+        id.paths[id.n_paths].kind = CDN_PATH_USER;
+        (void) snprintf(id.paths[id.n_paths++].path, sizeof id.paths[0].path, "%s", sb->spec->user);
+    }
     /* the /30 of the sandbox's veth; the host end routes and resolves */
     if (sb->netns_fd >= 0 && sb->sandbox_ip) {
         id.ip = sb->sandbox_ip;
@@ -256,7 +261,7 @@ static int check_binds(const struct cdn_sandbox *sb, struct cdn_error *err)
             return cdn_error_set(err, errno, "create %s: %m", p);
     }
     const struct cdn_spec *spec = sb->spec;
-    if (spec->n_mounts + spec->protect.n + spec->writable_system > CDN_IDENTITY_PATHS)
+    if (spec->n_mounts + spec->protect.n + spec->writable_system + (spec->user != NULL) > CDN_IDENTITY_PATHS)
         return cdn_error_field(err, E2BIG, spec->protect.n ? "protect" : "mounts",
                                "mounts and protect: at most %d together for tier %s", CDN_IDENTITY_PATHS,
                                sb->tier->name);

@@ -153,7 +153,7 @@ extern const struct cdn_tier_escape cdn_qemu_by_design[];
  * running after IDENTITY and POLICY are answered, a warm command before a pooled guest is ready, and
  * the ops above. Each table adds its name, its enum and its create. */
 #define CDN_QEMU_TIER_OPS                                                                                    \
-    .guest_supervises = true, .exec_pipes = true, .start_answers = 2, .warm_exec = true,                     \
+    .guest_supervises = true, .exec_pipes = true, .start_answers = 2, .warm_exec = true, .users = true,      \
     .by_design = cdn_qemu_by_design, .ready = cdn_qemu_ready, .kill = cdn_qemu_kill,                         \
     .usage = cdn_qemu_usage, .set_limits = cdn_qemu_set_limits, .disk_full = cdn_qemu_disk_full,             \
     .destroy = cdn_qemu_destroy, .detach = cdn_qemu_detach, .adopt = cdn_qemu_adopt,                         \
