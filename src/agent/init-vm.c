@@ -797,13 +797,21 @@ void cdn_vm_usage_report(bool force)
                               .pids_max_hits = event_count(cg_events[1], "max")};
     u.memory_peak_bytes = memory_peak();
     struct statfs fs;
-    u.disk_full = statfs("/tmp", &fs) == 0 && fs.f_bavail == 0;
+    bool fs_known = statfs("/tmp", &fs) == 0;
+    u.disk_full = fs_known && fs.f_bavail == 0;
+    char buf[32] = "";
+    _cleanup_close_ int pfd = openat(cg_fd, "pids.current", O_RDONLY | O_CLOEXEC);
+    ssize_t n = pfd >= 0 ? read(pfd, buf, sizeof buf - 1) : -1;
+    u.now_known = true;
+    u.pids = n > 0 ? strtoull(buf, NULL, 10) : 0;
+    u.disk_size_bytes = fs_known ? (uint64_t) fs.f_blocks * (uint64_t) fs.f_frsize : 0;
+    u.disk_used_bytes = fs_known ? (uint64_t) (fs.f_blocks - fs.f_bfree) * (uint64_t) fs.f_frsize : 0;
     if (!force && usage_sent && u.oom_kills == last_usage.oom_kills &&
         u.pids_max_hits == last_usage.pids_max_hits && u.disk_full == last_usage.disk_full)
         return;
     last_usage = u;
     usage_sent = true;
-    uint8_t b[32];
+    uint8_t b[64];
     int len = cdn_usage_encode(b, sizeof b, &u);
     if (len > 0)
         cdn_agent_send(CDN_FRAME_USAGE, 0, b, (uint32_t) len);

@@ -359,6 +359,8 @@ static void api_update(struct evhttp_request *req, struct box *b)
         r = t->set_limits(&b->sb, &a.new_limits, a.limits, &err);
         if (r < 0) {
             cdn_update_args_free(&a);
+            /* Those set before the one refused go back, as far as the kernel lets them. */
+            (void) t->set_limits(&b->sb, &before, a.limits, NULL);
             return cdn_api_reply_cdn_error(
                 req, r == -EOPNOTSUPP || r == -EINVAL ? 400 : 409,
                 r == -EOPNOTSUPP || r == -EINVAL ? "invalid_argument" : "limits_refused", &err);

@@ -169,7 +169,7 @@ json_t *cdn_box_to_json(struct box *b)
                             json_real(b->created_unix + (double) b->spec.limits.timeout_ms / 1e3));
     if (o && b->image_manifest[0])
         json_object_set_new(o, "image_digest", json_string(b->image_manifest));
-    if (o && b->sb.tier->describe) /* a VM's: what runs the guest, and how it started */
+    if (o && b->sb.tier->describe && !b->restored) /* a VM's: what runs the guest, and how it started */
         b->sb.tier->describe(&b->sb, o, CDN_DESCRIBE_API);
     if (o)
         json_object_set_new(o, "violations", cdn_box_violations_json(b));
@@ -347,6 +347,8 @@ void cdn_box_delete(struct box *b, const char *reason)
     if (cdn_daemon->listener)
         cdn_daemon->listener->ended(b);
     LIST_REMOVE(b, link);
+    if (b->uncounted)
+        cdn_record_remove_ended(b->sb.id);
     if (b->pool)
         cdn_pool_box_gone(b);
     else if (b->uncounted)
@@ -718,6 +720,17 @@ static void box_ended(struct box *b)
     if (!keep || arm(&b->lifetime_ev, on_retention, b, (uint64_t) keep * 1000) < 0) {
         cdn_box_delete(b, keep ? "out of memory for its retention" : "ended (retention 0)");
         return;
+    }
+    /* On disk too, for a cordond that starts within the retention (restore_ended). */
+    struct evbuffer *ev = b->pool || b->sibling ? NULL : evbuffer_new(); /* a client's only */
+    if (ev) {
+        cdn_box_events_write(b, ev);
+        size_t len = evbuffer_get_length(ev);
+        const char *text = len ? (const char *) evbuffer_pullup(ev, -1) : "";
+        if (text && cdn_record_write_ended(b, text, len) < 0)
+            fprintf(stderr, "cordond: sandbox %s: its end not written down (a restart forgets it)\n",
+                    b->sb.id);
+        evbuffer_free(ev);
     }
     while (cdn_daemon->n_ended > cdn_daemon->cfg.max_sandboxes) {
         struct box *x, *oldest = NULL;
@@ -1094,10 +1107,67 @@ static void adopt_counted(const char *id, const char *path)
     adopted += cdn_daemon->n_boxes > before;
 }
 
+/* An ended sandbox an earlier cordond kept (cdn_record_write_ended), for the rest of its retention:
+ * listed, its GET, events and violations answered as before, 410 for what needs it running. */
+static void restore_ended(const char *id, const char *path)
+{
+    _cleanup_json_ json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
+    json_t *spec = json_object_get(o, "spec"), *viol = json_object_get(o, "violations");
+    double ended = json_number_value(json_object_get(o, "ended_at"));
+    double left = ended + cdn_daemon->cfg.retention_s - now_unix();
+    const char *events = json_string_value(json_object_get(o, "events"));
+    const char *reason = json_string_value(json_object_get(o, "exit_reason"));
+    _cleanup_free_ char *spec_text = spec ? json_dumps(spec, JSON_COMPACT) : NULL;
+    struct box *b = calloc(1, sizeof *b);
+    struct cdn_error err = {0};
+    if (!b || !(b->events = evbuffer_new()) || cdn_spec_init(&b->spec) < 0) {
+        if (b && b->events)
+            evbuffer_free(b->events);
+        free(b);
+        return;
+    }
+    bool ok = o && spec_text && events && reason && ended > 0 && left > 0 &&
+              strcmp(json_string_value(json_object_get(o, "id")) ?: "", id) == 0 &&
+              cdn_spec_from_json(&b->spec, spec_text, strlen(spec_text), &err) >= 0 &&
+              cdn_tier_lookup(b->spec.tier) && cdn_daemon->n_ended < cdn_daemon->cfg.max_sandboxes;
+    if (!ok) { /* past its retention, or not what a cordond wrote */
+        cdn_record_remove_ended(id);
+        cdn_spec_free(&b->spec);
+        evbuffer_free(b->events);
+        free(b);
+        return;
+    }
+    b->fanotify_fd = -1;
+    LIST_INIT(&b->followers);
+    cdn_sandbox_init(&b->sb, &b->spec);
+    cdn_session_init(&b->session, &b->sb, &cdn_box_session_ops, b);
+    (void) snprintf(b->sb.id, sizeof b->sb.id, "%s", id);
+    b->sb.tier = cdn_tier_lookup(b->spec.tier);
+    b->state = BOX_EXITED;
+    b->cleaned = b->uncounted = b->restored = true;
+    b->created_unix = json_number_value(json_object_get(o, "created_at"));
+    b->ended_unix = ended;
+    b->execs = (uint64_t) json_integer_value(json_object_get(o, "execs"));
+    (void) snprintf(b->exit_reason, sizeof b->exit_reason, "%s", reason);
+    json_t *usage = json_object_get(o, "usage");
+    b->final_usage = json_is_object(usage) ? json_incref(usage) : NULL;
+    json_t *counts = json_object_get(viol, "counts");
+    for (int k = 0; k < _CDN_VK_MAX; k++)
+        b->session.counts[k] = (uint64_t) json_integer_value(json_object_get(counts, cdn_vk_name(k)));
+    b->session.first = json_number_value(json_object_get(viol, "first"));
+    b->session.last = json_number_value(json_object_get(viol, "last"));
+    (void) evbuffer_add(b->events, events, strlen(events));
+    LIST_INSERT_HEAD(&cdn_daemon->boxes, b, link);
+    cdn_daemon->n_ended++;
+    if (arm(&b->lifetime_ev, on_retention, b, (uint64_t) (left * 1000) + 1) < 0)
+        cdn_box_delete(b, "out of memory for its retention");
+}
+
 int cdn_box_adopt_all(void)
 {
     adopted = 0;
     (void) cdn_record_scan(adopt_counted);
+    (void) cdn_record_scan_ended(restore_ended);
     return adopted;
 }
 

@@ -233,6 +233,14 @@ static int register_box(struct box *b, struct cdn_egress_box *e, struct cdn_erro
     return 0;
 }
 
+/* What the tier needs of the box's namespace: its fd, the resolver, the sandbox's address. */
+static void netns_in_sandbox(struct box *b)
+{
+    b->sb.netns_fd = b->netns.fd;
+    b->sb.resolver_ip = b->netns.host_ip;
+    b->sb.sandbox_ip = b->netns.sandbox_ip;
+}
+
 int cdn_egress_attach(struct box *b, struct cdn_error *err)
 {
     if (b->spec.net_mode == CDN_NET_NONE)
@@ -254,9 +262,7 @@ int cdn_egress_attach(struct box *b, struct cdn_error *err)
         return r;
     }
     TAKE_PTR(e); /* b->egress now */
-    b->sb.netns_fd = b->netns.fd;
-    b->sb.resolver_ip = b->netns.host_ip;
-    b->sb.sandbox_ip = b->netns.sandbox_ip;
+    netns_in_sandbox(b);
     return 0;
 }
 
@@ -377,9 +383,7 @@ static int give_network(struct box *b, char **resolv, struct cdn_error *err)
         return r;
     }
     TAKE_PTR(e); /* b->egress now */
-    b->sb.netns_fd = b->netns.fd;
-    b->sb.resolver_ip = b->netns.host_ip;
-    b->sb.sandbox_ip = b->netns.sandbox_ip;
+    netns_in_sandbox(b);
     struct cdn_error why = {0};
     *resolv = b->sb.tier->network_given(&b->sb, &why) < 0 ? strdup(why.msg) : NULL;
     return 0;

@@ -179,23 +179,63 @@ int cdn_record_load(const char *path, struct record *ret, struct cdn_error *err)
     return 0;
 }
 
-int cdn_record_scan(void (*fn)(const char *id, const char *path))
+static int scan(const char *ext, void (*fn)(const char *id, const char *path))
 {
     _cleanup_closedir_ DIR *d = opendir(cdn_daemon->cfg.sandbox_dir);
     if (!d)
         return errno == ENOENT ? 0 : -errno;
     struct dirent *de;
+    size_t el = strlen(ext);
     while ((de = readdir(d))) {
         size_t n = strlen(de->d_name);
-        if (n != CDN_ID_LEN + 5 || strcmp(de->d_name + CDN_ID_LEN, ".json") != 0)
+        if (n != CDN_ID_LEN + 1 + el || de->d_name[CDN_ID_LEN] != '.' ||
+            strcmp(de->d_name + CDN_ID_LEN + 1, ext) != 0)
             continue;
         char id[CDN_ID_LEN + 1], path[512];
         memcpy(id, de->d_name, CDN_ID_LEN);
         id[CDN_ID_LEN] = 0;
         if (!valid_id(id))
             continue;
-        cdn_record_path(id, "json", path, sizeof path);
+        cdn_record_path(id, ext, path, sizeof path);
         fn(id, path);
     }
     return 0;
+}
+
+int cdn_record_scan(void (*fn)(const char *id, const char *path))
+{
+    return scan("json", fn);
+}
+
+int cdn_record_scan_ended(void (*fn)(const char *id, const char *path))
+{
+    return scan("ended", fn);
+}
+
+int cdn_record_write_ended(const struct box *b, const char *events, size_t len)
+{
+    _cleanup_free_ char *spec = cdn_spec_to_json(&b->spec);
+    _cleanup_json_ json_t *o =
+        json_pack("{s:s, s:o?, s:f, s:f, s:s, s:I, s:O?, s:o, s:s%}", "id", b->sb.id, "spec",
+                  spec ? json_loads(spec, 0, NULL) : NULL, "created_at", b->created_unix, "ended_at",
+                  b->ended_unix, "exit_reason", b->exit_reason, "execs", (json_int_t) b->execs, "usage",
+                  b->final_usage, "violations", cdn_box_violations_json(b), "events", events, len);
+    if (!o || !json_object_get(o, "spec"))
+        return -ENOMEM;
+    char path[512], tmp[520];
+    cdn_record_path(b->sb.id, "ended", path, sizeof path);
+    (void) snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (json_dump_file(o, tmp, JSON_COMPACT) < 0 || chmod(tmp, 0600) < 0 || rename(tmp, path) < 0) {
+        int e = errno ? errno : EIO;
+        (void) unlink(tmp);
+        return -e;
+    }
+    return 0;
+}
+
+void cdn_record_remove_ended(const char *id)
+{
+    char path[512];
+    cdn_record_path(id, "ended", path, sizeof path);
+    (void) unlink(path);
 }

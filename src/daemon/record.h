@@ -39,3 +39,9 @@ int cdn_record_connect(const char *id);
 int cdn_record_load(const char *path, struct record *ret, struct cdn_error *err);
 /* fn(id, path) for every record in the directory. */
 int cdn_record_scan(void (*fn)(const char *id, const char *path));
+
+/* An ended sandbox kept for its retention (<id>.ended): what GET, its events and violations answer,
+ * so that a restarted cordond still answers them (410 for the rest) until the retention ends. */
+int cdn_record_write_ended(const struct box *b, const char *events, size_t len);
+void cdn_record_remove_ended(const char *id);
+int cdn_record_scan_ended(void (*fn)(const char *id, const char *path));

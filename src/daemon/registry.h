@@ -141,6 +141,7 @@ struct box {
     double ended_unix;     /* when it exited (ended: box_ended); 0 while it runs */
     bool ending;           /* cordond ends it (its lifetime, its idle timeout): it ran, keep its record */
     bool uncounted;        /* ended and kept for its retention: not one of n_boxes, one of n_ended */
+    bool restored;         /* … as an earlier cordond kept it (its <id>.ended): no tier state */
     struct event *idle_ev; /* limits.idle_timeout_ms: looks at last_request (box.c) */
     json_t *final_usage;   /* its usage as it ended (cleanup), for GET afterwards */
     struct timespec last_request; /* CLOCK_MONOTONIC of the last request on it (cdn_box_touch) */

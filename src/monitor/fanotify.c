@@ -93,6 +93,15 @@ static int mark_fd(int group, int fd, uint64_t mask)
     return fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_MOUNT, mask, AT_FDCWD, p) < 0 ? -errno : 0;
 }
 
+/* The root of init_pid (O_PATH), or -errno with err set. */
+static int open_root(pid_t init_pid, struct cdn_error *err)
+{
+    char p[64];
+    (void) snprintf(p, sizeof p, "/proc/%d/root", (int) init_pid);
+    int fd = open(p, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    return fd < 0 ? cdn_error_set(err, errno, "open %s: %m", p) : fd;
+}
+
 static int open_beneath(int rootfd, const char *path)
 {
     struct open_how how = {.flags = O_PATH | O_CLOEXEC | O_NOFOLLOW,
@@ -224,11 +233,9 @@ static int mark_submounts(int group, pid_t init_pid, int rootfd, struct cdn_fano
 int cdn_fanotify_mark_mounts(int group, pid_t init_pid, const struct cdn_protect_mount *m, size_t n_m,
                              struct cdn_fanotify_marks *out, struct cdn_error *err)
 {
-    char p[64];
-    (void) snprintf(p, sizeof p, "/proc/%d/root", (int) init_pid);
-    _cleanup_close_ int rootfd = open(p, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    _cleanup_close_ int rootfd = open_root(init_pid, err);
     if (rootfd < 0)
-        return cdn_error_set(err, errno, "open %s: %m", p);
+        return rootfd;
     size_t first = out->n;
     for (size_t i = 0; i < n_m; i++) {
         _cleanup_close_ int fd = open_beneath(rootfd, m[i].path);
@@ -269,11 +276,9 @@ int cdn_fanotify_mounts_beneath(pid_t init_pid, const struct cdn_fanotify_marks 
 int cdn_fanotify_mark_sandbox(int group, pid_t init_pid, const struct cdn_strv *protect, bool kernel,
                               struct cdn_fanotify_marks *out, struct cdn_error *err)
 {
-    char p[64];
-    (void) snprintf(p, sizeof p, "/proc/%d/root", (int) init_pid);
-    _cleanup_close_ int rootfd = open(p, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    _cleanup_close_ int rootfd = open_root(init_pid, err);
     if (rootfd < 0)
-        return cdn_error_set(err, errno, "open %s: %m", p);
+        return rootfd;
     size_t first = out->n;
     struct mark_ctx c = {group, out, err};
     for (size_t i = 0; i < protect->n; i++) {
@@ -310,41 +315,37 @@ int cdn_fanotify_unmark(int group, pid_t init_pid, const struct cdn_fanotify_mar
 {
     if (!m->n)
         return 0;
-    char p[64];
-    (void) snprintf(p, sizeof p, "/proc/%d/root", (int) init_pid);
-    _cleanup_close_ int rootfd = open(p, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    (void) snprintf(p, sizeof p, "/proc/%d/mountinfo", (int) init_pid);
-    _cleanup_fclose_ FILE *f = rootfd >= 0 ? fopen(p, "re") : NULL;
-    if (!f)
-        return cdn_error_set(err, errno, "read %s: %m", p);
-    char line[8192];
-    while (fgets(line, sizeof line, f)) {
-        int id, parent;
-        char mp[4096];
-        if (sscanf(line, "%d %d %*s %*s %4095s", &id, &parent, mp) != 3 || !cdn_fanotify_marks_find(m, id))
+    _cleanup_close_ int rootfd = open_root(init_pid, err);
+    if (rootfd < 0)
+        return rootfd;
+    struct cdn_mount_info *v = NULL;
+    size_t n = 0;
+    int r = cdn_mounts_read(init_pid, &v, &n);
+    if (r < 0)
+        return cdn_error_set(err, -r, "read the mounts of init %d: %s", (int) init_pid, strerror(-r));
+    for (size_t i = 0; r >= 0 && i < n; i++) {
+        if (!cdn_fanotify_marks_find(m, v[i].id))
             continue;
-        unescape(mp);
-        _cleanup_close_ int fd = open_beneath(rootfd, mp);
+        _cleanup_close_ int fd = open_beneath(rootfd, v[i].mp);
         int got = -1;
         bool root = false;
-        if (fd < 0 || mount_of(fd, &got, &root) < 0 || got != id || !root)
+        if (fd < 0 || mount_of(fd, &got, &root) < 0 || got != v[i].id || !root)
             continue; /* gone meanwhile: its mark went with it */
         char fp[64];
         (void) snprintf(fp, sizeof fp, "/proc/self/fd/%d", fd);
         if (fanotify_mark(group, FAN_MARK_REMOVE | FAN_MARK_MOUNT, PROTECT_MASK, AT_FDCWD, fp) < 0 &&
             errno != ENOENT)
-            return cdn_error_set(err, errno, "unguard %s: fanotify_mark: %m", mp);
+            r = cdn_error_set(err, errno, "unguard %s: fanotify_mark: %m", v[i].mp);
     }
-    return 0;
+    cdn_mounts_free(v, n);
+    return r;
 }
 
 int cdn_fanotify_check_moved(pid_t init_pid, const struct cdn_fanotify_marks *m, struct cdn_error *err)
 {
-    char p[64];
-    (void) snprintf(p, sizeof p, "/proc/%d/root", (int) init_pid);
-    _cleanup_close_ int rootfd = open(p, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    _cleanup_close_ int rootfd = open_root(init_pid, err);
     if (rootfd < 0)
-        return cdn_error_set(err, errno, "open %s: %m", p);
+        return rootfd;
     for (size_t i = 0; i < m->n; i++) {
         if (!m->v[i].path)
             continue;

@@ -562,22 +562,31 @@ int cdn_violation_decode(const uint8_t *p, size_t len, struct cdn_violation_msg 
 
 int cdn_usage_encode(uint8_t *buf, size_t size, const struct cdn_usage_msg *u)
 {
-    if (size < 25)
+    if (size < 49)
         return -ENOBUFS;
     put64(buf, u->memory_peak_bytes);
     put64(buf + 8, u->oom_kills);
     put64(buf + 16, u->pids_max_hits);
     buf[24] = u->disk_full ? 1 : 0;
-    return 25;
+    put64(buf + 25, u->pids);
+    put64(buf + 33, u->disk_used_bytes);
+    put64(buf + 41, u->disk_size_bytes);
+    return 49;
 }
 
 int cdn_usage_decode(const uint8_t *p, size_t len, struct cdn_usage_msg *ret)
 {
-    if (len != 25 || p[24] > 1)
+    if ((len != 25 && len != 49) || p[24] > 1)
         return -EBADMSG;
     *ret = (struct cdn_usage_msg){.memory_peak_bytes = get64(p),
                                   .oom_kills = get64(p + 8),
                                   .pids_max_hits = get64(p + 16),
-                                  .disk_full = p[24]};
+                                  .disk_full = p[24],
+                                  .now_known = len == 49,
+                                  .pids = len == 49 ? get64(p + 25) : 0,
+                                  .disk_used_bytes = len == 49 ? get64(p + 33) : 0,
+                                  .disk_size_bytes = len == 49 ? get64(p + 41) : 0};
+    if (ret->disk_used_bytes > ret->disk_size_bytes)
+        return -EBADMSG;
     return 0;
 }

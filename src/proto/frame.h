@@ -321,6 +321,9 @@ struct cdn_violation_msg {
 struct cdn_usage_msg {
     uint64_t memory_peak_bytes, oom_kills, pids_max_hits;
     bool disk_full;
+    /* Then (absent from an older init's: now_known false) what the commands hold at the report. */
+    bool now_known;
+    uint64_t pids, disk_used_bytes, disk_size_bytes;
 };
 int cdn_usage_encode(uint8_t *buf, size_t size, const struct cdn_usage_msg *u);
 int cdn_usage_decode(const uint8_t *p, size_t len, struct cdn_usage_msg *ret);

@@ -55,6 +55,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (n != (int) size || memcmp(out, data, size) != 0)
             __builtin_trap();
     }
+    struct cdn_usage_msg u; /* a guest's USAGE: what it says is shown on the host */
+    if (cdn_usage_decode(data, size, &u) == 0 && size == 49) {
+        uint8_t out[64];
+        if (cdn_usage_encode(out, sizeof out, &u) != 49 || memcmp(out, data, 49) != 0)
+            __builtin_trap();
+    }
+    uint16_t port;
+    uint32_t window;
+    if (cdn_tcp_open_decode(data, size, &port, &window) == 0) { /* TCP (init-tcp.c) */
+        uint8_t out[6];
+        cdn_tcp_open_encode(out, port, window);
+        if (memcmp(out, data, 6) != 0)
+            __builtin_trap();
+    }
     struct cdn_file_stat st;
     for (size_t off = 0; off < size;) { /* a LIST reply: entries back to back */
         int n = cdn_file_stat_decode(data + off, size - off, &st);

@@ -225,3 +225,38 @@ def test_cli_update_and_kill_by_label(daemon):
     p = subprocess.run([CORDON_BIN, "run", "--idle-timeout", "5s", "--", "true"], capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 125 and "--idle-timeout: for cordond's sandboxes" in p.stderr, p.stderr
+
+
+def test_an_ended_sandbox_outlives_a_cordond_crash_for_its_retention(shared_dir):
+    """Its end is written down (the sandbox directory's <id>.ended): a cordond killed and started
+    again within the retention still answers its record, events and violations, 410 for the rest,
+    and forgets it when the retention ends. Before, the restarted cordond answered 404: the reward
+    signal of a sandbox that ended just before a crash was lost."""
+    args = ("--retention", "8")
+    d = Daemon(shared_dir, *args, keep=True)
+    try:
+        sb = Sandbox.create(endpoint=d.endpoint, timeout_s=2, labels={"job": "crash"})
+        sb.exec("unshare -r true")  # a watched call: a violation to keep
+        before = sb.violations()
+        info = ended(sb)
+        events = sb.events()
+    finally:
+        d.kill9()
+    assert before["counts"]["syscall"] >= 1, before
+    d2 = Daemon(shared_dir, *args)
+    try:
+        again = Sandbox.connect(sb.id, endpoint=d2.endpoint)
+        got = again.info()
+        assert (got["state"], got["exit_reason"], got["ended_at"]) == ("exited", info["exit_reason"],
+                                                                      info["ended_at"]), got
+        assert got["usage"] == info["usage"] and got["labels"] == {"job": "crash"}, got
+        assert again.violations()["counts"] == before["counts"]
+        assert [e["type"] for e in again.events()][:len(events)] == [e["type"] for e in events]
+        with pytest.raises(SandboxEnded) as e:
+            again.exec("true")
+        assert e.value.status == 410 and e.value.exit_reason == info["exit_reason"], e.value
+        assert [s.id for s in Sandbox.list(label="job=crash", endpoint=d2.endpoint)] == [sb.id]
+        wait_for(lambda: d2.http("GET", f"/v1/sandboxes/{sb.id}")[0] == 404, timeout=15, what="the retention's end")
+        assert not [f for f in os.listdir(os.path.join(shared_dir, "sandboxes")) if f.endswith(".ended")]
+    finally:
+        assert d2.stop() == 0, d2.output()

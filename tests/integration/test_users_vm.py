@@ -50,3 +50,34 @@ def test_a_full_vm_runs_a_numeric_user(daemon):
         r = sb.exec(CAPS)
         assert no_caps(r), r
         assert sb.exec(["id", "-u"], user="0").stdout == "0\n"
+
+
+def test_the_cli_and_the_async_sdk_pass_a_user_to_a_microvm(daemon):
+    import asyncio
+    import os
+    import subprocess
+
+    import cordonlib
+    from cordon import AsyncSandbox
+    env = dict(os.environ, CORDON_SOCKET=daemon.socket)
+
+    def cli(*args):
+        return subprocess.run([cordonlib.CORDON_BIN, *args], capture_output=True, text=True, env=env, timeout=120)
+
+    r = cli("create", "--tier", "microvm", "--user", "2000:2000")
+    assert r.returncode == 0, r
+    sid = r.stdout.strip()
+    try:
+        r = cli("exec", sid, "--", "id", "-u")
+        assert (r.returncode, r.stdout) == (0, "2000\n"), r
+        r = cli("exec", sid, "--user", "0", "--", "id", "-u")
+        assert (r.returncode, r.stdout) == (0, "0\n"), r
+    finally:
+        assert cli("kill", sid).returncode == 0
+
+    async def main():
+        async with await AsyncSandbox.create(endpoint=daemon.endpoint, tier="microvm", user="3000:3000") as sb:
+            assert (await sb.exec(["id", "-u"])).stdout == "3000\n"
+            assert (await sb.exec(["id", "-u"], user="4000")).stdout == "4000\n"
+
+    asyncio.run(main())

@@ -304,6 +304,29 @@ TEST(identity_roundtrip_and_rejects)
     CHECK(cdn_identity_encode(buf, sizeof buf, &id) < 0);
 }
 
+TEST(usage_payload_old_and_new)
+{
+    struct cdn_usage_msg u = {.memory_peak_bytes = 7,
+                              .oom_kills = 1,
+                              .pids_max_hits = 2,
+                              .disk_full = true,
+                              .pids = 12,
+                              .disk_used_bytes = 4096,
+                              .disk_size_bytes = 1 << 20},
+                         d;
+    uint8_t b[64];
+    int n = cdn_usage_encode(b, sizeof b, &u);
+    CHECK_EQ_INT(n, 49);
+    CHECK_EQ_INT(cdn_usage_decode(b, (size_t) n, &d), 0);
+    CHECK(d.now_known && d.pids == 12 && d.disk_used_bytes == 4096 && d.disk_size_bytes == 1 << 20);
+    CHECK_EQ_INT(cdn_usage_decode(b, 25, &d), 0); /* an older init's report */
+    CHECK(!d.now_known && d.oom_kills == 1 && d.disk_full);
+    CHECK(cdn_usage_decode(b, 30, &d) < 0);
+    u.disk_used_bytes = u.disk_size_bytes + 1; /* more used than there is */
+    n = cdn_usage_encode(b, sizeof b, &u);
+    CHECK_EQ_INT(cdn_usage_decode(b, (size_t) n, &d), -EBADMSG);
+}
+
 TEST(tcp_open_payload)
 {
     uint8_t p[6];

@@ -36,6 +36,8 @@ struct vm_state {
     /* The guest's last USAGE report (its cgroup of commands, its disk). */
     uint64_t memory_peak, oom_kills, pids_max_hits;
     bool disk_full;
+    bool now_known; /* then: its commands' pids and its disk, as of that report */
+    uint64_t pids, disk_used, disk_size;
 };
 
 /* sb's state, made at its first use; NULL: out of memory. */
@@ -530,6 +532,10 @@ int cdn_qemu_usage(struct cdn_sandbox *sb, struct cdn_usage *ret)
         ret->memory_bytes = host.memory_bytes;
         ret->memory_known = true;
     }
+    if (st && st->now_known) {
+        ret->pids = st->pids, ret->pids_known = true;
+        ret->disk_used_bytes = st->disk_used, ret->disk_size_bytes = st->disk_size, ret->disk_known = true;
+    }
     return 0;
 }
 
@@ -579,6 +585,8 @@ int cdn_qemu_frame(struct cdn_sandbox *sb, uint16_t type, const uint8_t *p, size
     if (u.memory_peak_bytes > st->memory_peak)
         st->memory_peak = u.memory_peak_bytes;
     st->disk_full = u.disk_full;
+    st->now_known = u.now_known; /* the guest's word (a hostile guest's too): shown, never enforced */
+    st->pids = u.pids, st->disk_used = u.disk_used_bytes, st->disk_size = u.disk_size_bytes;
     return 1;
 }
 
