@@ -41,26 +41,19 @@ void cdn_files_protected(const uint8_t *p, size_t len)
         cdn_agent_error(0, EBADMSG, "protected mounts");
         return;
     }
-    memcpy(protected_mnt, ids, n * sizeof ids[0]);
+    cdn_files_protected_set(ids, n);
+}
+
+void cdn_files_protected_set(const uint64_t *ids, uint32_t n)
+{
+    n = n < CDN_PROTECTED_MAX ? n : CDN_PROTECTED_MAX;
+    memmove(protected_mnt, ids, n * sizeof ids[0]);
     n_protected = n;
 }
 
 static int mount_id(int fd, uint64_t *ret)
 {
     return cdn_mount_of(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, ret, NULL);
-}
-
-int cdn_files_protect_mount(const char *path)
-{
-    _cleanup_close_ int fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    uint64_t id;
-    int r = fd < 0 ? -errno : mount_id(fd, &id);
-    if (r < 0)
-        return r;
-    if (n_protected >= CDN_PROTECTED_MAX)
-        return -E2BIG;
-    protected_mnt[n_protected++] = id;
-    return 0;
 }
 
 static bool is_protected(uint64_t mnt)

@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "init.h"
+#include "init-vm-internal.h"
 #include "confine/proc-mask.h"
 #include "monitor/watch.h"
 #include "supervise/policy.h"
@@ -1019,9 +1020,6 @@ static int listeners[MAX_LISTENERS];
 static size_t n_listeners;
 static size_t polled_base, polled_n;
 
-/* init's end of the socket to the protected paths' fanotify process (cdn_vm_protect) */
-static int fan_sock = -1;
-
 int cdn_vm_policy(const uint8_t *p, size_t len)
 {
     struct cdn_policy pol;
@@ -1033,9 +1031,14 @@ int cdn_vm_policy(const uint8_t *p, size_t len)
     filter_len[0] = pol.len[0];
     filter_len[1] = pol.len[1];
     policy_flags = pol.flags;
-    if (fan_sock >= 0 && (policy_flags & CDN_POLICY_KILL)) /* its opens are held in kill mode */
-        (void) !write(fan_sock, "K", 1);
+    if (policy_flags & CDN_POLICY_KILL) /* its opens are held in kill mode */
+        cdn_vm_protect_kill_mode();
     return 0;
+}
+
+bool cdn_vm_guest_mode(void)
+{
+    return vm_guest_mode;
 }
 
 bool cdn_vm_confines(void)
@@ -1093,8 +1096,8 @@ void cdn_vm_add_listener(int fd)
 
 void cdn_vm_poll_add(struct pollfd *pfd, size_t *n, size_t max)
 {
-    if (fan_sock >= 0 && *n + 3 < max) /* the fanotify process's records of refused opens */
-        pfd[(*n)++] = (struct pollfd){.fd = fan_sock, .events = POLLIN};
+    if (cdn_vm_fan_sock() >= 0 && *n + 3 < max) /* the fanotify process's records of refused opens */
+        pfd[(*n)++] = (struct pollfd){.fd = cdn_vm_fan_sock(), .events = POLLIN};
     for (int i = 0; i < 2 && *n + 2 < max; i++) /* a change of a cgroup events file: POLLPRI */
         pfd[(*n)++] = (struct pollfd){.fd = cg_events[i], .events = POLLPRI};
     polled_base = *n;
@@ -1103,8 +1106,7 @@ void cdn_vm_poll_add(struct pollfd *pfd, size_t *n, size_t max)
         pfd[(*n)++] = (struct pollfd){.fd = listeners[i], .events = POLLIN};
 }
 
-/* The command line of pid, its NULs as spaces, for a violation's record ("" if it is gone). */
-static void read_cmdline(int pid, char *buf, size_t size)
+void cdn_vm_read_cmdline(int pid, char *buf, size_t size)
 {
     char p[64];
     (void) snprintf(p, sizeof p, "/proc/%d/cmdline", pid);
@@ -1127,10 +1129,6 @@ static enum cdn_answer answer_violation(void)
     return cdn_violation_answer(kill ? CDN_VIOLATION_KILL : CDN_VIOLATION_DENY, CDN_ATTEMPT_CALL, kill);
 }
 
-static bool verifier_on;                      /* a verifier step runs (cdn_vm_verifier) */
-static bool protected_path(const char *path); /* beneath one of cdn_vm_protect's */
-static bool protects_anything(void);
-
 /* inotify_add_watch by a command (src/monitor/watch.h): made by init on the object it resolved,
  * without init's capabilities (the command has none), or refused on a protected path (a
  * VIOLATION: the watch would tell the names the harness reads there). Without protected paths,
@@ -1138,7 +1136,7 @@ static bool protects_anything(void);
 static void guest_watch(int fd, const struct seccomp_notif *n)
 {
     struct cdn_watch w;
-    if (!protects_anything() || verifier_on) {
+    if (!cdn_vm_protects_anything() || cdn_vm_verifier_on()) {
         (void) cdn_watch_answer(fd, n->id, 0, 0, true);
         return;
     }
@@ -1147,12 +1145,12 @@ static void guest_watch(int fd, const struct seccomp_notif *n)
         (void) cdn_watch_answer(fd, n->id, 0, -r, false);
         return;
     }
-    if (protected_path(w.path)) {
+    if (cdn_vm_protected_path(w.path)) {
         static struct cdn_violation_msg v;
         v = (struct cdn_violation_msg){.kind = CDN_VIOLATION_MSG_PROTECT, .pid = n->pid};
         (void) snprintf(v.path, sizeof v.path, "%.255s", w.path);
         (void) snprintf(v.op, sizeof v.op, "inotify");
-        read_cmdline((int) n->pid, v.cmd, sizeof v.cmd);
+        cdn_vm_read_cmdline((int) n->pid, v.cmd, sizeof v.cmd);
         static uint8_t buf[1024];
         int k = cdn_violation_encode(buf, sizeof buf, &v);
         if (k > 0)
@@ -1204,7 +1202,7 @@ static void notification(int fd)
                                    .arch = req.n.data.arch,
                                    .pid = req.n.pid};
     memcpy(v.args, req.n.data.args, sizeof v.args);
-    read_cmdline((int) req.n.pid, v.cmd, sizeof v.cmd);
+    cdn_vm_read_cmdline((int) req.n.pid, v.cmd, sizeof v.cmd);
     static uint8_t buf[1024];
     int n = cdn_violation_encode(buf, sizeof buf, &v);
     if (n > 0)
@@ -1217,30 +1215,11 @@ static void notification(int fd)
     (void) ioctl(fd, SECCOMP_IOCTL_NOTIF_SEND, &resp);
 }
 
-static void fan_records(short revents)
-{
-    if (revents & POLLIN) {
-        static uint8_t buf[1024];
-        static struct cdn_violation_msg v;
-        ssize_t k = recv(fan_sock, buf, sizeof buf, MSG_DONTWAIT);
-        if (k > 0 && cdn_violation_decode(buf, (size_t) k, &v) == 0 && v.kind == CDN_VIOLATION_MSG_PROTECT)
-            cdn_agent_send(CDN_FRAME_VIOLATION, 0, buf, (uint32_t) k);
-        if (k != 0)
-            return;
-    }
-    if (revents & (POLLHUP | POLLERR | POLLIN)) {
-        /* The fanotify process is gone: the marks went with it, and unanswered opens are let through. Fail
-         * closed: the guest ends (its host sees init's end). */
-        (void) kill(-1, SIGKILL);
-        cdn_vm_poweroff();
-    }
-}
-
 void cdn_vm_poll_handle(const struct pollfd *pfd, size_t n)
 {
     for (size_t i = 0; i < n && i < polled_base; i++)
-        if (fan_sock >= 0 && pfd[i].fd == fan_sock && pfd[i].revents)
-            fan_records(pfd[i].revents);
+        if (cdn_vm_fan_sock() >= 0 && pfd[i].fd == cdn_vm_fan_sock() && pfd[i].revents)
+            cdn_vm_fan_records(pfd[i].revents);
     for (size_t i = 0; i < n && i < polled_base; i++)
         if ((pfd[i].fd == cg_events[0] || pfd[i].fd == cg_events[1]) && pfd[i].fd >= 0 &&
             (pfd[i].revents & (POLLPRI | POLLERR)))
@@ -1258,237 +1237,4 @@ void cdn_vm_poll_handle(const struct pollfd *pfd, size_t n)
             listeners[i] = listeners[--n_listeners];
         }
     }
-}
-
-/* ---- protected paths in a guest (spec "protect") ----
- * Each match of a pattern is bound read-only onto itself (writes, renames,
- * links, new entries: refused by the kernel), and its mount carries a
- * fanotify permission mark. The answers come from the fanotify process: a child of init
- * running as a uid of its own, which the commands (uid 0 without capabilities)
- * can neither signal nor trace. It lets init (the files API) and a verifier
- * step through and refuses every other open, reporting it to init, which
- * passes it to the host as a VIOLATION. Init itself cannot answer: its own
- * opens of a protected file would wait for it. */
-
-#define GUARD_UID  65533
-#define MAX_GUARDS 256
-
-static void fan_loop(int fan, int sock) __attribute__((noreturn));
-static void fan_loop(int fan, int sock)
-{
-    bool verifier = false, kill = false;
-    unsigned held = 0; /* kill mode: refused opens left unanswered (their fds kept) */
-    static uint8_t events[8192];
-    const pid_t init = getppid(); /* 1, or a full VM's agent (not its guest's first process) */
-    for (;;) {
-        struct pollfd p[2] = {{.fd = fan, .events = POLLIN}, {.fd = sock, .events = POLLIN}};
-        if (poll(p, 2, -1) < 0 && errno != EINTR)
-            _exit(1);
-        if (p[1].revents) {
-            char c;
-            ssize_t k = read(sock, &c, 1);
-            if (k == 0 || (k < 0 && errno != EINTR && errno != EAGAIN))
-                _exit(0); /* init is gone: so is the guest */
-            if (k == 1 && (c == 'V' || c == 'v'))
-                verifier = c == 'V';
-            else if (k == 1 && c == 'K')
-                kill = true;
-        }
-        if (!(p[0].revents & POLLIN))
-            continue;
-        ssize_t len = read(fan, events, sizeof events);
-        if (len <= 0)
-            continue;
-        for (struct fanotify_event_metadata *m = (void *) events; FAN_EVENT_OK(m, len);
-             m = FAN_EVENT_NEXT(m, len)) {
-            if (m->vers != FANOTIFY_METADATA_VERSION)
-                _exit(1);
-            bool allow = m->pid == init || m->pid == getpid() || verifier;
-            if (!allow) {
-                static struct cdn_violation_msg v;
-                v = (struct cdn_violation_msg){.kind = CDN_VIOLATION_MSG_PROTECT, .pid = (uint32_t) m->pid};
-                char link[64];
-                (void) snprintf(link, sizeof link, "/proc/self/fd/%d", m->fd);
-                ssize_t pl = readlink(link, v.path, sizeof v.path - 1);
-                v.path[pl > 0 ? pl : 0] = 0;
-                (void) snprintf(v.op, sizeof v.op, "%s", m->mask & FAN_OPEN_EXEC_PERM ? "exec" : "open");
-                read_cmdline(m->pid, v.cmd, sizeof v.cmd);
-                static uint8_t buf[1024];
-                int n = cdn_violation_encode(buf, sizeof buf, &v);
-                if (n > 0)
-                    (void) send(sock, buf, (size_t) n, MSG_NOSIGNAL);
-            }
-            /* Kill mode: the host ends the guest on the VIOLATION; the opener waits in its open
-             * until then, and neither reads the file nor runs on (the host's rule, policy.h). */
-            if (!allow && kill && m->fd >= 0 && held < 1024) {
-                held++;
-                continue;
-            }
-            struct fanotify_response r = {.fd = m->fd, .response = allow ? FAN_ALLOW : FAN_DENY};
-            (void) !write(fan, &r, sizeof r);
-            if (m->fd >= 0)
-                (void) close(m->fd);
-        }
-    }
-}
-
-/* The matches of one pattern into out (paths), at most max: `*?[…]` within a component, a
- * trailing "/" "**" for the directory itself (its bind covers what is under it). */
-static int expand(const char *pattern, char (*out)[256], size_t *n, size_t max)
-{
-    char pat[256];
-    (void) snprintf(pat, sizeof pat, "%s", pattern);
-    size_t l = strlen(pat);
-    if (l > 3 && strcmp(pat + l - 3, "/**") == 0)
-        pat[l - 3] = 0;
-    if (!strpbrk(pat, "*?[")) {
-        struct stat st;
-        if (lstat(pat, &st) < 0)
-            return -errno; /* a literal must exist, as in a container */
-        if (*n >= max)
-            return -E2BIG;
-        (void) snprintf(out[(*n)++], 256, "%s", pat);
-        return 0;
-    }
-    glob_t g;
-    int r = glob(pat, GLOB_NOSORT, NULL, &g);
-    if (r == GLOB_NOMATCH)
-        return 0;
-    if (r != 0)
-        return -EINVAL;
-    for (size_t i = 0; i < g.gl_pathc && r == 0; i++) {
-        if (*n >= max)
-            r = -E2BIG;
-        else
-            (void) snprintf(out[(*n)++], 256, "%s", g.gl_pathv[i]);
-    }
-    globfree(&g);
-    return r;
-}
-
-/* The mount path is on (following symlinks, as a command naming it would), and whether path is
- * that mount's root. */
-static int mount_of(const char *path, uint64_t *id, bool *root)
-{
-    return cdn_mount_of(AT_FDCWD, path, 0, id, root);
-}
-
-/* Every parent of path below / made a mount point (bound on itself), unless it is one already or
- * read-only: renaming or removing it fails then (EBUSY), so no command can move a protected path
- * aside with its parent and put a directory of its own in its place. */
-static int pin_parents(const char *path)
-{
-    char p[256];
-    for (const char *slash = strchr(path + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
-        (void) snprintf(p, sizeof p, "%.*s", (int) (slash - path), path);
-        uint64_t id;
-        bool root = false;
-        struct statfs fs;
-        if (mount_of(p, &id, &root) < 0 || root || statfs(p, &fs) < 0 || (fs.f_flags & ST_RDONLY))
-            continue;
-        if (mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0)
-            return -errno;
-    }
-    return 0;
-}
-
-/* Each protected path and the mount bound there (cdn_vm_protect_check). */
-static struct {
-    char path[256];
-    uint64_t mnt_id;
-} pinned[MAX_GUARDS];
-static size_t n_pinned;
-
-static bool protects_anything(void)
-{
-    return n_pinned > 0;
-}
-
-static bool protected_path(const char *path)
-{
-    for (size_t i = 0; i < n_pinned; i++) {
-        size_t n = strlen(pinned[i].path);
-        if (strncmp(path, pinned[i].path, n) == 0 && (path[n] == 0 || path[n] == '/'))
-            return true;
-    }
-    return false;
-}
-
-int cdn_vm_protect_check(char *moved, size_t size)
-{
-    for (size_t i = 0; i < n_pinned; i++) {
-        uint64_t id = 0;
-        bool root = false;
-        if (mount_of(pinned[i].path, &id, &root) < 0 || !root || id != pinned[i].mnt_id) {
-            (void) snprintf(moved, size, "%s", pinned[i].path);
-            return -ESTALE;
-        }
-    }
-    return 0;
-}
-
-int cdn_vm_protect(const struct cdn_identity *id)
-{
-    static char paths[MAX_GUARDS][256];
-    size_t n = 0;
-    int r = 0;
-    for (unsigned i = 0; i < id->n_paths && r == 0; i++)
-        if (id->paths[i].kind == CDN_PATH_PROTECT)
-            r = expand(id->paths[i].path, paths, &n, MAX_GUARDS);
-    if (r < 0 || n == 0)
-        return r;
-    _cleanup_close_ int fan =
-        fanotify_init(FAN_CLASS_CONTENT | FAN_CLOEXEC, O_RDONLY | O_LARGEFILE | O_CLOEXEC);
-    if (fan < 0)
-        return -errno;
-    struct stat st;
-    for (size_t i = 0; i < n && r == 0; i++) /* the parents first: the protected binds land on them */
-        if (lstat(paths[i], &st) == 0 && !S_ISLNK(st.st_mode))
-            r = pin_parents(paths[i]);
-    for (size_t i = 0; i < n && r == 0; i++) {
-        /* A symlink is not followed: the bind goes onto the link's own path only if it is not one. */
-        if (lstat(paths[i], &st) < 0 || S_ISLNK(st.st_mode))
-            continue;
-        bool root = false;
-        if (mount(paths[i], paths[i], NULL, MS_BIND | MS_REC, NULL) < 0 ||
-            mount(NULL, paths[i], NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0 ||
-            fanotify_mark(fan, FAN_MARK_ADD | FAN_MARK_MOUNT, FAN_OPEN_PERM | FAN_OPEN_EXEC_PERM | FAN_ONDIR,
-                          AT_FDCWD, paths[i]) < 0)
-            r = -errno;
-        else if ((r = cdn_files_protect_mount(paths[i])) == 0 && /* the files API's own check */
-                 (r = mount_of(paths[i], &pinned[n_pinned].mnt_id, &root)) == 0) {
-            (void) snprintf(pinned[n_pinned].path, sizeof pinned[n_pinned].path, "%s", paths[i]);
-            n_pinned++;
-        }
-    }
-    _cleanup_close_pair_ int sv[2] = {-EBADF, -EBADF};
-    if (r == 0 && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
-        r = -errno;
-    if (r < 0)
-        return r;
-    pid_t pid = fork();
-    if (pid == 0) {
-        (void) close(sv[0]);
-        (void) close(AGENT_FD);
-        if (setgroups(0, NULL) < 0 || setresgid(GUARD_UID, GUARD_UID, GUARD_UID) < 0 ||
-            setresuid(GUARD_UID, GUARD_UID, GUARD_UID) < 0)
-            _exit(1);
-        (void) prctl(PR_SET_DUMPABLE, 0);
-        fan_loop(fan, sv[1]);
-    }
-    /* Init's copies of the fanotify process's ends go now: its end of the pair must have no other
-     * holder, so that its exit reads as EOF on init's. */
-    fan = safe_close(fan);
-    sv[1] = safe_close(sv[1]);
-    if (pid < 0)
-        return -errno;
-    fan_sock = TAKE_FD(sv[0]);
-    return 0;
-}
-
-void cdn_vm_verifier(bool on)
-{
-    verifier_on = on;
-    if (fan_sock >= 0)
-        (void) !write(fan_sock, on ? "V" : "v", 1);
 }

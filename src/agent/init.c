@@ -320,6 +320,16 @@ static void dispatch(const struct cdn_frame_header *hp, const uint8_t *payload)
             cdn_agent_send(CDN_FRAME_DONE, h.channel, NULL, 0);
         break;
     }
+    case CDN_FRAME_PROTECT: {
+        struct cdn_error e = {0};
+        uint8_t buf[sizeof e.msg + 8];
+        int r = cdn_vm_protect_change(payload, len, &e), n;
+        if (r >= 0)
+            cdn_agent_send(CDN_FRAME_DONE, h.channel, NULL, 0);
+        else if ((n = cdn_errmsg_encode(buf, sizeof buf, -r, e.msg[0] ? e.msg : strerror(-r))) > 0)
+            cdn_agent_send(CDN_FRAME_ERROR, h.channel, buf, (uint32_t) n);
+        break;
+    }
     case CDN_FRAME_POLICY: {
         int r = cdn_vm_policy(payload, len);
         if (r < 0)

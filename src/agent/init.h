@@ -49,6 +49,9 @@ void cdn_vm_verifier(bool on);
  * aside with a parent by something outside the guest's reach): 0, or -ESTALE with the first that
  * is not in moved. Always 0 where cdn_vm_protect() guards nothing (a container's init). */
 int cdn_vm_protect_check(char *moved, size_t size);
+/* PROTECT (the payload): the whole new list of patterns (init-vm-protect.c). 0, or -errno with err
+ * set (EBUSY: a process holds a way past a new bind; nothing changed then). */
+int cdn_vm_protect_change(const uint8_t *p, size_t len, struct cdn_error *err);
 /* What cdn_vm_identity() was doing when it failed ("identity: the disk", …). */
 const char *cdn_vm_failed_step(void);
 /* Before a guest's first command or file operation: its image (the host's /usr over 9p). */
@@ -152,9 +155,9 @@ void cdn_tcp_poll_add(struct pollfd *pfd, size_t *n, size_t max);
 void cdn_tcp_poll_handle(const struct pollfd *pfd, size_t n);
 
 /* Where a path of the files API leads (init-resolve.c). The PROTECTED frame's mounts, or (a VM
- * guest) the mount of a path its init bound read-only as a protected path. */
+ * guest) the mounts of its protected paths, as its init guards them. */
 void cdn_files_protected(const uint8_t *p, size_t len);
-int cdn_files_protect_mount(const char *path);
+void cdn_files_protected_set(const uint64_t *ids, uint32_t n);
 struct file_target {
     int fd;           /* O_PATH */
     bool direct;      /* reached without following a symlink */

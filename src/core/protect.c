@@ -2,6 +2,7 @@
  * only: it runs in the setup child and in the lean CLI's build too. */
 #include "protect.h"
 #include "shared/mount-util.h"
+#include "shared/strv.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -210,4 +211,27 @@ int cdn_protect_pin_parents(int rootfd, const char *const *patterns, size_t n, s
         /* A pattern that names nothing (or too much) is the binding pass's to report, by field. */
     }
     return 0;
+}
+
+bool cdn_path_is_protected(const char *path, const struct cdn_strv *protect)
+{
+    for (size_t i = 0; i < protect->n; i++) {
+        char pat[1100];
+        (void) snprintf(pat, sizeof pat, "%s", protect->v[i]);
+        size_t pl = strlen(pat);
+        if (pl >= 3 && strcmp(pat + pl - 3, "/**") == 0)
+            pat[pl - 3] = 0;
+        /* the path itself, or any of its ancestors */
+        char p[1024];
+        (void) snprintf(p, sizeof p, "%s", path);
+        for (;;) {
+            if (fnmatch(pat, p, FNM_PATHNAME | FNM_PERIOD) == 0)
+                return true;
+            char *slash = strrchr(p, '/');
+            if (!slash || slash == p)
+                break;
+            *slash = 0;
+        }
+    }
+    return false;
 }

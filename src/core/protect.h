@@ -4,6 +4,7 @@
  * expand the patterns the same way, before any sandbox process runs. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "shared/error.h"
@@ -31,3 +32,25 @@ int cdn_protect_expand(int rootfd, const char *pattern, cdn_protect_fn fn, void 
  * its own in its place. 0, or -errno with err set; patterns that name nothing are left to the
  * binding pass. */
 int cdn_protect_pin_parents(int rootfd, const char *const *patterns, size_t n, struct cdn_error *err);
+
+/* Whether path is a match of one of the patterns, or beneath one. */
+struct cdn_strv;
+bool cdn_path_is_protected(const char *path, const struct cdn_strv *protect);
+
+/* The protected paths of protect beneath rootfd (a sandbox's root, in its mount namespace): their
+ * parents pinned, each match bound on itself read-only (with what is mounted beneath it). At run
+ * time bound is not NULL: it hears of each new bind (before it is made read-only), and a match
+ * reached through a symlink is refused (ELOOP). Errors name protect[i]. */
+typedef void (*cdn_protect_bound_fn)(void *ud, const char *path, int mnt_id);
+int cdn_protect_bind(int rootfd, const struct cdn_strv *protect, cdn_protect_bound_fn bound, void *ud,
+                     struct cdn_error *err);
+
+/* A change at run time (protect-bind.c): a reference held from before a new bind leads to the
+ * mount beneath it, writable and unguarded. cdn_protect_holder_roots() lists where such a
+ * reference would lie for the new patterns add (rootfd: the sandbox's root);
+ * cdn_protect_find_holder() finds a process of the sandbox (read in the /proc mounted at /, not
+ * pid 1 nor the caller) holding one there (-EBUSY, err names it); cdn_protect_check_links() a file
+ * beneath a new bind at path with a hard link elsewhere (-EBUSY). */
+int cdn_protect_holder_roots(int rootfd, const struct cdn_strv *add, struct cdn_strv *roots);
+int cdn_protect_find_holder(const struct cdn_strv *roots, struct cdn_error *err);
+int cdn_protect_check_links(const char *path, struct cdn_error *err);

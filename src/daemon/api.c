@@ -308,6 +308,37 @@ static double now_unix_api(void)
     return (double) t.tv_sec + (double) t.tv_nsec / 1e9;
 }
 
+/* What a PATCH changes after the protected paths: answers the sandbox, or puts back what it changed
+ * (the protected paths as protect_before, the limits as before) when its record cannot be written. */
+static void update_finish(struct evhttp_request *req, struct box *b, struct update_args *a,
+                          const struct cdn_limits *before, const struct cdn_strv *protect_before);
+static void restore_protect(struct box *b, const struct cdn_strv *protect);
+static void guest_protect(struct evhttp_request *req, struct box *b, struct update_args *a,
+                          const struct cdn_limits *before, struct cdn_strv *protect_before);
+
+/* The limits as before, as far as the kernel lets them (a PATCH refused after they changed). */
+static void limits_back(struct box *b, const struct update_args *a, const struct cdn_limits *before)
+{
+    if (a->limits)
+        (void) b->sb.tier->set_limits(&b->sb, before, a->limits, NULL);
+    b->spec.limits.cpus = before->cpus, b->spec.limits.memory_mb = before->memory_mb;
+    b->spec.limits.pids = before->pids;
+}
+
+/* A refused change of the protected paths: 409 protect_busy (a process holds a way past a new
+ * bind), 400 (a pattern), else 500. */
+static void reply_protect_error(struct evhttp_request *req, int r, const struct cdn_error *err)
+{
+    int st = r == -EBUSY                                                                      ? 409
+             : r == -ENOENT || r == -E2BIG || r == -EINVAL || r == -EOPNOTSUPP || r == -ELOOP ? 400
+                                                                                              : 500;
+    cdn_api_reply_cdn_error(req, st,
+                            st == 409   ? "protect_busy"
+                            : st == 400 ? "invalid_argument"
+                                        : "internal",
+                            err);
+}
+
 /* PATCH /v1/sandboxes/{id} (update-args.h): everything is checked before anything changes;
  * answers the sandbox. */
 static void api_update(struct evhttp_request *req, struct box *b)
@@ -328,15 +359,20 @@ static void api_update(struct evhttp_request *req, struct box *b)
     }
     const struct cdn_tier_ops *t = b->sb.tier;
     /* What the tier cannot change is refused before anything changes. A guest enforces its kill
-     * mode itself, as told at its start. */
+     * mode itself, as told at its start; its init changes its protected paths. */
     if ((a.on_violation && t->guest_supervises) || (a.limits && !t->set_limits) ||
-        (a.protect && !t->protect)) {
+        (a.protect && !t->protect && !t->guest_supervises)) {
         cdn_update_args_free(&a);
         const char *f = a.on_violation && t->guest_supervises ? "on_violation"
                         : a.limits && !t->set_limits          ? "limits"
                                                               : "protect";
         return cdn_api_reply_error(req, 400, "invalid_argument", f, "%s: fixed at creation on tier %s", f,
                                    t->name);
+    }
+    if (a.protect && b->protect_pending) {
+        cdn_update_args_free(&a);
+        return cdn_api_reply_error(req, 409, "protect_busy", "protect",
+                                   "protect: another change of the protected paths is under way");
     }
     /* The spec's lifetime counts from the creation, and a spec's is at most 7 days (a record past
      * that would not load again after a restart). */
@@ -369,70 +405,223 @@ static void api_update(struct evhttp_request *req, struct box *b)
         b->spec.limits.memory_mb = a.new_limits.memory_mb;
         b->spec.limits.pids = a.new_limits.pids;
     }
+    /* A guest's init changes its protected paths: the rest waits for its answer. */
+    if (a.protect && t->guest_supervises)
+        return guest_protect(req, b, &a, &before, &protect_before);
     /* The protected paths after the limits (which the kernel may refuse); the limits go back when
      * they cannot change (a process of the sandbox holding a way in past a new one). */
     if (a.protect && (r = cdn_box_protect(b, &a.new_protect, &err)) < 0) {
+        limits_back(b, &a, &before);
         cdn_update_args_free(&a);
-        if (a.limits)
-            (void) t->set_limits(&b->sb, &before, a.limits, NULL);
-        b->spec.limits.cpus = before.cpus, b->spec.limits.memory_mb = before.memory_mb;
-        b->spec.limits.pids = before.pids;
-        int st = r == -EBUSY                                                                      ? 409
-                 : r == -ENOENT || r == -E2BIG || r == -EINVAL || r == -EOPNOTSUPP || r == -ELOOP ? 400
-                                                                                                  : 500;
-        return cdn_api_reply_cdn_error(req, st,
-                                       st == 409   ? "protect_busy"
-                                       : st == 400 ? "invalid_argument"
-                                                   : "internal",
-                                       &err);
+        return reply_protect_error(req, r, &err);
     }
-    if (a.on_violation)
-        b->spec.on_violation = a.policy;
-    if (a.limits || a.on_violation || a.protect)
+    update_finish(req, b, &a, &before, &protect_before);
+}
+
+static void update_finish(struct evhttp_request *req, struct box *b, struct update_args *a,
+                          const struct cdn_limits *before, const struct cdn_strv *protect_before)
+{
+    int r = 0;
+    if (a->on_violation)
+        b->spec.on_violation = a->policy;
+    if (a->limits || a->on_violation || a->protect)
         r = cdn_record_write(b);
-    if (r >= 0 && a.labels) {
+    if (r >= 0 && a->labels) {
         struct cdn_strv old = b->spec.labels;
-        b->spec.labels = a.merged_labels;
-        a.merged_labels = old;
+        b->spec.labels = a->merged_labels;
+        a->merged_labels = old;
         r = cdn_record_write(b);
     }
-    cdn_update_args_free(&a);
-    if (r >= 0 && a.life)
-        r = cdn_box_set_lifetime(b, a.life_ms);
-    if (r >= 0 && a.idle)
-        r = cdn_box_set_idle(b, a.idle_ms);
+    cdn_update_args_free(a);
+    if (r >= 0 && a->life)
+        r = cdn_box_set_lifetime(b, a->life_ms);
+    if (r >= 0 && a->idle)
+        r = cdn_box_set_idle(b, a->idle_ms);
     if (r < 0) {
-        if (a.protect)
-            (void) cdn_box_protect(b, &protect_before, NULL);
-        if (a.limits) /* as it was, as far as the kernel lets it */
-            (void) t->set_limits(&b->sb, &before, a.limits, NULL);
-        b->spec.limits.cpus = before.cpus, b->spec.limits.memory_mb = before.memory_mb;
-        b->spec.limits.pids = before.pids;
+        if (a->protect)
+            restore_protect(b, protect_before);
+        limits_back(b, a, before);
         (void) cdn_record_write(b); /* what it holds now, if it was written with the new ones */
-        return cdn_api_reply_error(req, 500, "internal", NULL, "the record could not be written: %s",
-                                   strerror(-r));
+        if (req)
+            cdn_api_reply_error(req, 500, "internal", NULL, "the record could not be written: %s",
+                                strerror(-r));
+        return;
     }
     /* What it is now, not the body (which may be large and hostile): bounded by the spec's rules. */
     _cleanup_free_ char *spec = cdn_spec_to_json(&b->spec);
     _cleanup_json_ json_t *now = spec ? json_loads(spec, 0, NULL) : NULL;
     json_t *ev = json_object(), *lim = json_object_get(now, "limits");
-    if (ev && a.life)
-        json_object_set_new(ev, "timeout_s", json_real((double) a.life_ms / 1e3));
-    if (ev && a.idle)
-        json_object_set_new(ev, "idle_timeout_s", json_real((double) a.idle_ms / 1e3));
-    if (ev && a.labels)
+    if (ev && a->life)
+        json_object_set_new(ev, "timeout_s", json_real((double) a->life_ms / 1e3));
+    if (ev && a->idle)
+        json_object_set_new(ev, "idle_timeout_s", json_real((double) a->idle_ms / 1e3));
+    if (ev && a->labels)
         json_object_set(ev, "labels", json_object_get(now, "labels"));
-    if (ev && a.limits)
+    if (ev && a->limits)
         json_object_set_new(ev, "limits",
                             json_pack("{s:O?, s:O?, s:O?}", "cpus", json_object_get(lim, "cpus"), "memory_mb",
                                       json_object_get(lim, "memory_mb"), "pids",
                                       json_object_get(lim, "pids")));
-    if (ev && a.on_violation)
+    if (ev && a->on_violation)
         json_object_set(ev, "on_violation", json_object_get(now, "on_violation"));
-    if (ev && a.protect)
+    if (ev && a->protect)
         json_object_set(ev, "protect", json_object_get(now, "protect"));
     cdn_box_event(b, "updated", ev);
-    cdn_api_reply_json(req, 200, cdn_box_to_json(b));
+    if (req)
+        cdn_api_reply_json(req, 200, cdn_box_to_json(b));
+}
+
+/* ---- the protected paths of a VM guest ----
+ * Its init binds and guards them (PROTECT, init-vm-protect.c); the PATCH waits for its answer, one
+ * at a time per sandbox, for at most the agent timeout (a guest that does not answer is its own
+ * kernel's: 504, and its protected paths are what it says they are). */
+struct guest_update {
+    struct agent_req areq;      /* first: the agent connection hands this back */
+    struct evhttp_request *req; /* NULL once its client left: the change goes on unanswered */
+    struct box *box;
+    struct update_args a;
+    struct cdn_limits before;
+    struct cdn_strv protect_before;
+    struct event *timer;
+};
+
+static int send_protect(struct box *b, struct agent_req *r, const struct cdn_strv *list)
+{
+    static uint8_t buf[4 + CDN_PROTECT_LIST_MAX * (CDN_PROTECT_PATTERN_MAX + 1)];
+    int n = cdn_protect_list_encode(buf, sizeof buf, (const char *const *) list->v, list->n);
+    if (n < 0)
+        return n;
+    uint32_t ch = cdn_agent_conn_add(&b->agent, r, AGENT_FILE_FRAMES);
+    int e = cdn_agent_conn_send(&b->agent, CDN_FRAME_PROTECT, 0, ch, buf, (uint32_t) n);
+    if (e < 0)
+        cdn_agent_conn_remove(&b->agent, r);
+    return e;
+}
+
+static void forget_answer(struct agent_req *r, uint16_t type, const uint8_t *p, uint32_t len)
+{
+    (void) type, (void) p, (void) len;
+    free(r);
+}
+
+/* The old list again, where a PATCH changed it and then failed: a guest is told, its answer not
+ * awaited. */
+static void restore_protect(struct box *b, const struct cdn_strv *protect)
+{
+    if (!b->sb.tier->guest_supervises) {
+        (void) cdn_box_protect(b, protect, NULL);
+        return;
+    }
+    struct agent_req *r = calloc(1, sizeof *r);
+    if (r)
+        r->on_frame = forget_answer;
+    if (r && send_protect(b, r, protect) < 0)
+        free(r);
+    else if (r) {
+        cdn_strv_free(&b->spec.protect);
+        for (size_t i = 0; i < protect->n; i++)
+            (void) cdn_strv_push(&b->spec.protect, protect->v[i]);
+    }
+}
+
+static void guest_client_gone(struct evhttp_connection *conn, void *arg)
+{
+    (void) conn;
+    ((struct guest_update *) arg)->req = NULL;
+}
+
+static void guest_update_end(struct guest_update *g)
+{
+    if (g->timer)
+        event_free(g->timer);
+    struct evhttp_connection *conn = g->req ? evhttp_request_get_connection(g->req) : NULL;
+    if (conn)
+        evhttp_connection_set_closecb(conn, NULL, NULL);
+    g->box->protect_pending = false;
+    cdn_update_args_free(&g->a);
+    cdn_strv_free(&g->protect_before);
+    free(g);
+}
+
+static void guest_protect_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uint32_t len)
+{
+    struct guest_update *g = (struct guest_update *) r;
+    struct box *b = g->box;
+    struct cdn_error err = {0};
+    int e = EIO;
+    const char *msg = NULL;
+    if (type == CDN_FRAME_DONE) {
+        _cleanup_(cdn_strv_free) struct cdn_strv now = {0};
+        bool oom = false;
+        for (size_t i = 0; i < g->a.new_protect.n; i++)
+            oom |= cdn_strv_push(&now, g->a.new_protect.v[i]) < 0;
+        if (!oom) {
+            cdn_strv_free(&b->spec.protect);
+            b->spec.protect = now;
+            now = (struct cdn_strv){0};
+            struct evhttp_request *req = g->req;
+            struct evhttp_connection *conn = req ? evhttp_request_get_connection(req) : NULL;
+            if (conn)
+                evhttp_connection_set_closecb(conn, NULL, NULL);
+            g->req = NULL;
+            update_finish(req, b, &g->a, &g->before, &g->protect_before);
+            return guest_update_end(g);
+        }
+        restore_protect(b, &g->protect_before);
+        (void) cdn_error_set(&err, ENOMEM, "out of memory");
+    } else if (type == CDN_FRAME_ERROR && cdn_errmsg_decode(p, len, &e, &msg) == 0 && e > 0) {
+        /* init's message names the pattern: "protect[i]: …" */
+        size_t fl = strncmp(msg, "protect", 7) == 0 ? strcspn(msg, ":") : 0;
+        (void) cdn_error_field(&err, e, "", "%s", msg);
+        (void) snprintf(err.field, sizeof err.field, "%.*s", (int) (fl < sizeof err.field ? fl : 0), msg);
+    } else {
+        e = type ? EIO : ESRCH;
+        (void) cdn_error_set(&err, e, type ? "the guest's agent answered %s" : "the sandbox ended first",
+                             cdn_agent_frame_name(type));
+    }
+    if (type) /* else the sandbox is going: nothing of it to put back */
+        limits_back(b, &g->a, &g->before);
+    if (g->req)
+        reply_protect_error(g->req, -e, &err);
+    guest_update_end(g);
+}
+
+static void guest_protect_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    struct guest_update *g = arg;
+    cdn_agent_conn_remove(&g->box->agent, &g->areq);
+    limits_back(g->box, &g->a, &g->before);
+    if (g->req)
+        cdn_api_reply_error(g->req, 504, "agent_timeout", NULL,
+                            "the sandbox's agent did not change its protected paths within %u s",
+                            cdn_daemon->cfg.agent_timeout_s);
+    guest_update_end(g);
+}
+
+static void guest_protect(struct evhttp_request *req, struct box *b, struct update_args *a,
+                          const struct cdn_limits *before, struct cdn_strv *protect_before)
+{
+    struct guest_update *g = calloc(1, sizeof *g);
+    if (!g) {
+        limits_back(b, a, before);
+        cdn_update_args_free(a);
+        return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
+    }
+    *g = (struct guest_update){
+        .req = req, .box = b, .a = *a, .before = *before, .protect_before = *protect_before};
+    *protect_before = (struct cdn_strv){0}; /* both g's now */
+    g->areq.on_frame = guest_protect_frame;
+    struct timeval tv = {.tv_sec = cdn_daemon->cfg.agent_timeout_s};
+    if (!(g->timer = evtimer_new(cdn_daemon->base, guest_protect_timeout, g)) ||
+        evtimer_add(g->timer, &tv) < 0 || send_protect(b, &g->areq, &a->new_protect) < 0) {
+        limits_back(b, a, before);
+        g->req = NULL;
+        guest_update_end(g);
+        return cdn_api_reply_error(req, 500, "internal", NULL, "cannot reach the sandbox's agent");
+    }
+    b->protect_pending = true;
+    evhttp_connection_set_closecb(evhttp_request_get_connection(req), guest_client_gone, g);
 }
 
 static void route_list(struct evhttp_request *req)

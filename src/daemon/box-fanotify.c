@@ -313,7 +313,7 @@ int cdn_box_protect(struct box *b, const struct cdn_strv *want, struct cdn_error
             cdn_path_is_protected(old->v[i].path, &drop) && !cdn_path_is_protected(old->v[i].path, want))
             rel[n_rel++] = old->v[i].mnt_id;
     struct cdn_fanotify_marks stale = {0};
-    int r = n_rel ? cdn_fanotify_mounts_beneath(b->sb.init_pid, old, rel, n_rel, &stale) : 0;
+    int r = n_rel ? cdn_fanotify_mounts_beneath(b->sb.init_pid, old, want, rel, n_rel, &stale) : 0;
     if (r < 0) {
         cdn_fanotify_marks_free(&stale);
         return cdn_error_set(err, -r, "the sandbox's mounts: %s", strerror(-r));

@@ -132,9 +132,10 @@ struct box {
     struct event *setup_ev, *pidfd_ev, *lifetime_ev, *start_ev; /* start_ev: a VM guest's answers due */
     struct cdn_box_waiter waiter;                               /* told once init runs (or setup fails) */
     uint64_t init_start;                                        /* start time of init (record.c) */
-    bool dying;        /* deleted: init killed, cleanup waits for its exit */
-    struct pool *pool; /* while it waits in a warm pool (pool.c): not in the API's list */
-    void *throttle;    /* the streaming call whose slow client paused our reading of init (api-exec.c) */
+    bool dying;           /* deleted: init killed, cleanup waits for its exit */
+    bool protect_pending; /* a VM guest changes its protected paths (api.c: guest_protect) */
+    struct pool *pool;    /* while it waits in a warm pool (pool.c): not in the API's list */
+    void *throttle;       /* the streaming call whose slow client paused our reading of init (api-exec.c) */
     struct event *throttle_ev;
     bool pool_ready; /* … and is running (else still starting) */
     double created_unix;

@@ -217,7 +217,10 @@ static int mark_submounts(int group, pid_t init_pid, int rootfd, struct cdn_fano
             bool root = false;
             if (fd >= 0 && mount_of(fd, &id, &root) == 0 && id == v[i].id && root) {
                 if ((r = mark_fd(group, fd, PROTECT_MASK)) == 0)
-                    r = add(out, id, CDN_MARK_PROTECT, NULL);
+                    r = add(out, v[i].id, CDN_MARK_PROTECT, NULL);
+                more = true;
+            } else if (fd >= 0 && root) { /* covered by a mount stacked on it: the walk goes on */
+                r = add(out, v[i].id, CDN_MARK_PROTECT, NULL);
                 more = true;
             }
             if (fd >= 0)
@@ -240,10 +243,18 @@ int cdn_fanotify_mark_mounts(int group, pid_t init_pid, const struct cdn_protect
     for (size_t i = 0; i < n_m; i++) {
         _cleanup_close_ int fd = open_beneath(rootfd, m[i].path);
         int id = -1;
-        bool root = false;
-        if (fd < 0 || mount_of(fd, &id, &root) < 0 || id != m[i].mnt_id || !root)
+        bool root = false, covered = false;
+        if (fd < 0 || mount_of(fd, &id, &root) < 0 || id != m[i].mnt_id || !root) {
+            /* a later bind of the same change, above it, copied it: marked with what lies beneath that */
+            for (size_t k = i + 1; k < n_m && !covered; k++) {
+                size_t l = strlen(m[k].path);
+                covered = strncmp(m[i].path, m[k].path, l) == 0 && (m[i].path[l] == '/' || !m[i].path[l]);
+            }
+            if (covered)
+                continue;
             return cdn_error_set(err, ESTALE, "protect %s: not the mount bound there a moment ago",
                                  m[i].path);
+        }
         int r = mark_fd(group, fd, PROTECT_MASK);
         if (r < 0 || (r = add(out, id, CDN_MARK_PROTECT, m[i].path)) < 0)
             return cdn_error_set(err, -r, "protect %s: fanotify_mark: %s", m[i].path, strerror(-r));
@@ -251,8 +262,9 @@ int cdn_fanotify_mark_mounts(int group, pid_t init_pid, const struct cdn_protect
     return out->n > first ? mark_submounts(group, init_pid, rootfd, out, first, err) : 0;
 }
 
-int cdn_fanotify_mounts_beneath(pid_t init_pid, const struct cdn_fanotify_marks *m, const int *ids,
-                                size_t n_ids, struct cdn_fanotify_marks *out)
+int cdn_fanotify_mounts_beneath(pid_t init_pid, const struct cdn_fanotify_marks *m,
+                                const struct cdn_strv *keep, const int *ids, size_t n_ids,
+                                struct cdn_fanotify_marks *out)
 {
     struct cdn_mount_info *v = NULL;
     size_t n = 0;
@@ -266,7 +278,7 @@ int cdn_fanotify_mounts_beneath(pid_t init_pid, const struct cdn_fanotify_marks 
         more = false;
         for (size_t i = 0; r >= 0 && i < n; i++)
             if (cdn_fanotify_marks_find(out, v[i].parent) && !cdn_fanotify_marks_find(out, v[i].id) &&
-                cdn_fanotify_marks_find(m, v[i].id))
+                cdn_fanotify_marks_find(m, v[i].id) && !cdn_path_is_protected(v[i].mp, keep))
                 r = add(out, v[i].id, CDN_MARK_PROTECT, NULL), more = true;
     }
     cdn_mounts_free(v, n);
@@ -354,7 +366,9 @@ int cdn_fanotify_check_moved(pid_t init_pid, const struct cdn_fanotify_marks *m,
         _cleanup_close_ int fd = (int) syscall(SYS_openat2, rootfd, m->v[i].path, &how, sizeof how);
         int id = -1;
         bool root = false;
-        if (fd < 0 || mount_of(fd, &id, &root) < 0 || !root || id != m->v[i].mnt_id)
+        /* Its bind, or one marked over it since (a pattern naming it again, or a directory above it,
+         * whose bind copied it) */
+        if (fd < 0 || mount_of(fd, &id, &root) < 0 || !root || !cdn_fanotify_marks_find(m, id))
             return cdn_error_set(err, ESTALE,
                                  "protected path %s is not the mount bound there when the sandbox was made: "
                                  "it was moved aside (with a parent, from outside the sandbox)",

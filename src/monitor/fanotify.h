@@ -61,10 +61,12 @@ struct cdn_protect_mount {
  * cdn_fanotify_mark_sandbox does, without expanding a pattern again. Appends to out. */
 int cdn_fanotify_mark_mounts(int group, pid_t init_pid, const struct cdn_protect_mount *m, size_t n_m,
                              struct cdn_fanotify_marks *out, struct cdn_error *err);
-/* The marks of m that are ids[] or mounts beneath one of them (the sandbox's mounts now), into out.
- * -errno. */
-int cdn_fanotify_mounts_beneath(pid_t init_pid, const struct cdn_fanotify_marks *m, const int *ids,
-                                size_t n_ids, struct cdn_fanotify_marks *out);
+/* The marks of m that are ids[] or mounts beneath one of them (the sandbox's mounts now), into out,
+ * but for a mount whose mount point keep's patterns still protect (a protected path's bind that a
+ * bind of ids[] copied), and what lies beneath it. -errno. */
+int cdn_fanotify_mounts_beneath(pid_t init_pid, const struct cdn_fanotify_marks *m,
+                                const struct cdn_strv *keep, const int *ids, size_t n_ids,
+                                struct cdn_fanotify_marks *out);
 /* Remove from group the marks of the mounts in m (as the sandbox of init_pid has them now; one
  * that is gone has lost its mark with it). */
 int cdn_fanotify_unmark(int group, pid_t init_pid, const struct cdn_fanotify_marks *m, struct cdn_error *err);

@@ -53,29 +53,6 @@ bool cdn_path_is_system(const char *path)
     return cdn_path_in_system(path);
 }
 
-bool cdn_path_is_protected(const char *path, const struct cdn_strv *protect)
-{
-    for (size_t i = 0; i < protect->n; i++) {
-        char pat[1100];
-        (void) snprintf(pat, sizeof pat, "%s", protect->v[i]);
-        size_t pl = strlen(pat);
-        if (pl >= 3 && strcmp(pat + pl - 3, "/**") == 0)
-            pat[pl - 3] = 0;
-        /* the path itself, or any of its ancestors */
-        char p[1024];
-        (void) snprintf(p, sizeof p, "%s", path);
-        for (;;) {
-            if (fnmatch(pat, p, FNM_PATHNAME | FNM_PERIOD) == 0)
-                return true;
-            char *slash = strrchr(p, '/');
-            if (!slash || slash == p)
-                break;
-            *slash = 0;
-        }
-    }
-    return false;
-}
-
 /* Whether path is a proper parent of what pattern (without a trailing slash-star-star) names:
  * each of its components matches the pattern's component at that depth, and the pattern has more. */
 static bool parent_of_pattern(const char *path, const char *pattern)

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 
+#include "core/protect.h"
 #include "core/spec.h"
 #include "confine/seccomp-policy.h"
 
@@ -24,8 +25,6 @@ int cdn_write_attempt_read(const struct cdn_seccomp_event *ev, struct cdn_write_
  * /bin, /etc, …), and not a Python bytecode cache (__pycache__), which the
  * interpreter tries to write there in ordinary work. */
 bool cdn_path_is_system(const char *path);
-/* Named by a protect pattern, or beneath a path one names. */
-bool cdn_path_is_protected(const char *path, const struct cdn_strv *protect);
 /* Whether the i-th path of w is an attempt on a protected path: one named (or beneath one named)
  * by protect, or, for a rename or an unlink, a parent of one. */
 bool cdn_write_is_protected(const struct cdn_write_attempt *w, int i, const struct cdn_strv *protect);

@@ -274,6 +274,37 @@ int cdn_protected_decode(const uint8_t *p, size_t len, uint64_t *ids, uint32_t *
     return 0;
 }
 
+int cdn_protect_list_encode(uint8_t *buf, size_t size, const char *const *v, size_t n)
+{
+    size_t off = 4;
+    if (n > CDN_PROTECT_LIST_MAX || size < off)
+        return -ENOBUFS;
+    put32(buf, (uint32_t) n);
+    for (size_t i = 0; i < n; i++)
+        if (!v[i][0] || strlen(v[i]) > CDN_PROTECT_PATTERN_MAX || put_str(buf, size, &off, v[i]) < 0)
+            return -ENOBUFS;
+    return (int) off;
+}
+
+int cdn_protect_list_decode(const uint8_t *p, size_t len, const char **v, size_t *ret_n)
+{
+    if (len < 4 || get32(p) > CDN_PROTECT_LIST_MAX)
+        return -EBADMSG;
+    size_t n = get32(p), off = 4;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *nul = memchr(p + off, 0, len - off);
+        size_t l = nul ? (size_t) (nul - (p + off)) : 0;
+        if (!nul || l == 0 || l > CDN_PROTECT_PATTERN_MAX)
+            return -EBADMSG;
+        v[i] = (const char *) p + off;
+        off += l + 1;
+    }
+    if (off != len)
+        return -EBADMSG;
+    *ret_n = n;
+    return 0;
+}
+
 #define STAT_FIXED 20
 
 int cdn_file_stat_encode(uint8_t *buf, size_t size, const struct cdn_file_stat *st)

@@ -69,6 +69,9 @@ enum cdn_frame_type {
     CDN_FRAME_TCP = 26,       /* host→init: connect to 127.0.0.1:port in the sandbox (payload: u16 port |
                                * u32 window, what init may send first); then WINDOW and DATA both ways,
                                * DONE or ERROR at the end (init-tcp.c) */
+    CDN_FRAME_PROTECT = 27,   /* host→init, VM guests: the whole new list of protected-path patterns
+                               * (payload: cdn_protect_list_encode); DONE, or ERROR (EBUSY: a process
+                               * holds a way past a new bind), the message naming protect[i] */
 };
 
 /* CALL payload: u32 timeout (ms, 0 = none) | u32 flags | the request's JSON ({"code", "input"}). */
@@ -240,6 +243,13 @@ int cdn_tcp_open_decode(const uint8_t *p, size_t len, uint16_t *ret_port, uint32
 #define CDN_PROTECTED_MAX 16384
 int cdn_protected_encode(uint8_t *buf, size_t size, const uint64_t *ids, uint32_t n);
 int cdn_protected_decode(const uint8_t *p, size_t len, uint64_t *ids, uint32_t *ret_n);
+
+/* PROTECT payload: u32 n | n patterns, each NUL-terminated, non-empty and at most
+ * CDN_PROTECT_PATTERN_MAX bytes; n at most CDN_PROTECT_LIST_MAX. Decoded strings point into p. */
+#define CDN_PROTECT_LIST_MAX    32
+#define CDN_PROTECT_PATTERN_MAX 1024
+int cdn_protect_list_encode(uint8_t *buf, size_t size, const char *const *v, size_t n);
+int cdn_protect_list_decode(const uint8_t *p, size_t len, const char **v, size_t *ret_n);
 /* Encodes at most one entry; returns its length or -ENOBUFS. */
 int cdn_file_stat_encode(uint8_t *buf, size_t size, const struct cdn_file_stat *st);
 /* Decodes the entry at p (len bytes available); returns the bytes it took. */

@@ -69,6 +69,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (memcmp(out, data, 6) != 0)
             __builtin_trap();
     }
+    const char *pats[CDN_PROTECT_LIST_MAX];
+    size_t n_pats;
+    if (cdn_protect_list_decode(data, size, pats, &n_pats) == 0) { /* PROTECT (init-vm-protect.c) */
+        static uint8_t out[4 + CDN_PROTECT_LIST_MAX * (CDN_PROTECT_PATTERN_MAX + 1)];
+        int n = cdn_protect_list_encode(out, sizeof out, pats, n_pats);
+        if (n < 0 || (size_t) n != size || memcmp(out, data, size) != 0)
+            __builtin_trap();
+    }
     struct cdn_file_stat st;
     for (size_t off = 0; off < size;) { /* a LIST reply: entries back to back */
         int n = cdn_file_stat_decode(data + off, size - off, &st);

@@ -167,6 +167,7 @@ VM_TIER_TESTS = {
     "test_a_signal_to_init_reaches_no_command", "test_a_protected_directory_cannot_be_moved_aside",
     "test_the_verifier_does_not_run_what_the_agent_planted", "test_a_sibling_verifier_sees_only_what_was_copied",
     "test_inotify_cannot_watch_a_protected_directory", "test_the_operators_file_requests_are_never_violations",
+    "test_paths_protected_later_hold_as_at_creation", "test_a_pattern_over_a_protected_path_and_a_path_named_twice",
 }
 
 

@@ -23,6 +23,12 @@ def make(d, ws_dir, **kw):
     return Sandbox.create(endpoint=d.endpoint, mounts=[{"source": ws_dir, "target": "/workspace"}], **kw)
 
 
+# The container tier's cordond binds and guards them; a VM guest's init does (init-vm-protect.c).
+@pytest.fixture(params=["container", pytest.param("microvm", marks=pytest.mark.needs_vm), pytest.param("vm", marks=pytest.mark.needs_vm)])
+def tier(request):
+    return request.param
+
+
 def sh(sb, cmd):
     return sb.exec(["sh", "-c", cmd])
 
@@ -38,8 +44,8 @@ def d(shared_dir):
     assert dm.stop() == 0, dm.output()
 
 
-def test_paths_protected_later_hold_as_at_creation(d, ws):
-    with make(d, ws) as sb:
+def test_paths_protected_later_hold_as_at_creation(d, ws, tier):
+    with make(d, ws, tier=tier) as sb:
         assert sh(sb, "cat /workspace/answer.key").stdout == SECRET  # the setup phase: nothing protected
         info = sb.update(protect=PROTECT)
         assert info["spec"]["protect"] == PROTECT
@@ -68,13 +74,13 @@ def test_paths_protected_later_hold_as_at_creation(d, ws):
         assert r.exit_code == 0 and "solve()" in r.stdout, r
 
 
-def test_a_process_holding_a_way_in_refuses_the_change(d, ws):
+def test_a_process_holding_a_way_in_refuses_the_change(d, ws, tier):
     """A descriptor opened before the change (or a working directory inside) leads to the mount as
     it was, writable: the change is refused while one exists, naming the holder, and nothing is
     protected meanwhile. Without the check (container.c find_holder) the PATCH succeeded and
     `echo x >&3` rewrote the answer key through the descriptor held from before."""
     os.chmod(os.path.join(ws, "answer.key"), 0o666)  # the sandbox's to write, until protected
-    with make(d, ws) as sb:
+    with make(d, ws, tier=tier) as sb:
         p = sb.start(["sh", "-c", "exec 3>>/workspace/answer.key; echo ready; read x; echo forged >&3; sleep 600"],
                      keep_stdin=True)
         cordonlib.wait_for(lambda: "ready" in printed(p), timeout=10, what="holder ready")
@@ -98,9 +104,9 @@ def test_a_process_holding_a_way_in_refuses_the_change(d, ws):
     intact(ws)
 
 
-def test_released_paths_are_the_sandboxs_again(d, ws):
+def test_released_paths_are_the_sandboxs_again(d, ws, tier):
     os.chmod(os.path.join(ws, "tests"), 0o777)
-    with make(d, ws, protect=PROTECT) as sb:
+    with make(d, ws, protect=PROTECT, tier=tier) as sb:
         assert sh(sb, "touch /workspace/tests/new").exit_code != 0
         sb.update(protect=["/workspace/answer.key"])  # the tests released, the key kept
         r = sh(sb, "cat /workspace/tests/test_hidden.py && touch /workspace/tests/new && rm /workspace/tests/new")
@@ -147,8 +153,8 @@ def test_protected_later_survives_a_cordond_crash(shared_dir, ws):
     intact(ws)
 
 
-def test_bad_protect_patches_are_refused(d, ws):
-    with make(d, ws) as sb:
+def test_bad_protect_patches_are_refused(d, ws, tier):
+    with make(d, ws, tier=tier) as sb:
         for body, field, needle in [
             ({"protect": "/workspace/answer.key"}, "protect", "array"),
             ({"protect": ["workspace"]}, "protect[0]", "absolute"),
@@ -160,12 +166,11 @@ def test_bad_protect_patches_are_refused(d, ws):
         assert sh(sb, "cat /workspace/answer.key").stdout == SECRET  # nothing of a refused patch stays
 
 
-@pytest.mark.parametrize("tier", ["process", pytest.param("microvm", marks=pytest.mark.needs_vm)])
-def test_a_tier_that_fixes_them_at_creation_says_so(d, tier):
-    with Sandbox.create(endpoint=d.endpoint, tier=tier) as sb:
+def test_a_tier_that_fixes_them_at_creation_says_so(d):
+    with Sandbox.create(endpoint=d.endpoint, tier="process") as sb:
         with pytest.raises(InvalidArgument) as e:
             sb.update(protect=["/tmp"])
-        assert e.value.field == "protect" and f"fixed at creation on tier {tier}" in e.value.message, e.value
+        assert e.value.field == "protect" and "fixed at creation on tier process" in e.value.message, e.value
 
 
 def test_cli_and_async_sdk_change_them(d, ws):
@@ -191,7 +196,7 @@ def test_cli_and_async_sdk_change_them(d, ws):
     asyncio.run(phase())
 
 
-def test_ways_in_past_a_new_pin_a_hard_link_or_a_symlink_refuse_the_change(d, ws):
+def test_ways_in_past_a_new_pin_a_hard_link_or_a_symlink_refuse_the_change(d, ws, tier):
     """The other ways a reference from before the change gets past it: a working directory in a
     parent that becomes a mount point only now (the binds land on the new mount; the shell's
     directory is the one beneath it), a hard link made before, a symlink that would steer the bind.
@@ -200,7 +205,7 @@ def test_ways_in_past_a_new_pin_a_hard_link_or_a_symlink_refuse_the_change(d, ws
     os.makedirs(os.path.join(ws, "repo", "tests"))
     os.chmod(os.path.join(ws, "repo"), 0o777)
     os.chmod(os.path.join(ws, "repo", "tests"), 0o777)
-    with make(d, ws) as sb:
+    with make(d, ws, tier=tier) as sb:
         assert sh(sb, "echo mine > /workspace/repo/tests/mine").exit_code == 0
         p = sb.start(["sh", "-c", "cd /workspace/repo && echo ready && read x && echo forged >> tests/mine; sleep 600"],
                      keep_stdin=True)
@@ -223,3 +228,62 @@ def test_ways_in_past_a_new_pin_a_hard_link_or_a_symlink_refuse_the_change(d, ws
         sb.update(protect=["/workspace/repo/tests/**"])
         assert sh(sb, "echo x >> /workspace/repo/tests/mine").exit_code != 0
         assert sh(sb, "cat /workspace/repo/tests/mine").exit_code != 0
+
+
+def test_a_pattern_over_a_protected_path_and_a_path_named_twice(d, ws, tier):
+    """A new pattern whose bind covers a path protected before copies that path's mount with it: the
+    copy is guarded too. Without marking what lies beneath a new bind (init-vm-protect.c mark_all),
+    `cat deep.txt` read the key through the unmarked copy on microvm. A path named by two patterns
+    stays protected when one of them goes: without the check of the paths still protected, dropping
+    the later pattern made its bind, stacked on the first, writable: an open is the guard's to refuse,
+    but truncate(2) by name opens nothing, and emptied the key."""
+    deep = "/workspace/tests/sub/deep.txt"
+    os.chmod(os.path.join(ws, "tests", "sub"), 0o777)
+    os.chmod(os.path.join(ws, "tests", "sub", "deep.txt"), 0o666)
+
+    def guarded():
+        r = sh(sb, f"cat {deep}; echo x >> {deep}")
+        assert SECRET not in r.stdout and r.exit_code != 0, r
+        r = sb.exec(["python3", "-c", f"import os; os.truncate('{deep}', 0)"])
+        assert r.exit_code != 0 and "Read-only file system" in r.stderr, r
+
+    with make(d, ws, protect=[deep], tier=tier) as sb:
+        sb.update(protect=[deep, "/workspace/tests/sub/*.txt"])  # the same path named twice
+        sb.update(protect=[deep])
+        guarded()
+        sb.update(protect=["/workspace/tests/sub/*.txt", deep])
+        sb.update(protect=["/workspace/tests/sub/*.txt"])
+        guarded()
+        sb.update(protect=[deep, "/workspace/tests/**"])
+        guarded()
+        r = sh(sb, "cat /workspace/tests/test_hidden.py")
+        assert r.exit_code != 0 and "solve()" not in r.stdout, r
+        sb.update(protect=[deep])  # the tests released, the key beneath them kept
+        r = sh(sb, "cat /workspace/tests/test_hidden.py")
+        assert r.exit_code == 0 and "solve()" in r.stdout, r
+        guarded()
+        r = sb.exec(["cat", deep], verifier=True)  # the step finds them where they were
+        assert r.exit_code == 0 and SECRET in r.stdout, r
+        assert sb.violations()["counts"]["protect"] >= 4
+    with open(os.path.join(ws, "tests", "sub", "deep.txt")) as f:
+        assert f.read() == SECRET
+
+
+@pytest.mark.needs_vm
+def test_a_guest_refuses_a_pattern_too_long_for_its_start(d, ws):
+    """A guest learns its first patterns in 256 bytes each: a longer one is refused, not cut short
+    (it then named another path, and the one asked for went unprotected). A later PATCH takes up to
+    1024 bytes."""
+    long = "/workspace/" + "a" * 300
+    with pytest.raises(InvalidArgument) as e:
+        Sandbox.create(endpoint=d.endpoint, tier="microvm", protect=[long])
+    assert e.value.field == "protect[0]" and "at most 255 bytes" in e.value.message, e.value
+    deep = os.path.join(ws, "b" * 200, "c" * 100)
+    os.makedirs(os.path.dirname(deep))
+    with open(deep, "w") as f:
+        f.write(SECRET)
+    with make(d, ws, tier="microvm") as sb:
+        path = "/workspace/" + os.path.relpath(deep, ws)
+        sb.update(protect=[path])
+        r = sh(sb, f"cat {path}")
+        assert r.exit_code != 0 and SECRET not in r.stdout, r

@@ -347,6 +347,34 @@ TEST(tcp_open_payload)
     CHECK(more == 65536);
 }
 
+TEST(protect_list_payload)
+{
+    static uint8_t b[4 + CDN_PROTECT_LIST_MAX * (CDN_PROTECT_PATTERN_MAX + 1) + 8];
+    const char *in[] = {"/workspace/answer.key", "/workspace/tests/**"}, *out[CDN_PROTECT_LIST_MAX];
+    size_t n = 99;
+    int len = cdn_protect_list_encode(b, sizeof b, in, 2);
+    CHECK(len == 4 + 22 + 20);
+    CHECK_EQ_INT(cdn_protect_list_decode(b, (size_t) len, out, &n), 0);
+    CHECK(n == 2 && strcmp(out[0], in[0]) == 0 && strcmp(out[1], in[1]) == 0);
+    CHECK_EQ_INT(cdn_protect_list_decode(b, (size_t) len - 1, out, &n), -EBADMSG); /* no NUL at the end */
+    CHECK_EQ_INT(cdn_protect_list_decode(b, (size_t) len + 1, out, &n), -EBADMSG); /* bytes past the last */
+    len = cdn_protect_list_encode(b, sizeof b, in, 0);
+    CHECK_EQ_INT(cdn_protect_list_decode(b, (size_t) len, out, &n), 0);
+    CHECK(n == 0);
+    memcpy(b, "\x02\0\0\0/a\0\0", 8); /* an empty pattern */
+    CHECK_EQ_INT(cdn_protect_list_decode(b, 8, out, &n), -EBADMSG);
+    memcpy(b, "\x21\0\0\0", 4); /* 33 patterns */
+    CHECK_EQ_INT(cdn_protect_list_decode(b, 4, out, &n), -EBADMSG);
+    static char longp[CDN_PROTECT_PATTERN_MAX + 2];
+    memset(longp, 'a', sizeof longp - 1);
+    longp[0] = '/';
+    const char *too_long[] = {longp};
+    CHECK(cdn_protect_list_encode(b, sizeof b, too_long, 1) == -ENOBUFS);
+    b[0] = 1, b[1] = b[2] = b[3] = 0;
+    memcpy(b + 4, longp, sizeof longp); /* its NUL included: one byte past the limit */
+    CHECK_EQ_INT(cdn_protect_list_decode(b, 4 + sizeof longp, out, &n), -EBADMSG);
+}
+
 TEST(policy_and_violation_payloads)
 {
     uint8_t p[6 + 3 * 8] = {1, 0, 2, 0, 1, 0};

@@ -57,9 +57,3 @@ int cdn_writable_attach(int fd, const char *scratch, struct cdn_error *err);
  * the image's files are nobody's inside, and the writable directories are made for the sandbox). */
 int cdn_rootfs_prepare(const struct cdn_setup_args *a, int lower_fd, struct cdn_error *err);
 int cdn_rootfs_pivot(const struct cdn_setup_args *a, struct cdn_error *err);
-/* The protected paths of protect beneath rootfd (the sandbox's root, in its mount namespace): their
- * parents pinned, each match bound on itself read-only; bound (if not NULL) hears of each new bind
- * (before it is made read-only). Errors name protect[i]. */
-typedef void (*cdn_rootfs_bound_fn)(void *ud, const char *path, int mnt_id);
-int cdn_rootfs_protect(int rootfd, const struct cdn_strv *protect, cdn_rootfs_bound_fn bound, void *ud,
-                       struct cdn_error *err);

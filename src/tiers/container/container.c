@@ -581,124 +581,6 @@ static int container_network_given(struct cdn_sandbox *sb, struct cdn_error *err
 
 /* ---- protected paths changed at run time ---- */
 
-/* Where a reference held from before the change would lead past it: beneath each new pattern, and
- * beneath the highest ancestor of its literal part that is not a mount point yet (the binds of
- * cdn_protect_pin_parents land on a new mount there, and a working directory or descriptor in the
- * mount beneath it still reaches the match unguarded). A pattern with a wildcard before its last
- * component: its whole literal part. */
-static int holder_roots(int rootfd, const struct cdn_strv *add, struct cdn_strv *roots)
-{
-    for (size_t i = 0; i < add->n; i++) {
-        const char *p = add->v[i];
-        if (cdn_strv_push(roots, p) < 0)
-            return -ENOMEM;
-        char lit[1100];
-        size_t wild = strcspn(p, "*?["), cut = wild;
-        while (cut > 0 && p[cut - 1] != '/')
-            cut--; /* the literal directories before the first wildcard */
-        (void) snprintf(lit, sizeof lit, "%.*s", (int) (p[wild] ? cut : strlen(p)), p);
-        if (p[wild] && strchr(p + wild, '/') && cdn_strv_push(roots, cut > 1 ? lit : "/") < 0)
-            return -ENOMEM;
-        for (char *c = lit + 1; (c = strchr(c, '/')); c++) { /* "/a", "/a/b", … above the match */
-            *c = 0;
-            struct open_how how = {.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC,
-                                   .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
-            _cleanup_close_ int fd = cdn_openat2(rootfd, lit, &how);
-            uint64_t id;
-            bool root = true;
-            if (fd >= 0)
-                (void) cdn_mount_of(fd, "", AT_EMPTY_PATH, &id, &root);
-            if (!root) { /* pinned now: everything beneath it */
-                if (cdn_strv_push(roots, lit) < 0)
-                    return -ENOMEM;
-                break;
-            }
-            *c = '/';
-        }
-    }
-    return 0;
-}
-
-static bool held_beneath(const char *target, const struct cdn_strv *roots)
-{
-    if (target[0] != '/')
-        return false;
-    for (size_t i = 0; i < roots->n; i++) {
-        size_t l = strlen(roots->v[i]);
-        if (strcmp(roots->v[i], "/") == 0 ||
-            (strncmp(target, roots->v[i], l) == 0 && (target[l] == 0 || target[l] == '/')))
-            return true;
-    }
-    return cdn_path_is_protected(target, roots); /* the patterns' own wildcards */
-}
-
-/* A thread of the sandbox (not its init) that holds something beneath roots: its working directory
- * or root there, a descriptor, a mapping. Such a reference leads to the mount as it was before the
- * bind, writable and unguarded. Read in the sandbox's own /proc, from its root (so that the paths
- * are the sandbox's), thread by thread (a thread may have files and directory of its own). 0, or
- * -EBUSY with err naming it. A descriptor in flight in a socket is not seen (docs/events.md). */
-static int find_holder(const struct cdn_strv *roots, struct cdn_error *err)
-{
-    _cleanup_closedir_ DIR *procs = opendir("/proc");
-    if (!procs)
-        return cdn_error_set(err, errno, "open the sandbox's /proc: %m");
-    char p[160], target[1024];
-    for (struct dirent *de; (de = readdir(procs));) {
-        char *end;
-        long pid = strtol(de->d_name, &end, 10);
-        if (*end || pid <= 1)
-            continue;
-        (void) snprintf(p, sizeof p, "/proc/%ld/task", pid);
-        _cleanup_closedir_ DIR *tasks = opendir(p);
-        for (struct dirent *te; tasks && (te = readdir(tasks));) {
-            if (te->d_name[0] == '.')
-                continue;
-            static const char *const links[] = {"cwd", "root"};
-            for (size_t i = 0; i < ELEMENTSOF(links); i++) {
-                (void) snprintf(p, sizeof p, "/proc/%ld/task/%s/%s", pid, te->d_name, links[i]);
-                ssize_t n = readlink(p, target, sizeof target - 1);
-                if (n > 0 && (target[n] = 0, held_beneath(target, roots)))
-                    return cdn_error_set(err, EBUSY, "pid %ld has its %s in %s", pid, links[i], target);
-            }
-            (void) snprintf(p, sizeof p, "/proc/%ld/task/%s/fd", pid, te->d_name);
-            _cleanup_closedir_ DIR *fds = opendir(p);
-            for (struct dirent *fe; fds && (fe = readdir(fds));) {
-                if (fe->d_name[0] == '.')
-                    continue;
-                (void) snprintf(p, sizeof p, "/proc/%ld/task/%s/fd/%s", pid, te->d_name, fe->d_name);
-                ssize_t n = readlink(p, target, sizeof target - 1);
-                if (n > 0 && (target[n] = 0, held_beneath(target, roots)))
-                    return cdn_error_set(err, EBUSY, "pid %ld holds %s open (fd %s)", pid, target,
-                                         fe->d_name);
-            }
-        }
-        (void) snprintf(p, sizeof p, "/proc/%ld/maps", pid);
-        _cleanup_fclose_ FILE *maps = fopen(p, "re");
-        char line[1400];
-        while (maps && fgets(line, sizeof line, maps)) {
-            char *path = strchr(line, '/');
-            if (!path)
-                continue;
-            path[strcspn(path, "\n")] = 0;
-            if (held_beneath(path, roots))
-                return cdn_error_set(err, EBUSY, "pid %ld maps %s", pid, path);
-        }
-    }
-    return 0;
-}
-
-/* A file beneath a new bind with another name (a hard link made before the change): that name is
- * on the mount beneath, writable and unguarded. */
-static __thread struct cdn_error *link_err;
-static int check_links(const char *path, const struct stat *st, int type, struct FTW *f)
-{
-    (void) f;
-    if (type == FTW_F && S_ISREG(st->st_mode) && st->st_nlink > 1)
-        return cdn_error_set(link_err, EBUSY, "%s has %ju names: a hard link to it lies outside", path,
-                             (uintmax_t) st->st_nlink);
-    return 0;
-}
-
 struct bound {
     struct cdn_protect_mount *v;
     size_t n, cap;
@@ -756,9 +638,10 @@ static int release(int rootfd, const int *ids, size_t n_ids, struct cdn_error *e
     return r;
 }
 
-/* In the sandbox's mount namespace: add's matches bound read-only (cdn_rootfs_protect, each new
- * bind recorded in b), then the mounts of release released. If a pattern fails or a process holds
- * a way in (find_holder, check_links), every bind made here is undone and nothing released. */
+/* In the sandbox's mount namespace: add's matches bound read-only (cdn_protect_bind, each new bind
+ * recorded in b), then the mounts of release released. If a pattern fails or a process holds a way
+ * in (cdn_protect_find_holder, cdn_protect_check_links), every bind made here is undone and nothing
+ * released. */
 static int protect_child(const struct cdn_sandbox *sb, const struct cdn_strv *add, const int *rel,
                          size_t n_rel, struct bound *b, struct cdn_error *err)
 {
@@ -768,17 +651,16 @@ static int protect_child(const struct cdn_sandbox *sb, const struct cdn_strv *ad
     if (rootfd < 0)
         return cdn_error_set(err, errno, "open the sandbox's root: %m");
     _cleanup_(cdn_strv_free) struct cdn_strv roots = {0};
-    int r = holder_roots(rootfd, add, &roots) < 0 ? cdn_error_set(err, ENOMEM, "out of memory") : 0;
+    int r =
+        cdn_protect_holder_roots(rootfd, add, &roots) < 0 ? cdn_error_set(err, ENOMEM, "out of memory") : 0;
     if (r >= 0 && add->n)
-        r = cdn_rootfs_protect(rootfd, add, on_bound, b, err);
+        r = cdn_protect_bind(rootfd, add, on_bound, b, err);
     if (r >= 0 && b->oom)
         r = cdn_error_set(err, ENOMEM, "out of memory");
     if (r >= 0 && add->n)
-        r = find_holder(&roots, err);
-    link_err = err;
+        r = cdn_protect_find_holder(&roots, err);
     for (size_t i = 0; r >= 0 && i < b->n; i++)
-        if (nftw(b->v[i].path, check_links, 32, FTW_PHYS | FTW_MOUNT) != 0)
-            r = err->errnum ? -err->errnum : cdn_error_set(err, errno, "walk %s: %m", b->v[i].path);
+        r = cdn_protect_check_links(b->v[i].path, err);
     if (r < 0) {
         for (size_t i = b->n; i-- > 0;)
             (void) umount2(b->v[i].path, MNT_DETACH | UMOUNT_NOFOLLOW);

@@ -486,77 +486,6 @@ static int make_writable_dirs(const struct cdn_setup_args *a, int rootfd, bool i
     return 0;
 }
 
-/* Protected paths: each match bound on itself (with what is mounted beneath
- * it) and made read-only, so that nothing in the sandbox can write, replace,
- * rename, unlink or link it (a mount point is busy, a bind is a separate
- * mount for link()); reads are the host's to refuse (fanotify.h). Their parents
- * are mount points first (cdn_protect_pin_parents), so that none can be moved
- * aside with a protected path in it. */
-struct protect_ctx {
-    int rootfd;
-    cdn_rootfs_bound_fn bound;
-    void *ud;
-    struct cdn_error *err;
-};
-
-static int protect_one(void *ud, const char *path, int fd)
-{
-    struct protect_ctx *c = ud;
-    if (c->bound) { /* at run time the agent's symlinks are there: none may steer a bind */
-        struct open_how how = {.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC,
-                               .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
-        _cleanup_close_ int direct = (int) syscall(SYS_openat2, c->rootfd, path, &how, sizeof how);
-        struct stat a, b;
-        if (direct < 0 || fstat(direct, &a) < 0 || fstat(fd, &b) < 0 || a.st_dev != b.st_dev ||
-            a.st_ino != b.st_ino)
-            return cdn_error_set(c->err, ELOOP,
-                                 "protect %s: reached through a symlink (not followed at run time)", path);
-    }
-    int r = cdn_bind_on_itself(fd);
-    if (r < 0)
-        return cdn_error_set(c->err, -r, "protect %s: bind: %s", path, strerror(-r));
-    struct open_how how = {.flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
-    _cleanup_close_ int nfd = (int) syscall(SYS_openat2, c->rootfd, path, &how, sizeof how);
-    if (nfd < 0)
-        return cdn_error_set(c->err, errno, "protect %s: reopen: %m", path);
-    uint64_t id;
-    bool root;
-    if (c->bound && (r = cdn_mount_of(nfd, "", AT_EMPTY_PATH, &id, &root)) >= 0)
-        c->bound(c->ud, path, (int) id);
-    if (r < 0)
-        return cdn_error_set(c->err, -r, "protect %s: its mount: %s", path, strerror(-r));
-    return set_mount_attrs(nfd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, path, c->err);
-}
-
-int cdn_rootfs_protect(int rootfd, const struct cdn_strv *protect, cdn_rootfs_bound_fn bound, void *ud,
-                       struct cdn_error *err)
-{
-    struct protect_ctx c = {rootfd, bound, ud, err};
-    int pr = cdn_protect_pin_parents(rootfd, (const char *const *) protect->v, protect->n, err);
-    if (pr < 0)
-        return pr;
-    for (size_t i = 0; i < protect->n; i++) {
-        const char *pat = protect->v[i];
-        int r = cdn_protect_expand(rootfd, pat, protect_one, &c);
-        if (r >= 0)
-            continue;
-        char field[32];
-        (void) snprintf(field, sizeof field, "protect[%zu]", i);
-        if (err->msg[0]) { /* protect_one said why: of which pattern */
-            char msg[sizeof err->msg];
-            (void) snprintf(msg, sizeof msg, "%s", err->msg);
-            return cdn_error_field(err, -r, field, "%s: %s", field, msg);
-        }
-        if (r == -ENOENT)
-            return cdn_error_field(err, ENOENT, field, "%s: '%s' does not exist in the sandbox", field, pat);
-        if (r == -E2BIG)
-            return cdn_error_field(err, E2BIG, field, "%s: '%s' names more than %d paths", field, pat,
-                                   CDN_PROTECT_MATCH_MAX);
-        return cdn_error_field(err, -r, field, "%s: '%s': %s", field, pat, strerror(-r));
-    }
-    return 0;
-}
-
 static int pivot(const char *root, struct cdn_error *err)
 {
     CHECK(chdir(root), "chdir %s: %m", root);
@@ -587,7 +516,7 @@ int cdn_rootfs_prepare(const struct cdn_setup_args *a, int lower_fd, struct cdn_
     r = make_writable_dirs(a, rootfd, idmapped, err);
     if (r < 0 || (a->resolver_ip && (r = mount_resolv_conf(a, rootfd, err)) < 0))
         return r;
-    if ((r = cdn_rootfs_protect(rootfd, &a->spec->protect, NULL, NULL, err)) < 0)
+    if ((r = cdn_protect_bind(rootfd, &a->spec->protect, NULL, NULL, err)) < 0)
         return r;
     if (a->spec->read_only_root)
         CHECK(mount(NULL, root, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL),

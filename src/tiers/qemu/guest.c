@@ -267,6 +267,14 @@ static int check_binds(const struct cdn_sandbox *sb, struct cdn_error *err)
         return cdn_error_field(err, E2BIG, spec->protect.n ? "protect" : "mounts",
                                "mounts and protect: at most %d together for tier %s", CDN_IDENTITY_PATHS,
                                sb->tier->name);
+    /* IDENTITY carries each in 256 bytes: a longer one would reach the guest cut short */
+    for (size_t i = 0; i < spec->protect.n; i++)
+        if (strlen(spec->protect.v[i]) >= sizeof((struct cdn_identity *) 0)->paths[0].path) {
+            char field[32];
+            (void) snprintf(field, sizeof field, "protect[%zu]", i);
+            return cdn_error_field(err, E2BIG, field, "%s: at most %zu bytes at creation for tier %s", field,
+                                   sizeof((struct cdn_identity *) 0)->paths[0].path - 1, sb->tier->name);
+        }
     for (size_t i = 0; i < spec->n_mounts; i++) {
         struct stat st;
         if (stat(spec->mounts[i].source, &st) < 0) {
