@@ -12,6 +12,9 @@ bool cdn_vm_guest_mode(void);
 /* The command line of pid, its NULs as spaces, for a violation's record ("" if it is gone). */
 void cdn_vm_read_cmdline(int pid, char *buf, size_t size);
 
+/* The guest's commands stopped where they are (cgroup.freeze), or let go on. */
+void cdn_vm_freeze_commands(bool on);
+
 /* The protected paths (init-vm-protect.c): init's end of the socket to the process answering
  * their opens (-1 while none runs), and what init does with what comes on it. */
 int cdn_vm_fan_sock(void);

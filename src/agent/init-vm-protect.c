@@ -28,6 +28,7 @@
 #include "core/protect.h"
 #include "shared/fd-util.h"
 #include "shared/macro.h"
+#include "shared/mount-util.h"
 #include "shared/strv.h"
 
 /* ---- protected paths in a guest (spec "protect") ----
@@ -48,6 +49,7 @@
 
 static int fan_group = -1; /* kept by init, which alone may mark mounts (CAP_SYS_ADMIN) */
 static int fan_sock = -1;  /* init's end of the socket to the fanotify process */
+static pid_t guard_pid;    /* that process */
 static bool verifier_on, kill_mode;
 
 /* Each protected path, the mount bound there, and the patterns naming it (bits of patterns). */
@@ -147,8 +149,8 @@ static void fan_loop(int fan, int sock)
                 cdn_vm_read_cmdline(m->pid, v.cmd, sizeof v.cmd);
                 static uint8_t buf[1024];
                 int n = cdn_violation_encode(buf, sizeof buf, &v);
-                if (n > 0)
-                    (void) send(sock, buf, (size_t) n, MSG_NOSIGNAL);
+                if (n > 0) /* never blocking: init may be waiting on this process's answer to its own open */
+                    (void) send(sock, buf, (size_t) n, MSG_NOSIGNAL | MSG_DONTWAIT);
             }
             /* Kill mode: the host ends the guest on the VIOLATION; the opener waits in its open
              * until then, and neither reads the file nor runs on (the host's rule, policy.h). */
@@ -363,6 +365,8 @@ static int start_guard(void)
     _cleanup_close_pair_ int sv[2] = {-EBADF, -EBADF};
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
         return -errno;
+    int room = 4 << 20; /* the records of many refused opens while init is busy (fan_loop drops past it) */
+    (void) setsockopt(sv[1], SOL_SOCKET, SO_SNDBUFFORCE, &room, sizeof room);
     pid_t pid = fork();
     if (pid < 0)
         return -errno;
@@ -380,6 +384,7 @@ static int start_guard(void)
     }
     /* Init's copy of the process's end goes now: it must have no other holder, so that its exit
      * reads as EOF on init's. */
+    guard_pid = pid;
     fan_group = TAKE_FD(fan);
     fan_sock = TAKE_FD(sv[0]);
     if (verifier_on)
@@ -429,11 +434,12 @@ int cdn_vm_protect(const struct cdn_identity *id)
         /* A symlink is not followed: the bind goes onto the link's own path only if it is not one. */
         if (lstat(paths[i], &st) < 0 || S_ISLNK(st.st_mode) || merge(paths[i], pats[i], 0))
             continue;
-        bool root = false;
-        if (mount(paths[i], paths[i], NULL, MS_BIND | MS_REC, NULL) < 0 ||
-            mount(NULL, paths[i], NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0)
+        /* read-only with what is mounted beneath it: a copy of a mount there is no less protected */
+        _cleanup_close_ int fd = open(paths[i], O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
             r = -errno;
-        else if ((r = mount_of(paths[i], &pinned[n_pinned].mnt_id, &root)) == 0) {
+        else if ((r = cdn_bind_on_itself(fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                                         &pinned[n_pinned].mnt_id)) == 0) {
             (void) snprintf(pinned[n_pinned].path, sizeof pinned[n_pinned].path, "%s", paths[i]);
             pinned[n_pinned++].pats = pats[i];
         }
@@ -489,7 +495,7 @@ static void renumber(struct cdn_error *err, size_t idx)
     (void) snprintf(err->field, sizeof err->field, "%s", field);
 }
 
-int cdn_vm_protect_change(const uint8_t *p, size_t len, struct cdn_error *err)
+static int change(const uint8_t *p, size_t len, struct cdn_error *err)
 {
     const char *want[CDN_PROTECT_LIST_MAX];
     char *copies[CDN_PROTECT_LIST_MAX] = {0};
@@ -532,7 +538,7 @@ int cdn_vm_protect_change(const uint8_t *p, size_t len, struct cdn_error *err)
     /* Marked first, then looked for: a descriptor opened before the marks is seen here, and none
      * opened after them passes unguarded. */
     if (r >= 0 && add.n)
-        r = cdn_protect_find_holder(&roots, err);
+        r = cdn_protect_find_holder(&roots, guard_pid, err);
     for (size_t i = from; r >= 0 && i < n_pinned; i++)
         r = cdn_protect_check_links(pinned[i].path, err);
     if (r < 0) {
@@ -574,4 +580,15 @@ int cdn_vm_protect_change(const uint8_t *p, size_t len, struct cdn_error *err)
     memcpy(patterns, copies, n_want * sizeof copies[0]);
     n_patterns = n_want;
     return 0;
+}
+
+/* The guest's commands frozen throughout: none passes a descriptor from a process not looked at yet
+ * to one looked at already, nor opens anything while the binds and marks are made. (One sent
+ * before, still in a socket, is not seen: docs/events.md.) */
+int cdn_vm_protect_change(const uint8_t *p, size_t len, struct cdn_error *err)
+{
+    cdn_vm_freeze_commands(true);
+    int r = change(p, len, err);
+    cdn_vm_freeze_commands(false);
+    return r;
 }

@@ -760,6 +760,22 @@ bool cdn_vm_kill_commands(void)
     return cg_fd >= 0 && write_at(cg_fd, "cgroup.kill", "1") == 0;
 }
 
+void cdn_vm_freeze_commands(bool on)
+{
+    if (cg_fd < 0 || write_at(cg_fd, "cgroup.freeze", on ? "1" : "0") < 0 || !on)
+        return;
+    /* Frozen when each has left user space; one waiting in the kernel (an open the guard holds in
+     * kill mode) never reports so, and traps the moment it would return: not waited for long. */
+    for (int i = 0; i < 100; i++) {
+        char buf[256] = "";
+        _cleanup_close_ int fd = openat(cg_fd, "cgroup.events", O_RDONLY | O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+        if (n <= 0 || strstr(buf, "frozen 1"))
+            return;
+        (void) usleep(2000);
+    }
+}
+
 bool cdn_vm_commands_gone(void)
 {
     char buf[256] = "";

@@ -46,22 +46,24 @@ static int protect_one(void *ud, const char *path, int fd)
             return cdn_error_set(c->err, ELOOP,
                                  "protect %s: reached through a symlink (not followed at run time)", path);
     }
-    int r = cdn_bind_on_itself(fd);
+    /* Read-only before it lands, its id taken from the copy: the path is not looked up again. */
+    uint64_t id = 0;
+    int r = cdn_bind_on_itself(fd, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, &id);
     if (r < 0)
         return cdn_error_set(c->err, -r, "protect %s: bind: %s", path, strerror(-r));
-    struct open_how how = {.flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+    if (!c->bound)
+        return 0;
+    /* At run time the agent may have renamed the match meanwhile (swapped it with a symlink): the bind
+     * went with it, and path is not what is protected. The change fails (the bind stays where it
+     * went, read-only). */
+    struct open_how how = {.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC,
+                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
     _cleanup_close_ int nfd = (int) syscall(SYS_openat2, c->rootfd, path, &how, sizeof how);
-    if (nfd < 0)
-        return cdn_error_set(c->err, errno, "protect %s: reopen: %m", path);
-    uint64_t id;
-    bool root;
-    if (c->bound && (r = cdn_mount_of(nfd, "", AT_EMPTY_PATH, &id, &root)) >= 0)
-        c->bound(c->ud, path, (int) id);
-    if (r < 0)
-        return cdn_error_set(c->err, -r, "protect %s: its mount: %s", path, strerror(-r));
-    struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV};
-    if (syscall(SYS_mount_setattr, nfd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) < 0)
-        return cdn_error_set(c->err, errno, "set flags on %s: %m", path);
+    uint64_t now = 0;
+    bool root = false;
+    if (nfd < 0 || cdn_mount_of(nfd, "", AT_EMPTY_PATH, &now, &root) < 0 || now != id || !root)
+        return cdn_error_set(c->err, ELOOP, "protect %s: moved while it was being protected", path);
+    c->bound(c->ud, path, (int) id);
     return 0;
 }
 
@@ -152,7 +154,7 @@ static bool held_beneath(const char *target, const struct cdn_strv *roots)
  * bind, writable and unguarded. Read in the sandbox's own /proc, from its root (so that the paths
  * are the sandbox's), thread by thread (a thread may have files and directory of its own). 0, or
  * -EBUSY with err naming it. A descriptor in flight in a socket is not seen (docs/events.md). */
-int cdn_protect_find_holder(const struct cdn_strv *roots, struct cdn_error *err)
+int cdn_protect_find_holder(const struct cdn_strv *roots, pid_t skip, struct cdn_error *err)
 {
     _cleanup_closedir_ DIR *procs = opendir("/proc");
     if (!procs)
@@ -161,7 +163,7 @@ int cdn_protect_find_holder(const struct cdn_strv *roots, struct cdn_error *err)
     for (struct dirent *de; (de = readdir(procs));) {
         char *end;
         long pid = strtol(de->d_name, &end, 10);
-        if (*end || pid <= 1 || pid == (long) getpid())
+        if (*end || pid <= 1 || pid == (long) getpid() || (skip > 0 && pid == (long) skip))
             continue;
         (void) snprintf(p, sizeof p, "/proc/%ld/task", pid);
         _cleanup_closedir_ DIR *tasks = opendir(p);

@@ -190,7 +190,7 @@ static int pin_parents(void *ud, const char *path, int fd)
         struct statvfs vfs;
         int r = 0;
         if (!mount_root(dfd) && fstatvfs(dfd, &vfs) == 0 && !(vfs.f_flag & ST_RDONLY)) {
-            if ((r = cdn_bind_on_itself(dfd)) < 0)
+            if ((r = cdn_bind_on_itself(dfd, 0, NULL)) < 0)
                 r = cdn_error_set(p->err, -r, "protect %s: pin its parent %s: %s", path, prefix,
                                   strerror(-r));
         }

@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "shared/error.h"
 
@@ -39,8 +40,8 @@ bool cdn_path_is_protected(const char *path, const struct cdn_strv *protect);
 
 /* The protected paths of protect beneath rootfd (a sandbox's root, in its mount namespace): their
  * parents pinned, each match bound on itself read-only (with what is mounted beneath it). At run
- * time bound is not NULL: it hears of each new bind (before it is made read-only), and a match
- * reached through a symlink is refused (ELOOP). Errors name protect[i]. */
+ * time bound is not NULL: it hears of each new bind, and a match reached through a symlink, or
+ * moved while it was bound, is refused (ELOOP). Errors name protect[i]. */
 typedef void (*cdn_protect_bound_fn)(void *ud, const char *path, int mnt_id);
 int cdn_protect_bind(int rootfd, const struct cdn_strv *protect, cdn_protect_bound_fn bound, void *ud,
                      struct cdn_error *err);
@@ -49,8 +50,8 @@ int cdn_protect_bind(int rootfd, const struct cdn_strv *protect, cdn_protect_bou
  * mount beneath it, writable and unguarded. cdn_protect_holder_roots() lists where such a
  * reference would lie for the new patterns add (rootfd: the sandbox's root);
  * cdn_protect_find_holder() finds a process of the sandbox (read in the /proc mounted at /, not
- * pid 1 nor the caller) holding one there (-EBUSY, err names it); cdn_protect_check_links() a file
+ * pid 1, the caller nor skip) holding one there (-EBUSY, err names it); cdn_protect_check_links() a file
  * beneath a new bind at path with a hard link elsewhere (-EBUSY). */
 int cdn_protect_holder_roots(int rootfd, const struct cdn_strv *add, struct cdn_strv *roots);
-int cdn_protect_find_holder(const struct cdn_strv *roots, struct cdn_error *err);
+int cdn_protect_find_holder(const struct cdn_strv *roots, pid_t skip, struct cdn_error *err);
 int cdn_protect_check_links(const char *path, struct cdn_error *err);

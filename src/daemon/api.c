@@ -369,10 +369,10 @@ static void api_update(struct evhttp_request *req, struct box *b)
         return cdn_api_reply_error(req, 400, "invalid_argument", f, "%s: fixed at creation on tier %s", f,
                                    t->name);
     }
-    if (a.protect && b->protect_pending) {
+    if (b->protect_pending) { /* its end puts back or writes what it changed: nothing else meanwhile */
         cdn_update_args_free(&a);
         return cdn_api_reply_error(req, 409, "protect_busy", "protect",
-                                   "protect: another change of the protected paths is under way");
+                                   "a change of the protected paths is under way: patch again after it");
     }
     /* The spec's lifetime counts from the creation, and a spec's is at most 7 days (a record past
      * that would not load again after a restart). */
@@ -472,12 +472,13 @@ static void update_finish(struct evhttp_request *req, struct box *b, struct upda
 }
 
 /* ---- the protected paths of a VM guest ----
- * Its init binds and guards them (PROTECT, init-vm-protect.c); the PATCH waits for its answer, one
- * at a time per sandbox, for at most the agent timeout (a guest that does not answer is its own
- * kernel's: 504, and its protected paths are what it says they are). */
+ * Its init binds and guards them (PROTECT, init-vm-protect.c); the PATCH waits for its answer, and
+ * no other PATCH of the sandbox runs meanwhile. Past the agent timeout its client gets 504; the
+ * change is still awaited, and what the guest answers then is what the sandbox's record says. */
 struct guest_update {
     struct agent_req areq;      /* first: the agent connection hands this back */
-    struct evhttp_request *req; /* NULL once its client left: the change goes on unanswered */
+    struct evhttp_request *req; /* NULL once answered (504): the change goes on unanswered. A
+                                 * client that left is answered all the same (that frees it) */
     struct box *box;
     struct update_args a;
     struct cdn_limits before;
@@ -491,52 +492,61 @@ static int send_protect(struct box *b, struct agent_req *r, const struct cdn_str
     int n = cdn_protect_list_encode(buf, sizeof buf, (const char *const *) list->v, list->n);
     if (n < 0)
         return n;
-    uint32_t ch = cdn_agent_conn_add(&b->agent, r, AGENT_FILE_FRAMES);
+    uint32_t ch =
+        cdn_agent_conn_add(&b->agent, r, AGENT_FRAME(CDN_FRAME_DONE) | AGENT_FRAME(CDN_FRAME_ERROR));
     int e = cdn_agent_conn_send(&b->agent, CDN_FRAME_PROTECT, 0, ch, buf, (uint32_t) n);
     if (e < 0)
         cdn_agent_conn_remove(&b->agent, r);
     return e;
 }
 
-static void forget_answer(struct agent_req *r, uint16_t type, const uint8_t *p, uint32_t len)
+struct guest_restore {
+    struct agent_req areq; /* first */
+    struct box *box;
+    struct cdn_strv list;
+};
+
+/* The guest put the old list back: the record says so (else it keeps what the guest has). */
+static void restored(struct agent_req *r, uint16_t type, const uint8_t *p, uint32_t len)
 {
-    (void) type, (void) p, (void) len;
-    free(r);
+    (void) p, (void) len;
+    struct guest_restore *x = (struct guest_restore *) r;
+    if (type == CDN_FRAME_DONE) {
+        struct cdn_strv old = x->box->spec.protect;
+        x->box->spec.protect = x->list;
+        x->list = old;
+        (void) cdn_record_write(x->box);
+    }
+    cdn_strv_free(&x->list);
+    free(x);
 }
 
-/* The old list again, where a PATCH changed it and then failed: a guest is told, its answer not
- * awaited. */
+/* The old list again, where a PATCH changed it and then failed (a guest: asked for, its answer not
+ * awaited by anyone). */
 static void restore_protect(struct box *b, const struct cdn_strv *protect)
 {
     if (!b->sb.tier->guest_supervises) {
         (void) cdn_box_protect(b, protect, NULL);
         return;
     }
-    struct agent_req *r = calloc(1, sizeof *r);
-    if (r)
-        r->on_frame = forget_answer;
-    if (r && send_protect(b, r, protect) < 0)
-        free(r);
-    else if (r) {
-        cdn_strv_free(&b->spec.protect);
-        for (size_t i = 0; i < protect->n; i++)
-            (void) cdn_strv_push(&b->spec.protect, protect->v[i]);
+    struct guest_restore *x = calloc(1, sizeof *x);
+    bool oom = !x;
+    for (size_t i = 0; x && i < protect->n; i++)
+        oom |= cdn_strv_push(&x->list, protect->v[i]) < 0;
+    if (oom || send_protect(b, &x->areq, protect) < 0) {
+        if (x)
+            cdn_strv_free(&x->list);
+        free(x);
+        return;
     }
-}
-
-static void guest_client_gone(struct evhttp_connection *conn, void *arg)
-{
-    (void) conn;
-    ((struct guest_update *) arg)->req = NULL;
+    x->box = b;
+    x->areq.on_frame = restored;
 }
 
 static void guest_update_end(struct guest_update *g)
 {
     if (g->timer)
         event_free(g->timer);
-    struct evhttp_connection *conn = g->req ? evhttp_request_get_connection(g->req) : NULL;
-    if (conn)
-        evhttp_connection_set_closecb(conn, NULL, NULL);
     g->box->protect_pending = false;
     cdn_update_args_free(&g->a);
     cdn_strv_free(&g->protect_before);
@@ -559,12 +569,7 @@ static void guest_protect_frame(struct agent_req *r, uint16_t type, const uint8_
             cdn_strv_free(&b->spec.protect);
             b->spec.protect = now;
             now = (struct cdn_strv){0};
-            struct evhttp_request *req = g->req;
-            struct evhttp_connection *conn = req ? evhttp_request_get_connection(req) : NULL;
-            if (conn)
-                evhttp_connection_set_closecb(conn, NULL, NULL);
-            g->req = NULL;
-            update_finish(req, b, &g->a, &g->before, &g->protect_before);
+            update_finish(g->req, b, &g->a, &g->before, &g->protect_before);
             return guest_update_end(g);
         }
         restore_protect(b, &g->protect_before);
@@ -590,13 +595,11 @@ static void guest_protect_timeout(evutil_socket_t fd, short what, void *arg)
 {
     (void) fd, (void) what;
     struct guest_update *g = arg;
-    cdn_agent_conn_remove(&g->box->agent, &g->areq);
-    limits_back(g->box, &g->a, &g->before);
-    if (g->req)
-        cdn_api_reply_error(g->req, 504, "agent_timeout", NULL,
-                            "the sandbox's agent did not change its protected paths within %u s",
-                            cdn_daemon->cfg.agent_timeout_s);
-    guest_update_end(g);
+    cdn_api_reply_error(g->req, 504, "agent_timeout", NULL,
+                        "the sandbox's agent did not change its protected paths within %u s: it still may "
+                        "(the sandbox's protect says when it did)",
+                        cdn_daemon->cfg.agent_timeout_s);
+    g->req = NULL;
 }
 
 static void guest_protect(struct evhttp_request *req, struct box *b, struct update_args *a,
@@ -621,7 +624,6 @@ static void guest_protect(struct evhttp_request *req, struct box *b, struct upda
         return cdn_api_reply_error(req, 500, "internal", NULL, "cannot reach the sandbox's agent");
     }
     b->protect_pending = true;
-    evhttp_connection_set_closecb(evhttp_request_get_connection(req), guest_client_gone, g);
 }
 
 static void route_list(struct evhttp_request *req)

@@ -22,15 +22,19 @@ int cdn_idmapped_tree(const char *dir, int userns_fd, uint64_t attrs)
     return TAKE_FD(tree);
 }
 
-int cdn_bind_on_itself(int fd)
+int cdn_bind_on_itself(int fd, uint64_t attrs, uint64_t *ret_mnt_id)
 {
-    int tree = (int) syscall(SYS_open_tree, fd, "",
-                             OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH);
+    _cleanup_close_ int tree = (int) syscall(
+        SYS_open_tree, fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH);
     if (tree < 0)
         return -errno;
-    int r =
-        (int) syscall(SYS_move_mount, tree, "", fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH);
-    r = r < 0 ? -errno : 0;
-    (void) close(tree);
-    return r;
+    struct mount_attr attr = {.attr_set = attrs};
+    if (attrs && syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) < 0)
+        return -errno;
+    int r = ret_mnt_id ? cdn_mount_of(tree, "", AT_EMPTY_PATH, ret_mnt_id, NULL) : 0;
+    if (r < 0)
+        return r;
+    if (syscall(SYS_move_mount, tree, "", fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+        return -errno;
+    return 0;
 }

@@ -12,5 +12,7 @@ int cdn_idmapped_tree(const char *dir, int userns_fd, uint64_t attrs);
 
 /* Bind what fd (O_PATH) names on itself, with what is mounted beneath it (as mount --rbind PATH
  * PATH), without a path: it works where /proc/self is not this process's (a host process in a
- * sandbox's mount namespace). 0 or -errno. */
-int cdn_bind_on_itself(int fd);
+ * sandbox's mount namespace). attrs (MOUNT_ATTR_*) are set on the whole copy before it is moved
+ * there, and ret_mnt_id (if not NULL) is its mount id: nothing is looked up by path afterwards. 0 or
+ * -errno. */
+int cdn_bind_on_itself(int fd, uint64_t attrs, uint64_t *ret_mnt_id);

@@ -658,7 +658,7 @@ static int protect_child(const struct cdn_sandbox *sb, const struct cdn_strv *ad
     if (r >= 0 && b->oom)
         r = cdn_error_set(err, ENOMEM, "out of memory");
     if (r >= 0 && add->n)
-        r = cdn_protect_find_holder(&roots, err);
+        r = cdn_protect_find_holder(&roots, 0, err);
     for (size_t i = 0; r >= 0 && i < b->n; i++)
         r = cdn_protect_check_links(b->v[i].path, err);
     if (r < 0) {
