@@ -213,14 +213,19 @@ int cdn_protect_pin_parents(int rootfd, const char *const *patterns, size_t n, s
     return 0;
 }
 
+void cdn_protect_pattern_stem(const char *pattern, char *out, size_t size)
+{
+    (void) snprintf(out, size, "%s", pattern);
+    size_t pl = strlen(out);
+    if (pl >= 3 && strcmp(out + pl - 3, "/**") == 0)
+        out[pl - 3] = 0;
+}
+
 bool cdn_path_is_protected(const char *path, const struct cdn_strv *protect)
 {
     for (size_t i = 0; i < protect->n; i++) {
         char pat[1100];
-        (void) snprintf(pat, sizeof pat, "%s", protect->v[i]);
-        size_t pl = strlen(pat);
-        if (pl >= 3 && strcmp(pat + pl - 3, "/**") == 0)
-            pat[pl - 3] = 0;
+        cdn_protect_pattern_stem(protect->v[i], pat, sizeof pat);
         /* the path itself, or any of its ancestors */
         char p[1024];
         (void) snprintf(p, sizeof p, "%s", path);

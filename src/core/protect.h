@@ -34,6 +34,8 @@ int cdn_protect_expand(int rootfd, const char *pattern, cdn_protect_fn fn, void 
  * binding pass. */
 int cdn_protect_pin_parents(int rootfd, const char *const *patterns, size_t n, struct cdn_error *err);
 
+/* The pattern without a trailing "/" "**" (which names the directory itself). */
+void cdn_protect_pattern_stem(const char *pattern, char *out, size_t size);
 /* Whether path is a match of one of the patterns, or beneath one. */
 struct cdn_strv;
 bool cdn_path_is_protected(const char *path, const struct cdn_strv *protect);

@@ -74,6 +74,7 @@ struct bproc {
     uint64_t kept, next_pos; /* bytes in out; the position after the last */
     struct event *timer;
     LIST_HEAD(, proc_client) clients;
+    LIST_HEAD(, cdn_proc_sink) sinks; /* E2B's streams of it (e2b-process.c) */
     LIST_ENTRY(bproc) link;
 };
 
@@ -160,9 +161,23 @@ static void client_end(struct proc_client *c)
 static void stdin_answer(struct bproc *p);
 static void stdin_next(struct bproc *p);
 
+/* Its end to each sink, which is off the process from then on. */
+static void sinks_end(struct bproc *p)
+{
+    while (!LIST_EMPTY(&p->sinks)) {
+        struct cdn_proc_sink *s = LIST_FIRST(&p->sinks);
+        LIST_REMOVE(s, link);
+        s->p = NULL;
+        s->end(s, p->started, p->exit_code, p->signal, p->end_why[0] ? p->end_why : NULL);
+    }
+}
+
 static void proc_free(struct bproc *p)
 {
     stdin_answer(p);
+    if (p->running && !p->end_why[0])
+        (void) snprintf(p->end_why, sizeof p->end_why, "its record was deleted");
+    sinks_end(p);
     while (!LIST_EMPTY(&p->clients))
         client_end(LIST_FIRST(&p->clients));
     while (!TAILQ_EMPTY(&p->out)) {
@@ -202,6 +217,10 @@ static void keep_output(struct bproc *p, uint8_t stream, const uint8_t *d, uint3
         p->kept += sizeof *c + cap; /* what it takes, not what it holds: any frames are bounded */
     }
     p->next_pos += len;
+    for (struct cdn_proc_sink *s = LIST_FIRST(&p->sinks), *next; s; s = next) {
+        next = LIST_NEXT(s, link); /* it may leave (a client too far behind) */
+        s->output(s, stream, p->pty, d, len);
+    }
     while (p->kept > PROC_RING && TAILQ_FIRST(&p->out) != c) { /* the oldest go: nobody is waited for */
         struct chunk *old = TAILQ_FIRST(&p->out);
         TAILQ_REMOVE(&p->out, old, link);
@@ -256,6 +275,7 @@ static void ended(struct bproc *p)
     }
     while (!LIST_EMPTY(&p->clients))
         client_end(LIST_FIRST(&p->clients));
+    sinks_end(p);
     if (p->forget)
         proc_free(p);
 }
@@ -281,6 +301,9 @@ static void proc_frame(struct agent_req *r, uint16_t type, const uint8_t *d, uin
     if (type == CDN_FRAME_STARTED && !p->started && len == 4) {
         p->started = true;
         p->pid = (uint32_t) d[0] | (uint32_t) d[1] << 8 | (uint32_t) d[2] << 16 | (uint32_t) d[3] << 24;
+        struct cdn_proc_sink *s;
+        LIST_FOREACH(s, &p->sinks, link)
+        s->start(s, p->pid);
         return answer_start(p, 200, NULL, NULL, NULL);
     }
     if (!p->started && type != CDN_FRAME_ERROR && type != 0) {
@@ -371,24 +394,33 @@ static bool make_room(struct box *b)
     return b->n_procs < PROC_MAX;
 }
 
-void cdn_api_proc_start(struct evhttp_request *req, struct box *b, struct exec_args *a)
+/* A background process of a, sent to init (its STARTED comes later), or NULL with *status, *code,
+ * *field and msg saying why not. */
+static struct bproc *spawn(struct box *b, struct exec_args *a, int *status, const char **code,
+                           const char **field, char *msg, size_t size)
 {
-    if (!make_room(b))
-        return cdn_api_reply_error(req, 429, "too_many_processes", "background",
-                                   "%d background processes run in this sandbox: end or delete one first",
-                                   PROC_MAX);
+    *field = NULL;
+    if (!make_room(b)) {
+        *status = 429, *code = "too_many_processes", *field = "background";
+        (void) snprintf(msg, size, "%d background processes run in this sandbox: end or delete one first",
+                        PROC_MAX);
+        return NULL;
+    }
     struct bproc *p = calloc(1, sizeof *p);
-    if (!p)
-        return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
+    if (!p) {
+        *status = 500, *code = "internal";
+        (void) snprintf(msg, size, "out of memory");
+        return NULL;
+    }
     p->areq.on_frame = proc_frame;
     p->box = b;
-    p->start_req = req;
     p->running = true;
     p->pty = a->pty;
     p->stdin_open = a->keep_stdin || a->pty;
     p->started_unix = now_unix();
     TAILQ_INIT(&p->out);
     LIST_INIT(&p->clients);
+    LIST_INIT(&p->sinks);
     (void) snprintf(p->cmd, sizeof p->cmd, "%s", a->argv.v[0]);
     p->argv = cdn_api_argv_json(a->argv.v, &p->argv_trunc);
     char line[4096]; /* the whole command line, for the monitor's exec rules, as a foreground exec's */
@@ -401,10 +433,11 @@ void cdn_api_proc_start(struct evhttp_request *req, struct box *b, struct exec_a
     if (r < 0) {
         json_decref(p->argv);
         free(p);
-        return cdn_api_reply_error(
-            req, r == -ENOBUFS ? 400 : 500, r == -ENOBUFS ? "invalid_argument" : "internal",
-            r == -ENOBUFS ? "cmd" : NULL, "%s",
-            r == -ENOBUFS ? "cmd and env exceed 1 MiB" : "cannot reach the sandbox's agent");
+        *status = r == -ENOBUFS ? 400 : 500, *code = r == -ENOBUFS ? "invalid_argument" : "internal";
+        *field = r == -ENOBUFS ? "cmd" : NULL;
+        (void) snprintf(msg, size, "%s",
+                        r == -ENOBUFS ? "cmd and env exceed 1 MiB" : "cannot reach the sandbox's agent");
+        return NULL;
     }
     LIST_INSERT_HEAD(&b->procs, p, link);
     b->n_procs++;
@@ -415,7 +448,115 @@ void cdn_api_proc_start(struct evhttp_request *req, struct box *b, struct exec_a
                                  (suseconds_t) ((a->timeout_s - (double) (time_t) a->timeout_s) * 1e6)};
         evtimer_add(p->timer, &tv);
     }
+    return p;
+}
+
+void cdn_api_proc_start(struct evhttp_request *req, struct box *b, struct exec_args *a)
+{
+    int status;
+    const char *code, *field;
+    char msg[160];
+    struct bproc *p = spawn(b, a, &status, &code, &field, msg, sizeof msg);
+    if (!p)
+        return cdn_api_reply_error(req, status, code, field, "%s", msg);
+    p->start_req = req;
     evhttp_connection_set_closecb(evhttp_request_get_connection(req), start_client_gone, p);
+}
+
+/* ---- the same records for E2B's process service (e2b-process.c) ---- */
+
+int cdn_api_proc_spawn(struct box *b, struct exec_args *a, struct cdn_proc_sink *s, char *msg, size_t size)
+{
+    int status;
+    const char *code, *field;
+    struct bproc *p = spawn(b, a, &status, &code, &field, msg, size);
+    if (!p)
+        return status == 429 ? -EAGAIN : status == 400 ? -EINVAL : -EIO;
+    s->p = p;
+    LIST_INSERT_HEAD(&p->sinks, s, link);
+    return 0;
+}
+
+static struct bproc *running_proc(struct box *b, uint32_t pid)
+{
+    struct bproc *p;
+    LIST_FOREACH(p, &b->procs, link)
+    if (p->pid == pid && p->started && p->running && !p->forget)
+        return p;
+    return NULL;
+}
+
+int cdn_api_proc_attach(struct box *b, uint32_t pid, struct cdn_proc_sink *s)
+{
+    struct bproc *p = running_proc(b, pid);
+    if (!p)
+        return -ENOENT;
+    s->p = p;
+    LIST_INSERT_HEAD(&p->sinks, s, link);
+    s->start(s, p->pid);
+    return 0;
+}
+
+void cdn_api_proc_detach(struct cdn_proc_sink *s)
+{
+    if (s->p)
+        LIST_REMOVE(s, link);
+    s->p = NULL;
+}
+
+int cdn_api_proc_signal(struct box *b, uint32_t pid, int sig)
+{
+    struct bproc *p = running_proc(b, pid);
+    int32_t s = sig;
+    if (!p)
+        return -ENOENT;
+    return cdn_agent_conn_send(&b->agent, CDN_FRAME_SIGNAL, 0, p->areq.channel, &s, sizeof s);
+}
+
+int cdn_api_proc_input(struct box *b, uint32_t pid, const uint8_t *d, size_t n, bool eof)
+{
+    struct bproc *p = running_proc(b, pid);
+    if (!p)
+        return -ENOENT;
+    if (!p->stdin_open)
+        return -EPIPE;
+    if (p->stdin_req) /* a paced write of the /v1 API's is under way: one writer at a time */
+        return -EBUSY;
+    for (size_t off = 0; off < n;) {
+        size_t k = n - off < STDIN_PIECE ? n - off : STDIN_PIECE;
+        int r = cdn_agent_conn_send(&b->agent, CDN_FRAME_STDIN, 0, p->areq.channel, d + off, (uint32_t) k);
+        if (r < 0)
+            return r;
+        off += k;
+    }
+    if (eof) {
+        p->stdin_open = false;
+        return cdn_agent_conn_send(&b->agent, CDN_FRAME_STDIN, 0, p->areq.channel, NULL, 0);
+    }
+    return 0;
+}
+
+int cdn_api_proc_resize(struct box *b, uint32_t pid, uint16_t rows, uint16_t cols)
+{
+    struct bproc *p = running_proc(b, pid);
+    if (!p)
+        return -ENOENT;
+    if (!p->pty)
+        return -ENOTTY;
+    uint16_t rc[2] = {rows, cols};
+    return cdn_agent_conn_send(&b->agent, CDN_FRAME_RESIZE, 0, p->areq.channel, rc, sizeof rc);
+}
+
+json_t *cdn_api_proc_list(struct box *b)
+{
+    json_t *list = json_array();
+    struct bproc *p;
+    LIST_FOREACH(p, &b->procs, link)
+    if (list && !p->forget && p->started && p->running)
+        json_array_insert_new(
+            list, 0,
+            json_pack("{s:I, s:O?, s:b}", "pid", (json_int_t) p->pid, "argv", p->argv, "pty", p->pty));
+    return list;
 }
 
 void cdn_api_procs_free(struct box *b)

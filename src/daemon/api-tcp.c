@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 
 #include "api.h"
+#include "e2b.h"
 
 #define GATE_HEADER_MAX (16u << 10) /* a first header block longer than this is refused (431) */
 
@@ -159,32 +160,44 @@ static void gate_close(struct gate *g, int status, const char *why)
     bufferevent_trigger_event(bev, BEV_EVENT_ERROR | BEV_EVENT_READING, BEV_TRIG_DEFER_CALLBACKS);
 }
 
-/* The first header block h (n bytes, ending with its empty line) carries the token. Compared in
- * constant time; the first Authorization field counts, as evhttp_find_header() takes it. */
+/* The first header block h (n bytes, ending with its empty line) carries the token: "Authorization:
+ * Bearer", or an E2B client's X-API-KEY, or its X-Access-Token for the sandbox E2b-Sandbox-Id names
+ * (e2b.h). Compared in constant time; the first field of each name counts, as evhttp_find_header()
+ * takes it. */
 static bool header_authorized(const char *h, size_t n)
 {
+    static const char *const names[] = {"authorization:", "x-api-key:", "x-access-token:", "e2b-sandbox-id:"};
+    char val[4][300] = {"", "", "", ""};
+    bool seen[4] = {false};
     const char *end = h + n, *line = memchr(h, '\n', n); /* after the request line */
     while (line && ++line < end) {
         const char *eol = memchr(line, '\n', (size_t) (end - line));
         size_t len = eol ? (size_t) (eol - line) : (size_t) (end - line);
-        if (len >= 14 && strncasecmp(line, "authorization:", 14) == 0) {
-            const char *v = line + 14, *ve = line + len;
+        for (size_t k = 0; k < 4; k++) {
+            size_t nl = strlen(names[k]);
+            if (seen[k] || len < nl || strncasecmp(line, names[k], nl) != 0)
+                continue;
+            const char *v = line + nl, *ve = line + len;
             while (v < ve && (*v == ' ' || *v == '\t'))
                 v++;
             while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t' || ve[-1] == '\r'))
                 ve--;
-            char want[300];
-            int w = snprintf(want, sizeof want, "Bearer %s", cdn_daemon->token);
-            if (w < 0 || (size_t) (ve - v) != (size_t) w)
-                return false;
-            unsigned diff = 0; /* constant time: the token is a secret */
-            for (int i = 0; i < w; i++)
-                diff |= (unsigned) (v[i] ^ want[i]);
-            return diff == 0;
+            seen[k] = true;
+            if ((size_t) (ve - v) < sizeof val[k])
+                (void) snprintf(val[k], sizeof val[k], "%.*s", (int) (ve - v), v);
         }
         line = eol;
     }
-    return false;
+    char want[300];
+    int w = snprintf(want, sizeof want, "Bearer %s", cdn_daemon->token);
+    bool bearer = false;
+    if (w > 0 && strlen(val[0]) == (size_t) w) {
+        unsigned diff = 0; /* constant time: the token is a secret */
+        for (int i = 0; i < w; i++)
+            diff |= (unsigned) (val[0][i] ^ want[i]);
+        bearer = diff == 0;
+    }
+    return bearer || cdn_e2b_authorized(val[1], val[2], seen[3] ? val[3] : NULL);
 }
 
 /* Scan the bytes not looked at yet for the empty line that ends the header block ("\n\n" or

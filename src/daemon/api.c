@@ -18,6 +18,7 @@
 #include <event2/keyvalq_struct.h>
 
 #include "api.h"
+#include "e2b.h"
 #include "images.h"
 #include "record.h"
 #include "update-args.h"
@@ -929,6 +930,9 @@ static bool authorized(struct evhttp_request *req, bool tcp)
 static void route(struct evhttp_request *req, void *arg)
 {
     bool tcp = arg != NULL;
+    const char *e2b = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+    if (e2b && cdn_e2b_path(e2b)) /* its own credentials (e2b.c) */
+        return cdn_e2b_route(req, e2b, tcp);
     if (!authorized(req, tcp)) {
         cdn_api_reply_error(req, 401, "unauthorized", NULL, "missing or wrong bearer token");
         return;

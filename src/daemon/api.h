@@ -59,6 +59,30 @@ void cdn_api_archives_end(struct box *b); /* the box goes: its archives under wa
  * procs_free: the box goes (its records, followers and waiters). */
 struct exec_args;
 void cdn_api_proc_start(struct evhttp_request *req, struct box *b, struct exec_args *a);
+/* The same processes for E2B's process service (e2b-process.c): a sink hears one of them — start
+ * (its pid, once it runs), its output (stream 1 stdout, 2 stderr; pty: one stream of a terminal),
+ * and its end, after which it is off the process (started false: it never ran, why says so; else
+ * why is set when it did not exit by itself: the sandbox ended, its record went). */
+struct cdn_proc_sink {
+    void (*start)(struct cdn_proc_sink *s, uint32_t pid);
+    void (*output)(struct cdn_proc_sink *s, uint8_t stream, bool pty, const uint8_t *d, size_t n);
+    void (*end)(struct cdn_proc_sink *s, bool started, int exit_code, int signal, const char *why);
+    struct bproc *p; /* the process heard, NULL once off it */
+    LIST_ENTRY(cdn_proc_sink) link;
+};
+/* Start a's command as a background process heard by s: 0, or -EAGAIN (too many), -EINVAL (too
+ * big), -EIO, with msg saying why. */
+int cdn_api_proc_spawn(struct box *b, struct exec_args *a, struct cdn_proc_sink *s, char *msg, size_t size);
+/* s hears running process pid from now (start at once): 0 or -ENOENT. detach: s hears no more. */
+int cdn_api_proc_attach(struct box *b, uint32_t pid, struct cdn_proc_sink *s);
+void cdn_api_proc_detach(struct cdn_proc_sink *s);
+/* To running process pid: a signal, stdin bytes (eof: then closed; -EPIPE: closed already, -EBUSY: a
+ * /v1 write under way), a terminal's size (-ENOTTY: none). -ENOENT: no such process running. */
+int cdn_api_proc_signal(struct box *b, uint32_t pid, int sig);
+int cdn_api_proc_input(struct box *b, uint32_t pid, const uint8_t *d, size_t n, bool eof);
+int cdn_api_proc_resize(struct box *b, uint32_t pid, uint16_t rows, uint16_t cols);
+/* [{"pid", "argv", "pty"}] of those running, oldest first. */
+json_t *cdn_api_proc_list(struct box *b);
 void cdn_api_procs(struct evhttp_request *req, struct box *b, const char *sub);
 void cdn_api_procs_free(struct box *b);
 /* api-session.c: shell sessions. sessions: …/sessions and what is below it (sub as procs');

@@ -78,10 +78,7 @@ bool cdn_write_is_protected(const struct cdn_write_attempt *w, int i, const stru
         return false;
     for (size_t k = 0; k < protect->n; k++) {
         char pat[1100];
-        (void) snprintf(pat, sizeof pat, "%s", protect->v[k]);
-        size_t pl = strlen(pat);
-        if (pl >= 3 && strcmp(pat + pl - 3, "/**") == 0)
-            pat[pl - 3] = 0;
+        cdn_protect_pattern_stem(protect->v[k], pat, sizeof pat);
         if (parent_of_pattern(w->path[i], pat))
             return true;
     }

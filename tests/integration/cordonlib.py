@@ -67,6 +67,20 @@ class RunResult(NamedTuple):
         return [l for l in self.stderr.splitlines() if l.startswith("cordon: ")]
 
 
+def tcp_listener(workdir):
+    """(flags, port, token) for a cordond that listens on 127.0.0.1 too: --listen on a free port and
+    --token-file holding a fresh token (written in workdir)."""
+    import socket
+    token = "t0ken-" + os.urandom(12).hex()
+    tf = os.path.join(workdir, "token")
+    with open(tf, "w") as f:
+        f.write(token + "\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return ["--listen", f"127.0.0.1:{port}", "--token-file", tf], port, token
+
+
 def parse_record(stderr: str) -> Optional[dict]:
     """The --json record: the last stderr line that parses as a JSON object."""
     for line in reversed(stderr.splitlines()):

@@ -399,15 +399,9 @@ def test_many_sandboxes_alive_at_once(daemon):
 
 
 def test_tcp_needs_the_token(shared_dir):
-    from cordonlib import Daemon
-    token = "t0ken-" + os.urandom(8).hex()
-    tf = os.path.join(shared_dir, "token")
-    with open(tf, "w") as f:
-        f.write(token + "\n")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    d = Daemon(shared_dir, "--listen", f"127.0.0.1:{port}", "--token-file", tf)
+    from cordonlib import Daemon, tcp_listener
+    flags, port, token = tcp_listener(shared_dir)
+    d = Daemon(shared_dir, *flags)
     try:
         bad = cordon.Endpoint(url=f"http://127.0.0.1:{port}", token="wrong-token-123456")
         with pytest.raises(cordon.Unauthorized):

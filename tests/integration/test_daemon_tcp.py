@@ -14,7 +14,7 @@ import pytest
 
 import cordon
 from cordon import Sandbox
-from cordonlib import Daemon, read, wait_for
+from cordonlib import Daemon, read, tcp_listener, wait_for
 
 BODY = 200 << 20  # the red team's unauthenticated POSTs: 200 MiB each
 
@@ -22,17 +22,11 @@ BODY = 200 << 20  # the red team's unauthenticated POSTs: 200 MiB each
 @pytest.fixture
 def tcp_daemon(shared_dir):
     """(daemon, port, token) for a cordond listening on 127.0.0.1 too; extra flags by indirect param."""
-    token = "t0ken-" + os.urandom(12).hex()
-    tf = os.path.join(shared_dir, "token")
-    with open(tf, "w") as f:
-        f.write(token + "\n")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    flags, port, token = tcp_listener(shared_dir)
     made = []
 
     def start(*args):
-        d = Daemon(shared_dir, "--listen", f"127.0.0.1:{port}", "--token-file", tf, *args)
+        d = Daemon(shared_dir, *flags, *args)
         made.append(d)
         return d, port, token
 

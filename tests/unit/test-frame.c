@@ -1,3 +1,4 @@
+#include "proto/connect.h"
 #include "proto/frame.h"
 #include "tap.h"
 
@@ -345,6 +346,30 @@ TEST(tcp_open_payload)
     cdn_window_encode(w, 65536);
     CHECK_EQ_INT(cdn_window_decode(w, sizeof w, &more), 0);
     CHECK(more == 65536);
+}
+
+TEST(connect_envelopes)
+{
+    uint8_t b[64];
+    struct cdn_connect_envelope e;
+    cdn_connect_header(b, 0, 11);
+    memcpy(b + 5, "{\"a\":true}", 11);
+    CHECK_EQ_INT(cdn_connect_decode(b, 16, &e), 16);
+    CHECK(e.flags == 0 && e.len == 11 && e.data == b + 5);
+    CHECK_EQ_INT(cdn_connect_decode(b, 15, &e), 0); /* part of it */
+    CHECK_EQ_INT(cdn_connect_decode(b, 4, &e), 0);
+    cdn_connect_header(b, CDN_CONNECT_END_STREAM, 0);
+    CHECK_EQ_INT(cdn_connect_decode(b, 5, &e), 5);
+    CHECK(e.flags == CDN_CONNECT_END_STREAM && e.len == 0);
+    cdn_connect_header(b, CDN_CONNECT_COMPRESSED, 0);
+    CHECK_EQ_INT(cdn_connect_decode(b, 5, &e), -ENOTSUP);
+    cdn_connect_header(b, 0x80, 0);
+    CHECK_EQ_INT(cdn_connect_decode(b, 5, &e), -EBADMSG);
+    cdn_connect_header(b, 0, CDN_CONNECT_MAX + 1);
+    CHECK_EQ_INT(cdn_connect_decode(b, 5, &e), -E2BIG); /* refused before its bytes arrive */
+    cdn_connect_header(b, 0, 0xffffffffu);
+    CHECK(b[1] == 0xff && b[4] == 0xff);
+    CHECK_EQ_INT(cdn_connect_decode(b, 5, &e), -E2BIG);
 }
 
 TEST(protect_list_payload)

@@ -1,0 +1,166 @@
+"""The unmodified E2B SDK (npm `e2b`, pinned in tests/e2b/package-lock.json, installed by
+tests/run-all) driving cordond through its E2B-compatible routes (src/daemon/e2b.c, docs/e2b.md):
+the SDK is configured by E2B_API_KEY, E2B_API_URL and E2B_SANDBOX_URL alone, as a user's script
+would be, and what it did is checked again through cordon's own API."""
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from cordonlib import Daemon, tcp_listener
+from cordon import Sandbox
+from testenv import REPO, need
+
+E2B_DIR = os.path.join(REPO, "tests", "e2b")
+
+
+@pytest.fixture
+def e2b(shared_dir):
+    """(daemon, env, run): a cordond on 127.0.0.1 with a token, the E2B SDK's environment for it, and
+    run(script) → the JSON object the script printed."""
+    need(shutil.which("node") and os.path.isdir(os.path.join(E2B_DIR, "node_modules", "e2b")),
+         "Node.js and the E2B SDK (cd tests/e2b && npm ci)")
+    flags, port, token = tcp_listener(shared_dir)
+    d = Daemon(shared_dir, *flags)
+    url = f"http://127.0.0.1:{port}"
+    env = dict(os.environ, E2B_API_KEY=token, E2B_API_URL=url, E2B_SANDBOX_URL=url)
+
+    def run(script):
+        p = subprocess.run(["node", script], cwd=E2B_DIR, env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, (p.stdout, p.stderr, d.output())
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    yield d, env, run
+    assert d.stop() == 0, d.output()
+
+
+def test_the_control_plane(e2b):
+    d, env, run = e2b
+    out = run("control.mjs")
+    sid = out["id"]
+    assert out["running"] is True
+    info = out["info"]
+    assert info["templateId"] == "base" and info["state"] == "running" and info["envdVersion"] == "0.6.4"
+    assert info["metadata"] == {"job": "j1", "a b": "c&d"}, info  # cordon's own label (e2b.template) not in it
+    assert 119_000 <= info["ends"] <= 121_000, info
+    assert out["listed"] == [sid] and out["listedNone"] == 0, out
+    assert 25_000 <= out["endsAfter"] <= 31_000, out  # setTimeout: 30 s from then
+    assert out["connected"] == sid
+    assert out["pause"] and "501" in out["pause"] and "not supported" in out["pause"], out
+    assert out["killed"] is True and out["killedAgain"] is False, out
+    assert out["runningAfter"] is False
+    assert out["connectMissing"].startswith("SandboxNotFoundError"), out
+    assert out["badTemplate"].startswith("SandboxError") and "no such template" in out["badTemplate"], out
+    assert out["badKey"].startswith("AuthenticationError"), out
+    # The sandbox was cordon's: its events say what the E2B calls did.
+    st, body = d.http("GET", f"/v1/sandboxes/{sid}")
+    assert st in (404, 410) or body["state"] != "running", body
+
+
+def test_a_sandbox_made_through_e2b_is_cordons(e2b):
+    """Its metadata are labels, envVars its environment, its timeout its lifetime; cordon's own
+    SDK reaches it."""
+    d, env, run = e2b
+    sid = run("create.mjs")["id"]
+    sb = Sandbox.connect(sid, endpoint=d.endpoint)
+    info = sb.info()
+    assert info["spec"]["labels"] == {"job": "j2", "e2b.template": "base"}, info
+    assert 89 <= info["spec"]["limits"]["timeout_s"] <= 91, info
+    assert sb.exec(["sh", "-c", "echo $FOO"]).stdout == "bar baz\n"
+    sb.kill()
+
+
+def test_envd_needs_the_sandboxs_own_token(e2b):
+    """envd's X-Access-Token reaches the sandbox it was made for and no other; the control plane
+    takes only the API key, whatever other header comes with it. Without the id in the token (one
+    token for all sandboxes, tried once) the two tokens came out equal, and A's opened B."""
+    d, env, run = e2b
+    port = int(env["E2B_API_URL"].rsplit(":", 1)[1])
+    a = Sandbox.create(endpoint=d.endpoint)
+    b = Sandbox.create(endpoint=d.endpoint)
+    try:
+        import http.client
+        created = {}
+        for sb in (a, b):  # the tokens, as connect hands them out
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            c.request("POST", f"/v2/sandboxes/{sb.id}/connect", body=b"{}",
+                      headers={"X-API-KEY": env["E2B_API_KEY"], "Content-Type": "application/json"})
+            r = c.getresponse()
+            created[sb.id] = json.loads(r.read())
+            assert r.status == 200, created[sb.id]
+            c.close()
+
+        def health(sid, token):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            c.request("GET", "/health", headers={"E2b-Sandbox-Id": sid, "X-Access-Token": token})
+            r = c.getresponse()
+            r.read()
+            c.close()
+            return r.status
+
+        ta, tb = created[a.id]["envdAccessToken"], created[b.id]["envdAccessToken"]
+        assert len(ta) == 64 and ta != tb
+        assert health(a.id, ta) == 204 and health(b.id, tb) == 204
+        assert health(b.id, ta) == 401
+        assert health(a.id, "0" * 64) == 401
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        c.request("POST", "/v2/sandboxes", body=b'{"templateID":"base"}',
+                  headers={"X-Access-Token": ta, "E2b-Sandbox-Id": a.id, "Content-Type": "application/json"})
+        r = c.getresponse()
+        assert r.status == 401 and json.loads(r.read())["code"] == 401
+    finally:
+        a.kill()
+        b.kill()
+
+
+def test_bad_create_bodies_get_e2b_errors(e2b):
+    d, env, run = e2b
+    import http.client
+    port = int(env["E2B_API_URL"].rsplit(":", 1)[1])
+    for body, needle in [
+        (b"not json", "expected a JSON object"),
+        (b'{"templateID": 7}', "templateID"),
+        (b'{"timeout": -1}', "timeout"),
+        (b'{"timeout": 1.5}', "timeout"),
+        (b'{"envVars": {"A": 1}}', "envVars.A"),
+        (b'{"envVars": {"A=B": "x"}}', "envVars.A=B"),
+        (b'{"metadata": {"e2b.template": "x"}}', "cordon's own"),
+        (b'{"metadata": []}', "metadata"),
+        (b'{"autoPause": true}', "autoPause: not supported"),
+        (b'{"network": {"denyOut": ["0.0.0.0/0"]}}', "denyOut: not supported"),
+        (b'{"network": {"allowOut": "x"}}', "allowOut"),
+        (b'{"allow_internet_access": "yes"}', "allow_internet_access"),
+    ]:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        c.request("POST", "/v2/sandboxes", body=body,
+                  headers={"X-API-KEY": env["E2B_API_KEY"], "Content-Type": "application/json"})
+        r = c.getresponse()
+        err = json.loads(r.read())
+        c.close()
+        assert r.status == 400 and err["code"] == 400 and needle in err["message"], (body, err)
+    st, listed = d.http("GET", "/v1/sandboxes")
+    assert listed["sandboxes"] == []  # none of them made one
+
+
+def test_commands(e2b):
+    """commands.run (output, exit codes, CommandExitError, envs, cwd), background processes (list,
+    kill, stdin, reconnect after a disconnect), streamed output and the command timeout."""
+    d, env, run = e2b
+    out = run("commands.mjs")
+    assert out["run"] == {"exitCode": 0, "stdout": "hi\nyes\n", "stderr": "err\n"}, out
+    assert out["exit"]["name"] == "CommandExitError" and out["exit"]["exitCode"] == 3, out
+    assert out["envcwd"] == "y\n/tmp\n", out
+    assert {"pid": out["bgPid"], "cmd": "/bin/bash", "args": ["-l", "-c", "sleep 60"]} in out["list"], out
+    assert out["killed"] is True and out["killedAgain"] is False, out
+    assert out["stdin"] == "abcde\n", out
+    assert "".join(out["chunks"]) == "1\n2\n3\n" and len(out["chunks"]) >= 2, out  # as it came, not at the end
+    assert out["timeout"]["name"] == "TimeoutError", out
+    assert out["reconnect"] == "done\n", out
+    assert out["connectGone"]["name"] == "NotFoundError", out
+    assert out["sendToGone"]["name"] == "NotFoundError", out
+    # a terminal: resized, typed into, its output as one stream, its exit status
+    assert "30 100" in out["pty"], out
+    assert out["ptyExit"]["name"] == "CommandExitError" and out["ptyExit"]["exitCode"] == 4, out
