@@ -35,6 +35,8 @@
 #define FOLLOW_BEHIND (4u << 20) /* a follower this far behind is cut (it may come back with since) */
 #define STDIN_PIECE   (256u << 10)
 #define CHUNK_MIN     (4u << 10) /* a chunk's room at least */
+#define SINKS_MAX     8          /* E2B streams of one process */
+#define INPUT_MAX     (1u << 20) /* an E2B SendInput, and what may wait for init when one comes */
 
 struct chunk {
     uint64_t pos; /* of its first byte, counting both streams since the start */
@@ -491,6 +493,12 @@ int cdn_api_proc_attach(struct box *b, uint32_t pid, struct cdn_proc_sink *s)
     struct bproc *p = running_proc(b, pid);
     if (!p)
         return -ENOENT;
+    unsigned n = 0;
+    struct cdn_proc_sink *o;
+    LIST_FOREACH(o, &p->sinks, link)
+    n++;
+    if (n >= SINKS_MAX) /* each may be STREAM_BEHIND behind: bounded */
+        return -EMFILE;
     s->p = p;
     LIST_INSERT_HEAD(&p->sinks, s, link);
     s->start(s, p->pid);
@@ -502,6 +510,14 @@ void cdn_api_proc_detach(struct cdn_proc_sink *s)
     if (s->p)
         LIST_REMOVE(s, link);
     s->p = NULL;
+}
+
+int cdn_api_proc_sink_signal(struct cdn_proc_sink *s, int sig)
+{
+    int32_t v = sig;
+    if (!s->p || !s->p->running)
+        return -ESRCH;
+    return cdn_agent_conn_send(&s->p->box->agent, CDN_FRAME_SIGNAL, 0, s->p->areq.channel, &v, sizeof v);
 }
 
 int cdn_api_proc_signal(struct box *b, uint32_t pid, int sig)
@@ -522,6 +538,11 @@ int cdn_api_proc_input(struct box *b, uint32_t pid, const uint8_t *d, size_t n, 
         return -EPIPE;
     if (p->stdin_req) /* a paced write of the /v1 API's is under way: one writer at a time */
         return -EBUSY;
+    /* Not paced as /v1's writes are (one piece per WINDOW): bounded by what waits for init instead,
+     * so that a stalled init never makes cordond hold more. */
+    struct bufferevent *bev = b->agent.bev;
+    if (n > INPUT_MAX || (bev && evbuffer_get_length(bufferevent_get_output(bev)) > INPUT_MAX))
+        return -EAGAIN;
     for (size_t off = 0; off < n;) {
         size_t k = n - off < STDIN_PIECE ? n - off : STDIN_PIECE;
         int r = cdn_agent_conn_send(&b->agent, CDN_FRAME_STDIN, 0, p->areq.channel, d + off, (uint32_t) k);

@@ -73,11 +73,14 @@ struct cdn_proc_sink {
 /* Start a's command as a background process heard by s: 0, or -EAGAIN (too many), -EINVAL (too
  * big), -EIO, with msg saying why. */
 int cdn_api_proc_spawn(struct box *b, struct exec_args *a, struct cdn_proc_sink *s, char *msg, size_t size);
-/* s hears running process pid from now (start at once): 0 or -ENOENT. detach: s hears no more. */
+/* s hears running process pid from now (start at once): 0, -ENOENT, or -EMFILE (8 hear it already).
+ * detach: s hears no more. sink_signal: a signal to s's process (-ESRCH: none runs). */
+int cdn_api_proc_sink_signal(struct cdn_proc_sink *s, int sig);
 int cdn_api_proc_attach(struct box *b, uint32_t pid, struct cdn_proc_sink *s);
 void cdn_api_proc_detach(struct cdn_proc_sink *s);
 /* To running process pid: a signal, stdin bytes (eof: then closed; -EPIPE: closed already, -EBUSY: a
- * /v1 write under way), a terminal's size (-ENOTTY: none). -ENOENT: no such process running. */
+ * /v1 write under way, -EAGAIN: over 1 MiB, or as much waits for init already), a terminal's size
+ * (-ENOTTY: none). -ENOENT: no such process running. */
 int cdn_api_proc_signal(struct box *b, uint32_t pid, int sig);
 int cdn_api_proc_input(struct box *b, uint32_t pid, const uint8_t *d, size_t n, bool eof);
 int cdn_api_proc_resize(struct box *b, uint32_t pid, uint16_t rows, uint16_t cols);

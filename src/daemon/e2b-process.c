@@ -28,6 +28,7 @@ struct stream {
     struct event *keepalive, *deadline;
     uint32_t pid; /* once started */
     bool started;
+    bool kills; /* Start's: its deadline kills the process (Connect's only ends the stream) */
 };
 
 static void send_envelope(struct evhttp_request *req, uint8_t flags, json_t *o)
@@ -78,12 +79,14 @@ static void stream_free(struct stream *st)
     free(st);
 }
 
-/* The end-stream envelope ({} or an error), and the stream is over. */
+/* The end-stream envelope ({} or an error), and the stream is over: freed before the reply ends
+ * (ending it may free the connection, whose close callback must find nothing). */
 static void stream_finish(struct stream *st, const char *code, const char *msg)
 {
-    send_envelope(st->req, CDN_CONNECT_END_STREAM, code ? connect_error(code, msg) : json_object());
-    evhttp_send_reply_end(st->req);
+    struct evhttp_request *req = st->req;
+    send_envelope(req, CDN_CONNECT_END_STREAM, code ? connect_error(code, msg) : json_object());
     stream_free(st);
+    evhttp_send_reply_end(req);
 }
 
 static void event_out(struct stream *st, json_t *ev)
@@ -143,17 +146,20 @@ static void on_keepalive(evutil_socket_t fd, short what, void *arg)
 {
     (void) fd, (void) what;
     struct stream *st = arg;
-    event_out(st, json_pack("{s:{}}", "keepalive"));
+    if (st->started) /* the start event is always the first */
+        event_out(st, json_pack("{s:{}}", "keepalive"));
 }
 
-/* The stream's deadline: its process is killed (as E2B's timeoutMs does), the stream ends so. */
+/* The stream's deadline: a Start's process is killed (as E2B's timeoutMs does), and the stream
+ * ends so; a Connect's process goes on. */
 static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
     (void) fd, (void) what;
     struct stream *st = arg;
-    if (st->sink.p && st->started)
-        (void) cdn_api_proc_signal(st->box, st->pid, SIGKILL);
-    stream_finish(st, "deadline_exceeded", "the command's timeout passed: it was killed");
+    if (st->kills) /* started or not: by its channel */
+        (void) cdn_api_proc_sink_signal(&st->sink, SIGKILL);
+    stream_finish(st, "deadline_exceeded",
+                  st->kills ? "the command's timeout passed: it was killed" : "the stream's timeout passed");
 }
 
 static void on_client_gone(struct evhttp_connection *conn, void *arg)
@@ -167,13 +173,14 @@ static void on_client_gone(struct evhttp_connection *conn, void *arg)
         evhttp_send_reply_end(req);
 }
 
-static struct stream *stream_new(struct evhttp_request *req, struct box *b)
+static struct stream *stream_new(struct evhttp_request *req, struct box *b, bool kills)
 {
     struct stream *st = calloc(1, sizeof *st);
     if (!st)
         return NULL;
     st->req = req;
     st->box = b;
+    st->kills = kills;
     st->sink = (struct cdn_proc_sink){.start = on_start, .output = on_output, .end = on_end};
     const struct evkeyvalq *h = evhttp_request_get_input_headers(req);
     const char *ms = evhttp_find_header(h, "Connect-Timeout-Ms");
@@ -202,9 +209,9 @@ static json_t *stream_request(struct evhttp_request *req, char *why, size_t size
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t n = evbuffer_get_length(in);
-    const uint8_t *b = evbuffer_pullup(in, (ev_ssize_t) n);
+    const uint8_t *b = n ? evbuffer_pullup(in, (ev_ssize_t) n) : NULL;
     struct cdn_connect_envelope e;
-    int k = n ? cdn_connect_decode(b, n, &e) : 0;
+    int k = b ? cdn_connect_decode(b, n, &e) : 0;
     if (k <= 0 || (size_t) k != n || e.flags) {
         (void) snprintf(why, size, "the request: expected one Connect envelope (%s)",
                         k < 0                      ? strerror(-k)
@@ -277,7 +284,14 @@ static void rpc_start(struct evhttp_request *req, struct box *b)
         cdn_exec_args_free(&a);
         return stream_refuse(req, "invalid_argument", "%s", body ? err.msg : "out of memory");
     }
-    struct stream *st = stream_new(req, b);
+    /* Its own deadline too, a second after the stream's: the process is killed at its time even
+     * when its client went away first (a background command with timeoutMs). */
+    const char *ms = evhttp_find_header(evhttp_request_get_input_headers(req), "Connect-Timeout-Ms");
+    char *endp = NULL;
+    unsigned long long t = ms ? strtoull(ms, &endp, 10) : 0;
+    if (t > 0 && endp && !*endp && t <= 7ULL * 86400 * 1000)
+        a.timeout_s = (double) t / 1e3 + 1;
+    struct stream *st = stream_new(req, b, true);
     if (!st) {
         cdn_exec_args_free(&a);
         return stream_refuse(req, "internal", "out of memory");
@@ -310,11 +324,14 @@ static void rpc_connect(struct evhttp_request *req, struct box *b)
     uint32_t pid = selector_pid(json_object_get(o, "process"));
     if (!pid)
         return stream_refuse(req, "invalid_argument", "process: expected {\"pid\": N} (tags: not supported)");
-    struct stream *st = stream_new(req, b);
+    struct stream *st = stream_new(req, b, false);
     if (!st)
         return stream_refuse(req, "internal", "out of memory");
-    if (cdn_api_proc_attach(b, pid, &st->sink) < 0)
-        stream_finish(st, "not_found", "no running process with that pid");
+    int r = cdn_api_proc_attach(b, pid, &st->sink);
+    if (r < 0)
+        stream_finish(st, r == -EMFILE ? "resource_exhausted" : "not_found",
+                      r == -EMFILE ? "8 streams follow that process already"
+                                   : "no running process with that pid");
 }
 
 /* ---- unary ---- */
@@ -326,10 +343,12 @@ static void unary_error(struct evhttp_request *req, int status, const char *code
 
 static int proc_errno_status(int r, const char **code)
 {
-    *code = r == -ENOENT                                 ? "not_found"
-            : r == -EPIPE || r == -ENOTTY || r == -EBUSY ? "failed_precondition"
-                                                         : "internal";
-    return r == -ENOENT ? 404 : r == -EPIPE || r == -ENOTTY || r == -EBUSY ? 412 : 500;
+    bool pre = r == -EPIPE || r == -ENOTTY || r == -EBUSY;
+    *code = r == -ENOENT   ? "not_found"
+            : r == -EAGAIN ? "resource_exhausted"
+            : pre          ? "failed_precondition"
+                           : "internal";
+    return r == -ENOENT ? 404 : r == -EAGAIN ? 429 : pre ? 412 : 500;
 }
 
 static void rpc_unary(struct evhttp_request *req, struct box *b, const char *method)
@@ -408,6 +427,7 @@ static void rpc_unary(struct evhttp_request *req, struct box *b, const char *met
                            : r == -EPIPE  ? "its stdin is closed (start it with stdin: true)"
                            : r == -ENOTTY ? "it has no terminal"
                            : r == -EBUSY  ? "another write to its stdin is under way"
+                           : r == -EAGAIN ? "over 1 MiB of input, or as much waits for the process: send less"
                                           : "cannot reach the sandbox's agent");
     }
     cdn_api_reply_json(req, 200, json_object());

@@ -9,7 +9,8 @@ bool cdn_e2b_path(const char *path);
 /* Answer an E2B request; tcp: it came on the TCP listener (credentials checked here). */
 void cdn_e2b_route(struct evhttp_request *req, const char *path, bool tcp);
 /* The credentials of an E2B request on the TCP listener: X-API-KEY (cordond's token), or
- * X-Access-Token, the token of the sandbox that E2b-Sandbox-Id names. Constant time. */
+ * X-Access-Token, the token of the sandbox that E2b-Sandbox-Id names (still after it ended: the
+ * SDK asks /health then, and is told 502). Constant time. */
 bool cdn_e2b_authorized(const char *api_key, const char *access_token, const char *sandbox_id);
 /* A sandbox's envd access token: 64 hex digits ("" if it cannot be made). */
 void cdn_e2b_access_token(const char *id, char out[65]);

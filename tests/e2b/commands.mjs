@@ -15,6 +15,7 @@ const h = await sbx.commands.run('sleep 60', { background: true, timeoutMs: 0 })
 out.bgPid = h.pid
 out.list = (await sbx.commands.list()).map((p) => ({ pid: p.pid, cmd: p.cmd, args: p.args }))
 out.killed = await sbx.commands.kill(h.pid)
+out.killedEnd = await errName(() => h.wait()) // its end: the kill is done, and known
 out.killedAgain = await sbx.commands.kill(h.pid)
 const s = await sbx.commands.run('head -c 5; echo', { background: true, stdin: true })
 await sbx.commands.sendStdin(s.pid, 'abcde')
@@ -27,6 +28,10 @@ const bg = await sbx.commands.run('sleep 2; echo done', { background: true })
 await bg.disconnect()
 const again = await sbx.commands.connect(bg.pid)
 out.reconnect = (await again.wait()).stdout
+const gone = await sbx.commands.run('sleep 30', { background: true, timeoutMs: 1500 })
+await gone.disconnect()
+await new Promise((resolve) => setTimeout(resolve, 4000))
+out.deadlineKept = (await sbx.commands.list()).some((p) => p.pid === gone.pid)
 out.connectGone = await errName(() => sbx.commands.connect(999999))
 out.sendToGone = await errName(() => sbx.commands.sendStdin(999999, 'x'))
 let ptyOut = ''

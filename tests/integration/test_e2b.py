@@ -147,20 +147,37 @@ def test_bad_create_bodies_get_e2b_errors(e2b):
 
 def test_commands(e2b):
     """commands.run (output, exit codes, CommandExitError, envs, cwd), background processes (list,
-    kill, stdin, reconnect after a disconnect), streamed output and the command timeout."""
+    kill, stdin, reconnect after a disconnect), streamed output and the command timeout, which
+    kills a background command whose client went away (as E2B's does: before the fix it ran on)."""
     d, env, run = e2b
     out = run("commands.mjs")
     assert out["run"] == {"exitCode": 0, "stdout": "hi\nyes\n", "stderr": "err\n"}, out
     assert out["exit"]["name"] == "CommandExitError" and out["exit"]["exitCode"] == 3, out
     assert out["envcwd"] == "y\n/tmp\n", out
     assert {"pid": out["bgPid"], "cmd": "/bin/bash", "args": ["-l", "-c", "sleep 60"]} in out["list"], out
-    assert out["killed"] is True and out["killedAgain"] is False, out
+    assert out["killed"] is True and out["killedAgain"] is False, out  # the second after its end
+    assert out["killedEnd"]["name"] == "CommandExitError" and out["killedEnd"]["exitCode"] == -1, out
     assert out["stdin"] == "abcde\n", out
     assert "".join(out["chunks"]) == "1\n2\n3\n" and len(out["chunks"]) >= 2, out  # as it came, not at the end
     assert out["timeout"]["name"] == "TimeoutError", out
     assert out["reconnect"] == "done\n", out
+    assert out["deadlineKept"] is False, out  # its timeoutMs kills it though its client left
     assert out["connectGone"]["name"] == "NotFoundError", out
     assert out["sendToGone"]["name"] == "NotFoundError", out
     # a terminal: resized, typed into, its output as one stream, its exit status
     assert "30 100" in out["pty"], out
     assert out["ptyExit"]["name"] == "CommandExitError" and out["ptyExit"]["exitCode"] == 4, out
+
+
+def test_a_violation_through_e2b_counts(e2b):
+    """What an agent does through E2B's calls is the sandbox's, counted as any other: a mount
+    attempt is a syscall violation in cordon's /violations and events."""
+    d, env, run = e2b
+    out = run("violation.mjs")
+    assert out["exitCode"] != 0, out
+    sb = Sandbox.connect(out["id"], endpoint=d.endpoint)
+    v = sb.violations()
+    assert v["counts"]["syscall"] >= 1, v
+    assert any(e["type"] == "violation" and e["kind"] == "syscall" for e in sb.events()), sb.events()
+    assert any(e["type"] == "exec" and e.get("background") for e in sb.events())
+    sb.kill()
