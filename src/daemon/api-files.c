@@ -27,6 +27,7 @@
 #define READ_WINDOW  (2u << 20) /* a download's bytes granted to init or waiting for its client */
 #define GRANT_MIN    (256u << 10)
 #define UPLOAD_AHEAD (1u << 20) /* an upload's bytes queued for init at a time */
+#define KEEPALIVE_S  30         /* a view's watch: within a client's idle limits */
 
 struct file_call {
     struct agent_req areq; /* first: the agent connection hands this back */
@@ -48,6 +49,10 @@ struct file_call {
     struct event *deadline_ev;              /* its client left: init has agent_timeout to end it */
     struct evbuffer_cb_entry *upload_cb;    /* an upload's rest waits for room in init's queue */
     bool uploading;                         /* in upload_more: its own adds do not call it again */
+    const struct cdn_file_view *view;       /* another surface's answers (NULL: /v1's) */
+    void *view_arg;
+    struct evbuffer *body;      /* a write's bytes when not the request's own */
+    struct event *keepalive_ev; /* a view's watch */
 };
 
 static json_t *stat_json(const char *path, const struct cdn_file_stat *st);
@@ -106,6 +111,11 @@ static void on_closed(evutil_socket_t fd, short what, void *arg)
 {
     (void) fd, (void) what;
     leave(arg);
+}
+
+static struct evbuffer *body_of(struct file_call *fc)
+{
+    return fc->body ? fc->body : evhttp_request_get_input_buffer(fc->req);
 }
 
 static size_t client_backlog(struct file_call *fc)
@@ -176,6 +186,35 @@ static void read_data(struct file_call *fc, const uint8_t *p, uint32_t len)
     grant(fc);
 }
 
+static void on_keepalive(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    struct file_call *fc = arg;
+    _cleanup_evbuffer_ struct evbuffer *b = evbuffer_new();
+    if (!fc->started || fc->client_gone || fc->replied || !b)
+        return;
+    fc->view->keepalive(fc->view_arg, b);
+    if (evbuffer_get_length(b))
+        evhttp_send_reply_chunk_with_cb(fc->req, b, on_drained, fc);
+}
+
+/* A watch's first bytes: the reply's start. */
+static void watch_begin(struct file_call *fc)
+{
+    fc->started = true;
+    if (fc->view) {
+        fc->view->watch_begin(fc->req, fc->view_arg);
+        struct timeval tv = {.tv_sec = KEEPALIVE_S};
+        if (fc->view->keepalive &&
+            (fc->keepalive_ev = event_new(cdn_daemon->base, -1, EV_PERSIST, on_keepalive, fc)))
+            (void) event_add(fc->keepalive_ev, &tv);
+    } else {
+        evhttp_add_header(evhttp_request_get_output_headers(fc->req), "Content-Type", "application/x-ndjson");
+        evhttp_send_reply_start(fc->req, 200, "OK");
+    }
+    cdn_api_stream_timeout(fc->req);
+}
+
 static void list_data(struct file_call *fc, const uint8_t *p, uint32_t len)
 {
     for (uint32_t off = 0; off < len;) {
@@ -206,12 +245,8 @@ static void watch_data(struct file_call *fc, const uint8_t *p, uint32_t len)
         return;
     }
     fc->inflight -= len;
-    if (!fc->started) {
-        evhttp_add_header(evhttp_request_get_output_headers(fc->req), "Content-Type", "application/x-ndjson");
-        evhttp_send_reply_start(fc->req, 200, "OK");
-        cdn_api_stream_timeout(fc->req);
-        fc->started = true;
-    }
+    if (!fc->started)
+        watch_begin(fc);
     static const char *const kinds[] = {"",          "start", "create",  "write", "remove", "rename_from",
                                         "rename_to", "chmod", "overflow"};
     _cleanup_evbuffer_ struct evbuffer *b = evbuffer_new();
@@ -223,6 +258,10 @@ static void watch_data(struct file_call *fc, const uint8_t *p, uint32_t len)
         off += (uint32_t) n;
         if (st.size == 0 || st.size >= sizeof kinds / sizeof kinds[0])
             continue; /* no kind of ours: dropped */
+        if (fc->view) {
+            fc->view->watch_event(fc->view_arg, b, (int) st.size, st.name, S_ISDIR(st.mode));
+            continue;
+        }
         json_t *o = json_pack("{s:s}", "type", kinds[st.size]);
         size_t nl = strlen(st.name);
         if (o && st.size != CDN_WATCH_START && st.size != CDN_WATCH_OVERFLOW) {
@@ -302,11 +341,16 @@ static void reply_failed(struct file_call *fc, uint16_t type, const uint8_t *p, 
     if (type != CDN_FRAME_ERROR || cdn_errmsg_decode(p, len, &e, &msg) < 0) {
         const char *failure = cdn_agent_conn_failure(&fc->box->agent);
         if (failure)
-            return cdn_api_reply_error(fc->req, 502, "agent_protocol_error", NULL,
-                                       "the sandbox's agent broke the protocol: %s", failure);
-        return cdn_api_reply_error(fc->req, 500, "sandbox_gone", NULL,
-                                   "the sandbox ended during the file operation");
+            return fc->view ? fc->view->failed(fc->req, fc->view_arg, 502, 0, failure)
+                            : cdn_api_reply_error(fc->req, 502, "agent_protocol_error", NULL,
+                                                  "the sandbox's agent broke the protocol: %s", failure);
+        return fc->view ? fc->view->failed(fc->req, fc->view_arg, 502, 0, "the sandbox ended")
+                        : cdn_api_reply_error(fc->req, 500, "sandbox_gone", NULL,
+                                              "the sandbox ended during the file operation");
     }
+    if (fc->view)
+        return fc->view->failed(fc->req, fc->view_arg, fc->violation ? 403 : http_status_of(e),
+                                fc->violation ? EACCES : e, msg);
     if (fc->violation)
         return cdn_api_reply_error(fc->req, 403, "protected_path", "path", "%s", msg);
     if (e == EFBIG && fc->op == CDN_FILE_READ)
@@ -327,6 +371,14 @@ static void reply_done(struct file_call *fc, const uint8_t *p, uint32_t len)
     struct cdn_file_stat st = {.name = ""};
     if (!len || cdn_file_stat_decode(p, len, &st) <= 0)
         st = (struct cdn_file_stat){.name = ""};
+    if (fc->view && fc->op == CDN_FILE_WATCH) {
+        if (!fc->started)
+            watch_begin(fc);
+        fc->view->watch_end(fc->req, fc->view_arg);
+        return;
+    }
+    if (fc->view && fc->op != CDN_FILE_READ)
+        return fc->view->done(fc->req, fc->view_arg, &st, fc->entries);
     json_t *path = cdn_json_lossy_string((const uint8_t *) fc->path, strlen(fc->path));
     switch (fc->op) {
     case CDN_FILE_WATCH: /* the directory went */
@@ -383,7 +435,13 @@ static void finish(struct file_call *fc, uint16_t type, const uint8_t *p, uint32
     json_decref(fc->entries);
     if (fc->deadline_ev)
         event_free(fc->deadline_ev);
+    if (fc->keepalive_ev)
+        event_free(fc->keepalive_ev);
+    const struct cdn_file_view *view = fc->view;
+    void *view_arg = fc->view_arg;
     free(fc);
+    if (view && view->release)
+        view->release(view_arg);
     /* Last: in kill mode it ends the sandbox, and with it every request of its connection. */
     if (violation)
         cdn_box_violation(b, CDN_VK_PROTECT, violation);
@@ -407,7 +465,7 @@ static void file_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
  * frames of the sandbox's other requests go between them, not behind all of it. */
 static void upload_more(struct file_call *fc)
 {
-    struct evbuffer *body = evhttp_request_get_input_buffer(fc->req);
+    struct evbuffer *body = body_of(fc);
     struct agent_conn *ac = &fc->box->agent;
     int r = 0;
     while (r == 0 && ac->bev && evbuffer_get_length(body) > 0 &&
@@ -445,7 +503,7 @@ static void upload_stop(struct file_call *fc)
 
 static int send_request(struct file_call *fc, const struct file_args *a, uint32_t mode)
 {
-    struct evbuffer *body = evhttp_request_get_input_buffer(fc->req);
+    struct evbuffer *body = body_of(fc);
     size_t total = fc->op == CDN_FILE_WRITE ? evbuffer_get_length(body) : 0;
     size_t first = total < UPLOAD_CHUNK ? total : UPLOAD_CHUNK;
     static uint8_t buf[CDN_FRAME_MAX];
@@ -494,29 +552,26 @@ static void file_call_freep(struct file_call **p)
     }
 }
 
-static void file_call(struct evhttp_request *req, struct box *b, int op, uint32_t mode)
+int cdn_api_file_start(struct evhttp_request *req, struct box *b, int op, uint32_t mode,
+                       const struct file_args *a, const struct cdn_file_view *view, void *arg,
+                       struct evbuffer *body)
 {
-    struct file_args a;
-    struct cdn_error err = {0};
-    if (!cdn_api_box_usable(req, b))
-        return;
-    if (cdn_file_args_parse(evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req)), op, b->spec.workdir, &a,
-                            &err) < 0)
-        return cdn_api_reply_cdn_error(req, 400, "invalid_query", &err);
     _cleanup_(file_call_freep) struct file_call *fc = calloc(1, sizeof *fc);
     if (!fc || (op == CDN_FILE_LIST && !(fc->entries = json_array())))
-        return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
+        return -ENOMEM;
     fc->areq.on_frame = file_frame;
     fc->box = b;
     fc->req = req;
     fc->op = op;
-    fc->max_bytes = a.max_bytes ? a.max_bytes : cdn_daemon->cfg.max_read_bytes;
-    (void) snprintf(fc->path, sizeof fc->path, "%s", a.path);
-    (void) snprintf(fc->to, sizeof fc->to, "%s", a.to);
-    int r = send_request(fc, &a, op == CDN_FILE_CHMOD ? a.mode : mode);
+    fc->view = view;
+    fc->view_arg = arg;
+    fc->body = body;
+    fc->max_bytes = a->max_bytes ? a->max_bytes : cdn_daemon->cfg.max_read_bytes;
+    (void) snprintf(fc->path, sizeof fc->path, "%s", a->path);
+    (void) snprintf(fc->to, sizeof fc->to, "%s", a->to);
+    int r = send_request(fc, a, op == CDN_FILE_CHMOD ? a->mode : mode);
     if (r < 0)
-        return cdn_api_reply_error(req, r == -ENOBUFS ? 400 : 500, "file_error", "path", "%s",
-                                   r == -ENOBUFS ? "path is too long" : "cannot reach the sandbox's agent");
+        return r;
     struct file_call *sent = TAKE_PTR(fc); /* the agent's frames finish() it */
     struct evhttp_connection *conn = evhttp_request_get_connection(req);
     evhttp_connection_set_closecb(conn, on_conn_close, sent);
@@ -526,6 +581,24 @@ static void file_call(struct evhttp_request *req, struct box *b, int op, uint32_
     if (bev &&
         (sent->closed_ev = event_new(cdn_daemon->base, bufferevent_getfd(bev), EV_CLOSED, on_closed, sent)))
         (void) event_add(sent->closed_ev, NULL);
+    return 0;
+}
+
+static void file_call(struct evhttp_request *req, struct box *b, int op, uint32_t mode)
+{
+    struct file_args a;
+    struct cdn_error err = {0};
+    if (!cdn_api_box_usable(req, b))
+        return;
+    if (cdn_file_args_parse(evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req)), op, b->spec.workdir, &a,
+                            &err) < 0)
+        return cdn_api_reply_cdn_error(req, 400, "invalid_query", &err);
+    int r = cdn_api_file_start(req, b, op, mode, &a, NULL, NULL, NULL);
+    if (r < 0)
+        cdn_api_reply_error(req, r == -ENOBUFS ? 400 : 500, "file_error", "path", "%s",
+                            r == -ENOBUFS  ? "path is too long"
+                            : r == -ENOMEM ? "out of memory"
+                                           : "cannot reach the sandbox's agent");
 }
 
 static json_t *stat_json(const char *path, const struct cdn_file_stat *st)

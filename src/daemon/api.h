@@ -51,7 +51,35 @@ void cdn_api_stat(struct evhttp_request *req, struct box *b);
 void cdn_api_mkdir(struct evhttp_request *req, struct box *b);
 void cdn_api_move(struct evhttp_request *req, struct box *b);
 void cdn_api_chmod(struct evhttp_request *req, struct box *b);
-void cdn_api_watch(struct evhttp_request *req, struct box *b);   /* GET …/watch?path=DIR[&recursive=] */
+void cdn_api_watch(struct evhttp_request *req, struct box *b); /* GET …/watch?path=DIR[&recursive=] */
+/* The same operations answered in another surface's shapes (e2b-files.c): a view. A download's
+ * bytes stream as they do on /v1; the rest goes to the view, req still open:
+ * - done: the operation succeeded; st is the path's (a move's: the destination's), entries a
+ *   LIST's (/v1's JSON, {"name", "type", "size", "mode", "mtime"} each; borrowed).
+ * - failed: it did not (status: /v1's HTTP status, errnum, msg), or the sandbox's agent broke
+ *   (errnum 0). An agent's symlink into a protected path is counted as on /v1.
+ * - watch_begin: a watch is set (its first reply bytes); watch_event: one change (kind: enum
+ *   cdn_watch_kind, name relative to the watched directory) into out; watch_end: the directory went.
+ * - keepalive: every 30 s of a watch, into out.
+ * - release: the operation is over (always last, whether or not any of the others ran; a client
+ *   that left hears none of them). */
+struct cdn_file_stat;
+struct cdn_file_view {
+    void (*done)(struct evhttp_request *req, void *arg, const struct cdn_file_stat *st, json_t *entries);
+    void (*failed)(struct evhttp_request *req, void *arg, int status, int errnum, const char *msg);
+    void (*watch_begin)(struct evhttp_request *req, void *arg);
+    void (*watch_event)(void *arg, struct evbuffer *out, int kind, const char *name, bool dir);
+    void (*watch_end)(struct evhttp_request *req, void *arg);
+    void (*keepalive)(void *arg, struct evbuffer *out);
+    void (*release)(void *arg);
+};
+struct file_args;
+/* Start operation op (enum cdn_file_op; mode: a write's or mkdir's) of args a on b for req,
+ * answered through view (arg its); a write's bytes are taken from body (NULL: req's own). 0, or
+ * -errno with nothing started (the caller answers; release is not called). */
+int cdn_api_file_start(struct evhttp_request *req, struct box *b, int op, uint32_t mode,
+                       const struct file_args *a, const struct cdn_file_view *view, void *arg,
+                       struct evbuffer *body);
 void cdn_api_archive(struct evhttp_request *req, struct box *b); /* api-archive.c: PUT|GET …/archive */
 void cdn_api_archives_end(struct box *b); /* the box goes: its archives under way end */
 /* api-proc.c: background processes. start: POST …/exec with "background" (a is the parsed body);

@@ -189,3 +189,56 @@ int cdn_archive_body_parse(const uint8_t *body, size_t len, uint64_t cap, struct
         *ret = plan;
     return status;
 }
+
+int cdn_gunzip_body(const uint8_t *body, size_t len, uint64_t cap, uint8_t **out, size_t *out_len, char *msg,
+                    size_t size)
+{
+    struct archive *ar = archive_read_new();
+    if (!ar)
+        return snprintf(msg, size, "out of memory"), 500;
+    (void) archive_read_support_filter_gzip(ar); /* in the library: no external program */
+    (void) archive_read_support_format_raw(ar);
+    struct archive_entry *ent;
+    int status = 0;
+    if (archive_read_open_memory(ar, body, len) != ARCHIVE_OK ||
+        archive_read_next_header(ar, &ent) != ARCHIVE_OK ||
+        archive_filter_code(ar, 0) != ARCHIVE_FILTER_GZIP) {
+        (void) snprintf(msg, size, "the body is not gzip'd%s%s", archive_error_string(ar) ? ": " : "",
+                        archive_error_string(ar) ? archive_error_string(ar) : "");
+        status = 400;
+    }
+    uint8_t *data = NULL;
+    size_t n = 0, room = 0;
+    while (status == 0) {
+        if (n == room) {
+            size_t more = room ? room * 2 : 64u << 10;
+            if (more > cap + 1)
+                more = (size_t) cap + 1;
+            uint8_t *d = more > room ? realloc(data, more) : NULL;
+            if (!d) {
+                status = more > room ? 500 : 413;
+                (void) snprintf(msg, size,
+                                status == 500 ? "out of memory" : "the body unpacks to more than %llu bytes",
+                                (unsigned long long) cap);
+                break;
+            }
+            data = d, room = more;
+        }
+        la_ssize_t k = archive_read_data(ar, data + n, room - n);
+        if (k < 0) {
+            (void) snprintf(msg, size, "the gzip'd body is corrupt: %s", archive_error_string(ar));
+            status = 400;
+        } else if (k == 0)
+            break;
+        else
+            n += (size_t) k;
+    }
+    archive_read_free(ar);
+    if (status) {
+        free(data);
+        return status;
+    }
+    *out = data;
+    *out_len = n;
+    return 0;
+}

@@ -28,3 +28,7 @@ struct archive_plan {
 int cdn_archive_body_parse(const uint8_t *body, size_t len, uint64_t cap, struct archive_plan *ret, char *msg,
                            size_t size);
 void cdn_archive_plan_free(struct archive_plan *p);
+/* A gzip'd body (Content-Encoding: gzip) unpacked: 0 with *out (malloc'd, NULL when empty) and
+ * *out_len, or an HTTP status (400: not gzip or corrupt, 413: over cap bytes, 500) with msg. */
+int cdn_gunzip_body(const uint8_t *body, size_t len, uint64_t cap, uint8_t **out, size_t *out_len, char *msg,
+                    size_t size);

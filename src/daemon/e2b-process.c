@@ -31,41 +31,6 @@ struct stream {
     bool kills; /* Start's: its deadline kills the process (Connect's only ends the stream) */
 };
 
-static void send_envelope(struct evhttp_request *req, uint8_t flags, json_t *o)
-{
-    _cleanup_free_ char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    _cleanup_evbuffer_ struct evbuffer *b = evbuffer_new();
-    if (!s || !b)
-        return;
-    uint8_t h[CDN_CONNECT_HEADER];
-    cdn_connect_header(h, flags, (uint32_t) strlen(s));
-    (void) evbuffer_add(b, h, sizeof h);
-    (void) evbuffer_add(b, s, strlen(s));
-    evhttp_send_reply_chunk(req, b);
-}
-
-static json_t *connect_error(const char *code, const char *msg)
-{
-    return json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
-}
-
-/* A stream answered by its end alone (a Connect stream's errors come as 200 and an end). */
-static void stream_refuse(struct evhttp_request *req, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void stream_refuse(struct evhttp_request *req, const char *code, const char *fmt, ...)
-{
-    char msg[400];
-    va_list ap;
-    va_start(ap, fmt);
-    (void) vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/connect+json");
-    evhttp_send_reply_start(req, 200, "OK");
-    send_envelope(req, CDN_CONNECT_END_STREAM, connect_error(code, msg));
-    evhttp_send_reply_end(req);
-}
-
 static void stream_free(struct stream *st)
 {
     cdn_api_proc_detach(&st->sink);
@@ -84,14 +49,14 @@ static void stream_free(struct stream *st)
 static void stream_finish(struct stream *st, const char *code, const char *msg)
 {
     struct evhttp_request *req = st->req;
-    send_envelope(req, CDN_CONNECT_END_STREAM, code ? connect_error(code, msg) : json_object());
+    cdn_e2b_envelope(req, CDN_CONNECT_END_STREAM, code ? cdn_e2b_connect_error(code, msg) : json_object());
     stream_free(st);
     evhttp_send_reply_end(req);
 }
 
 static void event_out(struct stream *st, json_t *ev)
 {
-    send_envelope(st->req, 0, json_pack("{s:o}", "event", ev));
+    cdn_e2b_envelope(st->req, 0, json_pack("{s:o}", "event", ev));
 }
 
 static void on_start(struct cdn_proc_sink *s, uint32_t pid)
@@ -204,62 +169,20 @@ static struct stream *stream_new(struct evhttp_request *req, struct box *b, bool
     return st;
 }
 
-/* The one envelope of a streaming request's body, as JSON; NULL with why set. */
-static json_t *stream_request(struct evhttp_request *req, char *why, size_t size)
-{
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t n = evbuffer_get_length(in);
-    const uint8_t *b = n ? evbuffer_pullup(in, (ev_ssize_t) n) : NULL;
-    struct cdn_connect_envelope e;
-    int k = b ? cdn_connect_decode(b, n, &e) : 0;
-    if (k <= 0 || (size_t) k != n || e.flags) {
-        (void) snprintf(why, size, "the request: expected one Connect envelope (%s)",
-                        k < 0                      ? strerror(-k)
-                        : (size_t) k != n && k > 0 ? "bytes after it"
-                                                   : "incomplete");
-        return NULL;
-    }
-    json_error_t je;
-    json_t *o = json_loadb((const char *) e.data, e.len, JSON_REJECT_DUPLICATES, &je);
-    if (!json_is_object(o)) {
-        json_decref(o);
-        (void) snprintf(why, size, "the request: expected a JSON object (%s)", je.text);
-        return NULL;
-    }
-    return o;
-}
-
-/* The user an E2B request names ("Authorization: Basic base64(user:)"), or NULL; "root" is the
- * sandbox's root. */
-static char *request_user(struct evhttp_request *req)
-{
-    const char *a = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
-    if (!a || strncmp(a, "Basic ", 6) != 0 || strlen(a + 6) > 400)
-        return NULL;
-    uint8_t out[320];
-    long n = cdn_base64_decode(a + 6, strlen(a + 6), out);
-    if (n <= 0)
-        return NULL;
-    uint8_t *colon = memchr(out, ':', (size_t) n);
-    size_t len = colon ? (size_t) (colon - out) : (size_t) n;
-    if (!len || (len == 4 && memcmp(out, "root", 4) == 0))
-        return NULL;
-    return strndup((const char *) out, len);
-}
-
 /* Start: {"process": {"cmd", "args", "envs", "cwd"}, "pty": {"size": {"cols", "rows"}}, "stdin"}. */
 static void rpc_start(struct evhttp_request *req, struct box *b)
 {
     char why[400];
-    _cleanup_json_ json_t *o = stream_request(req, why, sizeof why);
+    _cleanup_json_ json_t *o = cdn_e2b_stream_request(req, why, sizeof why);
     if (!o)
-        return stream_refuse(req, "invalid_argument", "%s", why);
+        return cdn_e2b_stream_refuse(req, "invalid_argument", "%s", why);
     json_t *proc = json_object_get(o, "process"), *cmd = json_object_get(proc, "cmd");
     json_t *args = json_object_get(proc, "args"), *size = json_object_get(json_object_get(o, "pty"), "size");
     if (!json_is_string(cmd) || (args && !json_is_array(args)))
-        return stream_refuse(req, "invalid_argument", "process.cmd: expected a string, process.args a list");
+        return cdn_e2b_stream_refuse(req, "invalid_argument",
+                                     "process.cmd: expected a string, process.args a list");
     if (json_object_get(o, "tag"))
-        return stream_refuse(req, "invalid_argument", "tag: not supported by cordon (docs/e2b.md)");
+        return cdn_e2b_stream_refuse(req, "invalid_argument", "tag: not supported by cordon (docs/e2b.md)");
     /* As cordon's own exec body, checked by its parser. */
     _cleanup_json_ json_t *x = json_pack("{s:[O], s:b, s:b}", "cmd", cmd, "background", 1, "keep_stdin",
                                          json_is_true(json_object_get(o, "stdin")));
@@ -274,7 +197,7 @@ static void rpc_start(struct evhttp_request *req, struct box *b)
         json_object_set_new(x, "pty",
                             json_pack("{s:O?, s:O?}", "rows", json_object_get(size, "rows"), "cols",
                                       json_object_get(size, "cols")));
-    _cleanup_free_ char *user = request_user(req);
+    _cleanup_free_ char *user = cdn_e2b_request_user(req);
     if (user)
         json_object_set_new(x, "user", json_string(user));
     _cleanup_free_ char *body = json_dumps(x, JSON_COMPACT);
@@ -282,7 +205,7 @@ static void rpc_start(struct evhttp_request *req, struct box *b)
     struct cdn_error err = {0};
     if (!body || cdn_exec_args_parse(body, strlen(body), b->spec.workdir, &a, &err) < 0) {
         cdn_exec_args_free(&a);
-        return stream_refuse(req, "invalid_argument", "%s", body ? err.msg : "out of memory");
+        return cdn_e2b_stream_refuse(req, "invalid_argument", "%s", body ? err.msg : "out of memory");
     }
     /* Its own deadline too, a second after the stream's: the process is killed at its time even
      * when its client went away first (a background command with timeoutMs). */
@@ -294,7 +217,7 @@ static void rpc_start(struct evhttp_request *req, struct box *b)
     struct stream *st = stream_new(req, b, true);
     if (!st) {
         cdn_exec_args_free(&a);
-        return stream_refuse(req, "internal", "out of memory");
+        return cdn_e2b_stream_refuse(req, "internal", "out of memory");
     }
     int r = cdn_api_proc_spawn(b, &a, &st->sink, why, sizeof why);
     cdn_exec_args_free(&a);
@@ -318,15 +241,16 @@ static uint32_t selector_pid(json_t *sel)
 static void rpc_connect(struct evhttp_request *req, struct box *b)
 {
     char why[400];
-    _cleanup_json_ json_t *o = stream_request(req, why, sizeof why);
+    _cleanup_json_ json_t *o = cdn_e2b_stream_request(req, why, sizeof why);
     if (!o)
-        return stream_refuse(req, "invalid_argument", "%s", why);
+        return cdn_e2b_stream_refuse(req, "invalid_argument", "%s", why);
     uint32_t pid = selector_pid(json_object_get(o, "process"));
     if (!pid)
-        return stream_refuse(req, "invalid_argument", "process: expected {\"pid\": N} (tags: not supported)");
+        return cdn_e2b_stream_refuse(req, "invalid_argument",
+                                     "process: expected {\"pid\": N} (tags: not supported)");
     struct stream *st = stream_new(req, b, false);
     if (!st)
-        return stream_refuse(req, "internal", "out of memory");
+        return cdn_e2b_stream_refuse(req, "internal", "out of memory");
     int r = cdn_api_proc_attach(b, pid, &st->sink);
     if (r < 0)
         stream_finish(st, r == -EMFILE ? "resource_exhausted" : "not_found",
@@ -335,11 +259,6 @@ static void rpc_connect(struct evhttp_request *req, struct box *b)
 }
 
 /* ---- unary ---- */
-
-static void unary_error(struct evhttp_request *req, int status, const char *code, const char *msg)
-{
-    cdn_api_reply_json(req, status, json_pack("{s:s, s:s}", "code", code, "message", msg));
-}
 
 static int proc_errno_status(int r, const char **code)
 {
@@ -360,7 +279,7 @@ static void rpc_unary(struct evhttp_request *req, struct box *b, const char *met
         n ? json_loadb((const char *) evbuffer_pullup(in, (ev_ssize_t) n), n, JSON_REJECT_DUPLICATES, &je)
           : json_object();
     if (!json_is_object(o))
-        return unary_error(req, 400, "invalid_argument", "the request: expected a JSON object");
+        return cdn_e2b_unary_error(req, 400, "invalid_argument", "the request: expected a JSON object");
     if (strcmp(method, "List") == 0) {
         _cleanup_json_ json_t *list = cdn_api_proc_list(b);
         json_t *out = json_array(), *p;
@@ -378,8 +297,8 @@ static void rpc_unary(struct evhttp_request *req, struct box *b, const char *met
     }
     uint32_t pid = selector_pid(json_object_get(o, "process"));
     if (!pid)
-        return unary_error(req, 400, "invalid_argument",
-                           "process: expected {\"pid\": N} (tags: not supported)");
+        return cdn_e2b_unary_error(req, 400, "invalid_argument",
+                                   "process: expected {\"pid\": N} (tags: not supported)");
     int r;
     if (strcmp(method, "SendSignal") == 0) {
         json_t *s = json_object_get(o, "signal");
@@ -391,8 +310,8 @@ static void rpc_unary(struct evhttp_request *req, struct box *b, const char *met
                 ? (int) json_integer_value(s)
                 : 0;
         if (!sig)
-            return unary_error(req, 400, "invalid_argument",
-                               "signal: expected SIGNAL_SIGKILL or SIGNAL_SIGTERM");
+            return cdn_e2b_unary_error(req, 400, "invalid_argument",
+                                       "signal: expected SIGNAL_SIGKILL or SIGNAL_SIGTERM");
         r = cdn_api_proc_signal(b, pid, sig);
     } else if (strcmp(method, "SendInput") == 0 || strcmp(method, "CloseStdin") == 0) {
         json_t *input = json_object_get(o, "input");
@@ -401,34 +320,36 @@ static void rpc_unary(struct evhttp_request *req, struct box *b, const char *met
             data = json_string_value(json_object_get(input, "pty"));
         bool close = method[0] == 'C';
         if (!close && !data)
-            return unary_error(req, 400, "invalid_argument",
-                               "input: expected {\"stdin\" or \"pty\": base64}");
+            return cdn_e2b_unary_error(req, 400, "invalid_argument",
+                                       "input: expected {\"stdin\" or \"pty\": base64}");
         size_t len = data ? strlen(data) : 0;
         _cleanup_free_ uint8_t *bytes = malloc(len / 4 * 3 + 3);
         long k = data && bytes ? cdn_base64_decode(data, len, bytes) : 0;
         if (k < 0)
-            return unary_error(req, 400, "invalid_argument", "input: not base64");
+            return cdn_e2b_unary_error(req, 400, "invalid_argument", "input: not base64");
         r = cdn_api_proc_input(b, pid, bytes, (size_t) k, close);
     } else if (strcmp(method, "Update") == 0) {
         json_t *size = json_object_get(json_object_get(o, "pty"), "size");
         json_t *rows = json_object_get(size, "rows"), *cols = json_object_get(size, "cols");
         if (!json_is_integer(rows) || !json_is_integer(cols) || json_integer_value(rows) < 1 ||
             json_integer_value(rows) > 999 || json_integer_value(cols) < 1 || json_integer_value(cols) > 999)
-            return unary_error(req, 400, "invalid_argument", "pty.size: expected rows and cols, 1-999");
+            return cdn_e2b_unary_error(req, 400, "invalid_argument",
+                                       "pty.size: expected rows and cols, 1-999");
         r = cdn_api_proc_resize(b, pid, (uint16_t) json_integer_value(rows),
                                 (uint16_t) json_integer_value(cols));
     } else
-        return unary_error(req, 404, "unimplemented", "process.Process: no such method");
+        return cdn_e2b_unary_error(req, 404, "unimplemented", "process.Process: no such method");
     if (r < 0) {
         const char *code;
         int st = proc_errno_status(r, &code);
-        return unary_error(req, st, code,
-                           r == -ENOENT   ? "no running process with that pid"
-                           : r == -EPIPE  ? "its stdin is closed (start it with stdin: true)"
-                           : r == -ENOTTY ? "it has no terminal"
-                           : r == -EBUSY  ? "another write to its stdin is under way"
-                           : r == -EAGAIN ? "over 1 MiB of input, or as much waits for the process: send less"
-                                          : "cannot reach the sandbox's agent");
+        return cdn_e2b_unary_error(req, st, code,
+                                   r == -ENOENT   ? "no running process with that pid"
+                                   : r == -EPIPE  ? "its stdin is closed (start it with stdin: true)"
+                                   : r == -ENOTTY ? "it has no terminal"
+                                   : r == -EBUSY  ? "another write to its stdin is under way"
+                                   : r == -EAGAIN
+                                       ? "over 1 MiB of input, or as much waits for the process: send less"
+                                       : "cannot reach the sandbox's agent");
     }
     cdn_api_reply_json(req, 200, json_object());
 }
@@ -436,12 +357,13 @@ static void rpc_unary(struct evhttp_request *req, struct box *b, const char *met
 void cdn_e2b_process(struct evhttp_request *req, struct box *b, const char *method)
 {
     if (evhttp_request_get_command(req) != EVHTTP_REQ_POST)
-        return unary_error(req, 405, "unimplemented", "Connect RPCs are POSTs");
+        return cdn_e2b_unary_error(req, 405, "unimplemented", "Connect RPCs are POSTs");
     if (strcmp(method, "Start") == 0)
         return rpc_start(req, b);
     if (strcmp(method, "Connect") == 0)
         return rpc_connect(req, b);
     if (strcmp(method, "StreamInput") == 0)
-        return unary_error(req, 501, "unimplemented", "StreamInput: not supported by cordon (use SendInput)");
+        return cdn_e2b_unary_error(req, 501, "unimplemented",
+                                   "StreamInput: not supported by cordon (use SendInput)");
     rpc_unary(req, b, method);
 }

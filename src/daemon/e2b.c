@@ -27,10 +27,13 @@
 #include "api.h"
 #include "core/json-util.h"
 #include "e2b.h"
+#include "proto/connect.h"
+#include "shared/base64.h"
 
 #define E2B_ENVD_VERSION    "0.6.4" /* the newest the SDK (2.x) tells apart: every feature on */
 #define E2B_TIMEOUT_DEFAULT 300     /* s: E2B's lifetime when a create names none */
 #define E2B_TEMPLATE_LABEL  "e2b.template"
+#define E2B_HOME            "/home/user"
 
 /* ---- credentials ---- */
 
@@ -308,12 +311,28 @@ static void route_create(struct evhttp_request *req)
     if (cdn_spec_init(&spec) < 0)
         return cdn_e2b_reply_error(req, 500, "out of memory");
     struct cdn_error err = {0};
-    int r = string_map(req, body, "envVars", &spec, true);
+    /* E2B's user's home: where "~" is in commands too, unless the create sets HOME */
+    int r = json_object_get(json_object_get(body, "envVars"), "HOME") ? 0
+            : cdn_strv_push(&spec.env, "HOME=" E2B_HOME) < 0          ? -ENOMEM
+                                                                      : 0;
+    if (r < 0)
+        cdn_e2b_reply_error(req, 500, "out of memory");
+    if (r >= 0)
+        r = string_map(req, body, "envVars", &spec, true);
     if (r >= 0)
         r = string_map(req, body, "metadata", &spec, false);
     if (r >= 0 && (r = cdn_spec_add_label(&spec, E2B_TEMPLATE_LABEL, tpl, &err)) < 0)
         cdn_e2b_reply_error(req, 400, "%s", err.msg);
     spec.limits.timeout_ms = (uint64_t) (timeout ? timeout : E2B_TIMEOUT_DEFAULT) * 1000;
+    char *home = strdup(E2B_HOME); /* E2B's working directory: relative paths and commands start there */
+    if (r >= 0 && !home) {
+        cdn_e2b_reply_error(req, 500, "out of memory");
+        r = -ENOMEM;
+    }
+    if (home) {
+        free(spec.workdir);
+        spec.workdir = home;
+    }
     json_t *internet = json_object_get(body, "allow_internet_access");
     json_t *allow = json_object_get(json_object_get(body, "network"), "allowOut");
     if (r >= 0 && internet && !json_is_boolean(internet)) {
@@ -471,6 +490,89 @@ static void control_plane(struct evhttp_request *req, const char *path)
     cdn_e2b_reply_error(req, 404, "no route for %s", path);
 }
 
+/* ---- the Connect protocol (envd's RPCs) ---- */
+
+void cdn_e2b_envelope(struct evhttp_request *req, uint8_t flags, json_t *o)
+{
+    _cleanup_free_ char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    _cleanup_evbuffer_ struct evbuffer *b = evbuffer_new();
+    if (!s || !b)
+        return;
+    uint8_t h[CDN_CONNECT_HEADER];
+    cdn_connect_header(h, flags, (uint32_t) strlen(s));
+    (void) evbuffer_add(b, h, sizeof h);
+    (void) evbuffer_add(b, s, strlen(s));
+    evhttp_send_reply_chunk(req, b);
+}
+
+json_t *cdn_e2b_connect_error(const char *code, const char *msg)
+{
+    return json_pack("{s:{s:s, s:s}}", "error", "code", code, "message", msg);
+}
+
+/* A stream answered by its end alone (a Connect stream's errors come as 200 and an end). */
+void cdn_e2b_stream_refuse(struct evhttp_request *req, const char *code, const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    (void) vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/connect+json");
+    evhttp_send_reply_start(req, 200, "OK");
+    cdn_e2b_envelope(req, CDN_CONNECT_END_STREAM, cdn_e2b_connect_error(code, msg));
+    evhttp_send_reply_end(req);
+}
+
+/* The one envelope of a streaming request's body, as JSON; NULL with why set. */
+json_t *cdn_e2b_stream_request(struct evhttp_request *req, char *why, size_t size)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t n = evbuffer_get_length(in);
+    const uint8_t *b = n ? evbuffer_pullup(in, (ev_ssize_t) n) : NULL;
+    struct cdn_connect_envelope e;
+    int k = b ? cdn_connect_decode(b, n, &e) : 0;
+    if (k <= 0 || (size_t) k != n || e.flags) {
+        (void) snprintf(why, size, "the request: expected one Connect envelope (%s)",
+                        k < 0                      ? strerror(-k)
+                        : (size_t) k != n && k > 0 ? "bytes after it"
+                                                   : "incomplete");
+        return NULL;
+    }
+    json_error_t je;
+    json_t *o = json_loadb((const char *) e.data, e.len, JSON_REJECT_DUPLICATES, &je);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        (void) snprintf(why, size, "the request: expected a JSON object (%s)", je.text);
+        return NULL;
+    }
+    return o;
+}
+
+/* The user an E2B request names ("Authorization: Basic base64(user:)"), or NULL; "root" is the
+ * sandbox's root. */
+char *cdn_e2b_request_user(struct evhttp_request *req)
+{
+    const char *a = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    if (!a || strncmp(a, "Basic ", 6) != 0 || strlen(a + 6) > 400)
+        return NULL;
+    uint8_t out[320];
+    long n = cdn_base64_decode(a + 6, strlen(a + 6), out);
+    if (n <= 0)
+        return NULL;
+    uint8_t *colon = memchr(out, ':', (size_t) n);
+    size_t len = colon ? (size_t) (colon - out) : (size_t) n;
+    if (!len || (len == 4 && memcmp(out, "root", 4) == 0))
+        return NULL;
+    return strndup((const char *) out, len);
+}
+
+void cdn_e2b_unary_error(struct evhttp_request *req, int status, const char *code, const char *msg)
+{
+    cdn_api_reply_json(req, status, json_pack("{s:s, s:s}", "code", code, "message", msg));
+}
+
 /* ---- envd ---- */
 
 static void envd(struct evhttp_request *req, const char *path, const char *id)
@@ -488,6 +590,10 @@ static void envd(struct evhttp_request *req, const char *path, const char *id)
     cdn_box_touch(b);
     if (strncmp(path, "/process.Process/", 17) == 0)
         return cdn_e2b_process(req, b, path + 17);
+    if (strncmp(path, "/filesystem.Filesystem/", 23) == 0)
+        return cdn_e2b_filesystem(req, b, path + 23);
+    if (strcmp(path, "/files") == 0)
+        return cdn_e2b_files(req, b);
     cdn_e2b_reply_error(req, 501, "%s: not supported by cordon yet (docs/e2b.md)", path);
 }
 

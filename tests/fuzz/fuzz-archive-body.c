@@ -1,5 +1,6 @@
 /* Fuzz the body of PUT …/archive (src/daemon/archive-body.c): a tar from any
- * client that can reach the socket, plain or compressed. */
+ * client that can reach the socket, plain or compressed; and the same bytes as
+ * a gzip'd upload of E2B's POST /files. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct archive_plan p;
     char msg[1200];
+    msg[0] = 0;
+    uint8_t *raw = NULL; /* the same bytes as E2B's gzip'd upload (cdn_gunzip_body) */
+    size_t raw_len = 0;
+    int g = cdn_gunzip_body(data, size, 1 << 20, &raw, &raw_len, msg, sizeof msg);
+    if ((g != 0 && ((g != 400 && g != 413 && g != 500) || !msg[0] || raw)) ||
+        (g == 0 && raw_len > (1u << 20)))
+        __builtin_trap();
+    free(raw);
     msg[0] = 0;
     int status = cdn_archive_body_parse(data, size, 1 << 20, &p, msg, sizeof msg);
     if (status != 0) {

@@ -5,6 +5,7 @@ would be, and what it did is checked again through cordon's own API."""
 
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 
@@ -181,3 +182,152 @@ def test_a_violation_through_e2b_counts(e2b):
     assert any(e["type"] == "violation" and e["kind"] == "syscall" for e in sb.events()), sb.events()
     assert any(e["type"] == "exec" and e.get("background") for e in sb.events())
     sb.kill()
+
+
+def test_files(e2b):
+    """files: text and bytes, one file or many (multipart), octet-stream, gzip'd and streamed
+    uploads, list (and deeper), exists, getInfo (a symlink's target too), makeDir, rename, remove,
+    watchDir (flat and recursive), and E2B's errors for what is not there. Relative paths are the
+    home's, /home/user, where commands start too."""
+    d, env, run = e2b
+    out = run("files.mjs")
+    assert out["pwd"] == "/home/user", out
+    assert out["write"] == {"name": "hello.txt", "type": "file", "path": "/home/user/hello.txt"}, out
+    assert out["read"] == "hi there" and out["readByShell"] == "hi there\nhi there", out
+    assert out["bytes"] == [0, 1, 2, 250, 255, 10], out
+    assert out["empty"]["path"] == "/tmp/empty" and out["emptyRead"] == "", out
+    assert [w["path"] for w in out["multi"]] == ["/tmp/m/a.txt", "/home/user/sub/b.txt", '/tmp/m/c "q".txt'], out
+    assert out["multiRead"] == "ABBC", out
+    assert out["octet"]["path"] == "/tmp/o.txt" and out["gzip"]["path"] == "/tmp/g.txt", out
+    assert out["gzipRead"] == 7000 and out["streamRead"] == "streamed", out
+    assert {"name": "a.txt", "type": "file", "path": "/tmp/m/a.txt", "size": 1} in out["list"], out
+    assert out["listDeep"] == ["/tmp/m/a.txt", '/tmp/m/c "q".txt', "/tmp/m/d", "/tmp/m/d/e",
+                               "/tmp/m/d/e/deep.txt"], out
+    assert out["listFile"]["name"] == "InvalidArgumentError", out
+    assert out["listMissing"]["name"] == "FileNotFoundError", out
+    assert out["exists"] is True and out["existsNot"] is False, out
+    info = out["info"]
+    assert info["name"] == "a.txt" and info["type"] == "file" and info["size"] == 1, out
+    assert info["permissions"] == "-rw-r--r--" and info["mode"] == 0o644 and 0 <= info["mtimeAge"] < 120_000, out
+    assert out["link"] == {"type": "symlink", "target": "/tmp/m/a.txt"}, out
+    assert out["made"] is True and out["madeAgain"] is False, out
+    assert out["makeOnFile"]["name"] == "InvalidArgumentError", out
+    assert out["moved"] == {"name": "a2.txt", "path": "/tmp/moved/a2.txt", "type": "file"}, out
+    assert out["movedOld"] is False and out["removed"] is False and out["removeMissing"] is None, out
+    assert out["readMissing"]["name"] == "FileNotFoundError", out
+    assert out["readDir"]["name"] == "InvalidArgumentError", out
+    assert out["metadata"] and "not supported" in out["metadata"]["message"], out
+    ev = [(e["name"], e["type"]) for e in out["events"]]
+    for want in [("new.txt", "create"), ("new.txt", "write"), ("sub", "create"), ("new.txt", "rename"),
+                 ("renamed.txt", "create"), ("renamed.txt", "chmod"), ("renamed.txt", "remove")]:
+        assert want in ev, (want, ev)
+    assert ("sub/inner.txt", "create") in [(e["name"], e["type"]) for e in out["recursive"]], out
+    assert out["watchMissing"]["name"] in ("FileNotFoundError", "NotFoundError"), out
+
+
+def test_a_symlink_into_a_protected_path_through_e2b_files_counts(e2b, shared_dir):
+    """An agent's symlinks into the sandbox's protected paths, followed by E2B's files calls: each
+    refused and counted as a protect violation of that sandbox, as through /v1; the operator's own
+    read of the protected file is not one. (Before E2B's files were a view of /v1's, the read of
+    /workspace/result.txt was not routed through the checks at all: 501.)"""
+    d, env, run = e2b
+    ws = pathlib.Path(shared_dir) / "ws"
+    (ws / "tests").mkdir(parents=True)
+    (ws / "answer.key").write_text("the-secret-42")
+    (ws / "tests" / "test_hidden.py").write_text("hidden\n")
+    os.chmod(ws, 0o777)
+    sb = Sandbox.create(endpoint=d.endpoint, mounts=[{"source": str(ws), "target": "/workspace"}],
+                        protect=["/workspace/answer.key", "/workspace/tests/**"])
+    try:
+        r = sb.exec("ln -s /workspace/answer.key /workspace/result.txt && ln -s /workspace/tests /workspace/t && "
+                    "ln -s /workspace/tests/new.py /workspace/out.py")
+        assert r.exit_code == 0, r
+        out = run_with(env, "protect.mjs", SANDBOX_ID=sb.id)
+        for op in ("read", "write", "list", "info"):
+            assert out[op] is not None and "symlink" in out[op]["message"], (op, out)
+            assert "the-secret-42" not in out[op]["message"], (op, out)
+        assert out["direct"] == "the-secret-42", out
+        ev = [e for e in sb.events() if e["type"] == "violation" and e["kind"] == "protect"]
+        assert [e["op"] for e in ev] == ["read", "write", "stat", "stat"], ev  # ListDir looks at its path first
+        assert sb.violations()["counts"]["protect"] == 4, sb.violations()
+        assert (ws / "tests" / "test_hidden.py").read_text() == "hidden\n"
+        assert not (ws / "tests" / "new.py").exists()
+    finally:
+        sb.kill()
+
+
+def run_with(env, script, **extra):
+    p = subprocess.run(["node", script], cwd=E2B_DIR, env=dict(env, **extra), capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_bad_envd_files_requests_get_clear_errors(e2b):
+    """Malformed files requests: each answered with E2B's error shape naming what is wrong, and the
+    sandbox still serves the next one."""
+    d, env, run = e2b
+    import gzip
+    import http.client
+    port = int(env["E2B_API_URL"].rsplit(":", 1)[1])
+    sb = Sandbox.create(endpoint=d.endpoint)
+    try:
+        def call(method, path, body=b"", headers=None):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            c.request(method, path, body=body, headers=dict({"X-API-KEY": env["E2B_API_KEY"],
+                                                             "E2b-Sandbox-Id": sb.id}, **(headers or {})))
+            r = c.getresponse()
+            data = r.read()
+            c.close()
+            return r.status, data
+
+        rpc = {"Content-Type": "application/json"}
+        mp = {"Content-Type": "multipart/form-data; boundary=B"}
+        envelope = lambda o: bytes([0]) + len(o).to_bytes(4, "big") + o  # noqa: E731
+        for method, path, body, headers, status, needle in [
+            ("GET", "/files", b"", {}, 400, "path: required"),
+            ("GET", "/files?path=/etc/hostname&x=1", b"", {}, 400, "x: unknown parameter"),
+            ("POST", "/files", b"data", {"Content-Type": "application/octet-stream"}, 400, "path: required"),
+            ("POST", "/files?path=/tmp/a", b"not gzip", {"Content-Type": "application/octet-stream",
+                                                        "Content-Encoding": "gzip"}, 400, "not gzip"),
+            ("POST", "/files?path=/tmp/a", b"x", {"Content-Encoding": "br"}, 400, "Content-Encoding"),
+            ("POST", "/files", b"--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/tmp/a\"\r\n\r\nx",
+             mp, 400, "no closing boundary"),
+            ("POST", "/files", b"--B\r\nContent-Type: text/plain\r\n\r\nx\r\n--B--", mp, 400, "no Content-Disposition"),
+            ("POST", "/files", b"--B\r\nContent-Disposition: form-data; name=\"file\"\r\n\r\nx\r\n--B--", mp, 400,
+             "no filename"),
+            ("POST", "/files", b"--B--", mp, 400, "no file"),
+            ("POST", "/files", b"x", {"Content-Type": "multipart/form-data"}, 400, "boundary"),
+            ("POST", "/files?path=/tmp/a", b"--B\r\nContent-Disposition: form-data; name=\"f\"; filename=\"a\"\r\n\r\n"
+             b"x\r\n--B\r\nContent-Disposition: form-data; name=\"f\"; filename=\"b\"\r\n\r\ny\r\n--B--", mp, 400,
+             "more than one file"),
+            ("POST", "/files?path=/" + "a" * 5000, b"x", {}, 400, "longer than"),
+            ("POST", "/filesystem.Filesystem/Stat", b"{", rpc, 400, "expected a JSON object"),
+            ("POST", "/filesystem.Filesystem/Stat", b'{"path": 7}', rpc, 400, "path: expected a path"),
+            ("POST", "/filesystem.Filesystem/Move", b'{"source": "/tmp"}', rpc, 400, "destination"),
+            ("POST", "/filesystem.Filesystem/ListDir", b'{"path": "/", "depth": 99}', rpc, 400, "depth"),
+            ("POST", "/filesystem.Filesystem/Nope", b"{}", rpc, 404, "no such method"),
+            ("POST", "/filesystem.Filesystem/CreateWatcher", b"{}", rpc, 404, "use WatchDir"),
+            ("GET", "/filesystem.Filesystem/Stat", b"", {}, 405, "POST"),
+        ]:
+            st, data = call(method, path, body, headers)
+            err = json.loads(data)
+            assert st == status and needle in err["message"], (path, body, st, err)
+            assert isinstance(err["code"], int if path.split("?")[0] == "/files" else str), err
+        # a stream's errors come as its end: a bad envelope, an unknown option, a missing directory
+        for body, code, needle in [(b"\x00\x00\x00\x00\x09{}", "invalid_argument", "envelope"),
+                                   (envelope(b'{"path": "/tmp", "includeEntry": true}'), "invalid_argument",
+                                    "includeEntry"),
+                                   (envelope(b'{"path": "/nowhere"}'), "not_found", "nowhere")]:
+            st, data = call("POST", "/filesystem.Filesystem/WatchDir", body,
+                            {"Content-Type": "application/connect+json"})
+            assert st == 200 and data[0] == 2, (body, st, data)
+            end = json.loads(data[5:])
+            assert end["error"]["code"] == code and needle in end["error"]["message"], (body, end)
+        # still serving: a gzip'd upload reads back
+        st, data = call("POST", "/files?path=/tmp/z.txt", gzip.compress(b"ok" * 10),
+                        {"Content-Type": "application/octet-stream", "Content-Encoding": "gzip"})
+        assert st == 200 and json.loads(data) == [{"name": "z.txt", "type": "file", "path": "/tmp/z.txt"}], data
+        assert call("GET", "/files?path=/tmp/z.txt") == (200, b"ok" * 10)
+    finally:
+        sb.kill()
