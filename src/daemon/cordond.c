@@ -20,6 +20,7 @@
 #include "oci/resolve.h"
 #include "core/paths.h"
 #include "api.h"
+#include "e2b.h"
 #include "images.h"
 #include "shared/fd-util.h"
 #include "net/audit.h"
@@ -136,6 +137,14 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         }
         return set_string(c->pools[c->n_pools++], sizeof c->pools[0], v);
     }
+    if (strcmp(name, "e2b-template") == 0 || strcmp(name, "e2b_template") == 0) {
+        if (c->n_e2b_templates >= ELEMENTSOF(c->e2b_templates)) {
+            (void) snprintf(option_why, sizeof option_why, "at most %zu templates",
+                            ELEMENTSOF(c->e2b_templates));
+            return -E2BIG;
+        }
+        return set_string(c->e2b_templates[c->n_e2b_templates++], sizeof c->e2b_templates[0], v);
+    }
     if (strcmp(name, "net-pool") == 0 || strcmp(name, "net_pool") == 0)
         return set_count(&c->net_pool, v, 0, 4096);
     if (strcmp(name, "writable-stock") == 0 || strcmp(name, "writable_stock") == 0)
@@ -243,7 +252,7 @@ static void usage(FILE *f)
         "               [--state-dir DIR] [--sandbox-dir DIR] [--stop-sandboxes true|false]\n"
         "               [--max-body SIZE] [--max-output SIZE] [--max-read SIZE] [--max-sandboxes N]\n"
         "               [--retention SECONDS]\n"
-        "               [--pool SIZE[:SPECFILE]]…\n"
+        "               [--pool SIZE[:SPECFILE]]… [--e2b-template NAME:SPECFILE]…\n"
         "               [--dns-upstream IP[:PORT]] [--net-pool N] [--audit-rotate SIZE] [--audit-rate N]\n"
         "               [--monitor-rules FILE] [--agent-timeout SECONDS] [--bind-allow DIR[:ro]]…\n"
         "               [--dns-budget off|names=N,bytes=N,window=T,action=A]\n"
@@ -606,6 +615,13 @@ int main(int argc, char **argv)
         struct cdn_error err = {0};
         if (cdn_pool_configure(d->cfg.pools[i], &err) < 0) {
             fprintf(stderr, "cordond: pool '%s': %s\n", d->cfg.pools[i], err.msg);
+            return 2;
+        }
+    }
+    for (unsigned i = 0; i < d->cfg.n_e2b_templates; i++) {
+        struct cdn_error err = {0};
+        if (cdn_e2b_template_configure(d->cfg.e2b_templates[i], &err) < 0) {
+            fprintf(stderr, "cordond: %s\n", err.msg);
             return 2;
         }
     }

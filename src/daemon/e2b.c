@@ -191,6 +191,75 @@ static json_t *body_object(struct evhttp_request *req, bool empty_ok)
     return o;
 }
 
+/* ---- templates ---- */
+
+#define E2B_TEMPLATES 16
+
+/* A template of cordond's configuration: its name and its spec file's JSON, read at start. */
+struct template
+{
+    char name[65];
+    char *json;
+};
+static struct template templates[E2B_TEMPLATES];
+static unsigned n_templates;
+static char template_names[E2B_TEMPLATES * 70 + 16] = "'base'"; /* for errors */
+
+static const struct template *template_find(const char *name)
+{
+    for (unsigned i = 0; i < n_templates; i++)
+        if (strcmp(templates[i].name, name) == 0)
+            return &templates[i];
+    return NULL;
+}
+
+int cdn_e2b_template_configure(const char *arg, struct cdn_error *err)
+{
+    static const char name_chars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-";
+    const char *colon = strchr(arg, ':');
+    size_t n = colon ? (size_t) (colon - arg) : 0;
+    if (!colon || n == 0 || n > 64 || strspn(arg, name_chars) < n || !colon[1])
+        return cdn_error_set(err, EINVAL,
+                             "e2b_template '%s': expected NAME:SPECFILE (a name of 1-64 letters, digits, "
+                             "'.', '_', '-')",
+                             arg);
+    if (n_templates == E2B_TEMPLATES)
+        return cdn_error_set(err, E2BIG, "e2b_template: at most %d", E2B_TEMPLATES);
+    struct template *t = &templates[n_templates];
+    memcpy(t->name, arg, n);
+    t->name[n] = 0;
+    if (template_find(t->name))
+        return cdn_error_set(err, EEXIST, "e2b_template '%s': named twice", t->name);
+    _cleanup_fclose_ FILE *f = fopen(colon + 1, "re");
+    _cleanup_free_ char *buf = NULL;
+    size_t cap = 0;
+    ssize_t len = f ? getdelim(&buf, &cap, '\0', f) : -1;
+    if (len < 0)
+        return cdn_error_set(err, errno ? errno : EIO, "e2b_template '%s': %s: %m", t->name, colon + 1);
+    struct cdn_spec spec; /* checked now, as a pool's is */
+    if (cdn_spec_init(&spec) < 0)
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    int r = cdn_spec_from_json(&spec, buf, (size_t) len, err);
+    if (r >= 0)
+        r = cdn_spec_validate(&spec, err);
+    if (r >= 0)
+        r = cdn_bind_policy_check(&cdn_daemon->bind_policy, &spec, err);
+    cdn_spec_free(&spec);
+    if (r < 0)
+        return cdn_error_prefix(err, r, "e2b_template '%s': %s", t->name, colon + 1);
+    t->json = TAKE_PTR(buf);
+    n_templates++;
+    template_names[0] = 0;
+    for (unsigned i = 0; i < n_templates; i++)
+        (void) snprintf(template_names + strlen(template_names),
+                        sizeof template_names - strlen(template_names), "%s'%s'", i ? ", " : "",
+                        templates[i].name);
+    if (!template_find("base"))
+        (void) snprintf(template_names + strlen(template_names),
+                        sizeof template_names - strlen(template_names), ", 'base'");
+    return 0;
+}
+
 /* A lifetime in seconds ("timeout"): 0 < s ≤ 7 days; -1 (answered) otherwise, 0 when absent. */
 static int64_t timeout_of(struct evhttp_request *req, json_t *body)
 {
@@ -288,7 +357,8 @@ static const char *unsupported(json_t *body)
     return NULL;
 }
 
-/* POST /v2/sandboxes: a sandbox of the template ("base": cordond's default spec). */
+/* POST /v2/sandboxes: a sandbox of the template (cordond's e2b_template lines; "base", unless
+ * one names it, is cordond's default spec working in /home/user). */
 static void route_create(struct evhttp_request *req)
 {
     _cleanup_json_ json_t *body = body_object(req, false);
@@ -298,9 +368,10 @@ static void route_create(struct evhttp_request *req)
     const char *tpl = json_is_string(tv) ? json_string_value(tv) : tv ? NULL : "base";
     if (!tpl)
         return cdn_e2b_reply_error(req, 400, "templateID: expected a string");
-    if (strcmp(tpl, "base") != 0)
-        return cdn_e2b_reply_error(req, 400, "templateID '%.64s': no such template (cordond has 'base')",
-                                   tpl);
+    const struct template *t = template_find(tpl);
+    if (!t && strcmp(tpl, "base") != 0)
+        return cdn_e2b_reply_error(req, 400, "templateID '%.64s': no such template (cordond has %s)", tpl,
+                                   template_names);
     const char *no = unsupported(body);
     if (no)
         return cdn_e2b_reply_error(req, 400, "%s: not supported by cordon (docs/e2b.md)", no);
@@ -311,21 +382,11 @@ static void route_create(struct evhttp_request *req)
     if (cdn_spec_init(&spec) < 0)
         return cdn_e2b_reply_error(req, 500, "out of memory");
     struct cdn_error err = {0};
-    /* E2B's user's home: where "~" is in commands too, unless the create sets HOME */
-    int r = json_object_get(json_object_get(body, "envVars"), "HOME") ? 0
-            : cdn_strv_push(&spec.env, "HOME=" E2B_HOME) < 0          ? -ENOMEM
-                                                                      : 0;
-    if (r < 0)
-        cdn_e2b_reply_error(req, 500, "out of memory");
-    if (r >= 0)
-        r = string_map(req, body, "envVars", &spec, true);
-    if (r >= 0)
-        r = string_map(req, body, "metadata", &spec, false);
-    if (r >= 0 && (r = cdn_spec_add_label(&spec, E2B_TEMPLATE_LABEL, tpl, &err)) < 0)
-        cdn_e2b_reply_error(req, 400, "%s", err.msg);
-    spec.limits.timeout_ms = (uint64_t) (timeout ? timeout : E2B_TIMEOUT_DEFAULT) * 1000;
-    char *home = strdup(E2B_HOME); /* E2B's working directory: relative paths and commands start there */
-    if (r >= 0 && !home) {
+    int r = 0;
+    char *home = t ? NULL : strdup(E2B_HOME); /* E2B's working directory: paths and commands start there */
+    if (t && (r = cdn_spec_from_json(&spec, t->json, strlen(t->json), &err)) < 0)
+        cdn_e2b_reply_error(req, 500, "template '%s': %s", t->name, err.msg); /* it parsed at start */
+    else if (!t && !home) {
         cdn_e2b_reply_error(req, 500, "out of memory");
         r = -ENOMEM;
     }
@@ -333,6 +394,25 @@ static void route_create(struct evhttp_request *req)
         free(spec.workdir);
         spec.workdir = home;
     }
+    /* The home, where "~" is in commands too: the working directory, unless the template's env or
+     * the create's envVars set HOME. */
+    bool has_home = json_object_get(json_object_get(body, "envVars"), "HOME");
+    for (size_t i = 0; i < spec.env.n; i++)
+        has_home = has_home || strncmp(spec.env.v[i], "HOME=", 5) == 0;
+    char home_env[4200];
+    (void) snprintf(home_env, sizeof home_env, "HOME=%s", spec.workdir);
+    if (r >= 0 && !has_home && cdn_strv_push(&spec.env, home_env) < 0) {
+        cdn_e2b_reply_error(req, 500, "out of memory");
+        r = -ENOMEM;
+    }
+    if (r >= 0)
+        r = string_map(req, body, "envVars", &spec, true);
+    if (r >= 0)
+        r = string_map(req, body, "metadata", &spec, false);
+    if (r >= 0 && (r = cdn_spec_add_label(&spec, E2B_TEMPLATE_LABEL, tpl, &err)) < 0)
+        cdn_e2b_reply_error(req, 400, "%s", err.msg);
+    if (timeout || !spec.limits.timeout_ms) /* the create's, else the template's, else E2B's */
+        spec.limits.timeout_ms = (uint64_t) (timeout ? timeout : E2B_TIMEOUT_DEFAULT) * 1000;
     json_t *internet = json_object_get(body, "allow_internet_access");
     json_t *allow = json_object_get(json_object_get(body, "network"), "allowOut");
     if (r >= 0 && internet && !json_is_boolean(internet)) {

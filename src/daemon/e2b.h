@@ -18,6 +18,10 @@ bool cdn_e2b_authorized(const char *api_key, const char *access_token, const cha
 /* A sandbox's envd access token: 64 hex digits ("" if it cannot be made). */
 void cdn_e2b_access_token(const char *id, char out[65]);
 struct box;
+struct cdn_error;
+/* A template of cordond's configuration (e2b_template = NAME:SPECFILE): the spec file read and
+ * checked now, kept for each create of it. 0, or -errno with err saying why. */
+int cdn_e2b_template_configure(const char *arg, struct cdn_error *err);
 /* process.Process/{method} for sandbox b (e2b-process.c). */
 void cdn_e2b_process(struct evhttp_request *req, struct box *b, const char *method);
 /* filesystem.Filesystem/{method} and GET|POST /files for sandbox b (e2b-files.c). */

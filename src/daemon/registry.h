@@ -46,6 +46,8 @@ struct daemon_config {
     unsigned retention_s; /* an ended sandbox's record (state, events, violations) is kept this long */
     char pools[8][300];   /* "SIZE[:SPECFILE]" each, see pool.c */
     unsigned n_pools;
+    char e2b_templates[16][300]; /* "NAME:SPECFILE" each, see e2b.c */
+    unsigned n_e2b_templates;
     char dns_upstream[64];   /* IP[:PORT] the DNS stub and the proxy resolve with; empty = /etc/resolv.conf */
     unsigned net_pool;       /* prepared network namespaces kept for sandboxes with network */
     unsigned writable_stock; /* container writable layers on disk made ahead, per size (docs/disk.md) */

@@ -18,22 +18,28 @@ from testenv import REPO, need
 E2B_DIR = os.path.join(REPO, "tests", "e2b")
 
 
-@pytest.fixture
-def e2b(shared_dir):
-    """(daemon, env, run): a cordond on 127.0.0.1 with a token, the E2B SDK's environment for it, and
-    run(script) → the JSON object the script printed."""
+def start(shared_dir, *extra):
+    """(daemon, env, run): a cordond on 127.0.0.1 with a token (and extra flags), the E2B SDK's
+    environment for it, and run(script, **env) → the JSON object the script printed."""
     need(shutil.which("node") and os.path.isdir(os.path.join(E2B_DIR, "node_modules", "e2b")),
          "Node.js and the E2B SDK (cd tests/e2b && npm ci)")
     flags, port, token = tcp_listener(shared_dir)
-    d = Daemon(shared_dir, *flags)
+    d = Daemon(shared_dir, *flags, *extra)
     url = f"http://127.0.0.1:{port}"
     env = dict(os.environ, E2B_API_KEY=token, E2B_API_URL=url, E2B_SANDBOX_URL=url)
 
-    def run(script):
-        p = subprocess.run(["node", script], cwd=E2B_DIR, env=env, capture_output=True, text=True, timeout=300)
+    def run(script, **more):
+        p = subprocess.run(["node", script], cwd=E2B_DIR, env=dict(env, **more), capture_output=True, text=True,
+                           timeout=300)
         assert p.returncode == 0, (p.stdout, p.stderr, d.output())
         return json.loads(p.stdout.strip().splitlines()[-1])
 
+    return d, env, run
+
+
+@pytest.fixture
+def e2b(shared_dir):
+    d, env, run = start(shared_dir)
     yield d, env, run
     assert d.stop() == 0, d.output()
 
@@ -242,7 +248,7 @@ def test_a_symlink_into_a_protected_path_through_e2b_files_counts(e2b, shared_di
         r = sb.exec("ln -s /workspace/answer.key /workspace/result.txt && ln -s /workspace/tests /workspace/t && "
                     "ln -s /workspace/tests/new.py /workspace/out.py")
         assert r.exit_code == 0, r
-        out = run_with(env, "protect.mjs", SANDBOX_ID=sb.id)
+        out = run("protect.mjs", SANDBOX_ID=sb.id)
         for op in ("read", "write", "list", "info"):
             assert out[op] is not None and "symlink" in out[op]["message"], (op, out)
             assert "the-secret-42" not in out[op]["message"], (op, out)
@@ -254,13 +260,6 @@ def test_a_symlink_into_a_protected_path_through_e2b_files_counts(e2b, shared_di
         assert not (ws / "tests" / "new.py").exists()
     finally:
         sb.kill()
-
-
-def run_with(env, script, **extra):
-    p = subprocess.run(["node", script], cwd=E2B_DIR, env=dict(env, **extra), capture_output=True, text=True,
-                       timeout=300)
-    assert p.returncode == 0, (p.stdout, p.stderr)
-    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def test_bad_envd_files_requests_get_clear_errors(e2b):
@@ -331,3 +330,85 @@ def test_bad_envd_files_requests_get_clear_errors(e2b):
         assert call("GET", "/files?path=/tmp/z.txt") == (200, b"ok" * 10)
     finally:
         sb.kill()
+
+
+def write_spec(shared_dir, name, spec):
+    path = os.path.join(shared_dir, name + ".json")
+    with open(path, "w") as f:
+        json.dump(spec, f)
+    return path
+
+
+def test_a_templates_allowlist_holds_and_its_refusals_count(shared_dir, net):
+    """A template of cordond's configuration names the network allowlist and limits; an E2B script
+    creating it by name gets them: the allowed name answers, the other is refused, and the refusal is
+    an egress violation in that sandbox's /violations and events."""
+    import fakenet
+    spec = write_spec(shared_dir, "web", {"network": {"mode": "allowlist", "allow": ["pypi.test:80"]},
+                                          "limits": {"memory_mb": 384, "cpus": 1}})
+    d, env, run = start(shared_dir, "--dns-upstream", fakenet.DNS_IP, "--e2b-template", f"web:{spec}")
+    try:
+        out = run("template.mjs", TEMPLATE="web", NET="1", KEEP="1")
+        assert out["info"] == {"templateId": "web", "cpuCount": 1, "memoryMB": 384}, out
+        assert out["home"]["stdout"] == "/workspace\n/workspace\n", out  # a template's spec: its own workdir
+        assert out["allowed"]["exitCode"] == 0 and "host=pypi.test" in out["allowed"]["stdout"], out
+        assert out["refused"]["exitCode"] == 6, out  # the name is not resolved
+        sb = Sandbox.connect(out["id"], endpoint=d.endpoint)
+        assert sb.info()["spec"]["labels"]["e2b.template"] == "web"
+        assert sb.violations()["counts"]["egress"] >= 1, sb.violations()
+        refusals = [e for e in sb.events() if e["type"] == "egress" and e["decision"] == "deny"]
+        assert refusals and all(e["name"] == "evil.test" for e in refusals), refusals
+        sb.kill()
+        st, body = d.http("POST", "/v2/sandboxes", {"templateID": "nope"})
+        assert st == 400 and "'web', 'base'" in body["message"], body
+    finally:
+        assert d.stop() == 0, d.output()
+
+
+def test_a_bad_template_stops_cordond_at_start(shared_dir):
+    import cordonlib
+    bad = write_spec(shared_dir, "bad", {"tier": "nope"})
+    for arg, needle in [(f"x:{bad}", "e2b_template 'x'"), ("no-colon", "NAME:SPECFILE"),
+                        (f"bad/name:{bad}", "NAME:SPECFILE"), ("y:/nonexistent.json", "/nonexistent.json")]:
+        p = subprocess.run([cordonlib.CORDOND_BIN, "--config", "/dev/null", "--socket",
+                            os.path.join(shared_dir, "t.sock"), "--e2b-template", arg],
+                           capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2 and needle in p.stderr, (arg, p.returncode, p.stderr)
+
+
+@pytest.mark.needs_vm
+def test_a_microvm_template(shared_dir):
+    """The same calls on tier microvm, through a template naming it: create, commands, files, kill."""
+    spec = write_spec(shared_dir, "micro", {"tier": "microvm", "workdir": "/home/user"})
+    d, env, run = start(shared_dir, "--e2b-template", f"micro:{spec}")
+    try:
+        out = run("template.mjs", TEMPLATE="micro", FILES="1")
+        assert out["info"]["templateId"] == "micro", out
+        assert out["home"]["stdout"] == "/home/user\n/home/user\n", out
+        assert out["uname"]["exitCode"] == 0 and out["uname"]["stdout"] != os.uname().release + "\n", out  # its own kernel
+        assert out["read"] == "in the guest" and out["cat"]["stdout"] == "in the guest", out
+        assert out["list"] == ["/home/user/notes/a.txt"], out
+        assert out["killed"] is True, out
+        st, body = d.http("GET", "/v1/sandboxes")
+        assert body["sandboxes"] == [], body
+    finally:
+        assert d.stop() == 0, d.output()
+
+
+def test_a_template_with_a_warm_pool_is_handed_over(shared_dir):
+    """A pool of the template's spec file: the E2B create is a hand-over from it (its event log says
+    so), with the create's envVars and HOME applied to its commands."""
+    spec = write_spec(shared_dir, "pooled", {"workdir": "/home/user", "limits": {"memory_mb": 300}})
+    d, env, run = start(shared_dir, "--pool", f"1:{spec}", "--e2b-template", f"pooled:{spec}")
+    try:
+        import time
+        deadline = time.time() + 60
+        while time.time() < deadline and "cordon_pool_size 1" not in d.http("GET", "/metrics")[1].decode():
+            time.sleep(0.2)
+        out = run("template.mjs", TEMPLATE="pooled", KEEP="1")
+        assert out["home"]["stdout"] == "/home/user\n/home/user\n", out
+        sb = Sandbox.connect(out["id"], endpoint=d.endpoint)
+        assert any(e["type"] == "handed_over" for e in sb.events()), sb.events()
+        sb.kill()
+    finally:
+        assert d.stop() == 0, d.output()
