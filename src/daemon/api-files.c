@@ -222,8 +222,18 @@ static void list_data(struct file_call *fc, const uint8_t *p, uint32_t len)
         int n = cdn_file_stat_decode(p + off, len - off, &st);
         if (n <= 0)
             break;
-        if (json_array_size(fc->entries) < LIST_MAX)
-            json_array_append_new(fc->entries, stat_json(NULL, &st));
+        json_t *e = json_array_size(fc->entries) < LIST_MAX ? stat_json(NULL, &st) : NULL;
+        const char *lossy = e ? json_string_value(json_object_get(e, "name")) : NULL;
+        size_t nl = strlen(st.name);
+        if (fc->view && lossy && (strlen(lossy) != nl || memcmp(lossy, st.name, nl))) {
+            char b64[6000]; /* a view builds paths from names: the exact bytes too (names are < 4 KiB) */
+            if (cdn_base64_len(nl) < sizeof b64) {
+                cdn_base64_encode((const uint8_t *) st.name, nl, b64);
+                json_object_set_new(e, "name_b64", json_string(b64));
+            }
+        }
+        if (e)
+            json_array_append_new(fc->entries, e);
         else
             fc->truncated = true; /* the rest is dropped: cordond's memory is not the sandbox's to fill */
         off += (uint32_t) n;
@@ -349,7 +359,10 @@ static void reply_failed(struct file_call *fc, uint16_t type, const uint8_t *p, 
                                               "the sandbox ended during the file operation");
     }
     if (fc->view)
-        return fc->view->failed(fc->req, fc->view_arg, fc->violation ? 403 : http_status_of(e),
+        return fc->view->failed(fc->req, fc->view_arg,
+                                fc->violation                           ? 403
+                                : e == EFBIG && fc->op == CDN_FILE_READ ? 413
+                                                                        : http_status_of(e),
                                 fc->violation ? EACCES : e, msg);
     if (fc->violation)
         return cdn_api_reply_error(fc->req, 403, "protected_path", "path", "%s", msg);
@@ -422,6 +435,9 @@ static void finish(struct file_call *fc, uint16_t type, const uint8_t *p, uint32
         forget_client(fc);
         if (fc->client_gone || (fc->started && (type != CDN_FRAME_DONE || fc->breach)))
             abort_stream(fc);
+        else if (fc->breach && fc->view)
+            fc->view->failed(fc->req, fc->view_arg, 502, 0,
+                             "the sandbox's agent sent more than it was asked");
         else if (fc->breach)
             cdn_api_reply_error(fc->req, 502, "bad_agent", NULL,
                                 "the sandbox's agent sent more than it was asked");

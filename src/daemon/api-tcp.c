@@ -22,6 +22,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/queue.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -278,6 +280,10 @@ static void gate_attach(evutil_socket_t fd, short what, void *arg)
         return;
     }
     g->attached = true;
+    /* Streamed answers are small writes one after another (a process's start, its output, its end):
+     * Nagle would hold each behind the client's delayed ACK of the one before, 40 ms apiece. */
+    int one = 1;
+    (void) setsockopt(bufferevent_getfd(g->bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     bufferevent_setcb(g->bev, gate_read, NULL, gate_event, g);
     bufferevent_setwatermark(g->bev, EV_READ, 0, GATE_HEADER_MAX);
     if (!g->doomed && !conn_admit(bufferevent_getfd(g->bev))) {

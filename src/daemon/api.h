@@ -55,7 +55,8 @@ void cdn_api_watch(struct evhttp_request *req, struct box *b); /* GET …/watch?
 /* The same operations answered in another surface's shapes (e2b-files.c): a view. A download's
  * bytes stream as they do on /v1; the rest goes to the view, req still open:
  * - done: the operation succeeded; st is the path's (a move's: the destination's), entries a
- *   LIST's (/v1's JSON, {"name", "type", "size", "mode", "mtime"} each; borrowed).
+ *   LIST's (/v1's JSON, {"name", "type", "size", "mode", "mtime"} each, and "name_b64", the exact
+ *   bytes, when the name is not UTF-8; borrowed).
  * - failed: it did not (status: /v1's HTTP status, errnum, msg), or the sandbox's agent broke
  *   (errnum 0). An agent's symlink into a protected path is counted as on /v1.
  * - watch_begin: a watch is set (its first reply bytes); watch_event: one change (kind: enum

@@ -7,10 +7,12 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #include "shared/macro.h"
 
@@ -193,23 +195,26 @@ int cdn_archive_body_parse(const uint8_t *body, size_t len, uint64_t cap, struct
 int cdn_gunzip_body(const uint8_t *body, size_t len, uint64_t cap, uint8_t **out, size_t *out_len, char *msg,
                     size_t size)
 {
-    struct archive *ar = archive_read_new();
-    if (!ar)
+    /* zlib itself, not libarchive: its raw reader unpacks a gzip'd file inside the body again (a
+     * .gz uploaded gzip'd would be stored unpacked) and refuses an empty one. */
+    z_stream z = {0};
+    msg[0] = 0;
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
         return snprintf(msg, size, "out of memory"), 500;
-    (void) archive_read_support_filter_gzip(ar); /* in the library: no external program */
-    (void) archive_read_support_format_raw(ar);
-    struct archive_entry *ent;
-    int status = 0;
-    if (archive_read_open_memory(ar, body, len) != ARCHIVE_OK ||
-        archive_read_next_header(ar, &ent) != ARCHIVE_OK ||
-        archive_filter_code(ar, 0) != ARCHIVE_FILTER_GZIP) {
-        (void) snprintf(msg, size, "the body is not gzip'd%s%s", archive_error_string(ar) ? ": " : "",
-                        archive_error_string(ar) ? archive_error_string(ar) : "");
-        status = 400;
-    }
     uint8_t *data = NULL;
     size_t n = 0, room = 0;
-    while (status == 0) {
+    int status = 0;
+    z.next_in = (Bytef *) body;
+    z.avail_in = 0;
+    size_t fed = 0;
+    bool ended = false;
+    for (;;) {
+        if (z.avail_in == 0 && fed < len) { /* zlib counts in uInt: the body in pieces */
+            size_t k = len - fed < (1u << 30) ? len - fed : (1u << 30);
+            z.next_in = (Bytef *) body + fed;
+            z.avail_in = (uInt) k;
+            fed += k;
+        }
         if (n == room) {
             size_t more = room ? room * 2 : 64u << 10;
             if (more > cap + 1)
@@ -224,16 +229,36 @@ int cdn_gunzip_body(const uint8_t *body, size_t len, uint64_t cap, uint8_t **out
             }
             data = d, room = more;
         }
-        la_ssize_t k = archive_read_data(ar, data + n, room - n);
-        if (k < 0) {
-            (void) snprintf(msg, size, "the gzip'd body is corrupt: %s", archive_error_string(ar));
+        z.next_out = data + n;
+        z.avail_out = (uInt) (room - n < (1u << 30) ? room - n : (1u << 30));
+        uInt before = z.avail_out;
+        int r = inflate(&z, Z_NO_FLUSH);
+        n += before - z.avail_out;
+        if (r == Z_STREAM_END) {
+            ended = true;
+            if (z.avail_in == 0 && fed == len)
+                break;
+            if (inflateReset(&z) != Z_OK) { /* another gzip member follows (gzip a b > c) */
+                status = 500;
+                break;
+            }
+            ended = false;
+        } else if (r == Z_BUF_ERROR && z.avail_in == 0 && fed == len) {
+            break; /* the input ended inside a member: told below */
+        } else if (r != Z_OK && r != Z_BUF_ERROR) {
+            (void) snprintf(msg, size, "the body is not gzip'd, or is corrupt: %s",
+                            z.msg ? z.msg : "bad data");
             status = 400;
-        } else if (k == 0)
             break;
-        else
-            n += (size_t) k;
+        }
     }
-    archive_read_free(ar);
+    if (!status && !ended) {
+        (void) snprintf(msg, size, "the gzip'd body ends before its data does");
+        status = 400;
+    }
+    if (status == 500 && !msg[0])
+        (void) snprintf(msg, size, "out of memory");
+    inflateEnd(&z);
     if (status) {
         free(data);
         return status;

@@ -25,6 +25,7 @@
 #include "file-args.h"
 #include "multipart.h"
 #include "proto/connect.h"
+#include "shared/base64.h"
 
 #define LIST_ENTRIES 10000 /* entries of one ListDir, every level together */
 #define LIST_DEPTH   32
@@ -42,7 +43,7 @@ struct fs_call {
     /* ListDir: the directories still to list (each with its level), the entries so far */
     char **dirs;
     unsigned *levels;
-    size_t n_dirs, dirs_cap;
+    size_t head, n_dirs, dirs_cap; /* dirs[head..n_dirs) still to list */
     unsigned depth, level;
     char dir[4096]; /* the one being listed */
     json_t *entries;
@@ -57,7 +58,7 @@ static void fs_call_free(struct fs_call *c)
 {
     if (!c)
         return;
-    for (size_t i = 0; i < c->n_dirs; i++)
+    for (size_t i = c->head; i < c->n_dirs; i++)
         free(c->dirs[i]);
     free(c->dirs);
     free(c->levels);
@@ -147,7 +148,7 @@ static const char *rpc_code(int status, int errnum)
     case 404:
         return "not_found";
     case 409:
-        return "failed_precondition";
+        return "failed_precondition"; /* not empty */
     case 413:
     case 507:
         return "resource_exhausted";
@@ -164,7 +165,7 @@ static int rpc_status(const char *code)
            : strcmp(code, "permission_denied") == 0   ? 403
            : strcmp(code, "not_found") == 0           ? 404
            : strcmp(code, "already_exists") == 0      ? 409
-           : strcmp(code, "failed_precondition") == 0 ? 412
+           : strcmp(code, "failed_precondition") == 0 ? 400
            : strcmp(code, "resource_exhausted") == 0  ? 429
            : strcmp(code, "unavailable") == 0         ? 503
                                                       : 500;
@@ -206,13 +207,10 @@ static void step(struct fs_call *c, int op, const char *path, const char *to, ui
 
 static bool list_next(struct fs_call *c)
 {
-    if (!c->n_dirs)
+    if (c->head == c->n_dirs)
         return false;
-    char *d = c->dirs[0];
-    c->level = c->levels[0];
-    memmove(c->dirs, c->dirs + 1, (c->n_dirs - 1) * sizeof *c->dirs);
-    memmove(c->levels, c->levels + 1, (c->n_dirs - 1) * sizeof *c->levels);
-    c->n_dirs--;
+    char *d = c->dirs[c->head];
+    c->level = c->levels[c->head++];
     (void) snprintf(c->dir, sizeof c->dir, "%s", d);
     free(d);
     step(c, CDN_FILE_LIST, c->dir, NULL, 0, NULL, false, false);
@@ -246,7 +244,15 @@ static void list_done(struct fs_call *c, json_t *entries)
     {
         const char *name = json_string_value(json_object_get(e, "name"));
         const char *type = json_string_value(json_object_get(e, "type"));
-        char path[4096];
+        const char *b64 = json_string_value(json_object_get(e, "name_b64"));
+        char path[4096], raw[4100];
+        long k = b64 && strlen(b64) < cdn_base64_len(sizeof raw - 4)
+                     ? cdn_base64_decode(b64, strlen(b64), (uint8_t *) raw)
+                     : -1;
+        if (k > 0 && !memchr(raw, 0, (size_t) k)) { /* the exact bytes, for the next level's path */
+            raw[k] = 0;
+            name = raw;
+        }
         if (!name || !type || json_array_size(c->entries) >= LIST_ENTRIES ||
             snprintf(path, sizeof path, "%s%s%s", c->dir, strcmp(c->dir, "/") ? "/" : "", name) >=
                 (int) sizeof path)
@@ -470,6 +476,8 @@ void cdn_e2b_filesystem(struct evhttp_request *req, struct box *b, const char *m
         step(c, CDN_FILE_STAT, c->path, NULL, 0, NULL, true, false);
         break;
     case K_LIST:
+        if (json_is_null(depth))
+            depth = NULL;
         if (depth && (!json_is_integer(depth) || json_integer_value(depth) < 0 ||
                       json_integer_value(depth) > LIST_DEPTH)) {
             call_error(c, 400, 0, "depth: expected 1 to 32");
@@ -523,10 +531,13 @@ static bool files_query(struct evhttp_request *req, char **path)
         return false;
     }
     for (struct evkeyval *e = kv.tqh_first; e; e = e->next.tqe_next) {
+        bool twice = strcmp(e->key, "path") == 0 && *path;
         if (strcmp(e->key, "path") == 0 && !*path && e->value[0])
             *path = strdup(e->value);
-        else if (strcmp(e->key, "username") != 0) {
-            cdn_e2b_reply_error(req, 400, "%.64s: unknown parameter (this route takes path, username)",
+        else if (twice || strcmp(e->key, "username") != 0) {
+            cdn_e2b_reply_error(req, 400,
+                                twice ? "%.64s: given twice"
+                                      : "%.64s: unknown parameter (this route takes path, username)",
                                 e->key);
             evhttp_clear_headers(&kv);
             free(*path);
@@ -536,6 +547,12 @@ static bool files_query(struct evhttp_request *req, char **path)
     }
     evhttp_clear_headers(&kv);
     return true;
+}
+
+static void free_bytes(const void *data, size_t len, void *arg)
+{
+    (void) len, (void) arg;
+    free((void *) data);
 }
 
 static bool metadata_header(struct evhttp_request *req)
@@ -589,7 +606,7 @@ static bool upload_files(struct fs_call *c, const char *qpath)
             return true;
         }
         size_t n = evbuffer_get_length(in), out_len = 0;
-        _cleanup_free_ uint8_t *out = NULL;
+        uint8_t *out = NULL;
         char msg[300];
         int st = cdn_gunzip_body(n ? evbuffer_pullup(in, (ev_ssize_t) n) : (const uint8_t *) "", n,
                                  cdn_daemon->cfg.max_body_bytes, &out, &out_len, msg, sizeof msg);
@@ -597,8 +614,15 @@ static bool upload_files(struct fs_call *c, const char *qpath)
             cdn_e2b_reply_error(req, st, "%s", msg);
             return false;
         }
-        if (out_len)
-            (void) evbuffer_add(c->bodies[0], out, out_len);
+        (void) evbuffer_drain(in, n); /* the packed bytes go at once */
+        /* the unpacked ones are handed over, not copied (freed with the buffer) */
+        if (!out_len)
+            free(out);
+        else if (evbuffer_add_reference(c->bodies[0], out, out_len, free_bytes, NULL) < 0) {
+            free(out);
+            cdn_e2b_reply_error(req, 500, "out of memory");
+            return false;
+        }
         return true;
     }
     size_t n = evbuffer_get_length(in), k = 0;

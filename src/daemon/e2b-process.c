@@ -267,7 +267,7 @@ static int proc_errno_status(int r, const char **code)
             : r == -EAGAIN ? "resource_exhausted"
             : pre          ? "failed_precondition"
                            : "internal";
-    return r == -ENOENT ? 404 : r == -EAGAIN ? 429 : pre ? 412 : 500;
+    return r == -ENOENT ? 404 : r == -EAGAIN ? 429 : pre ? 400 : 500;
 }
 
 static void rpc_unary(struct evhttp_request *req, struct box *b, const char *method)

@@ -62,10 +62,8 @@ static int param(const char *h, size_t hl, const char *key, char *out, size_t si
         bool over = false;
         if (i < hl && h[i] == '"') {
             for (i++; i < hl && h[i] != '"'; i++) {
-                char c = h[i];
-                if (c == '\\' && i + 1 < hl)
-                    c = h[++i];
-                else if (c == '%' && i + 2 < hl && h[i + 1] == '2' && h[i + 2] == '2')
+                char c = h[i]; /* no backslash escapes: undici (the SDK's FormData) sends '\\' as it is */
+                if (c == '%' && i + 2 < hl && h[i + 1] == '2' && h[i + 2] == '2')
                     c = '"', i += 2;
                 else if (c == '%' && i + 2 < hl && h[i + 1] == '0' && (h[i + 2] == 'D' || h[i + 2] == 'A'))
                     c = h[i + 2] == 'D' ? '\r' : '\n', i += 2;

@@ -11,7 +11,7 @@
 
 struct cdn_multipart_part {
     char name[64];                     /* the form field's ("file") */
-    char filename[CDN_MULTIPART_NAME]; /* decoded: backslash escapes, %22 %0D %0A as the HTML spec's */
+    char filename[CDN_MULTIPART_NAME]; /* decoded: %22 %0D %0A, as the HTML spec's */
     size_t off, len;                   /* its bytes within the body */
 };
 
