@@ -442,6 +442,18 @@ class Sandbox:
                                                                      memory_mb, pids, on_violation, protect))
         return self._info
 
+    def pause(self):
+        """Freeze every process of the sandbox (its memory kept) until resume(); its lifetime and
+        idle clocks stop meanwhile, and requests that would reach it raise SandboxNotRunning (409
+        sandbox_paused). Returns its fresh info ("paused": true)."""
+        self._info = self._ep.json("POST", f"{self._path}/pause", {})
+        return self._info
+
+    def resume(self, timeout_s=None):
+        """Thaw a paused sandbox: its lifetime is timeout_s from now, else what was left of it."""
+        self._info = self._ep.json("POST", f"{self._path}/resume", {} if timeout_s is None else {"timeout_s": timeout_s})
+        return self._info
+
     def set_timeout(self, timeout_s):
         """The sandbox ends timeout_s seconds from now (0: no lifetime)."""
         return self.update(timeout_s=timeout_s)
@@ -737,6 +749,15 @@ class AsyncSandbox:
 
     async def set_timeout(self, timeout_s):
         return await self.update(timeout_s=timeout_s)
+
+    async def pause(self):
+        self._info = await self._ep.ajson("POST", f"{self._path}/pause", {})
+        return self._info
+
+    async def resume(self, timeout_s=None):
+        self._info = await self._ep.ajson("POST", f"{self._path}/resume",
+                                          {} if timeout_s is None else {"timeout_s": timeout_s})
+        return self._info
 
     async def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None,
                    pty=None):

@@ -217,13 +217,94 @@ static int v1_stats(struct cdn_cgroup *cg, struct cdn_cgroup_stats *ret)
     return 0;
 }
 
+/* Whether each pid listed in `want` is listed in `have` (cgroup.procs contents). */
+static bool all_listed(const char *want, const char *have)
+{
+    for (const char *w = want; *w;) {
+        size_t n = strcspn(w, "\n");
+        bool found = false;
+        for (const char *h = have; *h && !found;) {
+            size_t m = strcspn(h, "\n");
+            found = m == n && memcmp(h, w, n) == 0;
+            h += m + (h[m] == '\n');
+        }
+        if (n && !found)
+            return false;
+        w += n + (w[n] == '\n');
+    }
+    return true;
+}
+
+/* v1 has no freezer among the sandbox's controllers: a freezer cgroup of the same name is made at
+ * the first freeze, and every process of the sandbox (its pids cgroup's) moved into it; one that
+ * forks meanwhile has its child moved the next time round, until none is left outside. */
+static int v1_freeze(struct cdn_cgroup *cg, bool frozen)
+{
+    char dir[512], p[600];
+    int r = cdn_cgroup_path(dir, sizeof dir, CDN_CGROUP_V1, "freezer", cg->name);
+    if (r < 0)
+        return r;
+    if (!frozen)
+        return access(dir, F_OK) < 0 ? 0 : write_knob(cg, "freezer", "freezer.state", "THAWED");
+    int m = mkdir(dir, 0755) < 0 ? errno : 0;
+    if (m == ENOENT) { /* first use: the "cordon" parent */
+        *strrchr(dir, '/') = 0;
+        int pm = mkdir(dir, 0755) < 0 ? errno : 0;
+        if (pm && pm != EEXIST)
+            return pm == ENOENT ? -ENOTSUP : -pm; /* ENOENT: no freezer hierarchy mounted */
+        *strchr(dir, 0) = '/';
+        m = mkdir(dir, 0755) < 0 ? errno : 0;
+    }
+    if (m && m != EEXIST)
+        return -m;
+    char want[16384], have[16384];
+    for (int round = 0; round < 50; round++) {
+        if ((r = knob(cg, "pids", "cgroup.procs", p, sizeof p)) < 0 ||
+            (r = cdn_read_file_at(AT_FDCWD, p, want, sizeof want)) < 0)
+            return r;
+        for (const char *w = want; *w;) { /* into the freezer cgroup (one that exited meanwhile: ESRCH) */
+            size_t n = strcspn(w, "\n");
+            char pid[24];
+            if (n && n < sizeof pid) {
+                memcpy(pid, w, n);
+                pid[n] = 0;
+                (void) write_knob(cg, "freezer", "cgroup.procs", pid);
+            }
+            w += n + (w[n] == '\n');
+        }
+        if ((r = write_knob(cg, "freezer", "freezer.state", "FROZEN")) < 0)
+            return r;
+        char state[32] = "";
+        for (int i = 0; i < 500 && strncmp(state, "FROZEN", 6) != 0; i++) {
+            if (knob(cg, "freezer", "freezer.state", p, sizeof p) < 0 ||
+                cdn_read_file_at(AT_FDCWD, p, state, sizeof state) < 0)
+                break;
+            if (strncmp(state, "FROZEN", 6) != 0)
+                (void) nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+        }
+        if (strncmp(state, "FROZEN", 6) != 0)
+            return -ETIMEDOUT;
+        if (knob(cg, "pids", "cgroup.procs", p, sizeof p) < 0 ||
+            cdn_read_file_at(AT_FDCWD, p, want, sizeof want) < 0 ||
+            knob(cg, "freezer", "cgroup.procs", p, sizeof p) < 0 ||
+            cdn_read_file_at(AT_FDCWD, p, have, sizeof have) < 0)
+            return -EIO;
+        if (all_listed(want, have))
+            return 0;
+    }
+    return -EAGAIN;
+}
+
 static int v1_kill_all(struct cdn_cgroup *cg)
 {
     char p[600], buf[16384];
     if (knob(cg, "pids", "cgroup.procs", p, sizeof p) < 0 ||
         cdn_read_file_at(AT_FDCWD, p, buf, sizeof buf) < 0)
         return 0;
-    return cdn_cgroup_kill_listed(buf);
+    int n = cdn_cgroup_kill_listed(buf);
+    if (knob(cg, "freezer", "freezer.state", p, sizeof p) == 0 && access(p, F_OK) == 0)
+        (void) write_knob(cg, "freezer", "freezer.state", "THAWED"); /* a frozen task dies only thawed */
+    return n;
 }
 
 static int v1_destroy(struct cdn_cgroup *cg)
@@ -240,6 +321,8 @@ static int v1_destroy(struct cdn_cgroup *cg)
     char p[512];
     if (cpuacct() == CPUACCT_OWN && cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V1, "cpuacct", cg->name) == 0)
         (void) cdn_cgroup_rmdir(p);
+    if (cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V1, "freezer", cg->name) == 0 && access(p, F_OK) == 0)
+        (void) cdn_cgroup_rmdir(p); /* made by a freeze */
     return ret;
 }
 
@@ -251,6 +334,7 @@ const struct cdn_cgroup_ops cdn_cgroup_v1_ops = {
     .attach_self = v1_attach_self,
     .stats = v1_stats,
     .set_limits = v1_set_limits,
+    .freeze = v1_freeze,
     .kill_all = v1_kill_all,
     .destroy = v1_destroy,
 };

@@ -121,22 +121,46 @@ static int v2_stats(struct cdn_cgroup *cg, struct cdn_cgroup_stats *ret)
     return 0;
 }
 
+/* The cgroup's directory fd, opened again where it was closed (e.g. in the reaper, which closed
+ * every inherited fd). */
+static int open_dir(struct cdn_cgroup *cg)
+{
+    if (cg->dirfd >= 0)
+        return 0;
+    char p[512];
+    if (cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V2, NULL, cg->name) < 0)
+        return -ENAMETOOLONG;
+    cg->dirfd = open(p, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
+    return cg->dirfd < 0 ? -errno : 0;
+}
+
+static int v2_freeze(struct cdn_cgroup *cg, bool frozen)
+{
+    int r = open_dir(cg);
+    if (r < 0 || (r = write_knob(cg, "cgroup.freeze", frozen ? "1" : "0")) < 0 || !frozen)
+        return r;
+    for (int i = 0; i < 500; i++) { /* the kernel freezes each task at its next return to user space */
+        char buf[256];
+        if (cdn_read_file_at(cg->dirfd, "cgroup.events", buf, sizeof buf) >= 0 && strstr(buf, "frozen 1"))
+            return 0;
+        (void) nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    }
+    return -ETIMEDOUT;
+}
+
 static int v2_kill_all(struct cdn_cgroup *cg)
 {
-    if (cg->dirfd < 0) { /* e.g. in the reaper, which closed every inherited fd */
-        char p[512];
-        if (cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V2, NULL, cg->name) < 0)
-            return 0;
-        cg->dirfd = open(p, O_DIRECTORY | O_RDONLY | O_CLOEXEC);
-        if (cg->dirfd < 0)
-            return 0;
-    }
-    if (write_knob(cg, "cgroup.kill", "1") == 0)
-        return 1;
-    char buf[16384];
-    if (cdn_read_file_at(cg->dirfd, "cgroup.procs", buf, sizeof buf) < 0)
+    if (open_dir(cg) < 0)
         return 0;
-    return cdn_cgroup_kill_listed(buf);
+    int n = 0;
+    if (write_knob(cg, "cgroup.kill", "1") == 0)
+        n = 1;
+    char buf[16384];
+    if (!n && cdn_read_file_at(cg->dirfd, "cgroup.procs", buf, sizeof buf) >= 0)
+        n = cdn_cgroup_kill_listed(buf);
+    (void) write_knob(cg, "cgroup.freeze",
+                      "0"); /* a frozen task dies of SIGKILL on v2; thawed all the same */
+    return n;
 }
 
 static int v2_destroy(struct cdn_cgroup *cg)
@@ -154,6 +178,7 @@ const struct cdn_cgroup_ops cdn_cgroup_v2_ops = {
     .attach = v2_attach,
     .stats = v2_stats,
     .set_limits = v2_set_limits,
+    .freeze = v2_freeze,
     .kill_all = v2_kill_all,
     .destroy = v2_destroy,
 };

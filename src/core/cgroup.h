@@ -62,7 +62,13 @@ struct cdn_cgroup_ops {
      * OOM-kills. err names the spec field. */
     int (*set_limits)(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, unsigned which,
                       struct cdn_error *err);
-    /* SIGKILL every process in it; returns how many were signalled. */
+    /* Freeze every process in it (frozen: they run nothing until thawed, a fork included) or thaw
+     * them: 0, or -errno (-ENOTSUP: no freezer on this host, -ETIMEDOUT: still freezing). v2:
+     * cgroup.freeze; v1: a freezer cgroup of the same name, made at the first freeze, which its
+     * processes are moved into. Thawing one never frozen does nothing. */
+    int (*freeze)(struct cdn_cgroup *cg, bool frozen);
+    /* SIGKILL every process in it, and thaw it (a frozen v1 process dies only then); returns how
+     * many were signalled. */
     int (*kill_all)(struct cdn_cgroup *cg);
     /* rmdir, retrying while the kernel still counts exiting tasks. Missing is fine. */
     int (*destroy)(struct cdn_cgroup *cg);

@@ -584,6 +584,11 @@ static struct call *call_new(struct evhttp_request *req, struct box *b,
 
 bool cdn_api_box_usable(struct evhttp_request *req, struct box *b)
 {
+    if (b->state == BOX_RUNNING && b->paused) {
+        cdn_api_reply_error(req, 409, "sandbox_paused", NULL,
+                            "sandbox %s is paused: POST /v1/sandboxes/%s/resume first", b->sb.id, b->sb.id);
+        return false;
+    }
     if (b->state == BOX_RUNNING)
         return true;
     if (b->state != BOX_EXITED) {

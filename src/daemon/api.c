@@ -342,6 +342,50 @@ static void reply_protect_error(struct evhttp_request *req, int r, const struct 
 
 /* PATCH /v1/sandboxes/{id} (update-args.h): everything is checked before anything changes;
  * answers the sandbox. */
+/* POST …/pause: its processes frozen until …/resume (docs/cordond.md). */
+static void api_pause(struct evhttp_request *req, struct box *b)
+{
+    struct cdn_error err = {0};
+    if (b->state != BOX_RUNNING && !cdn_api_box_usable(req, b))
+        return;
+    int r = cdn_box_pause(b, &err);
+    if (r < 0)
+        return cdn_api_reply_error(req,
+                                   r == -ENOTSUP                     ? 501
+                                   : r == -ETIMEDOUT || r == -EAGAIN ? 500
+                                                                     : 409,
+                                   r == -EALREADY ? "sandbox_paused"
+                                   : r == -EBUSY  ? "verifier_running"
+                                                  : "pause_failed",
+                                   NULL, "%s", err.msg);
+    cdn_api_reply_json(req, 200, cdn_box_to_json(b));
+}
+
+/* POST …/resume [{"timeout_s": N}]: thawed; its lifetime N s from now, else what was left of it. */
+static void api_resume(struct evhttp_request *req, struct box *b)
+{
+    size_t n;
+    _cleanup_free_ char *body = body_string(req, &n);
+    json_error_t je;
+    _cleanup_json_ json_t *o = body && n ? json_loadb(body, n, 0, &je) : json_object();
+    json_t *t = json_object_get(o, "timeout_s");
+    if (!json_is_object(o) || json_object_size(o) > (t ? 1u : 0u))
+        return cdn_api_reply_error(req, 400, "invalid_argument", "body", "expected {} or {\"timeout_s\": N}");
+    if (t && (!json_is_integer(t) || json_integer_value(t) < 1 ||
+              json_integer_value(t) > (json_int_t) (CDN_TIMEOUT_MS_MAX / 1000)))
+        return cdn_api_reply_error(req, 400, "invalid_argument", "timeout_s",
+                                   "timeout_s: expected seconds, 1 to 7 days");
+    if (b->state != BOX_RUNNING && !cdn_api_box_usable(req, b))
+        return;
+    struct cdn_error err = {0};
+    int r = cdn_box_resume(b, t ? (uint64_t) json_integer_value(t) * 1000 : 0, &err);
+    if (r < 0)
+        return cdn_api_reply_error(req, r == -EALREADY ? 409 : 500,
+                                   r == -EALREADY ? "sandbox_not_paused" : "resume_failed", NULL, "%s",
+                                   err.msg);
+    cdn_api_reply_json(req, 200, cdn_box_to_json(b));
+}
+
 static void api_update(struct evhttp_request *req, struct box *b)
 {
     size_t n;
@@ -354,7 +398,9 @@ static void api_update(struct evhttp_request *req, struct box *b)
     if (r < 0)
         return cdn_api_reply_cdn_error(req, r == -ENOMEM ? 500 : 400,
                                        r == -EBADMSG ? "invalid_json" : "invalid_argument", &err);
-    if (!cdn_api_box_usable(req, b)) {
+    /* A paused sandbox's clocks and labels change; what would reach its processes waits. */
+    bool clocks_only = !a.on_violation && !a.protect && !a.limits;
+    if (!(clocks_only && b->state == BOX_RUNNING) && !cdn_api_box_usable(req, b)) {
         cdn_update_args_free(&a);
         return;
     }
@@ -999,6 +1045,7 @@ static void route(struct evhttp_request *req, void *arg)
         {"usage", EVHTTP_REQ_GET, api_usage},           {"move", EVHTTP_REQ_POST, cdn_api_move},
         {"chmod", EVHTTP_REQ_POST, cdn_api_chmod},      {"archive", EVHTTP_REQ_PUT, cdn_api_archive},
         {"archive", EVHTTP_REQ_GET, cdn_api_archive},   {"watch", EVHTTP_REQ_GET, cdn_api_watch},
+        {"pause", EVHTTP_REQ_POST, api_pause},          {"resume", EVHTTP_REQ_POST, api_resume},
     };
     if (!rest[0]) {
         if (m == EVHTTP_REQ_GET)

@@ -161,10 +161,12 @@ json_t *cdn_box_to_json(struct box *b)
         json_object_set_new(o, "spec", json_loads(spec, 0, NULL));
     if (o && b->exit_reason[0])
         json_object_set_new(o, "exit_reason", json_string(b->exit_reason));
+    if (o && b->paused)
+        (void) json_object_update_new(o, json_pack("{s:b, s:f}", "paused", 1, "paused_at", b->paused_unix));
     if (o && b->ended_unix) /* kept for the retention: then 404 */
         (void) json_object_update_new(o, json_pack("{s:f, s:f}", "ended_at", b->ended_unix, "retained_until",
                                                    b->ended_unix + cdn_daemon->cfg.retention_s));
-    else if (o && b->state == BOX_RUNNING && b->spec.limits.timeout_ms)
+    else if (o && b->state == BOX_RUNNING && b->spec.limits.timeout_ms && !b->paused)
         json_object_set_new(o, "expires_at",
                             json_real(b->created_unix + (double) b->spec.limits.timeout_ms / 1e3));
     if (o && b->image_manifest[0])
@@ -315,6 +317,9 @@ void cdn_box_stop(struct box *b, const char *reason)
     if (b->state == BOX_EXITED)
         return;
     b->state = BOX_EXITED;
+    if (b->paused && b->sb.cgroup.ops) /* its processes must be able to die */
+        (void) b->sb.cgroup.ops->freeze(&b->sb.cgroup, false);
+    b->paused = false;
     cdn_box_violations_flush(b); /* the last count of suppressed violation events, before "exited" */
     (void) snprintf(b->exit_reason, sizeof b->exit_reason, "%s", reason);
     cdn_agent_conn_close(&b->agent); /* pending execs and file ops end with an error */
@@ -668,13 +673,19 @@ int cdn_box_set_idle(struct box *b, uint64_t ms)
     if (!ms) {
         if (b->idle_ev)
             evtimer_del(b->idle_ev);
-    } else if (arm(&b->idle_ev, on_idle, b, ms) < 0)
+    } else if (!b->paused && arm(&b->idle_ev, on_idle, b, ms) < 0)
         return -ENOMEM;
     return cdn_record_write(b);
 }
 
 int cdn_box_set_lifetime(struct box *b, uint64_t ms)
 {
+    if (b->paused) { /* from its resume on */
+        b->pause_left_ms = ms;
+        double age = b->paused_unix - b->created_unix;
+        b->spec.limits.timeout_ms = ms ? (uint64_t) (age > 0 ? age * 1e3 : 0) + ms : 0;
+        return cdn_record_write(b);
+    }
     if (!ms) {
         b->spec.limits.timeout_ms = 0;
         if (b->lifetime_ev)
@@ -687,6 +698,58 @@ int cdn_box_set_lifetime(struct box *b, uint64_t ms)
             return -ENOMEM;
     }
     return cdn_record_write(b);
+}
+
+int cdn_box_pause(struct box *b, struct cdn_error *err)
+{
+    const struct cdn_cgroup_ops *ops = b->sb.cgroup.ops;
+    if (b->state != BOX_RUNNING || b->dying || b->pool || b->sibling)
+        return cdn_error_set(err, EINVAL, "only a running sandbox can be paused");
+    if (b->paused)
+        return cdn_error_set(err, EALREADY, "the sandbox is paused already");
+    if (b->step || b->verifier != VERIFIER_NONE)
+        return cdn_error_set(err, EBUSY, "a verifier step runs in the sandbox: pause it after the step");
+    if (!ops || !ops->freeze)
+        return cdn_error_set(err, ENOTSUP, "this sandbox's tier cannot be paused");
+    int r = ops->freeze(&b->sb.cgroup, true);
+    if (r < 0) {
+        (void) ops->freeze(&b->sb.cgroup, false);
+        return cdn_error_set(err, -r, "its processes could not be frozen: %s",
+                             r == -ENOTSUP ? "no cgroup freezer on this host" : strerror(-r));
+    }
+    b->paused = true;
+    b->paused_unix = now_unix();
+    b->pause_left_ms = 0;
+    if (b->spec.limits.timeout_ms) { /* its lifetime stops while it is paused */
+        double left = b->created_unix + (double) b->spec.limits.timeout_ms / 1e3 - b->paused_unix;
+        b->pause_left_ms = left > 0.001 ? (uint64_t) (left * 1e3) : 1;
+        if (b->lifetime_ev)
+            evtimer_del(b->lifetime_ev);
+    }
+    if (b->idle_ev)
+        evtimer_del(b->idle_ev);
+    cdn_box_event(b, "paused", json_object());
+    return 0;
+}
+
+int cdn_box_resume(struct box *b, uint64_t lifetime_ms, struct cdn_error *err)
+{
+    if (b->state != BOX_RUNNING || b->dying || !b->paused)
+        return cdn_error_set(err, EALREADY, "the sandbox is not paused");
+    int r = b->sb.cgroup.ops->freeze(&b->sb.cgroup, false);
+    if (r < 0)
+        return cdn_error_set(err, -r, "its processes could not be thawed: %s", strerror(-r));
+    b->paused = false;
+    double paused_s = now_unix() - b->paused_unix;
+    uint64_t ms = lifetime_ms ? lifetime_ms : b->pause_left_ms;
+    if (ms && cdn_box_set_lifetime(b, ms) < 0)
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    cdn_box_touch(b);
+    if (b->spec.limits.idle_timeout_ms)
+        (void) arm(&b->idle_ev, on_idle, b, b->spec.limits.idle_timeout_ms);
+    cdn_box_event(b, "resumed",
+                  json_pack("{s:I}", "paused_ms", (json_int_t) (paused_s > 0 ? paused_s * 1e3 : 0)));
+    return 0;
 }
 
 static void on_retention(evutil_socket_t fd, short what, void *arg)
@@ -1034,6 +1097,9 @@ static void adopt_one(const char *id, const char *path)
     }
     b->sb.persistent = true;
     b->sb.slot = rec.slot;
+    /* A pause is this cordond's, not the record's: one paused when the last cordond went runs on. */
+    if (b->sb.cgroup.ops && b->sb.cgroup.ops->freeze)
+        (void) b->sb.cgroup.ops->freeze(&b->sb.cgroup, false);
     b->sb.init_pid = rec.init_pid;
     b->created_unix = rec.created_unix;
     b->sb.oom_base = rec.oom_base, b->sb.cpu_base = rec.cpu_base;

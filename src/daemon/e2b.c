@@ -94,6 +94,13 @@ static void reply_empty(struct evhttp_request *req)
     evhttp_send_reply(req, 204, "No Content", NULL);
 }
 
+static double now_unix(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
 static void iso_time(double unix_s, char out[40])
 {
     time_t t = (time_t) unix_s;
@@ -147,16 +154,18 @@ static json_t *detail_json(const struct box *b)
 {
     char started[40], ends[40];
     iso_time(b->created_unix, started);
-    double end = b->spec.limits.timeout_ms ? b->created_unix + (double) b->spec.limits.timeout_ms / 1e3
-                                           : b->created_unix + 7 * 86400.0; /* none: as far as a spec's */
+    double end = b->paused && b->pause_left_ms
+                     ? now_unix() + (double) b->pause_left_ms / 1e3 /* if resumed now */
+                 : b->spec.limits.timeout_ms ? b->created_unix + (double) b->spec.limits.timeout_ms / 1e3
+                                             : b->created_unix + 7 * 86400.0; /* none: as far as a spec's */
     iso_time(end, ends);
     const char *tpl = label_of(b, E2B_TEMPLATE_LABEL);
     return json_pack("{s:s, s:s, s:s, s:i, s:I, s:I, s:s, s:s, s:s, s:s, s:o, s:b}", "sandboxID", b->sb.id,
                      "templateID", tpl ? tpl : "base", "clientID", "cordon", "cpuCount",
                      (int) ceil(b->spec.limits.cpus), "memoryMB", (json_int_t) b->spec.limits.memory_mb,
                      "diskSizeMB", (json_int_t) b->spec.limits.disk_mb, "startedAt", started, "endAt", ends,
-                     "envdVersion", E2B_ENVD_VERSION, "state", "running", "metadata", metadata_json(b),
-                     "allowInternetAccess", b->spec.net_mode != CDN_NET_NONE);
+                     "envdVersion", E2B_ENVD_VERSION, "state", b->paused ? "paused" : "running", "metadata",
+                     metadata_json(b), "allowInternetAccess", b->spec.net_mode != CDN_NET_NONE);
 }
 
 /* A running sandbox the request names, or NULL with 404 answered ({"code": 404}: the SDK's "not
@@ -454,10 +463,42 @@ static void route_connect(struct evhttp_request *req, const char *id)
     int64_t timeout = timeout_of(req, body);
     if (timeout < 0)
         return;
+    if (json_is_false(json_object_get(body, "memory")))
+        return cdn_e2b_reply_error(req, 400,
+                                   "memory: false (onResume 'reboot') is not supported by cordon: a "
+                                   "paused sandbox keeps its memory (docs/e2b.md)");
+    if (b->paused) { /* resumed, with the timeout given or E2B's (201: the SDK's "resumed") */
+        struct cdn_error err = {0};
+        if (cdn_box_resume(b, (uint64_t) (timeout ? timeout : E2B_TIMEOUT_DEFAULT) * 1000, &err) < 0)
+            return cdn_e2b_reply_error(req, 500, "%s", err.msg);
+        return cdn_api_reply_json(req, 201, sandbox_json(b));
+    }
     if (timeout && cdn_box_set_lifetime(b, (uint64_t) timeout * 1000) < 0)
         return cdn_e2b_reply_error(req, 500, "the sandbox's record could not be written");
     cdn_box_touch(b);
     cdn_api_reply_json(req, 200, sandbox_json(b));
+}
+
+/* POST /sandboxes/{id}/pause: 204; 409 when it is paused already (the SDK's false). */
+static void route_pause(struct evhttp_request *req, const char *id)
+{
+    struct box *b = running_box(req, id);
+    _cleanup_json_ json_t *body = b ? body_object(req, true) : NULL;
+    if (!body)
+        return;
+    if (json_is_false(json_object_get(body, "memory")))
+        return cdn_e2b_reply_error(req, 400,
+                                   "memory: false (keepMemory: false) is not supported by cordon: a "
+                                   "paused sandbox keeps its memory (docs/e2b.md)");
+    struct cdn_error err = {0};
+    int r = cdn_box_pause(b, &err);
+    if (r < 0)
+        return cdn_e2b_reply_error(req,
+                                   r == -EALREADY || r == -EBUSY ? 409
+                                   : r == -ENOTSUP               ? 501
+                                                                 : 500,
+                                   "%s", err.msg);
+    reply_empty(req);
 }
 
 static void route_timeout(struct evhttp_request *req, const char *id)
@@ -506,11 +547,12 @@ static void route_list(struct evhttp_request *req)
     if (evhttp_parse_query_str(evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req)) ?: "", &q) < 0)
         return cdn_e2b_reply_error(req, 400, "query: malformed");
     const char *state = evhttp_find_header(&q, "state"), *meta = evhttp_find_header(&q, "metadata");
-    bool running = !state || strstr(state, "running");
+    bool running = !state || strstr(state, "running"), paused = !state || strstr(state, "paused");
     json_t *arr = json_array();
     struct box *b;
     LIST_FOREACH(b, &cdn_daemon->boxes, link)
-    if (running && b->state == BOX_RUNNING && !b->dying && !b->sibling && metadata_matches(b, meta))
+    if ((b->paused ? paused : running) && b->state == BOX_RUNNING && !b->dying && !b->sibling &&
+        metadata_matches(b, meta))
         json_array_append_new(arr, detail_json(b));
     evhttp_clear_headers(&q);
     cdn_api_reply_json(req, 200, arr);
@@ -560,9 +602,12 @@ static void control_plane(struct evhttp_request *req, const char *path)
     }
     if (!v2 && strcmp(rest, "/timeout") == 0 && m == EVHTTP_REQ_POST)
         return route_timeout(req, id);
-    if (!v2 &&
-        (strcmp(rest, "/pause") == 0 || strcmp(rest, "/resume") == 0 || strcmp(rest, "/metrics") == 0 ||
-         strcmp(rest, "/network") == 0 || strcmp(rest, "/fork") == 0 || strcmp(rest, "/snapshots") == 0)) {
+    if (!v2 && strcmp(rest, "/pause") == 0 && m == EVHTTP_REQ_POST)
+        return route_pause(req, id);
+    if (!v2 && strcmp(rest, "/resume") == 0 && m == EVHTTP_REQ_POST) /* the older SDKs' resume */
+        return route_connect(req, id);
+    if (!v2 && (strcmp(rest, "/metrics") == 0 || strcmp(rest, "/network") == 0 ||
+                strcmp(rest, "/fork") == 0 || strcmp(rest, "/snapshots") == 0)) {
         if (running_box(req, id))
             cdn_e2b_reply_error(req, 501, "%s: not supported by cordon yet (docs/e2b.md)", rest + 1);
         return;
@@ -658,7 +703,7 @@ void cdn_e2b_unary_error(struct evhttp_request *req, int status, const char *cod
 static void envd(struct evhttp_request *req, const char *path, const char *id)
 {
     struct box *b = cdn_box_find(id);
-    bool running = b && b->state == BOX_RUNNING && !b->dying && !b->sibling;
+    bool running = b && b->state == BOX_RUNNING && !b->dying && !b->sibling && !b->paused;
     if (strcmp(path, "/health") == 0 && evhttp_request_get_command(req) == EVHTTP_REQ_GET) {
         if (running)
             return reply_empty(req);
@@ -666,7 +711,8 @@ static void envd(struct evhttp_request *req, const char *path, const char *id)
         return cdn_e2b_reply_error(req, 502, "sandbox '%s' is not running", id);
     }
     if (!running)
-        return cdn_e2b_reply_error(req, 502, "sandbox '%s' is not running", id);
+        return cdn_e2b_reply_error(req, 502, "sandbox '%s' is %s", id,
+                                   b && b->paused ? "paused: resume it with Sandbox.connect" : "not running");
     cdn_box_touch(b);
     if (strncmp(path, "/process.Process/", 17) == 0)
         return cdn_e2b_process(req, b, path + 17);

@@ -141,12 +141,15 @@ struct box {
     struct event *throttle_ev;
     bool pool_ready; /* … and is running (else still starting) */
     double created_unix;
-    double ended_unix;     /* when it exited (ended: box_ended); 0 while it runs */
-    bool ending;           /* cordond ends it (its lifetime, its idle timeout): it ran, keep its record */
-    bool uncounted;        /* ended and kept for its retention: not one of n_boxes, one of n_ended */
-    bool restored;         /* … as an earlier cordond kept it (its <id>.ended): no tier state */
-    struct event *idle_ev; /* limits.idle_timeout_ms: looks at last_request (box.c) */
-    json_t *final_usage;   /* its usage as it ended (cleanup), for GET afterwards */
+    double ended_unix;      /* when it exited (ended: box_ended); 0 while it runs */
+    bool ending;            /* cordond ends it (its lifetime, its idle timeout): it ran, keep its record */
+    bool paused;            /* its processes are frozen (cdn_box_pause): no request reaches it */
+    double paused_unix;     /* since when */
+    uint64_t pause_left_ms; /* its lifetime left when it was paused (0: none), given back by a resume */
+    bool uncounted;         /* ended and kept for its retention: not one of n_boxes, one of n_ended */
+    bool restored;          /* … as an earlier cordond kept it (its <id>.ended): no tier state */
+    struct event *idle_ev;  /* limits.idle_timeout_ms: looks at last_request (box.c) */
+    json_t *final_usage;    /* its usage as it ended (cleanup), for GET afterwards */
     struct timespec last_request; /* CLOCK_MONOTONIC of the last request on it (cdn_box_touch) */
     uint64_t execs;
     struct cdn_egress_box *egress; /* network != none (egress.c) */
@@ -287,6 +290,12 @@ void cdn_box_touch(struct box *b);
 /* A new lifetime of ms from now (0: none) or idle timeout (0: none); the record follows. */
 int cdn_box_set_lifetime(struct box *b, uint64_t ms);
 int cdn_box_set_idle(struct box *b, uint64_t ms);
+/* Pause a running box: every process of it frozen (its cgroup; a VM guest's QEMU with it), its
+ * lifetime and idle clocks stopped. Resume thaws it; its lifetime is then lifetime_ms from now, or
+ * (0) what was left of it. 0, or -errno with err saying why (-EALREADY: paused already, or not
+ * paused; -EBUSY: a verifier step runs; -ENOTSUP: no freezer). A box that ends is thawed. */
+int cdn_box_pause(struct box *b, struct cdn_error *err);
+int cdn_box_resume(struct box *b, uint64_t lifetime_ms, struct cdn_error *err);
 const char *cdn_box_state_name(enum box_state s);
 
 /* ---- a box's events and violations (box-events.c) ---- */

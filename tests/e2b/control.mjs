@@ -18,7 +18,7 @@ await sbx.setTimeout(30_000)
 const info2 = await sbx.getInfo()
 out.endsAfter = info2.endAt.getTime() - Date.now()
 out.connected = (await Sandbox.connect(sbx.sandboxId)).sandboxId
-out.pause = await errName(() => sbx.pause())
+out.metrics = await errName(() => sbx.getMetrics())
 out.killed = await sbx.kill()
 out.killedAgain = await Sandbox.kill(sbx.sandboxId)
 out.runningAfter = await sbx.isRunning()

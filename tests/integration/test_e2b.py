@@ -56,7 +56,7 @@ def test_the_control_plane(e2b):
     assert out["listed"] == [sid] and out["listedNone"] == 0, out
     assert 25_000 <= out["endsAfter"] <= 31_000, out  # setTimeout: 30 s from then
     assert out["connected"] == sid
-    assert out["pause"] and "501" in out["pause"] and "not supported" in out["pause"], out
+    assert out["metrics"] and "501" in out["metrics"] and "not supported" in out["metrics"], out
     assert out["killed"] is True and out["killedAgain"] is False, out
     assert out["runningAfter"] is False
     assert out["connectMissing"].startswith("SandboxNotFoundError"), out
@@ -478,3 +478,19 @@ def test_a_read_over_max_read_is_413(shared_dir):
     finally:
         sb.kill()
         assert d.stop() == 0, d.output()
+
+
+def test_pause_and_resume(e2b):
+    """sbx.pause() freezes the sandbox (true, then false: paused already); it lists as paused, is not
+    running, and refuses commands; Sandbox.connect resumes it with the timeout given, and what ran
+    before runs on."""
+    d, env, run = e2b
+    out = run("pause.mjs")
+    assert out["paused"] is True and out["pausedAgain"] is False, out
+    assert out["state"] == "paused" and out["listedRunning"] == 0 and len(out["listedPaused"]) == 1, out
+    assert out["isRunning"] is False, out
+    assert out["runWhilePaused"] is not None, out
+    assert out["frozen"] <= 6 and out["after"] >= 5, out  # 2 s paused: nothing counted; then it runs
+    assert 100 <= out["endsIn"] <= 121, out
+    assert out["killed"] is True, out
+    assert out["pauseGone"]["name"] == "SandboxNotFoundError", out
