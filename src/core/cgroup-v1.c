@@ -2,6 +2,7 @@
  * named <root>/<ctrl>/cordon/<name>. Works on pure v1 and on the hybrid layout. */
 #include "cgroup.h"
 #include "shared/fd-util.h"
+#include "shared/macro.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -238,6 +239,16 @@ static bool all_listed(const char *want, const char *have)
 /* v1 has no freezer among the sandbox's controllers: a freezer cgroup of the same name is made at
  * the first freeze, and every process of the sandbox (its pids cgroup's) moved into it; one that
  * forks meanwhile has its child moved the next time round, until none is left outside. */
+static char *read_procs(const struct cdn_cgroup *cg, const char *ctrl)
+{
+    char p[600];
+    if (knob(cg, ctrl, "cgroup.procs", p, sizeof p) < 0) {
+        errno = ENAMETOOLONG;
+        return NULL;
+    }
+    return cdn_cgroup_read_procs(AT_FDCWD, p);
+}
+
 static int v1_freeze(struct cdn_cgroup *cg, bool frozen)
 {
     char dir[512], p[600];
@@ -257,11 +268,10 @@ static int v1_freeze(struct cdn_cgroup *cg, bool frozen)
     }
     if (m && m != EEXIST)
         return -m;
-    char want[16384], have[16384];
     for (int round = 0; round < 50; round++) {
-        if ((r = knob(cg, "pids", "cgroup.procs", p, sizeof p)) < 0 ||
-            (r = cdn_read_file_at(AT_FDCWD, p, want, sizeof want)) < 0)
-            return r;
+        _cleanup_free_ char *want = read_procs(cg, "pids");
+        if (!want)
+            return -errno;
         for (const char *w = want; *w;) { /* into the freezer cgroup (one that exited meanwhile: ESRCH) */
             size_t n = strcspn(w, "\n");
             char pid[24];
@@ -284,12 +294,11 @@ static int v1_freeze(struct cdn_cgroup *cg, bool frozen)
         }
         if (strncmp(state, "FROZEN", 6) != 0)
             return -ETIMEDOUT;
-        if (knob(cg, "pids", "cgroup.procs", p, sizeof p) < 0 ||
-            cdn_read_file_at(AT_FDCWD, p, want, sizeof want) < 0 ||
-            knob(cg, "freezer", "cgroup.procs", p, sizeof p) < 0 ||
-            cdn_read_file_at(AT_FDCWD, p, have, sizeof have) < 0)
+        _cleanup_free_ char *now = read_procs(cg, "pids");
+        _cleanup_free_ char *have = now ? read_procs(cg, "freezer") : NULL;
+        if (!have)
             return -EIO;
-        if (all_listed(want, have))
+        if (all_listed(now, have))
             return 0;
     }
     return -EAGAIN;
@@ -297,11 +306,11 @@ static int v1_freeze(struct cdn_cgroup *cg, bool frozen)
 
 static int v1_kill_all(struct cdn_cgroup *cg)
 {
-    char p[600], buf[16384];
-    if (knob(cg, "pids", "cgroup.procs", p, sizeof p) < 0 ||
-        cdn_read_file_at(AT_FDCWD, p, buf, sizeof buf) < 0)
+    char p[600];
+    _cleanup_free_ char *procs = read_procs(cg, "pids");
+    if (!procs)
         return 0;
-    int n = cdn_cgroup_kill_listed(buf);
+    int n = cdn_cgroup_kill_listed(procs);
     if (knob(cg, "freezer", "freezer.state", p, sizeof p) == 0 && access(p, F_OK) == 0)
         (void) write_knob(cg, "freezer", "freezer.state", "THAWED"); /* a frozen task dies only thawed */
     return n;

@@ -2,6 +2,7 @@
  * parent's subtree_control; the sandbox is born inside it (CLONE_INTO_CGROUP). */
 #include "cgroup.h"
 #include "shared/fd-util.h"
+#include "shared/macro.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -155,9 +156,9 @@ static int v2_kill_all(struct cdn_cgroup *cg)
     int n = 0;
     if (write_knob(cg, "cgroup.kill", "1") == 0)
         n = 1;
-    char buf[16384];
-    if (!n && cdn_read_file_at(cg->dirfd, "cgroup.procs", buf, sizeof buf) >= 0)
-        n = cdn_cgroup_kill_listed(buf);
+    _cleanup_free_ char *procs = n ? NULL : cdn_cgroup_read_procs(cg->dirfd, "cgroup.procs");
+    if (procs)
+        n = cdn_cgroup_kill_listed(procs);
     (void) write_knob(cg, "cgroup.freeze",
                       "0"); /* a frozen task dies of SIGKILL on v2; thawed all the same */
     return n;

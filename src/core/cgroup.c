@@ -85,6 +85,52 @@ int cdn_cgroup_rmdir(const char *p)
     return -EBUSY;
 }
 
+char *cdn_cgroup_read_procs(int dirfd, const char *path)
+{
+    int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    size_t n = 0, cap = 4096;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *b = cap < (64u << 20) ? realloc(buf, cap * 2) : NULL;
+            if (!b) {
+                int e = cap < (64u << 20) ? ENOMEM : EFBIG;
+                free(buf);
+                buf = NULL;
+                errno = e;
+                break;
+            }
+            buf = b, cap *= 2;
+        }
+        ssize_t k = read(fd, buf + n, cap - 1 - n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            int e = errno;
+            free(buf);
+            buf = NULL;
+            errno = e;
+            break;
+        }
+        if (k == 0) {
+            buf[n] = 0;
+            char *nl = strrchr(buf, '\n'); /* an entry without its newline is not one */
+            if (nl)
+                nl[1] = 0;
+            else
+                buf[0] = 0;
+            break;
+        }
+        n += (size_t) k;
+    }
+    int e = errno;
+    close(fd);
+    errno = e;
+    return buf;
+}
+
 int cdn_cgroup_kill_listed(const char *procs)
 {
     int n = 0;

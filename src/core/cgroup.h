@@ -91,6 +91,10 @@ uint64_t cdn_cgroup_cpu_quota(double cpus, uint64_t period_us);
 int cdn_cgroup_keyed_value(const char *text, const char *key, uint64_t *ret);
 
 void cdn_cgroup_init(struct cdn_cgroup *cg, const struct cdn_cgroup_ops *ops, const char *name);
+/* A cgroup.procs (or tasks) file whole, however many processes it lists: malloc'd and
+ * NUL-terminated, every entry ended by its newline; NULL with errno set (EFBIG past 64 MiB). A
+ * fixed buffer would cut the last pid short, and a prefix of a pid is someone else's. */
+char *cdn_cgroup_read_procs(int dirfd, const char *path);
 /* rmdir a cgroup directory, waiting (up to ~1 s) while exiting tasks still count. */
 int cdn_cgroup_rmdir(const char *path);
 /* SIGKILL every pid listed in the text of a cgroup.procs file; returns how many were signalled. */

@@ -567,6 +567,7 @@ static void exec_timeout(evutil_socket_t fd, short what, void *arg)
     c->timed_out = true;
     int32_t sig = SIGKILL;
     (void) cdn_agent_conn_send(&c->box->agent, CDN_FRAME_SIGNAL, 0, c->areq.channel, &sig, sizeof sig);
+    arm_deadline(c); /* an agent that cannot answer (a paused sandbox's) does not hold the request */
 }
 
 static struct call *call_new(struct evhttp_request *req, struct box *b,

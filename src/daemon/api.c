@@ -377,6 +377,12 @@ static void api_resume(struct evhttp_request *req, struct box *b)
                                    "timeout_s: expected seconds, 1 to 7 days");
     if (b->state != BOX_RUNNING && !cdn_api_box_usable(req, b))
         return;
+    double age = now_unix_api() - b->created_unix;
+    if (t && (age > 0 ? age * 1e3 : 0) + (double) json_integer_value(t) * 1e3 > (double) CDN_TIMEOUT_MS_MAX)
+        return cdn_api_reply_error(
+            req, 400, "invalid_argument", "timeout_s",
+            "timeout_s: a lifetime ends at most 7 days after the creation (%.0f s from now)",
+            (double) CDN_TIMEOUT_MS_MAX / 1e3 - age);
     struct cdn_error err = {0};
     int r = cdn_box_resume(b, t ? (uint64_t) json_integer_value(t) * 1000 : 0, &err);
     if (r < 0)

@@ -680,6 +680,12 @@ int cdn_box_set_idle(struct box *b, uint64_t ms)
 
 int cdn_box_set_lifetime(struct box *b, uint64_t ms)
 {
+    /* A spec's lifetime ends at most 7 days after the creation (a record past that would not load
+     * again after a restart): a later end is cut to it (the API refuses one asked for). */
+    double from = b->paused ? b->paused_unix : now_unix();
+    double age_ms = from > b->created_unix ? (from - b->created_unix) * 1e3 : 0;
+    if (ms && age_ms + (double) ms > (double) CDN_TIMEOUT_MS_MAX)
+        ms = age_ms < (double) CDN_TIMEOUT_MS_MAX ? (uint64_t) ((double) CDN_TIMEOUT_MS_MAX - age_ms) : 1;
     if (b->paused) { /* from its resume on */
         b->pause_left_ms = ms;
         double age = b->paused_unix - b->created_unix;
@@ -1097,9 +1103,6 @@ static void adopt_one(const char *id, const char *path)
     }
     b->sb.persistent = true;
     b->sb.slot = rec.slot;
-    /* A pause is this cordond's, not the record's: one paused when the last cordond went runs on. */
-    if (b->sb.cgroup.ops && b->sb.cgroup.ops->freeze)
-        (void) b->sb.cgroup.ops->freeze(&b->sb.cgroup, false);
     b->sb.init_pid = rec.init_pid;
     b->created_unix = rec.created_unix;
     b->sb.oom_base = rec.oom_base, b->sb.cpu_base = rec.cpu_base;
@@ -1114,6 +1117,10 @@ static void adopt_one(const char *id, const char *path)
              cdn_record_start_time(rec.init_pid) ==
                  rec.init_start) /* checked again: the pidfd pins the process now */
         r = b->sb.agent_fd = cdn_record_connect(id);
+    /* A pause is this cordond's, not the record's: one paused when the last cordond went runs on
+     * (its cgroup is the tier's once adopt() has run). */
+    if (b->sb.cgroup.ops && b->sb.cgroup.ops->freeze)
+        (void) b->sb.cgroup.ops->freeze(&b->sb.cgroup, false);
     if (r >= 0 && b->spec.net_mode != CDN_NET_NONE && (r = cdn_egress_adopt(b, rec.net_lease, &err)) < 0)
         b->sb.agent_fd = safe_close(b->sb.agent_fd);
     if (r >= 0) {

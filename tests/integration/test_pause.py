@@ -109,3 +109,59 @@ def test_pause_refuses_what_it_cannot(daemon):
     st, body = daemon.http("GET", f"/v1/sandboxes/{sb.id}/pause")
     assert st == 405, body
     sb.kill()
+
+
+def test_a_sandbox_paused_when_cordond_went_runs_with_the_next(shared_dir):
+    """A pause is that cordond's: the next one adopts the sandbox thawed (found by review: the thaw
+    ran before the tier had set the cgroup up, and the adopted sandbox stayed frozen, every request
+    waiting and its delete leaking it)."""
+    import cordonlib
+    d = cordonlib.Daemon(shared_dir, keep=True)
+    sb = Sandbox.create(endpoint=d.endpoint)
+    sb.start(COUNTER)
+    sb.exec("sleep 0.3")
+    sb.pause()
+    assert d.stop() == 0
+    d = cordonlib.Daemon(shared_dir)
+    try:
+        sb = Sandbox.connect(sb.id, endpoint=d.endpoint)
+        assert "paused" not in sb.info()
+        r = sb.exec("n=$(wc -l < /tmp/count); sleep 1; echo $(( $(wc -l < /tmp/count) - n ))", timeout_s=20)
+        assert r.exit_code == 0 and int(r.stdout) >= 5, r  # its counter runs again
+        sb.kill()
+    finally:
+        assert d.stop() == 0, d.output()
+
+
+def test_what_waits_on_a_paused_sandbox_is_given_up(shared_dir):
+    """An exec whose timeout passes while its sandbox is paused cannot be killed (its agent is
+    frozen): it is given up after agent_timeout (504), as for any agent that does not answer, instead
+    of waiting for a resume that may never come (found by review). A resume past 7 days from the
+    creation is refused, as a PATCH's is."""
+    import threading
+    import cordonlib
+    d = cordonlib.Daemon(shared_dir, "--agent-timeout", "2")
+    try:
+        sb = Sandbox.create(endpoint=d.endpoint)
+        box = {}
+
+        def run():
+            try:
+                box["r"] = sb.exec("sleep 8", timeout_s=1)
+            except cordon.CordonError as e:
+                box["e"] = e
+        t = threading.Thread(target=run)
+        t.start()
+        time.sleep(0.4)
+        sb.pause()
+        t0 = time.monotonic()
+        t.join(30)
+        assert not t.is_alive() and time.monotonic() - t0 < 6, box
+        assert "e" in box and box["e"].status == 504, box
+        st, body = d.http("POST", f"/v1/sandboxes/{sb.id}/resume", {"timeout_s": 7 * 86400})
+        assert st == 400 and body["error"]["field"] == "timeout_s", body
+        sb.resume()
+        assert sb.exec("echo ok").stdout == "ok\n"
+        sb.kill()
+    finally:
+        assert d.stop() == 0, d.output()
