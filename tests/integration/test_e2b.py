@@ -18,6 +18,18 @@ from testenv import REPO, need
 E2B_DIR = os.path.join(REPO, "tests", "e2b")
 
 
+def envd_call(env, sid, method, path, body=b"", headers=None):
+    """One request to sandbox sid's daemon routes on cordond's listener: (status, body bytes)."""
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", int(env["E2B_API_URL"].rsplit(":", 1)[1]), timeout=30)
+    c.request(method, path, body=body, headers=dict({"X-API-KEY": env["E2B_API_KEY"], "E2b-Sandbox-Id": sid},
+                                                    **(headers or {})))
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, data
+
+
 def start(shared_dir, *extra):
     """(daemon, env, run): a cordond on 127.0.0.1 with a token (and extra flags), the E2B SDK's
     environment for it, and run(script, **env) → the JSON object the script printed."""
@@ -267,18 +279,10 @@ def test_bad_envd_files_requests_get_clear_errors(e2b):
     sandbox still serves the next one."""
     d, env, run = e2b
     import gzip
-    import http.client
-    port = int(env["E2B_API_URL"].rsplit(":", 1)[1])
     sb = Sandbox.create(endpoint=d.endpoint)
     try:
         def call(method, path, body=b"", headers=None):
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-            c.request(method, path, body=body, headers=dict({"X-API-KEY": env["E2B_API_KEY"],
-                                                             "E2b-Sandbox-Id": sb.id}, **(headers or {})))
-            r = c.getresponse()
-            data = r.read()
-            c.close()
-            return r.status, data
+            return envd_call(env, sb.id, method, path, body, headers)
 
         rpc = {"Content-Type": "application/json"}
         mp = {"Content-Type": "multipart/form-data; boundary=B"}
@@ -423,18 +427,10 @@ def test_review_findings_on_files(e2b):
     507 (disk full) instead of 413; a path given twice was first-wins."""
     d, env, run = e2b
     import gzip
-    import http.client
-    port = int(env["E2B_API_URL"].rsplit(":", 1)[1])
     sb = Sandbox.create(endpoint=d.endpoint)
     try:
         def call(method, path, body=b"", headers=None):
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-            c.request(method, path, body=body, headers=dict({"X-API-KEY": env["E2B_API_KEY"],
-                                                             "E2b-Sandbox-Id": sb.id}, **(headers or {})))
-            r = c.getresponse()
-            data = r.read()
-            c.close()
-            return r.status, data
+            return envd_call(env, sb.id, method, path, body, headers)
 
         gz = {"Content-Type": "application/octet-stream", "Content-Encoding": "gzip"}
         inner = gzip.compress(b"hello")
@@ -465,16 +461,12 @@ def test_review_findings_on_files(e2b):
 
 def test_a_read_over_max_read_is_413(shared_dir):
     d, env, run = start(shared_dir, "--max-read", "1M")
-    import http.client
-    port = int(env["E2B_API_URL"].rsplit(":", 1)[1])
     sb = Sandbox.create(endpoint=d.endpoint)
     try:
         assert sb.exec(["sh", "-c", "head -c 2000000 /dev/zero > /tmp/big"]).exit_code == 0
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        c.request("GET", "/files?path=/tmp/big", headers={"X-API-KEY": env["E2B_API_KEY"], "E2b-Sandbox-Id": sb.id})
-        r = c.getresponse()
-        err = json.loads(r.read())
-        assert r.status == 413 and err["code"] == 413, err
+        st, data = envd_call(env, sb.id, "GET", "/files?path=/tmp/big")
+        err = json.loads(data)
+        assert st == 413 and err["code"] == 413, err
     finally:
         sb.kill()
         assert d.stop() == 0, d.output()
