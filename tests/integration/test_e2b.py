@@ -486,3 +486,17 @@ def test_pause_and_resume(e2b):
     assert 100 <= out["endsIn"] <= 121, out
     assert out["killed"] is True, out
     assert out["pauseGone"]["name"] == "SandboxNotFoundError", out
+
+
+def test_expiry_and_a_second_client(e2b):
+    """A second process connects by id alone and works in the sandbox the first made; the sandbox
+    ends when its timeoutMs is up: not running, commands fail, kill says false, connect finds none."""
+    d, env, run = e2b
+    out = run("expiry.mjs")
+    assert out["second"] == {"id": out["id"], "stdout": "first seen", "listed": True}, out
+    assert out["runningBefore"] is True and out["runningAfter"] is False, out
+    assert out["runAfter"] is not None, out
+    assert out["killAfter"] is False, out
+    assert out["connectAfter"]["name"] == "SandboxNotFoundError", out
+    st, body = d.http("GET", f"/v1/sandboxes/{out['id']}")
+    assert st == 404 or "lifetime" in body.get("exit_reason", ""), body
