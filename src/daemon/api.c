@@ -342,6 +342,21 @@ static void reply_protect_error(struct evhttp_request *req, int r, const struct 
 
 /* PATCH /v1/sandboxes/{id} (update-args.h): everything is checked before anything changes;
  * answers the sandbox. */
+/* A new lifetime of ms from now past 7 days after the creation (a record past that would not load
+ * again after a restart): true, and 400 answered naming timeout_s. */
+static bool lifetime_refused(struct evhttp_request *req, struct box *b, uint64_t ms)
+{
+    double age = now_unix_api() - b->created_unix;
+    if (age < 0)
+        age = 0;
+    if (age * 1e3 + (double) ms <= (double) CDN_TIMEOUT_MS_MAX)
+        return false;
+    cdn_api_reply_error(req, 400, "invalid_argument", "timeout_s",
+                        "timeout_s: a lifetime ends at most 7 days after the creation (%.0f s from now)",
+                        (double) CDN_TIMEOUT_MS_MAX / 1e3 - age);
+    return true;
+}
+
 /* POST …/pause: its processes frozen until …/resume (docs/cordond.md). */
 static void api_pause(struct evhttp_request *req, struct box *b)
 {
@@ -377,12 +392,8 @@ static void api_resume(struct evhttp_request *req, struct box *b)
                                    "timeout_s: expected seconds, 1 to 7 days");
     if (b->state != BOX_RUNNING && !cdn_api_box_usable(req, b))
         return;
-    double age = now_unix_api() - b->created_unix;
-    if (t && (age > 0 ? age * 1e3 : 0) + (double) json_integer_value(t) * 1e3 > (double) CDN_TIMEOUT_MS_MAX)
-        return cdn_api_reply_error(
-            req, 400, "invalid_argument", "timeout_s",
-            "timeout_s: a lifetime ends at most 7 days after the creation (%.0f s from now)",
-            (double) CDN_TIMEOUT_MS_MAX / 1e3 - age);
+    if (t && lifetime_refused(req, b, (uint64_t) json_integer_value(t) * 1000))
+        return;
     struct cdn_error err = {0};
     int r = cdn_box_resume(b, t ? (uint64_t) json_integer_value(t) * 1000 : 0, &err);
     if (r < 0)
@@ -429,13 +440,9 @@ static void api_update(struct evhttp_request *req, struct box *b)
     }
     /* The spec's lifetime counts from the creation, and a spec's is at most 7 days (a record past
      * that would not load again after a restart). */
-    double age = now_unix_api() - b->created_unix;
-    if (a.life && a.life_ms && (age > 0 ? age * 1e3 : 0) + (double) a.life_ms > (double) CDN_TIMEOUT_MS_MAX) {
+    if (a.life && a.life_ms && lifetime_refused(req, b, a.life_ms)) {
         cdn_update_args_free(&a);
-        return cdn_api_reply_error(
-            req, 400, "invalid_argument", "timeout_s",
-            "timeout_s: a lifetime ends at most 7 days after the creation (%.0f s from now)",
-            (double) CDN_TIMEOUT_MS_MAX / 1e3 - (age > 0 ? age : 0));
+        return;
     }
     _cleanup_(cdn_strv_free) struct cdn_strv protect_before = {0};
     for (size_t i = 0; a.protect && i < b->spec.protect.n; i++)
