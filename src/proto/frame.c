@@ -500,6 +500,8 @@ int cdn_identity_decode(const uint8_t *p, size_t len, struct cdn_identity *id)
         return -EBADMSG;
     id->n_paths = *c++;
     for (unsigned i = 0; i < id->n_paths; i++) {
+        if (c >= end) /* fewer paths than it said */
+            return -EBADMSG;
         const uint8_t *pn = c + 1 < end ? memchr(c + 1, 0, (size_t) (end - c - 1)) : NULL;
         bool user = *c == CDN_PATH_USER;
         if (!pn || *c < CDN_PATH_BIND_RW || *c > CDN_PATH_USER ||
