@@ -256,14 +256,31 @@ def _stream_event(d, decoders):
     return d
 
 
-class _Files:
+class _FilesUser:
+    """The user file operations run as (files.as_user): its permission checks, and what they make is
+    its; None: the sandbox's root."""
+    _user = None
+
+    def as_user(self, user):
+        """These operations as user of the sandbox (a name, uid, name:group or uid:gid, resolved in
+        its own /etc/passwd): a file written is the user's, a path the user may not reach is
+        refused (Forbidden)."""
+        f = type(self)(self._sb)
+        f._user = user
+        return f
+
+    def _u(self, url):
+        return url + (f"&user={_q(self._user)}" if self._user is not None else "")
+
+
+class _Files(_FilesUser):
     def __init__(self, sb):
         self._sb = sb
 
     def write(self, path, data):
         """Create or replace path (parents are made); returns its stat dict."""
         data = data.encode() if isinstance(data, str) else bytes(data)
-        _, body = self._sb._ep.request("PUT", f"{self._sb._path}/files?path={_q(path)}", data,
+        _, body = self._sb._ep.request("PUT", self._u(f"{self._sb._path}/files?path={_q(path)}"), data,
                                        {"Content-Type": "application/octet-stream"})
         return json.loads(body)
 
@@ -279,7 +296,7 @@ class _Files:
         return self._stream(path, max_bytes, fileobj.write)
 
     def _stream(self, path, max_bytes, sink):
-        _, resp = self._sb._ep.request("GET", _read_query(self._sb, path, max_bytes), stream=True)
+        _, resp = self._sb._ep.request("GET", self._u(_read_query(self._sb, path, max_bytes)), stream=True)
         n = 0
         try:
             while True:
@@ -298,15 +315,15 @@ class _Files:
 
     def list(self, path):
         """Entries of a directory: dicts with name, type, size, mode, mtime."""
-        return self._sb._ep.json("GET", f"{self._sb._path}/ls?path={_q(path)}")["entries"]
+        return self._sb._ep.json("GET", self._u(f"{self._sb._path}/ls?path={_q(path)}"))["entries"]
 
     def remove(self, path):
-        self._sb._ep.json("DELETE", f"{self._sb._path}/files?path={_q(path)}")
+        self._sb._ep.json("DELETE", self._u(f"{self._sb._path}/files?path={_q(path)}"))
 
     def stat(self, path, follow_symlinks=True):
         """{"path", "type", "size", "mode", "mtime"}; NotFound if it does not exist. With
         follow_symlinks=False a symlink is described itself (type "symlink", "target")."""
-        return self._sb._ep.json("GET", _stat_query(self._sb, path, follow_symlinks))
+        return self._sb._ep.json("GET", self._u(_stat_query(self._sb, path, follow_symlinks)))
 
     def exists(self, path):
         try:
@@ -317,19 +334,19 @@ class _Files:
 
     def mkdir(self, path):
         """mkdir -p; returns the directory's stat dict."""
-        return self._sb._ep.json("POST", f"{self._sb._path}/mkdir?path={_q(path)}")
+        return self._sb._ep.json("POST", self._u(f"{self._sb._path}/mkdir?path={_q(path)}"))
 
     def rename(self, src, dst, overwrite=True):
         """Move src to dst inside the sandbox (dst's parents are made); a dst ending in "/" receives
         src under its own name. Returns dst's stat dict. An existing dst is replaced, as mv does;
         with overwrite=False it raises FileExists. Across file systems: InvalidArgument
         ("cross_device")."""
-        return self._sb._ep.json("POST", _move_query(self._sb, src, dst, overwrite))
+        return self._sb._ep.json("POST", self._u(_move_query(self._sb, src, dst, overwrite)))
 
     def chmod(self, path, mode):
         """Set path's permission bits (an int such as 0o755, or an octal string "755"); a symlink is
         followed. Returns the stat dict."""
-        return self._sb._ep.json("POST", _chmod_query(self._sb, path, mode))
+        return self._sb._ep.json("POST", self._u(_chmod_query(self._sb, path, mode)))
 
     def watch(self, path, recursive=False):
         """Yield the changes below the directory path as they happen: {"type": "start"} first, then
@@ -337,7 +354,7 @@ class _Files:
         path; "path_b64" when the name is not UTF-8), "dir", ["cookie"]}, {"type": "overflow"} when
         some were lost, and last {"type": "gone"} if the directory went. recursive=True: its
         subdirectories too, those made later as well. Closing the generator ends the watch."""
-        _, resp = self._sb._ep.request("GET", _watch_query(self._sb, path, recursive), stream=True)
+        _, resp = self._sb._ep.request("GET", self._u(_watch_query(self._sb, path, recursive)), stream=True)
         lines = self._sb._ep.lines(resp)
         try:
             for line in lines:
@@ -357,7 +374,7 @@ class _Files:
                    for root, names in _tar.split_files(files).items())
 
     def _put_archive(self, remote, data):
-        _, body = self._sb._ep.request("PUT", f"{self._sb._path}/archive?path={_q(remote)}", data,
+        _, body = self._sb._ep.request("PUT", self._u(f"{self._sb._path}/archive?path={_q(remote)}"), data,
                                        {"Content-Type": "application/x-tar"})
         return json.loads(body)
 
@@ -366,7 +383,7 @@ class _Files:
         of entries written. Only names beneath local are written, never through a symlink; links
         are made as links, devices and FIFOs left out. max_bytes (default: the daemon's max_read)
         bounds the files' bytes in all."""
-        _, resp = self._sb._ep.request("GET", _archive_query(self._sb, remote, max_bytes), stream=True)
+        _, resp = self._sb._ep.request("GET", self._u(_archive_query(self._sb, remote, max_bytes)), stream=True)
         try:
             n = _tar.unpack(resp, local)
             if resp.read() == b"" and cut_short(resp):
@@ -607,13 +624,13 @@ class Sandbox:
         return f"Sandbox({self.id})"
 
 
-class _AsyncFiles:
+class _AsyncFiles(_FilesUser):
     def __init__(self, sb):
         self._sb = sb
 
     async def write(self, path, data):
         data = data.encode() if isinstance(data, str) else bytes(data)
-        _, body = await self._sb._ep.arequest("PUT", f"{self._sb._path}/files?path={_q(path)}", data,
+        _, body = await self._sb._ep.arequest("PUT", self._u(f"{self._sb._path}/files?path={_q(path)}"), data,
                                               {"Content-Type": "application/octet-stream"})
         return json.loads(body)
 
@@ -627,7 +644,7 @@ class _AsyncFiles:
 
     async def _stream(self, path, max_bytes, sink):
         n = 0
-        stream = self._sb._ep.astream("GET", _read_query(self._sb, path, max_bytes))
+        stream = self._sb._ep.astream("GET", self._u(_read_query(self._sb, path, max_bytes)))
         try:
             async for chunk in stream:
                 n = _take(n, chunk, max_bytes, path)
@@ -641,26 +658,26 @@ class _AsyncFiles:
         return n
 
     async def list(self, path):
-        return (await self._sb._ep.ajson("GET", f"{self._sb._path}/ls?path={_q(path)}"))["entries"]
+        return (await self._sb._ep.ajson("GET", self._u(f"{self._sb._path}/ls?path={_q(path)}")))["entries"]
 
     async def remove(self, path):
-        await self._sb._ep.ajson("DELETE", f"{self._sb._path}/files?path={_q(path)}")
+        await self._sb._ep.ajson("DELETE", self._u(f"{self._sb._path}/files?path={_q(path)}"))
 
     async def stat(self, path, follow_symlinks=True):
-        return await self._sb._ep.ajson("GET", _stat_query(self._sb, path, follow_symlinks))
+        return await self._sb._ep.ajson("GET", self._u(_stat_query(self._sb, path, follow_symlinks)))
 
     async def mkdir(self, path):
-        return await self._sb._ep.ajson("POST", f"{self._sb._path}/mkdir?path={_q(path)}")
+        return await self._sb._ep.ajson("POST", self._u(f"{self._sb._path}/mkdir?path={_q(path)}"))
 
     async def rename(self, src, dst, overwrite=True):
-        return await self._sb._ep.ajson("POST", _move_query(self._sb, src, dst, overwrite))
+        return await self._sb._ep.ajson("POST", self._u(_move_query(self._sb, src, dst, overwrite)))
 
     async def chmod(self, path, mode):
-        return await self._sb._ep.ajson("POST", _chmod_query(self._sb, path, mode))
+        return await self._sb._ep.ajson("POST", self._u(_chmod_query(self._sb, path, mode)))
 
     async def watch(self, path, recursive=False):
         """An async iterator of watch()'s events; cancelled or closed early, the watch ends."""
-        lines = alines(self._sb._ep.astream("GET", _watch_query(self._sb, path, recursive)))
+        lines = alines(self._sb._ep.astream("GET", self._u(_watch_query(self._sb, path, recursive))))
         try:
             async for line in lines:
                 yield json.loads(line)
@@ -677,13 +694,13 @@ class _AsyncFiles:
         return n
 
     async def _put_archive(self, remote, data):
-        _, body = await self._sb._ep.arequest("PUT", f"{self._sb._path}/archive?path={_q(remote)}", data,
+        _, body = await self._sb._ep.arequest("PUT", self._u(f"{self._sb._path}/archive?path={_q(remote)}"), data,
                                               {"Content-Type": "application/x-tar"})
         return json.loads(body)
 
     async def download_dir(self, remote, local, max_bytes=None):
         """As Sandbox's: the stream is spooled (to disk past 64 MiB), then unpacked in a thread."""
-        stream = self._sb._ep.astream("GET", _archive_query(self._sb, remote, max_bytes))
+        stream = self._sb._ep.astream("GET", self._u(_archive_query(self._sb, remote, max_bytes)))
         with tempfile.SpooledTemporaryFile(max_size=64 << 20) as spool:
             try:
                 async for chunk in stream:

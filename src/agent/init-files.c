@@ -53,14 +53,96 @@ static struct {
     char path[256];
 } reads[MAX_READS];
 
-static void send_stat(uint32_t channel, uint16_t type, const struct stat *st, const char *name)
+/* Owners' names for a request with CDN_FILE_OWNERS: the sandbox's /etc/passwd and /etc/group (the
+ * agent's files: bounded, cdn_user_names_parse), the number where they name no one. Each file's
+ * names are kept while it stays the same file, unchanged (device, inode, size, mtime, ctime): a
+ * listing asks for them once per directory, and a file the agent made huge costs one read. */
+static struct names_cache {
+    bool valid;
+    struct stat st;
+    struct cdn_user_names names;
+} names_cache[2]; /* passwd, group */
+
+static bool same_file(const struct stat *a, const struct stat *b)
 {
-    uint8_t buf[300];
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+           a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+static const struct cdn_user_names *names_of(int root, int k)
+{
+    static const struct cdn_user_names none;
+    struct names_cache *c = &names_cache[k];
+    const char *name = k ? "group" : "passwd";
+    char path[16];
+    (void) snprintf(path, sizeof path, "etc/%s", name);
+    struct stat st;
+    if (fstatat(root, path, &st, 0) < 0) /* in the sandbox's root: init's own */
+        return &none;
+    if (c->valid && same_file(&c->st, &st))
+        return &c->names;
+    cdn_user_names_free(&c->names);
+    c->valid = false;
+    _cleanup_free_ char *text = NULL;
+    size_t len = 0;
+    struct cdn_error e = {0};
+    if (cdn_user_read_file(root, name, &text, &len, &e) < 0 || cdn_user_names_parse(text, len, &c->names) < 0)
+        return &none;
+    c->st = st;
+    c->valid = true;
+    return &c->names;
+}
+
+struct owners {
+    bool on;
+    const struct cdn_user_names *users, *groups;
+    char user[16], group[16]; /* a number's text */
+};
+
+static void owners_load(struct owners *o, uint32_t flags)
+{
+    *o = (struct owners){.on = flags & CDN_FILE_OWNERS};
+    _cleanup_close_ int root = o->on ? open("/", O_PATH | O_DIRECTORY | O_CLOEXEC) : -EBADF;
+    if (root >= 0) {
+        o->users = names_of(root, 0);
+        o->groups = names_of(root, 1);
+    }
+}
+
+static void owners_put(struct owners *o, const struct stat *st, struct cdn_file_stat *fs)
+{
+    if (!o || !o->on)
+        return;
+    fs->uid = st->st_uid;
+    fs->gid = st->st_gid;
+    fs->owner = o->users ? cdn_user_names_find(o->users, st->st_uid) : NULL;
+    fs->group = o->groups ? cdn_user_names_find(o->groups, st->st_gid) : NULL;
+    if (!fs->owner) {
+        (void) snprintf(o->user, sizeof o->user, "%u", (unsigned) st->st_uid);
+        fs->owner = o->user;
+    }
+    if (!fs->group) {
+        (void) snprintf(o->group, sizeof o->group, "%u", (unsigned) st->st_gid);
+        fs->group = o->group;
+    }
+}
+
+static void send_stat_owned(uint32_t channel, uint16_t type, const struct stat *st, const char *name,
+                            struct owners *o)
+{
+    uint8_t buf[400];
     struct cdn_file_stat fs = {
         .mode = st->st_mode, .size = (uint64_t) st->st_size, .mtime = st->st_mtime, .name = name};
+    owners_put(o, st, &fs);
     int n = cdn_file_stat_encode(buf, sizeof buf, &fs);
     if (n > 0)
         cdn_agent_send(type, channel, buf, (uint32_t) n);
+}
+
+static void send_stat(uint32_t channel, uint16_t type, const struct stat *st, const char *name)
+{
+    send_stat_owned(channel, type, st, name, NULL);
 }
 
 static void fail_why(uint32_t channel, int errnum, const char *op, const char *path, const char *why)
@@ -437,12 +519,14 @@ void cdn_files_cancel(uint32_t channel)
         }
 }
 
-static void do_list(uint32_t channel, const char *path)
+static void do_list(uint32_t channel, const char *path, uint32_t flags)
 {
     static uint8_t buf[LIST_BATCH];
     _cleanup_(cdn_target_close) struct file_target t = {.fd = -EBADF};
     if (open_judged(channel, "list", path, path, O_DIRECTORY, false, &t) < 0)
         return;
+    struct owners o;
+    owners_load(&o, flags);
     _cleanup_close_ int fd = cdn_target_reopen(&t, O_RDONLY | O_DIRECTORY);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d) {
@@ -459,6 +543,7 @@ static void do_list(uint32_t channel, const char *path)
             continue;
         struct cdn_file_stat fs = {
             .mode = es.st_mode, .size = (uint64_t) es.st_size, .mtime = es.st_mtime, .name = de->d_name};
+        owners_put(&o, &es, &fs);
         int n = cdn_file_stat_encode(buf + off, sizeof buf - off, &fs);
         if (n < 0) { /* batch full */
             cdn_agent_send(CDN_FRAME_DATA, channel, buf, (uint32_t) off);
@@ -470,7 +555,7 @@ static void do_list(uint32_t channel, const char *path)
     closedir(d);
     if (off)
         cdn_agent_send(CDN_FRAME_DATA, channel, buf, (uint32_t) off);
-    send_stat(channel, CDN_FRAME_DONE, &t.st, "");
+    send_stat_owned(channel, CDN_FRAME_DONE, &t.st, "", &o);
 }
 
 static int remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
@@ -565,7 +650,9 @@ static void do_rename(uint32_t channel, const struct cdn_file_req *r)
         return fail_why(channel, errno, "move", r->path, errno == EEXIST ? r->to : NULL);
     if (fstatat(to.fd, tobase, &st, AT_SYMLINK_NOFOLLOW) < 0)
         return fail(channel, errno, "move", r->to);
-    send_stat(channel, CDN_FRAME_DONE, &st, "");
+    struct owners o;
+    owners_load(&o, r->opts.flags);
+    send_stat_owned(channel, CDN_FRAME_DONE, &st, "", &o);
 }
 
 /* A symlink made in the judged parent (made too, as a write's), replacing a file or a link there:
@@ -627,8 +714,13 @@ static void do_stat(uint32_t channel, const struct cdn_file_req *r)
         ssize_t n = readlinkat(t.fd, "", link, sizeof link - 1);
         link[n > 0 ? (size_t) n : 0] = 0;
     }
-    send_stat(channel, CDN_FRAME_DONE, &t.st, link);
+    struct owners o;
+    owners_load(&o, r->opts.flags);
+    send_stat_owned(channel, CDN_FRAME_DONE, &t.st, link, &o);
 }
+
+static void dispatch(uint32_t channel, uint16_t flags, const struct cdn_file_req *rq,
+                     const struct cdn_user *u);
 
 void cdn_files_request(uint32_t channel, uint16_t flags, const uint8_t *p, size_t len)
 {
@@ -641,6 +733,30 @@ void cdn_files_request(uint32_t channel, uint16_t flags, const uint8_t *p, size_
         fail(channel, EINVAL, "relative path", r.path);
         return;
     }
+    if (!r.user)
+        return dispatch(channel, flags, &r, NULL);
+    /* As the user the request names, resolved in the sandbox's own files as a command's is: only
+     * the operation itself (its opens, makes, moves) runs with the user's ids; a read or write it
+     * opened goes on through its descriptor. */
+    struct cdn_user u;
+    struct cdn_error e = {0};
+    int res = cdn_user_lookup(r.user, &u, &e);
+    if (res < 0 || (res = cdn_user_fs_enter(&u)) < 0) {
+        if (!e.msg[0])
+            (void) snprintf(e.msg, sizeof e.msg, "user: take on '%.64s' for a file operation: %s", r.user,
+                            strerror(-res));
+        cdn_agent_error(channel, EINVAL, e.msg); /* the request's: "user: …" names its field */
+        return;
+    }
+    dispatch(channel, flags, &r, &u);
+    cdn_user_fs_leave();
+}
+
+/* u: the request's user, whom init is now (cdn_user_fs_enter), or NULL. */
+static void dispatch(uint32_t channel, uint16_t flags, const struct cdn_file_req *rq,
+                     const struct cdn_user *u)
+{
+    struct cdn_file_req r = *rq;
     struct file_target t;
     switch (r.op) {
     case CDN_FILE_WRITE:
@@ -650,14 +766,16 @@ void cdn_files_request(uint32_t channel, uint16_t flags, const uint8_t *p, size_
         do_read(channel, &r);
         break;
     case CDN_FILE_LIST:
-        do_list(channel, r.path);
+        do_list(channel, r.path, r.opts.flags);
         break;
     case CDN_FILE_REMOVE:
         do_remove(channel, r.path);
         break;
     case CDN_FILE_MKDIR:
         if (walk_dirs(channel, "mkdir", r.path, true, r.mode ? r.mode : 0755, &t) == 0) {
-            send_stat(channel, CDN_FRAME_DONE, &t.st, "");
+            struct owners o;
+            owners_load(&o, r.opts.flags);
+            send_stat_owned(channel, CDN_FRAME_DONE, &t.st, "", &o);
             cdn_target_close(&t);
         }
         break;
@@ -674,7 +792,7 @@ void cdn_files_request(uint32_t channel, uint16_t flags, const uint8_t *p, size_
         do_symlink(channel, &r);
         break;
     case CDN_FILE_WATCH:
-        cdn_watch_start(channel, &r);
+        cdn_watch_start(channel, &r, u);
         break;
     }
 }

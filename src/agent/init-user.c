@@ -17,6 +17,7 @@
 #include <linux/securebits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/fsuid.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -137,6 +138,80 @@ static int become_in_guest(const struct cdn_user *u)
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 || caps_set(0, 0) < 0)
         return -errno;
     return caps_empty() ? 0 : -EPERM;
+}
+
+/* A file operation as a user (cdn_user_fs_enter/leave): the ids and groups that decide its
+ * permission checks and own what it makes become the user's, and no capability is effective, so
+ * it can do what the user could and no more (a guest's init would keep CAP_DAC_OVERRIDE and the
+ * rest across the id change: SECBIT_NO_SETUID_FIXUP). A change of fsuid or fsgid also goes through
+ * the kernel's commit_creds, which clears the parent-death signal and sets the dumpable flag to
+ * fs.suid_dumpable: both are put back, and a parent that died meanwhile ends init as that signal
+ * would have. */
+#define ID_CAPS (CAP_BIT(CAP_SETUID) | CAP_BIT(CAP_SETGID))
+
+static struct {
+    bool on;
+    uint64_t p, e;
+    int n_groups;
+    gid_t groups[CDN_USER_MAX_GROUPS];
+    uid_t fsuid;
+    gid_t fsgid;
+    int dumpable, pdeathsig;
+    pid_t ppid;
+} fs_saved;
+
+int cdn_user_fs_enter(const struct cdn_user *u)
+{
+    uint64_t i;
+    if (fs_saved.on)
+        return -EBUSY;
+    if (!holds_caps && !guest)
+        return -EOPNOTSUPP;
+    if (caps_get(&fs_saved.p, &fs_saved.e, &i) < 0 || (fs_saved.p & ID_CAPS) != ID_CAPS)
+        return -EPERM;
+    fs_saved.n_groups = getgroups(CDN_USER_MAX_GROUPS, fs_saved.groups);
+    fs_saved.fsuid = (uid_t) setfsuid((uid_t) -1);
+    fs_saved.fsgid = (gid_t) setfsgid((gid_t) -1);
+    fs_saved.dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+    fs_saved.pdeathsig = 0;
+    fs_saved.ppid = getppid();
+    if (fs_saved.n_groups < 0 || prctl(PR_GET_PDEATHSIG, &fs_saved.pdeathsig, 0, 0, 0) < 0 ||
+        caps_set(fs_saved.p, fs_saved.e | ID_CAPS) < 0)
+        return -EPERM;
+    fs_saved.on = true;
+    /* setfsuid and setfsgid answer the old id whether or not they changed it: asking again with
+     * -1 tells. */
+    if (setgroups(u->n_groups, u->groups) < 0 ||
+        (setfsgid(u->gid), (uint32_t) setfsgid((gid_t) -1) != u->gid) ||
+        (setfsuid(u->uid), (uint32_t) setfsuid((uid_t) -1) != u->uid) ||
+        caps_set(fs_saved.p, u->uid ? 0 : fs_saved.e) < 0) {
+        cdn_user_fs_leave();
+        return -EPERM;
+    }
+    return 0;
+}
+
+void cdn_user_fs_leave(void)
+{
+    if (!fs_saved.on)
+        return;
+    const char *why = NULL;
+    if (caps_set(fs_saved.p, fs_saved.e | ID_CAPS) < 0 ||
+        (setfsuid(fs_saved.fsuid), setfsuid((uid_t) -1) != (int) fs_saved.fsuid) ||
+        (setfsgid(fs_saved.fsgid), setfsgid((gid_t) -1) != (int) fs_saved.fsgid) ||
+        setgroups((size_t) fs_saved.n_groups, fs_saved.groups) < 0 || caps_set(fs_saved.p, fs_saved.e) < 0 ||
+        prctl(PR_SET_DUMPABLE, fs_saved.dumpable == 1, 0, 0, 0) < 0 ||
+        (fs_saved.pdeathsig > 0 && prctl(PR_SET_PDEATHSIG, fs_saved.pdeathsig, 0, 0, 0) < 0))
+        why = "cordon-init: cannot take its own ids back after a file operation\n";
+    else if (fs_saved.pdeathsig > 0 && getppid() != fs_saved.ppid)
+        why = "cordon-init: its parent died during a file operation\n";
+    if (why) { /* init cannot go on as another, nor outlive its parent: the sandbox ends */
+        (void) !write(STDERR_FILENO, why, strlen(why));
+        if (guest)
+            cdn_vm_poweroff();
+        _exit(70);
+    }
+    fs_saved.on = false;
 }
 
 int cdn_user_become(const struct cdn_user *u)

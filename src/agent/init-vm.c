@@ -933,7 +933,8 @@ static int write_machine_id(const struct cdn_identity *id)
 }
 
 /* The spec's user (CDN_PATH_USER): one of the guest's /etc/passwd, or the start fails naming it (as
- * a container's does); the workdir cordon made, still empty and root's, becomes the user's. */
+ * a container's does); the workdir cordon made (/workspace, or the user's home), still empty and
+ * root's, becomes the user's. */
 static int vm_user(const struct cdn_identity *id)
 {
     static char why[320];
@@ -948,9 +949,9 @@ static int vm_user(const struct cdn_identity *id)
             step = why;
             return r;
         }
-        if (u.uid == 0 || strcmp(id->workdir, "/workspace") != 0)
+        if (u.uid == 0 || (strcmp(id->workdir, "/workspace") != 0 && strcmp(id->workdir, u.home) != 0))
             return 0;
-        _cleanup_close_ int fd = open("/workspace", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        _cleanup_close_ int fd = open(id->workdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         struct stat st;
         if (fd < 0 || fstat(fd, &st) < 0 || st.st_uid != 0)
             return 0;

@@ -44,6 +44,8 @@ static struct watch {
     struct wdir *dirs;
     size_t ndirs;
     char root[4096];
+    bool as_user;         /* a request's user's: its later directories are watched as it too */
+    struct cdn_user user; /* as_user's */
 } watches[MAX_WATCHES];
 
 static int ifd = -1;
@@ -151,7 +153,7 @@ static int add_dir(struct watch *w, const char *rel, int depth, struct file_targ
     return 0;
 }
 
-void cdn_watch_start(uint32_t channel, const struct cdn_file_req *r)
+void cdn_watch_start(uint32_t channel, const struct cdn_file_req *r, const struct cdn_user *u)
 {
     struct watch *w = NULL;
     for (size_t i = 0; i < MAX_WATCHES && !w; i++)
@@ -171,7 +173,10 @@ void cdn_watch_start(uint32_t channel, const struct cdn_file_req *r)
         return;
     *w = (struct watch){.channel = channel,
                         .recursive = r->opts.flags & CDN_FILE_RECURSIVE,
-                        .window = r->opts.window ? r->opts.window : UINT64_MAX};
+                        .window = r->opts.window ? r->opts.window : UINT64_MAX,
+                        .as_user = u != NULL};
+    if (u)
+        w->user = *u;
     (void) snprintf(w->root, sizeof w->root, "%s", r->path);
     int e = (w->queue = malloc(WATCH_QUEUE)) ? add_dir(w, "", 0, &t) : -ENOMEM;
     if (e < 0) {
@@ -215,8 +220,13 @@ static void deliver(struct watch *w, size_t k, const struct inotify_event *ev)
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (ev->mask & kinds[i].mask)
             queue_entry(w, kinds[i].kind, dir, ev->cookie, name);
-    if (dir && w->recursive && (ev->mask & (IN_CREATE | IN_MOVED_TO)))
+    /* A new directory is watched as the watch's user, as its first ones were: what it may not read
+     * stays unwatched (and all of it should init fail to take the user on). */
+    if (dir && w->recursive && (ev->mask & (IN_CREATE | IN_MOVED_TO)) &&
+        (!w->as_user || cdn_user_fs_enter(&w->user) == 0)) {
         (void) add_dir(w, name, 0, NULL);
+        cdn_user_fs_leave();
+    }
 }
 
 static void read_events(void)

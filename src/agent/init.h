@@ -113,6 +113,12 @@ void cdn_init_caps_settle(void);
 void cdn_user_guest(void); /* a VM guest's init, instead of cdn_init_caps_settle() */
 int cdn_user_lookup(const char *spec, struct cdn_user *ret, struct cdn_error *err);
 int cdn_user_become(const struct cdn_user *u);
+/* A file operation as u (FILE frames with a user): init's file system ids and groups become u's and
+ * no capability is effective while u is not root, until cdn_user_fs_leave() gives init its own back
+ * (or ends init: it cannot go on as another). -EOPNOTSUPP where init cannot change users (the process
+ * tier), -EPERM. */
+int cdn_user_fs_enter(const struct cdn_user *u);
+void cdn_user_fs_leave(void);
 
 /* Whether the host's queue has room for more (a read's next chunk). */
 bool cdn_agent_room(void);
@@ -135,7 +141,7 @@ int cdn_files_judge(uint32_t channel, const char *op, const char *path, int flag
 /* Watches (init-watch.c): FILE WATCH starts one; the poll hooks read inotify; pending/pump send what
  * each has queued within its window; window/cancel take the host's frames (false: not a watch's). */
 struct cdn_file_req;
-void cdn_watch_start(uint32_t channel, const struct cdn_file_req *r);
+void cdn_watch_start(uint32_t channel, const struct cdn_file_req *r, const struct cdn_user *u);
 void cdn_watch_poll_add(struct pollfd *pfd, size_t *n, size_t max);
 void cdn_watch_poll_handle(const struct pollfd *pfd, size_t n);
 bool cdn_watch_pending(void);

@@ -96,7 +96,7 @@ static bool is_last(uint16_t type)
 }
 
 /* The payload of a last frame, which ends a request with what it says: whether it decodes.
- * DONE carries nothing or one struct cdn_file_stat, exactly. */
+ * DONE carries nothing or one struct cdn_file_stat (with its owner or without), exactly. */
 static bool last_payload_ok(uint16_t type, const uint8_t *p, uint32_t len)
 {
     struct cdn_exit_msg m;
@@ -109,7 +109,8 @@ static bool last_payload_ok(uint16_t type, const uint8_t *p, uint32_t len)
     case CDN_FRAME_ERROR:
         return cdn_errmsg_decode(p, len, &e, &msg) == 0;
     case CDN_FRAME_DONE:
-        return len == 0 || cdn_file_stat_decode(p, len, &st) == (int) len;
+        return len == 0 || cdn_file_stat_decode(p, len, &st) == (int) len ||
+               cdn_file_stat_decode_owned(p, len, &st) == (int) len;
     default:
         return true; /* RESULT: the caller checks its JSON */
     }

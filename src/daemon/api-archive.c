@@ -54,6 +54,7 @@ struct arch_call {
     struct evhttp_request *req;
     char root[4096];
     char cur[8192]; /* the entry in flight, relative */
+    char user[256]; /* ?user=: every entry's operation as this user ("": the sandbox's root) */
     bool upload, client_gone, replied, started, busy, cancelled, waiting;
     json_t *violation;
     struct event *closed_ev;
@@ -215,6 +216,8 @@ static int send_op(struct arch_call *a, uint16_t op, uint32_t mode, const struct
     int n = to  ? cdn_file_encode_to(buf, sizeof buf, op, path, to, 0)
             : o ? cdn_file_encode_opts(buf, sizeof buf, op, mode, path, o)
                 : cdn_file_encode(buf, sizeof buf, op, mode, path, data, data_len);
+    if (n >= 0 && a->user[0])
+        n = cdn_file_set_user(buf, sizeof buf, (size_t) n, a->user);
     if (n < 0)
         return n;
     a->op = op;
@@ -608,6 +611,7 @@ void cdn_api_archive(struct evhttp_request *req, struct box *b)
     LIST_INSERT_HEAD(&b->archives, a, link);
     a->max_bytes = args.max_bytes ? args.max_bytes : cdn_daemon->cfg.max_read_bytes;
     (void) snprintf(a->root, sizeof a->root, "%s", args.path);
+    (void) snprintf(a->user, sizeof a->user, "%s", args.user);
     int r;
     if (upload) {
         char msg[1200];

@@ -42,6 +42,7 @@ struct file_call {
     bool cancelled;   /* CANCEL sent: only the last frame is awaited */
     bool breach;      /* init sent more than granted or than the cap */
     bool truncated;   /* LIST: entries past LIST_MAX dropped */
+    bool owners;      /* STAT, LIST: entries carry their owners (CDN_FILE_OWNERS) */
     uint64_t max_bytes, received, inflight; /* download: its cap, bytes so far, granted and not yet here */
     json_t *entries;                        /* LIST: collected until DONE */
     json_t *violation;                      /* a SYMLINK violation init reported for it */
@@ -219,7 +220,8 @@ static void list_data(struct file_call *fc, const uint8_t *p, uint32_t len)
 {
     for (uint32_t off = 0; off < len;) {
         struct cdn_file_stat st;
-        int n = cdn_file_stat_decode(p + off, len - off, &st);
+        int n = fc->owners ? cdn_file_stat_decode_owned(p + off, len - off, &st)
+                           : cdn_file_stat_decode(p + off, len - off, &st);
         if (n <= 0)
             break;
         json_t *e = json_array_size(fc->entries) < LIST_MAX ? stat_json(NULL, &st) : NULL;
@@ -375,14 +377,18 @@ static void reply_failed(struct file_call *fc, uint16_t type, const uint8_t *p, 
                        : e == ENOTEMPTY ? "not_empty"
                        : e == EXDEV     ? "cross_device"
                                         : "file_error";
-    const char *field = fc->op != CDN_FILE_RENAME ? "path" : e == EEXIST || e == ENOTEMPTY ? "to" : "from";
+    const char *field = strncmp(msg, "user: ", 6) == 0  ? "user" /* init-files.c: the user of ?user= */
+                        : fc->op != CDN_FILE_RENAME     ? "path"
+                        : e == EEXIST || e == ENOTEMPTY ? "to"
+                                                        : "from";
     cdn_api_reply_error(fc->req, http_status_of(e), code, field, "%s", msg);
 }
 
 static void reply_done(struct file_call *fc, const uint8_t *p, uint32_t len)
 {
     struct cdn_file_stat st = {.name = ""};
-    if (!len || cdn_file_stat_decode(p, len, &st) <= 0)
+    if (!len || ((!fc->owners || cdn_file_stat_decode_owned(p, len, &st) <= 0) &&
+                 cdn_file_stat_decode(p, len, &st) <= 0)) /* checked whole: agent-conn.c */
         st = (struct cdn_file_stat){.name = ""};
     if (fc->view && fc->op == CDN_FILE_WATCH) {
         if (!fc->started)
@@ -524,18 +530,23 @@ static int send_request(struct file_call *fc, const struct file_args *a, uint32_
     size_t first = total < UPLOAD_CHUNK ? total : UPLOAD_CHUNK;
     static uint8_t buf[CDN_FRAME_MAX];
     struct cdn_file_opts o = {
-        .flags = (a->nofollow ? CDN_FILE_NOFOLLOW : 0) | (a->recursive ? CDN_FILE_RECURSIVE : 0),
+        .flags = (a->nofollow ? CDN_FILE_NOFOLLOW : 0) | (a->recursive ? CDN_FILE_RECURSIVE : 0) |
+                 (fc->owners ? CDN_FILE_OWNERS : 0),
         .window = fc->op == CDN_FILE_READ || fc->op == CDN_FILE_WATCH ? READ_WINDOW : 0,
         .max_bytes = fc->op == CDN_FILE_READ ? fc->max_bytes : 0,
     };
     /* Options only where they say something: the other requests stay readable by an init from
      * before them (a sandbox adopted across an upgrade). */
     bool opts = fc->op == CDN_FILE_READ || fc->op == CDN_FILE_WATCH || o.flags;
-    int n = fc->op == CDN_FILE_RENAME ? cdn_file_encode_to(buf, sizeof buf, CDN_FILE_RENAME, fc->path, fc->to,
-                                                           a->noreplace ? CDN_FILE_NOREPLACE : 0)
-            : opts ? cdn_file_encode_opts(buf, sizeof buf, (uint32_t) fc->op, mode, fc->path, &o)
-                   : cdn_file_encode(buf, sizeof buf, (uint32_t) fc->op, mode, fc->path,
-                                     evbuffer_pullup(body, (ev_ssize_t) first), first);
+    int n =
+        fc->op == CDN_FILE_RENAME
+            ? cdn_file_encode_to(buf, sizeof buf, CDN_FILE_RENAME, fc->path, fc->to,
+                                 (a->noreplace ? CDN_FILE_NOREPLACE : 0) | (fc->owners ? CDN_FILE_OWNERS : 0))
+        : opts ? cdn_file_encode_opts(buf, sizeof buf, (uint32_t) fc->op, mode, fc->path, &o)
+               : cdn_file_encode(buf, sizeof buf, (uint32_t) fc->op, mode, fc->path,
+                                 evbuffer_pullup(body, (ev_ssize_t) first), first);
+    if (n >= 0 && a->user[0]) /* a request without one stays readable by an older init */
+        n = cdn_file_set_user(buf, sizeof buf, (size_t) n, a->user);
     struct agent_conn *ac = &fc->box->agent;
     uint32_t ch =
         cdn_agent_conn_add(ac, &fc->areq,
@@ -583,6 +594,8 @@ int cdn_api_file_start(struct evhttp_request *req, struct box *b, int op, uint32
     fc->view_arg = arg;
     fc->body = body;
     fc->max_bytes = a->max_bytes ? a->max_bytes : cdn_daemon->cfg.max_read_bytes;
+    fc->owners = a->owners && (op == CDN_FILE_STAT || op == CDN_FILE_LIST || op == CDN_FILE_MKDIR ||
+                               op == CDN_FILE_RENAME);
     (void) snprintf(fc->path, sizeof fc->path, "%s", a->path);
     (void) snprintf(fc->to, sizeof fc->to, "%s", a->to);
     int r = send_request(fc, a, op == CDN_FILE_CHMOD ? a->mode : mode);
@@ -632,6 +645,14 @@ static json_t *stat_json(const char *path, const struct cdn_file_stat *st)
                                 cdn_json_lossy_string((const uint8_t *) st->name, strlen(st->name)));
     } else if (o)
         json_object_set_new(o, "name", cdn_json_lossy_string((const uint8_t *) st->name, strlen(st->name)));
+    if (o && st->owner) { /* CDN_FILE_OWNERS: the names are the sandbox's bytes */
+        json_object_set_new(o, "uid", json_integer(st->uid));
+        json_object_set_new(o, "gid", json_integer(st->gid));
+        json_object_set_new(o, "owner",
+                            cdn_json_lossy_string((const uint8_t *) st->owner, strlen(st->owner)));
+        json_object_set_new(o, "group",
+                            cdn_json_lossy_string((const uint8_t *) st->group, strlen(st->group)));
+    }
     return o;
 }
 

@@ -26,6 +26,7 @@
 #include "multipart.h"
 #include "proto/connect.h"
 #include "shared/base64.h"
+#include "shared/user.h"
 
 #define LIST_ENTRIES 10000 /* entries of one ListDir, every level together */
 #define LIST_DEPTH   32
@@ -40,6 +41,12 @@ struct fs_call {
     bool handed_on;  /* done() started the next operation: release leaves the call alone */
     char path[4096]; /* the request's */
     char to[4096];   /* Move's destination */
+    char user[256];  /* who the operations run as ("": the sandbox's root) */
+    bool no_owners;  /* the sandbox's init is older than entries' owners: asked without them */
+    /* the operation under way, to ask again without owners (its paths are c's own) */
+    const char *step_path, *step_to;
+    uint32_t step_mode;
+    bool step_nofollow, step_recursive;
     /* ListDir: the directories still to list (each with its level), the entries so far */
     char **dirs;
     unsigned *levels;
@@ -99,9 +106,10 @@ static const char *file_type(const char *t)
 }
 
 /* E2B's EntryInfo: name, type, path, size (a string: protobuf's int64), mode, permissions as ls
- * shows them, modifiedTime (RFC 3339). Owner and group are not known to cordon: empty. */
+ * shows them, owner and group (their names in the sandbox, init-files.c; stolen, NULL: ""),
+ * modifiedTime (RFC 3339). */
 static json_t *entry_info(const char *path, const char *type, uint64_t size, uint32_t mode, int64_t mtime,
-                          const char *target)
+                          const char *target, json_t *owner, json_t *group)
 {
     char perms[11], when[32], sz[24];
     perms[0] = type[0] == 'd' ? 'd' : type[0] == 's' ? 'l' : '-';
@@ -115,10 +123,11 @@ static json_t *entry_info(const char *path, const char *type, uint64_t size, uin
         (void) snprintf(when, sizeof when, "1970-01-01T00:00:00Z");
     (void) snprintf(sz, sizeof sz, "%llu", (unsigned long long) size);
     json_t *o = json_pack(
-        "{s:o, s:s, s:o, s:s, s:i, s:s, s:s, s:s, s:s}", "name",
+        "{s:o, s:s, s:o, s:s, s:i, s:s, s:o, s:o, s:s}", "name",
         cdn_json_lossy_string((const uint8_t *) base_name(path), strlen(base_name(path))), "type",
         file_type(type), "path", cdn_json_lossy_string((const uint8_t *) path, strlen(path)), "size", sz,
-        "mode", (int) (mode & 07777), "permissions", perms, "owner", "", "group", "", "modifiedTime", when);
+        "mode", (int) (mode & 07777), "permissions", perms, "owner", owner ? owner : json_string(""), "group",
+        group ? group : json_string(""), "modifiedTime", when);
     if (o && target && target[0])
         json_object_set_new(o, "symlinkTarget",
                             cdn_json_lossy_string((const uint8_t *) target, strlen(target)));
@@ -131,7 +140,10 @@ static json_t *stat_entry(const char *path, const struct cdn_file_stat *st)
                        : S_ISREG(st->mode) ? "file"
                        : S_ISLNK(st->mode) ? "symlink"
                                            : "";
-    return entry_info(path, type, st->size, st->mode, st->mtime, S_ISLNK(st->mode) ? st->name : NULL);
+    json_t *owner = st->owner ? cdn_json_lossy_string((const uint8_t *) st->owner, strlen(st->owner)) : NULL,
+           *group = st->group ? cdn_json_lossy_string((const uint8_t *) st->group, strlen(st->group)) : NULL;
+    return entry_info(path, type, st->size, st->mode, st->mtime, S_ISLNK(st->mode) ? st->name : NULL, owner,
+                      group);
 }
 
 /* ---- answers ---- */
@@ -190,8 +202,11 @@ static const struct cdn_file_view view;
 static void step(struct fs_call *c, int op, const char *path, const char *to, uint32_t mode,
                  struct evbuffer *body, bool nofollow, bool recursive)
 {
-    struct file_args a = {.nofollow = nofollow, .recursive = recursive, .max_bytes = 0};
+    struct file_args a = {.nofollow = nofollow, .recursive = recursive, .owners = !c->no_owners};
+    c->step_path = path, c->step_to = to, c->step_mode = mode;
+    c->step_nofollow = nofollow, c->step_recursive = recursive;
     (void) snprintf(a.path, sizeof a.path, "%s", path);
+    (void) snprintf(a.user, sizeof a.user, "%s", c->user);
     (void) snprintf(a.to, sizeof a.to, "%s", to ? to : "");
     c->op = op;
     int r = cdn_api_file_start(c->req, c->box, op, mode, &a, &view, c, body);
@@ -258,9 +273,11 @@ static void list_done(struct fs_call *c, json_t *entries)
                 (int) sizeof path)
             continue;
         json_array_append_new(
-            c->entries, entry_info(path, type, (uint64_t) json_integer_value(json_object_get(e, "size")),
-                                   (uint32_t) json_integer_value(json_object_get(e, "mode")),
-                                   json_integer_value(json_object_get(e, "mtime")), NULL));
+            c->entries,
+            entry_info(path, type, (uint64_t) json_integer_value(json_object_get(e, "size")),
+                       (uint32_t) json_integer_value(json_object_get(e, "mode")),
+                       json_integer_value(json_object_get(e, "mtime")), NULL,
+                       json_incref(json_object_get(e, "owner")), json_incref(json_object_get(e, "group"))));
         if (strcmp(type, "dir") == 0 && c->level + 1 < c->depth && list_push(c, path, c->level + 1) < 0)
             return call_error(c, 500, 0, "out of memory");
     }
@@ -319,6 +336,13 @@ static void on_failed(struct evhttp_request *req, void *arg, int status, int err
     (void) req;
     struct fs_call *c = arg;
     c->handed_on = false;
+    bool owned = c->op == CDN_FILE_STAT || c->op == CDN_FILE_LIST || c->op == CDN_FILE_MKDIR ||
+                 c->op == CDN_FILE_RENAME;
+    if (errnum == EBADMSG && owned && !c->no_owners) { /* an init from before owners: again without */
+        c->no_owners = true;
+        return step(c, c->op, c->step_path, c->step_to, c->step_mode, NULL, c->step_nofollow,
+                    c->step_recursive);
+    }
     if (c->kind == K_MAKEDIR && c->op == CDN_FILE_STAT && errnum == ENOENT) /* not there: made */
         return step(c, CDN_FILE_MKDIR, c->path, NULL, 0755, NULL, false, false);
     if (c->kind == K_REMOVE && errnum == ENOENT) /* gone already, as envd's RemoveAll has it */
@@ -400,14 +424,27 @@ static const struct cdn_file_view view = {
 
 /* ---- filesystem.Filesystem ---- */
 
-static struct fs_call *call_new(struct evhttp_request *req, struct box *b, enum call_kind kind)
+/* A call as user (NULL: the one the request's Authorization names, else the sandbox's own, as
+ * envd's default user); NULL, answered, when that is no user name. */
+static struct fs_call *call_new(struct evhttp_request *req, struct box *b, enum call_kind kind,
+                                const char *user)
 {
-    struct fs_call *c = calloc(1, sizeof *c);
-    if (!c)
+    _cleanup_free_ char *named = user ? NULL : cdn_e2b_request_user(req);
+    const char *who = user ? user : named ? named : b->spec.user ? b->spec.user : "";
+    struct cdn_error err = {0};
+    if (who[0] && cdn_user_check(who, &err) < 0) {
+        call_error(&(struct fs_call){.req = req, .kind = kind}, 400, EINVAL, err.msg);
         return NULL;
+    }
+    struct fs_call *c = calloc(1, sizeof *c);
+    if (!c) {
+        call_error(&(struct fs_call){.req = req, .kind = kind}, 500, 0, "out of memory");
+        return NULL;
+    }
     c->req = req;
     c->box = b;
     c->kind = kind;
+    (void) snprintf(c->user, sizeof c->user, "%s", who);
     return c;
 }
 
@@ -464,9 +501,9 @@ void cdn_e2b_filesystem(struct evhttp_request *req, struct box *b, const char *m
         if (!json_is_object(o))
             return cdn_e2b_unary_error(req, 400, "invalid_argument", "the request: expected a JSON object");
     }
-    struct fs_call *c = call_new(req, b, kind);
+    struct fs_call *c = call_new(req, b, kind, NULL);
     if (!c)
-        return call_error(&(struct fs_call){.req = req, .kind = kind}, 500, 0, "out of memory");
+        return;
     if (!path_field(c, o, kind == K_MOVE ? "source" : "path", c->path) ||
         (kind == K_MOVE && !path_field(c, o, "destination", c->to)))
         return fs_call_free(c);
@@ -517,31 +554,33 @@ void cdn_e2b_filesystem(struct evhttp_request *req, struct box *b, const char *m
 
 /* ---- GET|POST /files ---- */
 
-/* ?path= and ?username= (the user: cordon writes as the sandbox's root, docs/e2b.md); NULL path:
- * none given. False (answered) for anything else. */
-static bool files_query(struct evhttp_request *req, char **path)
+/* ?path= and ?username= (who reads or writes; NULL, as an absent path: not given). False
+ * (answered) for anything else. */
+static bool files_query(struct evhttp_request *req, char **path, char **user)
 {
     const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
     struct evkeyvalq kv;
     TAILQ_INIT(&kv);
-    *path = NULL;
+    *path = *user = NULL;
     if (q && (evhttp_parse_query_str(q, &kv) < 0 || strstr(q, "%00"))) {
         evhttp_clear_headers(&kv);
         cdn_e2b_reply_error(req, 400, "the query: malformed");
         return false;
     }
     for (struct evkeyval *e = kv.tqh_first; e; e = e->next.tqe_next) {
-        bool twice = strcmp(e->key, "path") == 0 && *path;
-        if (strcmp(e->key, "path") == 0 && !*path && e->value[0])
-            *path = strdup(e->value);
-        else if (twice || strcmp(e->key, "username") != 0) {
+        bool is_path = strcmp(e->key, "path") == 0, is_user = strcmp(e->key, "username") == 0;
+        bool twice = (is_path && *path) || (is_user && *user);
+        if (!twice && (is_path || is_user) && e->value[0])
+            *(is_path ? path : user) = strdup(e->value);
+        else if (twice || !is_user) {
             cdn_e2b_reply_error(req, 400,
                                 twice ? "%.64s: given twice"
                                       : "%.64s: unknown parameter (this route takes path, username)",
                                 e->key);
             evhttp_clear_headers(&kv);
             free(*path);
-            *path = NULL;
+            free(*user);
+            *path = *user = NULL;
             return false;
         }
     }
@@ -667,15 +706,15 @@ void cdn_e2b_files(struct evhttp_request *req, struct box *b)
     enum evhttp_cmd_type m = evhttp_request_get_command(req);
     if (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_POST)
         return cdn_e2b_reply_error(req, 405, "/files: GET or POST");
-    _cleanup_free_ char *qpath = NULL;
-    if (!files_query(req, &qpath))
+    _cleanup_free_ char *qpath = NULL, *quser = NULL;
+    if (!files_query(req, &qpath, &quser))
         return;
     if (m == EVHTTP_REQ_POST && metadata_header(req))
         return cdn_e2b_reply_error(req, 400,
                                    "X-Metadata-*: file metadata is not supported by cordon (docs/e2b.md)");
-    struct fs_call *c = call_new(req, b, m == EVHTTP_REQ_GET ? K_READ : K_WRITE);
+    struct fs_call *c = call_new(req, b, m == EVHTTP_REQ_GET ? K_READ : K_WRITE, quser);
     if (!c)
-        return cdn_e2b_reply_error(req, 500, "out of memory");
+        return;
     if (qpath && resolve(b->spec.workdir, qpath, c->path) < 0) {
         fs_call_free(c);
         return cdn_e2b_reply_error(req, 400, "path: longer than 4095 bytes");

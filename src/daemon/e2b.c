@@ -29,11 +29,13 @@
 #include "e2b.h"
 #include "proto/connect.h"
 #include "shared/base64.h"
+#include "shared/parse-util.h"
 
 #define E2B_ENVD_VERSION    "0.6.4" /* the newest the SDK (2.x) tells apart: every feature on */
 #define E2B_TIMEOUT_DEFAULT 300     /* s: E2B's lifetime when a create names none */
 #define E2B_TEMPLATE_LABEL  "e2b.template"
 #define E2B_HOME            "/home/user"
+#define E2B_USER            "user" /* the host image's uid 1000, whose home E2B_HOME is */
 
 /* ---- credentials ---- */
 
@@ -399,13 +401,18 @@ static void route_create(struct evhttp_request *req)
         cdn_e2b_reply_error(req, 500, "out of memory");
         r = -ENOMEM;
     }
-    if (home) {
+    if (home) { /* E2B's user, as envd's default: commands and file operations run as it */
         free(spec.workdir);
         spec.workdir = home;
+        free(spec.user);
+        if (!(spec.user = strdup(E2B_USER))) {
+            cdn_e2b_reply_error(req, 500, "out of memory");
+            r = -ENOMEM;
+        }
     }
-    /* The home, where "~" is in commands too: the working directory, unless the template's env or
-     * the create's envVars set HOME. */
-    bool has_home = json_object_get(json_object_get(body, "envVars"), "HOME");
+    /* The home, where "~" is in commands too: the user's (init sets it), else the working
+     * directory, unless the template's env or the create's envVars set HOME. */
+    bool has_home = spec.user || json_object_get(json_object_get(body, "envVars"), "HOME");
     for (size_t i = 0; i < spec.env.n; i++)
         has_home = has_home || strncmp(spec.env.v[i], "HOME=", 5) == 0;
     char home_env[4200];
@@ -558,6 +565,59 @@ static void route_list(struct evhttp_request *req)
     cdn_api_reply_json(req, 200, arr);
 }
 
+static double usage_number(json_t *u, const char *key)
+{
+    json_t *v = json_object_get(u, key);
+    return json_is_number(v) ? json_number_value(v) : 0;
+}
+
+/* GET /sandboxes/{id}/metrics[?start=&end=] (getMetrics): one sample, now, of cordon's usage
+ * (docs/cordond.md): cpuUsedPct the average since the sandbox started (its CPU time over its age
+ * and its CPUs), memory its charge against its limit, disk its writable layer. cordon keeps no
+ * history: a window (unix seconds) that does not hold now has no sample. */
+static void route_metrics(struct evhttp_request *req, const char *id)
+{
+    struct box *b = running_box(req, id);
+    if (!b)
+        return;
+    struct evkeyvalq q;
+    if (evhttp_parse_query_str(evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req)) ?: "", &q) < 0)
+        return cdn_e2b_reply_error(req, 400, "query: malformed");
+    double now = now_unix(), bound[2] = {0, 1e18};
+    for (const struct evkeyval *kv = q.tqh_first; kv; kv = kv->next.tqe_next) {
+        int k = strcmp(kv->key, "start") == 0 ? 0 : strcmp(kv->key, "end") == 0 ? 1 : -1;
+        uint64_t v;
+        if (k < 0 || cdn_parse_u64(kv->value, &v) < 0 || v > (1ULL << 40)) {
+            cdn_e2b_reply_error(req, 400, "%.32s: %s", kv->key,
+                                k < 0 ? "unknown parameter (this route takes start, end)"
+                                      : "expected unix seconds");
+            return evhttp_clear_headers(&q);
+        }
+        bound[k] = (double) v;
+    }
+    evhttp_clear_headers(&q);
+    json_t *arr = json_array();
+    if (!arr)
+        return cdn_e2b_reply_error(req, 500, "out of memory");
+    if (now >= bound[0] && now < bound[1] + 1) {
+        _cleanup_json_ json_t *u = cdn_box_usage_json(b);
+        double age_ms = (now - b->created_unix) * 1e3,
+               cpus = b->spec.limits.cpus > 0 ? b->spec.limits.cpus : 1;
+        double pct = age_ms > 0 ? usage_number(u, "cpu_ms") / (age_ms * cpus) * 100 : 0;
+        char when[40];
+        iso_time(now, when);
+        json_array_append_new(arr, json_pack("{s:s, s:I, s:f, s:i, s:I, s:I, s:I, s:I, s:I}", "timestamp",
+                                             when, "timestampUnix", (json_int_t) now, "cpuUsedPct",
+                                             pct > 100 ? 100.0 : pct, "cpuCount", (int) ceil(cpus), "memUsed",
+                                             (json_int_t) usage_number(u, "memory_bytes"), "memTotal",
+                                             (json_int_t) b->spec.limits.memory_mb << 20, "memCache",
+                                             (json_int_t) 0, "diskUsed",
+                                             (json_int_t) usage_number(u, "disk_used_bytes"), "diskTotal",
+                                             (json_int_t) usage_number(u, "disk_size_bytes")));
+    }
+    cdn_api_reply_json(req, 200, arr);
+}
+
 /* …/sandboxes/{id}[/rest]: the id, and what follows it (or ""). */
 static bool split_id(const char *after, char id[64], const char **rest)
 {
@@ -606,8 +666,10 @@ static void control_plane(struct evhttp_request *req, const char *path)
         return route_pause(req, id);
     if (!v2 && strcmp(rest, "/resume") == 0 && m == EVHTTP_REQ_POST) /* the older SDKs' resume */
         return route_connect(req, id);
-    if (!v2 && (strcmp(rest, "/metrics") == 0 || strcmp(rest, "/network") == 0 ||
-                strcmp(rest, "/fork") == 0 || strcmp(rest, "/snapshots") == 0)) {
+    if (!v2 && strcmp(rest, "/metrics") == 0 && m == EVHTTP_REQ_GET)
+        return route_metrics(req, id);
+    if (!v2 &&
+        (strcmp(rest, "/network") == 0 || strcmp(rest, "/fork") == 0 || strcmp(rest, "/snapshots") == 0)) {
         if (running_box(req, id))
             cdn_e2b_reply_error(req, 501, "%s: not supported by cordon yet (docs/e2b.md)", rest + 1);
         return;
@@ -675,8 +737,8 @@ json_t *cdn_e2b_stream_request(struct evhttp_request *req, char *why, size_t siz
     return o;
 }
 
-/* The user an E2B request names ("Authorization: Basic base64(user:)"), or NULL; "root" is the
- * sandbox's root. */
+/* The user an E2B request names ("Authorization: Basic base64(user:)"), or NULL: then the sandbox's
+ * own (its spec's; "user" for the base template). */
 char *cdn_e2b_request_user(struct evhttp_request *req)
 {
     const char *a = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
@@ -688,7 +750,7 @@ char *cdn_e2b_request_user(struct evhttp_request *req)
         return NULL;
     uint8_t *colon = memchr(out, ':', (size_t) n);
     size_t len = colon ? (size_t) (colon - out) : (size_t) n;
-    if (!len || (len == 4 && memcmp(out, "root", 4) == 0))
+    if (!len)
         return NULL;
     return strndup((const char *) out, len);
 }

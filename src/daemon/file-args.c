@@ -12,6 +12,7 @@
 #include <event2/keyvalq_struct.h>
 
 #include "proto/frame.h"
+#include "shared/user.h"
 #include "shared/parse-util.h"
 
 static int bad(struct cdn_error *err, const char *field, const char *msg)
@@ -24,12 +25,17 @@ static const struct {
     const char *name;
     uint32_t ops; /* 1u << op */
 } params[] = {
-    {"path", ~(1u << CDN_FILE_RENAME)}, {"max_bytes", 1u << CDN_FILE_READ},
-    {"follow", 1u << CDN_FILE_STAT},    {"from", 1u << CDN_FILE_RENAME},
-    {"to", 1u << CDN_FILE_RENAME},      {"overwrite", 1u << CDN_FILE_RENAME},
-    {"mode", 1u << CDN_FILE_CHMOD},     {"recursive", 1u << CDN_FILE_WATCH},
+    {"path", ~(1u << CDN_FILE_RENAME)},
+    {"max_bytes", 1u << CDN_FILE_READ},
+    {"follow", 1u << CDN_FILE_STAT},
+    {"from", 1u << CDN_FILE_RENAME},
+    {"to", 1u << CDN_FILE_RENAME},
+    {"overwrite", 1u << CDN_FILE_RENAME},
+    {"mode", 1u << CDN_FILE_CHMOD},
+    {"recursive", 1u << CDN_FILE_WATCH},
+    {"user", ~0u},
 };
-enum { P_PATH, P_MAX_BYTES, P_FOLLOW, P_FROM, P_TO, P_OVERWRITE, P_MODE, P_RECURSIVE, N_PARAMS };
+enum { P_PATH, P_MAX_BYTES, P_FOLLOW, P_FROM, P_TO, P_OVERWRITE, P_MODE, P_RECURSIVE, P_USER, N_PARAMS };
 
 static int boolean(const char *field, const char *v, bool *ret, struct cdn_error *err)
 {
@@ -93,6 +99,11 @@ static int one(int op, const struct evkeyval *kv, bool *seen, struct file_args *
         return octal(kv->value, &a->mode, err);
     case P_RECURSIVE:
         return boolean("recursive", kv->value, &a->recursive, err);
+    case P_USER: /* resolved by init in the sandbox's own files, as a command's user */
+        if (cdn_user_check(kv->value, err) < 0)
+            return -EINVAL;
+        (void) snprintf(a->user, sizeof a->user, "%s", kv->value);
+        return 0;
     default:
         return 0; /* the paths: below */
     }

@@ -1,7 +1,7 @@
 /* The query of the files routes (docs/cordond.md): ?path=P, and per route
  * max_bytes (GET …/files), follow (GET …/stat), mode (POST …/chmod); the move
- * takes from, to and overwrite instead. Anything else is refused with the
- * parameter's name. */
+ * takes from, to and overwrite instead; every route takes user. Anything else
+ * is refused with the parameter's name. */
 #pragma once
 
 #include <stdbool.h>
@@ -17,6 +17,8 @@ struct file_args {
     bool nofollow;      /* stat: follow=false */
     bool noreplace;     /* move: overwrite=false */
     bool recursive;     /* watch: recursive=true */
+    char user[256];     /* user=: the operation runs as this user of the sandbox ("": its root) */
+    bool owners;        /* stat, list: with each entry's owner (another surface's: E2B's EntryInfo) */
 };
 
 /* query: the URI's query string (NULL: none); op: enum cdn_file_op. -EINVAL

@@ -166,9 +166,11 @@ int cdn_file_decode(const uint8_t *p, size_t len, struct cdn_file_req *ret)
     size_t off = 8;
     if (len < off + 1)
         return -EBADMSG;
-    struct cdn_file_req r = {.op = get32(p), .mode = get32(p + 4)};
+    struct cdn_file_req r = {.op = get32(p) & ~CDN_FILE_AS_USER, .mode = get32(p + 4)};
     if (r.op == 0 || r.op >= _CDN_FILE_OP_MAX || r.mode > 07777 || take_str(p, len, &off, &r.path) < 0 ||
         r.path[0] == 0)
+        return -EBADMSG;
+    if ((get32(p) & CDN_FILE_AS_USER) && (take_str(p, len, &off, &r.user) < 0 || !r.user[0]))
         return -EBADMSG;
     bool to = r.op == CDN_FILE_RENAME || r.op == CDN_FILE_SYMLINK;
     if (r.op != CDN_FILE_WRITE && (off < len || to)) { /* the options */
@@ -176,11 +178,13 @@ int cdn_file_decode(const uint8_t *p, size_t len, struct cdn_file_req *ret)
             return -EBADMSG;
         r.opts = (struct cdn_file_opts){
             .flags = get32(p + off), .window = get32(p + off + 4), .max_bytes = get64(p + off + 8)};
-        uint32_t known = r.op == CDN_FILE_RENAME  ? CDN_FILE_NOREPLACE
+        uint32_t known = r.op == CDN_FILE_RENAME  ? CDN_FILE_NOREPLACE | CDN_FILE_OWNERS
                          : to                     ? 0
                          : r.op == CDN_FILE_READ  ? CDN_FILE_NOFOLLOW | CDN_FILE_CUT
                          : r.op == CDN_FILE_WATCH ? CDN_FILE_RECURSIVE
-                                                  : CDN_FILE_NOFOLLOW;
+                         : r.op == CDN_FILE_STAT || r.op == CDN_FILE_LIST || r.op == CDN_FILE_MKDIR
+                             ? CDN_FILE_NOFOLLOW | CDN_FILE_OWNERS
+                             : CDN_FILE_NOFOLLOW;
         if (r.opts.flags & ~known)
             return -EBADMSG;
         off += CDN_FILE_OPTS;
@@ -193,6 +197,21 @@ int cdn_file_decode(const uint8_t *p, size_t len, struct cdn_file_req *ret)
     r.data_len = len - off;
     *ret = r;
     return 0;
+}
+
+int cdn_file_set_user(uint8_t *buf, size_t size, size_t len, const char *user)
+{
+    size_t n = strlen(user) + 1;
+    const uint8_t *nul = len > 8 ? memchr(buf + 8, 0, len - 8) : NULL;
+    if (n == 1)
+        return -EINVAL;
+    if (!nul || (get32(buf) & CDN_FILE_AS_USER) || n > size - len || len + n > CDN_FRAME_MAX)
+        return -ENOBUFS;
+    size_t at = (size_t) (nul - buf) + 1;
+    memmove(buf + at + n, buf + at, len - at);
+    memcpy(buf + at, user, n);
+    put32(buf, get32(buf) | CDN_FILE_AS_USER);
+    return (int) (len + n);
 }
 
 int cdn_file_encode_opts(uint8_t *buf, size_t size, uint32_t op, uint32_t mode, const char *path,
@@ -317,6 +336,16 @@ int cdn_file_stat_encode(uint8_t *buf, size_t size, const struct cdn_file_stat *
     put64(buf + 12, (uint64_t) st->mtime);
     if (put_str(buf, size, &off, st->name ? st->name : "") < 0)
         return -ENOBUFS;
+    if (st->owner) {
+        if (size - off < 8)
+            return -ENOBUFS;
+        put32(buf + off, st->uid);
+        put32(buf + off + 4, st->gid);
+        off += 8;
+        if (put_str(buf, size, &off, st->owner) < 0 ||
+            put_str(buf, size, &off, st->group ? st->group : "") < 0)
+            return -ENOBUFS;
+    }
     return (int) off;
 }
 
@@ -327,6 +356,22 @@ int cdn_file_stat_decode(const uint8_t *p, size_t len, struct cdn_file_stat *ret
         return -EBADMSG;
     struct cdn_file_stat st = {.mode = get32(p), .size = get64(p + 4), .mtime = (int64_t) get64(p + 12)};
     if (take_str(p, len, &off, &st.name) < 0)
+        return -EBADMSG;
+    *ret = st;
+    return (int) off;
+}
+
+int cdn_file_stat_decode_owned(const uint8_t *p, size_t len, struct cdn_file_stat *ret)
+{
+    struct cdn_file_stat st;
+    int n = cdn_file_stat_decode(p, len, &st);
+    size_t off = n < 0 ? 0 : (size_t) n;
+    if (n < 0 || len - off < 8)
+        return -EBADMSG;
+    st.uid = get32(p + off);
+    st.gid = get32(p + off + 4);
+    off += 8;
+    if (take_str(p, len, &off, &st.owner) < 0 || take_str(p, len, &off, &st.group) < 0)
         return -EBADMSG;
     *ret = st;
     return (int) off;

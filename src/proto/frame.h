@@ -159,15 +159,20 @@ enum cdn_file_op {
     _CDN_FILE_OP_MAX,
 };
 
-/* FILE payload: u32 op | u32 mode | path\0 | then, for WRITE, the first bytes; for the other ops,
- * optionally (absent: all zero) the options: u32 flags | u32 window | u64 max_bytes; for RENAME
- * and SYMLINK, the options and then the destination or the link's target: to\0. */
-#define CDN_FILE_OPTS 16u
+/* FILE payload: u32 op | u32 mode | path\0 | [user\0 with CDN_FILE_AS_USER] | then, for WRITE, the
+ * first bytes; for the other ops, optionally (absent: all zero) the options: u32 flags | u32 window |
+ * u64 max_bytes; for RENAME and SYMLINK, the options and then the destination or the link's target:
+ * to\0. With a user (as an EXEC's: name, uid, name:group, uid:gid), the operation runs with that
+ * user's file system ids and groups: its permission checks are the user's, and what it makes is the
+ * user's (init-user.c). */
+#define CDN_FILE_OPTS    16u
+#define CDN_FILE_AS_USER (1u << 16) /* in op: a user follows the path */
 enum cdn_file_flags {
     CDN_FILE_NOFOLLOW = 1u << 0,  /* STAT: of a symlink in the last component itself (lstat) */
     CDN_FILE_NOREPLACE = 1u << 1, /* RENAME: an existing destination is an error (EEXIST) */
     CDN_FILE_CUT = 1u << 2,       /* READ: a file longer than max_bytes is read up to it, not refused */
     CDN_FILE_RECURSIVE = 1u << 3, /* WATCH: its subdirectories too, those made later as well */
+    CDN_FILE_OWNERS = 1u << 4,    /* STAT, LIST, MKDIR, RENAME: every entry carries its owner (below) */
 };
 struct cdn_file_opts {
     uint32_t flags;     /* enum cdn_file_flags */
@@ -179,14 +184,17 @@ struct cdn_file_req {
     uint32_t mode;
     const char *path; /* points into the payload */
     const char *to;   /* RENAME: the destination; SYMLINK: the target; into the payload; else NULL */
+    const char *user; /* CDN_FILE_AS_USER's (non-empty, into the payload), else NULL; op has no flag */
     const uint8_t *data;
     size_t data_len;
     struct cdn_file_opts opts;
 };
 
 /* DONE payload and LIST entries: u32 mode | u64 size | i64 mtime (s) | name\0
- * (name: the entry's name for LIST, empty for DONE). WATCH entries use it too: mode S_IFDIR or
- * S_IFREG, size the kind below, mtime a rename's cookie, name relative to the watched directory. */
+ * (name: the entry's name for LIST, empty for DONE), and for a request with CDN_FILE_OWNERS then
+ * u32 uid | u32 gid | owner\0 | group\0 (their names in the sandbox's /etc/passwd and /etc/group,
+ * the number when it has none). WATCH entries use it too: mode S_IFDIR or S_IFREG, size the kind
+ * below, mtime a rename's cookie, name relative to the watched directory. */
 enum cdn_watch_kind {
     CDN_WATCH_START = 1, /* first: the watch is set */
     CDN_WATCH_CREATE = 2,
@@ -202,6 +210,8 @@ struct cdn_file_stat {
     uint64_t size;
     int64_t mtime;
     const char *name;
+    const char *owner, *group; /* CDN_FILE_OWNERS's (encode: given when not NULL), else NULL */
+    uint32_t uid, gid;
 };
 
 /* Header codec: returns 0, or -EBADMSG (bad magic), -EMSGSIZE (too long). */
@@ -230,6 +240,9 @@ int cdn_file_encode_opts(uint8_t *buf, size_t size, uint32_t op, uint32_t mode, 
 /* RENAME (from → to, flags CDN_FILE_NOREPLACE or 0) or SYMLINK (from := a link to to, flags 0). */
 int cdn_file_encode_to(uint8_t *buf, size_t size, uint32_t op, const char *from, const char *to,
                        uint32_t flags);
+/* A FILE payload of len bytes (from the encoders above) in buf, as user: sets CDN_FILE_AS_USER and puts
+ * user\0 after the path. Returns the new length, or -ENOBUFS (-EINVAL: an empty user). */
+int cdn_file_set_user(uint8_t *buf, size_t size, size_t len, const char *user);
 int cdn_file_decode(const uint8_t *p, size_t len, struct cdn_file_req *ret);
 /* WINDOW payload: u32 bytes (> 0). */
 #define CDN_STDIN_LOW (256u << 10)
@@ -252,8 +265,10 @@ int cdn_protect_list_encode(uint8_t *buf, size_t size, const char *const *v, siz
 int cdn_protect_list_decode(const uint8_t *p, size_t len, const char **v, size_t *ret_n);
 /* Encodes at most one entry; returns its length or -ENOBUFS. */
 int cdn_file_stat_encode(uint8_t *buf, size_t size, const struct cdn_file_stat *st);
-/* Decodes the entry at p (len bytes available); returns the bytes it took. */
+/* Decodes the entry at p (len bytes available); returns the bytes it took. _owned: one of a request
+ * with CDN_FILE_OWNERS. */
 int cdn_file_stat_decode(const uint8_t *p, size_t len, struct cdn_file_stat *ret);
+int cdn_file_stat_decode_owned(const uint8_t *p, size_t len, struct cdn_file_stat *ret);
 
 int cdn_exit_encode(uint8_t *buf, size_t size, const struct cdn_exit_msg *m);
 

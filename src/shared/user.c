@@ -393,3 +393,65 @@ int cdn_user_map_max(const char *map, uint32_t *ret_max)
     }
     return -EINVAL;
 }
+
+static int by_id(const void *a, const void *b)
+{
+    const struct cdn_user_name *x = a, *y = b;
+    return x->id != y->id ? (x->id < y->id ? -1 : 1) : (x->line > y->line) - (x->line < y->line);
+}
+
+int cdn_user_names_parse(const char *file, size_t len, struct cdn_user_names *ret)
+{
+    struct cdn_user_names n = {0};
+    size_t off = 0, cap = 0;
+    struct span line;
+    for (uint32_t k = 0; n.n < CDN_USER_NAMES_MAX && next_line(file, len, &off, &line) > 0; k++) {
+        struct span f[3] = {{0}};
+        uint32_t id;
+        if (split_fields(line, f, 3) < 3 || parse_id(f[2], CDN_USER_ID_MAX, &id) < 0 || !f[0].n ||
+            f[0].n >= sizeof n.v[0].name || memchr(f[0].p, 0, f[0].n)) /* a NUL would cut it short */
+            continue;
+        if (n.n == cap) {
+            cap = cap ? cap * 2 : 64;
+            struct cdn_user_name *v = realloc(n.v, cap * sizeof *v);
+            if (!v) {
+                free(n.v);
+                return -ENOMEM;
+            }
+            n.v = v;
+        }
+        n.v[n.n] = (struct cdn_user_name){.id = id, .line = k};
+        memcpy(n.v[n.n].name, f[0].p, f[0].n);
+        n.v[n.n++].name[f[0].n] = 0;
+    }
+    if (n.n)
+        qsort(n.v, n.n, sizeof *n.v, by_id);
+    size_t w = 0; /* the first line of each id */
+    for (size_t i = 0; i < n.n; i++)
+        if (!w || n.v[w - 1].id != n.v[i].id)
+            n.v[w++] = n.v[i];
+    n.n = w;
+    *ret = n;
+    return 0;
+}
+
+const char *cdn_user_names_find(const struct cdn_user_names *n, uint32_t id)
+{
+    size_t lo = 0, hi = n->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (n->v[mid].id == id)
+            return n->v[mid].name;
+        if (n->v[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+void cdn_user_names_free(struct cdn_user_names *n)
+{
+    free(n->v);
+    *n = (struct cdn_user_names){0};
+}

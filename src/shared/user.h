@@ -55,6 +55,23 @@ int cdn_user_read_file(int root_fd, const char *name, char **ret, size_t *ret_le
 int cdn_user_resolve_at(int root_fd, const char *spec, uint32_t id_max, struct cdn_user *ret,
                         struct cdn_error *err);
 
+/* The names of ids in the text of a passwd or group file (len bytes; NULL: none), for entries'
+ * owners: the first field of the first line whose third field is the id. Bounded for a hostile file:
+ * its first CDN_USER_NAMES_MAX entries, names under 33 bytes, lines within CDN_USER_LINE_MAX (the
+ * rest are not known: a caller shows the number). Parse: 0 or -ENOMEM; find: NULL when not known. */
+#define CDN_USER_NAMES_MAX 4096u
+struct cdn_user_name {
+    uint32_t id, line;
+    char name[33];
+};
+struct cdn_user_names {
+    size_t n;
+    struct cdn_user_name *v; /* sorted by id, one each */
+};
+int cdn_user_names_parse(const char *file, size_t len, struct cdn_user_names *ret);
+const char *cdn_user_names_find(const struct cdn_user_names *n, uint32_t id);
+void cdn_user_names_free(struct cdn_user_names *n);
+
 /* The highest id mapped from 0 on without a gap in a uid_map/gid_map text ("0 base count" lines);
  * -EINVAL when 0 is not mapped. */
 int cdn_user_map_max(const char *map, uint32_t *ret_max);

@@ -18,7 +18,12 @@ await sbx.setTimeout(30_000)
 const info2 = await sbx.getInfo()
 out.endsAfter = info2.endAt.getTime() - Date.now()
 out.connected = (await Sandbox.connect(sbx.sandboxId)).sandboxId
-out.metrics = await errName(() => sbx.getMetrics())
+await sbx.commands.run('head -c 20000000 /dev/zero | sha256sum > /dev/null')
+out.metrics = (await sbx.getMetrics()).map((m) => ({
+  age: Date.now() - m.timestamp.getTime(), cpuUsedPct: m.cpuUsedPct, cpuCount: m.cpuCount, memUsed: m.memUsed,
+  memTotal: m.memTotal, diskUsed: m.diskUsed, diskTotal: m.diskTotal,
+}))
+out.metricsPast = await sbx.getMetrics({ start: new Date(Date.now() - 3600e3), end: new Date(Date.now() - 1800e3) })
 out.killed = await sbx.kill()
 out.killedAgain = await Sandbox.kill(sbx.sandboxId)
 out.runningAfter = await sbx.isRunning()

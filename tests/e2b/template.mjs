@@ -22,6 +22,10 @@ if (process.env.FILES) {
   out.read = await sbx.files.read('notes/a.txt')
   out.list = (await sbx.files.list('notes')).map((e) => e.path)
   out.cat = await run('cat notes/a.txt')
+  out.owner = await run('whoami; stat -c %U . notes notes/a.txt')
+  const entry = await sbx.files.getInfo('notes/a.txt')
+  out.entry = [entry.owner, entry.group]
+  try { await sbx.files.write('/root/cordon-e2b', 'no'); out.rootDir = 'written' } catch (e) { out.rootDir = e.message }
 }
 out.id = sbx.sandboxId
 if (!process.env.KEEP) out.killed = await sbx.kill()

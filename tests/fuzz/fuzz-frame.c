@@ -25,7 +25,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         static uint8_t out[CDN_FRAME_MAX];
         int n = f.to ? cdn_file_encode_to(out, sizeof out, f.op, f.path, f.to, f.opts.flags)
                      : cdn_file_encode_opts(out, sizeof out, f.op, f.mode, f.path, &f.opts);
-        bool had_opts = size == 8 + strlen(f.path) + 1 + CDN_FILE_OPTS + (f.to ? strlen(f.to) + 1 : 0);
+        if (n >= 0 && f.user) /* CDN_FILE_AS_USER: the user after the path */
+            n = cdn_file_set_user(out, sizeof out, (size_t) n, f.user);
+        bool had_opts = size == 8 + strlen(f.path) + 1 + (f.user ? strlen(f.user) + 1 : 0) + CDN_FILE_OPTS +
+                                    (f.to ? strlen(f.to) + 1 : 0);
         if (n < 0 || (had_opts && ((size_t) n != size || memcmp(out, data, size) != 0)))
             __builtin_trap();
     }
@@ -78,11 +81,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             __builtin_trap();
     }
     struct cdn_file_stat st;
-    for (size_t off = 0; off < size;) { /* a LIST reply: entries back to back */
-        int n = cdn_file_stat_decode(data + off, size - off, &st);
-        if (n <= 0)
-            break;
-        off += (size_t) n;
-    }
+    for (int owned = 0; owned < 2; owned++) /* a LIST reply: entries back to back, owners or not */
+        for (size_t off = 0; off < size;) {
+            int n = owned ? cdn_file_stat_decode_owned(data + off, size - off, &st)
+                          : cdn_file_stat_decode(data + off, size - off, &st);
+            if (n <= 0)
+                break;
+            static uint8_t out[CDN_FRAME_MAX]; /* round trip: each entry encodes back the same */
+            if (cdn_file_stat_encode(out, sizeof out, &st) != n || memcmp(out, data + off, (size_t) n) != 0)
+                __builtin_trap();
+            off += (size_t) n;
+        }
     return 0;
 }

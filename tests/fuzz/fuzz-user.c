@@ -1,7 +1,7 @@
 /* Fuzz the user parser: the first line is the user spec, the rest is /etc/passwd up to a line "--",
  * then /etc/group. Whatever the files say, a resolved user has ids within the bound, at most
  * CDN_USER_MAX_GROUPS groups with the primary gid first, and a home that is "" or absolute; a failure
- * names the field "user". */
+ * names the field "user". The reverse lookup of a few uids holds its bounds too. */
 #include "shared/user.h"
 
 #include <stdlib.h>
@@ -38,6 +38,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
     } else if (err.errnum == 0 || strcmp(err.field, "user") != 0 || !err.msg[0]) {
         abort();
+    }
+    /* The names of ids (entries' owners, init-files.c): sorted, one per id, each non-empty,
+     * NUL-terminated, without ':' or a newline, found again by its id. */
+    struct cdn_user_names names;
+    if (cdn_user_names_parse(db.passwd, db.passwd_len, &names) == 0) {
+        for (size_t i = 0; i < names.n; i++) {
+            const char *nm = names.v[i].name;
+            if ((i && names.v[i - 1].id >= names.v[i].id) || !memchr(nm, 0, sizeof names.v[i].name) ||
+                !nm[0] || strpbrk(nm, ":\n") || cdn_user_names_find(&names, names.v[i].id) != nm)
+                abort();
+        }
+        if (names.n > CDN_USER_NAMES_MAX)
+            abort();
+        cdn_user_names_free(&names);
     }
     free(spec);
     return 0;

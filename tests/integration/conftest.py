@@ -149,6 +149,7 @@ PROCESS_TIER_NA = {
     "test_sandboxes_survive_a_restart_and_are_adopted", "test_execs_after_a_restart_do_not_clash_with_running_ones",
     "test_sandbox_that_died_while_no_daemon_ran_is_cleaned_up", "test_lifetime_counts_across_a_restart",
     "test_protection_outlives_a_cordond_crash",
+    "test_a_users_recursive_watch_stays_the_users",  # its init cannot change users (test_files_api.py)
 }
 
 

@@ -68,7 +68,12 @@ def test_the_control_plane(e2b):
     assert out["listed"] == [sid] and out["listedNone"] == 0, out
     assert 25_000 <= out["endsAfter"] <= 31_000, out  # setTimeout: 30 s from then
     assert out["connected"] == sid
-    assert out["metrics"] and "501" in out["metrics"] and "not supported" in out["metrics"], out
+    # getMetrics: one sample, now, of cordon's usage (no history: a window in the past has none)
+    [m] = out["metrics"]
+    assert -2_000 < m["age"] < 5_000 and m["cpuCount"] == 1 and m["memTotal"] == 512 << 20, m
+    assert 0 < m["cpuUsedPct"] <= 100 and 0 < m["memUsed"] < m["memTotal"], m
+    assert 0 < m["diskUsed"] < m["diskTotal"] <= 1024 << 20, m
+    assert out["metricsPast"] == [], out
     assert out["killed"] is True and out["killedAgain"] is False, out
     assert out["runningAfter"] is False
     assert out["connectMissing"].startswith("SandboxNotFoundError"), out
@@ -162,6 +167,12 @@ def test_bad_create_bodies_get_e2b_errors(e2b):
         assert r.status == 400 and err["code"] == 400 and needle in err["message"], (body, err)
     st, listed = d.http("GET", "/v1/sandboxes")
     assert listed["sandboxes"] == []  # none of them made one
+    sid = d.http("POST", "/v1/sandboxes", {})[1]["id"]
+    for query, needle in [("?foo=1", "foo: unknown parameter"), ("?start=x", "start: expected unix seconds"),
+                          ("?end=-5", "end: expected unix seconds")]:
+        st, body = envd_call(env, sid, "GET", f"/sandboxes/{sid}/metrics{query}")
+        assert st == 400 and needle in json.loads(body)["message"], (query, body)
+    assert d.http("DELETE", f"/v1/sandboxes/{sid}")[0] in (200, 204)
 
 
 def test_commands(e2b):
@@ -186,6 +197,34 @@ def test_commands(e2b):
     # a terminal: resized, typed into, its output as one stream, its exit status
     assert "30 100" in out["pty"], out
     assert out["ptyExit"]["name"] == "CommandExitError" and out["ptyExit"]["exitCode"] == 4, out
+
+
+def test_e2bs_default_user(e2b):
+    """E2B's default user: in a sandbox of the base template, commands and file operations run as
+    `user` (uid 1000, home /home/user, its own), and as root only when a call names it, so a file
+    the SDK writes is the user's to change and a root-only path is refused as on E2B. Before the
+    change every call ran as the sandbox's root: `whoami` said root, and mine.txt was root's, so
+    the user could not append to it."""
+    d, env, run = e2b
+    out = run("user.mjs")
+    assert out["who"] == "user\n1000\n1000\n/home/user\n/home/user\nuser:user\n", out
+    assert out["root"] == "root\n/root\n", out
+    assert out["mine"] == "user:user:644\nby the SDKmore\n", out
+    assert out["mkdir"] is True and out["dirs"] == "user:user\nuser:user\n", out
+    # EntryInfo's owner and group: the names in the sandbox's /etc/passwd and /etc/group, else the number
+    assert out["info"] == ["user", "user"], out
+    assert sorted(out["listed"]) == [["home", "root", "root"], ["root", "root", "root"], ["tmp", "root", "root"]], out
+    assert out["moved"] == ["c", "user", "user"], out
+    assert out["numeric"] == ["4321", "root"], out  # gid 0: a uid without an entry (Docker's rule)
+    assert out["multi"] == "user\nuser\nuser\n", out
+    # as the user, a root-owned directory is not writable nor /root readable: E2B's errors
+    assert out["etc"] and "ermission" in out["etc"]["message"], out
+    assert out["rootHome"] and "ermission" in out["rootHome"]["message"], out
+    assert out["rootWrite"] == "root\n", out  # user: 'root' names root
+    assert out["rootRead"] and "ermission" in out["rootRead"]["message"], out
+    assert out["rootReadAsRoot"] == "root", out
+    assert out["unknown"] and "nosuchuser" in out["unknown"]["message"], out
+    assert out["unknownCmd"] and "nosuchuser" in out["unknownCmd"]["message"], out
 
 
 def test_a_violation_through_e2b_counts(e2b):
@@ -382,8 +421,10 @@ def test_a_bad_template_stops_cordond_at_start(shared_dir):
 
 @pytest.mark.needs_vm
 def test_a_microvm_template(shared_dir):
-    """The same calls on tier microvm, through a template naming it: create, commands, files, kill."""
-    spec = write_spec(shared_dir, "micro", {"tier": "microvm", "workdir": "/home/user"})
+    """The same calls on tier microvm, through a template naming it: create, commands, files, kill;
+    as E2B's user, which the template names: the guest's init takes the user on for file operations
+    as a container's does (without that the file was root's and /root writable through files)."""
+    spec = write_spec(shared_dir, "micro", {"tier": "microvm", "workdir": "/home/user", "user": "user"})
     d, env, run = start(shared_dir, "--e2b-template", f"micro:{spec}")
     try:
         out = run("template.mjs", TEMPLATE="micro", FILES="1")
@@ -392,6 +433,9 @@ def test_a_microvm_template(shared_dir):
         assert out["uname"]["exitCode"] == 0 and out["uname"]["stdout"] != os.uname().release + "\n", out  # its own kernel
         assert out["read"] == "in the guest" and out["cat"]["stdout"] == "in the guest", out
         assert out["list"] == ["/home/user/notes/a.txt"], out
+        assert out["owner"]["stdout"] == "user\nuser\nuser\nuser\n", out
+        assert out["entry"] == ["user", "user"], out
+        assert "ermission" in out["rootDir"], out
         assert out["killed"] is True, out
         st, body = d.http("GET", "/v1/sandboxes")
         assert body["sandboxes"] == [], body

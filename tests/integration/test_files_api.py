@@ -434,3 +434,54 @@ def test_cli_cp_streams_and_takes_max_bytes(daemon, tmp_path):
                            timeout=60)
         assert r.returncode == 0, r
         assert hashlib.sha256(out.read_bytes()).hexdigest() == digest
+
+
+def test_files_as_a_user(daemon, tier):
+    """The files API as a user of the sandbox (?user=, files.as_user): what it makes is the user's,
+    its permission checks are the user's, and the user is resolved in the sandbox's own
+    /etc/passwd. What this catches: a request whose user init dropped (before the change every file
+    operation ran as the sandbox's root: u.txt was root's and /root/secret readable). The process
+    tier cannot change users: a clear error naming the field, as for its commands."""
+    with Sandbox.create(endpoint=daemon.endpoint, tier=tier) as sb:
+        u = sb.files.as_user("user")
+        if tier == "process":
+            with pytest.raises(cordon.InvalidArgument) as e:
+                u.write("/tmp/u.txt", "x")
+            assert e.value.field == "user" and "cannot change users" in e.value.message, e.value
+            return
+        assert u.write("/tmp/u.txt", "by user")["size"] == 7
+        assert u.mkdir("/tmp/ud/a")["type"] == "dir"
+        sb.files.write("/root/secret", "root's")
+        sb.files.chmod("/root/secret", 0o600)
+        r = sb.exec(["sh", "-c", "stat -c %U:%G /tmp/u.txt /tmp/ud /tmp/ud/a /root/secret"])
+        assert r.stdout == "user:user\nuser:user\nuser:user\nroot:root\n", r
+        for call in (lambda: u.read("/root/secret"), lambda: u.write("/root/x", "x"),
+                     lambda: u.remove("/root/secret"), lambda: u.rename("/root/secret", "/root/taken"),
+                     lambda: u.chmod("/root/secret", 0o644)):
+            with pytest.raises(cordon.Forbidden):
+                call()
+        assert sb.files.read("/root/secret") == b"root's"  # the operator's own, as root
+        assert sb.files.as_user("0").read("/root/secret") == b"root's"
+        assert [e["name"] for e in u.list("/tmp/ud")] == ["a"]
+        assert u.rename("/tmp/u.txt", "/tmp/ud/v.txt")["path"] == "/tmp/ud/v.txt"
+        with pytest.raises(cordon.InvalidArgument) as e:
+            sb.files.as_user("ghost").write("/tmp/g.txt", "x")
+        assert e.value.field == "user" and "no user 'ghost'" in e.value.message, e.value
+        with pytest.raises(cordon.InvalidArgument) as e:
+            sb.files.as_user("bad name!").read("/tmp/ud/v.txt")
+        assert e.value.field == "user", e.value
+        assert u.write_many({"/tmp/up/a/b.txt": "b", "/tmp/up/c.txt": "c"}) == 2  # an archive, as the user
+        r = sb.exec(["sh", "-c", "stat -c %U /tmp/up /tmp/up/a /tmp/up/a/b.txt /tmp/up/c.txt"])
+        assert r.stdout == "user\n" * 4, r
+        with pytest.raises(cordon.Forbidden):
+            u.write_many({"/root/up/x.txt": "x"})
+        assert sb.exec(["id", "-u"]).stdout == "0\n"  # init's own ids came back
+        assert sb.files.write("/root/after", "ok")["size"] == 2
+
+
+def test_async_files_as_a_user(daemon):
+    async def main():
+        async with await AsyncSandbox.create(endpoint=daemon.endpoint) as sb:
+            await sb.files.as_user("user").write("/tmp/a.txt", "a")
+            return (await sb.exec(["stat", "-c", "%U", "/tmp/a.txt"])).stdout
+    assert asyncio.run(main()) == "user\n"

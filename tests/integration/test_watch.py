@@ -114,3 +114,35 @@ def test_async_watch(daemon):
             assert (ev["type"], ev["path"]) == ("create", "z")
             await gen.aclose()
     asyncio.run(main())
+
+
+def test_a_users_recursive_watch_stays_the_users(daemon, tier):
+    """A recursive watch as a user (files.as_user) watches the directories made later as that user
+    too: one of root's that the user may not read stays unwatched. What this catches: init watched
+    the later ones as root (the first as the user), so what root did in its 0700 directory reached
+    the user's watch ("priv/inside" among the events)."""
+    with Sandbox.create(endpoint=daemon.endpoint, tier=tier) as sb:
+        sb.exec("mkdir -m 777 /tmp/u")
+        u = sb.files.as_user("user")
+        got, ready = [], threading.Event()
+
+        def run():
+            gen = u.watch("/tmp/u", recursive=True)
+            try:
+                for ev in gen:
+                    got.append(ev)
+                    if ev["type"] == "start":
+                        ready.set()
+                    if ev.get("path") == "end":
+                        break
+            finally:
+                gen.close()
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        assert ready.wait(30), got
+        sb.exec("mkdir -m 700 /tmp/u/priv; mkdir -m 755 /tmp/u/open; sleep 0.5; touch /tmp/u/priv/inside "
+                "/tmp/u/open/seen; sleep 0.5; touch /tmp/u/end")
+        t.join(30)
+        paths = {(e["type"], e.get("path")) for e in got}
+        assert ("create", "priv") in paths and ("create", "open/seen") in paths, paths
+        assert ("create", "priv/inside") not in paths, paths

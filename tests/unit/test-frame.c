@@ -112,6 +112,33 @@ TEST(file_request_roundtrip_and_rejects)
     CHECK_EQ_INT(cdn_file_encode(buf, 12, CDN_FILE_WRITE, 0, "/long/path", NULL, 0), -ENOBUFS);
 }
 
+TEST(file_request_as_user)
+{
+    uint8_t buf[256];
+    struct cdn_file_req r;
+    int n = cdn_file_encode(buf, sizeof buf, CDN_FILE_WRITE, 0644, "/home/user/a", "hi", 2);
+    CHECK_EQ_INT(cdn_file_set_user(buf, sizeof buf, (size_t) n, ""), -EINVAL);
+    n = cdn_file_set_user(buf, sizeof buf, (size_t) n, "user");
+    CHECK_EQ_INT(n, 8 + 13 + 5 + 2);
+    CHECK_EQ_INT(cdn_file_decode(buf, (size_t) n, &r), 0);
+    CHECK(r.op == CDN_FILE_WRITE && r.data_len == 2 && memcmp(r.data, "hi", 2) == 0);
+    CHECK_STREQ(r.path, "/home/user/a");
+    CHECK_STREQ(r.user, "user");
+    CHECK_EQ_INT(cdn_file_set_user(buf, sizeof buf, (size_t) n, "root"), -ENOBUFS); /* one user only */
+    struct cdn_file_opts o = {.flags = CDN_FILE_NOREPLACE};
+    n = cdn_file_encode_to(buf, sizeof buf, CDN_FILE_RENAME, "/a", "/b", o.flags);
+    n = cdn_file_set_user(buf, sizeof buf, (size_t) n, "1000:1000");
+    CHECK_EQ_INT(cdn_file_decode(buf, (size_t) n, &r), 0);
+    CHECK(r.op == CDN_FILE_RENAME && r.opts.flags == CDN_FILE_NOREPLACE);
+    CHECK_STREQ(r.user, "1000:1000");
+    CHECK_STREQ(r.to, "/b");
+    n = cdn_file_encode(buf, sizeof buf, CDN_FILE_STAT, 0, "/x", NULL, 0);
+    CHECK(cdn_file_decode(buf, (size_t) n, &r) == 0 && r.user == NULL);
+    buf[2] = 1; /* CDN_FILE_AS_USER with no user after the path */
+    CHECK(cdn_file_decode(buf, (size_t) n, &r) < 0);
+    CHECK_EQ_INT(cdn_file_set_user(buf, 16, 11, "someone"), -ENOBUFS);
+}
+
 TEST(file_options_roundtrip_and_rejects)
 {
     uint8_t buf[256];
@@ -210,6 +237,40 @@ TEST(file_stat_entries)
     CHECK_STREQ(d.name, "");
     for (int cut = 0; cut < n; cut++)
         CHECK(cdn_file_stat_decode(buf, (size_t) cut, &d) < 0);
+    /* with its owner (CDN_FILE_OWNERS) */
+    st = (struct cdn_file_stat){
+        .mode = 0100600, .name = "f", .uid = 1000, .gid = 5, .owner = "user", .group = "tty"};
+    n = cdn_file_stat_encode(buf, sizeof buf, &st);
+    CHECK_EQ_INT(n, 20 + 2 + 8 + 5 + 4);
+    CHECK_EQ_INT(cdn_file_stat_decode_owned(buf, (size_t) n, &d), n);
+    CHECK(d.uid == 1000 && d.gid == 5 && d.mode == 0100600);
+    CHECK_STREQ(d.owner, "user");
+    CHECK_STREQ(d.group, "tty");
+    CHECK_STREQ(d.name, "f");
+    CHECK_EQ_INT(cdn_file_stat_decode(buf, (size_t) n, &d), 22); /* without: the owner is left over */
+    CHECK(d.owner == NULL);
+    for (int cut = 0; cut < n; cut++)
+        CHECK(cdn_file_stat_decode_owned(buf, (size_t) cut, &d) < 0);
+    CHECK_EQ_INT(cdn_file_stat_encode(buf, 30, &st), -ENOBUFS);
+}
+
+TEST(owners_flag_where_it_means_something)
+{
+    uint8_t buf[256];
+    struct cdn_file_req r;
+    struct cdn_file_opts o = {.flags = CDN_FILE_OWNERS};
+    const uint32_t with[] = {CDN_FILE_STAT, CDN_FILE_LIST, CDN_FILE_MKDIR};
+    for (size_t i = 0; i < 3; i++) {
+        int n = cdn_file_encode_opts(buf, sizeof buf, with[i], 0, "/x", &o);
+        CHECK(cdn_file_decode(buf, (size_t) n, &r) == 0 && r.opts.flags == CDN_FILE_OWNERS);
+    }
+    int n = cdn_file_encode_to(buf, sizeof buf, CDN_FILE_RENAME, "/a", "/b",
+                               CDN_FILE_OWNERS | CDN_FILE_NOREPLACE);
+    CHECK_EQ_INT(cdn_file_decode(buf, (size_t) n, &r), 0);
+    n = cdn_file_encode_opts(buf, sizeof buf, CDN_FILE_READ, 0, "/x", &o); /* a read has no entries */
+    CHECK(cdn_file_decode(buf, (size_t) n, &r) < 0);
+    n = cdn_file_encode_to(buf, sizeof buf, CDN_FILE_SYMLINK, "/a", "/b", CDN_FILE_OWNERS);
+    CHECK(cdn_file_decode(buf, (size_t) n, &r) < 0);
 }
 
 TEST(exit_and_error_payloads)

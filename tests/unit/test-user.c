@@ -111,6 +111,31 @@ TEST(bounds)
     free(g);
 }
 
+TEST(names)
+{
+    struct cdn_user_names n;
+    CHECK_EQ_INT(cdn_user_names_parse(passwd, sizeof passwd - 1, &n), 0);
+    CHECK_STREQ(cdn_user_names_find(&n, 1000), "app");
+    CHECK_STREQ(cdn_user_names_find(&n, 0), "root");
+    CHECK_STREQ(cdn_user_names_find(&n, 1001), "nohome");
+    CHECK(cdn_user_names_find(&n, 4242) == NULL);
+    CHECK(cdn_user_names_find(&n, 70000) == NULL); /* past the ids: "big" is no one's name */
+    cdn_user_names_free(&n);
+    CHECK_EQ_INT(cdn_user_names_parse(group, sizeof group - 1, &n), 0);
+    CHECK_STREQ(cdn_user_names_find(&n, 2001), "ops");
+    cdn_user_names_free(&n);
+    CHECK_EQ_INT(cdn_user_names_parse(NULL, 0, &n), 0);
+    CHECK(n.n == 0 && cdn_user_names_find(&n, 0) == NULL);
+    static const char odd[] = ":x:7:7\n"                                  /* no name: skipped */
+                              "a-name-of-thirty-three-bytes-long:x:7:7\n" /* too long: skipped */
+                              "seven:x:7:7\nlater:x:7:7\nsix:x:6:6\n";    /* the first of an id */
+    CHECK_EQ_INT(cdn_user_names_parse(odd, sizeof odd - 1, &n), 0);
+    CHECK_STREQ(cdn_user_names_find(&n, 7), "seven");
+    CHECK_STREQ(cdn_user_names_find(&n, 6), "six");
+    CHECK_EQ_INT(n.n, 2);
+    cdn_user_names_free(&n);
+}
+
 TEST(map_max)
 {
     uint32_t m;

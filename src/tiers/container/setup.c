@@ -162,11 +162,12 @@ static int check_user(const struct cdn_spec *spec, struct cdn_error *err)
         return cdn_error_field(err, errno, "user", "user: open the sandbox's root: %m");
     struct cdn_user u;
     int r = cdn_user_resolve_at(root, spec->user, CDN_UID_RANGE - 1, &u, err);
-    if (r < 0 || u.uid == 0 || strcmp(spec->workdir, "/workspace") != 0)
+    if (r < 0 || u.uid == 0 ||
+        (strcmp(spec->workdir, "/workspace") != 0 && strcmp(spec->workdir, u.home) != 0))
         return r;
-    /* cordon's own working directory (not one of the image's), still empty and root's: the user's,
-     * as a home is, so that its commands can work where they start. */
-    int fd = openat(root, "workspace", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    /* cordon's own working directory, or the user's home as the workdir (E2B's /home/user), still
+     * empty and root's: the user's, as a home is, so that its commands can work where they start. */
+    int fd = open(spec->workdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC); /* after the pivot */
     struct stat st;
     DIR *d = fd < 0 || fstat(fd, &st) < 0 || st.st_uid != 0 ? NULL : fdopendir(fd);
     if (!d) {
@@ -177,7 +178,7 @@ static int check_user(const struct cdn_spec *spec, struct cdn_error *err)
     for (struct dirent *de; empty && (de = readdir(d));)
         empty = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
     if (empty && fchown(dirfd(d), u.uid, u.gid) < 0)
-        r = cdn_error_field(err, errno, "user", "user: give /workspace to %s: %m", spec->user);
+        r = cdn_error_field(err, errno, "user", "user: give %s to %s: %m", spec->workdir, spec->user);
     closedir(d);
     return r;
 }
