@@ -31,11 +31,12 @@ from . import ports as _ports
 __all__ = ["Sandbox", "AsyncSandbox", "ExecResult", "Endpoint", "CordonError", "InvalidArgument", "ExecError",
            "NotFound", "SandboxNotRunning", "SandboxEnded", "TooManySandboxes", "Unauthorized", "ServerError",
            "Forbidden", "TooLarge", "IncompleteRead", "ImageInUse", "PullFailed", "Unavailable", "ConnectionLost",
-           "FileExists", "Process", "AsyncProcess", "Session", "AsyncSession", "SessionResult", "SessionBusy", "images"]
+           "FileExists", "Process", "AsyncProcess", "Session", "AsyncSession", "SessionResult", "SessionBusy", "images",
+           "trajectory"]
 
 _LIMITS = ("cpus", "memory_mb", "pids", "disk_mb", "timeout_s", "idle_timeout_s", "nofile", "ptys")
 _TOP = ("tier", "image", "pull", "network", "mounts", "protect", "env", "workdir", "labels", "hostname", "read_only", "writable_system", "watch_writes",
-        "on_violation", "disk", "user")
+        "on_violation", "disk", "user", "trajectory")
 
 
 def _spec(kw):
@@ -82,7 +83,7 @@ def _pty(pty):
     raise ValueError(f"pty: True, (rows, cols) or {{'rows': R, 'cols': C}}, not {pty!r}")
 
 
-def _exec_body(cmd, env, cwd, stdin, timeout_s, stream, verifier=False, copy=None, user=None, pty=None):
+def _exec_body(cmd, env, cwd, stdin, timeout_s, stream, verifier=False, copy=None, user=None, pty=None, step=None):
     if isinstance(cmd, str):
         cmd = ["sh", "-c", cmd]
     body = {"cmd": list(cmd), "encoding": "base64"}
@@ -103,11 +104,23 @@ def _exec_body(cmd, env, cwd, stdin, timeout_s, stream, verifier=False, copy=Non
     v = _verifier(verifier, copy)
     if v is not None:
         body["verifier"] = v
+    if step is not None:
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            raise ValueError(f"step: expected an int from 0, got {step!r}")
+        body["step"] = step
     return body
 
 
 def _q(path):
     return urllib.parse.quote(path, safe="")
+
+
+def _step_q(step):
+    if step is None:
+        return ""
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise ValueError(f"step: expected an int from 0, got {step!r}")
+    return f"&step={step}"
 
 
 def _label_query(label):
@@ -189,6 +202,11 @@ class ExecResult:
         self.stderr_bytes = base64.b64decode(d.get("stderr_b64", ""))
         self.stdout = self.stdout_bytes.decode("utf-8", "replace")
         self.stderr = self.stderr_bytes.decode("utf-8", "replace")
+        self.step = d.get("step")  # its index in the sandbox's trajectory, if it records one
+        self.replayed = d.get("replayed", False)  # answered from the trajectory's log: nothing ran
+        # False when it ran but its step could not be written down (step_error says why): re-issued, it runs again
+        self.step_recorded = d.get("step_recorded", self.step is not None)
+        self.step_error = d.get("step_error")
 
     def __repr__(self):
         return f"ExecResult(exit_code={self.exit_code}, stdout={self.stdout[:60]!r}, stderr={self.stderr[:60]!r})"
@@ -277,11 +295,12 @@ class _Files(_FilesUser):
     def __init__(self, sb):
         self._sb = sb
 
-    def write(self, path, data):
-        """Create or replace path (parents are made); returns its stat dict."""
+    def write(self, path, data, step=None):
+        """Create or replace path (parents are made); returns its stat dict. step=k: in a sandbox that
+        records a trajectory, this write is step k (run once, as exec's step)."""
         data = data.encode() if isinstance(data, str) else bytes(data)
-        _, body = self._sb._ep.request("PUT", self._u(f"{self._sb._path}/files?path={_q(path)}"), data,
-                                       {"Content-Type": "application/octet-stream"})
+        _, body = self._sb._ep.request("PUT", self._u(f"{self._sb._path}/files?path={_q(path)}" + _step_q(step)),
+                                       data, {"Content-Type": "application/octet-stream"})
         return json.loads(body)
 
     def read(self, path, max_bytes=None):
@@ -396,6 +415,13 @@ class _Files(_FilesUser):
             resp._cordon_conn.close()
 
 
+def trajectory(trajectory_id, endpoint=None):
+    """The steps recorded in trajectory trajectory_id (GET /v1/trajectories/{id}), whether or not a
+    sandbox records it now."""
+    ep = endpoint or Endpoint()
+    return ep.json("GET", "/v1/trajectories/" + urllib.parse.quote(trajectory_id, safe="/"))
+
+
 class Sandbox:
     """A sandbox in cordond. Use as a context manager: it is killed on exit."""
 
@@ -420,6 +446,15 @@ class Sandbox:
     def connect(cls, sandbox_id, endpoint=None):
         ep = endpoint or Endpoint()
         return cls(ep.json("GET", f"/v1/sandboxes/{_q(sandbox_id)}"), ep)
+
+    def trajectory(self):
+        """The steps recorded in this sandbox's trajectory (create(trajectory="ID")): {"id", "steps",
+        "next_step", "sandbox"}; each step has "step", "kind", "request", "result", "violations",
+        "time", "wall_ms" (docs/trajectories.md)."""
+        tid = self._info.get("spec", {}).get("trajectory")
+        if not tid:
+            raise ValueError(f"sandbox {self.id} records no trajectory")
+        return trajectory(tid, self._ep)
 
     @classmethod
     def list(cls, label=None, endpoint=None):
@@ -476,17 +511,19 @@ class Sandbox:
         return self.update(timeout_s=timeout_s)
 
     def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None,
-             pty=None):
+             pty=None, step=None):
         """Run cmd (a list, or a string for sh -c) to completion. cwd: absolute, or relative to
         the sandbox's workdir. pty=True (24x80), (rows, cols) or {"rows", "cols"}: on a
         pseudo-terminal (stdout and stderr are then one stream). verifier=True: a verifier
         step, which ends the sandbox's other processes first, runs alone and may read the
         protected paths; verifier="sibling", copy=[paths]: the same in a fresh sandbox of the
         same spec that gets only those paths from this one (docs/events.md). user: run as
-        this user of the sandbox ("name", "uid", "name:group", "uid:gid"; docs/spec.md)."""
+        this user of the sandbox ("name", "uid", "name:group", "uid:gid"; docs/spec.md). step=k: in a
+        sandbox that records a trajectory, this exec is step k: run once, and answered from the log
+        (.replayed) when step k is already recorded with the same request (docs/trajectories.md)."""
         return ExecResult(self._ep.json("POST", f"{self._path}/exec",
                                         _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier, copy, user,
-                                                   pty)))
+                                                   pty, step)))
 
     def start(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, user=None, pty=None, keep_stdin=False):
         """Start cmd in the background and return at once, with its Process (.pid in the sandbox).
@@ -543,13 +580,13 @@ class Sandbox:
         return CallResult(self._ep.json("POST", f"{self._path}/call", _call_body(code, input, timeout_s, fresh)))
 
     def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None,
-                    pty=None):
+                    pty=None, step=None):
         """Yield events as they come: {"type": "stdout"|"stderr", "data", "data_bytes"}, then
         {"type": "exit", "exit_code", …} (or {"type": "error", "error": {…}}). Closing the
         generator early (close(), leaving a for loop and dropping it) hangs up: cordond ends
         the command."""
         _, resp = self._ep.request("POST", f"{self._path}/exec",
-                                   _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy, user, pty),
+                                   _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy, user, pty, step),
                                    stream=True)
         decoders = {}
         lines = self._ep.lines(resp)
@@ -628,10 +665,11 @@ class _AsyncFiles(_FilesUser):
     def __init__(self, sb):
         self._sb = sb
 
-    async def write(self, path, data):
+    async def write(self, path, data, step=None):
         data = data.encode() if isinstance(data, str) else bytes(data)
-        _, body = await self._sb._ep.arequest("PUT", self._u(f"{self._sb._path}/files?path={_q(path)}"), data,
-                                              {"Content-Type": "application/octet-stream"})
+        _, body = await self._sb._ep.arequest(
+            "PUT", self._u(f"{self._sb._path}/files?path={_q(path)}" + _step_q(step)), data,
+            {"Content-Type": "application/octet-stream"})
         return json.loads(body)
 
     async def read(self, path, max_bytes=None):
@@ -737,6 +775,13 @@ class AsyncSandbox:
         ep = endpoint or Endpoint()
         return cls(await ep.ajson("GET", f"/v1/sandboxes/{_q(sandbox_id)}"), ep)
 
+    async def trajectory(self):
+        """As Sandbox.trajectory."""
+        tid = self._info.get("spec", {}).get("trajectory")
+        if not tid:
+            raise ValueError(f"sandbox {self.id} records no trajectory")
+        return await self._ep.ajson("GET", "/v1/trajectories/" + urllib.parse.quote(tid, safe="/"))
+
     @classmethod
     async def list(cls, label=None, endpoint=None):
         ep = endpoint or Endpoint()
@@ -777,11 +822,11 @@ class AsyncSandbox:
         return self._info
 
     async def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None,
-                   pty=None):
+                   pty=None, step=None):
         """Cancelled (asyncio.wait_for, task.cancel()), it hangs up at once: cordond ends the command."""
         return ExecResult(await self._ep.ajson("POST", f"{self._path}/exec",
                                                _exec_body(cmd, env, cwd, stdin, timeout_s, False, verifier, copy, user,
-                                                          pty)))
+                                                          pty, step)))
 
     async def start(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, user=None, pty=None,
                     keep_stdin=False):
@@ -814,12 +859,13 @@ class AsyncSandbox:
         return CallResult(await self._ep.ajson("POST", f"{self._path}/call", _call_body(code, input, timeout_s, fresh)))
 
     async def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None,
-                          pty=None):
+                          pty=None, step=None):
         """An async iterator of exec_stream's events. Cancelled, or closed early (aclose()), it
         hangs up: cordond ends the command."""
         decoders = {}
         lines = alines(self._ep.astream("POST", f"{self._path}/exec",
-                                        _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy, user, pty)))
+                                        _exec_body(cmd, env, cwd, stdin, timeout_s, True, verifier, copy, user, pty,
+                                                   step)))
         try:
             async for line in lines:
                 yield _stream_event(json.loads(line), decoders)

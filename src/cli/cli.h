@@ -29,6 +29,7 @@ int cdn_cli_stats(int argc, char *const *argv);
 int cdn_cli_ls(int argc, char *const *argv);
 int cdn_cli_inspect(int argc, char *const *argv);
 int cdn_cli_events(int argc, char *const *argv);
+int cdn_cli_trajectory(int argc, char *const *argv);
 /* cordon cp, mv, chmod (cp.c, full build only). */
 int cdn_cli_cp(int argc, char *const *argv);
 int cdn_cli_mv(int argc, char *const *argv);

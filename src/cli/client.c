@@ -106,14 +106,17 @@ int cdn_cli_exec(int argc, char *const *argv)
                 "  -i, --interactive: our stdin is its stdin (piped, or typed)\n"
                 "  -t, --tty: on a terminal of our window's size; ours is raw meanwhile (-it: docker's)\n"
                 "  --workdir DIR: absolute, or relative to the sandbox's workdir\n"
-                "  --user U: name, uid, name:group or uid:gid of the sandbox's /etc/passwd\n");
+                "  --user U: name, uid, name:group or uid:gid of the sandbox's /etc/passwd\n"
+                "  --step K: step K of the sandbox's trajectory: run once, answered from its log when\n"
+                "            step K is recorded with the same command (docs/trajectories.md)\n");
         return 125;
     }
     const char *id = NULL; /* the first word that is not a flag: flags go before it (docker's way) or after */
     const char *env[256] = {0}, *copy[17] = {0}, *cwd = NULL, *user = NULL;
     size_t n_env = 0, n_copy = 0;
     double timeout_s = 0;
-    bool verifier = false, sibling = false, detach = false, in = false, tty = false;
+    uint64_t step = 0;
+    bool verifier = false, sibling = false, detach = false, in = false, tty = false, has_step = false;
     int i = 0;
     for (; i < argc && (!id || argv[i][0] == '-'); i++) {
         const char *a = argv[i];
@@ -157,6 +160,8 @@ int cdn_cli_exec(int argc, char *const *argv)
             timeout_s = (double) ms / 1000.0;
         else if (strcmp(a, "--copy") == 0 && n_copy < ELEMENTSOF(copy) - 1)
             copy[n_copy++] = v;
+        else if (strcmp(a, "--step") == 0 && cdn_parse_u64(v, &step) == 0)
+            has_step = true;
         else {
             fprintf(stderr, "cordon exec: %s '%s': unknown flag or bad value\n", a, v);
             return 125;
@@ -169,6 +174,11 @@ int cdn_cli_exec(int argc, char *const *argv)
     if (sibling != (n_copy > 0)) {
         fprintf(stderr,
                 "cordon exec: --verifier=sibling takes one --copy PATH or more, and --copy needs it\n");
+        return 125;
+    }
+    if (has_step && (in || tty || detach || sibling)) {
+        fprintf(stderr,
+                "cordon exec: --step is for a command in the foreground, not with -i, -t, -d or a sibling\n");
         return 125;
     }
     if ((in || tty) && (detach || verifier)) {
@@ -206,6 +216,21 @@ int cdn_cli_exec(int argc, char *const *argv)
                                     .user = user};
     struct cordon_exec_result res;
     uint32_t pid = 0;
+    if (has_step) { /* buffered: a replayed step's output comes whole */
+        bool replayed = false;
+        int r = cordon_exec_step(c, id, (const char *const *) argv + i, &opts, step, &res, &replayed);
+        int ret = r < 0 ? cdn_cli_fail(c, r, "exec") : res.exit_code;
+        if (r >= 0) {
+            write_out(1, res.out, res.out_len, NULL);
+            write_out(2, res.err, res.err_len, NULL);
+            if (replayed && isatty(STDERR_FILENO))
+                fprintf(stderr, "cordon: step %llu was answered from the trajectory's log\n",
+                        (unsigned long long) step);
+            cordon_exec_result_free(&res);
+        }
+        cordon_client_free(c);
+        return ret;
+    }
     int r = detach && verifier
                 ? (fprintf(stderr, "cordon exec: a verifier step runs in the foreground\n"), -EINVAL)
             : detach
@@ -482,6 +507,65 @@ int cdn_cli_events(int argc, char *const *argv)
     int ret = r < 0 ? (c ? cdn_cli_fail(c, r, "events") : 125) : 0;
     if (ret == 0)
         (void) fwrite(body, 1, len, stdout);
+    free(body);
+    cordon_client_free(c);
+    return ret;
+}
+
+/* cordon trajectory show|export ID: its steps (GET /v1/trajectories/{id}), a line each for people,
+ * or as JSONL (a step's whole record a line) for a training pipeline. */
+int cdn_cli_trajectory(int argc, char *const *argv)
+{
+    bool show = argc == 2 && strcmp(argv[0], "show") == 0,
+         export = argc == 2 && strcmp(argv[0], "export") == 0;
+    if ((!show && !export) || !cdn_trajectory_id_valid(argv[1])) {
+        fprintf(stderr, "usage: cordon trajectory show|export ID\n"
+                        "  show: a line a step (step, kind, exit code, time, command, violations)\n"
+                        "  export: every step's record as JSONL (docs/trajectories.md)\n");
+        return 125;
+    }
+    char path[300];
+    (void) snprintf(path, sizeof path, "/v1/trajectories/%s", argv[1]);
+    cordon_client *c = cdn_cli_connect();
+    char *body = NULL;
+    size_t len = 0;
+    int r = c ? cordon_request(c, "GET", path, NULL, 0, NULL, NULL, &body, &len) : -ENOMEM;
+    int ret = r < 0 ? (c ? cdn_cli_fail(c, r, "trajectory") : 125) : 0;
+    json_t *o = ret == 0 ? json_loadb(body, len, 0, NULL) : NULL;
+    json_t *steps = json_object_get(o, "steps");
+    if (ret == 0 && !json_is_array(steps)) {
+        fprintf(stderr, "cordon trajectory: cordond's answer is not a trajectory\n");
+        ret = 125;
+    }
+    size_t i;
+    json_t *s;
+    json_array_foreach(steps, i, s)
+    {
+        if (export) {
+            _cleanup_free_ char *line = json_dumps(s, JSON_COMPACT);
+            if (line)
+                printf("%s\n", line);
+            continue;
+        }
+        json_t *res = json_object_get(s, "result"), *req = json_object_get(s, "request");
+        bool write = json_object_get(req, "path") != NULL; /* a file write's: its path, not a command */
+        _cleanup_free_ char *cmd = write ? strdup(json_string_value(json_object_get(req, "path")) ?: "")
+                                         : json_dumps(json_object_get(req, "argv"), JSON_COMPACT);
+        _cleanup_free_ char *viol = json_object_size(json_object_get(s, "violations"))
+                                        ? json_dumps(json_object_get(s, "violations"), JSON_COMPACT)
+                                        : NULL;
+        printf("%4lld  %-5s exit %-3lld %8.1f ms  %s%s%s\n",
+               (long long) json_integer_value(json_object_get(s, "step")),
+               json_string_value(json_object_get(s, "kind")) ?: "?",
+               (long long) json_integer_value(json_object_get(res, "exit_code")),
+               json_number_value(json_object_get(s, "wall_ms")), cmd ? cmd : "", viol ? "  violations " : "",
+               viol ? viol : "");
+    }
+    if (show && ret == 0)
+        printf("next step %lld%s%s\n", (long long) json_integer_value(json_object_get(o, "next_step")),
+               json_string_value(json_object_get(o, "sandbox")) ? ", sandbox " : "",
+               json_string_value(json_object_get(o, "sandbox")) ?: "");
+    json_decref(o);
     free(body);
     cordon_client_free(c);
     return ret;

@@ -122,6 +122,13 @@ static int f_user(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
         return -EINVAL;
     return set_str(&o->spec.user, a);
 }
+static int f_trajectory(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    if (!cdn_trajectory_id_valid(a))
+        return cdn_error_field(e, EINVAL, "trajectory",
+                               "--trajectory: segments of letters, digits, '.', '_' or '-' joined by '/'");
+    return set_str(&o->spec.trajectory, a);
+}
 static int f_hostname(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 {
     (void) e;
@@ -277,6 +284,8 @@ static const struct flag flags[] = {
      "run as name, uid, name:group or uid:gid of the sandbox's /etc/passwd (container tier; default: "
      "the image's User, else root)"},
     {"--hostname", true, f_hostname, "hostname", "NAME", "host name inside (default cordon)"},
+    {"--trajectory", true, f_trajectory, "trajectory", "ID",
+     "record its steps in trajectory ID (cordon create; docs/trajectories.md)"},
     {"--label", true, f_label, "labels", "K=V", "attach a label"},
     {"--protect", true, f_protect, "protect", "GLOB",
      "path the agent may neither read nor write (repeatable; * ? [..] and a trailing /**)"},

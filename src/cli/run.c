@@ -433,6 +433,9 @@ int cdn_cli_run(int argc, char *const *argv)
     if (r >= 0 && o.spec.limits.idle_timeout_ms) /* one command: never idle while it runs */
         r = cdn_error_field(&err, EINVAL, "limits.idle_timeout_s",
                             "--idle-timeout: for cordond's sandboxes (cordon create), not a one-shot run");
+    if (r >= 0 && o.spec.trajectory) /* its steps are cordond's to record */
+        r = cdn_error_field(&err, EINVAL, "trajectory",
+                            "--trajectory: for cordond's sandboxes (cordon create), not a one-shot run");
     if (r >= 0)
         r = check_binds(&o, &err);
     if (r >= 0 && cdn_tier_lookup(o.spec.tier))

@@ -194,12 +194,31 @@ int cdn_spec_init(struct cdn_spec *spec)
     return 0;
 }
 
+bool cdn_trajectory_id_valid(const char *id)
+{
+    size_t n = strlen(id);
+    if (n == 0 || n > CDN_TRAJECTORY_ID_MAX)
+        return false;
+    for (const char *s = id;;) {
+        size_t k = strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-");
+        if (k == 0 || k > 64 || (k == 1 && s[0] == '.') || (k == 2 && s[0] == '.' && s[1] == '.') ||
+            (k == 11 && strncmp(s, "steps.jsonl", 11) == 0)) /* a log's own name (daemon/trajectory.c) */
+            return false;
+        if (s[k] == 0)
+            return true;
+        if (s[k] != '/')
+            return false;
+        s += k + 1;
+    }
+}
+
 void cdn_spec_free(struct cdn_spec *spec)
 {
     free(spec->image);
     free(spec->workdir);
     free(spec->hostname);
     free(spec->user);
+    free(spec->trajectory);
     for (size_t i = 0; i < spec->n_mounts; i++) {
         free(spec->mounts[i].source);
         free(spec->mounts[i].target);
@@ -448,6 +467,12 @@ int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
                                cdn_pull_policy_to_string(spec->pull), spec->image);
     if (spec->user && cdn_user_check(spec->user, err) < 0)
         return -EINVAL;
+    if (spec->trajectory && !cdn_trajectory_id_valid(spec->trajectory))
+        return cdn_error_field(
+            err, EINVAL, "trajectory",
+            "trajectory: segments of letters, digits, '.', '_' or '-' (1-64 bytes, not '.' or "
+            "'..') joined by '/', at most %d bytes",
+            CDN_TRAJECTORY_ID_MAX);
     size_t hl = strlen(spec->hostname);
     if (hl == 0 || hl > 63 ||
         strspn(spec->hostname, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") != hl)

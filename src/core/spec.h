@@ -56,6 +56,9 @@ struct cdn_spec {
      * resolved in the sandbox's own /etc/passwd (shared/user.h); NULL: root of the sandbox, or the
      * image's config User where the tier takes one. */
     char *user;
+    /* The trajectory its steps are recorded in (docs/trajectories.md): segments of [A-Za-z0-9._-]
+     * (1-64 bytes, not "." or "..") joined by '/', at most CDN_TRAJECTORY_ID_MAX bytes; NULL: none. */
+    char *trajectory;
     bool read_only_root;
     /* The image's system directories (/usr, /etc, /bin, /lib*, /boot…) writable to commands too, as
      * package managers need (apt, pip into a python image's /usr/local): no system_write violations
@@ -75,16 +78,20 @@ struct cdn_spec {
 };
 
 /* Limits of accepted values; documented in docs/spec.md. */
-#define CDN_MEMORY_MB_MIN  8
-#define CDN_MEMORY_MB_MAX  (1024ULL * 1024)
-#define CDN_PIDS_MIN       2
-#define CDN_PIDS_MAX       (1u << 22)
-#define CDN_DISK_MB_MIN    1
-#define CDN_DISK_MB_MAX    (1024ULL * 1024)
-#define CDN_TIMEOUT_MS_MAX (7ULL * 24 * 3600 * 1000)
-#define CDN_PTYS_MAX       (1u << 20) /* the kernel's NR_UNIX98_PTY_MAX */
-#define CDN_MAX_MOUNTS     64
-#define CDN_MAX_LIST       CDN_STRV_MAX
+#define CDN_MEMORY_MB_MIN     8
+#define CDN_MEMORY_MB_MAX     (1024ULL * 1024)
+#define CDN_PIDS_MIN          2
+#define CDN_PIDS_MAX          (1u << 22)
+#define CDN_DISK_MB_MIN       1
+#define CDN_DISK_MB_MAX       (1024ULL * 1024)
+#define CDN_TIMEOUT_MS_MAX    (7ULL * 24 * 3600 * 1000)
+#define CDN_PTYS_MAX          (1u << 20) /* the kernel's NR_UNIX98_PTY_MAX */
+#define CDN_MAX_MOUNTS        64
+#define CDN_TRAJECTORY_ID_MAX 200
+#define CDN_MAX_LIST          CDN_STRV_MAX
+
+/* Whether id is a trajectory's id (the syntax of spec.trajectory). */
+bool cdn_trajectory_id_valid(const char *id);
 
 const char *cdn_tier_to_string(enum cdn_tier t);
 int cdn_tier_from_string(const char *s);

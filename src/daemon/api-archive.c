@@ -603,6 +603,9 @@ void cdn_api_archive(struct evhttp_request *req, struct box *b)
     if (cdn_file_args_parse(evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req)),
                             upload ? CDN_FILE_WRITE : CDN_FILE_READ, b->spec.workdir, &args, &err) < 0)
         return cdn_api_reply_cdn_error(req, 400, "invalid_query", &err);
+    if (args.has_step)
+        return cdn_api_reply_error(req, 400, "invalid_query", "step",
+                                   "step: an archive is not a trajectory's step (PUT …/files is)");
     struct arch_call *a = calloc(1, sizeof *a);
     if (!a)
         return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");

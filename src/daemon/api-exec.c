@@ -17,6 +17,9 @@
 
 #include "api.h"
 #include "exec-args.h"
+#include "core/json-util.h"
+#include "oci/digest.h"
+#include "trajectory.h"
 #include "tiers/tier.h"
 #include "confine/landlock.h"
 #include "shared/sysdirs.h"
@@ -61,6 +64,9 @@ struct call {
     /* How long the agent gets to end what it was asked to end (a QUIESCE; the command of a client
      * that left): past it the request is given up (give_up), whatever the agent does. */
     struct event *deadline_ev;
+    /* A trajectory's step (trajectory.h): recorded before its answer goes; a streamed one's output
+     * is kept in out/err too, within max_output_bytes, for the log. */
+    struct traj_step traj;
 };
 
 static double ms_since(const struct timespec *t0)
@@ -100,6 +106,7 @@ static void call_free(struct call *c)
     }
     free(c->last);
     json_decref(c->argv);
+    cdn_traj_abort(&c->traj); /* one that ended without an EXIT: not a step */
     call_done(c);
     if (c->closed_ev)
         event_free(c->closed_ev);
@@ -445,6 +452,32 @@ static json_t *lost_json(struct call *c, int *status)
     return cdn_api_error_json("sandbox_gone", NULL, "the sandbox ended before the command did");
 }
 
+/* The step's line in its trajectory, before the answer goes: res with the output kept (base64, the
+ * exact bytes), then res says which step it was (and, should the log fail, that it was not kept). */
+static void record_step(struct call *c, json_t *res)
+{
+    uint64_t k = c->traj.k;
+    json_t *result = json_deep_copy(res);
+    if (result) {
+        json_object_set_new(
+            result, "stdout_b64",
+            cdn_api_bytes_json(evbuffer_pullup(c->out, -1), evbuffer_get_length(c->out), true));
+        json_object_set_new(
+            result, "stderr_b64",
+            cdn_api_bytes_json(evbuffer_pullup(c->err, -1), evbuffer_get_length(c->err), true));
+        if (c->out_trunc || c->err_trunc)
+            json_object_set_new(result, "truncated", json_true());
+    }
+    int r = result ? cdn_traj_record(c->box, &c->traj, "exec", result) : -ENOMEM;
+    if (!result)
+        cdn_traj_abort(&c->traj);
+    json_object_set_new(res, "step", json_integer((json_int_t) k));
+    if (r < 0) { /* it ran, and a re-issue of it would run it again: the client must know */
+        json_object_set_new(res, "step_recorded", json_false());
+        json_object_set_new(res, "step_error", json_string(strerror(-r)));
+    }
+}
+
 static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_t len)
 {
     if (c->verifier && c->box->verifier == VERIFIER_RUNNING && c->box->state == BOX_RUNNING) {
@@ -488,6 +521,9 @@ static void exec_finish(struct call *c, uint16_t type, const uint8_t *p, uint32_
             json_object_set_new(ev, "verifier", json_string(c->owner ? "sibling" : "in_place"));
         cdn_box_event(owner, "exec", ev);
         cdn_box_check_limits(c->box); /* an OOM kill or a pids-limit hit during it is a violation */
+        if (c->traj.t && res &&
+            !c->departed) /* killed for a client that left: not a step (re-issued, it runs) */
+            record_step(c, res);
     } else if (c->fail_code) {
         status = c->fail_status;
         res = cdn_api_error_json(c->fail_code, NULL, c->fail_msg);
@@ -544,7 +580,8 @@ static void exec_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
         if (c->stream) {
             if (!c->client_gone)
                 stream_text(c, type == CDN_FRAME_STDOUT ? 0 : 1, p, len);
-            return;
+            if (!c->traj.t)
+                return;
         }
         struct evbuffer *b = type == CDN_FRAME_STDOUT ? c->out : c->err;
         bool *trunc = type == CDN_FRAME_STDOUT ? &c->out_trunc : &c->err_trunc;
@@ -668,6 +705,89 @@ int cdn_api_exec_send(struct box *b, struct agent_req *req, const struct exec_ar
     return r;
 }
 
+static void exec_begin(struct evhttp_request *req, struct box *b, struct exec_args *args, struct box *owner,
+                       void (*done)(void *arg), void *done_arg, struct traj_step *step);
+
+/* What makes an exec the same step again (trajectory.h): its command line, environment, directory,
+ * user, stdin (its digest), timeout and whether it is a verifier step; not how its answer is sent. */
+static json_t *exec_request_json(const struct box *b, const struct exec_args *a)
+{
+    json_t *argv = json_array(), *env = json_object();
+    for (size_t i = 0; argv && i < a->argv.n; i++)
+        json_array_append_new(argv,
+                              cdn_json_lossy_string((const uint8_t *) a->argv.v[i], strlen(a->argv.v[i])));
+    for (size_t i = 0; env && i < a->env.n; i++) {
+        const char *eq = strchr(a->env.v[i], '=');
+        _cleanup_free_ char *k = eq ? strndup(a->env.v[i], (size_t) (eq - a->env.v[i])) : NULL;
+        if (k)
+            json_object_set_new(env, k, cdn_json_lossy_string((const uint8_t *) eq + 1, strlen(eq + 1)));
+    }
+    char digest[CDN_DIGEST_MAX] = "";
+    _cleanup_hasher_ struct cdn_hasher *h = NULL;
+    if (a->has_stdin && cdn_hasher_new("sha256", &h) == 0) {
+        cdn_hasher_update(h, a->stdin_data, (size_t) a->stdin_len);
+        cdn_hasher_digest(h, digest);
+    }
+    return json_pack("{s:o, s:o, s:s, s:s?, s:s?, s:f, s:b}", "argv", argv ? argv : json_array(), "env",
+                     env ? env : json_object(), "cwd", a->cwd ? a->cwd : b->spec.workdir, "user", a->user,
+                     "stdin_sha256", a->has_stdin ? digest : NULL, "timeout_s", a->timeout_s, "verifier",
+                     a->verifier != EXEC_PLAIN);
+}
+
+/* One recorded output (base64 in the log) as bytes; NULL with *n 0 for none. */
+static uint8_t *recorded_bytes(json_t *res, const char *key, size_t *n)
+{
+    const char *s = json_string_value(json_object_get(res, key));
+    size_t len = s ? strlen(s) : 0;
+    uint8_t *out = len ? malloc(len / 4 * 3 + 3) : NULL;
+    long k = out ? cdn_base64_decode(s, len, out) : 0;
+    *n = k > 0 ? (size_t) k : 0;
+    return out;
+}
+
+/* A recorded step answered again (trajectory.h), as this request asks for it: buffered or
+ * streamed, text or base64; "replayed": true. Nothing runs. */
+static void replay(struct evhttp_request *req, struct box *box, const struct exec_args *a, json_t *recorded)
+{
+    _cleanup_json_ json_t *line = recorded;
+    cdn_box_touch(box); /* a request like any: the idle clock starts again */
+    json_t *res = json_deep_copy(json_object_get(line, "result"));
+    if (!res)
+        return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
+    size_t no = 0, ne = 0;
+    _cleanup_free_ uint8_t *out = recorded_bytes(res, "stdout_b64", &no);
+    _cleanup_free_ uint8_t *err = recorded_bytes(res, "stderr_b64", &ne);
+    json_object_del(res, "stdout_b64");
+    json_object_del(res, "stderr_b64");
+    json_object_set(res, "step", json_object_get(line, "step"));
+    json_object_set_new(res, "replayed", json_true());
+    const char *ko = a->b64 ? "stdout_b64" : "stdout", *ke = a->b64 ? "stderr_b64" : "stderr";
+    if (!a->stream) {
+        json_object_set_new(res, ko, cdn_api_bytes_json(out ? out : (const uint8_t *) "", no, a->b64));
+        json_object_set_new(res, ke, cdn_api_bytes_json(err ? err : (const uint8_t *) "", ne, a->b64));
+        return cdn_api_reply_json(req, 200, res);
+    }
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/x-ndjson");
+    _cleanup_evbuffer_ struct evbuffer *b = evbuffer_new();
+    json_t *lines[3] = {no ? json_pack("{s:s, s:o}", "type", "stdout", a->b64 ? "data_b64" : "data",
+                                       cdn_api_bytes_json(out, no, a->b64))
+                           : NULL,
+                        ne ? json_pack("{s:s, s:o}", "type", "stderr", a->b64 ? "data_b64" : "data",
+                                       cdn_api_bytes_json(err, ne, a->b64))
+                           : NULL,
+                        res};
+    json_object_set_new(res, "type", json_string("exit"));
+    for (int i = 0; i < 3; i++) {
+        _cleanup_free_ char *s = lines[i] ? json_dumps(lines[i], JSON_COMPACT) : NULL;
+        json_decref(lines[i]);
+        if (s && b) {
+            evbuffer_add(b, s, strlen(s));
+            evbuffer_add(b, "\n", 1);
+        }
+    }
+    evhttp_send_reply(req, 200, "OK", b);
+}
+
 void cdn_api_exec(struct evhttp_request *req, struct box *b)
 {
     if (!cdn_api_box_usable(req, b))
@@ -689,16 +809,43 @@ void cdn_api_exec(struct evhttp_request *req, struct box *b)
         return cdn_api_sibling_start(req, b, &a);
     if (a.background)
         return cdn_api_proc_start(req, b, &a);
-    cdn_api_exec_begin(req, b, &a, NULL, NULL, NULL);
+    struct traj_step step = {0};
+    if (b->spec.trajectory && !a.pty) { /* a terminal's session is not a step */
+        json_t *recorded = NULL;
+        int status;
+        const char *code;
+        int t = cdn_traj_begin(b, "exec", exec_request_json(b, &a), a.has_step, a.step, &step, &recorded,
+                               &status, &code, &e);
+        if (t < 0)
+            return cdn_api_reply_cdn_error(req, status, code, &e);
+        if (t == TRAJ_REPLAY)
+            return replay(req, b, &a, recorded);
+    } else if (a.has_step)
+        return cdn_api_reply_error(req, 400, "invalid_argument", "step",
+                                   "step: sandbox %s records no trajectory (create it with \"trajectory\")",
+                                   b->sb.id);
+    exec_begin(req, b, &a, NULL, NULL, NULL, &step);
 }
 
 void cdn_api_exec_begin(struct evhttp_request *req, struct box *b, struct exec_args *args, struct box *owner,
                         void (*done)(void *arg), void *done_arg)
 {
+    exec_begin(req, b, args, owner, done, done_arg, NULL);
+}
+
+static void exec_begin(struct evhttp_request *req, struct box *b, struct exec_args *args, struct box *owner,
+                       void (*done)(void *arg), void *done_arg, struct traj_step *step)
+{
     _cleanup_(cdn_exec_args_free) struct exec_args a = *args;
     *args = (struct exec_args){0};
     int r = 0;
     struct call *c = call_new(req, b, exec_frame);
+    if (c && step) {
+        c->traj = *step; /* the call's now: recorded at its EXIT, else let go with it */
+        *step = (struct traj_step){0};
+    }
+    if (step)
+        cdn_traj_abort(step); /* no call to hand it to */
     if (c) {
         c->stream = a.stream;
         c->b64 = a.b64;

@@ -21,6 +21,8 @@
 #include "api.h"
 #include "file-args.h"
 #include "shared/base64.h"
+#include "oci/digest.h"
+#include "trajectory.h"
 
 #define UPLOAD_CHUNK (512u << 10)
 #define LIST_MAX     10000      /* entries of one ls answer */
@@ -54,6 +56,7 @@ struct file_call {
     void *view_arg;
     struct evbuffer *body;      /* a write's bytes when not the request's own */
     struct event *keepalive_ev; /* a view's watch */
+    struct traj_step traj;      /* a write that is a trajectory's step: recorded before its answer */
 };
 
 static json_t *stat_json(const char *path, const struct cdn_file_stat *st);
@@ -426,7 +429,17 @@ static void reply_done(struct file_call *fc, const uint8_t *p, uint32_t len)
         return cdn_api_reply_json(fc->req, 200, stat_json(fc->to, &st));
     default:
         json_decref(path);
-        return cdn_api_reply_json(fc->req, 200, stat_json(fc->path, &st));
+        json_t *res = stat_json(fc->path, &st);
+        if (fc->traj.t && res) { /* the step's line first, then its answer */
+            uint64_t k = fc->traj.k;
+            int r = cdn_traj_record(fc->box, &fc->traj, "write", json_deep_copy(res));
+            json_object_set_new(res, "step", json_integer((json_int_t) k));
+            if (r < 0) {
+                json_object_set_new(res, "step_recorded", json_false());
+                json_object_set_new(res, "step_error", json_string(strerror(-r)));
+            }
+        }
+        return cdn_api_reply_json(fc->req, 200, res);
     }
 }
 
@@ -461,6 +474,7 @@ static void finish(struct file_call *fc, uint16_t type, const uint8_t *p, uint32
         event_free(fc->keepalive_ev);
     const struct cdn_file_view *view = fc->view;
     void *view_arg = fc->view_arg;
+    cdn_traj_abort(&fc->traj); /* not answered as done: not a step */
     free(fc);
     if (view && view->release)
         view->release(view_arg);
@@ -579,9 +593,21 @@ static void file_call_freep(struct file_call **p)
     }
 }
 
+static int file_start(struct evhttp_request *req, struct box *b, int op, uint32_t mode,
+                      const struct file_args *a, const struct cdn_file_view *view, void *arg,
+                      struct evbuffer *body, struct traj_step *step);
+
 int cdn_api_file_start(struct evhttp_request *req, struct box *b, int op, uint32_t mode,
                        const struct file_args *a, const struct cdn_file_view *view, void *arg,
                        struct evbuffer *body)
+{
+    return file_start(req, b, op, mode, a, view, arg, body, NULL);
+}
+
+/* step: a trajectory's step, the call's once it is sent (else the caller's still). */
+static int file_start(struct evhttp_request *req, struct box *b, int op, uint32_t mode,
+                      const struct file_args *a, const struct cdn_file_view *view, void *arg,
+                      struct evbuffer *body, struct traj_step *step)
 {
     _cleanup_(file_call_freep) struct file_call *fc = calloc(1, sizeof *fc);
     if (!fc || (op == CDN_FILE_LIST && !(fc->entries = json_array())))
@@ -602,6 +628,10 @@ int cdn_api_file_start(struct evhttp_request *req, struct box *b, int op, uint32
     if (r < 0)
         return r;
     struct file_call *sent = TAKE_PTR(fc); /* the agent's frames finish() it */
+    if (step) {
+        sent->traj = *step;
+        *step = (struct traj_step){0};
+    }
     struct evhttp_connection *conn = evhttp_request_get_connection(req);
     evhttp_connection_set_closecb(conn, on_conn_close, sent);
     /* evhttp does not read while a request is being answered: only the socket tells a hang-up
@@ -613,6 +643,21 @@ int cdn_api_file_start(struct evhttp_request *req, struct box *b, int op, uint32
     return 0;
 }
 
+/* What makes a write the same step again: its path, its bytes (their digest and length), its user. */
+static json_t *write_request_json(struct evhttp_request *req, const struct file_args *a)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t n = evbuffer_get_length(in);
+    char digest[CDN_DIGEST_MAX] = "";
+    _cleanup_hasher_ struct cdn_hasher *h = NULL;
+    if (cdn_hasher_new("sha256", &h) < 0)
+        return NULL;
+    cdn_hasher_update(h, n ? evbuffer_pullup(in, (ev_ssize_t) n) : (const uint8_t *) "", n);
+    cdn_hasher_digest(h, digest);
+    return json_pack("{s:s, s:s, s:I, s:s?}", "path", a->path, "sha256", digest, "bytes", (json_int_t) n,
+                     "user", a->user[0] ? a->user : NULL);
+}
+
 static void file_call(struct evhttp_request *req, struct box *b, int op, uint32_t mode)
 {
     struct file_args a;
@@ -622,7 +667,31 @@ static void file_call(struct evhttp_request *req, struct box *b, int op, uint32_
     if (cdn_file_args_parse(evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req)), op, b->spec.workdir, &a,
                             &err) < 0)
         return cdn_api_reply_cdn_error(req, 400, "invalid_query", &err);
-    int r = cdn_api_file_start(req, b, op, mode, &a, NULL, NULL, NULL);
+    struct traj_step step = {0};
+    if (op == CDN_FILE_WRITE && b->spec.trajectory) {
+        json_t *recorded = NULL;
+        int status;
+        const char *code;
+        int t = cdn_traj_begin(b, "write", write_request_json(req, &a), a.has_step, a.step, &step, &recorded,
+                               &status, &code, &err);
+        if (t < 0)
+            return cdn_api_reply_cdn_error(req, status, code, &err);
+        if (t == TRAJ_REPLAY) { /* its answer again; nothing is written */
+            json_t *res = json_deep_copy(json_object_get(recorded, "result"));
+            if (res) {
+                json_object_set(res, "step", json_object_get(recorded, "step"));
+                json_object_set_new(res, "replayed", json_true());
+            }
+            json_decref(recorded);
+            return res ? cdn_api_reply_json(req, 200, res)
+                       : cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
+        }
+    } else if (a.has_step)
+        return cdn_api_reply_error(req, 400, "invalid_query", "step",
+                                   "step: sandbox %s records no trajectory (create it with \"trajectory\")",
+                                   b->sb.id);
+    int r = file_start(req, b, op, mode, &a, NULL, NULL, NULL, &step);
+    cdn_traj_abort(&step); /* still here: it was not sent */
     if (r < 0)
         cdn_api_reply_error(req, r == -ENOBUFS ? 400 : 500, "file_error", "path", "%s",
                             r == -ENOBUFS  ? "path is too long"

@@ -21,6 +21,7 @@
 #include "e2b.h"
 #include "images.h"
 #include "record.h"
+#include "trajectory.h"
 #include "update-args.h"
 #include "core/json-util.h"
 #include "tiers/tier.h"
@@ -195,7 +196,34 @@ static void route_create(struct evhttp_request *req)
         cdn_api_reply_cdn_error(req, 400, "invalid_spec", &err);
         return;
     }
+    struct box *b;
+    LIST_FOREACH(b, &cdn_daemon->boxes, link)
+    if (spec.trajectory && b->spec.trajectory && strcmp(b->spec.trajectory, spec.trajectory) == 0 &&
+        b->state != BOX_EXITED && !b->dying) {
+        cdn_api_reply_error(req, 409, "trajectory_in_use", "trajectory",
+                            "trajectory '%s' is sandbox %s's: one sandbox records a trajectory at a time",
+                            spec.trajectory, b->sb.id);
+        cdn_spec_free(&spec);
+        return;
+    }
     cdn_box_create(&spec, (struct cdn_box_waiter){.done = create_answered, .arg = req});
+}
+
+/* GET /v1/trajectories/{id}: the steps of a trajectory (trajectory.h); its id may hold '/'. */
+static void route_trajectory(struct evhttp_request *req, const char *id)
+{
+    struct cdn_error err = {0};
+    json_t *o = cdn_traj_json(id, &err);
+    if (!o)
+        return cdn_api_reply_cdn_error(req,
+                                       err.errnum == EINVAL   ? 400
+                                       : err.errnum == ENOENT ? 404
+                                                              : 500,
+                                       err.errnum == EINVAL   ? "invalid_argument"
+                                       : err.errnum == ENOENT ? "trajectory_not_found"
+                                                              : "internal",
+                                       &err);
+    cdn_api_reply_json(req, 200, o);
 }
 
 /* PATCH /v1/sandboxes/{id}/network: {"mode": "allowlist"|"open", "allow": [...]}
@@ -1008,6 +1036,11 @@ static void route(struct evhttp_request *req, void *arg)
         return route_metrics(req);
     if (strncmp(path, "/v1/images", 10) == 0 && (path[10] == '\0' || path[10] == '/'))
         return cdn_api_images(req, path);
+    if (strncmp(path, "/v1/trajectories/", 17) == 0) {
+        if (m != EVHTTP_REQ_GET)
+            return cdn_api_reply_error(req, 405, "method_not_allowed", NULL, "%.64s takes GET", path);
+        return route_trajectory(req, path + 17);
+    }
     if (strcmp(path, "/v1/sandboxes") == 0) {
         if (m == EVHTTP_REQ_POST)
             return route_create(req);

@@ -184,6 +184,10 @@ static int parse_object_fields(json_t *o, const char *workdir, struct exec_args 
                     : bad(e, "timeout_s", "must be a number of seconds, > 0 and at most 604800");
         else if (strcmp(k, "verifier") == 0)
             r = parse_verifier(v, a, e);
+        else if (strcmp(k, "step") == 0)
+            r = json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < (1LL << 40)
+                    ? (a->has_step = true, a->step = (uint64_t) json_integer_value(v), 0)
+                    : bad(e, "step", "must be an integer from 0 (the trajectory's step this exec is)");
         else if (strcmp(k, "stream") == 0)
             r = json_is_boolean(v) ? (a->stream = json_is_true(v), 0)
                                    : bad(e, "stream", "must be true or false");
@@ -230,6 +234,10 @@ static int parse_object(json_t *o, const char *workdir, struct exec_args *a, str
         return bad(e, "background", "a verifier step runs in the foreground");
     if (a->keep_stdin && !a->background)
         return bad(e, "keep_stdin", "only for a background process (write it with …/processes/{pid}/stdin)");
+    if (a->has_step && (a->background || a->verifier == EXEC_VERIFIER_SIBLING || a->pty))
+        return bad(e, "step",
+                   "a trajectory's step is a command in the foreground, not background, pty or a "
+                   "sibling verifier");
     return 0;
 }
 

@@ -1,5 +1,5 @@
 /* The exec request body (docs/cordond.md): cmd, env, cwd, user, stdin or
- * stdin_b64, timeout_s, stream, encoding, pty, background, keep_stdin. */
+ * stdin_b64, timeout_s, stream, encoding, pty, background, keep_stdin, step. */
 #pragma once
 
 #include <jansson.h>
@@ -31,6 +31,8 @@ struct exec_args {
     struct cdn_strv copy;
     double timeout_s;
     uint16_t rows, cols;
+    bool has_step; /* "step": k, the trajectory's step this exec is (trajectory.h) */
+    uint64_t step;
 };
 
 /* Longest cwd, once joined to the workdir (as file-args.h's path). */

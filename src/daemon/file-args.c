@@ -34,8 +34,21 @@ static const struct {
     {"mode", 1u << CDN_FILE_CHMOD},
     {"recursive", 1u << CDN_FILE_WATCH},
     {"user", ~0u},
+    {"step", 1u << CDN_FILE_WRITE},
 };
-enum { P_PATH, P_MAX_BYTES, P_FOLLOW, P_FROM, P_TO, P_OVERWRITE, P_MODE, P_RECURSIVE, P_USER, N_PARAMS };
+enum {
+    P_PATH,
+    P_MAX_BYTES,
+    P_FOLLOW,
+    P_FROM,
+    P_TO,
+    P_OVERWRITE,
+    P_MODE,
+    P_RECURSIVE,
+    P_USER,
+    P_STEP,
+    N_PARAMS
+};
 
 static int boolean(const char *field, const char *v, bool *ret, struct cdn_error *err)
 {
@@ -99,6 +112,11 @@ static int one(int op, const struct evkeyval *kv, bool *seen, struct file_args *
         return octal(kv->value, &a->mode, err);
     case P_RECURSIVE:
         return boolean("recursive", kv->value, &a->recursive, err);
+    case P_STEP:
+        if (cdn_parse_u64(kv->value, &a->step) < 0 || a->step >= (1ULL << 40))
+            return bad(err, "step", "expected an integer from 0 (the trajectory's step this write is)");
+        a->has_step = true;
+        return 0;
     case P_USER: /* resolved by init in the sandbox's own files, as a command's user */
         if (cdn_user_check(kv->value, err) < 0)
             return -EINVAL;

@@ -19,6 +19,8 @@ struct file_args {
     bool recursive;     /* watch: recursive=true */
     char user[256];     /* user=: the operation runs as this user of the sandbox ("": its root) */
     bool owners;        /* stat, list: with each entry's owner (another surface's: E2B's EntryInfo) */
+    bool has_step;      /* write: step=k, the trajectory's step it is (trajectory.h) */
+    uint64_t step;
 };
 
 /* query: the URI's query string (NULL: none); op: enum cdn_file_op. -EINVAL

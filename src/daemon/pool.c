@@ -41,7 +41,8 @@ static char *shape_of(const struct cdn_spec *spec)
         return NULL;
     json_object_del(o, "labels");
     json_object_del(o, "env");
-    json_object_del(o, "pull"); /* what a create does first, not what it makes */
+    json_object_del(o, "pull");       /* what a create does first, not what it makes */
+    json_object_del(o, "trajectory"); /* the client's, as its labels: a handed-over box takes it */
     json_object_del(json_object_get(o, "limits"), "timeout_s");
     json_object_del(json_object_get(o, "limits"), "idle_timeout_s");
     return json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
@@ -75,6 +76,11 @@ int cdn_pool_configure(const char *arg, struct cdn_error *err)
     int r = *end == ':' ? load_spec_file(end + 1, &p->spec, err) : 0;
     if (r >= 0)
         r = cdn_spec_validate(&p->spec, err);
+    if (r >= 0 && p->spec.trajectory)
+        r = cdn_error_field(
+            err, EINVAL, "trajectory",
+            "trajectory: a pool's sandboxes record none (a create's trajectory goes to the sandbox "
+            "it is handed)");
     if (r >= 0)
         r = cdn_bind_policy_check(&cdn_daemon->bind_policy, &p->spec, err);
     if (r >= 0 && !(p->shape = shape_of(&p->spec)))

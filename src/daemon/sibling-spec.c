@@ -176,6 +176,7 @@ int cdn_sibling_spec(struct box *b, struct cdn_spec *ret, struct cdn_error *err)
         /* Its system directories stay the image's, read-only: what the grader runs is the image's,
          * whatever the agent installed in its own (and so the step's check passes there). */
         json_object_del(o, "writable_system");
+        json_object_del(o, "trajectory"); /* its step is the sandbox's, recorded there */
         json_object_del(json_object_get(o, "limits"), "idle_timeout_s"); /* it runs one step, then goes */
         json_object_set(o, "mounts", mounts);
         json_object_set_new(labels, SIBLING_LABEL, json_string(b->sb.id));

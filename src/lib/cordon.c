@@ -444,14 +444,20 @@ static void fill_result(json_t *o, struct cordon_exec_result *r)
     r->duration_ms = json_number_value(json_object_get(o, "duration_ms"));
 }
 
-int cordon_exec(cordon_client *c, const char *id, const char *const argv[],
-                const struct cordon_exec_opts *opts, struct cordon_exec_result *ret)
+static int exec_buffered(cordon_client *c, const char *id, const char *const argv[],
+                         const struct cordon_exec_opts *opts, const uint64_t *step,
+                         struct cordon_exec_result *ret, bool *ret_replayed)
 {
     char path[128];
     int r = sandbox_path(c, path, sizeof path, id, "/exec");
     if (r < 0)
         return r;
     json_t *body = exec_body(c, argv, opts, false), *o = NULL;
+    if (body && step && !put(body, "step", json_integer((json_int_t) *step))) {
+        json_decref(body);
+        set_error(c, 0, "invalid_argument", "step", "step: out of memory");
+        return -EINVAL;
+    }
     r = body ? request_json(c, "POST", path, body, &o) : -EINVAL;
     json_decref(body);
     if (r < 0)
@@ -465,9 +471,28 @@ int cordon_exec(cordon_client *c, const char *id, const char *const argv[],
         set_error(c, 200, "bad_response", NULL, "output is not base64");
         return -EBADMSG;
     }
+    if (ret_replayed)
+        *ret_replayed = json_is_true(json_object_get(o, "replayed"));
     json_decref(o);
     *ret = res;
     return 0;
+}
+
+int cordon_exec(cordon_client *c, const char *id, const char *const argv[],
+                const struct cordon_exec_opts *opts, struct cordon_exec_result *ret)
+{
+    return exec_buffered(c, id, argv, opts, NULL, ret, NULL);
+}
+
+int cordon_exec_step(cordon_client *c, const char *id, const char *const argv[],
+                     const struct cordon_exec_opts *opts, uint64_t step, struct cordon_exec_result *ret,
+                     bool *ret_replayed)
+{
+    if (step >= (1ULL << 40)) {
+        set_error(c, 0, "invalid_argument", "step", "step: at most 2^40 - 1");
+        return -EINVAL;
+    }
+    return exec_buffered(c, id, argv, opts, &step, ret, ret_replayed);
 }
 
 int cordon_start(cordon_client *c, const char *id, const char *const argv[],

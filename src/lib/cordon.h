@@ -104,6 +104,13 @@ struct cordon_exec_result {
 CORDON_API int cordon_exec(cordon_client *c, const char *id, const char *const argv[],
                            const struct cordon_exec_opts *opts, struct cordon_exec_result *ret);
 CORDON_API void cordon_exec_result_free(struct cordon_exec_result *r);
+/* cordon_exec as step `step` of the sandbox's trajectory (docs/trajectories.md): run once. A recorded
+ * step with the same request is answered from the log (*ret_replayed true, may be NULL); another
+ * request for it is -EPROTO with status 409 and code "step_mismatch" ("step_ahead",
+ * "step_in_progress"). */
+CORDON_API int cordon_exec_step(cordon_client *c, const char *id, const char *const argv[],
+                                const struct cordon_exec_opts *opts, uint64_t step,
+                                struct cordon_exec_result *ret, bool *ret_replayed);
 
 /* Start argv in the background (…/processes, docs/cordond.md): answered once it runs, with its pid in
  * the sandbox. keep_stdin: its stdin stays open for POST …/processes/{pid}/stdin. Its output, status,

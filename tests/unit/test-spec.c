@@ -394,3 +394,28 @@ TEST(user_field)
     CHECK_STREQ(err.field, "user");
     cdn_spec_free(&s);
 }
+
+TEST(trajectory_ids)
+{
+    const char *good[] = {"a", "run-17/episode-3", "A.b_c-d", "x/y/z", "..a", "a..", NULL};
+    const char *bad[] = {"",       "/a",   "a/", "a//b",          ".", "..", "a/./b", "a/../b",
+                         "sp ace", "a\\b", "é",  "a/steps.jsonl", NULL};
+    for (int i = 0; good[i]; i++)
+        CHECK(cdn_trajectory_id_valid(good[i]));
+    for (int i = 0; bad[i]; i++)
+        CHECK(!cdn_trajectory_id_valid(bad[i]));
+    char seg[66];
+    memset(seg, 'x', 64);
+    seg[64] = 0;
+    CHECK(cdn_trajectory_id_valid(seg)); /* 64 bytes: a segment's most */
+    seg[64] = 'x', seg[65] = 0;
+    CHECK(!cdn_trajectory_id_valid(seg));
+    char whole[CDN_TRAJECTORY_ID_MAX + 2];
+    for (size_t i = 0; i < sizeof whole - 1; i++)
+        whole[i] = i % 10 == 9 ? '/' : 'a';
+    whole[CDN_TRAJECTORY_ID_MAX] = 0;
+    whole[CDN_TRAJECTORY_ID_MAX - 1] = 'a';
+    CHECK(cdn_trajectory_id_valid(whole));
+    whole[CDN_TRAJECTORY_ID_MAX] = 'a', whole[CDN_TRAJECTORY_ID_MAX + 1] = 0;
+    CHECK(!cdn_trajectory_id_valid(whole));
+}

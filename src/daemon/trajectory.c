@@ -1,0 +1,417 @@
+/* Trajectories: each one's step log (trajectory.h, docs/trajectories.md). The log is append-only
+ * JSONL; the offset of every line is kept in memory, so that a replayed step is one pread. A line
+ * that a crash cut short (no newline at the end of the file) is cut off when the log is opened: it
+ * was never answered. */
+#include "trajectory.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/file.h>
+#include <sys/queue.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/json-util.h"
+#include "oci/digest.h"
+#include "registry.h"
+#include "shared/fd-util.h"
+
+#define LOG_NAME     "steps.jsonl"
+#define LOG_MAX      (1ULL << 32) /* a log past 4 GiB takes no more steps */
+#define LINE_MAX_LEN (64u << 20)  /* one step's line, its outputs in base64 included */
+
+#define OPEN_MAX 256 /* logs kept open; past it the least recently used idle one is closed */
+
+struct trajectory {
+    char id[CDN_TRAJECTORY_ID_MAX + 1];
+    int fd;        /* flock'd: one cordond writes a log */
+    uint64_t n;    /* steps recorded */
+    uint64_t *off; /* off[i]: where step i's line starts; off[n]: the log's end */
+    size_t cap;
+    bool busy;                   /* a step runs */
+    bool broken;                 /* a failed write could not be undone: the log takes no more steps */
+    char owner[CDN_ID_LEN + 1];  /* the sandbox whose steps it records now */
+    LIST_ENTRY(trajectory) link; /* most recently used first */
+};
+
+static LIST_HEAD(, trajectory) trajs = LIST_HEAD_INITIALIZER(trajs);
+static unsigned n_open;
+
+static double now_unix(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+static int log_path(const char *id, char *buf, size_t size)
+{
+    return (size_t) snprintf(buf, size, "%s/trajectories/%s/" LOG_NAME, cdn_daemon->cfg.state_dir, id) >= size
+               ? -ENAMETOOLONG
+               : 0;
+}
+
+/* mkdir -p of path's directory, each made one fsync'd in its parent (the log outlives a crash). */
+static int make_dirs(char *path)
+{
+    for (char *s = strchr(path + 1, '/'); s; s = strchr(s + 1, '/')) {
+        *s = 0;
+        int r = mkdir(path, 0700);
+        int e = errno;
+        if (r == 0) {
+            char *slash = strrchr(path, '/');
+            *slash = 0;
+            _cleanup_close_ int d = open(path[0] ? path : "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            *slash = '/';
+            if (d >= 0)
+                (void) fsync(d);
+        }
+        *s = '/';
+        if (r < 0 && e != EEXIST)
+            return -e;
+    }
+    return 0;
+}
+
+static int push_off(struct trajectory *t, uint64_t off)
+{
+    if (t->n + 1 >= t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 64;
+        uint64_t *o = realloc(t->off, cap * sizeof *o);
+        if (!o)
+            return -ENOMEM;
+        t->off = o;
+        t->cap = cap;
+    }
+    t->off[t->n + 1] = off;
+    return 0;
+}
+
+/* The line offsets of an opened log; a last line without its newline is cut off. */
+static int scan(struct trajectory *t)
+{
+    static char buf[1 << 16];
+    uint64_t pos = 0, start = 0;
+    t->n = 0;
+    if (push_off(t, 0) < 0)
+        return -ENOMEM;
+    t->off[0] = 0;
+    for (;;) {
+        ssize_t k = pread(t->fd, buf, sizeof buf, (off_t) pos);
+        if (k < 0)
+            return -errno;
+        if (k == 0)
+            break;
+        for (ssize_t i = 0; i < k; i++)
+            if (buf[i] == '\n') {
+                start = pos + (uint64_t) i + 1;
+                if (push_off(t, start) < 0)
+                    return -ENOMEM;
+                t->n++;
+            }
+        pos += (uint64_t) k;
+    }
+    if (pos != start && ftruncate(t->fd, (off_t) start) < 0) /* a step that was never answered */
+        return -errno;
+    return 0;
+}
+
+static void traj_free(struct trajectory *t)
+{
+    if (t->fd >= 0)
+        close(t->fd);
+    free(t->off);
+    free(t);
+}
+
+static struct trajectory *find(const char *id)
+{
+    struct trajectory *t;
+    LIST_FOREACH(t, &trajs, link)
+    if (strcmp(t->id, id) == 0) {
+        LIST_REMOVE(t, link);
+        LIST_INSERT_HEAD(&trajs, t, link);
+        return t;
+    }
+    return NULL;
+}
+
+/* Room for one more open log: the least recently used one without a step running goes (it is
+ * opened and scanned again when next used). */
+static void make_room(void)
+{
+    if (n_open < OPEN_MAX)
+        return;
+    struct trajectory *t, *last = NULL;
+    LIST_FOREACH(t, &trajs, link)
+    if (!t->busy)
+        last = t;
+    if (last) {
+        LIST_REMOVE(last, link);
+        traj_free(last);
+        n_open--;
+    }
+}
+
+/* The trajectory id's log, opened (made when create) and scanned; NULL and err. */
+static struct trajectory *open_traj(const char *id, bool create, struct cdn_error *err)
+{
+    struct trajectory *t = find(id);
+    if (t)
+        return t;
+    char path[4400];
+    if (log_path(id, path, sizeof path) < 0) {
+        cdn_error_set(err, ENAMETOOLONG, "trajectory '%s': its log's path is too long", id);
+        return NULL;
+    }
+    int r = create ? make_dirs(path) : 0;
+    if (r < 0) {
+        cdn_error_set(err, -r, "trajectory '%s': make its directory: %s", id, strerror(-r));
+        return NULL;
+    }
+    make_room();
+    int fd = open(path, O_RDWR | O_APPEND | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT : 0), 0600);
+    if (fd < 0) {
+        cdn_error_set(err, errno,
+                      errno == ENOENT ? "no trajectory '%s'" : "trajectory '%s': open its log: %m", id);
+        return NULL;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) { /* another cordond on this state directory writes it */
+        int e = errno;
+        cdn_error_set(err, e == EWOULDBLOCK ? EBUSY : e, "trajectory '%s': its log is %s", id,
+                      e == EWOULDBLOCK ? "another cordond's" : "not lockable");
+        close(fd);
+        return NULL;
+    }
+    if (create) { /* the log's name in its directory, on disk before any step is answered */
+        *strrchr(path, '/') = 0;
+        _cleanup_close_ int d = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (d >= 0)
+            (void) fsync(d);
+    }
+    if (!(t = calloc(1, sizeof *t))) {
+        close(fd);
+        cdn_error_set(err, ENOMEM, "out of memory");
+        return NULL;
+    }
+    t->fd = fd;
+    (void) snprintf(t->id, sizeof t->id, "%s", id);
+    if ((r = scan(t)) < 0) {
+        cdn_error_set(err, -r, "trajectory '%s': read its log: %s", id, strerror(-r));
+        traj_free(t);
+        return NULL;
+    }
+    LIST_INSERT_HEAD(&trajs, t, link);
+    n_open++;
+    return t;
+}
+
+/* Step k's line, parsed; NULL and err. */
+static json_t *read_step(struct trajectory *t, uint64_t k, struct cdn_error *err)
+{
+    uint64_t len = t->off[k + 1] - t->off[k];
+    if (len > LINE_MAX_LEN) {
+        cdn_error_set(err, EFBIG, "trajectory '%s': step %llu's line is over %u bytes", t->id,
+                      (unsigned long long) k, LINE_MAX_LEN);
+        return NULL;
+    }
+    _cleanup_free_ char *buf = malloc(len ? len : 1);
+    ssize_t got = buf ? pread(t->fd, buf, len, (off_t) t->off[k]) : -1;
+    if (got != (ssize_t) len) {
+        cdn_error_set(err, got < 0 ? errno : EIO, "trajectory '%s': read step %llu", t->id,
+                      (unsigned long long) k);
+        return NULL;
+    }
+    json_error_t je;
+    json_t *o = json_loadb(buf, len, 0, &je);
+    if (!json_is_object(o) || json_integer_value(json_object_get(o, "step")) != (json_int_t) k) {
+        cdn_error_set(err, EBADMSG, "trajectory '%s': step %llu's line is not that step's record%s%s", t->id,
+                      (unsigned long long) k, o ? "" : ": ", o ? "" : je.text);
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static int digest_of(const json_t *request, char out[72])
+{
+    _cleanup_free_ char *s = json_dumps(request, JSON_COMPACT | JSON_SORT_KEYS);
+    _cleanup_hasher_ struct cdn_hasher *h = NULL;
+    if (!s || cdn_hasher_new("sha256", &h) < 0)
+        return -ENOMEM;
+    cdn_hasher_update(h, s, strlen(s));
+    char d[CDN_DIGEST_MAX];
+    cdn_hasher_digest(h, d);
+    (void) snprintf(out, 72, "%s", d);
+    return 0;
+}
+
+int cdn_traj_begin(struct box *b, const char *kind, json_t *request, bool has_k, uint64_t k,
+                   struct traj_step *s, json_t **ret_recorded, int *status, const char **code,
+                   struct cdn_error *err)
+{
+    _cleanup_json_ json_t *req = request;
+    *s = (struct traj_step){0};
+    *ret_recorded = NULL;
+    *status = 500;
+    *code = "trajectory_failed";
+    struct trajectory *t = open_traj(b->spec.trajectory, true, err);
+    if (!t)
+        return -err->errnum;
+    char digest[72];
+    if (!req || digest_of(req, digest) < 0)
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    if (t->broken)
+        return cdn_error_set(
+            err, EIO,
+            "trajectory '%s': a step's line could not be undone after a failed write: its log "
+            "takes no more steps",
+            t->id);
+    *status = 409;
+    struct box *other = t->owner[0] && strcmp(t->owner, b->sb.id) != 0 ? cdn_box_find(t->owner) : NULL;
+    if (other && other->state != BOX_EXITED && !other->dying) {
+        *code = "trajectory_in_use";
+        return cdn_error_field(err, EBUSY, "trajectory", "trajectory '%s' is sandbox %s's", t->id, t->owner);
+    }
+    if (t->busy) {
+        *code = "step_in_progress";
+        return cdn_error_field(err, EBUSY, "step",
+                               "trajectory '%s': step %llu runs; its steps run one at a time", t->id,
+                               (unsigned long long) t->n);
+    }
+    if (has_k && k > t->n) {
+        *code = "step_ahead";
+        return cdn_error_field(
+            err, ERANGE, "step", "step %llu: trajectory '%s' has %llu steps, the next is %llu",
+            (unsigned long long) k, t->id, (unsigned long long) t->n, (unsigned long long) t->n);
+    }
+    if (has_k && k < t->n) {
+        json_t *rec = read_step(t, k, err);
+        if (!rec) {
+            *status = 500;
+            return -err->errnum;
+        }
+        const char *was = json_string_value(json_object_get(rec, "digest"));
+        const char *was_kind = json_string_value(json_object_get(rec, "kind"));
+        if (was && strcmp(was, digest) == 0 && was_kind && strcmp(was_kind, kind) == 0) {
+            *ret_recorded = rec;
+            return TRAJ_REPLAY;
+        }
+        _cleanup_free_ char *what = json_dumps(json_object_get(rec, "request"), JSON_COMPACT);
+        json_decref(rec);
+        *code = "step_mismatch";
+        return cdn_error_field(
+            err, EEXIST, "step",
+            "step %llu of trajectory '%s' was another request (%.200s): a recorded step is "
+            "answered only to the same request",
+            (unsigned long long) k, t->id, what ? what : "?");
+    }
+    if (t->off[t->n] >= LOG_MAX) {
+        *status = 507;
+        *code = "trajectory_full";
+        return cdn_error_set(err, EFBIG, "trajectory '%s': its log is over 4 GiB", t->id);
+    }
+    t->busy = true;
+    (void) snprintf(t->owner, sizeof t->owner, "%s", b->sb.id);
+    *s = (struct traj_step){.t = t, .k = t->n, .request = TAKE_PTR(req), .started_unix = now_unix()};
+    memcpy(s->digest, digest, sizeof digest);
+    memcpy(s->violations, b->session.counts, sizeof s->violations);
+    return TRAJ_RUN;
+}
+
+void cdn_traj_abort(struct traj_step *s)
+{
+    if (s->t)
+        s->t->busy = false;
+    json_decref(s->request);
+    *s = (struct traj_step){0};
+}
+
+int cdn_traj_record(struct box *b, struct traj_step *s, const char *kind, json_t *result)
+{
+    _cleanup_json_ json_t *res = result;
+    struct trajectory *t = s->t;
+    if (!t) {
+        cdn_traj_abort(s);
+        return -EINVAL;
+    }
+    json_t *viol = json_object();
+    for (int i = 0; viol && i < _CDN_VK_MAX; i++)
+        if (b->session.counts[i] > s->violations[i])
+            json_object_set_new(viol, cdn_vk_name((enum cdn_vk) i),
+                                json_integer((json_int_t) (b->session.counts[i] - s->violations[i])));
+    double now = now_unix();
+    _cleanup_json_ json_t *line =
+        json_pack("{s:I, s:s, s:s, s:s, s:f, s:f, s:O, s:O, s:o}", "step", (json_int_t) s->k, "kind", kind,
+                  "sandbox", b->sb.id, "digest", s->digest, "time", s->started_unix, "wall_ms",
+                  (now - s->started_unix) * 1e3, "request", s->request, "result", res, "violations", viol);
+    _cleanup_free_ char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
+    int r = text ? 0 : -ENOMEM;
+    size_t len = text ? strlen(text) : 0;
+    if (r == 0 && len + 1 > LINE_MAX_LEN)
+        r = -EFBIG;
+    if (r == 0)
+        text[len] = '\n'; /* json_dumps's NUL: the line's end */
+    struct stat st;
+    if (r == 0 && (fstat(t->fd, &st) < 0 || (uint64_t) st.st_size != t->off[t->n])) {
+        t->broken = true; /* not the log the offsets describe */
+        r = -EIO;
+    }
+    if (r == 0)
+        r = cdn_write_all(t->fd, text, len + 1);
+    if (r == 0 && fdatasync(t->fd) < 0)
+        r = -errno;
+    if (r == 0)
+        r = push_off(t, t->off[t->n] + len + 1);
+    if (r == 0)
+        t->n++;
+    else if (!t->broken &&
+             ftruncate(t->fd, (off_t) t->off[t->n]) < 0) /* nothing of it stays: a re-issue runs */
+        t->broken = true;
+    t->busy = false;
+    json_decref(s->request);
+    *s = (struct traj_step){0};
+    return r;
+}
+
+json_t *cdn_traj_json(const char *id, struct cdn_error *err)
+{
+    if (!cdn_trajectory_id_valid(id)) {
+        cdn_error_field(err, EINVAL, "id", "'%.64s' is not a trajectory's id", id);
+        return NULL;
+    }
+    struct trajectory *t = open_traj(id, false, err);
+    if (!t)
+        return NULL;
+    json_t *steps = json_array();
+    for (uint64_t k = 0; steps && k < t->n; k++) {
+        json_t *o = read_step(t, k, err);
+        if (!o) {
+            json_decref(steps);
+            return NULL;
+        }
+        json_array_append_new(steps, o);
+    }
+    const char *sandbox = NULL;
+    struct box *b;
+    LIST_FOREACH(b, &cdn_daemon->boxes, link)
+    if (b->spec.trajectory && strcmp(b->spec.trajectory, id) == 0 && b->state == BOX_RUNNING && !b->dying)
+        sandbox = b->sb.id;
+    return json_pack("{s:s, s:o, s:I, s:s?}", "id", id, "steps", steps, "next_step", (json_int_t) t->n,
+                     "sandbox", sandbox);
+}
+
+void cdn_traj_close_all(void)
+{
+    while (!LIST_EMPTY(&trajs)) {
+        struct trajectory *t = LIST_FIRST(&trajs);
+        LIST_REMOVE(t, link);
+        traj_free(t);
+    }
+    n_open = 0;
+}

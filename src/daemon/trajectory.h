@@ -1,0 +1,51 @@
+/* Trajectories (docs/trajectories.md). A sandbox made with spec.trajectory records its steps, each
+ * exec in the foreground, in <state dir>/trajectories/<id>/steps.jsonl: one JSON line a step
+ * (index, request, its digest, result, violations during it, wall time), written and fdatasync'd
+ * before the step's answer goes out, so that an answered step is on disk whatever happens to cordond
+ * or the host next. A request that names its step (step: k) runs once: a recorded step k with the
+ * same request is answered from the log ("replayed": true), another request for k is 409
+ * step_mismatch, and a k past the next step is 409 step_ahead. One step of a trajectory runs at a
+ * time (409 step_in_progress). Runs in cordond's loop. */
+#pragma once
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "shared/error.h"
+#include "supervise/policy.h"
+
+struct box;
+struct trajectory;
+
+/* A step under way (cdn_traj_begin → cdn_traj_record or cdn_traj_abort). */
+struct traj_step {
+    struct trajectory *t; /* NULL: no step */
+    uint64_t k;
+    char digest[72]; /* "sha256:<hex>" of the request's canonical JSON */
+    json_t *request; /* owned */
+    double started_unix;
+    uint64_t violations[_CDN_VK_MAX]; /* the sandbox's counts when it began */
+};
+
+enum { TRAJ_RUN = 0, TRAJ_REPLAY = 1 };
+
+/* Begin a step of b's trajectory (b->spec.trajectory; the log is opened, or made, on first use):
+ * kind ("exec"), the request's canonical JSON (stolen), k (has_k false: the next). Returns TRAJ_RUN
+ * (run it, then record or abort s), TRAJ_REPLAY (*ret_recorded: the recorded step's line, owned), or
+ * < 0 with *status and err for the answer: 409 (err->field "step": step_in_progress, step_mismatch,
+ * step_ahead; *code says which), 500 (the log cannot be read or made). */
+int cdn_traj_begin(struct box *b, const char *kind, json_t *request, bool has_k, uint64_t k,
+                   struct traj_step *s, json_t **ret_recorded, int *status, const char **code,
+                   struct cdn_error *err);
+/* Record s with its result (stolen) and end it: the line is on disk when this returns 0; -errno
+ * (not recorded: the step is not taken, and a re-issue runs again). */
+int cdn_traj_record(struct box *b, struct traj_step *s, const char *kind, json_t *result);
+/* End s without recording it (it did not run). */
+void cdn_traj_abort(struct traj_step *s);
+
+/* GET /v1/trajectories/{id}: {"id", "steps": [...], "next_step", "sandbox"}; NULL and err (-ENOENT:
+ * no such trajectory). */
+json_t *cdn_traj_json(const char *id, struct cdn_error *err);
+/* cordond's end: every log closed. */
+void cdn_traj_close_all(void);
