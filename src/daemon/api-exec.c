@@ -809,22 +809,15 @@ void cdn_api_exec(struct evhttp_request *req, struct box *b)
         return cdn_api_sibling_start(req, b, &a);
     if (a.background)
         return cdn_api_proc_start(req, b, &a);
-    struct traj_step step = {0};
-    if (b->spec.trajectory && !a.pty) { /* a terminal's session is not a step */
-        json_t *recorded = NULL;
-        int status;
-        const char *code;
-        int t = cdn_traj_begin(b, "exec", exec_request_json(b, &a), a.has_step, a.step, &step, &recorded,
-                               &status, &code, &e);
-        if (t < 0)
-            return cdn_api_reply_cdn_error(req, status, code, &e);
-        if (t == TRAJ_REPLAY)
-            return replay(req, b, &a, recorded);
-    } else if (a.has_step)
-        return cdn_api_reply_error(req, 400, "invalid_argument", "step",
-                                   "step: sandbox %s records no trajectory (create it with \"trajectory\")",
-                                   b->sb.id);
-    exec_begin(req, b, &a, NULL, NULL, NULL, &step);
+    struct traj_step step;
+    json_t *recorded;
+    /* a terminal's session is not a step */
+    int t = cdn_api_traj_begin(req, b, "exec", b->spec.trajectory && !a.pty ? exec_request_json(b, &a) : NULL,
+                               a.has_step, a.step, "invalid_argument", &step, &recorded);
+    if (t == TRAJ_REPLAY)
+        return replay(req, b, &a, recorded);
+    if (t == TRAJ_RUN)
+        exec_begin(req, b, &a, NULL, NULL, NULL, &step);
 }
 
 void cdn_api_exec_begin(struct evhttp_request *req, struct box *b, struct exec_args *args, struct box *owner,

@@ -667,29 +667,23 @@ static void file_call(struct evhttp_request *req, struct box *b, int op, uint32_
     if (cdn_file_args_parse(evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req)), op, b->spec.workdir, &a,
                             &err) < 0)
         return cdn_api_reply_cdn_error(req, 400, "invalid_query", &err);
-    struct traj_step step = {0};
-    if (op == CDN_FILE_WRITE && b->spec.trajectory) {
-        json_t *recorded = NULL;
-        int status;
-        const char *code;
-        int t = cdn_traj_begin(b, "write", write_request_json(req, &a), a.has_step, a.step, &step, &recorded,
-                               &status, &code, &err);
-        if (t < 0)
-            return cdn_api_reply_cdn_error(req, status, code, &err);
-        if (t == TRAJ_REPLAY) { /* its answer again; nothing is written */
-            json_t *res = json_deep_copy(json_object_get(recorded, "result"));
-            if (res) {
-                json_object_set(res, "step", json_object_get(recorded, "step"));
-                json_object_set_new(res, "replayed", json_true());
-            }
-            json_decref(recorded);
-            return res ? cdn_api_reply_json(req, 200, res)
-                       : cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
+    struct traj_step step;
+    json_t *recorded;
+    int t = cdn_api_traj_begin(
+        req, b, "write", op == CDN_FILE_WRITE && b->spec.trajectory ? write_request_json(req, &a) : NULL,
+        a.has_step, a.step, "invalid_query", &step, &recorded);
+    if (t < 0)
+        return;
+    if (t == TRAJ_REPLAY) { /* its answer again; nothing is written */
+        json_t *res = json_deep_copy(json_object_get(recorded, "result"));
+        if (res) {
+            json_object_set(res, "step", json_object_get(recorded, "step"));
+            json_object_set_new(res, "replayed", json_true());
         }
-    } else if (a.has_step)
-        return cdn_api_reply_error(req, 400, "invalid_query", "step",
-                                   "step: sandbox %s records no trajectory (create it with \"trajectory\")",
-                                   b->sb.id);
+        json_decref(recorded);
+        return res ? cdn_api_reply_json(req, 200, res)
+                   : cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
+    }
     int r = file_start(req, b, op, mode, &a, NULL, NULL, NULL, &step);
     cdn_traj_abort(&step); /* still here: it was not sent */
     if (r < 0)

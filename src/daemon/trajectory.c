@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api.h"
 #include "core/json-util.h"
 #include "oci/digest.h"
 #include "registry.h"
@@ -322,6 +323,31 @@ int cdn_traj_begin(struct box *b, const char *kind, json_t *request, bool has_k,
     memcpy(s->digest, digest, sizeof digest);
     memcpy(s->violations, b->session.counts, sizeof s->violations);
     return TRAJ_RUN;
+}
+
+int cdn_api_traj_begin(struct evhttp_request *req, struct box *b, const char *kind, json_t *request,
+                       bool has_k, uint64_t k, const char *bad_code, struct traj_step *s,
+                       json_t **ret_recorded)
+{
+    *s = (struct traj_step){0};
+    *ret_recorded = NULL;
+    if (!request) {
+        if (!has_k)
+            return TRAJ_RUN;
+        cdn_api_reply_error(req, 400, bad_code, "step",
+                            "step: sandbox %s records no trajectory (create it with \"trajectory\")",
+                            b->sb.id);
+        return -1;
+    }
+    int status;
+    const char *code;
+    struct cdn_error err = {0};
+    int t = cdn_traj_begin(b, kind, request, has_k, k, s, ret_recorded, &status, &code, &err);
+    if (t < 0) {
+        cdn_api_reply_cdn_error(req, status, code, &err);
+        return -1;
+    }
+    return t;
 }
 
 void cdn_traj_abort(struct traj_step *s)

@@ -44,6 +44,15 @@ int cdn_traj_record(struct box *b, struct traj_step *s, const char *kind, json_t
 /* End s without recording it (it did not run). */
 void cdn_traj_abort(struct traj_step *s);
 
+/* A route's begin: cdn_traj_begin when request is given (stolen; NULL: this request is no step),
+ * answering req itself when it cannot go on: the refusal, or a step named where there is none (400
+ * bad_code, field "step"). Returns TRAJ_RUN (s begun, or left empty when no step), TRAJ_REPLAY
+ * (*ret_recorded, owned), or -1: answered. */
+struct evhttp_request;
+int cdn_api_traj_begin(struct evhttp_request *req, struct box *b, const char *kind, json_t *request,
+                       bool has_k, uint64_t k, const char *bad_code, struct traj_step *s,
+                       json_t **ret_recorded);
+
 /* GET /v1/trajectories/{id}: {"id", "steps": [...], "next_step", "sandbox"}; NULL and err (-ENOENT:
  * no such trajectory). */
 json_t *cdn_traj_json(const char *id, struct cdn_error *err);
