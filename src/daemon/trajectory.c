@@ -431,13 +431,3 @@ json_t *cdn_traj_json(const char *id, struct cdn_error *err)
     return json_pack("{s:s, s:o, s:I, s:s?}", "id", id, "steps", steps, "next_step", (json_int_t) t->n,
                      "sandbox", sandbox);
 }
-
-void cdn_traj_close_all(void)
-{
-    while (!LIST_EMPTY(&trajs)) {
-        struct trajectory *t = LIST_FIRST(&trajs);
-        LIST_REMOVE(t, link);
-        traj_free(t);
-    }
-    n_open = 0;
-}

@@ -56,5 +56,3 @@ int cdn_api_traj_begin(struct evhttp_request *req, struct box *b, const char *ki
 /* GET /v1/trajectories/{id}: {"id", "steps": [...], "next_step", "sandbox"}; NULL and err (-ENOENT:
  * no such trajectory). */
 json_t *cdn_traj_json(const char *id, struct cdn_error *err);
-/* cordond's end: every log closed. */
-void cdn_traj_close_all(void);
