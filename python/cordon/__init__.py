@@ -32,11 +32,11 @@ __all__ = ["Sandbox", "AsyncSandbox", "ExecResult", "Endpoint", "CordonError", "
            "NotFound", "SandboxNotRunning", "SandboxEnded", "TooManySandboxes", "Unauthorized", "ServerError",
            "Forbidden", "TooLarge", "IncompleteRead", "ImageInUse", "PullFailed", "Unavailable", "ConnectionLost",
            "FileExists", "Process", "AsyncProcess", "Session", "AsyncSession", "SessionResult", "SessionBusy", "images",
-           "trajectory"]
+           "trajectory", "checkpoints", "delete_checkpoint"]
 
 _LIMITS = ("cpus", "memory_mb", "pids", "disk_mb", "timeout_s", "idle_timeout_s", "nofile", "ptys")
 _TOP = ("tier", "image", "pull", "network", "mounts", "protect", "env", "workdir", "labels", "hostname", "read_only", "writable_system", "watch_writes",
-        "on_violation", "disk", "user", "trajectory")
+        "on_violation", "disk", "user", "trajectory", "checkpoints", "checkpoint")
 
 
 def _spec(kw):
@@ -422,6 +422,33 @@ def trajectory(trajectory_id, endpoint=None):
     return ep.json("GET", "/v1/trajectories/" + urllib.parse.quote(trajectory_id, safe="/"))
 
 
+def _checkpoints_query(sandbox, trajectory_id):
+    q = {k: v for k, v in (("sandbox", sandbox), ("trajectory", trajectory_id)) if v}
+    return "/v1/checkpoints" + ("?" + urllib.parse.urlencode(q) if q else "")
+
+
+def _fork_body(n, checkpoint, labels):
+    body = {"count": n}
+    if checkpoint is not None:
+        body["checkpoint"] = checkpoint["id"] if isinstance(checkpoint, dict) else checkpoint
+    if labels:
+        body["labels"] = labels
+    return body
+
+
+def checkpoints(sandbox=None, trajectory_id=None, endpoint=None):
+    """The checkpoints in cordond's store, oldest first, optionally only a sandbox's or a
+    trajectory's; each {"id", "sandbox", "created", "disk_mb", "parent", "trajectory", "step", …}.
+    They outlive their sandbox and cordond's restarts until deleted."""
+    return (endpoint or Endpoint()).json("GET", _checkpoints_query(sandbox, trajectory_id))["checkpoints"]
+
+
+def delete_checkpoint(checkpoint_id, endpoint=None):
+    """Delete a checkpoint (its id, or the dict checkpoint() returned)."""
+    ck = checkpoint_id["id"] if isinstance(checkpoint_id, dict) else checkpoint_id
+    return (endpoint or Endpoint()).json("DELETE", f"/v1/checkpoints/{_q(ck)}")
+
+
 class Sandbox:
     """A sandbox in cordond. Use as a context manager: it is killed on exit."""
 
@@ -455,6 +482,25 @@ class Sandbox:
         if not tid:
             raise ValueError(f"sandbox {self.id} records no trajectory")
         return trajectory(tid, self._ep)
+
+    # ---- checkpoints and forks (create with checkpoints=True; docs/trajectories.md) ----
+    def checkpoint(self):
+        """Freeze this sandbox's files as they are now into a checkpoint (only what changed since
+        the last one costs space); returns its record: {"id": "ck-…", "sandbox", "created",
+        "step" (the trajectory's steps then), …}. Processes go on; their writes wait meanwhile."""
+        return self._ep.json("POST", f"{self._path}/checkpoints", {})
+
+    def checkpoints(self):
+        """This sandbox's checkpoints, oldest first."""
+        return self._ep.json("GET", f"{self._path}/checkpoints")["checkpoints"]
+
+    def fork(self, n=1, checkpoint=None, labels=None):
+        """n new sandboxes with this one's spec and egress policy, each with the files of
+        checkpoint (one of this sandbox's; default: a checkpoint taken now) and, when this one
+        records a trajectory T, the trajectory T/b1…T/bn that starts with T's steps up to the
+        checkpoint. labels are added to theirs. All or none: a failure deletes those made."""
+        r = self._ep.json("POST", f"{self._path}/fork", _fork_body(n, checkpoint, labels))
+        return [Sandbox(info, self._ep) for info in r["sandboxes"]]
 
     @classmethod
     def list(cls, label=None, endpoint=None):
@@ -781,6 +827,18 @@ class AsyncSandbox:
         if not tid:
             raise ValueError(f"sandbox {self.id} records no trajectory")
         return await self._ep.ajson("GET", "/v1/trajectories/" + urllib.parse.quote(tid, safe="/"))
+
+    async def checkpoint(self):
+        """As Sandbox.checkpoint."""
+        return await self._ep.ajson("POST", f"{self._path}/checkpoints", {})
+
+    async def checkpoints(self):
+        return (await self._ep.ajson("GET", f"{self._path}/checkpoints"))["checkpoints"]
+
+    async def fork(self, n=1, checkpoint=None, labels=None):
+        """As Sandbox.fork."""
+        r = await self._ep.ajson("POST", f"{self._path}/fork", _fork_body(n, checkpoint, labels))
+        return [AsyncSandbox(info, self._ep) for info in r["sandboxes"]]
 
     @classmethod
     async def list(cls, label=None, endpoint=None):

@@ -570,3 +570,106 @@ int cdn_cli_trajectory(int argc, char *const *argv)
     cordon_client_free(c);
     return ret;
 }
+
+/* cordon checkpoint ID | checkpoint ls [ID] | checkpoint rm CK…: take one (its id printed), list them
+ * (a line each: id, sandbox, trajectory step, time), delete them. */
+int cdn_cli_checkpoint(int argc, char *const *argv)
+{
+    static const char usage[] =
+        "usage: cordon checkpoint ID           take a checkpoint of its files (prints its id)\n"
+        "       cordon checkpoint ls [ID]      the checkpoints (of sandbox ID)\n"
+        "       cordon checkpoint rm CK…       delete checkpoints\n";
+    bool ls = argc >= 1 && argc <= 2 && strcmp(argv[0], "ls") == 0,
+         rm = argc >= 2 && strcmp(argv[0], "rm") == 0;
+    if (!ls && !rm && (argc != 1 || argv[0][0] == '-')) {
+        fputs(usage, stderr);
+        return 125;
+    }
+    cordon_client *c = cdn_cli_connect();
+    if (!c)
+        return 125;
+    int ret = 0;
+    if (ls) {
+        char path[128];
+        (void) snprintf(path, sizeof path, "/v1/checkpoints%s%.64s", argc == 2 ? "?sandbox=" : "",
+                        argc == 2 ? argv[1] : "");
+        char *body = NULL;
+        size_t len = 0;
+        int r = cordon_request(c, "GET", path, NULL, 0, NULL, NULL, &body, &len);
+        ret = r < 0 ? cdn_cli_fail(c, r, "checkpoint ls") : 0;
+        _cleanup_json_ json_t *o = ret == 0 ? json_loadb(body, len, 0, NULL) : NULL;
+        size_t i;
+        json_t *ck;
+        json_array_foreach(json_object_get(o, "checkpoints"), i, ck)
+        {
+            time_t t = (time_t) json_number_value(json_object_get(ck, "created"));
+            char when[32];
+            (void) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&t));
+            const char *traj = json_string_value(json_object_get(ck, "trajectory"));
+            printf("%s  %s  %s", json_string_value(json_object_get(ck, "id")) ?: "?",
+                   json_string_value(json_object_get(ck, "sandbox")) ?: "?", when);
+            if (traj)
+                printf("  %s@%lld", traj, (long long) json_integer_value(json_object_get(ck, "step")));
+            printf("\n");
+        }
+        free(body);
+    } else if (rm) {
+        for (int i = 1; i < argc; i++) {
+            char path[128];
+            if (!cdn_checkpoint_id_valid(argv[i])) {
+                fprintf(stderr, "cordon checkpoint rm: '%s' is not a checkpoint's id\n", argv[i]);
+                ret = 125;
+                continue;
+            }
+            (void) snprintf(path, sizeof path, "/v1/checkpoints/%s", argv[i]);
+            int r = cordon_request(c, "DELETE", path, NULL, 0, NULL, NULL, NULL, NULL);
+            if (r < 0)
+                ret = cdn_cli_fail(c, r, "checkpoint rm");
+        }
+    } else {
+        char ck[32];
+        int r = cordon_checkpoint(c, argv[0], ck, sizeof ck);
+        ret = r < 0 ? cdn_cli_fail(c, r, "checkpoint") : (printf("%s\n", ck), 0);
+    }
+    cordon_client_free(c);
+    return ret;
+}
+
+/* cordon fork ID [-n N] [--checkpoint CK]: N new sandboxes from a checkpoint of ID (one taken now
+ * without --checkpoint); their ids, a line each. */
+int cdn_cli_fork(int argc, char *const *argv)
+{
+    static const char usage[] = "usage: cordon fork ID [-n N] [--checkpoint CK]\n";
+    const char *ck = NULL;
+    unsigned n = 1;
+    if (argc < 1 || argv[0][0] == '-') {
+        fputs(usage, stderr);
+        return 125;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end;
+        if (strcmp(argv[i], "-n") == 0 && v &&
+            (n = (unsigned) strtoul(v, &end, 10), !*end && n >= 1 && n <= 64)) {
+            i++;
+        } else if (strcmp(argv[i], "--checkpoint") == 0 && v) {
+            ck = v;
+            i++;
+        } else {
+            fprintf(stderr, "cordon fork: '%s': %s", argv[i], usage);
+            return 125;
+        }
+    }
+    cordon_client *c = cdn_cli_connect();
+    char(*ids)[16] = calloc(n, sizeof *ids);
+    int ret = 125;
+    if (c && ids) {
+        int r = cordon_fork(c, argv[0], ck, n, ids);
+        ret = r < 0 ? cdn_cli_fail(c, r, "fork") : 0;
+        for (unsigned i = 0; ret == 0 && i < n; i++)
+            printf("%s\n", ids[i]);
+    }
+    free(ids);
+    cordon_client_free(c);
+    return ret;
+}

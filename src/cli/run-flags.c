@@ -171,6 +171,19 @@ static int f_env(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 {
     return cdn_spec_parse_env(&o->spec, a, e);
 }
+static int f_checkpoints(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    (void) a, (void) e;
+    o->spec.checkpoints = true;
+    return 0;
+}
+static int f_from_checkpoint(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    if (!cdn_checkpoint_id_valid(a))
+        return cdn_error_field(e, EINVAL, "checkpoint",
+                               "--from-checkpoint '%s': not a checkpoint's id (ck-<16 hex>)", a);
+    return set_str(&o->spec.checkpoint, a);
+}
 static int f_label(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 {
     return cdn_spec_parse_label(&o->spec, a, e);
@@ -286,6 +299,10 @@ static const struct flag flags[] = {
     {"--hostname", true, f_hostname, "hostname", "NAME", "host name inside (default cordon)"},
     {"--trajectory", true, f_trajectory, "trajectory", "ID",
      "record its steps in trajectory ID (cordon create; docs/trajectories.md)"},
+    {"--checkpoints", false, f_checkpoints, "checkpoints", "",
+     "keep its writable layer where checkpoints can be taken (cordon create; docs/trajectories.md)"},
+    {"--from-checkpoint", true, f_from_checkpoint, "checkpoint", "CK",
+     "start with the files of checkpoint CK (cordon create)"},
     {"--label", true, f_label, "labels", "K=V", "attach a label"},
     {"--protect", true, f_protect, "protect", "GLOB",
      "path the agent may neither read nor write (repeatable; * ? [..] and a trailing /**)"},

@@ -436,6 +436,11 @@ int cdn_cli_run(int argc, char *const *argv)
     if (r >= 0 && o.spec.trajectory) /* its steps are cordond's to record */
         r = cdn_error_field(&err, EINVAL, "trajectory",
                             "--trajectory: for cordond's sandboxes (cordon create), not a one-shot run");
+    if (r >= 0 && (o.spec.checkpoints || o.spec.checkpoint)) /* the checkpoint store is cordond's */
+        r = cdn_error_field(
+            &err, EINVAL, o.spec.checkpoint ? "checkpoint" : "checkpoints",
+            "--checkpoints, --from-checkpoint: for cordond's sandboxes (cordon create), not a "
+            "one-shot run");
     if (r >= 0)
         r = check_binds(&o, &err);
     if (r >= 0 && cdn_tier_lookup(o.spec.tier))

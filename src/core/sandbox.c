@@ -34,6 +34,7 @@ void cdn_sandbox_init(struct cdn_sandbox *sb, const struct cdn_spec *spec)
         .image_fd = -EBADF,
         .netns_fd = -EBADF,
         .fanotify_fd = -EBADF,
+        .layer_from_fd = -EBADF,
     };
     cdn_sandbox_new_id(sb->id);
     sb->cgroup.dirfd = -EBADF;

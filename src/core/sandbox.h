@@ -50,6 +50,11 @@ struct cdn_sandbox {
      * keeps a copy (fd 10) so that the marks on a sandbox's protected paths,
      * and the opens waiting for an answer, outlive a restarting cordond. */
     int fanotify_fd;
+    /* Set by the caller before create (container tier): a checkpoint's layer image to start from
+     * (a reflink copy of it becomes the writable layer), and the base of the slot whose ids its
+     * files keep on disk; -EBADF: a fresh layer. Borrowed. */
+    int layer_from_fd;
+    uint32_t layer_from_base;
     /* The tier's own state (its accelerator, a guest's last usage report, …), owned by the tier:
      * made by create or restore/adopt, kept after destroy for describe(), freed by release()
      * (tiers/tier.h). NULL for tiers without any. */

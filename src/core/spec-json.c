@@ -264,6 +264,14 @@ static int decode_field(struct cdn_spec *spec, const char *key, json_t *v, struc
         return set_string(&spec->user, v, "user", err);
     if (strcmp(key, "trajectory") == 0)
         return set_string(&spec->trajectory, v, "trajectory", err);
+    if (strcmp(key, "checkpoint") == 0)
+        return set_string(&spec->checkpoint, v, "checkpoint", err);
+    if (strcmp(key, "checkpoints") == 0) {
+        if (!json_is_boolean(v))
+            return cdn_error_field(err, EINVAL, "checkpoints", "checkpoints: must be a boolean");
+        spec->checkpoints = json_is_true(v);
+        return 0;
+    }
     if (strcmp(key, "read_only") == 0) {
         if (!json_is_boolean(v))
             return cdn_error_field(err, EINVAL, "read_only", "read_only: must be a boolean");
@@ -363,6 +371,8 @@ char *cdn_spec_to_json(const struct cdn_spec *spec)
          json_object_set_new(root, "disk", json_string(cdn_disk_kind_to_string(spec->disk))) ||
          (spec->user && json_object_set_new(root, "user", json_string(spec->user))) ||
          (spec->trajectory && json_object_set_new(root, "trajectory", json_string(spec->trajectory))) ||
+         (spec->checkpoints && json_object_set_new(root, "checkpoints", json_true())) ||
+         (spec->checkpoint && json_object_set_new(root, "checkpoint", json_string(spec->checkpoint))) ||
          (spec->writable_system && json_object_set_new(root, "writable_system", json_true())) ||
          (spec->pull != CDN_PULL_MISSING &&
           json_object_set_new(root, "pull", json_string(cdn_pull_policy_to_string(spec->pull))))))

@@ -212,6 +212,12 @@ bool cdn_trajectory_id_valid(const char *id)
     }
 }
 
+bool cdn_checkpoint_id_valid(const char *id)
+{
+    return strlen(id) == CDN_CHECKPOINT_ID_LEN && strncmp(id, "ck-", 3) == 0 &&
+           strspn(id + 3, "0123456789abcdef") == CDN_CHECKPOINT_ID_LEN - 3;
+}
+
 void cdn_spec_free(struct cdn_spec *spec)
 {
     free(spec->image);
@@ -219,6 +225,7 @@ void cdn_spec_free(struct cdn_spec *spec)
     free(spec->hostname);
     free(spec->user);
     free(spec->trajectory);
+    free(spec->checkpoint);
     for (size_t i = 0; i < spec->n_mounts; i++) {
         free(spec->mounts[i].source);
         free(spec->mounts[i].target);
@@ -473,6 +480,18 @@ int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
             "trajectory: segments of letters, digits, '.', '_' or '-' (1-64 bytes, not '.' or "
             "'..') joined by '/', at most %d bytes",
             CDN_TRAJECTORY_ID_MAX);
+    if (spec->checkpoint && !cdn_checkpoint_id_valid(spec->checkpoint))
+        return cdn_error_field(err, EINVAL, "checkpoint",
+                               "checkpoint: '%.32s' is not a checkpoint's id (ck-<16 hex>)",
+                               spec->checkpoint);
+    const char *ck = spec->checkpoint ? "checkpoint" : "checkpoints";
+    if ((spec->checkpoints || spec->checkpoint) && spec->tier != CDN_TIER_CONTAINER)
+        return cdn_error_field(err, EOPNOTSUPP, ck,
+                               "%s: tier %s keeps no checkpoints yet (tier container does)", ck,
+                               cdn_tier_to_string(spec->tier));
+    if ((spec->checkpoints || spec->checkpoint) && spec->disk != CDN_DISK_DISK)
+        return cdn_error_field(err, EINVAL, ck,
+                               "%s: a checkpoint is of a writable layer on disk (disk \"disk\")", ck);
     size_t hl = strlen(spec->hostname);
     if (hl == 0 || hl > 63 ||
         strspn(spec->hostname, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") != hl)

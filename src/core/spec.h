@@ -59,6 +59,11 @@ struct cdn_spec {
     /* The trajectory its steps are recorded in (docs/trajectories.md): segments of [A-Za-z0-9._-]
      * (1-64 bytes, not "." or "..") joined by '/', at most CDN_TRAJECTORY_ID_MAX bytes; NULL: none. */
     char *trajectory;
+    /* Checkpoints (docs/trajectories.md, container tier, disk "disk"): its writable layer lives in the
+     * checkpoint store so that POST …/checkpoints can take one; checkpoint names the one to start
+     * from (its files; "ck-" and 16 hex digits), and implies checkpoints. */
+    bool checkpoints;
+    char *checkpoint;
     bool read_only_root;
     /* The image's system directories (/usr, /etc, /bin, /lib*, /boot…) writable to commands too, as
      * package managers need (apt, pip into a python image's /usr/local): no system_write violations
@@ -92,6 +97,9 @@ struct cdn_spec {
 
 /* Whether id is a trajectory's id (the syntax of spec.trajectory). */
 bool cdn_trajectory_id_valid(const char *id);
+/* Whether id is a checkpoint's id: "ck-" and 16 lowercase hex digits. */
+#define CDN_CHECKPOINT_ID_LEN 19
+bool cdn_checkpoint_id_valid(const char *id);
 
 const char *cdn_tier_to_string(enum cdn_tier t);
 int cdn_tier_from_string(const char *s);

@@ -1036,6 +1036,8 @@ static void route(struct evhttp_request *req, void *arg)
         return route_metrics(req);
     if (strncmp(path, "/v1/images", 10) == 0 && (path[10] == '\0' || path[10] == '/'))
         return cdn_api_images(req, path);
+    if (strcmp(path, "/v1/checkpoints") == 0 || strncmp(path, "/v1/checkpoints/", 16) == 0)
+        return cdn_api_checkpoint_route(req, path[15] ? path + 16 : "");
     if (strncmp(path, "/v1/trajectories/", 17) == 0) {
         if (m != EVHTTP_REQ_GET)
             return cdn_api_reply_error(req, 405, "method_not_allowed", NULL, "%.64s takes GET", path);
@@ -1082,16 +1084,29 @@ static void route(struct evhttp_request *req, void *arg)
         enum evhttp_cmd_type m;
         void (*fn)(struct evhttp_request *, struct box *);
     } sub[] = {
-        {"exec", EVHTTP_REQ_POST, cdn_api_exec},        {"call", EVHTTP_REQ_POST, cdn_api_call},
-        {"files", EVHTTP_REQ_PUT, cdn_api_files},       {"files", EVHTTP_REQ_GET, cdn_api_files},
-        {"files", EVHTTP_REQ_DELETE, cdn_api_files},    {"ls", EVHTTP_REQ_GET, cdn_api_ls},
-        {"events", EVHTTP_REQ_GET, cdn_api_events},     {"stat", EVHTTP_REQ_GET, cdn_api_stat},
-        {"mkdir", EVHTTP_REQ_POST, cdn_api_mkdir},      {"network", EVHTTP_REQ_PATCH, api_network},
-        {"violations", EVHTTP_REQ_GET, api_violations}, {"monitor/text", EVHTTP_REQ_POST, api_monitor_text},
-        {"usage", EVHTTP_REQ_GET, api_usage},           {"move", EVHTTP_REQ_POST, cdn_api_move},
-        {"chmod", EVHTTP_REQ_POST, cdn_api_chmod},      {"archive", EVHTTP_REQ_PUT, cdn_api_archive},
-        {"archive", EVHTTP_REQ_GET, cdn_api_archive},   {"watch", EVHTTP_REQ_GET, cdn_api_watch},
-        {"pause", EVHTTP_REQ_POST, api_pause},          {"resume", EVHTTP_REQ_POST, api_resume},
+        {"exec", EVHTTP_REQ_POST, cdn_api_exec},
+        {"call", EVHTTP_REQ_POST, cdn_api_call},
+        {"files", EVHTTP_REQ_PUT, cdn_api_files},
+        {"files", EVHTTP_REQ_GET, cdn_api_files},
+        {"files", EVHTTP_REQ_DELETE, cdn_api_files},
+        {"ls", EVHTTP_REQ_GET, cdn_api_ls},
+        {"events", EVHTTP_REQ_GET, cdn_api_events},
+        {"stat", EVHTTP_REQ_GET, cdn_api_stat},
+        {"mkdir", EVHTTP_REQ_POST, cdn_api_mkdir},
+        {"network", EVHTTP_REQ_PATCH, api_network},
+        {"violations", EVHTTP_REQ_GET, api_violations},
+        {"monitor/text", EVHTTP_REQ_POST, api_monitor_text},
+        {"usage", EVHTTP_REQ_GET, api_usage},
+        {"move", EVHTTP_REQ_POST, cdn_api_move},
+        {"chmod", EVHTTP_REQ_POST, cdn_api_chmod},
+        {"archive", EVHTTP_REQ_PUT, cdn_api_archive},
+        {"archive", EVHTTP_REQ_GET, cdn_api_archive},
+        {"watch", EVHTTP_REQ_GET, cdn_api_watch},
+        {"pause", EVHTTP_REQ_POST, api_pause},
+        {"resume", EVHTTP_REQ_POST, api_resume},
+        {"checkpoints", EVHTTP_REQ_POST, cdn_api_checkpoints},
+        {"checkpoints", EVHTTP_REQ_GET, cdn_api_checkpoints},
+        {"fork", EVHTTP_REQ_POST, cdn_api_fork},
     };
     if (!rest[0]) {
         if (m == EVHTTP_REQ_GET)

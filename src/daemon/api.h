@@ -136,6 +136,16 @@ json_t *cdn_api_bytes_json(const uint8_t *p, size_t n, bool b64);
 void cdn_api_events(struct evhttp_request *req, struct box *b);
 /* /v1/images and below (api-images.c): path is the request's, still URL-encoded. */
 void cdn_api_images(struct evhttp_request *req, const char *path);
+/* api-checkpoint.c: POST|GET …/checkpoints, POST …/fork, GET /v1/checkpoints[/{ck}], DELETE of one */
+void cdn_api_checkpoints(struct evhttp_request *req, struct box *b);
+void cdn_api_fork(struct evhttp_request *req, struct box *b);
+void cdn_api_checkpoint_route(struct evhttp_request *req, const char *rest);
+/* A create from spec.checkpoint: b's layer will be a clone of it (b->sb.layer_from_fd, owned by the
+ * caller once set). 0, or -1 and err naming the field "checkpoint". */
+int cdn_checkpoint_prepare(struct box *b, struct cdn_error *err);
+/* At start, after the adoptions: the layer names of sandboxes that are gone are dropped, and the
+ * adopted ones' layers thawed (a cordond that died mid-checkpoint). */
+void cdn_checkpoint_sweep(void);
 void cdn_api_events_push(struct box *b, const char *line, size_t len);
 void cdn_api_events_end(struct box *b); /* the box is going: end every follow */
 /* The sibling runs; b (either side of a step) has stopped or is being freed (api-sibling.c). */

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "registry.h"
+#include "api.h"
 #include "core/json-util.h"
 #include "core/paths.h"
 #include "images.h"
@@ -249,6 +250,7 @@ static void box_free(struct box *b)
     if (b->start_ev)
         event_free(b->start_ev);
     cdn_box_events_free(b);
+    b->layer_mnt = safe_close(b->layer_mnt);
     json_decref(b->final_usage);
     cdn_tier_release(&b->sb);
     cdn_spec_free(&b->spec);
@@ -307,6 +309,9 @@ static void cleanup(struct box *b)
     /* The cgroup directories stay (emptied) for the next sandbox: remember the slot. */
     if (kept && slot >= 0)
         keep_slot(slot);
+    b->layer_mnt = safe_close(b->layer_mnt);
+    if (b->spec.checkpoints) /* its layer's name in the checkpoint store: its checkpoints stay */
+        cdn_layer_forget(b->sb.id);
     cdn_record_remove(b->sb.id);
 }
 
@@ -902,6 +907,7 @@ struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_e
     b->spec = *spec;
     *spec = (struct cdn_spec){0};
     b->fanotify_fd = -1;
+    b->layer_mnt = -1;
     b->pool = pool;
     LIST_INIT(&b->followers);
     cdn_sandbox_init(&b->sb, &b->spec);
@@ -922,10 +928,12 @@ struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_e
     } else if (b->sb.listen_fd < 0) {
         cdn_error_set(err, -b->sb.listen_fd, "agent socket in %s: %s", cdn_daemon->cfg.sandbox_dir,
                       strerror(-b->sb.listen_fd));
-    } else if (cdn_egress_attach(b, err) < 0 || cdn_box_fanotify_prepare(b, err) < 0) {
+    } else if (cdn_checkpoint_prepare(b, err) < 0 || cdn_egress_attach(b, err) < 0 ||
+               cdn_box_fanotify_prepare(b, err) < 0) {
         /* err says why */
     } else if ((b->sb.slot_hint = cdn_daemon->n_kept ? cdn_daemon->kept_slots[--cdn_daemon->n_kept] : -1),
                b->sb.tier->create(&b->sb, err) >= 0) {
+        b->sb.layer_from_fd = safe_close(b->sb.layer_from_fd);
         b->sb.keep_cgroup = true; /* from now on its cgroup is worth keeping */
         /* What a verifier's sibling will bind of its read-write binds, before the agent runs. */
         if (b->spec.protect.n && b->spec.n_mounts)
@@ -959,6 +967,9 @@ struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_e
         return b;
     }
     /* err says why; the tier left nothing behind */
+    b->sb.layer_from_fd = safe_close(b->sb.layer_from_fd);
+    if (b->spec.checkpoints)
+        cdn_layer_forget(b->sb.id);
     cdn_egress_detach(b);
     b->sb.listen_fd = safe_close(b->sb.listen_fd);
     cdn_record_remove(b->sb.id);
@@ -1088,6 +1099,7 @@ static void adopt_one(const char *id, const char *path)
     }
     b->spec = rec.spec;
     b->fanotify_fd = -1;
+    b->layer_mnt = -1;
     LIST_INIT(&b->followers);
     cdn_sandbox_init(&b->sb, &b->spec);
     cdn_session_init(&b->session, &b->sb, &cdn_box_session_ops, b);
@@ -1211,6 +1223,7 @@ static void restore_ended(const char *id, const char *path)
         return;
     }
     b->fanotify_fd = -1;
+    b->layer_mnt = -1;
     LIST_INIT(&b->followers);
     cdn_sandbox_init(&b->sb, &b->spec);
     cdn_session_init(&b->session, &b->sb, &cdn_box_session_ops, b);

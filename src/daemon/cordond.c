@@ -650,6 +650,7 @@ int main(int argc, char **argv)
     raise_fanotify_groups();
     (void) cdn_box_fanotify_global_start();
     int adopted = cdn_box_adopt_all();
+    cdn_checkpoint_sweep();
     int r = cdn_egress_forget_old_flows();
     if (r < 0)
         fprintf(stderr, "cordond: the adopted sandboxes' old flows stay misrouted until they end: %s\n",

@@ -134,7 +134,11 @@ struct box {
     struct event *setup_ev, *pidfd_ev, *lifetime_ev, *start_ev; /* start_ev: a VM guest's answers due */
     struct cdn_box_waiter waiter;                               /* told once init runs (or setup fails) */
     uint64_t init_start;                                        /* start time of init (record.c) */
-    bool dying;           /* deleted: init killed, cleanup waits for its exit */
+    bool dying; /* deleted: init killed, cleanup waits for its exit */
+    /* Checkpoints (api-checkpoint.c): a mount of its layer's ext4, to freeze it (-1: not yet), and
+     * the last checkpoint taken of it (a new one's parent). */
+    int layer_mnt;
+    char last_checkpoint[24];
     bool protect_pending; /* a VM guest changes its protected paths (api.c: guest_protect) */
     struct pool *pool;    /* while it waits in a warm pool (pool.c): not in the API's list */
     void *throttle;       /* the streaming call whose slow client paused our reading of init (api-exec.c) */

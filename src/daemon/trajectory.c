@@ -431,3 +431,56 @@ json_t *cdn_traj_json(const char *id, struct cdn_error *err)
     return json_pack("{s:s, s:o, s:I, s:s?}", "id", id, "steps", steps, "next_step", (json_int_t) t->n,
                      "sandbox", sandbox);
 }
+
+int cdn_traj_steps(const char *id, uint64_t *ret, struct cdn_error *err)
+{
+    struct trajectory *t = open_traj(id, true, err);
+    if (!t)
+        return -(err->errnum ?: EIO);
+    if (t->busy)
+        return cdn_error_field(err, EBUSY, "trajectory", "trajectory '%s': a step is under way", id);
+    *ret = t->n;
+    return 0;
+}
+
+int cdn_traj_fork(const char *parent, uint64_t n, const char *child, struct cdn_error *err)
+{
+    struct trajectory *p = open_traj(parent, true, err);
+    if (!p)
+        return -(err->errnum ?: EIO);
+    if (n > p->n)
+        return cdn_error_field(err, ERANGE, "checkpoint", "trajectory '%s' has %llu steps, not %llu", parent,
+                               (unsigned long long) p->n, (unsigned long long) n);
+    struct trajectory *c = open_traj(child, true, err);
+    if (!c)
+        return -(err->errnum ?: EIO);
+    if (c->n)
+        return cdn_error_field(err, EEXIST, "trajectory", "trajectory '%s' already has steps", child);
+    /* The parent's first n lines, as they are: the child's steps 0…n-1. */
+    off_t in = 0, len = (off_t) p->off[n];
+    while (in < len) {
+        char buf[65536];
+        ssize_t w =
+            pread(p->fd, buf, (size_t) (len - in) < sizeof buf ? (size_t) (len - in) : sizeof buf, in);
+        if (w > 0 && cdn_write_all(c->fd, buf, (size_t) w) < 0)
+            w = -1;
+        in += w > 0 ? w : 0;
+        if (w <= 0) {
+            int e = w < 0 ? errno : EIO;
+            (void) !ftruncate(c->fd, 0);
+            return cdn_error_set(err, e, "trajectory '%s': copy the steps of '%s': %s", child, parent,
+                                 strerror(e));
+        }
+    }
+    if (fdatasync(c->fd) < 0) {
+        int e = errno;
+        (void) !ftruncate(c->fd, 0);
+        return cdn_error_set(err, e, "trajectory '%s': %s", child, strerror(e));
+    }
+    for (uint64_t k = 1; k <= n; k++, c->n++)
+        if (push_off(c, p->off[k]) < 0) {
+            c->broken = true; /* its offsets are short of its lines: no step goes on */
+            return cdn_error_set(err, ENOMEM, "out of memory");
+        }
+    return 0;
+}

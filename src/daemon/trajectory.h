@@ -56,3 +56,9 @@ int cdn_api_traj_begin(struct evhttp_request *req, struct box *b, const char *ki
 /* GET /v1/trajectories/{id}: {"id", "steps": [...], "next_step", "sandbox"}; NULL and err (-ENOENT:
  * no such trajectory). */
 json_t *cdn_traj_json(const char *id, struct cdn_error *err);
+/* How many steps trajectory id has recorded (made empty when there is none); -EBUSY while one is under
+ * way (err). */
+int cdn_traj_steps(const char *id, uint64_t *ret, struct cdn_error *err);
+/* Start trajectory child (made; it must have no steps) with the first n steps of parent, as they are
+ * (a fork: docs/trajectories.md). 0, or a negative errno and err. */
+int cdn_traj_fork(const char *parent, uint64_t n, const char *child, struct cdn_error *err);

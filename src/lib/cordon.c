@@ -495,6 +495,57 @@ int cordon_exec_step(cordon_client *c, const char *id, const char *const argv[],
     return exec_buffered(c, id, argv, opts, &step, ret, ret_replayed);
 }
 
+int cordon_checkpoint(cordon_client *c, const char *id, char *ret_id, size_t size)
+{
+    char path[128];
+    int r = sandbox_path(c, path, sizeof path, id, "/checkpoints");
+    if (r < 0)
+        return r;
+    json_t *body = json_object(), *o = NULL;
+    r = body ? request_json(c, "POST", path, body, &o) : -ENOMEM;
+    json_decref(body);
+    const char *ck = json_string_value(json_object_get(o, "id"));
+    if (r >= 0 && (!ck || strlen(ck) >= size)) {
+        set_error(c, 200, "bad_response", NULL, "no checkpoint id in the daemon's answer");
+        r = -EBADMSG;
+    }
+    if (r >= 0)
+        memcpy(ret_id, ck, strlen(ck) + 1);
+    json_decref(o);
+    return r;
+}
+
+int cordon_fork(cordon_client *c, const char *id, const char *checkpoint, unsigned n, char (*ret_ids)[16])
+{
+    char path[128];
+    int r = sandbox_path(c, path, sizeof path, id, "/fork");
+    if (r < 0)
+        return r;
+    json_t *body = json_pack("{s:I}", "count", (json_int_t) n), *o = NULL;
+    if (body && checkpoint && json_object_set_new(body, "checkpoint", json_string(checkpoint)) < 0) {
+        json_decref(body);
+        body = NULL;
+    }
+    r = body ? request_json(c, "POST", path, body, &o) : -ENOMEM;
+    json_decref(body);
+    json_t *list = json_object_get(o, "sandboxes");
+    if (r >= 0 && json_array_size(list) != n) {
+        set_error(c, 200, "bad_response", NULL, "the daemon's answer does not list %u sandboxes", n);
+        r = -EBADMSG;
+    }
+    for (unsigned i = 0; r >= 0 && i < n; i++) {
+        const char *s = json_string_value(json_object_get(json_array_get(list, i), "id"));
+        if (!s || strlen(s) >= 16) {
+            set_error(c, 200, "bad_response", NULL, "a sandbox without an id in the daemon's answer");
+            r = -EBADMSG;
+            break;
+        }
+        memcpy(ret_ids[i], s, strlen(s) + 1);
+    }
+    json_decref(o);
+    return r;
+}
+
 int cordon_start(cordon_client *c, const char *id, const char *const argv[],
                  const struct cordon_exec_opts *opts, bool keep_stdin, uint32_t *ret_pid)
 {

@@ -112,6 +112,14 @@ CORDON_API int cordon_exec_step(cordon_client *c, const char *id, const char *co
                                 const struct cordon_exec_opts *opts, uint64_t step,
                                 struct cordon_exec_result *ret, bool *ret_replayed);
 
+/* Checkpoints and forks (docs/trajectories.md; a sandbox made with "checkpoints": true). Take one of the
+ * sandbox's files now: its id ("ck-" and 16 hex digits) in ret_id (at least 20 bytes). */
+CORDON_API int cordon_checkpoint(cordon_client *c, const char *id, char *ret_id, size_t size);
+/* n new sandboxes from checkpoint (NULL: one taken now) of sandbox id, with its spec and egress policy;
+ * their ids, n of them, in ret_ids[i] (each at least 16 bytes). All or none. */
+CORDON_API int cordon_fork(cordon_client *c, const char *id, const char *checkpoint, unsigned n,
+                           char (*ret_ids)[16]);
+
 /* Start argv in the background (…/processes, docs/cordond.md): answered once it runs, with its pid in
  * the sandbox. keep_stdin: its stdin stays open for POST …/processes/{pid}/stdin. Its output, status,
  * signals and wait: the …/processes routes (cordon_request). */

@@ -177,6 +177,18 @@ void cdn_writable_stock_drop(void);
  * a stock asks the cordond at $CORDON_SOCKET (or the default socket) first, and makes its own without
  * an answer. */
 bool cdn_writable_stock_serve(int conn);
+/* The checkpoint store (tiers/container/layer-store.c), made and mounted on first use (cordond
+ * only): its root's fd (borrowed), or a negative errno with err naming the field "checkpoints".
+ * cdn_layer_store_fd: the same once it is open, else -1. */
+int cdn_layer_store(struct cdn_error *err);
+int cdn_layer_store_fd(void);
+/* A layer image's marks (writable.c): the base of the slot whose ids its files keep on disk, and
+ * the loop device it is bound to now (-ENOENT: none). */
+int cdn_layer_uid_base(int file, uint32_t *ret);
+int cdn_layer_set_uid_base(int file, uint32_t base);
+int cdn_layer_loop(int file);
+/* Drop the name of sandbox id's checkpointable layer (its blocks go with its last user). */
+void cdn_layer_forget(const char *id);
 /* The tier's release(), if any; sb->tier may be NULL (never created). */
 void cdn_tier_release(struct cdn_sandbox *sb);
 /* Take the hold on sb's image (image.h cdn_image_hold) if it is one of the store's and sb has none

@@ -360,9 +360,9 @@ def writable_loops():
             continue
         finally:
             os.close(fd)
-        m = re.fullmatch(rb"cordon-(slot|stock)-(\d+)", info[56:120].split(b"\0")[0])
+        m = re.fullmatch(rb"cordon-(slot|stock|store)-(\d+)", info[56:120].split(b"\0")[0])
         if m:
-            out[name] = int(m.group(2)) if m.group(1) == b"slot" else ("stock", int(m.group(2)))
+            out[name] = int(m.group(2)) if m.group(1) == b"slot" else (m.group(1).decode(), int(m.group(2)))
     return out
 
 
@@ -517,9 +517,14 @@ class HostState:
         # A layer made ahead carries its maker's name, not its slot: one whose cordond is gone
         # is a leak unless a live sandbox may hold it (a live slot with no layer of its own name).
         stock = [f"/dev/{n} (made ahead by cordond {s[1]})" for n, s in self.loops.items()
-                 if not isinstance(s, int) and before.loops.get(n) != s and not pid_alive(s[1])]
+                 if not isinstance(s, int) and s[0] == "stock" and before.loops.get(n) != s and not pid_alive(s[1])]
+        # The checkpoint store (tiers/container/layer-store.c) of a cordond that is gone stays only
+        # while a sandbox's layer lives in it.
+        stores = [f"/dev/{n} (checkpoint store of cordond {s[1]})" for n, s in self.loops.items()
+                  if not isinstance(s, int) and s[0] == "store" and before.loops.get(n) != s
+                  and not pid_alive(s[1]) and not self.live_slots]
         unnamed = {s for s in self.live_slots} - {s for s in self.loops.values() if isinstance(s, int)}
-        loops += sorted(stock)[:max(0, len(stock) - len(unnamed))]
+        loops += sorted(stock)[:max(0, len(stock) - len(unnamed))] + sorted(stores)
         if loops:
             out["loop devices"] = sorted(loops)
         if self.vm_runs - before.vm_runs:

@@ -419,3 +419,50 @@ TEST(trajectory_ids)
     whole[CDN_TRAJECTORY_ID_MAX] = 'a', whole[CDN_TRAJECTORY_ID_MAX + 1] = 0;
     CHECK(!cdn_trajectory_id_valid(whole));
 }
+
+TEST(checkpoint_fields)
+{
+    CHECK(cdn_checkpoint_id_valid("ck-0123456789abcdef"));
+    const char *bad_ids[] = {"",
+                             "ck-",
+                             "ck-0123456789abcde",
+                             "ck-0123456789abcdef0",
+                             "ck-0123456789ABCDEF",
+                             "xx-0123456789abcdef",
+                             "ck-0123456789abcdeg",
+                             "ck-../../../etc/pas",
+                             NULL};
+    for (int i = 0; bad_ids[i]; i++)
+        CHECK(!cdn_checkpoint_id_valid(bad_ids[i]));
+    struct cdn_spec s;
+    struct cdn_error err;
+    CHECK_EQ_INT(from_json(&s, "{\"checkpoints\": true, \"checkpoint\": \"ck-0123456789abcdef\"}", &err), 0);
+    CHECK(s.checkpoints);
+    CHECK_STREQ(s.checkpoint, "ck-0123456789abcdef");
+    CHECK_EQ_INT(cdn_spec_validate(&s, &err), 0);
+    char *out = cdn_spec_to_json(&s);
+    CHECK(out && strstr(out, "\"checkpoints\":true") &&
+          strstr(out, "\"checkpoint\":\"ck-0123456789abcdef\""));
+    free(out);
+    cdn_spec_free(&s);
+    static const struct {
+        const char *json, *field;
+    } bad[] = {
+        {"{\"checkpoints\": 1}", "checkpoints"},
+        {"{\"checkpoint\": 7}", "checkpoint"},
+        {"{\"checkpoint\": \"ck-nothex\"}", "checkpoint"},
+        {"{\"checkpoints\": true, \"tier\": \"microvm\"}", "checkpoints"},
+        {"{\"checkpoints\": true, \"tier\": \"process\"}", "checkpoints"},
+        {"{\"checkpoint\": \"ck-0123456789abcdef\", \"disk\": \"memory\"}", "checkpoint"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int r = from_json(&s, bad[i].json, &err);
+        if (r == 0) {
+            err = (struct cdn_error){0};
+            r = cdn_spec_validate(&s, &err);
+        }
+        CHECK(r < 0);
+        CHECK_STREQ(err.field, bad[i].field);
+        cdn_spec_free(&s);
+    }
+}

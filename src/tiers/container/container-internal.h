@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 
 #include "proto/fds.h"
@@ -14,6 +15,8 @@
 #include "confine/proc-mask.h"
 #include "confine/seccomp-policy.h"
 #include "shared/error.h"
+
+struct cdn_sandbox;
 
 struct cdn_setup_args {
     const struct cdn_spec *spec;
@@ -45,7 +48,12 @@ _noreturn_ void cdn_container_setup(const struct cdn_setup_args *a);
  * device named "cordon-slot-<slot>"; returns its
  * fd (CLOEXEC), or a negative errno with err naming the field "disk". Nothing of it outlives the
  * last holder of the mount. */
-int cdn_writable_make(const struct cdn_spec *spec, int slot, uint32_t uid_base, struct cdn_error *err);
+int cdn_writable_make(struct cdn_sandbox *sb, struct cdn_error *err);
+/* A free loop device bound to file_fd (LO_FLAGS_AUTOCLEAR and flags), named name (LOOP_GET_STATUS64,
+ * for leak checks and operators); its number in *ret_nr; returns its fd. */
+int cdn_loop_attach(int file_fd, const char *name, uint32_t flags, int *ret_nr, struct cdn_error *err);
+/* Whether /dev/loop<nr> is bound to the file of st. */
+bool cdn_loop_backs(int nr, const struct stat *st);
 /* Whether the writable layer on disk, of statfs fs, is full: ext4 refuses a large write with
  * ENOSPC while up to ~1 MiB is still free, so "full" is less than 1 MiB left, not nothing. */
 bool cdn_writable_full(const struct statfs *fs);

@@ -314,8 +314,7 @@ static int container_create(struct cdn_sandbox *sb, struct cdn_error *err)
         (void) sb->cgroup.ops->destroy(&sb->cgroup);
     /* The writable layer on disk: the child takes its copy of the mount at clone, ours goes here. */
     _cleanup_close_ int writable = -EBADF;
-    if (sb->spec->disk == CDN_DISK_DISK &&
-        (r = writable = cdn_writable_make(sb->spec, sb->slot, sb->uid_base, err)) < 0) {
+    if (sb->spec->disk == CDN_DISK_DISK && (r = writable = cdn_writable_make(sb, err)) < 0) {
         (void) container_destroy(sb);
         return r;
     }

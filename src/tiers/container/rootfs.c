@@ -153,6 +153,10 @@ static void precreate_in_upper(const struct cdn_setup_args *a, const char *path,
         bool in_lower = lower_lstat(a->image, rel, &st) == 0;
         if (in_lower && !S_ISDIR(st.st_mode))
             return; /* a file or symlink in the image: leave the image's shape alone */
+        /* A layer restored from a checkpoint (writable.c) holds what the sandbox wrote before:
+         * never through its symlinks (this is the setup child, in the host's view of paths). */
+        if (lstat(upper, &st) == 0 && !S_ISDIR(st.st_mode))
+            return;
         if (leaf && !dir) {
             if (!in_lower)
                 (void) mknod(upper, S_IFREG | mode, 0);
@@ -242,8 +246,11 @@ static int mount_overlay(const struct cdn_setup_args *a, const char *root, int l
         return r;
     const char *sub[] = {"upper", "work", "root"};
     for (size_t i = 0; i < ELEMENTSOF(sub); i++) {
+        struct stat st;
         (void) snprintf(path, sizeof path, "%s/%s", a->scratch, sub[i]);
-        CHECK(mkdir(path, 0755), "mkdir %s: %m", path);
+        /* A restored layer (writable.c) has them: the layer's root is cordon's, never the sandbox's. */
+        if (mkdir(path, 0755) < 0 && (errno != EEXIST || lstat(path, &st) < 0 || !S_ISDIR(st.st_mode)))
+            return cdn_error_set(err, errno ?: EEXIST, "mkdir %s: %m", path);
     }
     bool idmapped = attach_lower(a, lower_fd, base, sizeof base);
     /* Without idmapping the image's directories belong to uids the sandbox cannot map: what it
@@ -477,7 +484,8 @@ static int make_writable_dirs(const struct cdn_setup_args *a, int rootfd, bool i
         char src[4200], fdp[64];
         (void) snprintf(src, sizeof src, "%s/rw%zu", a->scratch, i);
         (void) fd_path(fdp, fd);
-        if (mkdir(src, mode) < 0 || chmod(src, mode) < 0)
+        /* A restored layer (writable.c) has it, with the sandbox's files. */
+        if ((mkdir(src, mode) < 0 && errno != EEXIST) || chmod(src, mode) < 0)
             return cdn_error_field(err, errno, field, "%s %s: %m", field, path);
         int r = bind_mount(src, fdp, 0, err);
         if (r < 0)

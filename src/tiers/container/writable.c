@@ -22,11 +22,16 @@
  * namespace), and the root of the sandbox owns only the files in it. */
 #include "container-internal.h"
 #include "core/paths.h"
+#include "core/sandbox.h"
+#include "tiers/tier.h"
 #include "shared/fd-util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/fs.h>
 #include <linux/loop.h>
+#include <sched.h>
 #include <linux/magic.h>
 #include <linux/mount.h>
 #include <stdlib.h>
@@ -38,7 +43,11 @@
 #include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
+
+#include "confine/slot.h"
 
 #define LOOP_ATTEMPTS 16 /* another process may take the free loop device we were told of */
 /* ext4 refuses a large write with ENOSPC while up to ~1 MiB is still free (seen: 0.6-0.9 MiB
@@ -133,6 +142,15 @@ static int copy_extents(int in, int out, off_t size)
         loff_t src = data, dst = data;
         while (src < hole) {
             ssize_t n = copy_file_range(in, &src, out, &dst, (size_t) (hole - src), 0);
+            if (n < 0 && errno == EXDEV) { /* another file system's: by hand */
+                char buf[65536];
+                size_t want = (size_t) (hole - src) < sizeof buf ? (size_t) (hole - src) : sizeof buf;
+                n = pread(in, buf, want, src);
+                if (n > 0 && pwrite(out, buf, (size_t) n, dst) != n)
+                    return -errno ?: -EIO;
+                src += n > 0 ? n : 0;
+                dst += n > 0 ? n : 0;
+            }
             if (n <= 0)
                 return n < 0 ? -errno : -EIO;
         }
@@ -141,18 +159,9 @@ static int copy_extents(int in, int out, off_t size)
     return 0;
 }
 
-/* The sandbox's image file: an unnamed copy of the template in the state directory. */
-static int image_file(uint64_t size_mb, struct cdn_error *err)
+/* Not even room for one layer of size_mb on the file system of dir: refused. */
+static int room_for(const char *dir, uint64_t size_mb, struct cdn_error *err)
 {
-    char tpl[4200], dir[4200];
-    (void) snprintf(dir, sizeof dir, "%s/writable", cdn_state_dir());
-    int r = cdn_mkdir_p(dir, 0700);
-    if (r < 0)
-        return cdn_error_field(err, -r, "disk", "mkdir %s: %s", dir, strerror(-r));
-    /* The image is sparse: its blocks are the host's as the sandbox writes them. A layer that could
-     * not be filled would turn the sandbox's writes into I/O errors (and fill the host's disk): not
-     * even room for one is refused here. (Room for all that run at once is the operator's to plan:
-     * docs/disk.md.) */
     struct statfs host;
     if (statfs(dir, &host) == 0 && (uint64_t) host.f_bavail * (uint64_t) host.f_bsize < (size_mb << 20)) {
         return cdn_error_field(
@@ -161,26 +170,52 @@ static int image_file(uint64_t size_mb, struct cdn_error *err)
             (unsigned long long) size_mb, dir,
             (unsigned long long) ((uint64_t) host.f_bavail * (uint64_t) host.f_bsize >> 20));
     }
-    if ((r = template_path(size_mb, tpl, sizeof tpl, err)) < 0)
+    return 0;
+}
+
+/* The cached template of size_mb, open for reading (made first if there is none). */
+static int template_open(uint64_t size_mb, struct cdn_error *err)
+{
+    char tpl[4200];
+    int r = template_path(size_mb, tpl, sizeof tpl, err);
+    if (r < 0)
         return r;
-    _cleanup_close_ int in = open(tpl, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    int in = open(tpl, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (in < 0 && errno == ENOENT && (r = template_make(tpl, size_mb, err)) < 0)
         return r;
     if (in < 0 && (in = open(tpl, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) < 0)
         return cdn_error_field(err, errno, "disk", "open %s: %m", tpl);
+    return in;
+}
+
+/* The sandbox's image file: an unnamed copy of the template in the state directory. */
+static int image_file(uint64_t size_mb, struct cdn_error *err)
+{
+    char dir[4200];
+    (void) snprintf(dir, sizeof dir, "%s/writable", cdn_state_dir());
+    int r = cdn_mkdir_p(dir, 0700);
+    if (r < 0)
+        return cdn_error_field(err, -r, "disk", "mkdir %s: %s", dir, strerror(-r));
+    /* The image is sparse: its blocks are the host's as the sandbox writes them. A layer that could
+     * not be filled would turn the sandbox's writes into I/O errors (and fill the host's disk): not
+     * even room for one is refused here. (Room for all that run at once is the operator's to plan:
+     * docs/disk.md.) */
+    if ((r = room_for(dir, size_mb, err)) < 0)
+        return r;
+    _cleanup_close_ int in = template_open(size_mb, err);
+    if (in < 0)
+        return in;
     int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0)
         return cdn_error_field(err, errno, "disk", "an unnamed file in %s: %m", dir);
     if ((r = copy_extents(in, fd, image_size(size_mb))) < 0) {
         (void) close(fd);
-        return cdn_error_field(err, -r, "disk", "copy the writable layer's template %s: %s", tpl,
-                               strerror(-r));
+        return cdn_error_field(err, -r, "disk", "copy the writable layer's template: %s", strerror(-r));
     }
     return fd;
 }
 
-/* A free loop device bound to file_fd, clearing itself on its last close; its number in *ret_nr. */
-static int loop_attach(int file_fd, const char *name, int *ret_nr, struct cdn_error *err)
+int cdn_loop_attach(int file_fd, const char *name, uint32_t flags, int *ret_nr, struct cdn_error *err)
 {
     _cleanup_close_ int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
     if (ctl < 0)
@@ -198,7 +233,7 @@ static int loop_attach(int file_fd, const char *name, int *ret_nr, struct cdn_er
          * twice, but cost each layer ~1.3 ms at create (the configure, ext4's mount and its first
          * metadata reads all waited on the disk) and ~1.2 ms at its end. The backing file's copies
          * are clean page cache once written back, and go with the unnamed file. */
-        struct loop_config cfg = {.fd = (uint32_t) file_fd, .info = {.lo_flags = LO_FLAGS_AUTOCLEAR}};
+        struct loop_config cfg = {.fd = (uint32_t) file_fd, .info = {.lo_flags = LO_FLAGS_AUTOCLEAR | flags}};
         /* Its name says whose it is (LOOP_GET_STATUS64), for the tests' leak checks and operators. */
         (void) snprintf((char *) cfg.info.lo_file_name, sizeof cfg.info.lo_file_name, "%s", name);
         int r = ioctl(fd, LOOP_CONFIGURE, &cfg);
@@ -242,7 +277,7 @@ static int layer_new(uint64_t disk_mb, const char *name, struct cdn_error *err)
     if (file < 0)
         return file;
     int nr = -1;
-    _cleanup_close_ int loop = loop_attach(file, name, &nr, err);
+    _cleanup_close_ int loop = cdn_loop_attach(file, name, 0, &nr, err);
     if (loop < 0)
         return loop;
     return mount_detached(nr, err); /* the mount holds the loop device, which holds the file */
@@ -462,11 +497,222 @@ static int layer_for_slot(uint64_t disk_mb, int slot, uint32_t uid_base, struct 
     return layer_own(mnt, uid_base, err);
 }
 
-int cdn_writable_make(const struct cdn_spec *spec, int slot, uint32_t uid_base, struct cdn_error *err)
+/* A user namespace whose uid and gid maps take from's range to to's: the idmapping of a layer that
+ * another slot wrote (its files keep that slot's ids on disk) for the sandbox of this one. */
+static int userns_mapping(uint32_t from, uint32_t to)
 {
+    int ready[2];
+    if (pipe2(ready, O_CLOEXEC) < 0)
+        return -errno;
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        (void) close(ready[0]);
+        (void) close(ready[1]);
+        return -e;
+    }
+    if (pid == 0) {
+        char c;
+        (void) close(ready[1]);
+        if (unshare(CLONE_NEWUSER) < 0)
+            _exit(1);
+        (void) !read(ready[0], &c, 1); /* until the parent has the namespace */
+        _exit(0);
+    }
+    (void) close(ready[0]);
+    char path[64], map[64];
+    int fd = -1, r = 0;
+    (void) snprintf(map, sizeof map, "%u %u %u\n", from, to, CDN_UID_RANGE);
+    /* The child's namespace exists once its user namespace link differs from ours. */
+    for (int i = 0; i < 1000 && r == 0; i++) {
+        struct stat ours, its;
+        (void) snprintf(path, sizeof path, "/proc/%d/ns/user", (int) pid);
+        if (stat("/proc/self/ns/user", &ours) < 0 || stat(path, &its) < 0) {
+            r = -errno;
+            break;
+        }
+        if (ours.st_ino != its.st_ino)
+            break;
+        (void) usleep(100);
+    }
+    const char *files[] = {"uid_map", "gid_map"};
+    for (size_t i = 0; i < ELEMENTSOF(files) && r == 0; i++) {
+        (void) snprintf(path, sizeof path, "/proc/%d/%s", (int) pid, files[i]);
+        r = cdn_write_file_at(AT_FDCWD, path, map);
+    }
+    if (r == 0) {
+        (void) snprintf(path, sizeof path, "/proc/%d/ns/user", (int) pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        r = fd < 0 ? -errno : 0;
+    }
+    (void) close(ready[1]);
+    (void) waitpid(pid, NULL, 0);
+    return r < 0 ? r : fd;
+}
+
+#define XATTR_BASE "user.cordon.uid_base"
+#define XATTR_LOOP "user.cordon.loop"
+
+int cdn_layer_uid_base(int file, uint32_t *ret)
+{
+    char v[16] = {0};
+    ssize_t n = fgetxattr(file, XATTR_BASE, v, sizeof v - 1);
+    if (n <= 0)
+        return n < 0 ? -errno : -EBADMSG;
+    char *end;
+    unsigned long b = strtoul(v, &end, 10);
+    if (*end || b > UINT32_MAX)
+        return -EBADMSG;
+    *ret = (uint32_t) b;
+    return 0;
+}
+
+int cdn_layer_set_uid_base(int file, uint32_t base)
+{
+    char v[16];
+    int n = snprintf(v, sizeof v, "%u", base);
+    return fsetxattr(file, XATTR_BASE, v, (size_t) n, 0) < 0 ? -errno : 0;
+}
+
+int cdn_layer_loop(int file)
+{
+    char v[16] = {0};
+    struct stat st;
+    if (fgetxattr(file, XATTR_LOOP, v, sizeof v - 1) <= 0 || fstat(file, &st) < 0)
+        return -ENOENT;
+    int nr = atoi(v);
+    return cdn_loop_backs(nr, &st) ? nr : -ENOENT;
+}
+
+/* A restored layer's root as a new sandbox's setup expects it (rootfs.c): what setup makes there for
+ * one sandbox (mount points, the image's layer links, the masks' file, resolv.conf) goes; upper/,
+ * work/ and the rwN directories of a read-only root (the sandbox's files) stay. The layer's root is
+ * cordon's: a sandbox never sees it. */
+static void layer_refresh(int mnt)
+{
+    static const char *const files[] = {"resolv.conf", "mask"}, *const dirs[] = {"lower", "root"};
+    for (size_t i = 0; i < ELEMENTSOF(files); i++)
+        (void) unlinkat(mnt, files[i], 0);
+    for (size_t i = 0; i < ELEMENTSOF(dirs); i++)
+        (void) unlinkat(mnt, dirs[i], AT_REMOVEDIR);
+    _cleanup_close_ int l = openat(mnt, "l", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = l < 0 ? NULL : fdopendir(l);
+    if (!d)
+        return;
+    l = -1; /* the DIR's now */
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+            (void) unlinkat(dirfd(d), de->d_name, 0);
+    closedir(d);
+    (void) unlinkat(mnt, "l", AT_REMOVEDIR);
+}
+
+/* The template of size_mb in the checkpoint store, copied there once: a new layer is a reflink of it. */
+static int store_template(int store, uint64_t size_mb, struct cdn_error *err)
+{
+    char name[64], tmp[80];
+    (void) snprintf(name, sizeof name, "layers/ext4-%llum-v3.template", (unsigned long long) size_mb);
+    int fd = openat(store, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0 || errno != ENOENT)
+        return fd >= 0 ? fd
+                       : cdn_error_field(err, errno, "disk", "open %s in the checkpoint store: %m", name);
+    _cleanup_close_ int in = template_open(size_mb, err);
+    if (in < 0)
+        return in;
+    (void) snprintf(tmp, sizeof tmp, "%s.%d", name, (int) getpid());
+    _cleanup_close_ int out = openat(store, tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int r = out < 0 ? -errno : copy_extents(in, out, image_size(size_mb));
+    if (r == 0 && renameat(store, tmp, store, name) < 0)
+        r = -errno;
+    if (r < 0) {
+        (void) unlinkat(store, tmp, 0);
+        return cdn_error_field(err, -r, "disk", "copy the layer template into the checkpoint store: %s",
+                               strerror(-r));
+    }
+    return openat(store, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+}
+
+/* A checkpointable layer (spec "checkpoints": true): its image is a file of the checkpoint store
+ * (layer-store.c) named layers/<sandbox id>, a copy of the template or a reflink of the checkpoint
+ * sb->layer_from_fd. Its files keep the ids of the slot that first wrote them (the xattr
+ * user.cordon.uid_base): a layer of another slot's is idmapped onto this one's. */
+static int store_layer(struct cdn_sandbox *sb, struct cdn_error *err)
+{
+    int store = cdn_layer_store(err), r;
+    if (store < 0)
+        return store;
+    const bool from = sb->layer_from_fd >= 0;
+    const uint64_t mb = sb->spec->limits.disk_mb;
+    _cleanup_close_ int in = from ? -EBADF : store_template(store, mb, err);
+    if (!from && in < 0)
+        return in;
+    char state[4200];
+    (void) snprintf(state, sizeof state, "%s", cdn_state_dir());
+    if ((r = room_for(state, mb, err)) < 0)
+        return r;
+    _cleanup_close_ int file = openat(store, "layers", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (file < 0)
+        return cdn_error_field(err, errno, "checkpoints", "an unnamed file in the checkpoint store: %m");
+    if (ioctl(file, FICLONE, from ? sb->layer_from_fd : in) < 0 && (r = -errno) < 0)
+        return cdn_error_field(err, -r, from ? "checkpoint" : "disk", "%s the writable layer: %s",
+                               from ? "clone the checkpoint into" : "copy the template of", strerror(-r));
+    const uint32_t base = from ? sb->layer_from_base : sb->uid_base;
+    if ((r = cdn_layer_set_uid_base(file, base)) < 0)
+        return cdn_error_field(err, -r, "checkpoints", "mark the writable layer: %s", strerror(-r));
+    char name[64];
+    (void) snprintf(name, sizeof name, "cordon-slot-%d", sb->slot);
+    int nr = -1;
+    _cleanup_close_ int loop = cdn_loop_attach(file, name, 0, &nr, err);
+    if (loop < 0)
+        return loop;
+    char v[16];
+    int n = snprintf(v, sizeof v, "%d", nr);
+    if (fsetxattr(file, XATTR_LOOP, v, (size_t) n, 0) < 0)
+        return cdn_error_field(err, errno, "checkpoints", "mark the writable layer: %m");
+    _cleanup_close_ int layers = openat(store, "layers", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    char proc[64];
+    (void) snprintf(proc, sizeof proc, "/proc/self/fd/%d", file);
+    if (layers < 0 || linkat(AT_FDCWD, proc, layers, sb->id, AT_SYMLINK_FOLLOW) < 0)
+        return cdn_error_field(err, errno, "checkpoints", "name the writable layer %s: %m", sb->id);
+    int mnt = mount_detached(nr, err);
+    if (mnt < 0) {
+        (void) unlinkat(layers, sb->id, 0);
+        return mnt;
+    }
+    warm(mnt);
+    if (from)
+        layer_refresh(mnt);
+    if (base == sb->uid_base)
+        return layer_own(mnt, sb->uid_base, err);
+    _cleanup_close_ int userns = userns_mapping(base, sb->uid_base);
+    struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t) userns};
+    if (userns < 0 || syscall(SYS_mount_setattr, mnt, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) {
+        int e = userns < 0 ? -userns : errno;
+        (void) close(mnt);
+        (void) unlinkat(layers, sb->id, 0);
+        return cdn_error_field(err, e, "checkpoint", "idmap the restored layer: %s", strerror(e));
+    }
+    return mnt;
+}
+
+void cdn_layer_forget(const char *id)
+{
+    int store = cdn_layer_store_fd();
+    _cleanup_close_ int layers =
+        store < 0 ? -EBADF : openat(store, "layers", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (layers >= 0)
+        (void) unlinkat(layers, id, 0);
+}
+
+int cdn_writable_make(struct cdn_sandbox *sb, struct cdn_error *err)
+{
+    const struct cdn_spec *spec = sb->spec;
+    if (spec->checkpoints || sb->layer_from_fd >= 0)
+        return store_layer(sb, err);
     int mnt = stock_owner ? stock_take(spec->limits.disk_mb) : stock_remote(spec->limits.disk_mb);
-    return mnt >= 0 ? layer_own(mnt, uid_base, err)
-                    : layer_for_slot(spec->limits.disk_mb, slot, uid_base, err);
+    return mnt >= 0 ? layer_own(mnt, sb->uid_base, err)
+                    : layer_for_slot(spec->limits.disk_mb, sb->slot, sb->uid_base, err);
 }
 
 bool cdn_writable_full(const struct statfs *fs)

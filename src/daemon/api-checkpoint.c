@@ -1,0 +1,582 @@
+/* Checkpoints and forks (docs/trajectories.md), the container tier's:
+ *   POST   /v1/sandboxes/{id}/checkpoints   take one: its files now → 201 {"id": "ck-…", …}
+ *   GET    /v1/sandboxes/{id}/checkpoints   its checkpoints, oldest first
+ *   POST   /v1/sandboxes/{id}/fork          {"checkpoint"?, "count", "labels"?} → N new sandboxes
+ *   GET    /v1/checkpoints[?sandbox=ID][&trajectory=T]      GET|DELETE /v1/checkpoints/{ck}
+ * and a create's spec "checkpoint": a new sandbox starts with that checkpoint's files.
+ *
+ * A checkpoint is a reflink copy of the sandbox's layer image in the checkpoint store
+ * (tiers/container/layer-store.c), taken while the layer's ext4 is frozen (FIFREEZE: its dirty
+ * metadata and data written through to the image first, and no write lands until the thaw), so
+ * it is a clean file system as of one moment. Its record, <ck>.json beside <ck>.img, says whose it
+ * is, the trajectory's step count then, and the sandbox's spec (what a fork or a resume makes). Both
+ * are fsync'd before the answer: a checkpoint answered survives cordond and the host. */
+#include "api.h"
+#include "core/json-util.h"
+#include "core/paths.h"
+#include "registry.h"
+#include "shared/fd-util.h"
+#include "tiers/tier.h"
+#include "trajectory.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <linux/mount.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#define FORK_MAX 64
+
+static double now_unix(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
+}
+
+/* The store's checkpoints directory (O_PATH), or -1 with err. */
+static int ck_dir(struct cdn_error *err)
+{
+    int store = cdn_layer_store(err);
+    if (store < 0)
+        return -1;
+    int d = openat(store, "checkpoints", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (d < 0)
+        cdn_error_set(err, errno, "the checkpoint store: %m");
+    return d;
+}
+
+/* Checkpoint ck's record, or NULL (err: -ENOENT when there is none). */
+static json_t *ck_load(int dir, const char *ck, struct cdn_error *err)
+{
+    if (!cdn_checkpoint_id_valid(ck)) {
+        cdn_error_field(err, ENOENT, "checkpoint", "'%.32s' is not a checkpoint's id", ck);
+        return NULL;
+    }
+    char name[64];
+    (void) snprintf(name, sizeof name, "%s.json", ck);
+    _cleanup_close_ int fd = openat(dir, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        cdn_error_field(err, errno, "checkpoint",
+                        errno == ENOENT ? "no checkpoint '%s'" : "checkpoint '%s': %m", ck);
+        return NULL;
+    }
+    json_t *o = json_loadfd(fd, 0, NULL);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        cdn_error_field(err, EBADMSG, "checkpoint", "checkpoint '%s': its record does not parse", ck);
+        return NULL;
+    }
+    return o;
+}
+
+/* What the API shows of a record (its spec stays inside). */
+static json_t *ck_public(const json_t *rec)
+{
+    json_t *o = json_deep_copy(rec);
+    if (o)
+        json_object_del(o, "spec");
+    return o;
+}
+
+/* A mount of the sandbox's layer file system (the same superblock as the sandbox's), to freeze it. */
+static int layer_root(struct box *b, int file, struct cdn_error *err)
+{
+    if (b->layer_mnt >= 0)
+        return b->layer_mnt;
+    int nr = cdn_layer_loop(file);
+    if (nr < 0)
+        return cdn_error_set(err, -nr, "sandbox %s: its writable layer has no loop device", b->sb.id);
+    char dev[32];
+    (void) snprintf(dev, sizeof dev, "/dev/loop%d", nr);
+    _cleanup_close_ int fs = (int) syscall(SYS_fsopen, "ext4", FSOPEN_CLOEXEC);
+    if (fs < 0 || syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "source", dev, 0) < 0 ||
+        syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+        return cdn_error_set(err, errno, "sandbox %s: its writable layer (%s): %m", b->sb.id, dev);
+    _cleanup_close_ int mnt = (int) syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
+                                            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+    if (mnt < 0)
+        return cdn_error_set(err, errno, "sandbox %s: its writable layer: %m", b->sb.id);
+    b->layer_mnt = openat(mnt, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (b->layer_mnt < 0)
+        return cdn_error_set(err, errno, "sandbox %s: its writable layer: %m", b->sb.id);
+    return b->layer_mnt;
+}
+
+static int write_record(int dir, const char *ck, json_t *rec, struct cdn_error *err)
+{
+    char name[64], tmp[64];
+    (void) snprintf(name, sizeof name, "%s.json", ck);
+    (void) snprintf(tmp, sizeof tmp, "%s.json.tmp", ck);
+    _cleanup_close_ int fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 || json_dumpfd(rec, fd, JSON_COMPACT) < 0 || fsync(fd) < 0 ||
+        renameat(dir, tmp, dir, name) < 0) {
+        int e = errno ?: EIO;
+        (void) unlinkat(dir, tmp, 0);
+        return cdn_error_set(err, e, "checkpoint %s: write its record: %s", ck, strerror(e));
+    }
+    return 0;
+}
+
+/* Take a checkpoint of b; its record (owned) or NULL with *status, *code and err. */
+static json_t *take(struct box *b, int *status, const char **code, struct cdn_error *err)
+{
+    *status = 500;
+    *code = "checkpoint_failed";
+    if (!b->spec.checkpoints) {
+        *status = 409, *code = "checkpoints_off";
+        cdn_error_set(
+            err, EOPNOTSUPP,
+            "sandbox %s keeps no checkpoints: create it with \"checkpoints\": true (tier container)",
+            b->sb.id);
+        return NULL;
+    }
+    if (b->state != BOX_RUNNING || b->dying) {
+        *status = 409, *code = "sandbox_not_running";
+        cdn_error_set(err, ESRCH, "sandbox %s is not running", b->sb.id);
+        return NULL;
+    }
+    uint64_t step = 0;
+    if (b->spec.trajectory && cdn_traj_steps(b->spec.trajectory, &step, err) < 0) {
+        if (err->errnum == EBUSY)
+            *status = 409, *code = "step_in_progress";
+        return NULL;
+    }
+    _cleanup_close_ int dir = ck_dir(err);
+    int store = cdn_layer_store_fd();
+    if (dir < 0)
+        return NULL;
+    _cleanup_close_ int layers = openat(store, "layers", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    _cleanup_close_ int file = layers < 0 ? -1 : openat(layers, b->sb.id, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    uint32_t base;
+    if (file < 0 || cdn_layer_uid_base(file, &base) < 0) {
+        cdn_error_set(err, errno, "sandbox %s: its writable layer is not in the checkpoint store", b->sb.id);
+        return NULL;
+    }
+    int root = layer_root(b, file, err);
+    if (root < 0)
+        return NULL;
+    uint8_t rnd[8];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t) sizeof rnd) {
+        cdn_error_set(err, errno, "getrandom: %m");
+        return NULL;
+    }
+    char ck[CDN_CHECKPOINT_ID_LEN + 1], img[64];
+    (void) snprintf(ck, sizeof ck, "ck-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3],
+                    rnd[4], rnd[5], rnd[6], rnd[7]);
+    (void) snprintf(img, sizeof img, "%s.img", ck);
+    _cleanup_close_ int out = openat(dir, img, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (out < 0) {
+        cdn_error_set(err, errno, "checkpoint %s: %m", ck);
+        return NULL;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* Frozen, the file system is whole on its image: its dirty blocks are written to the loop
+     * device (and so to the image's page cache, which the clone writes back first). Writers wait. */
+    int r = ioctl(root, FIFREEZE, 0) < 0 ? -errno : 0;
+    if (r == 0) {
+        r = ioctl(out, FICLONE, file) < 0 ? -errno : 0;
+        if (ioctl(root, FITHAW, 0) < 0)
+            fprintf(stderr, "cordond: sandbox %s: thaw its writable layer: %m\n", b->sb.id);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (r == 0 && (r = cdn_layer_set_uid_base(out, base)) == 0 && fsync(out) < 0)
+        r = -errno;
+    if (r < 0) {
+        (void) unlinkat(dir, img, 0);
+        if (r == -ENOSPC || r == -EDQUOT)
+            *status = 507, *code = "insufficient_storage";
+        cdn_error_set(err, -r, "checkpoint of sandbox %s: %s", b->sb.id,
+                      r == -ENOSPC ? "the checkpoint store is full" : strerror(-r));
+        return NULL;
+    }
+    _cleanup_free_ char *spec = cdn_spec_to_json(&b->spec);
+    json_t *sj = spec ? json_loads(spec, 0, NULL) : NULL;
+    json_t *rec = json_pack("{s:s, s:s, s:f, s:I, s:I, s:f, s:o?, s:s?}", "id", ck, "sandbox", b->sb.id,
+                            "created", now_unix(), "disk_mb", (json_int_t) b->spec.limits.disk_mb, "uid_base",
+                            (json_int_t) base, "frozen_ms",
+                            (double) (t1.tv_sec - t0.tv_sec) * 1e3 + (double) (t1.tv_nsec - t0.tv_nsec) / 1e6,
+                            "spec", sj, "parent", b->last_checkpoint[0] ? b->last_checkpoint : NULL);
+    if (rec && b->spec.trajectory &&
+        (json_object_set_new(rec, "trajectory", json_string(b->spec.trajectory)) < 0 ||
+         json_object_set_new(rec, "step", json_integer((json_int_t) step)) < 0)) {
+        json_decref(rec);
+        rec = NULL;
+    }
+    if (!rec || write_record(dir, ck, rec, err) < 0) {
+        if (!rec)
+            cdn_error_set(err, ENOMEM, "out of memory");
+        json_decref(rec);
+        (void) unlinkat(dir, img, 0);
+        return NULL;
+    }
+    _cleanup_close_ int dfd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0)
+        (void) fsync(dfd); /* the names */
+    (void) snprintf(b->last_checkpoint, sizeof b->last_checkpoint, "%s", ck);
+    cdn_box_event(b, "checkpoint", json_pack("{s:s}", "id", ck));
+    return rec;
+}
+
+/* Records of the store, oldest first, that match sandbox and trajectory (NULL: any). */
+static json_t *ck_list(const char *sandbox, const char *trajectory, struct cdn_error *err)
+{
+    _cleanup_close_ int dir = ck_dir(err);
+    if (dir < 0)
+        return NULL;
+    int fd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd < 0 ? NULL : fdopendir(fd);
+    if (!d) {
+        if (fd >= 0)
+            (void) close(fd);
+        cdn_error_set(err, errno, "the checkpoint store: %m");
+        return NULL;
+    }
+    json_t *all = json_array();
+    struct dirent *de;
+    while (all && (de = readdir(d))) {
+        char ck[CDN_CHECKPOINT_ID_LEN + 1];
+        size_t n = strlen(de->d_name);
+        if (n != CDN_CHECKPOINT_ID_LEN + 5 || strcmp(de->d_name + CDN_CHECKPOINT_ID_LEN, ".json") != 0)
+            continue;
+        memcpy(ck, de->d_name, CDN_CHECKPOINT_ID_LEN);
+        ck[CDN_CHECKPOINT_ID_LEN] = 0;
+        struct cdn_error e = {0};
+        json_t *rec = ck_load(dir, ck, &e);
+        const char *s = json_string_value(json_object_get(rec, "sandbox")),
+                   *t = json_string_value(json_object_get(rec, "trajectory"));
+        if (rec && (!sandbox || (s && strcmp(s, sandbox) == 0)) &&
+            (!trajectory || (t && strcmp(t, trajectory) == 0)))
+            json_array_append_new(all, ck_public(rec));
+        json_decref(rec);
+    }
+    closedir(d);
+    /* Oldest first. */
+    size_t n = json_array_size(all);
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0; j--) {
+            json_t *a = json_array_get(all, j - 1), *c = json_array_get(all, j);
+            if (json_real_value(json_object_get(a, "created")) <=
+                json_real_value(json_object_get(c, "created")))
+                break;
+            json_incref(a);
+            json_array_set(all, j - 1, c);
+            json_array_set_new(all, j, a);
+        }
+    return all;
+}
+
+void cdn_api_checkpoints(struct evhttp_request *req, struct box *b)
+{
+    struct cdn_error err = {0};
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_GET) {
+        json_t *all = ck_list(b->sb.id, NULL, &err);
+        if (!all)
+            return cdn_api_reply_cdn_error(req, 500, "internal", &err);
+        return cdn_api_reply_json(req, 200, json_pack("{s:o}", "checkpoints", all));
+    }
+    if (!cdn_api_box_usable(req, b))
+        return;
+    int status;
+    const char *code;
+    json_t *rec = take(b, &status, &code, &err);
+    if (!rec)
+        return cdn_api_reply_cdn_error(req, status, code, &err);
+    json_t *pub = ck_public(rec);
+    json_decref(rec);
+    cdn_api_reply_json(req, 201, pub);
+}
+
+/* GET /v1/checkpoints[?sandbox=&trajectory=], GET|DELETE /v1/checkpoints/{ck} */
+void cdn_api_checkpoint_route(struct evhttp_request *req, const char *path)
+{
+    struct cdn_error err = {0};
+    enum evhttp_cmd_type m = evhttp_request_get_command(req);
+    if (!path[0]) {
+        if (m != EVHTTP_REQ_GET)
+            return cdn_api_reply_error(req, 405, "method_not_allowed", NULL, "/v1/checkpoints takes GET");
+        struct evkeyvalq q;
+        TAILQ_INIT(&q);
+        const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+        if (query && evhttp_parse_query_str(query, &q) < 0)
+            return cdn_api_reply_error(req, 400, "invalid_query", NULL, "the query string does not parse");
+        const char *sandbox = evhttp_find_header(&q, "sandbox"), *traj = evhttp_find_header(&q, "trajectory");
+        json_t *all = ck_list(sandbox, traj, &err);
+        evhttp_clear_headers(&q);
+        if (!all)
+            return cdn_api_reply_cdn_error(req, 500, "internal", &err);
+        return cdn_api_reply_json(req, 200, json_pack("{s:o}", "checkpoints", all));
+    }
+    if (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_DELETE)
+        return cdn_api_reply_error(req, 405, "method_not_allowed", NULL, "a checkpoint takes GET or DELETE");
+    _cleanup_close_ int dir = ck_dir(&err);
+    if (dir < 0)
+        return cdn_api_reply_cdn_error(req, 500, "internal", &err);
+    json_t *rec = ck_load(dir, path, &err);
+    if (!rec)
+        return cdn_api_reply_cdn_error(req, err.errnum == ENOENT ? 404 : 500,
+                                       err.errnum == ENOENT ? "checkpoint_not_found" : "internal", &err);
+    if (m == EVHTTP_REQ_GET) {
+        json_t *pub = ck_public(rec);
+        json_decref(rec);
+        return cdn_api_reply_json(req, 200, pub);
+    }
+    json_decref(rec);
+    char name[64];
+    (void) snprintf(name, sizeof name, "%s.json", path);
+    (void) unlinkat(dir, name, 0); /* the record first: an image without one is nobody's */
+    (void) snprintf(name, sizeof name, "%s.img", path);
+    (void) unlinkat(dir, name, 0);
+    cdn_api_reply_json(req, 200, json_pack("{s:s, s:b}", "id", path, "deleted", 1));
+}
+
+int cdn_checkpoint_prepare(struct box *b, struct cdn_error *err)
+{
+    if (!b->spec.checkpoint)
+        return 0;
+    _cleanup_close_ int dir = ck_dir(err);
+    if (dir < 0)
+        return -1;
+    _cleanup_json_ json_t *rec = ck_load(dir, b->spec.checkpoint, err);
+    if (!rec)
+        return -1;
+    char img[64];
+    (void) snprintf(img, sizeof img, "%s.img", b->spec.checkpoint);
+    int fd = openat(dir, img, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    uint32_t base;
+    if (fd < 0 || cdn_layer_uid_base(fd, &base) < 0) {
+        int e = errno;
+        safe_close(fd);
+        return cdn_error_field(err, e, "checkpoint", "checkpoint '%s': its layer: %s", b->spec.checkpoint,
+                               strerror(e));
+    }
+    /* Its layer is of its own size, whatever the spec says. */
+    json_int_t mb = json_integer_value(json_object_get(rec, "disk_mb"));
+    if (mb > 0)
+        b->spec.limits.disk_mb = (uint64_t) mb;
+    b->spec.checkpoints = true;
+    b->sb.layer_from_fd = fd;
+    b->sb.layer_from_base = base;
+    return 0;
+}
+
+/* ---- fork ---- */
+
+struct fork_op {
+    struct evhttp_request *req;
+    unsigned n, pending;
+    char checkpoint[CDN_CHECKPOINT_ID_LEN + 1];
+    json_t *made; /* the boxes' ids, in order */
+    json_t *answers;
+    struct cdn_error first_err;
+    int first_status;
+    const char *first_code;
+};
+
+static void fork_done(void *arg, struct box *b, enum cdn_box_created how, const struct cdn_error *err)
+{
+    struct fork_op *f = arg;
+    if (how == CDN_BOX_CREATED) {
+        json_array_append_new(f->made, json_string(b->sb.id));
+        json_array_append_new(f->answers, cdn_box_to_json(b));
+    } else if (!f->first_status) {
+        f->first_err = *err;
+        f->first_status = how == CDN_BOX_TOO_MANY ? 429 : how == CDN_BOX_STOPPING ? 503 : 500;
+        f->first_code = how == CDN_BOX_TOO_MANY   ? "too_many_sandboxes"
+                        : how == CDN_BOX_STOPPING ? "stopping"
+                                                  : "sandbox_failed";
+    }
+    if (--f->pending)
+        return;
+    if (f->first_status) { /* all or none: the ones made go again */
+        size_t i;
+        json_t *id;
+        json_array_foreach(f->made, i, id)
+        {
+            struct box *m = cdn_box_find(json_string_value(id));
+            if (m)
+                cdn_box_delete(m, "its fork failed");
+        }
+        cdn_api_reply_cdn_error(f->req, f->first_status, f->first_code, &f->first_err);
+    } else {
+        cdn_api_reply_json(f->req, 201,
+                           json_pack("{s:s, s:O}", "checkpoint", f->checkpoint, "sandboxes", f->answers));
+    }
+    json_decref(f->made);
+    json_decref(f->answers);
+    free(f);
+}
+
+void cdn_api_fork(struct evhttp_request *req, struct box *b)
+{
+    struct cdn_error err = {0};
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    json_error_t jerr;
+    _cleanup_json_ json_t *body =
+        len ? json_loadb((const char *) evbuffer_pullup(in, -1), len, JSON_REJECT_DUPLICATES, &jerr)
+            : json_object();
+    if (!json_is_object(body))
+        return cdn_api_reply_error(req, 400, "invalid_request", "body", "the body must be a JSON object");
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v)
+    {
+        if (strcmp(key, "checkpoint") != 0 && strcmp(key, "count") != 0 && strcmp(key, "labels") != 0)
+            return cdn_api_reply_error(req, 400, "invalid_request", key, "%s: not a field of a fork", key);
+    }
+    json_t *cv = json_object_get(body, "count"), *ckv = json_object_get(body, "checkpoint"),
+           *lv = json_object_get(body, "labels");
+    json_int_t count = cv ? (json_is_integer(cv) ? json_integer_value(cv) : -1) : 1;
+    if (count < 1 || count > FORK_MAX)
+        return cdn_api_reply_error(req, 400, "invalid_request", "count", "count: an integer 1-%d", FORK_MAX);
+    if (ckv && !json_is_string(ckv))
+        return cdn_api_reply_error(req, 400, "invalid_request", "checkpoint",
+                                   "checkpoint: a checkpoint's id");
+    if (lv && !json_is_object(lv))
+        return cdn_api_reply_error(req, 400, "invalid_request", "labels", "labels: an object of strings");
+    json_object_foreach(lv, key, v)
+    {
+        if (!json_is_string(v))
+            return cdn_api_reply_error(req, 400, "invalid_request", "labels", "labels.%s: must be a string",
+                                       key);
+    }
+    if (!cdn_api_box_usable(req, b))
+        return;
+    if (cdn_daemon->n_boxes + (unsigned) count > cdn_daemon->cfg.max_sandboxes)
+        return cdn_api_reply_error(req, 429, "too_many_sandboxes", "count",
+                                   "%u sandboxes exist; %lld more would pass the configured maximum %u",
+                                   cdn_daemon->n_boxes, (long long) count, cdn_daemon->cfg.max_sandboxes);
+    /* The checkpoint: the one named (this sandbox's), or one taken now. */
+    _cleanup_json_ json_t *rec = NULL;
+    if (ckv) {
+        _cleanup_close_ int dir = ck_dir(&err);
+        if (dir < 0)
+            return cdn_api_reply_cdn_error(req, 500, "internal", &err);
+        if (!(rec = ck_load(dir, json_string_value(ckv), &err)))
+            return cdn_api_reply_cdn_error(req, err.errnum == ENOENT ? 404 : 500,
+                                           err.errnum == ENOENT ? "checkpoint_not_found" : "internal", &err);
+        const char *of = json_string_value(json_object_get(rec, "sandbox"));
+        if (!of || strcmp(of, b->sb.id) != 0)
+            return cdn_api_reply_error(req, 409, "checkpoint_mismatch", "checkpoint",
+                                       "checkpoint '%s' is of sandbox %s, not of %s", json_string_value(ckv),
+                                       of ?: "?", b->sb.id);
+    } else {
+        int status;
+        const char *code;
+        if (!(rec = take(b, &status, &code, &err)))
+            return cdn_api_reply_cdn_error(req, status, code, &err);
+    }
+    const char *ck = json_string_value(json_object_get(rec, "id"));
+    const char *traj = json_string_value(json_object_get(rec, "trajectory"));
+    json_int_t step = json_integer_value(json_object_get(rec, "step"));
+    json_t *spec0 = json_object_get(rec, "spec");
+    if (!json_is_object(spec0))
+        return cdn_api_reply_error(req, 500, "internal", "checkpoint", "checkpoint '%s' has no spec", ck);
+    /* The children's labels: the parent's, and the fork's over them. */
+    json_t *labels = json_object_get(spec0, "labels");
+    if (!json_is_object(labels))
+        (void) json_object_set_new(spec0, "labels", labels = json_object());
+    if (lv)
+        (void) json_object_update(labels, lv);
+    (void) json_object_set_new(spec0, "checkpoint", json_string(ck));
+    (void) json_object_del(spec0, "trajectory");
+    /* The children's trajectories: ID/b1…bN, each with the parent's steps up to the checkpoint. */
+    char child[CDN_TRAJECTORY_ID_MAX + 16];
+    for (json_int_t i = 1; traj && i <= count; i++) {
+        (void) snprintf(child, sizeof child, "%s/b%lld", traj, (long long) i);
+        if (!cdn_trajectory_id_valid(child))
+            return cdn_api_reply_error(req, 400, "invalid_request", "trajectory",
+                                       "trajectory '%s/b%lld' would be too long", traj, (long long) i);
+        struct box *o;
+        LIST_FOREACH(o, &cdn_daemon->boxes, link)
+        if (o->spec.trajectory && strcmp(o->spec.trajectory, child) == 0 && o->state != BOX_EXITED &&
+            !o->dying)
+            return cdn_api_reply_error(req, 409, "trajectory_in_use", "trajectory",
+                                       "trajectory '%s' is sandbox %s's", child, o->sb.id);
+        if (cdn_traj_fork(traj, (uint64_t) step, child, &err) < 0)
+            return cdn_api_reply_cdn_error(req, err.errnum == EEXIST ? 409 : 500,
+                                           err.errnum == EEXIST ? "trajectory_exists" : "internal", &err);
+    }
+    struct fork_op *f = calloc(1, sizeof *f);
+    if (!f || !(f->made = json_array()) || !(f->answers = json_array())) {
+        if (f) {
+            json_decref(f->made);
+            free(f);
+        }
+        return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
+    }
+    f->req = req;
+    f->n = f->pending = (unsigned) count;
+    (void) snprintf(f->checkpoint, sizeof f->checkpoint, "%s", ck);
+    for (json_int_t i = 1; i <= count; i++) {
+        struct cdn_spec spec;
+        struct cdn_error e = {0};
+        if (traj) {
+            (void) snprintf(child, sizeof child, "%s/b%lld", traj, (long long) i);
+            (void) json_object_set_new(spec0, "trajectory", json_string(child));
+        }
+        _cleanup_free_ char *s = json_dumps(spec0, JSON_COMPACT);
+        int r = cdn_spec_init(&spec);
+        if (r >= 0)
+            r = s ? cdn_spec_from_json(&spec, s, strlen(s), &e) : cdn_error_set(&e, ENOMEM, "out of memory");
+        if (r >= 0)
+            r = cdn_spec_validate(&spec, &e);
+        if (r < 0) {
+            cdn_spec_free(&spec);
+            fork_done(f, NULL, CDN_BOX_FAILED, &e);
+            continue;
+        }
+        cdn_box_create(&spec, (struct cdn_box_waiter){.done = fork_done, .arg = f});
+    }
+}
+
+void cdn_checkpoint_sweep(void)
+{
+    char path[4200];
+    (void) snprintf(path, sizeof path, "%s/store.xfs", cdn_state_dir());
+    struct cdn_error err = {0};
+    if (access(path, F_OK) < 0)
+        return; /* no store yet: nothing of it to sweep */
+    int store = cdn_layer_store(&err);
+    if (store < 0) {
+        fprintf(stderr, "cordond: the checkpoint store: %s\n", err.msg);
+        return;
+    }
+    int fd = openat(store, "layers", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd < 0 ? NULL : fdopendir(fd);
+    if (!d) {
+        safe_close(fd);
+        return;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strlen(de->d_name) != CDN_ID_LEN)
+            continue; /* ".", "..", the templates */
+        struct box *b = cdn_box_find(de->d_name);
+        if (!b) { /* its sandbox is gone (a crash of cordond between its end and this) */
+            (void) unlinkat(dirfd(d), de->d_name, 0);
+            continue;
+        }
+        /* A cordond that died between a freeze and its thaw left the layer frozen: thawed. */
+        _cleanup_close_ int file = openat(dirfd(d), de->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        struct cdn_error e = {0};
+        int root = file < 0 ? -1 : layer_root(b, file, &e);
+        if (root >= 0)
+            (void) ioctl(root, FITHAW, 0);
+    }
+    closedir(d);
+}

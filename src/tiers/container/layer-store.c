@@ -1,0 +1,173 @@
+/* The checkpoint store (docs/trajectories.md): an xfs with reflinks, in one sparse file of the
+ * state directory, "<state>/store.xfs", mounted by cordond on a loop device of its own and never
+ * attached anywhere (a detached mount: nothing of it has a name in the host's mount table, and a
+ * sandbox never sees it). It holds
+ *   layers/<sandbox id>      the writable layer image of each sandbox made with "checkpoints": true
+ *                            (writable.c: ext4 on a loop device over this file, as any layer);
+ *   checkpoints/<ck>.img     a checkpoint: a reflink copy (FICLONE) of a layer image, taken while
+ *                            the layer's ext4 is frozen, so only what changes later costs blocks;
+ *   checkpoints/<ck>.json    what it is of (cordond's daemon/checkpoint.c).
+ * A reflink copy is a file of its own that shares the unchanged extents: every checkpoint is one
+ * whole image, never a stack of deltas, so a chain of any length restores in one clone.
+ *
+ * Why xfs in a file: the host's state filesystem (ext4 here) has no reflinks, and copying a layer's
+ * data is what a checkpoint must not cost. The loop device uses direct I/O where the host's file
+ * system allows it, so that the store's pages are cached once (as the layers' own pages, above it).
+ *
+ * The store outlives cordond while sandboxes use its layers (their loop devices hold the files,
+ * the files the mount): a restarted cordond finds the loop device still bound to store.xfs and
+ * mounts that one again, which gives it the same xfs (one superblock a block device); it never
+ * binds a second loop device to a store in use, which would be two file systems on one image. */
+#include "container-internal.h"
+#include "core/paths.h"
+#include "shared/fd-util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/loop.h>
+#include <linux/mount.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define STORE_LOG "64m" /* xfs's log; mkfs zeroes it, so its size is what a new store costs */
+
+static int store_fd = -1;
+
+/* The loop device (its number) bound to the file of st, or -1. */
+static int loop_of(const struct stat *st)
+{
+    DIR *d = opendir("/sys/block");
+    if (!d)
+        return -1;
+    int found = -1;
+    struct dirent *de;
+    while (found < 0 && (de = readdir(d))) {
+        int nr;
+        char tail;
+        if (sscanf(de->d_name, "loop%d%c", &nr, &tail) != 1)
+            continue;
+        found = cdn_loop_backs(nr, st) ? nr : -1;
+    }
+    closedir(d);
+    return found;
+}
+
+bool cdn_loop_backs(int nr, const struct stat *st)
+{
+    char dev[32];
+    (void) snprintf(dev, sizeof dev, "/dev/loop%d", nr);
+    _cleanup_close_ int fd = open(dev, O_RDONLY | O_CLOEXEC);
+    struct loop_info64 info;
+    return fd >= 0 && ioctl(fd, LOOP_GET_STATUS64, &info) == 0 && info.lo_inode == st->st_ino &&
+           info.lo_device == st->st_dev;
+}
+
+static int make_image(const char *path, struct cdn_error *err)
+{
+    /* As large as the host's file system (sparse: blocks are the host's as they are written), at
+     * least 1 GiB. A full host disk is the operator's to plan, as for the layers (docs/disk.md). */
+    char dir[4200];
+    (void) snprintf(dir, sizeof dir, "%s", cdn_state_dir());
+    struct statfs host;
+    uint64_t size = statfs(dir, &host) == 0 ? (uint64_t) host.f_blocks * (uint64_t) host.f_bsize : 0;
+    if (size < (1ULL << 30))
+        size = 1ULL << 30;
+    char tmp[4300];
+    (void) snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int) getpid());
+    _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0 || ftruncate(fd, (off_t) size) < 0) {
+        int e = errno;
+        (void) unlink(tmp);
+        return cdn_error_field(err, e, "checkpoints", "make %s: %s", tmp, strerror(e));
+    }
+    char *argv[] = {"mkfs.xfs",        "-q", "-f",           "-m", "reflink=1", "-l",
+                    "size=" STORE_LOG, "-L", "cordon-store", tmp,  NULL};
+    int r = cdn_run_wait(argv, true);
+    if (r != 0) {
+        (void) unlink(tmp);
+        return r < 0 ? cdn_error_field(err, -r, "checkpoints",
+                                       "run mkfs.xfs (Debian's xfsprogs) for the checkpoint store: %s",
+                                       strerror(-r))
+                     : cdn_error_field(err, EIO, "checkpoints",
+                                       "mkfs.xfs of the checkpoint store failed (exit %d)", r);
+    }
+    if (fsync(fd) < 0 || rename(tmp, path) < 0) {
+        int e = errno;
+        (void) unlink(tmp);
+        return cdn_error_field(err, e, "checkpoints", "keep %s: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+static int mount_store(int nr, struct cdn_error *err)
+{
+    char dev[32];
+    (void) snprintf(dev, sizeof dev, "/dev/loop%d", nr);
+    _cleanup_close_ int fs = (int) syscall(SYS_fsopen, "xfs", FSOPEN_CLOEXEC);
+    if (fs < 0)
+        return cdn_error_field(err, errno, "checkpoints", "fsopen xfs: %m");
+    if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "source", dev, 0) < 0 ||
+        syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
+        return cdn_error_field(err, errno, "checkpoints", "mount the checkpoint store (xfs on %s): %m", dev);
+    int mnt = (int) syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
+                            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+    if (mnt < 0)
+        return cdn_error_field(err, errno, "checkpoints", "fsmount the checkpoint store: %m");
+    return mnt;
+}
+
+int cdn_layer_store(struct cdn_error *err)
+{
+    if (store_fd >= 0)
+        return store_fd;
+    char path[4200];
+    (void) snprintf(path, sizeof path, "%s/store.xfs", cdn_state_dir());
+    int r;
+    _cleanup_close_ int file = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (file < 0 && errno == ENOENT && (r = make_image(path, err)) < 0)
+        return r;
+    if (file < 0 && (file = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)) < 0)
+        return cdn_error_field(err, errno, "checkpoints", "open %s: %m", path);
+    struct stat st;
+    if (fstat(file, &st) < 0 || !S_ISREG(st.st_mode))
+        return cdn_error_field(err, EINVAL, "checkpoints", "%s is not a regular file", path);
+    /* One maker of loop devices for the store at a time (two cordonds of one state directory): a
+     * lock of an open file of its own, not of `file`, which the loop device keeps open. */
+    _cleanup_close_ int lock = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (lock < 0 || flock(lock, LOCK_EX) < 0)
+        return cdn_error_field(err, errno, "checkpoints", "lock %s: %m", path);
+    _cleanup_close_ int loop = -EBADF;
+    int nr = loop_of(&st);
+    if (nr < 0) {
+        char name[64];
+        (void) snprintf(name, sizeof name, "cordon-store-%d", (int) getpid());
+        if ((loop = cdn_loop_attach(file, name, LO_FLAGS_DIRECT_IO, &nr, err)) < 0 &&
+            (err->msg[0] = 0, loop = cdn_loop_attach(file, name, 0, &nr, err)) < 0)
+            return loop;
+    }
+    int mnt = mount_store(nr, err);
+    if (mnt < 0)
+        return mnt;
+    static const char *const dirs[] = {"layers", "checkpoints"};
+    for (size_t i = 0; i < ELEMENTSOF(dirs); i++)
+        if (mkdirat(mnt, dirs[i], 0700) < 0 && errno != EEXIST) {
+            int e = errno;
+            (void) close(mnt);
+            return cdn_error_field(err, e, "checkpoints", "mkdir %s in the checkpoint store: %s", dirs[i],
+                                   strerror(e));
+        }
+    store_fd = mnt;
+    return store_fd;
+}
+
+int cdn_layer_store_fd(void)
+{
+    return store_fd;
+}

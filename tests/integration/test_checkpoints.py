@@ -1,0 +1,247 @@
+"""Checkpoints and forks (issue 23 points 3 and 5, docs/trajectories.md): a sandbox made with
+"checkpoints": true keeps its writable layer in the checkpoint store, POST …/checkpoints freezes
+its files into a reflink copy, and a fork (or a create with "checkpoint") starts new sandboxes
+from one.
+
+What these catch: a checkpoint that is not the files of its moment (a write after it seen in a
+fork, a file deleted before it back again, a mode, link or owner changed), forks that see each
+other's writes, a fork that loses the egress policy, checkpoints lost by a restart of cordond, a
+chain that grows a stack of layers, and the layers' loop devices or the store left behind (the
+autouse leak check)."""
+
+import os
+import subprocess
+
+import pytest
+
+import cordon
+from cordon import Sandbox
+from cordonlib import CORDON_BIN, Daemon
+
+TREE = r"""
+set -e
+cd /workspace
+mkdir -p d/e sticky
+echo hello > d/f; chmod 600 d/f
+printf 'x%.0s' $(seq 1 3000) > d/e/big
+head -c 5000000 /dev/urandom > blob
+: > empty
+ln -s d/f rel; ln -s /etc/hostname abs; ln -s nowhere dangling
+ln d/f hard
+chmod 1777 sticky; chmod 751 d/e
+mkfifo pipe
+echo gone > gone; rm gone
+echo tmp > /tmp/t
+"""
+# What a tree is, to compare: every entry's type, mode, size, owner, link target and content hash.
+SNAPSHOT = r"""
+cd / && find workspace tmp -mindepth 1 \( -path tmp/.X11-unix -prune \) -o -printf '%p %y %m %s %U %G %n %l\n' | sort
+cd / && find workspace tmp -type f -exec sha256sum {} + | sort
+"""
+
+
+@pytest.fixture
+def cd(shared_dir):
+    state = os.path.join(shared_dir, "state")
+    d = Daemon(shared_dir, "--state-dir", state)
+    d.state = state
+    yield d
+    assert d.stop() == 0, d.output()
+
+
+def snapshot(sb):
+    r = sb.exec(SNAPSHOT)
+    assert r.exit_code == 0, r
+    return r.stdout
+
+
+def test_a_fork_has_the_checkpoints_files_exactly(cd):
+    with Sandbox.create(endpoint=cd.endpoint, checkpoints=True) as sb:
+        assert sb.exec(TREE).exit_code == 0
+        before = snapshot(sb)
+        ck = sb.checkpoint()
+        assert ck["id"].startswith("ck-") and ck["sandbox"] == sb.id and ck["parent"] is None, ck
+        # after the checkpoint: none of this is in it
+        assert sb.exec("echo later > /workspace/later; rm /workspace/d/f; chmod 700 /workspace/sticky; "
+                       "echo changed > /workspace/empty").exit_code == 0
+        assert snapshot(sb) != before
+        [child] = sb.fork(1, checkpoint=ck)
+        with child:
+            assert child.id != sb.id
+            assert snapshot(child) == before  # content, deleted files, modes, links, owners, hard links
+            assert child.exec("cat /workspace/rel").stdout == "hello\n"
+            # its files are its own to change (the layer of another slot, idmapped onto this one's)
+            r = child.exec("echo mine >> /workspace/d/f && cat /workspace/d/f && touch /workspace/d/e/n && id -u")
+            assert r.exit_code == 0 and r.stdout == "hello\nmine\n0\n", r
+            assert child.info()["spec"]["checkpoint"] == ck["id"]
+        # a create from it, as a resume does
+        with Sandbox.create(endpoint=cd.endpoint, checkpoint=ck["id"]) as again:
+            assert snapshot(again) == before
+        assert [c["id"] for c in sb.checkpoints()] == [ck["id"]]
+
+
+def test_a_fork_of_8_diverges(cd):
+    with Sandbox.create(endpoint=cd.endpoint, checkpoints=True, trajectory="grpo/q1", labels={"job": "j"}) as sb:
+        sb.exec("echo prompt > /workspace/p", step=0)
+        kids = sb.fork(8, labels={"group": "g1"})
+        try:
+            assert len(kids) == 8 and len({k.id for k in kids}) == 8
+            for i, k in enumerate(kids, 1):
+                spec = k.info()["spec"]
+                assert spec["trajectory"] == f"grpo/q1/b{i}" and k.labels == {"job": "j", "group": "g1"}, spec
+                t = k.trajectory()
+                assert [s["step"] for s in t["steps"]] == [0] and t["steps"][0]["sandbox"] == sb.id, t
+                # each continues its own trajectory from the fork's step
+                r = k.exec(f"echo {i} > /workspace/answer; echo {i} >> /workspace/p; ls /workspace", step=1)
+                assert r.exit_code == 0 and r.step == 1, r
+            for i, k in enumerate(kids, 1):
+                assert k.exec("cat /workspace/answer /workspace/p").stdout == f"{i}\nprompt\n{i}\n"
+            assert sb.exec("ls /workspace; cat /workspace/p").stdout == "p\nprompt\n"
+            assert len(sb.trajectory()["steps"]) == 2  # its own step 1 (the ls), none of theirs
+        finally:
+            for k in kids:
+                k.kill()
+
+
+def test_checkpoints_survive_a_restart_of_cordond(shared_dir):
+    state = os.path.join(shared_dir, "state")
+    d = Daemon(shared_dir, "--state-dir", state, keep=True)
+    sb = Sandbox.create(endpoint=d.endpoint, checkpoints=True)
+    sb.exec("echo one > /workspace/n")
+    ck1 = sb.checkpoint()
+    sb.exec("echo two > /workspace/n")
+    ck2 = sb.checkpoint()
+    assert ck2["parent"] == ck1["id"]
+    d.kill9()
+    d2 = Daemon(shared_dir, "--state-dir", state)
+    try:
+        assert [c["id"] for c in cordon.checkpoints(sandbox=sb.id, endpoint=d2.endpoint)] == [ck1["id"], ck2["id"]]
+        again = Sandbox.connect(sb.id, endpoint=d2.endpoint)
+        again.exec("echo three > /workspace/n")
+        ck3 = again.checkpoint()  # the adopted sandbox's layer, found again
+        for ck, want in [(ck1, "one"), (ck3, "three")]:
+            [k] = again.fork(1, checkpoint=ck["id"])
+            with k:
+                assert k.exec("cat /workspace/n").stdout == want + "\n"
+        again.kill()
+        # a checkpoint outlives its sandbox, until deleted
+        with Sandbox.create(endpoint=d2.endpoint, checkpoint=ck2["id"]) as k:
+            assert k.exec("cat /workspace/n").stdout == "two\n"
+        cordon.delete_checkpoint(ck2, endpoint=d2.endpoint)
+        with pytest.raises(cordon.NotFound):
+            d2.endpoint.json("GET", f"/v1/checkpoints/{ck2['id']}")
+        assert ck2["id"] not in [c["id"] for c in cordon.checkpoints(endpoint=d2.endpoint)]
+    finally:
+        assert d2.stop() == 0, d2.output()
+
+
+def test_a_chain_of_200_checkpoints(cd):
+    """Each checkpoint is one whole reflink copy, not a delta on the one before: any of a long
+    chain starts a sandbox as fast, on one layer."""
+    with Sandbox.create(endpoint=cd.endpoint, checkpoints=True) as sb:
+        ids = []
+        for i in range(200):
+            sb.files.write("/workspace/n", f"{i}\n".encode())
+            ids.append(sb.checkpoint()["id"])
+        chain = sb.checkpoints()
+        assert [c["id"] for c in chain] == ids
+        assert all(c["parent"] == p for c, p in zip(chain[1:], ids))
+        for i in (0, 99, 199):
+            with Sandbox.create(endpoint=cd.endpoint, checkpoint=ids[i]) as k:
+                assert k.files.read("/workspace/n") == f"{i}\n".encode()
+                # one overlay over one layer, however long the chain
+                assert k.exec("grep -c ' overlay ' /proc/self/mountinfo").stdout == "1\n"
+
+
+def test_what_checkpoints_refuse(cd):
+    with Sandbox.create(endpoint=cd.endpoint) as plain:
+        with pytest.raises(cordon.CordonError) as e:
+            plain.checkpoint()
+        assert (e.value.status, e.value.code) == (409, "checkpoints_off"), e.value
+    for fields, field in [({"tier": "microvm", "checkpoints": True}, "checkpoints"),
+                          ({"disk": "memory", "checkpoints": True}, "checkpoints"),
+                          ({"checkpoints": "yes"}, "checkpoints"),
+                          ({"checkpoint": "ck-nothex"}, "checkpoint"),
+                          ({"checkpoint": "ck-0123456789abcdef"}, "checkpoint")]:
+        with pytest.raises(cordon.InvalidArgument) as e:
+            Sandbox.create(endpoint=cd.endpoint, **fields)
+        assert e.value.field == field, (fields, e.value)
+    with Sandbox.create(endpoint=cd.endpoint, checkpoints=True) as a, \
+            Sandbox.create(endpoint=cd.endpoint, checkpoints=True) as b:
+        ck = a.checkpoint()
+        with pytest.raises(cordon.CordonError) as e:
+            b.fork(1, checkpoint=ck)
+        assert (e.value.status, e.value.code) == (409, "checkpoint_mismatch"), e.value
+        for body, field in [({"count": 0}, "count"), ({"count": 65}, "count"), ({"count": "2"}, "count"),
+                            ({"labels": {"a": 1}}, "labels"), ({"what": 1}, "what")]:
+            with pytest.raises(cordon.InvalidArgument) as e:
+                cd.endpoint.json("POST", f"/v1/sandboxes/{a.id}/fork", body)
+            assert e.value.field == field, (body, e.value)
+        with pytest.raises(cordon.NotFound):
+            a.fork(1, checkpoint="ck-0123456789abcdef")
+    with pytest.raises(cordon.NotFound):
+        cd.endpoint.json("GET", "/v1/checkpoints/ck-0123456789abcdef")
+    with pytest.raises(cordon.NotFound):
+        cd.endpoint.json("DELETE", "/v1/checkpoints/nonsense")
+
+
+def test_a_fork_keeps_the_egress_policy(shared_dir, net):
+    import fakenet
+    state = os.path.join(shared_dir, "state")
+    d = Daemon(shared_dir, "--state-dir", state, "--dns-upstream", fakenet.DNS_IP)
+    try:
+        with Sandbox.create(endpoint=d.endpoint, checkpoints=True,
+                            network={"mode": "allowlist", "allow": ["pypi.test:80"]}) as sb:
+            [k] = sb.fork(1)
+            with k:
+                assert k.info()["spec"]["network"] == sb.info()["spec"]["network"]
+                r = k.exec("curl -sS -m 10 http://pypi.test/")
+                assert r.exit_code == 0 and "host=pypi.test" in r.stdout, r
+                r = k.exec("curl -sS -m 10 http://evil.test/")
+                assert r.exit_code == 6, r  # not resolved: off the list
+                assert k.violations()["counts"]["egress"] >= 1
+    finally:
+        assert d.stop() == 0, d.output()
+
+
+def test_the_cli_takes_lists_forks_and_deletes(cd):
+    env = dict(os.environ, CORDON_SOCKET=cd.socket)
+
+    def cli(*args):
+        return subprocess.run([CORDON_BIN, *args], env=env, capture_output=True, text=True)
+
+    made = cli("create", "--checkpoints", "--trajectory", "cli-ck")
+    assert made.returncode == 0, made.stderr
+    sid = made.stdout.strip()
+    try:
+        assert cli("exec", "--step", "0", sid, "--", "sh", "-c", "echo v1 > /workspace/v").returncode == 0
+        ck = cli("checkpoint", sid)  # the C client's cordon_checkpoint
+        assert ck.returncode == 0 and ck.stdout.startswith("ck-"), ck
+        ck = ck.stdout.strip()
+        assert cli("exec", sid, "--", "sh", "-c", "echo v2 > /workspace/v").returncode == 0
+        rows = cli("checkpoint", "ls", sid).stdout.splitlines()
+        assert len(rows) == 1 and rows[0].split()[:2] == [ck, sid] and rows[0].endswith("cli-ck@1"), rows
+        forked = cli("fork", sid, "-n", "2", "--checkpoint", ck)  # cordon_fork
+        assert forked.returncode == 0, forked.stderr
+        kids = forked.stdout.split()
+        assert len(kids) == 2
+        for k in kids:
+            r = cli("exec", k, "--", "cat", "/workspace/v")
+            assert (r.returncode, r.stdout) == (0, "v1\n"), r
+        from_ck = cli("create", "--from-checkpoint", ck)
+        assert from_ck.returncode == 0, from_ck.stderr
+        kids.append(from_ck.stdout.strip())
+        assert cli("exec", kids[-1], "--", "cat", "/workspace/v").stdout == "v1\n"
+        assert cli("kill", *kids).returncode == 0
+        assert cli("checkpoint", "rm", ck).returncode == 0
+        assert cli("checkpoint", "ls", sid).stdout == ""
+        bad = cli("fork", sid, "-n", "0")
+        assert bad.returncode == 125 and "usage" in bad.stderr, bad
+        bad = cli("run", "--checkpoints", "--", "true")
+        assert bad.returncode == 125 and "cordon create" in bad.stderr, bad
+        plain = cli("create").stdout.strip()
+        off = cli("checkpoint", plain)
+        assert off.returncode != 0 and "checkpoints" in off.stderr, off
+        cli("kill", plain)
+    finally:
+        cli("kill", sid)
