@@ -502,6 +502,15 @@ class Sandbox:
         r = self._ep.json("POST", f"{self._path}/fork", _fork_body(n, checkpoint, labels))
         return [Sandbox(info, self._ep) for info in r["sandboxes"]]
 
+    def rollback(self, checkpoint):
+        """Make this sandbox's files exactly those of checkpoint (one of its own, or the one it was
+        made from): every process of it ends and a new init starts on them; its id, spec, network,
+        events and violation counts stay. Its trajectory goes back to the checkpoint's step: the
+        later steps are kept in the trajectory's "rolled_back" list. Returns its fresh info."""
+        ck = checkpoint["id"] if isinstance(checkpoint, dict) else checkpoint
+        self._info = self._ep.json("POST", f"{self._path}/rollback", {"checkpoint": ck})
+        return self._info
+
     @classmethod
     def list(cls, label=None, endpoint=None):
         """Sandboxes, optionally only those with label "k=v" (or a dict of them)."""
@@ -834,6 +843,12 @@ class AsyncSandbox:
 
     async def checkpoints(self):
         return (await self._ep.ajson("GET", f"{self._path}/checkpoints"))["checkpoints"]
+
+    async def rollback(self, checkpoint):
+        """As Sandbox.rollback."""
+        ck = checkpoint["id"] if isinstance(checkpoint, dict) else checkpoint
+        self._info = await self._ep.ajson("POST", f"{self._path}/rollback", {"checkpoint": ck})
+        return self._info
 
     async def fork(self, n=1, checkpoint=None, labels=None):
         """As Sandbox.fork."""

@@ -32,6 +32,7 @@ int cdn_cli_events(int argc, char *const *argv);
 int cdn_cli_trajectory(int argc, char *const *argv);
 int cdn_cli_checkpoint(int argc, char *const *argv);
 int cdn_cli_fork(int argc, char *const *argv);
+int cdn_cli_rollback(int argc, char *const *argv);
 /* cordon cp, mv, chmod (cp.c, full build only). */
 int cdn_cli_cp(int argc, char *const *argv);
 int cdn_cli_mv(int argc, char *const *argv);

@@ -635,6 +635,20 @@ int cdn_cli_checkpoint(int argc, char *const *argv)
     return ret;
 }
 
+/* cordon rollback ID CK: the sandbox's files become the checkpoint's, its processes end. */
+int cdn_cli_rollback(int argc, char *const *argv)
+{
+    if (argc != 2 || argv[0][0] == '-' || !cdn_checkpoint_id_valid(argv[1])) {
+        fprintf(stderr, "usage: cordon rollback ID CK\n");
+        return 125;
+    }
+    cordon_client *c = cdn_cli_connect();
+    int r = c ? cordon_rollback(c, argv[0], argv[1]) : -ENOMEM;
+    int ret = r < 0 ? (c ? cdn_cli_fail(c, r, "rollback") : 125) : 0;
+    cordon_client_free(c);
+    return ret;
+}
+
 /* cordon fork ID [-n N] [--checkpoint CK]: N new sandboxes from a checkpoint of ID (one taken now
  * without --checkpoint); their ids, a line each. */
 int cdn_cli_fork(int argc, char *const *argv)

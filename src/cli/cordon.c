@@ -58,6 +58,9 @@ static const struct {
     {"checkpoint", cdn_cli_checkpoint, false,
      "checkpoint ID | ls [ID] | rm CK…  take a checkpoint of a sandbox's files (made --checkpoints), list,\n"
      "                              delete them"},
+    {"rollback", cdn_cli_rollback, false,
+     "rollback ID CK                its files become checkpoint CK's; its processes end "
+     "(docs/trajectories.md)"},
     {"fork", cdn_cli_fork, false,
      "fork ID [-n N] [--checkpoint CK]  N sandboxes from a checkpoint of ID (one taken now without it)"},
     {"stats", cdn_cli_stats, false,
@@ -94,6 +97,7 @@ static const struct {
     {"trajectory", NULL, false, ""},
     {"checkpoint", NULL, false, ""},
     {"fork", NULL, false, ""},
+    {"rollback", NULL, false, ""},
     {"stats", NULL, false, ""},
     {"cp", NULL, false, ""},
     {"mv", NULL, false, ""},

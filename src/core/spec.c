@@ -202,7 +202,8 @@ bool cdn_trajectory_id_valid(const char *id)
     for (const char *s = id;;) {
         size_t k = strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-");
         if (k == 0 || k > 64 || (k == 1 && s[0] == '.') || (k == 2 && s[0] == '.' && s[1] == '.') ||
-            (k == 11 && strncmp(s, "steps.jsonl", 11) == 0)) /* a log's own name (daemon/trajectory.c) */
+            (k == 11 && strncmp(s, "steps.jsonl", 11) == 0) || /* a log's own names (daemon/trajectory.c) */
+            (k == 17 && strncmp(s, "rolled_back.jsonl", 17) == 0))
             return false;
         if (s[k] == 0)
             return true;

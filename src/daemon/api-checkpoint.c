@@ -580,3 +580,100 @@ void cdn_checkpoint_sweep(void)
     }
     closedir(d);
 }
+
+/* ---- rollback ---- */
+
+struct rollback_op {
+    struct evhttp_request *req;
+    char checkpoint[CDN_CHECKPOINT_ID_LEN + 1];
+    uint64_t steps; /* how many a rollback took off the trajectory */
+};
+
+static void rollback_done(void *arg, struct box *b, enum cdn_box_created how, const struct cdn_error *err)
+{
+    struct rollback_op *op = arg;
+    if (how == CDN_BOX_CREATED) {
+        json_t *o = cdn_box_to_json(b);
+        if (o)
+            (void) json_object_update_new(o, json_pack("{s:s, s:I}", "checkpoint", op->checkpoint,
+                                                       "rolled_back_steps", (json_int_t) op->steps));
+        cdn_api_reply_json(op->req, 200, o);
+    } else {
+        cdn_api_reply_cdn_error(op->req, 500, "rollback_failed", err);
+    }
+    free(op);
+}
+
+void cdn_api_rollback(struct evhttp_request *req, struct box *b)
+{
+    struct cdn_error err = {0};
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    _cleanup_json_ json_t *body =
+        len ? json_loadb((const char *) evbuffer_pullup(in, -1), len, JSON_REJECT_DUPLICATES, NULL) : NULL;
+    const char *key;
+    json_t *v;
+    if (!json_is_object(body))
+        return cdn_api_reply_error(req, 400, "invalid_request", "body",
+                                   "the body must be {\"checkpoint\": ID}");
+    json_object_foreach(body, key, v)
+    {
+        if (strcmp(key, "checkpoint") != 0)
+            return cdn_api_reply_error(req, 400, "invalid_request", key, "%s: not a field of a rollback",
+                                       key);
+    }
+    const char *ck = json_string_value(json_object_get(body, "checkpoint"));
+    if (!ck)
+        return cdn_api_reply_error(req, 400, "invalid_request", "checkpoint",
+                                   "checkpoint: a checkpoint's id");
+    if (!cdn_api_box_usable(req, b))
+        return;
+    if (!b->spec.checkpoints)
+        return cdn_api_reply_error(req, 409, "checkpoints_off", NULL,
+                                   "sandbox %s keeps no checkpoints: create it with \"checkpoints\": true",
+                                   b->sb.id);
+    _cleanup_close_ int dir = ck_dir(&err);
+    if (dir < 0)
+        return cdn_api_reply_cdn_error(req, 500, "internal", &err);
+    _cleanup_json_ json_t *rec = ck_load(dir, ck, &err);
+    if (!rec)
+        return cdn_api_reply_cdn_error(req, err.errnum == ENOENT ? 404 : 500,
+                                       err.errnum == ENOENT ? "checkpoint_not_found" : "internal", &err);
+    /* Its own checkpoints, or the one it was made from (a fork's, a resume's). */
+    const char *of = json_string_value(json_object_get(rec, "sandbox"));
+    if ((!of || strcmp(of, b->sb.id) != 0) && (!b->spec.checkpoint || strcmp(b->spec.checkpoint, ck) != 0))
+        return cdn_api_reply_error(
+            req, 409, "checkpoint_mismatch", "checkpoint",
+            "checkpoint '%s' is of sandbox %s, not of %s (nor the one it was made from)", ck, of ?: "?",
+            b->sb.id);
+    char img[64];
+    (void) snprintf(img, sizeof img, "%s.img", ck);
+    _cleanup_close_ int fd = openat(dir, img, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    uint32_t base;
+    if (fd < 0 || cdn_layer_uid_base(fd, &base) < 0)
+        return cdn_api_reply_error(req, 500, "internal", "checkpoint", "checkpoint '%s': its layer: %s", ck,
+                                   strerror(errno));
+    struct rollback_op *op = calloc(1, sizeof *op);
+    if (!op)
+        return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
+    op->req = req;
+    (void) snprintf(op->checkpoint, sizeof op->checkpoint, "%s", ck);
+    /* The trajectory goes back to the checkpoint's step: the later ones are kept, marked rolled back.
+     * The checkpoint's step counts in this trajectory when it is the checkpoint's or a fork of it
+     * (T/bN shares T's steps up to the fork); a trajectory begun on another's checkpoint began there. */
+    const char *ct = json_string_value(json_object_get(rec, "trajectory")), *t = b->spec.trajectory;
+    size_t cl = ct ? strlen(ct) : 0;
+    uint64_t k = ct && t && (strcmp(ct, t) == 0 || (strncmp(t, ct, cl) == 0 && strncmp(t + cl, "/b", 2) == 0))
+                     ? (uint64_t) json_integer_value(json_object_get(rec, "step"))
+                     : 0;
+    if (t && cdn_traj_rollback(t, k, ck, &op->steps, &err) < 0) {
+        free(op);
+        return cdn_api_reply_cdn_error(req, err.errnum == EBUSY ? 409 : 500,
+                                       err.errnum == EBUSY ? "step_in_progress" : "internal", &err);
+    }
+    if (cdn_box_respawn(b, fd, base, (struct cdn_box_waiter){.done = rollback_done, .arg = op}, &err) < 0) {
+        cdn_api_reply_cdn_error(req, err.errnum == EBUSY ? 409 : 500,
+                                err.errnum == EBUSY ? "sandbox_busy" : "rollback_failed", &err);
+        free(op);
+    }
+}

@@ -1107,6 +1107,7 @@ static void route(struct evhttp_request *req, void *arg)
         {"checkpoints", EVHTTP_REQ_POST, cdn_api_checkpoints},
         {"checkpoints", EVHTTP_REQ_GET, cdn_api_checkpoints},
         {"fork", EVHTTP_REQ_POST, cdn_api_fork},
+        {"rollback", EVHTTP_REQ_POST, cdn_api_rollback},
     };
     if (!rest[0]) {
         if (m == EVHTTP_REQ_GET)

@@ -139,6 +139,7 @@ void cdn_api_images(struct evhttp_request *req, const char *path);
 /* api-checkpoint.c: POST|GET …/checkpoints, POST …/fork, GET /v1/checkpoints[/{ck}], DELETE of one */
 void cdn_api_checkpoints(struct evhttp_request *req, struct box *b);
 void cdn_api_fork(struct evhttp_request *req, struct box *b);
+void cdn_api_rollback(struct evhttp_request *req, struct box *b);
 void cdn_api_checkpoint_route(struct evhttp_request *req, const char *rest);
 /* A create from spec.checkpoint: b's layer will be a clone of it (b->sb.layer_from_fd, owned by the
  * caller once set). 0, or -1 and err naming the field "checkpoint". */

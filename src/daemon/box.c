@@ -1058,6 +1058,70 @@ void cdn_box_create_prepared(struct cdn_spec *spec, struct cdn_box_waiter w, con
     w.done(w.arg, NULL, err.field[0] ? CDN_BOX_INVALID_SPEC : CDN_BOX_FAILED, &err);
 }
 
+/* ---- rollback: a new init in place ---- */
+
+int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, struct cdn_box_waiter w,
+                    struct cdn_error *err)
+{
+    if (b->state != BOX_RUNNING || b->dying || b->paused || b->pool || b->sibling || b->step)
+        return cdn_error_set(err, EBUSY, "sandbox %s is not running%s", b->sb.id,
+                             b->paused ? " (paused: resume it first)" : "");
+    /* What ran in the old one ends as if the sandbox had died: its requests, processes, sessions,
+     * forwarded ports and archives (their clients are told), its monitor and guard. */
+    if (cdn_daemon->listener)
+        cdn_daemon->listener->freed(b);
+    cdn_agent_conn_close(&b->agent);
+    monitor_stop(b);
+    cdn_box_fanotify_stop(b);
+    if (b->setup_ev)
+        event_free(b->setup_ev);
+    if (b->pidfd_ev)
+        event_free(b->pidfd_ev);
+    if (b->lifetime_ev) /* watch() arms it again with what is left of it */
+        event_free(b->lifetime_ev);
+    b->setup_ev = b->pidfd_ev = b->lifetime_ev = NULL;
+    b->layer_mnt = safe_close(b->layer_mnt);
+    /* The old init and everything in it: killed and waited for; its slot's cgroup emptied. */
+    int slot = b->sb.slot;
+    (void) b->sb.tier->kill(&b->sb, SIGKILL);
+    (void) b->sb.tier->destroy(&b->sb);
+    cdn_layer_forget(b->sb.id);
+    b->sb.slot = -1;
+    b->sb.slot_hint = slot;
+    b->sb.keep_cgroup = false;
+    b->state = BOX_STARTING;
+    b->start_answers = 0;
+    cdn_box_event(b, "rollback", NULL);
+    int r = 0;
+    if ((b->sb.listen_fd = cdn_record_listen(b->sb.id)) < 0) {
+        r = cdn_error_set(err, -b->sb.listen_fd, "agent socket: %s", strerror(-b->sb.listen_fd));
+    } else if (cdn_box_fanotify_prepare(b, err) < 0) {
+        r = -EIO;
+    } else {
+        b->sb.layer_from_fd = layer_fd;
+        b->sb.layer_from_base = base;
+        r = b->sb.tier->create(&b->sb, err);
+        b->sb.layer_from_fd = -EBADF;
+    }
+    b->sb.listen_fd = safe_close(b->sb.listen_fd);
+    if (r >= 0) {
+        b->sb.keep_cgroup = true;
+        if (b->sb.slot != slot && slot >= 0)
+            keep_slot(slot);
+        b->waiter = w;
+        if ((r = watch(b)) < 0)
+            cdn_error_set(err, -r, "watching the sandbox: %s", strerror(-r));
+    }
+    if (r < 0) { /* it has no init any more: it ends, with the reason */
+        char reason[sizeof b->exit_reason];
+        (void) snprintf(reason, sizeof reason, "rollback failed: %s", err->msg);
+        b->waiter = (struct cdn_box_waiter){0};
+        cdn_box_delete(b, reason);
+        return r;
+    }
+    return 0;
+}
+
 /* ---- restarts ---- */
 
 static bool is_sibling(const struct cdn_spec *spec)

@@ -289,6 +289,13 @@ void cdn_box_delete(struct box *b, const char *reason);
 void cdn_box_stop(struct box *b, const char *reason);
 /* cordond ends a running box (reason to its log and state): killed, its record kept for retention. */
 void cdn_box_end(struct box *b, const char *reason);
+/* Rollback (api-checkpoint.c): b's processes all end and a new init starts on a writable layer cloned
+ * from layer_fd (a checkpoint's image, whose files keep the ids of slot base base; borrowed for the
+ * call); the box keeps its id, spec, network, record, events and counts. w is told as a create's
+ * waiter once it runs (or fails: then the sandbox is deleted). -errno and err: refused or failed
+ * (failed: b is deleted already, unless -EBUSY). */
+int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, struct cdn_box_waiter w,
+                    struct cdn_error *err);
 /* A request on b: its idle timeout counts from now. */
 void cdn_box_touch(struct box *b);
 /* A new lifetime of ms from now (0: none) or idle timeout (0: none); the record follows. */

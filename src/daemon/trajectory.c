@@ -23,6 +23,7 @@
 #include "shared/fd-util.h"
 
 #define LOG_NAME     "steps.jsonl"
+#define ROLLED_NAME  "rolled_back.jsonl"
 #define LOG_MAX      (1ULL << 32) /* a log past 4 GiB takes no more steps */
 #define LINE_MAX_LEN (64u << 20)  /* one step's line, its outputs in base64 included */
 
@@ -428,8 +429,8 @@ json_t *cdn_traj_json(const char *id, struct cdn_error *err)
     LIST_FOREACH(b, &cdn_daemon->boxes, link)
     if (b->spec.trajectory && strcmp(b->spec.trajectory, id) == 0 && b->state == BOX_RUNNING && !b->dying)
         sandbox = b->sb.id;
-    return json_pack("{s:s, s:o, s:I, s:s?}", "id", id, "steps", steps, "next_step", (json_int_t) t->n,
-                     "sandbox", sandbox);
+    return json_pack("{s:s, s:o, s:I, s:s?, s:o}", "id", id, "steps", steps, "next_step", (json_int_t) t->n,
+                     "sandbox", sandbox, "rolled_back", cdn_traj_rolled_back(id));
 }
 
 int cdn_traj_steps(const char *id, uint64_t *ret, struct cdn_error *err)
@@ -483,4 +484,78 @@ int cdn_traj_fork(const char *parent, uint64_t n, const char *child, struct cdn_
             return cdn_error_set(err, ENOMEM, "out of memory");
         }
     return 0;
+}
+
+/* Where trajectory id keeps the steps a rollback took off it (one JSON line each). */
+static int rolled_path(const char *id, char *buf, size_t size)
+{
+    return (size_t) snprintf(buf, size, "%s/trajectories/%s/" ROLLED_NAME, cdn_daemon->cfg.state_dir, id) >=
+                   size
+               ? -ENAMETOOLONG
+               : 0;
+}
+
+int cdn_traj_rollback(const char *id, uint64_t k, const char *checkpoint, uint64_t *ret_n,
+                      struct cdn_error *err)
+{
+    struct trajectory *t = open_traj(id, true, err);
+    if (!t)
+        return -(err->errnum ?: EIO);
+    if (t->busy)
+        return cdn_error_field(err, EBUSY, "trajectory", "trajectory '%s': a step is under way", id);
+    if (t->broken)
+        return cdn_error_set(err, EIO, "trajectory '%s': its log takes no more changes", id);
+    *ret_n = 0;
+    if (k >= t->n)
+        return 0;
+    char path[4400];
+    if (rolled_path(id, path, sizeof path) < 0)
+        return cdn_error_set(err, ENAMETOOLONG, "trajectory '%s': its path is too long", id);
+    _cleanup_close_ int out = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (out < 0)
+        return cdn_error_set(err, errno, "trajectory '%s': %m", id);
+    /* Steps k… as they were, marked: appended and on disk before the log loses them. */
+    double now = now_unix();
+    for (uint64_t i = k; i < t->n; i++) {
+        _cleanup_json_ json_t *o = read_step(t, i, err);
+        if (!o || json_object_set_new(o, "rolled_back",
+                                      json_pack("{s:s, s:f}", "checkpoint", checkpoint, "time", now)) < 0)
+            return -(err->errnum ?: ENOMEM);
+        _cleanup_free_ char *line = json_dumps(o, JSON_COMPACT);
+        if (!line || cdn_write_all(out, line, strlen(line)) < 0 || cdn_write_all(out, "\n", 1) < 0)
+            return cdn_error_set(err, errno ?: ENOMEM, "trajectory '%s': keep its rolled-back steps: %m", id);
+    }
+    if (fdatasync(out) < 0)
+        return cdn_error_set(err, errno, "trajectory '%s': keep its rolled-back steps: %m", id);
+    if (ftruncate(t->fd, (off_t) t->off[k]) < 0 || fdatasync(t->fd) < 0) {
+        t->broken = true; /* its offsets may not be its lines any more */
+        return cdn_error_set(err, errno, "trajectory '%s': cut its log: %m", id);
+    }
+    *ret_n = t->n - k;
+    t->n = k;
+    return 0;
+}
+
+json_t *cdn_traj_rolled_back(const char *id)
+{
+    char path[4400];
+    json_t *all = json_array();
+    if (!all || rolled_path(id, path, sizeof path) < 0)
+        return all;
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return all;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    while ((n = getline(&line, &cap, f)) > 0 && line[n - 1] == '\n') {
+        json_t *o = json_loadb(line, (size_t) n, 0, NULL);
+        if (json_is_object(o))
+            json_array_append_new(all, o);
+        else
+            json_decref(o);
+    }
+    free(line);
+    fclose(f);
+    return all;
 }

@@ -515,6 +515,19 @@ int cordon_checkpoint(cordon_client *c, const char *id, char *ret_id, size_t siz
     return r;
 }
 
+int cordon_rollback(cordon_client *c, const char *id, const char *checkpoint)
+{
+    char path[128];
+    int r = sandbox_path(c, path, sizeof path, id, "/rollback");
+    if (r < 0)
+        return r;
+    json_t *body = json_pack("{s:s}", "checkpoint", checkpoint ? checkpoint : ""), *o = NULL;
+    r = body ? request_json(c, "POST", path, body, &o) : -ENOMEM;
+    json_decref(body);
+    json_decref(o);
+    return r;
+}
+
 int cordon_fork(cordon_client *c, const char *id, const char *checkpoint, unsigned n, char (*ret_ids)[16])
 {
     char path[128];

@@ -119,6 +119,9 @@ CORDON_API int cordon_checkpoint(cordon_client *c, const char *id, char *ret_id,
  * their ids, n of them, in ret_ids[i] (each at least 16 bytes). All or none. */
 CORDON_API int cordon_fork(cordon_client *c, const char *id, const char *checkpoint, unsigned n,
                            char (*ret_ids)[16]);
+/* Make the sandbox's files exactly those of checkpoint (its own, or the one it was made from): its
+ * processes all end and a new init starts; its trajectory goes back to the checkpoint's step. */
+CORDON_API int cordon_rollback(cordon_client *c, const char *id, const char *checkpoint);
 
 /* Start argv in the background (…/processes, docs/cordond.md): answered once it runs, with its pid in
  * the sandbox. keep_stdin: its stdin stays open for POST …/processes/{pid}/stdin. Its output, status,

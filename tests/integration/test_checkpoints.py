@@ -233,6 +233,10 @@ def test_the_cli_takes_lists_forks_and_deletes(cd):
         kids.append(from_ck.stdout.strip())
         assert cli("exec", kids[-1], "--", "cat", "/workspace/v").stdout == "v1\n"
         assert cli("kill", *kids).returncode == 0
+        rb = cli("rollback", sid, ck)  # cordon_rollback
+        assert rb.returncode == 0, rb.stderr
+        assert cli("exec", sid, "--", "cat", "/workspace/v").stdout == "v1\n"
+        assert cli("rollback", sid, "nonsense").returncode == 125
         assert cli("checkpoint", "rm", ck).returncode == 0
         assert cli("checkpoint", "ls", sid).stdout == ""
         bad = cli("fork", sid, "-n", "0")
@@ -245,3 +249,91 @@ def test_the_cli_takes_lists_forks_and_deletes(cd):
         cli("kill", plain)
     finally:
         cli("kill", sid)
+
+
+def test_a_rollback_restores_the_files_exactly_and_ends_every_process(cd, shared_dir):
+    answers = os.path.join(shared_dir, "answers")
+    os.makedirs(answers)
+    with open(os.path.join(answers, "secret"), "w") as f:
+        f.write("42\n")
+    os.chmod(shared_dir, 0o755)
+    with Sandbox.create(endpoint=cd.endpoint, checkpoints=True, trajectory="rb/1",
+                        mounts=[{"source": answers, "target": "/srv/answers", "readonly": True}],
+                        protect=["/srv/answers/**"]) as sb:
+        assert sb.exec(TREE, step=0).exit_code == 0
+        before = snapshot(sb)  # step 1
+        ck = sb.checkpoint()
+        assert ck["step"] == 2, ck
+        events_before = len(sb.events())
+        sb.exec("echo later > /workspace/later; rm -r /workspace/d; chmod 700 /workspace/sticky; "
+                "ln -sf /tmp /workspace/rel; echo changed > /workspace/empty; rm /tmp/t", step=2)
+        sb.exec("true", step=3)
+        pid = sb.start(["sleep", "300"]).pid  # a process started after the checkpoint
+        assert snapshot(sb) != before
+        info = sb.rollback(ck)
+        assert info["state"] == "running" and info["id"] == sb.id and info["rolled_back_steps"] == 3, info
+        assert snapshot(sb) == before  # content, deleted files back, modes, links, owners
+        ps = sb.exec("ps -eo pid,args").stdout
+        assert "sleep 300" not in ps, ps  # every process of before is gone
+        assert pid not in [p.pid for p in sb.processes()]
+        # the trajectory is back at the checkpoint's step; the steps after it are kept, marked
+        t = sb.trajectory()
+        assert t["next_step"] == 4 and [s["step"] for s in t["steps"]] == [0, 1, 2, 3], t  # 2, 3: the looks
+        assert [(s["step"], s["rolled_back"]["checkpoint"]) for s in t["rolled_back"]] == [
+            (2, ck["id"]), (3, ck["id"]), (4, ck["id"])], t
+        r = sb.exec("echo another step", step=4)  # a new step 4: not the rolled-back one
+        assert (r.exit_code, r.replayed, r.step) == (0, False, 4), r
+        # still its own: events go on (the rollback among them), writes work, its guard holds
+        ev = sb.events()
+        assert len(ev) > events_before and any(e["type"] == "rollback" for e in ev), ev[-5:]
+        assert sb.exec("echo x > /workspace/d/f && cat /workspace/d/f").stdout == "x\n"
+        r = sb.exec("cat /srv/answers/secret")
+        assert r.exit_code != 0 and "42" not in r.stdout, r  # the guard holds in the new init too
+        assert sb.violations()["counts"]["protect"] >= 1
+        # again, to a checkpoint of the rolled-back sandbox
+        ck2 = sb.checkpoint()
+        sb.exec("rm -rf /workspace/*")
+        sb.rollback(ck2)
+        assert sb.exec("cat /workspace/d/f").stdout == "x\n"
+
+
+def test_a_rollback_keeps_the_egress_policy(shared_dir, net):
+    import fakenet
+    state = os.path.join(shared_dir, "state")
+    d = Daemon(shared_dir, "--state-dir", state, "--dns-upstream", fakenet.DNS_IP)
+    try:
+        with Sandbox.create(endpoint=d.endpoint, checkpoints=True,
+                            network={"mode": "allowlist", "allow": ["pypi.test:80"]}) as sb:
+            ck = sb.checkpoint()
+            sb.rollback(ck)
+            r = sb.exec("curl -sS -m 10 http://pypi.test/")
+            assert r.exit_code == 0 and "host=pypi.test" in r.stdout, r
+            r = sb.exec("curl -sS -m 10 http://evil.test/")
+            assert r.exit_code == 6, r
+    finally:
+        assert d.stop() == 0, d.output()
+
+
+def test_what_a_rollback_refuses(cd):
+    with Sandbox.create(endpoint=cd.endpoint, checkpoints=True) as a, \
+            Sandbox.create(endpoint=cd.endpoint, checkpoints=True) as b:
+        ck = a.checkpoint()
+        with pytest.raises(cordon.CordonError) as e:
+            b.rollback(ck)
+        assert (e.value.status, e.value.code) == (409, "checkpoint_mismatch"), e.value
+        with pytest.raises(cordon.NotFound):
+            a.rollback("ck-0123456789abcdef")
+        for body, field in [({}, "checkpoint"), ({"checkpoint": 1}, "checkpoint"), ({"x": 1}, "x")]:
+            with pytest.raises(cordon.InvalidArgument) as e:
+                cd.endpoint.json("POST", f"/v1/sandboxes/{a.id}/rollback", body)
+            assert e.value.field == field, (body, e.value)
+        [k] = a.fork(1, checkpoint=ck)
+        with k:  # a fork may go back to the checkpoint it was made from
+            k.exec("echo k > /workspace/k")
+            k.rollback(ck)
+            assert k.exec("ls /workspace").stdout == ""
+        a.pause()
+        with pytest.raises(cordon.CordonError) as e:
+            a.rollback(ck)
+        assert e.value.status == 409, e.value
+        a.resume()

@@ -11,8 +11,9 @@
  * whole image, never a stack of deltas, so a chain of any length restores in one clone.
  *
  * Why xfs in a file: the host's state filesystem (ext4 here) has no reflinks, and copying a layer's
- * data is what a checkpoint must not cost. The loop device uses direct I/O where the host's file
- * system allows it, so that the store's pages are cached once (as the layers' own pages, above it).
+ * data is what a checkpoint must not cost. The loop device is buffered: direct I/O measured no faster
+ * (bench/run-checkpoint), and buffered, a checkpoint's writes land in the host's page cache instead of
+ * waiting on its disk.
  *
  * The store outlives cordond while sandboxes use its layers (their loop devices hold the files,
  * the files the mount): a restarted cordond finds the loop device still bound to store.xfs and
@@ -28,6 +29,7 @@
 #include <linux/loop.h>
 #include <linux/mount.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
@@ -148,8 +150,7 @@ int cdn_layer_store(struct cdn_error *err)
     if (nr < 0) {
         char name[64];
         (void) snprintf(name, sizeof name, "cordon-store-%d", (int) getpid());
-        if ((loop = cdn_loop_attach(file, name, LO_FLAGS_DIRECT_IO, &nr, err)) < 0 &&
-            (err->msg[0] = 0, loop = cdn_loop_attach(file, name, 0, &nr, err)) < 0)
+        if ((loop = cdn_loop_attach(file, name, 0, &nr, err)) < 0)
             return loop;
     }
     int mnt = mount_store(nr, err);
