@@ -436,6 +436,23 @@ def _fork_body(n, checkpoint, labels):
     return body
 
 
+class _ClassOrInstance:
+    """A method that is one thing called on the class and another on an instance: Sandbox.resume(
+    trajectory_id) resumes a trajectory, sb.resume() thaws a paused sandbox."""
+
+    def __init__(self, on_class, on_instance):
+        self.on_class, self.on_instance = on_class, on_instance
+
+    def __get__(self, obj, cls):
+        if obj is None:
+            return self.on_class.__get__(cls, type(cls))
+        return self.on_instance.__get__(obj, cls)
+
+
+def _resume_path(trajectory_id):
+    return "/v1/trajectories/" + urllib.parse.quote(trajectory_id, safe="/") + "/resume"
+
+
 def checkpoints(sandbox=None, trajectory_id=None, endpoint=None):
     """The checkpoints in cordond's store, oldest first, optionally only a sandbox's or a
     trajectory's; each {"id", "sandbox", "created", "disk_mb", "parent", "trajectory", "step", …}.
@@ -556,10 +573,21 @@ class Sandbox:
         self._info = self._ep.json("POST", f"{self._path}/pause", {})
         return self._info
 
-    def resume(self, timeout_s=None):
+    def _thaw(self, timeout_s=None):
         """Thaw a paused sandbox: its lifetime is timeout_s from now, else what was left of it."""
         self._info = self._ep.json("POST", f"{self._path}/resume", {} if timeout_s is None else {"timeout_s": timeout_s})
         return self._info
+
+    def _resume_trajectory(cls, trajectory_id, endpoint=None):
+        """Sandbox.resume(trajectory_id): the sandbox that records trajectory_id when it is alive;
+        else a new one from the trajectory's newest checkpoint, the trajectory back at that
+        checkpoint's step (the later steps kept as rolled back), so that a worker re-issuing its
+        steps from 0 gets the recorded answers up to there and runs the rest. ("resumed": whether
+        a new sandbox was made.)"""
+        ep = endpoint or Endpoint()
+        return cls(ep.json("POST", _resume_path(trajectory_id), {}), ep)
+
+    resume = _ClassOrInstance(_resume_trajectory, _thaw)
 
     def set_timeout(self, timeout_s):
         """The sandbox ends timeout_s seconds from now (0: no lifetime)."""
@@ -889,10 +917,16 @@ class AsyncSandbox:
         self._info = await self._ep.ajson("POST", f"{self._path}/pause", {})
         return self._info
 
-    async def resume(self, timeout_s=None):
+    async def _thaw(self, timeout_s=None):
         self._info = await self._ep.ajson("POST", f"{self._path}/resume",
                                           {} if timeout_s is None else {"timeout_s": timeout_s})
         return self._info
+
+    async def _resume_trajectory(cls, trajectory_id, endpoint=None):
+        ep = endpoint or Endpoint()
+        return cls(await ep.ajson("POST", _resume_path(trajectory_id), {}), ep)
+
+    resume = _ClassOrInstance(_resume_trajectory, _thaw)
 
     async def exec(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None,
                    pty=None, step=None):

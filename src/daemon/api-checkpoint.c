@@ -6,9 +6,9 @@
  * and a create's spec "checkpoint": a new sandbox starts with that checkpoint's files.
  *
  * A checkpoint is a reflink copy of the sandbox's layer image in the checkpoint store
- * (tiers/container/layer-store.c), taken while the layer's ext4 is frozen (FIFREEZE: its dirty
- * metadata and data written through to the image first, and no write lands until the thaw), so
- * it is a clean file system as of one moment. Its record, <ck>.json beside <ck>.img, says whose it
+ * (tiers/container/layer-store.c), taken while the sandbox's processes are frozen and after its
+ * layer's ext4 was synced (its dirty metadata and data written through to the image), so it is a
+ * whole file system as of one moment. Its record, <ck>.json beside <ck>.img, says whose it
  * is, the trajectory's step count then, and the sandbox's spec (what a fork or a resume makes). Both
  * are fsync'd before the answer: a checkpoint answered survives cordond and the host. */
 #include "api.h"
@@ -184,14 +184,22 @@ static json_t *take(struct box *b, int *status, const char **code, struct cdn_er
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    /* Frozen, the file system is whole on its image: its dirty blocks are written to the loop
-     * device (and so to the image's page cache, which the clone writes back first). Writers wait. */
-    int r = ioctl(root, FIFREEZE, 0) < 0 ? -errno : 0;
-    if (r == 0) {
+    /* One moment of the file system, whole on its image: the sandbox's processes are frozen (its
+     * cgroup; every writer of its layer is one of them, its init's file operations too), then the
+     * file system is synced through the loop device to the image (whose page cache the clone writes
+     * back first). Without a freezer, the file system's own freeze (FIFREEZE) does it, writers
+     * waiting: it costs three RCU grace periods, ~50 ms here, the cgroup's a few. */
+    const bool paused = b->paused;
+    bool procs = paused || (b->sb.cgroup.ops && b->sb.cgroup.ops->freeze(&b->sb.cgroup, true) == 0),
+         fs = false;
+    int r = procs ? (syncfs(root) < 0 ? -errno : 0) : (ioctl(root, FIFREEZE, 0) < 0 ? -errno : 0);
+    fs = !procs && r == 0;
+    if (r == 0)
         r = ioctl(out, FICLONE, file) < 0 ? -errno : 0;
-        if (ioctl(root, FITHAW, 0) < 0)
-            fprintf(stderr, "cordond: sandbox %s: thaw its writable layer: %m\n", b->sb.id);
-    }
+    if (fs && ioctl(root, FITHAW, 0) < 0)
+        fprintf(stderr, "cordond: sandbox %s: thaw its writable layer: %m\n", b->sb.id);
+    if (procs && !paused && b->sb.cgroup.ops && b->sb.cgroup.ops->freeze(&b->sb.cgroup, false) < 0)
+        fprintf(stderr, "cordond: sandbox %s: thaw its processes after a checkpoint: %m\n", b->sb.id);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (r == 0 && (r = cdn_layer_set_uid_base(out, base)) == 0 && fsync(out) < 0)
         r = -errno;
@@ -676,4 +684,87 @@ void cdn_api_rollback(struct evhttp_request *req, struct box *b)
                                 err.errnum == EBUSY ? "sandbox_busy" : "rollback_failed", &err);
         free(op);
     }
+}
+
+/* ---- resume ---- */
+
+static void resume_done(void *arg, struct box *b, enum cdn_box_created how, const struct cdn_error *err)
+{
+    struct rollback_op *op = arg;
+    if (how == CDN_BOX_CREATED) {
+        json_t *o = cdn_box_to_json(b);
+        if (o)
+            (void) json_object_update_new(o, json_pack("{s:b, s:s, s:I}", "resumed", 1, "checkpoint",
+                                                       op->checkpoint, "rolled_back_steps",
+                                                       (json_int_t) op->steps));
+        cdn_api_reply_json(op->req, 201, o);
+    } else {
+        cdn_api_reply_cdn_error(op->req,
+                                how == CDN_BOX_TOO_MANY   ? 429
+                                : how == CDN_BOX_STOPPING ? 503
+                                                          : 500,
+                                how == CDN_BOX_TOO_MANY   ? "too_many_sandboxes"
+                                : how == CDN_BOX_STOPPING ? "stopping"
+                                                          : "sandbox_failed",
+                                err);
+    }
+    free(op);
+}
+
+void cdn_api_traj_resume(struct evhttp_request *req, const char *id)
+{
+    struct cdn_error err = {0};
+    if (!cdn_trajectory_id_valid(id))
+        return cdn_api_reply_error(req, 400, "invalid_request", "id", "'%.64s' is not a trajectory's id", id);
+    /* Its sandbox alive: that one. */
+    struct box *b;
+    LIST_FOREACH(b, &cdn_daemon->boxes, link)
+    if (b->spec.trajectory && strcmp(b->spec.trajectory, id) == 0 && b->state != BOX_EXITED && !b->dying) {
+        if (b->state != BOX_RUNNING)
+            return cdn_api_reply_error(req, 409, "trajectory_in_use", "id",
+                                       "trajectory '%s': its sandbox %s is starting", id, b->sb.id);
+        json_t *o = cdn_box_to_json(b);
+        if (o)
+            (void) json_object_set_new(o, "resumed", json_false());
+        return cdn_api_reply_json(req, 200, o);
+    }
+    /* Gone: a new one from its newest checkpoint, the trajectory back at that checkpoint's step. */
+    _cleanup_json_ json_t *all = ck_list(NULL, id, &err);
+    if (!all)
+        return cdn_api_reply_cdn_error(req, 500, "internal", &err);
+    size_t n = json_array_size(all);
+    if (!n)
+        return cdn_api_reply_error(req, 404, "checkpoint_not_found", "id",
+                                   "trajectory '%s' has no running sandbox and no checkpoint to resume from",
+                                   id);
+    const char *ck = json_string_value(json_object_get(json_array_get(all, n - 1), "id"));
+    _cleanup_close_ int dir = ck_dir(&err);
+    _cleanup_json_ json_t *rec = dir < 0 ? NULL : ck_load(dir, ck, &err);
+    json_t *spec0 = json_object_get(rec, "spec");
+    if (!json_is_object(spec0))
+        return cdn_api_reply_cdn_error(req, 500, "internal", &err);
+    (void) json_object_set_new(spec0, "checkpoint", json_string(ck));
+    (void) json_object_set_new(spec0, "trajectory", json_string(id));
+    _cleanup_free_ char *s = json_dumps(spec0, JSON_COMPACT);
+    struct cdn_spec spec;
+    int r = cdn_spec_init(&spec);
+    if (r >= 0)
+        r = s ? cdn_spec_from_json(&spec, s, strlen(s), &err) : cdn_error_set(&err, ENOMEM, "out of memory");
+    if (r >= 0)
+        r = cdn_spec_validate(&spec, &err);
+    struct rollback_op *op = r < 0 ? NULL : calloc(1, sizeof *op);
+    if (!op) {
+        cdn_spec_free(&spec);
+        return cdn_api_reply_cdn_error(req, 500, "internal", &err);
+    }
+    op->req = req;
+    (void) snprintf(op->checkpoint, sizeof op->checkpoint, "%s", ck);
+    if (cdn_traj_rollback(id, (uint64_t) json_integer_value(json_object_get(rec, "step")), ck, &op->steps,
+                          &err) < 0) {
+        cdn_spec_free(&spec);
+        free(op);
+        return cdn_api_reply_cdn_error(req, err.errnum == EBUSY ? 409 : 500,
+                                       err.errnum == EBUSY ? "step_in_progress" : "internal", &err);
+    }
+    cdn_box_create(&spec, (struct cdn_box_waiter){.done = resume_done, .arg = op});
 }

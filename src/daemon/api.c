@@ -1039,6 +1039,15 @@ static void route(struct evhttp_request *req, void *arg)
     if (strcmp(path, "/v1/checkpoints") == 0 || strncmp(path, "/v1/checkpoints/", 16) == 0)
         return cdn_api_checkpoint_route(req, path[15] ? path + 16 : "");
     if (strncmp(path, "/v1/trajectories/", 17) == 0) {
+        size_t pl = strlen(path);
+        if (m == EVHTTP_REQ_POST && pl > 17 + 7 && strcmp(path + pl - 7, "/resume") == 0) {
+            char tid[CDN_TRAJECTORY_ID_MAX + 1];
+            if (pl - 17 - 7 > CDN_TRAJECTORY_ID_MAX)
+                return cdn_api_reply_error(req, 400, "invalid_request", "id",
+                                           "a trajectory's id is at most %d bytes", CDN_TRAJECTORY_ID_MAX);
+            (void) snprintf(tid, sizeof tid, "%.*s", (int) (pl - 17 - 7), path + 17);
+            return cdn_api_traj_resume(req, tid);
+        }
         if (m != EVHTTP_REQ_GET)
             return cdn_api_reply_error(req, 405, "method_not_allowed", NULL, "%.64s takes GET", path);
         return route_trajectory(req, path + 17);

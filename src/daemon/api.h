@@ -140,6 +140,9 @@ void cdn_api_images(struct evhttp_request *req, const char *path);
 void cdn_api_checkpoints(struct evhttp_request *req, struct box *b);
 void cdn_api_fork(struct evhttp_request *req, struct box *b);
 void cdn_api_rollback(struct evhttp_request *req, struct box *b);
+/* POST /v1/trajectories/{id}/resume: its running sandbox (200), else a new one from its newest
+ * checkpoint, the trajectory back at that checkpoint's step (201). */
+void cdn_api_traj_resume(struct evhttp_request *req, const char *id);
 void cdn_api_checkpoint_route(struct evhttp_request *req, const char *rest);
 /* A create from spec.checkpoint: b's layer will be a clone of it (b->sb.layer_from_fd, owned by the
  * caller once set). 0, or -1 and err naming the field "checkpoint". */

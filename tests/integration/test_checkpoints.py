@@ -337,3 +337,34 @@ def test_what_a_rollback_refuses(cd):
             a.rollback(ck)
         assert e.value.status == 409, e.value
         a.resume()
+
+
+def test_resume_after_the_sandbox_was_deleted_behind_the_trajectorys_back(cd):
+    append = "echo once >> /workspace/log; wc -l < /workspace/log"
+    sb = Sandbox.create(endpoint=cd.endpoint, checkpoints=True, trajectory="resume/1")
+    assert sb.exec(append, step=0).stdout == "1\n"
+    ck = sb.checkpoint()
+    assert ck["step"] == 1
+    assert sb.exec(append, step=1).stdout == "2\n"
+    alive = Sandbox.resume("resume/1", endpoint=cd.endpoint)  # alive: that one
+    assert alive.id == sb.id and alive._info["resumed"] is False
+    sb.kill()  # gone (reaped, its host rebooted): the worker does not know
+    again = Sandbox.resume("resume/1", endpoint=cd.endpoint)
+    with again:
+        assert again.id != sb.id and again._info["resumed"] is True and again._info["checkpoint"] == ck["id"]
+        # the worker re-issues its steps from 0: answered from the log up to the checkpoint, then run
+        r = again.exec(append, step=0)
+        assert (r.stdout, r.replayed) == ("1\n", True), r
+        r = again.exec(append, step=1)
+        assert (r.stdout, r.replayed) == ("2\n", False), r  # ran again, on the checkpoint's files
+        assert again.files.read("/workspace/log") == b"once\nonce\n"
+        t = again.trajectory()
+        assert t["next_step"] == 2 and t["sandbox"] == again.id, t
+        assert [s["step"] for s in t["rolled_back"]] == [1], t
+        # the thaw of a paused sandbox is still sb.resume()
+        again.pause()
+        assert again.resume().get("paused") is not True and again.exec("true").exit_code == 0
+    with pytest.raises(cordon.NotFound):
+        Sandbox.resume("never/checkpointed", endpoint=cd.endpoint)
+    with pytest.raises(cordon.InvalidArgument):
+        cd.endpoint.json("POST", "/v1/trajectories/" + "a" * 250 + "/resume", {})
