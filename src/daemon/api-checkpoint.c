@@ -30,6 +30,7 @@
 #include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -163,6 +164,22 @@ static json_t *take(struct box *b, int *status, const char **code, struct cdn_er
     uint32_t base;
     if (file < 0 || cdn_layer_uid_base(file, &base) < 0) {
         cdn_error_set(err, errno, "sandbox %s: its writable layer is not in the checkpoint store", b->sb.id);
+        return NULL;
+    }
+    /* Room for the sandbox to write its whole layer again after this: every block it rewrites then
+     * takes a new one of the store (the checkpoint keeps the old). Without it, the sandbox's writes
+     * could meet a full store as I/O errors; so the checkpoint is refused, cleanly, and it runs on. */
+    struct statfs sfs;
+    const uint64_t need = b->spec.limits.disk_mb << 20;
+    if ((fstatfs(dir, &sfs) == 0 && (uint64_t) sfs.f_bavail * (uint64_t) sfs.f_bsize < need) ||
+        (statfs(cdn_state_dir(), &sfs) == 0 && (uint64_t) sfs.f_bavail * (uint64_t) sfs.f_bsize < need)) {
+        *status = 507, *code = "insufficient_storage";
+        cdn_error_set(
+            err, ENOSPC,
+            "checkpoint of sandbox %s: the checkpoint store (or the state filesystem under it) has %llu MiB "
+            "free, less than the sandbox's layer (limits.disk_mb %llu): delete checkpoints",
+            b->sb.id, (unsigned long long) ((uint64_t) sfs.f_bavail * (uint64_t) sfs.f_bsize >> 20),
+            (unsigned long long) b->spec.limits.disk_mb);
         return NULL;
     }
     int root = layer_root(b, file, err);

@@ -149,6 +149,8 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         return set_count(&c->net_pool, v, 0, 4096);
     if (strcmp(name, "writable-stock") == 0 || strcmp(name, "writable_stock") == 0)
         return set_count(&c->writable_stock, v, 0, 64);
+    if (strcmp(name, "checkpoint-store-size") == 0 || strcmp(name, "checkpoint_store_size") == 0)
+        return set_size(&c->checkpoint_store_bytes, v);
     if (strcmp(name, "bind-allow") == 0 || strcmp(name, "bind_allow") == 0) {
         if (c->n_bind_allow >= ELEMENTSOF(c->bind_allow)) {
             (void) snprintf(option_why, sizeof option_why, "at most %zu directories",
@@ -649,6 +651,7 @@ int main(int argc, char **argv)
     (void) cdn_egress_start(); /* without it, network modes other than none are refused, with the reason */
     raise_fanotify_groups();
     (void) cdn_box_fanotify_global_start();
+    cdn_layer_store_size(cdn_daemon->cfg.checkpoint_store_bytes);
     int adopted = cdn_box_adopt_all();
     cdn_checkpoint_sweep();
     int r = cdn_egress_forget_old_flows();

@@ -51,9 +51,10 @@ struct daemon_config {
     char dns_upstream[64];   /* IP[:PORT] the DNS stub and the proxy resolve with; empty = /etc/resolv.conf */
     unsigned net_pool;       /* prepared network namespaces kept for sandboxes with network */
     unsigned writable_stock; /* container writable layers on disk made ahead, per size (docs/disk.md) */
-    uint64_t audit_rotate;   /* egress.log is rotated past this size */
-    unsigned audit_rate;     /* audit lines per sandbox and second (0: no limit) */
-    char monitor_rules[256]; /* rule file (src/monitor/rules.h); empty: the shipped default */
+    uint64_t checkpoint_store_bytes; /* a new checkpoint store's size (0: the state filesystem's) */
+    uint64_t audit_rotate;           /* egress.log is rotated past this size */
+    unsigned audit_rate;             /* audit lines per sandbox and second (0: no limit) */
+    char monitor_rules[256];         /* rule file (src/monitor/rules.h); empty: the shipped default */
     unsigned agent_timeout_s; /* how long a sandbox's agent has to end what it was asked to (api-exec.c) */
     unsigned auth_timeout_s;  /* TCP: a client's first header block, token included, within this */
     unsigned max_unauthenticated; /* TCP: connections not authenticated yet; a new one evicts the oldest */

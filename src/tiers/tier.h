@@ -181,6 +181,8 @@ bool cdn_writable_stock_serve(int conn);
  * only): its root's fd (borrowed), or a negative errno with err naming the field "checkpoints".
  * cdn_layer_store_fd: the same once it is open, else -1. */
 int cdn_layer_store(struct cdn_error *err);
+/* The size of a store made from now on (bytes; 0: the state filesystem's, at least 1 GiB). */
+void cdn_layer_store_size(uint64_t bytes);
 int cdn_layer_store_fd(void);
 /* A layer image's marks (writable.c): the base of the slot whose ids its files keep on disk, and
  * the loop device it is bound to now (-ENOENT: none). */

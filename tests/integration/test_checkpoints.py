@@ -11,6 +11,7 @@ autouse leak check)."""
 
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -368,3 +369,39 @@ def test_resume_after_the_sandbox_was_deleted_behind_the_trajectorys_back(cd):
         Sandbox.resume("never/checkpointed", endpoint=cd.endpoint)
     with pytest.raises(cordon.InvalidArgument):
         cd.endpoint.json("POST", "/v1/trajectories/" + "a" * 250 + "/resume", {})
+
+
+def test_a_checkpoint_with_no_room_left_fails_cleanly(shared_dir):
+    """A store of 600 MiB: a checkpoint of the first sandbox (150 MiB) leaves room for it to rewrite
+    all of its layer; the second (250 MiB) has filled the store past that room, and its checkpoint
+    is 507 with the sandbox running on. Without the check the checkpoint is taken, and
+    the sandbox's later writes can meet a full store as I/O errors."""
+    state = os.path.join(shared_dir, "state")
+    d = Daemon(shared_dir, "--state-dir", state, "--checkpoint-store-size", "600M")
+    try:
+        with Sandbox.create(endpoint=d.endpoint, checkpoints=True, disk_mb=150) as a:
+            a.exec("head -c 100M /dev/urandom > /workspace/big")
+            a.checkpoint()
+            a.exec("head -c 100M /dev/urandom > /workspace/big")  # new blocks: the checkpoint keeps the old
+            with Sandbox.create(endpoint=d.endpoint, checkpoints=True, disk_mb=250) as b:
+                b.exec("head -c 200M /dev/urandom > /workspace/f")
+                with pytest.raises(cordon.CordonError) as e:
+                    b.checkpoint()
+                assert (e.value.status, e.value.code) == (507, "insufficient_storage"), e.value
+                assert b.checkpoints() == []  # nothing of it left in the store
+                r = b.exec("echo still > /workspace/g && cat /workspace/g && sha256sum /workspace/f | wc -l")
+                assert (r.exit_code, r.stdout) == (0, "still\n1\n"), r
+            # deleting checkpoints gives the room back (b's layer goes once its mounts are gone)
+            for ck in a.checkpoints():
+                cordon.delete_checkpoint(ck, endpoint=d.endpoint)
+            for _ in range(100):
+                try:
+                    assert a.checkpoint()["id"].startswith("ck-")
+                    break
+                except cordon.CordonError as e:
+                    assert e.status == 507, e
+                    time.sleep(0.1)
+            else:
+                pytest.fail("no room came back")
+    finally:
+        assert d.stop() == 0, d.output()

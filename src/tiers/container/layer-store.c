@@ -41,6 +41,12 @@
 #define STORE_LOG "64m" /* xfs's log; mkfs zeroes it, so its size is what a new store costs */
 
 static int store_fd = -1;
+static uint64_t store_size;
+
+void cdn_layer_store_size(uint64_t bytes)
+{
+    store_size = bytes;
+}
 
 /* The loop device (its number) bound to the file of st, or -1. */
 static int loop_of(const struct stat *st)
@@ -79,7 +85,9 @@ static int make_image(const char *path, struct cdn_error *err)
     (void) snprintf(dir, sizeof dir, "%s", cdn_state_dir());
     struct statfs host;
     uint64_t size = statfs(dir, &host) == 0 ? (uint64_t) host.f_blocks * (uint64_t) host.f_bsize : 0;
-    if (size < (1ULL << 30))
+    if (store_size)
+        size = store_size < (300ULL << 20) ? 300ULL << 20 : store_size; /* xfs's least */
+    else if (size < (1ULL << 30))
         size = 1ULL << 30;
     char tmp[4300];
     (void) snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int) getpid());

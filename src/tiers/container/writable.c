@@ -651,6 +651,12 @@ static int store_layer(struct cdn_sandbox *sb, struct cdn_error *err)
     (void) snprintf(state, sizeof state, "%s", cdn_state_dir());
     if ((r = room_for(state, mb, err)) < 0)
         return r;
+    struct statfs sfs;
+    if (fstatfs(store, &sfs) == 0 && (uint64_t) sfs.f_bavail * (uint64_t) sfs.f_bsize < (mb << 20))
+        return cdn_error_field(err, ENOSPC, "limits.disk_mb",
+                               "limits.disk_mb: %llu MiB, but the checkpoint store has %llu MiB free",
+                               (unsigned long long) mb,
+                               (unsigned long long) ((uint64_t) sfs.f_bavail * (uint64_t) sfs.f_bsize >> 20));
     _cleanup_close_ int file = openat(store, "layers", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (file < 0)
         return cdn_error_field(err, errno, "checkpoints", "an unnamed file in the checkpoint store: %m");
