@@ -47,6 +47,14 @@ static double now_unix(void)
     return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
 }
 
+/* Whether there is a store: reading routes do not make one. */
+static bool store_made(void)
+{
+    char path[4200];
+    (void) snprintf(path, sizeof path, "%s/store.xfs", cdn_state_dir());
+    return cdn_layer_store_fd() >= 0 || access(path, F_OK) == 0;
+}
+
 /* The store's checkpoints directory (O_PATH), or -1 with err. */
 static int ck_dir(struct cdn_error *err)
 {
@@ -166,20 +174,25 @@ static json_t *take(struct box *b, int *status, const char **code, struct cdn_er
         cdn_error_set(err, errno, "sandbox %s: its writable layer is not in the checkpoint store", b->sb.id);
         return NULL;
     }
-    /* Room for the sandbox to write its whole layer again after this: every block it rewrites then
-     * takes a new one of the store (the checkpoint keeps the old). Without it, the sandbox's writes
-     * could meet a full store as I/O errors; so the checkpoint is refused, cleanly, and it runs on. */
+    /* Room for every checkpointable sandbox to write its whole layer again after this: every block
+     * one rewrites then takes a new one of the store (the checkpoint keeps the old). Without it, their
+     * writes could meet a full store as I/O errors; so the checkpoint is refused, cleanly, and the
+     * sandbox runs on. */
+    uint64_t need = 0;
+    struct box *o;
+    LIST_FOREACH(o, &cdn_daemon->boxes, link)
+    if (o->spec.checkpoints && o->state != BOX_EXITED)
+        need += o->spec.limits.disk_mb << 20;
     struct statfs sfs;
-    const uint64_t need = b->spec.limits.disk_mb << 20;
     if ((fstatfs(dir, &sfs) == 0 && (uint64_t) sfs.f_bavail * (uint64_t) sfs.f_bsize < need) ||
         (statfs(cdn_state_dir(), &sfs) == 0 && (uint64_t) sfs.f_bavail * (uint64_t) sfs.f_bsize < need)) {
         *status = 507, *code = "insufficient_storage";
         cdn_error_set(
             err, ENOSPC,
             "checkpoint of sandbox %s: the checkpoint store (or the state filesystem under it) has %llu MiB "
-            "free, less than the sandbox's layer (limits.disk_mb %llu): delete checkpoints",
+            "free, less than the checkpointable sandboxes' layers (%llu MiB): delete checkpoints",
             b->sb.id, (unsigned long long) ((uint64_t) sfs.f_bavail * (uint64_t) sfs.f_bsize >> 20),
-            (unsigned long long) b->spec.limits.disk_mb);
+            (unsigned long long) (need >> 20));
         return NULL;
     }
     int root = layer_root(b, file, err);
@@ -204,18 +217,23 @@ static json_t *take(struct box *b, int *status, const char **code, struct cdn_er
     /* One moment of the file system, whole on its image: the sandbox's processes are frozen (its
      * cgroup; every writer of its layer is one of them, its init's file operations too), then the
      * file system is synced through the loop device to the image (whose page cache the clone writes
-     * back first). Without a freezer, the file system's own freeze (FIFREEZE) does it, writers
-     * waiting: it costs three RCU grace periods, ~50 ms here, the cgroup's a few. */
+     * back first). Not the file system's own freeze (FIFREEZE): it waits for every writer to leave,
+     * and a process of the agent's can stay inside a write for ever (a splice from an empty pipe),
+     * which would hang cordond; frozen, such a process has left it. It also costs three RCU grace
+     * periods, ~50 ms here. */
     const bool paused = b->paused;
-    bool procs = paused || (b->sb.cgroup.ops && b->sb.cgroup.ops->freeze(&b->sb.cgroup, true) == 0),
-         fs = false;
-    int r = procs ? (syncfs(root) < 0 ? -errno : 0) : (ioctl(root, FIFREEZE, 0) < 0 ? -errno : 0);
-    fs = !procs && r == 0;
+    int r = paused ? 0 : b->sb.cgroup.ops ? b->sb.cgroup.ops->freeze(&b->sb.cgroup, true) : -ENOTSUP;
+    if (r < 0) {
+        (void) unlinkat(dir, img, 0);
+        if (b->sb.cgroup.ops)
+            (void) b->sb.cgroup.ops->freeze(&b->sb.cgroup, false);
+        cdn_error_set(err, -r, "checkpoint of sandbox %s: freeze its processes: %s", b->sb.id, strerror(-r));
+        return NULL;
+    }
+    r = syncfs(root) < 0 ? -errno : 0;
     if (r == 0)
         r = ioctl(out, FICLONE, file) < 0 ? -errno : 0;
-    if (fs && ioctl(root, FITHAW, 0) < 0)
-        fprintf(stderr, "cordond: sandbox %s: thaw its writable layer: %m\n", b->sb.id);
-    if (procs && !paused && b->sb.cgroup.ops && b->sb.cgroup.ops->freeze(&b->sb.cgroup, false) < 0)
+    if (!paused && b->sb.cgroup.ops->freeze(&b->sb.cgroup, false) < 0)
         fprintf(stderr, "cordond: sandbox %s: thaw its processes after a checkpoint: %m\n", b->sb.id);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (r == 0 && (r = cdn_layer_set_uid_base(out, base)) == 0 && fsync(out) < 0)
@@ -259,6 +277,8 @@ static json_t *take(struct box *b, int *status, const char **code, struct cdn_er
 /* Records of the store, oldest first, that match sandbox and trajectory (NULL: any). */
 static json_t *ck_list(const char *sandbox, const char *trajectory, struct cdn_error *err)
 {
+    if (!store_made())
+        return json_array();
     _cleanup_close_ int dir = ck_dir(err);
     if (dir < 0)
         return NULL;
@@ -347,6 +367,9 @@ void cdn_api_checkpoint_route(struct evhttp_request *req, const char *path)
     }
     if (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_DELETE)
         return cdn_api_reply_error(req, 405, "method_not_allowed", NULL, "a checkpoint takes GET or DELETE");
+    if (!store_made())
+        return cdn_api_reply_error(req, 404, "checkpoint_not_found", "checkpoint", "no checkpoint '%.32s'",
+                                   path);
     _cleanup_close_ int dir = ck_dir(&err);
     if (dir < 0)
         return cdn_api_reply_cdn_error(req, 500, "internal", &err);
@@ -519,22 +542,26 @@ void cdn_api_fork(struct evhttp_request *req, struct box *b)
         (void) json_object_update(labels, lv);
     (void) json_object_set_new(spec0, "checkpoint", json_string(ck));
     (void) json_object_del(spec0, "trajectory");
-    /* The children's trajectories: ID/b1…bN, each with the parent's steps up to the checkpoint. */
+    /* The children's trajectories: ID/bK for the first N names K = 1, 2, … that no earlier fork took (a
+     * log with steps, or a running sandbox), each with the parent's steps up to the checkpoint. */
     char child[CDN_TRAJECTORY_ID_MAX + 16];
-    for (json_int_t i = 1; traj && i <= count; i++) {
-        (void) snprintf(child, sizeof child, "%s/b%lld", traj, (long long) i);
-        if (!cdn_trajectory_id_valid(child))
+    unsigned names[FORK_MAX];
+    for (unsigned i = 0, k = 1; traj && i < (unsigned) count; k++) {
+        (void) snprintf(child, sizeof child, "%s/b%u", traj, k);
+        if (k > 100000 || !cdn_trajectory_id_valid(child))
             return cdn_api_reply_error(req, 400, "invalid_request", "trajectory",
-                                       "trajectory '%s/b%lld' would be too long", traj, (long long) i);
+                                       "trajectory '%s': no name left for a fork's branch", traj);
+        uint64_t has = 0;
+        bool used = cdn_traj_steps_quiet(child, &has) < 0 || has > 0;
         struct box *o;
         LIST_FOREACH(o, &cdn_daemon->boxes, link)
-        if (o->spec.trajectory && strcmp(o->spec.trajectory, child) == 0 && o->state != BOX_EXITED &&
-            !o->dying)
-            return cdn_api_reply_error(req, 409, "trajectory_in_use", "trajectory",
-                                       "trajectory '%s' is sandbox %s's", child, o->sb.id);
+        used = used || (o->spec.trajectory && strcmp(o->spec.trajectory, child) == 0 && !o->dying);
+        if (used)
+            continue;
         if (cdn_traj_fork(traj, (uint64_t) step, child, &err) < 0)
-            return cdn_api_reply_cdn_error(req, err.errnum == EEXIST ? 409 : 500,
-                                           err.errnum == EEXIST ? "trajectory_exists" : "internal", &err);
+            return cdn_api_reply_cdn_error(req, err.errnum == EBUSY ? 409 : 500,
+                                           err.errnum == EBUSY ? "step_in_progress" : "internal", &err);
+        names[i++] = k;
     }
     struct fork_op *f = calloc(1, sizeof *f);
     if (!f || !(f->made = json_array()) || !(f->answers = json_array())) {
@@ -551,7 +578,7 @@ void cdn_api_fork(struct evhttp_request *req, struct box *b)
         struct cdn_spec spec;
         struct cdn_error e = {0};
         if (traj) {
-            (void) snprintf(child, sizeof child, "%s/b%lld", traj, (long long) i);
+            (void) snprintf(child, sizeof child, "%s/b%u", traj, names[i - 1]);
             (void) json_object_set_new(spec0, "trajectory", json_string(child));
         }
         _cleanup_free_ char *s = json_dumps(spec0, JSON_COMPACT);
@@ -581,6 +608,27 @@ void cdn_checkpoint_sweep(void)
         fprintf(stderr, "cordond: the checkpoint store: %s\n", err.msg);
         return;
     }
+    /* What a cordond killed in the middle of a checkpoint left: a record's temporary copy, an image
+     * without its record. */
+    int cfd = openat(store, "checkpoints", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *cd = cfd < 0 ? NULL : fdopendir(cfd);
+    struct dirent *ce;
+    while (cd && (ce = readdir(cd))) {
+        size_t n = strlen(ce->d_name);
+        char rec[64];
+        if (n > 4 && strcmp(ce->d_name + n - 4, ".tmp") == 0) {
+            (void) unlinkat(dirfd(cd), ce->d_name, 0);
+        } else if (n == CDN_CHECKPOINT_ID_LEN + 4 &&
+                   strcmp(ce->d_name + CDN_CHECKPOINT_ID_LEN, ".img") == 0) {
+            (void) snprintf(rec, sizeof rec, "%.*s.json", CDN_CHECKPOINT_ID_LEN, ce->d_name);
+            if (faccessat(dirfd(cd), rec, F_OK, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT)
+                (void) unlinkat(dirfd(cd), ce->d_name, 0);
+        }
+    }
+    if (cd)
+        closedir(cd);
+    else
+        safe_close(cfd);
     int fd = openat(store, "layers", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = fd < 0 ? NULL : fdopendir(fd);
     if (!d) {

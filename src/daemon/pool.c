@@ -81,6 +81,9 @@ int cdn_pool_configure(const char *arg, struct cdn_error *err)
             err, EINVAL, "trajectory",
             "trajectory: a pool's sandboxes record none (a create's trajectory goes to the sandbox "
             "it is handed)");
+    if (r >= 0 &&
+        p->spec.checkpoint) /* a create from a checkpoint makes its sandbox: its files are not a shape */
+        r = cdn_error_field(err, EINVAL, "checkpoint", "checkpoint: a pool's sandboxes start from the image");
     if (r >= 0)
         r = cdn_bind_policy_check(&cdn_daemon->bind_policy, &p->spec, err);
     if (r >= 0 && !(p->shape = shape_of(&p->spec)))

@@ -177,6 +177,8 @@ int cdn_sibling_spec(struct box *b, struct cdn_spec *ret, struct cdn_error *err)
          * whatever the agent installed in its own (and so the step's check passes there). */
         json_object_del(o, "writable_system");
         json_object_del(o, "trajectory"); /* its step is the sandbox's, recorded there */
+        json_object_del(o, "checkpoint"); /* a fresh sandbox of the image, not the agent's files */
+        json_object_del(o, "checkpoints");
         json_object_del(json_object_get(o, "limits"), "idle_timeout_s"); /* it runs one step, then goes */
         json_object_set(o, "mounts", mounts);
         json_object_set_new(labels, SIBLING_LABEL, json_string(b->sb.id));

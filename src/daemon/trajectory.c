@@ -433,6 +433,23 @@ json_t *cdn_traj_json(const char *id, struct cdn_error *err)
                      "sandbox", sandbox, "rolled_back", cdn_traj_rolled_back(id));
 }
 
+int cdn_traj_steps_quiet(const char *id, uint64_t *ret)
+{
+    char path[4400];
+    struct stat st;
+    struct trajectory *t = find(id);
+    if (t) {
+        *ret = t->n;
+        return 0;
+    }
+    if (log_path(id, path, sizeof path) < 0)
+        return -ENAMETOOLONG;
+    if (stat(path, &st) < 0)
+        return errno == ENOENT ? (*ret = 0, 0) : -errno;
+    *ret = st.st_size > 0; /* only whether it has any: a fork's names skip those with steps */
+    return 0;
+}
+
 int cdn_traj_steps(const char *id, uint64_t *ret, struct cdn_error *err)
 {
     struct trajectory *t = open_traj(id, true, err);
@@ -452,7 +469,11 @@ int cdn_traj_fork(const char *parent, uint64_t n, const char *child, struct cdn_
     if (n > p->n)
         return cdn_error_field(err, ERANGE, "checkpoint", "trajectory '%s' has %llu steps, not %llu", parent,
                                (unsigned long long) p->n, (unsigned long long) n);
+    if (p->busy)
+        return cdn_error_field(err, EBUSY, "trajectory", "trajectory '%s': a step is under way", parent);
+    p->busy = true; /* not the one the child's opening makes room by closing */
     struct trajectory *c = open_traj(child, true, err);
+    p->busy = false;
     if (!c)
         return -(err->errnum ?: EIO);
     if (c->n)

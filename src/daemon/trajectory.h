@@ -62,6 +62,8 @@ int cdn_traj_steps(const char *id, uint64_t *ret, struct cdn_error *err);
 /* Start trajectory child (made; it must have no steps) with the first n steps of parent, as they are
  * (a fork: docs/trajectories.md). 0, or a negative errno and err. */
 int cdn_traj_fork(const char *parent, uint64_t n, const char *child, struct cdn_error *err);
+/* Whether trajectory id has steps (*ret > 0), without opening its log; a log never made has none. */
+int cdn_traj_steps_quiet(const char *id, uint64_t *ret);
 /* A rollback to a checkpoint taken at step k: steps k… leave the log (the next step is k again) and go,
  * marked "rolled_back": {"checkpoint", "time"}, to the trajectory's rolled_back.jsonl, on disk first.
  * How many went in *ret_n. -EBUSY while a step runs. */

@@ -99,6 +99,11 @@ def test_a_fork_of_8_diverges(cd):
                 assert k.exec("cat /workspace/answer /workspace/p").stdout == f"{i}\nprompt\n{i}\n"
             assert sb.exec("ls /workspace; cat /workspace/p").stdout == "p\nprompt\n"
             assert len(sb.trajectory()["steps"]) == 2  # its own step 1 (the ls), none of theirs
+            # a second fork of the same trajectory takes the next free names
+            more = sb.fork(2)
+            kids += more
+            assert [k.info()["spec"]["trajectory"] for k in more] == ["grpo/q1/b9", "grpo/q1/b10"]
+            assert [s["step"] for s in more[0].trajectory()["steps"]] == [0, 1]
         finally:
             for k in kids:
                 k.kill()
@@ -405,3 +410,28 @@ def test_a_checkpoint_with_no_room_left_fails_cleanly(shared_dir):
                 pytest.fail("no room came back")
     finally:
         assert d.stop() == 0, d.output()
+
+
+def test_a_restored_sandbox_follows_none_of_the_symlinks_left_in_it(cd):
+    """What a sandbox leaves in its layer is the next one's setup's input. A symlink it put in place
+    of its working directory would have the fork's setup make the image's /etc its writable
+    working directory; it is refused instead."""
+    with Sandbox.create(endpoint=cd.endpoint, checkpoints=True, workdir="/workspace/w") as sb:
+        assert sb.exec("cd / && rm -rf /workspace/w && ln -s /etc /workspace/w && ls -ld /workspace/w").exit_code == 0
+        ck = sb.checkpoint()
+        with pytest.raises(cordon.CordonError) as e:
+            sb.fork(1, checkpoint=ck)  # its spec: the same working directory
+        assert "symlink" in e.value.message, e.value
+        assert sb.exec("cat /etc/hostname").exit_code == 0
+
+
+def test_a_sibling_verifier_of_a_restored_sandbox_starts_from_the_image(cd):
+    """A sibling verifier is a fresh sandbox of the image with only the copied paths; made from a
+    checkpoint's spec, it would start with the agent's files (seen before the fix: the planted
+    conftest.py was there)."""
+    with Sandbox.create(endpoint=cd.endpoint, checkpoints=True) as sb:
+        sb.exec("mkdir -p /workspace/repo && echo ok > /workspace/repo/a && echo planted > /workspace/conftest.py")
+        ck = sb.checkpoint()
+        with Sandbox.create(endpoint=cd.endpoint, checkpoint=ck["id"]) as k:
+            r = k.exec("ls /workspace; cat /workspace/repo/a", verifier="sibling", copy=["/workspace/repo"])
+            assert r.stdout == "repo\nok\n", r

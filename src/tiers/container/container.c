@@ -234,6 +234,7 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         .netns_given = sb->netns_fd >= 0,
         .resolver_ip = sb->resolver_ip,
         .writable_fd = writable_fd,
+        .restored = sb->layer_from_fd >= 0,
     };
     /* A prepared network namespace (owned by the host's user namespace, so the
      * sandbox's root has no power over it) is entered here for the clone only:

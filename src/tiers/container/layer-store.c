@@ -164,6 +164,15 @@ int cdn_layer_store(struct cdn_error *err)
     int mnt = mount_store(nr, err);
     if (mnt < 0)
         return mnt;
+    /* A metadata write that fails (the host's disk full under the store) shuts the store down at once:
+     * its layers then fail with I/O errors, where xfs's default retries for ever would hang every
+     * writer, cordond's own clones too. */
+    static const char *const knobs[] = {"ENOSPC", "EIO", "default"};
+    for (size_t i = 0; i < ELEMENTSOF(knobs); i++) {
+        char knob[128];
+        (void) snprintf(knob, sizeof knob, "/sys/fs/xfs/loop%d/error/metadata/%s/max_retries", nr, knobs[i]);
+        (void) cdn_write_file_at(AT_FDCWD, knob, "0");
+    }
     static const char *const dirs[] = {"layers", "checkpoints"};
     for (size_t i = 0; i < ELEMENTSOF(dirs); i++)
         if (mkdirat(mnt, dirs[i], 0700) < 0 && errno != EEXIST) {

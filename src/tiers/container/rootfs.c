@@ -62,6 +62,24 @@ static int bind_mount(const char *src, const char *dst, uint64_t attrs, struct c
 
 /* Open (creating when missing) path beneath rootfd, never leaving the root.
  * dir selects whether the last component is created as a directory or file. */
+static int open_in_root(int rootfd, const char *path, bool dir, mode_t mode);
+
+/* path (a directory, made where missing), reached without following any symlink: -ELOOP if one is on
+ * the way (one that made it through a symlink is refused too). */
+static int open_no_symlinks(int rootfd, const char *path, mode_t mode)
+{
+    struct open_how how = {.flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS};
+    int fd = (int) syscall(SYS_openat2, rootfd, path, &how, sizeof how);
+    if (fd >= 0 || errno != ENOENT)
+        return fd >= 0 ? fd : -errno;
+    int made = open_in_root(rootfd, path, true, mode);
+    if (made < 0)
+        return made;
+    (void) close(made);
+    fd = (int) syscall(SYS_openat2, rootfd, path, &how, sizeof how);
+    return fd >= 0 ? fd : -errno;
+}
+
 static int open_in_root(int rootfd, const char *path, bool dir, mode_t mode)
 {
     struct open_how how = {.flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
@@ -466,9 +484,14 @@ static int make_writable_dirs(const struct cdn_setup_args *a, int rootfd, bool i
         const char *path = writable_path(a, i), *field = i ? "image" : "workdir";
         mode_t mode = writable_dirs[i].mode;
         struct stat st;
-        _cleanup_close_ int fd = open_in_root(rootfd, path, true, mode);
+        /* In a restored layer the sandbox may have left a symlink there, to have a later sandbox's
+         * directory bound over another of its tree (a read-only one of the image): none is followed. */
+        _cleanup_close_ int fd =
+            a->restored ? open_no_symlinks(rootfd, path, mode) : open_in_root(rootfd, path, true, mode);
         if (fd < 0)
-            return cdn_error_field(err, fd, field, "%s %s: cannot create it: %s", field, path, strerror(-fd));
+            return cdn_error_field(err, fd, field, "%s %s: cannot create it: %s%s", field, path,
+                                   strerror(-fd),
+                                   fd == -ELOOP ? " (a symlink the sandbox left in its checkpoint)" : "");
         if (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode))
             return cdn_error_field(err, ENOTDIR, field, "%s %s: not a directory in the image", field, path);
         /* Made in the upper layer (see precreate_in_upper) it is ours; otherwise, and

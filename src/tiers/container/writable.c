@@ -498,43 +498,35 @@ static int layer_for_slot(uint64_t disk_mb, int slot, uint32_t uid_base, struct 
 }
 
 /* A user namespace whose uid and gid maps take from's range to to's: the idmapping of a layer that
- * another slot wrote (its files keep that slot's ids on disk) for the sandbox of this one. */
+ * another slot wrote (its files keep that slot's ids on disk) for the sandbox of this one. Its holder
+ * is a child born in it that shares our memory (CLONE_VM: no copy of cordond's page tables) and waits
+ * on a pipe, only syscalls, until the namespace is ours. */
+static int userns_child(void *arg)
+{
+    const int *ready = arg;
+    char c;
+    (void) syscall(SYS_close, ready[1]); /* its copy of the write end: EOF once ours is closed */
+    (void) syscall(SYS_read, ready[0], &c, 1);
+    syscall(SYS_exit, 0);
+    return 0;
+}
+
 static int userns_mapping(uint32_t from, uint32_t to)
 {
+    static char stack[16384] __attribute__((aligned(16)));
     int ready[2];
     if (pipe2(ready, O_CLOEXEC) < 0)
         return -errno;
-    pid_t pid = fork();
+    pid_t pid = clone(userns_child, stack + sizeof stack, CLONE_VM | CLONE_NEWUSER | SIGCHLD, ready);
     if (pid < 0) {
         int e = errno;
         (void) close(ready[0]);
         (void) close(ready[1]);
         return -e;
     }
-    if (pid == 0) {
-        char c;
-        (void) close(ready[1]);
-        if (unshare(CLONE_NEWUSER) < 0)
-            _exit(1);
-        (void) !read(ready[0], &c, 1); /* until the parent has the namespace */
-        _exit(0);
-    }
-    (void) close(ready[0]);
     char path[64], map[64];
     int fd = -1, r = 0;
     (void) snprintf(map, sizeof map, "%u %u %u\n", from, to, CDN_UID_RANGE);
-    /* The child's namespace exists once its user namespace link differs from ours. */
-    for (int i = 0; i < 1000 && r == 0; i++) {
-        struct stat ours, its;
-        (void) snprintf(path, sizeof path, "/proc/%d/ns/user", (int) pid);
-        if (stat("/proc/self/ns/user", &ours) < 0 || stat(path, &its) < 0) {
-            r = -errno;
-            break;
-        }
-        if (ours.st_ino != its.st_ino)
-            break;
-        (void) usleep(100);
-    }
     const char *files[] = {"uid_map", "gid_map"};
     for (size_t i = 0; i < ELEMENTSOF(files) && r == 0; i++) {
         (void) snprintf(path, sizeof path, "/proc/%d/%s", (int) pid, files[i]);
@@ -546,7 +538,9 @@ static int userns_mapping(uint32_t from, uint32_t to)
         r = fd < 0 ? -errno : 0;
     }
     (void) close(ready[1]);
-    (void) waitpid(pid, NULL, 0);
+    (void) close(ready[0]);
+    while (waitpid(pid, NULL, __WALL) < 0 && errno == EINTR)
+        ;
     return r < 0 ? r : fd;
 }
 
