@@ -398,8 +398,20 @@ TEST(user_field)
 TEST(trajectory_ids)
 {
     const char *good[] = {"a", "run-17/episode-3", "A.b_c-d", "x/y/z", "..a", "a..", NULL};
-    const char *bad[] = {"",       "/a",   "a/", "a//b",          ".", "..", "a/./b", "a/../b",
-                         "sp ace", "a\\b", "é",  "a/steps.jsonl", "rolled_back.jsonl/x", NULL};
+    const char *bad[] = {"",
+                         "/a",
+                         "a/",
+                         "a//b",
+                         ".",
+                         "..",
+                         "a/./b",
+                         "a/../b",
+                         "sp ace",
+                         "a\\b",
+                         "é",
+                         "a/steps.jsonl",
+                         "rolled_back.jsonl/x",
+                         NULL};
     for (int i = 0; good[i]; i++)
         CHECK(cdn_trajectory_id_valid(good[i]));
     for (int i = 0; bad[i]; i++)
