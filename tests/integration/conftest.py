@@ -83,6 +83,13 @@ def shared_dir():
     shutil.rmtree(d, ignore_errors=True)
 
 
+@pytest.fixture
+def state_daemon(shared_dir):
+    """A cordond of the test's own, with its own state directory (d.state): what it keeps on disk
+    (trajectories, the checkpoint store) is the test's alone. Extra options: state_daemon_args."""
+    yield from cordonlib.state_daemon(shared_dir)
+
+
 def _busybox():
     for p in ("/bin/busybox", "/usr/bin/busybox"):
         if os.access(p, os.X_OK):

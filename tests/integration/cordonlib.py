@@ -678,3 +678,13 @@ class Daemon:
                 raise AssertionError(f"cordond did not stop within {timeout}s:\n{self.output()}")
         self.log.close()
         return self.proc.returncode
+
+
+def state_daemon(shared_dir, *args):
+    """A Daemon with its own state directory (d.state) under shared_dir, stopped cleanly at the end:
+    the body of a fixture (yield from state_daemon(...))."""
+    state = os.path.join(shared_dir, "state")
+    d = Daemon(shared_dir, "--state-dir", state, *args)
+    d.state = state
+    yield d
+    assert d.stop() == 0, d.output()

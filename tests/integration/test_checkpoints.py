@@ -17,7 +17,7 @@ import pytest
 
 import cordon
 from cordon import Sandbox
-from cordonlib import CORDON_BIN, Daemon
+from cordonlib import CORDON_BIN, Daemon, state_daemon
 
 TREE = r"""
 set -e
@@ -42,12 +42,15 @@ cd / && find workspace tmp -type f -exec sha256sum {} + | sort
 
 
 @pytest.fixture
-def cd(shared_dir):
-    state = os.path.join(shared_dir, "state")
-    d = Daemon(shared_dir, "--state-dir", state)
-    d.state = state
-    yield d
-    assert d.stop() == 0, d.output()
+def cd(state_daemon):
+    return state_daemon
+
+
+@pytest.fixture
+def egress_daemon(shared_dir, net):
+    """A cordond whose resolver asks the fake internet (fakenet.py)."""
+    import fakenet
+    yield from state_daemon(shared_dir, "--dns-upstream", fakenet.DNS_IP)
 
 
 def snapshot(sb):
@@ -191,23 +194,21 @@ def test_what_checkpoints_refuse(cd):
         cd.endpoint.json("DELETE", "/v1/checkpoints/nonsense")
 
 
-def test_a_fork_keeps_the_egress_policy(shared_dir, net):
-    import fakenet
-    state = os.path.join(shared_dir, "state")
-    d = Daemon(shared_dir, "--state-dir", state, "--dns-upstream", fakenet.DNS_IP)
-    try:
-        with Sandbox.create(endpoint=d.endpoint, checkpoints=True,
-                            network={"mode": "allowlist", "allow": ["pypi.test:80"]}) as sb:
-            [k] = sb.fork(1)
-            with k:
-                assert k.info()["spec"]["network"] == sb.info()["spec"]["network"]
-                r = k.exec("curl -sS -m 10 http://pypi.test/")
-                assert r.exit_code == 0 and "host=pypi.test" in r.stdout, r
-                r = k.exec("curl -sS -m 10 http://evil.test/")
-                assert r.exit_code == 6, r  # not resolved: off the list
-                assert k.violations()["counts"]["egress"] >= 1
-    finally:
-        assert d.stop() == 0, d.output()
+def allowed_and_denied(sb):
+    r = sb.exec("curl -sS -m 10 http://pypi.test/")
+    assert r.exit_code == 0 and "host=pypi.test" in r.stdout, r
+    r = sb.exec("curl -sS -m 10 http://evil.test/")
+    assert r.exit_code == 6, r  # not resolved: off the list
+    assert sb.violations()["counts"]["egress"] >= 1
+
+
+def test_a_fork_keeps_the_egress_policy(egress_daemon):
+    with Sandbox.create(endpoint=egress_daemon.endpoint, checkpoints=True,
+                        network={"mode": "allowlist", "allow": ["pypi.test:80"]}) as sb:
+        [k] = sb.fork(1)
+        with k:
+            assert k.info()["spec"]["network"] == sb.info()["spec"]["network"]
+            allowed_and_denied(k)
 
 
 def test_the_cli_takes_lists_forks_and_deletes(cd):
@@ -303,21 +304,11 @@ def test_a_rollback_restores_the_files_exactly_and_ends_every_process(cd, shared
         assert sb.exec("cat /workspace/d/f").stdout == "x\n"
 
 
-def test_a_rollback_keeps_the_egress_policy(shared_dir, net):
-    import fakenet
-    state = os.path.join(shared_dir, "state")
-    d = Daemon(shared_dir, "--state-dir", state, "--dns-upstream", fakenet.DNS_IP)
-    try:
-        with Sandbox.create(endpoint=d.endpoint, checkpoints=True,
-                            network={"mode": "allowlist", "allow": ["pypi.test:80"]}) as sb:
-            ck = sb.checkpoint()
-            sb.rollback(ck)
-            r = sb.exec("curl -sS -m 10 http://pypi.test/")
-            assert r.exit_code == 0 and "host=pypi.test" in r.stdout, r
-            r = sb.exec("curl -sS -m 10 http://evil.test/")
-            assert r.exit_code == 6, r
-    finally:
-        assert d.stop() == 0, d.output()
+def test_a_rollback_keeps_the_egress_policy(egress_daemon):
+    with Sandbox.create(endpoint=egress_daemon.endpoint, checkpoints=True,
+                        network={"mode": "allowlist", "allow": ["pypi.test:80"]}) as sb:
+        sb.rollback(sb.checkpoint())
+        allowed_and_denied(sb)
 
 
 def test_what_a_rollback_refuses(cd):

@@ -20,12 +20,8 @@ APPEND = "echo once >> /tmp/log; wc -l < /tmp/log"
 
 
 @pytest.fixture
-def tdaemon(shared_dir):
-    state = os.path.join(shared_dir, "state")
-    d = Daemon(shared_dir, "--state-dir", state)
-    d.state = state
-    yield d
-    assert d.stop() == 0, d.output()
+def tdaemon(state_daemon):
+    return state_daemon
 
 
 def lines_of(sb):
