@@ -427,19 +427,27 @@ struct fork_op {
     struct evhttp_request *req;
     unsigned n, pending;
     char checkpoint[CDN_CHECKPOINT_ID_LEN + 1];
-    json_t *made; /* the boxes' ids, in order */
-    json_t *answers;
+    json_t *made;    /* the boxes' ids, as they came */
+    json_t *answers; /* the boxes, in the order of their names (b1, b2, …), not as they came */
+    struct fork_child *kids;
     struct cdn_error first_err;
     int first_status;
     const char *first_code;
 };
 
+/* One child's waiter: where its answer goes. */
+struct fork_child {
+    struct fork_op *f;
+    size_t index;
+};
+
 static void fork_done(void *arg, struct box *b, enum cdn_box_created how, const struct cdn_error *err)
 {
-    struct fork_op *f = arg;
+    struct fork_child *c = arg;
+    struct fork_op *f = c->f;
     if (how == CDN_BOX_CREATED) {
         json_array_append_new(f->made, json_string(b->sb.id));
-        json_array_append_new(f->answers, cdn_box_to_json(b));
+        json_array_set_new(f->answers, c->index, cdn_box_to_json(b));
     } else if (!f->first_status) {
         f->first_err = *err;
         f->first_status = how == CDN_BOX_TOO_MANY ? 429 : how == CDN_BOX_STOPPING ? 503 : 500;
@@ -465,6 +473,7 @@ static void fork_done(void *arg, struct box *b, enum cdn_box_created how, const 
     }
     json_decref(f->made);
     json_decref(f->answers);
+    free(f->kids);
     free(f);
 }
 
@@ -564,19 +573,31 @@ void cdn_api_fork(struct evhttp_request *req, struct box *b)
         names[i++] = k;
     }
     struct fork_op *f = calloc(1, sizeof *f);
-    if (!f || !(f->made = json_array()) || !(f->answers = json_array())) {
+    if (!f || !(f->made = json_array()) || !(f->answers = json_array()) ||
+        !(f->kids = calloc((size_t) count, sizeof *f->kids))) {
         if (f) {
             json_decref(f->made);
+            json_decref(f->answers);
             free(f);
         }
         return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
     }
+    for (json_int_t i = 0; i < count; i++)
+        if (json_array_append_new(f->answers, json_null()) < 0) {
+            json_decref(f->made);
+            json_decref(f->answers);
+            free(f->kids);
+            free(f);
+            return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
+        }
     f->req = req;
     f->n = f->pending = (unsigned) count;
     (void) snprintf(f->checkpoint, sizeof f->checkpoint, "%s", ck);
     for (json_int_t i = 1; i <= count; i++) {
         struct cdn_spec spec;
         struct cdn_error e = {0};
+        struct fork_child *kid = &f->kids[i - 1];
+        *kid = (struct fork_child){.f = f, .index = (size_t) (i - 1)};
         if (traj) {
             (void) snprintf(child, sizeof child, "%s/b%u", traj, names[i - 1]);
             (void) json_object_set_new(spec0, "trajectory", json_string(child));
@@ -589,10 +610,10 @@ void cdn_api_fork(struct evhttp_request *req, struct box *b)
             r = cdn_spec_validate(&spec, &e);
         if (r < 0) {
             cdn_spec_free(&spec);
-            fork_done(f, NULL, CDN_BOX_FAILED, &e);
+            fork_done(kid, NULL, CDN_BOX_FAILED, &e);
             continue;
         }
-        cdn_box_create(&spec, (struct cdn_box_waiter){.done = fork_done, .arg = f});
+        cdn_box_create(&spec, (struct cdn_box_waiter){.done = fork_done, .arg = kid});
     }
 }
 
