@@ -122,6 +122,7 @@ int cdn_slot_make_cgroup(struct cdn_sandbox *sb, struct cdn_error *err)
         .cpus = sb->spec->limits.cpus,
         .memory_bytes = sb->spec->limits.memory_mb << 20,
         .pids = sb->spec->limits.pids,
+        .freezer = sb->spec->checkpoints,
     };
     int r = sb->cgroup.ops->create(&sb->cgroup, &lim, err);
     if (r < 0)

@@ -16,6 +16,9 @@ struct cdn_cgroup_limits {
     double cpus;
     uint64_t memory_bytes;
     uint64_t pids;
+    /* create, v1: the sandbox will be frozen often (checkpoints), so its freezer cgroup is made now
+     * and its processes join it with the others, instead of being moved in at every freeze. */
+    bool freezer;
 };
 
 struct cdn_cgroup_stats {

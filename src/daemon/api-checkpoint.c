@@ -274,6 +274,16 @@ static json_t *take(struct box *b, int *status, const char **code, struct cdn_er
     return rec;
 }
 
+int cdn_checkpoint_layer_mount(struct box *b)
+{
+    if (b->layer_mnt >= 0 || !b->spec.checkpoints || cdn_layer_store_fd() < 0)
+        return b->layer_mnt;
+    _cleanup_close_ int layers = openat(cdn_layer_store_fd(), "layers", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    _cleanup_close_ int file = layers < 0 ? -1 : openat(layers, b->sb.id, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    struct cdn_error err = {0};
+    return file < 0 ? -1 : layer_root(b, file, &err);
+}
+
 /* Records of the store, oldest first, that match sandbox and trajectory (NULL: any). */
 static json_t *ck_list(const char *sandbox, const char *trajectory, struct cdn_error *err)
 {

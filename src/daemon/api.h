@@ -147,6 +147,10 @@ void cdn_api_checkpoint_route(struct evhttp_request *req, const char *rest);
 /* A create from spec.checkpoint: b's layer will be a clone of it (b->sb.layer_from_fd, owned by the
  * caller once set). 0, or -1 and err naming the field "checkpoint". */
 int cdn_checkpoint_prepare(struct box *b, struct cdn_error *err);
+/* b's layer file system held by a mount of cordond's own (b->layer_mnt, made now if need be): while
+ * it is open, the end of the sandbox's mount namespace does not unmount the layer. -1 if b keeps no
+ * checkpoints or its layer cannot be had. */
+int cdn_checkpoint_layer_mount(struct box *b);
 /* At start, after the adoptions: the layer names of sandboxes that are gone are dropped, and the
  * adopted ones' layers thawed (a cordond that died mid-checkpoint). */
 void cdn_checkpoint_sweep(void);

@@ -14,6 +14,8 @@
  * gone then) the tier removes the cgroup and the record goes. */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <signal.h>
 #include <stddef.h>
@@ -1060,6 +1062,30 @@ void cdn_box_create_prepared(struct cdn_spec *spec, struct cdn_box_waiter w, con
 
 /* ---- rollback: a new init in place ---- */
 
+static void *close_fd(void *arg)
+{
+    (void) close((int) (intptr_t) arg);
+    return NULL;
+}
+
+/* Closed by a thread of its own, when the last close is slow: that of a layer's mount unmounts its
+ * ext4 (~6 ms here), which the thread's close pays while the caller goes on. The thread only closes
+ * (no allocation, so it never holds a lock a child cloned meanwhile could need). */
+static void close_in_thread(int fd)
+{
+    pthread_attr_t attr;
+    pthread_t t;
+    if (fd < 0)
+        return;
+    if (pthread_attr_init(&attr) != 0)
+        return (void) close(fd);
+    bool ok = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+              pthread_create(&t, &attr, close_fd, (void *) (intptr_t) fd) == 0;
+    (void) pthread_attr_destroy(&attr);
+    if (!ok)
+        (void) close(fd);
+}
+
 int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, struct cdn_box_waiter w,
                     struct cdn_error *err)
 {
@@ -1080,7 +1106,11 @@ int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, struct cdn_box_w
     if (b->lifetime_ev) /* watch() arms it again with what is left of it */
         event_free(b->lifetime_ev);
     b->setup_ev = b->pidfd_ev = b->lifetime_ev = NULL;
-    b->layer_mnt = safe_close(b->layer_mnt);
+    /* The old layer stays mounted by cordond until the new init is made: the old init's end then
+     * only ends processes (~3 ms here), where it also unmounted the layer (~9 ms), and the unmount
+     * is a thread's (close_in_thread), beside the new init. */
+    const int old_layer = cdn_checkpoint_layer_mount(b);
+    b->layer_mnt = -1;
     /* The old init and everything in it: killed and waited for; its slot's cgroup emptied. */
     int slot = b->sb.slot;
     (void) b->sb.tier->kill(&b->sb, SIGKILL);
@@ -1104,6 +1134,7 @@ int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, struct cdn_box_w
         b->sb.layer_from_fd = -EBADF;
     }
     b->sb.listen_fd = safe_close(b->sb.listen_fd);
+    close_in_thread(old_layer);
     if (r >= 0) {
         b->sb.keep_cgroup = true;
         if (b->sb.slot != slot && slot >= 0)
