@@ -177,6 +177,12 @@ static int f_checkpoints(struct cdn_run_opts *o, const char *a, struct cdn_error
     o->spec.checkpoints = true;
     return 0;
 }
+static int f_checkpoint_every_step(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
+{
+    (void) a, (void) e;
+    o->spec.checkpoints = o->spec.checkpoint_every_step = true;
+    return 0;
+}
 static int f_from_checkpoint(struct cdn_run_opts *o, const char *a, struct cdn_error *e)
 {
     if (!cdn_checkpoint_id_valid(a))
@@ -301,6 +307,8 @@ static const struct flag flags[] = {
      "record its steps in trajectory ID (cordon create; docs/trajectories.md)"},
     {"--checkpoints", false, f_checkpoints, "checkpoints", "",
      "keep its writable layer where checkpoints can be taken (cordon create; docs/trajectories.md)"},
+    {"--checkpoint-every-step", false, f_checkpoint_every_step, "checkpoints", "",
+     "--checkpoints, and one taken after each step of its --trajectory (cordon create)"},
     {"--from-checkpoint", true, f_from_checkpoint, "checkpoint", "CK",
      "start with the files of checkpoint CK (cordon create)"},
     {"--label", true, f_label, "labels", "K=V", "attach a label"},

@@ -264,12 +264,19 @@ static int decode_field(struct cdn_spec *spec, const char *key, json_t *v, struc
         return set_string(&spec->user, v, "user", err);
     if (strcmp(key, "trajectory") == 0)
         return set_string(&spec->trajectory, v, "trajectory", err);
-    if (strcmp(key, "checkpoint") == 0)
-        return set_string(&spec->checkpoint, v, "checkpoint", err);
-    if (strcmp(key, "checkpoints") == 0) {
+    if (strcmp(key, "checkpoint") == 0 || strcmp(key, "checkpoints") == 0) {
+        /* "checkpoints": a boolean or "every_step"; "checkpoint": a checkpoint's id or "every_step" */
+        if (json_is_string(v) && strcmp(json_string_value(v), CDN_CHECKPOINT_EVERY_STEP) == 0) {
+            spec->checkpoints = spec->checkpoint_every_step = true;
+            return 0;
+        }
+        if (key[10] == 0)
+            return set_string(&spec->checkpoint, v, "checkpoint", err);
         if (!json_is_boolean(v))
-            return cdn_error_field(err, EINVAL, "checkpoints", "checkpoints: must be a boolean");
+            return cdn_error_field(err, EINVAL, "checkpoints",
+                                   "checkpoints: true, false or \"" CDN_CHECKPOINT_EVERY_STEP "\"");
         spec->checkpoints = json_is_true(v);
+        spec->checkpoint_every_step &= spec->checkpoints;
         return 0;
     }
     if (strcmp(key, "read_only") == 0) {
@@ -371,7 +378,9 @@ char *cdn_spec_to_json(const struct cdn_spec *spec)
          json_object_set_new(root, "disk", json_string(cdn_disk_kind_to_string(spec->disk))) ||
          (spec->user && json_object_set_new(root, "user", json_string(spec->user))) ||
          (spec->trajectory && json_object_set_new(root, "trajectory", json_string(spec->trajectory))) ||
-         (spec->checkpoints && json_object_set_new(root, "checkpoints", json_true())) ||
+         (spec->checkpoints &&
+          json_object_set_new(root, "checkpoints",
+                              spec->checkpoint_every_step ? json_string(CDN_CHECKPOINT_EVERY_STEP) : json_true())) ||
          (spec->checkpoint && json_object_set_new(root, "checkpoint", json_string(spec->checkpoint))) ||
          (spec->writable_system && json_object_set_new(root, "writable_system", json_true())) ||
          (spec->pull != CDN_PULL_MISSING &&

@@ -486,6 +486,10 @@ int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
                                "checkpoint: '%.32s' is not a checkpoint's id (ck-<16 hex>)",
                                spec->checkpoint);
     const char *ck = spec->checkpoint ? "checkpoint" : "checkpoints";
+    if (spec->checkpoint_every_step && !spec->trajectory)
+        return cdn_error_field(err, EINVAL, "checkpoints",
+                               "checkpoints: \"" CDN_CHECKPOINT_EVERY_STEP
+                               "\" checkpoints after each step of a trajectory: name one (\"trajectory\")");
     if ((spec->checkpoints || spec->checkpoint) && spec->tier != CDN_TIER_CONTAINER)
         return cdn_error_field(err, EOPNOTSUPP, ck,
                                "%s: tier %s keeps no checkpoints yet (tier container does)", ck,

@@ -61,8 +61,11 @@ struct cdn_spec {
     char *trajectory;
     /* Checkpoints (docs/trajectories.md, container tier, disk "disk"): its writable layer lives in the
      * checkpoint store so that POST …/checkpoints can take one; checkpoint names the one to start
-     * from (its files; "ck-" and 16 hex digits), and implies checkpoints. */
+     * from (its files; "ck-" and 16 hex digits), and implies checkpoints. every_step ("checkpoints":
+     * "every_step", or the issue's spelling "checkpoint": "every_step"): also one after each step of
+     * its trajectory that ran (not a replayed one), taken once the step's answer is out. */
     bool checkpoints;
+    bool checkpoint_every_step;
     char *checkpoint;
     bool read_only_root;
     /* The image's system directories (/usr, /etc, /bin, /lib*, /boot…) writable to commands too, as
@@ -97,6 +100,7 @@ struct cdn_spec {
 
 /* Whether id is a trajectory's id (the syntax of spec.trajectory). */
 bool cdn_trajectory_id_valid(const char *id);
+#define CDN_CHECKPOINT_EVERY_STEP "every_step" /* the policy's name in "checkpoints" and "checkpoint" */
 /* Whether id is a checkpoint's id: "ck-" and 16 lowercase hex digits. */
 #define CDN_CHECKPOINT_ID_LEN 19
 bool cdn_checkpoint_id_valid(const char *id);

@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
@@ -272,6 +273,46 @@ static json_t *take(struct box *b, int *status, const char **code, struct cdn_er
     (void) snprintf(b->last_checkpoint, sizeof b->last_checkpoint, "%s", ck);
     cdn_box_event(b, "checkpoint", json_pack("{s:s}", "id", ck));
     return rec;
+}
+
+/* ---- "every_step" ---- */
+
+static void after_step(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd, (void) what;
+    struct box *b = arg;
+    int status;
+    const char *code;
+    struct cdn_error err = {0};
+    json_t *rec = take(b, &status, &code, &err);
+    if (rec)
+        json_decref(rec);
+    else
+        cdn_box_event(b, "checkpoint_failed", json_pack("{s:s, s:i, s:s}", "code", code, "status", status,
+                                                        "error", err.msg));
+}
+
+void cdn_checkpoint_after_step(struct box *b)
+{
+    if (!b->spec.checkpoint_every_step)
+        return;
+    if (!b->checkpoint_ev && !(b->checkpoint_ev = evtimer_new(cdn_daemon->base, after_step, b))) {
+        cdn_box_event(b, "checkpoint_failed",
+                      json_pack("{s:s, s:i, s:s}", "code", "internal", "status", 500, "error", "out of memory"));
+        return;
+    }
+    /* 1 ms on: the step's answer is written out at the loop's next turn, before this. One is due at
+     * a time: the next step of the trajectory waits for this one's to be answered. */
+    if (!evtimer_pending(b->checkpoint_ev, NULL))
+        (void) evtimer_add(b->checkpoint_ev, &(struct timeval){.tv_usec = 1000});
+}
+
+void cdn_checkpoint_before_step(struct box *b)
+{
+    if (b->checkpoint_ev && evtimer_pending(b->checkpoint_ev, NULL)) {
+        (void) evtimer_del(b->checkpoint_ev);
+        after_step(-1, EV_TIMEOUT, b);
+    }
 }
 
 int cdn_checkpoint_layer_mount(struct box *b)
@@ -770,6 +811,7 @@ void cdn_api_rollback(struct evhttp_request *req, struct box *b)
     uint64_t k = ct && t && (strcmp(ct, t) == 0 || (strncmp(t, ct, cl) == 0 && strncmp(t + cl, "/b", 2) == 0))
                      ? (uint64_t) json_integer_value(json_object_get(rec, "step"))
                      : 0;
+    cdn_checkpoint_before_step(b); /* the last step's, if still due, before its files go */
     if (t && cdn_traj_rollback(t, k, ck, &op->steps, &err) < 0) {
         free(op);
         return cdn_api_reply_cdn_error(req, err.errnum == EBUSY ? 409 : 500,

@@ -151,6 +151,11 @@ int cdn_checkpoint_prepare(struct box *b, struct cdn_error *err);
  * it is open, the end of the sandbox's mount namespace does not unmount the layer. -1 if b keeps no
  * checkpoints or its layer cannot be had. */
 int cdn_checkpoint_layer_mount(struct box *b);
+/* A step of b's trajectory ran and is recorded: with checkpoints "every_step", a checkpoint of b is
+ * taken once the step's answer is out (a failure is b's event "checkpoint_failed"). */
+void cdn_checkpoint_after_step(struct box *b);
+/* A step of b's trajectory begins: the checkpoint still due after the last one is taken now. */
+void cdn_checkpoint_before_step(struct box *b);
 /* At start, after the adoptions: the layer names of sandboxes that are gone are dropped, and the
  * adopted ones' layers thawed (a cordond that died mid-checkpoint). */
 void cdn_checkpoint_sweep(void);

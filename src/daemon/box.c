@@ -251,6 +251,8 @@ static void box_free(struct box *b)
         event_free(b->idle_ev);
     if (b->start_ev)
         event_free(b->start_ev);
+    if (b->checkpoint_ev)
+        event_free(b->checkpoint_ev);
     cdn_box_events_free(b);
     b->layer_mnt = safe_close(b->layer_mnt);
     json_decref(b->final_usage);

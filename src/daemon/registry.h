@@ -140,6 +140,7 @@ struct box {
      * the last checkpoint taken of it (a new one's parent). */
     int layer_mnt;
     char last_checkpoint[24];
+    struct event *checkpoint_ev; /* checkpoints "every_step": the one due after a step (1 ms on) */
     bool protect_pending; /* a VM guest changes its protected paths (api.c: guest_protect) */
     struct pool *pool;    /* while it waits in a warm pool (pool.c): not in the API's list */
     void *throttle;       /* the streaming call whose slow client paused our reading of init (api-exec.c) */

@@ -262,6 +262,7 @@ int cdn_traj_begin(struct box *b, const char *kind, json_t *request, bool has_k,
     *ret_recorded = NULL;
     *status = 500;
     *code = "trajectory_failed";
+    cdn_checkpoint_before_step(b); /* the last step's, if still due: it is of that step's files */
     struct trajectory *t = open_traj(b->spec.trajectory, true, err);
     if (!t)
         return -err->errnum;
@@ -395,9 +396,10 @@ int cdn_traj_record(struct box *b, struct traj_step *s, const char *kind, json_t
         r = -errno;
     if (r == 0)
         r = push_off(t, t->off[t->n] + len + 1);
-    if (r == 0)
+    if (r == 0) {
         t->n++;
-    else if (!t->broken &&
+        cdn_checkpoint_after_step(b);
+    } else if (!t->broken &&
              ftruncate(t->fd, (off_t) t->off[t->n]) < 0) /* nothing of it stays: a re-issue runs */
         t->broken = true;
     t->busy = false;

@@ -457,10 +457,24 @@ TEST(checkpoint_fields)
           strstr(out, "\"checkpoint\":\"ck-0123456789abcdef\""));
     free(out);
     cdn_spec_free(&s);
+    /* the policy, in either spelling, and back out as "checkpoints": "every_step" */
+    CHECK_EQ_INT(from_json(&s, "{\"checkpoint\": \"every_step\", \"trajectory\": \"t\"}", &err), 0);
+    CHECK(s.checkpoints && s.checkpoint_every_step && !s.checkpoint);
+    CHECK_EQ_INT(cdn_spec_validate(&s, &err), 0);
+    out = cdn_spec_to_json(&s);
+    CHECK(out && strstr(out, "\"checkpoints\":\"every_step\"") && !strstr(out, "\"checkpoint\":"));
+    free(out);
+    cdn_spec_free(&s);
+    CHECK_EQ_INT(from_json(&s, "{\"checkpoint\": \"every_step\", \"checkpoints\": false}", &err), 0);
+    CHECK(!s.checkpoints && !s.checkpoint_every_step);
+    cdn_spec_free(&s);
     static const struct {
         const char *json, *field;
     } bad[] = {
         {"{\"checkpoints\": 1}", "checkpoints"},
+        {"{\"checkpoints\": \"often\"}", "checkpoints"},
+        {"{\"checkpoints\": \"every_step\"}", "checkpoints"}, /* no trajectory */
+        {"{\"checkpoint\": \"every_step\", \"trajectory\": \"t\", \"tier\": \"microvm\"}", "checkpoints"},
         {"{\"checkpoint\": 7}", "checkpoint"},
         {"{\"checkpoint\": \"ck-nothex\"}", "checkpoint"},
         {"{\"checkpoints\": true, \"tier\": \"microvm\"}", "checkpoints"},
