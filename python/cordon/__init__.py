@@ -419,7 +419,13 @@ def trajectory(trajectory_id, endpoint=None):
     """The steps recorded in trajectory trajectory_id (GET /v1/trajectories/{id}), whether or not a
     sandbox records it now."""
     ep = endpoint or Endpoint()
-    return ep.json("GET", "/v1/trajectories/" + urllib.parse.quote(trajectory_id, safe="/"))
+    path = "/v1/trajectories/" + urllib.parse.quote(trajectory_id, safe="/")
+    o = ep.json("GET", path)
+    while o.get("more"):  # cordond answers in pages (?from=K&limit=N): all of them, as one
+        page = ep.json("GET", f"{path}?from={o['from'] + len(o['steps'])}")
+        o["steps"] += page["steps"]
+        o.update({k: v for k, v in page.items() if k not in ("steps", "from")})
+    return o
 
 
 def _checkpoints_query(sandbox, trajectory_id):
@@ -863,7 +869,13 @@ class AsyncSandbox:
         tid = self._info.get("spec", {}).get("trajectory")
         if not tid:
             raise ValueError(f"sandbox {self.id} records no trajectory")
-        return await self._ep.ajson("GET", "/v1/trajectories/" + urllib.parse.quote(tid, safe="/"))
+        path = "/v1/trajectories/" + urllib.parse.quote(tid, safe="/")
+        o = await self._ep.ajson("GET", path)
+        while o.get("more"):  # as trajectory(): every page
+            page = await self._ep.ajson("GET", f"{path}?from={o['from'] + len(o['steps'])}")
+            o["steps"] += page["steps"]
+            o.update({k: v for k, v in page.items() if k not in ("steps", "from")})
+        return o
 
     async def checkpoint(self):
         """As Sandbox.checkpoint."""

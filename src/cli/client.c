@@ -512,31 +512,8 @@ int cdn_cli_events(int argc, char *const *argv)
     return ret;
 }
 
-/* cordon trajectory show|export ID: its steps (GET /v1/trajectories/{id}), a line each for people,
- * or as JSONL (a step's whole record a line) for a training pipeline. */
-int cdn_cli_trajectory(int argc, char *const *argv)
+static void print_steps(json_t *steps, bool export)
 {
-    bool show = argc == 2 && strcmp(argv[0], "show") == 0,
-         export = argc == 2 && strcmp(argv[0], "export") == 0;
-    if ((!show && !export) || !cdn_trajectory_id_valid(argv[1])) {
-        fprintf(stderr, "usage: cordon trajectory show|export ID\n"
-                        "  show: a line a step (step, kind, exit code, time, command, violations)\n"
-                        "  export: every step's record as JSONL (docs/trajectories.md)\n");
-        return 125;
-    }
-    char path[300];
-    (void) snprintf(path, sizeof path, "/v1/trajectories/%s", argv[1]);
-    cordon_client *c = cdn_cli_connect();
-    char *body = NULL;
-    size_t len = 0;
-    int r = c ? cordon_request(c, "GET", path, NULL, 0, NULL, NULL, &body, &len) : -ENOMEM;
-    int ret = r < 0 ? (c ? cdn_cli_fail(c, r, "trajectory") : 125) : 0;
-    json_t *o = ret == 0 ? json_loadb(body, len, 0, NULL) : NULL;
-    json_t *steps = json_object_get(o, "steps");
-    if (ret == 0 && !json_is_array(steps)) {
-        fprintf(stderr, "cordon trajectory: cordond's answer is not a trajectory\n");
-        ret = 125;
-    }
     size_t i;
     json_t *s;
     json_array_foreach(steps, i, s)
@@ -561,12 +538,53 @@ int cdn_cli_trajectory(int argc, char *const *argv)
                json_number_value(json_object_get(s, "wall_ms")), cmd ? cmd : "", viol ? "  violations " : "",
                viol ? viol : "");
     }
+}
+
+/* cordon trajectory show|export ID: its steps (GET /v1/trajectories/{id}), a line each for people,
+ * or as JSONL (a step's whole record a line) for a training pipeline. */
+int cdn_cli_trajectory(int argc, char *const *argv)
+{
+    bool show = argc == 2 && strcmp(argv[0], "show") == 0,
+         export = argc == 2 && strcmp(argv[0], "export") == 0;
+    if ((!show && !export) || !cdn_trajectory_id_valid(argv[1])) {
+        fprintf(stderr, "usage: cordon trajectory show|export ID\n"
+                        "  show: a line a step (step, kind, exit code, time, command, violations)\n"
+                        "  export: every step's record as JSONL (docs/trajectories.md)\n");
+        return 125;
+    }
+    cordon_client *c = cdn_cli_connect();
+    json_t *o = NULL;
+    int ret = c ? 0 : 125;
+    /* Page after page (?from=K): cordond answers at most a thousand steps at a time. */
+    for (uint64_t from = 0; ret == 0;) {
+        char path[300];
+        (void) snprintf(path, sizeof path, "/v1/trajectories/%s?from=%llu", argv[1],
+                        (unsigned long long) from);
+        _cleanup_free_ char *body = NULL;
+        size_t len = 0;
+        int r = cordon_request(c, "GET", path, NULL, 0, NULL, NULL, &body, &len);
+        if (r < 0) {
+            ret = cdn_cli_fail(c, r, "trajectory");
+            break;
+        }
+        json_decref(o);
+        o = json_loadb(body, len, 0, NULL);
+        json_t *steps = json_object_get(o, "steps");
+        if (!json_is_array(steps)) {
+            fprintf(stderr, "cordon trajectory: cordond's answer is not a trajectory\n");
+            ret = 125;
+            break;
+        }
+        print_steps(steps, export);
+        if (!json_is_true(json_object_get(o, "more")) || !json_array_size(steps))
+            break;
+        from += json_array_size(steps);
+    }
     if (show && ret == 0)
         printf("next step %lld%s%s\n", (long long) json_integer_value(json_object_get(o, "next_step")),
                json_string_value(json_object_get(o, "sandbox")) ? ", sandbox " : "",
                json_string_value(json_object_get(o, "sandbox")) ?: "");
     json_decref(o);
-    free(body);
     cordon_client_free(c);
     return ret;
 }

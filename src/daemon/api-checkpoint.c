@@ -288,8 +288,8 @@ static void after_step(evutil_socket_t fd, short what, void *arg)
     if (rec)
         json_decref(rec);
     else
-        cdn_box_event(b, "checkpoint_failed", json_pack("{s:s, s:i, s:s}", "code", code, "status", status,
-                                                        "error", err.msg));
+        cdn_box_event(b, "checkpoint_failed",
+                      json_pack("{s:s, s:i, s:s}", "code", code, "status", status, "error", err.msg));
 }
 
 void cdn_checkpoint_after_step(struct box *b)
@@ -297,8 +297,9 @@ void cdn_checkpoint_after_step(struct box *b)
     if (!b->spec.checkpoint_every_step)
         return;
     if (!b->checkpoint_ev && !(b->checkpoint_ev = evtimer_new(cdn_daemon->base, after_step, b))) {
-        cdn_box_event(b, "checkpoint_failed",
-                      json_pack("{s:s, s:i, s:s}", "code", "internal", "status", 500, "error", "out of memory"));
+        cdn_box_event(
+            b, "checkpoint_failed",
+            json_pack("{s:s, s:i, s:s}", "code", "internal", "status", 500, "error", "out of memory"));
         return;
     }
     /* 1 ms on: the step's answer is written out at the loop's next turn, before this. One is due at

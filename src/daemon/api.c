@@ -213,7 +213,31 @@ static void route_create(struct evhttp_request *req)
 static void route_trajectory(struct evhttp_request *req, const char *id)
 {
     struct cdn_error err = {0};
-    json_t *o = cdn_traj_json(id, &err);
+    struct evkeyvalq q;
+    TAILQ_INIT(&q);
+    const char *query = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    if (query && evhttp_parse_query_str(query, &q) < 0)
+        return cdn_api_reply_error(req, 400, "invalid_query", NULL, "the query string does not parse");
+    /* Paged: ?from=K (the first step, default 0) &limit=N (1 to CDN_TRAJ_PAGE_STEPS_MAX steps). */
+    uint64_t from = 0, limit = CDN_TRAJ_PAGE_STEPS;
+    static const char *const names[] = {"from", "limit"};
+    for (int i = 0; i < 2; i++) {
+        const char *v = evhttp_find_header(&q, names[i]);
+        char *end;
+        errno = 0;
+        unsigned long long n = v ? strtoull(v, &end, 10) : 0;
+        if (v && (!*v || *end || errno || *v == '-' || *v == '+' ||
+                  (i == 1 && (n < 1 || n > CDN_TRAJ_PAGE_STEPS_MAX)))) {
+            evhttp_clear_headers(&q);
+            return cdn_api_reply_error(req, 400, "invalid_argument", names[i],
+                                       i ? "limit: a number of steps, 1 to %u" : "from: a step's index",
+                                       CDN_TRAJ_PAGE_STEPS_MAX);
+        }
+        if (v)
+            *(i ? &limit : &from) = n;
+    }
+    evhttp_clear_headers(&q);
+    json_t *o = cdn_traj_json(id, from, limit, &err);
     if (!o)
         return cdn_api_reply_cdn_error(req,
                                        err.errnum == EINVAL   ? 400

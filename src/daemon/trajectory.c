@@ -400,7 +400,7 @@ int cdn_traj_record(struct box *b, struct traj_step *s, const char *kind, json_t
         t->n++;
         cdn_checkpoint_after_step(b);
     } else if (!t->broken &&
-             ftruncate(t->fd, (off_t) t->off[t->n]) < 0) /* nothing of it stays: a re-issue runs */
+               ftruncate(t->fd, (off_t) t->off[t->n]) < 0) /* nothing of it stays: a re-issue runs */
         t->broken = true;
     t->busy = false;
     json_decref(s->request);
@@ -408,7 +408,7 @@ int cdn_traj_record(struct box *b, struct traj_step *s, const char *kind, json_t
     return r;
 }
 
-json_t *cdn_traj_json(const char *id, struct cdn_error *err)
+json_t *cdn_traj_json(const char *id, uint64_t from, uint64_t limit, struct cdn_error *err)
 {
     if (!cdn_trajectory_id_valid(id)) {
         cdn_error_field(err, EINVAL, "id", "'%.64s' is not a trajectory's id", id);
@@ -418,7 +418,10 @@ json_t *cdn_traj_json(const char *id, struct cdn_error *err)
     if (!t)
         return NULL;
     json_t *steps = json_array();
-    for (uint64_t k = 0; steps && k < t->n; k++) {
+    uint64_t k = from < t->n ? from : t->n;
+    for (; steps && k < t->n && k - from < limit; k++) {
+        if (k > from && t->off[k + 1] - t->off[from] > CDN_TRAJ_PAGE_BYTES)
+            break;
         json_t *o = read_step(t, k, err);
         if (!o) {
             json_decref(steps);
@@ -431,8 +434,10 @@ json_t *cdn_traj_json(const char *id, struct cdn_error *err)
     LIST_FOREACH(b, &cdn_daemon->boxes, link)
     if (b->spec.trajectory && strcmp(b->spec.trajectory, id) == 0 && b->state == BOX_RUNNING && !b->dying)
         sandbox = b->sb.id;
-    return json_pack("{s:s, s:o, s:I, s:s?, s:o}", "id", id, "steps", steps, "next_step", (json_int_t) t->n,
-                     "sandbox", sandbox, "rolled_back", cdn_traj_rolled_back(id));
+    /* more: steps after this page; the next page starts at from + len(steps) */
+    return json_pack("{s:s, s:o, s:I, s:b, s:I, s:s?, s:o}", "id", id, "steps", steps, "from",
+                     (json_int_t) from, "more", k < t->n, "next_step", (json_int_t) t->n, "sandbox", sandbox,
+                     "rolled_back", cdn_traj_rolled_back(id));
 }
 
 int cdn_traj_steps_quiet(const char *id, uint64_t *ret)

@@ -53,9 +53,15 @@ int cdn_api_traj_begin(struct evhttp_request *req, struct box *b, const char *ki
                        bool has_k, uint64_t k, const char *bad_code, struct traj_step *s,
                        json_t **ret_recorded);
 
-/* GET /v1/trajectories/{id}: {"id", "steps": [...], "next_step", "sandbox"}; NULL and err (-ENOENT:
- * no such trajectory). */
-json_t *cdn_traj_json(const char *id, struct cdn_error *err);
+/* GET /v1/trajectories/{id}?from=&limit=: {"id", "steps": [steps from … on, at most limit], "from",
+ * "more" (steps after these), "next_step", "sandbox", "rolled_back"}; NULL and err (-ENOENT: no such
+ * trajectory). */
+json_t *cdn_traj_json(const char *id, uint64_t from, uint64_t limit, struct cdn_error *err);
+/* A page of GET /v1/trajectories/{id}: at most this many steps (limit's default and ceiling), and
+ * no more bytes of steps than CDN_TRAJ_PAGE_BYTES (one step at least, however large). */
+#define CDN_TRAJ_PAGE_STEPS     1000u
+#define CDN_TRAJ_PAGE_STEPS_MAX 10000u
+#define CDN_TRAJ_PAGE_BYTES     (32u << 20)
 /* How many steps trajectory id has recorded (made empty when there is none); -EBUSY while one is under
  * way (err). */
 int cdn_traj_steps(const char *id, uint64_t *ret, struct cdn_error *err);

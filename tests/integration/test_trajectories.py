@@ -197,3 +197,33 @@ def test_a_step_whose_client_left_is_not_recorded(tdaemon):
                 time.sleep(0.1)
         assert (r.stdout, r.replayed, r.step) == ("started\nran\n", False, 0), r
         assert [s["request"]["argv"][2] for s in sb.trajectory()["steps"]] == ["echo started; echo ran"]
+
+
+def test_a_long_trajectory_is_read_in_pages(tdaemon):
+    """GET /v1/trajectories/{id} answers a page (?from=K&limit=N, at most 1,000 steps by default):
+    a log of any length is never one answer. The SDK and the CLI read every page: without the
+    paging loop they would stop at step 999 of these 1,002."""
+    with Sandbox.create(endpoint=tdaemon.endpoint, trajectory="long-1") as sb:
+        for k in range(1002):
+            sb.files.write("/tmp/k", str(k).encode(), step=k)
+        path = "/v1/trajectories/long-1"
+        first = tdaemon.endpoint.json("GET", path)
+        assert (len(first["steps"]), first["from"], first["more"], first["next_step"]) == (1000, 0, True, 1002)
+        page = tdaemon.endpoint.json("GET", path + "?from=999&limit=2")
+        assert [s["step"] for s in page["steps"]] == [999, 1000] and page["more"] is True, page
+        last = tdaemon.endpoint.json("GET", path + "?from=1000&limit=10")
+        assert [s["step"] for s in last["steps"]] == [1000, 1001] and last["more"] is False
+        past = tdaemon.endpoint.json("GET", path + "?from=5000")
+        assert past["steps"] == [] and past["more"] is False and past["next_step"] == 1002
+        for q, field in [("from=-1", "from"), ("from=x", "from"), ("limit=0", "limit"), ("limit=10001", "limit"),
+                         ("limit=", "limit")]:
+            with pytest.raises(cordon.CordonError) as e:
+                tdaemon.endpoint.json("GET", f"{path}?{q}")
+            assert (e.value.status, e.value.field) == (400, field), (q, e.value)
+        # the SDK and the CLI: every page, in order
+        t = sb.trajectory()
+        assert [s["step"] for s in t["steps"]] == list(range(1002)) and t["more"] is False
+        env = dict(os.environ, CORDON_SOCKET=tdaemon.socket)
+        out = subprocess.run([CORDON_BIN, "trajectory", "export", "long-1"], env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert [json.loads(line)["step"] for line in out.stdout.splitlines()] == list(range(1002))
