@@ -242,17 +242,21 @@ class CallResult:
         self.error = d.get("error")
         self.duration_ms = d.get("duration_ms")
         self.timed_out = d.get("timed_out", False)
+        self.step = d.get("step")  # its index in the sandbox's trajectory (None: it records none)
+        self.replayed = d.get("replayed", False)  # answered from the trajectory's log: nothing ran
 
     def __repr__(self):
         return f"CallResult(result={self.result!r:.60}, error={self.error and self.error.get('type')!r})"
 
 
-def _call_body(code, input, timeout_s, fresh):
+def _call_body(code, input, timeout_s, fresh, step=None):
     body = {"language": "python", "code": code, "input": input}
     if timeout_s is not None:
         body["timeout_s"] = timeout_s
     if fresh:
         body["fresh"] = True
+    if step is not None:
+        body["step"] = step
     return body
 
 
@@ -661,12 +665,13 @@ class Sandbox:
         """Its open sessions: a list of Session."""
         return [Session(self, i) for i in self._ep.json("GET", f"{self._path}/sessions")["sessions"]]
 
-    def call(self, code, input=None, timeout_s=None, fresh=False):
+    def call(self, code, input=None, timeout_s=None, fresh=False, step=None):
         """Run Python code in the sandbox's warm interpreter (tier process): the variable
         `input` holds input; the value of the last expression is the result. fresh=True:
         a pristine interpreter made for this call alone, ended after it with everything it
-        started; use it for any call whose result must be trusted (docs/process.md)."""
-        return CallResult(self._ep.json("POST", f"{self._path}/call", _call_body(code, input, timeout_s, fresh)))
+        started; use it for any call whose result must be trusted (docs/process.md). step=k: in a
+        sandbox that records a trajectory, this call is step k (run once, as exec's step)."""
+        return CallResult(self._ep.json("POST", f"{self._path}/call", _call_body(code, input, timeout_s, fresh, step)))
 
     def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None,
                     pty=None, step=None):
@@ -974,8 +979,9 @@ class AsyncSandbox:
     async def sessions(self):
         return [AsyncSession(self, i) for i in (await self._ep.ajson("GET", f"{self._path}/sessions"))["sessions"]]
 
-    async def call(self, code, input=None, timeout_s=None, fresh=False):
-        return CallResult(await self._ep.ajson("POST", f"{self._path}/call", _call_body(code, input, timeout_s, fresh)))
+    async def call(self, code, input=None, timeout_s=None, fresh=False, step=None):
+        return CallResult(await self._ep.ajson("POST", f"{self._path}/call",
+                                               _call_body(code, input, timeout_s, fresh, step)))
 
     async def exec_stream(self, cmd, env=None, cwd=None, stdin=None, timeout_s=None, verifier=False, copy=None, user=None,
                           pty=None, step=None):

@@ -1,8 +1,11 @@
 /* POST /v1/sandboxes/{id}/call (the process tier, docs/process.md): code run
  * in the sandbox's warm interpreter. Body {"code": "...", "language":
- * "python", "input": any JSON, "timeout_s": N, "fresh": bool}; the answer is
- * the worker's result object {"result", "stdout", "stderr", "error",
- * "duration_ms", "timed_out"}, checked to be a JSON object before it goes out. */
+ * "python", "input": any JSON, "timeout_s": N, "fresh": bool, "step": k}; the
+ * answer is the worker's result object {"result", "stdout", "stderr", "error",
+ * "duration_ms", "timed_out"}, checked to be a JSON object before it goes out.
+ * In a sandbox that records a trajectory, a call is a step (kind "call"), as
+ * an exec is: recorded before its answer, answered from the log when re-issued
+ * (docs/trajectories.md). */
 #include <errno.h>
 #include <time.h>
 #include <stdlib.h>
@@ -12,6 +15,7 @@
 #include "api.h"
 #include "core/json-util.h"
 #include "tiers/tier.h"
+#include "trajectory.h"
 
 struct pending_call {
     struct agent_req areq; /* first: the agent connection hands this back */
@@ -19,10 +23,12 @@ struct pending_call {
     struct evhttp_request *req;
     bool gone;
     struct event *deadline_ev; /* its client left: the agent has agent_timeout to answer */
+    struct traj_step traj;     /* its step: recorded at its RESULT, else let go */
 };
 
 static void call_free(struct pending_call *c)
 {
+    cdn_traj_abort(&c->traj);
     cdn_agent_conn_remove(&c->box->agent, &c->areq);
     cdn_box_touch(c->box); /* its idle time counts from the call's end */
     if (c->deadline_ev)
@@ -63,7 +69,16 @@ static void call_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
     int e;
     const char *msg;
     _cleanup_json_ json_t *o = type == CDN_FRAME_RESULT ? json_loadb((const char *) p, len, 0, NULL) : NULL;
-    if (type == CDN_FRAME_RESULT && json_is_object(o)) {
+    if (type == CDN_FRAME_RESULT && json_is_object(o) && c->traj.t) { /* the step's line, then the answer */
+        uint64_t k = c->traj.k;
+        int rc = cdn_traj_record(c->box, &c->traj, "call", json_deep_copy(o));
+        json_object_set_new(o, "step", json_integer((json_int_t) k));
+        if (rc < 0) {
+            json_object_set_new(o, "step_recorded", json_false());
+            json_object_set_new(o, "step_error", json_string(strerror(-rc)));
+        }
+        cdn_api_reply_json(c->req, 200, json_incref(o));
+    } else if (type == CDN_FRAME_RESULT && json_is_object(o)) {
         _cleanup_evbuffer_ struct evbuffer *b = evbuffer_new();
         if (b && evbuffer_add(b, p, len) == 0) {
             evhttp_add_header(evhttp_request_get_output_headers(c->req), "Content-Type", "application/json");
@@ -108,13 +123,34 @@ void cdn_api_call(struct evhttp_request *req, struct box *b)
     static uint8_t buf[CDN_FRAME_MAX];
     size_t n = 0;
     struct cdn_error e = {0};
+    struct cdn_call_step st;
     int r = cdn_call_args_parse((const char *) evbuffer_pullup(in, -1), evbuffer_get_length(in), buf,
-                                sizeof buf, &n, &e);
+                                sizeof buf, &n, &st, b->spec.trajectory != NULL, &e);
     if (r < 0)
         return cdn_api_reply_cdn_error(req, 400, r == -EBADMSG ? "invalid_json" : "invalid_argument", &e);
+    /* A step of its trajectory: a re-issued one is answered from the log, and nothing runs. */
+    struct traj_step step;
+    json_t *recorded;
+    int t = cdn_api_traj_begin(req, b, "call", st.request, st.has_step, st.step, "invalid_argument", &step,
+                               &recorded);
+    if (t < 0)
+        return;
+    if (t == TRAJ_REPLAY) {
+        json_t *res = json_deep_copy(json_object_get(recorded, "result"));
+        if (res) {
+            json_object_set(res, "step", json_object_get(recorded, "step"));
+            json_object_set_new(res, "replayed", json_true());
+        }
+        json_decref(recorded);
+        return res ? cdn_api_reply_json(req, 200, res)
+                   : cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
+    }
     struct pending_call *c = calloc(1, sizeof *c);
-    if (!c)
+    if (!c) {
+        cdn_traj_abort(&step);
         return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
+    }
+    c->traj = step;
     c->areq.on_frame = call_frame;
     c->box = b;
     c->req = req;

@@ -227,3 +227,33 @@ def test_a_long_trajectory_is_read_in_pages(tdaemon):
         out = subprocess.run([CORDON_BIN, "trajectory", "export", "long-1"], env=env, capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
         assert [json.loads(line)["step"] for line in out.stdout.splitlines()] == list(range(1002))
+
+
+def test_a_call_is_a_step_too(tdaemon):
+    """The process tier's calls are steps (kind "call"): recorded before the answer, and a re-issued
+    one is answered from the log without running (run again, it drew other random bytes); other code
+    for a recorded step is 409."""
+    draw = "import os\nos.urandom(16).hex()"
+    with Sandbox.create(endpoint=tdaemon.endpoint, tier="process", trajectory="calls-1") as sb:
+        assert sb.exec("true", step=0).exit_code == 0  # an exec and calls: one trajectory
+        r = sb.call(draw, step=1)
+        assert (len(r.result), r.step, r.replayed) == (32, 1, False), vars(r)
+        again = sb.call(draw, step=1)
+        assert (again.result, again.step, again.replayed) == (r.result, 1, True), vars(again)
+        assert sb.call(draw).result != r.result  # no step given: the next (2), and it runs
+        with pytest.raises(cordon.CordonError) as e:
+            sb.call("1 + 1", step=1)
+        assert (e.value.status, e.value.code) == (409, "step_mismatch"), e.value
+        with pytest.raises(cordon.CordonError) as e:
+            sb.call("1", step=-1)
+        assert (e.value.status, e.value.field) == (400, "step"), e.value
+        steps = sb.trajectory()["steps"]
+        assert [(s["step"], s["kind"]) for s in steps] == [(0, "exec"), (1, "call"), (2, "call")], steps
+        assert steps[1]["request"]["code"] == draw and steps[1]["result"]["result"] == r.result, steps[1]
+    # a call without a trajectory: no step in its answer
+    with Sandbox.create(endpoint=tdaemon.endpoint, tier="process") as sb:
+        r = sb.call("2")
+        assert (r.result, r.step) == (2, None)
+        with pytest.raises(cordon.CordonError) as e:
+            sb.call("2", step=0)
+        assert (e.value.status, e.value.field) == (400, "step"), e.value
