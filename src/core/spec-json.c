@@ -380,7 +380,8 @@ char *cdn_spec_to_json(const struct cdn_spec *spec)
          (spec->trajectory && json_object_set_new(root, "trajectory", json_string(spec->trajectory))) ||
          (spec->checkpoints &&
           json_object_set_new(root, "checkpoints",
-                              spec->checkpoint_every_step ? json_string(CDN_CHECKPOINT_EVERY_STEP) : json_true())) ||
+                              spec->checkpoint_every_step ? json_string(CDN_CHECKPOINT_EVERY_STEP)
+                                                          : json_true())) ||
          (spec->checkpoint && json_object_set_new(root, "checkpoint", json_string(spec->checkpoint))) ||
          (spec->writable_system && json_object_set_new(root, "writable_system", json_true())) ||
          (spec->pull != CDN_PULL_MISSING &&

@@ -799,6 +799,9 @@ void cdn_api_rollback(struct evhttp_request *req, struct box *b)
     if (fd < 0 || cdn_layer_uid_base(fd, &base) < 0)
         return cdn_api_reply_error(req, 500, "internal", "checkpoint", "checkpoint '%s': its layer: %s", ck,
                                    strerror(errno));
+    /* Everything that could refuse it is asked first: past here its trajectory changes. */
+    if (cdn_box_respawn_check(b, &err) < 0)
+        return cdn_api_reply_cdn_error(req, 409, "sandbox_busy", &err);
     struct rollback_op *op = calloc(1, sizeof *op);
     if (!op)
         return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");

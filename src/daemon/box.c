@@ -1088,12 +1088,20 @@ static void close_in_thread(int fd)
         (void) close(fd);
 }
 
-int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, struct cdn_box_waiter w,
-                    struct cdn_error *err)
+int cdn_box_respawn_check(const struct box *b, struct cdn_error *err)
 {
     if (b->state != BOX_RUNNING || b->dying || b->paused || b->pool || b->sibling || b->step)
         return cdn_error_set(err, EBUSY, "sandbox %s is not running%s", b->sb.id,
                              b->paused ? " (paused: resume it first)" : "");
+    return 0;
+}
+
+int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, struct cdn_box_waiter w,
+                    struct cdn_error *err)
+{
+    int r = cdn_box_respawn_check(b, err);
+    if (r < 0)
+        return r;
     /* What ran in the old one ends as if the sandbox had died: its requests, processes, sessions,
      * forwarded ports and archives (their clients are told), its monitor and guard. */
     if (cdn_daemon->listener)
@@ -1124,7 +1132,6 @@ int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, struct cdn_box_w
     b->state = BOX_STARTING;
     b->start_answers = 0;
     cdn_box_event(b, "rollback", NULL);
-    int r = 0;
     if ((b->sb.listen_fd = cdn_record_listen(b->sb.id)) < 0) {
         r = cdn_error_set(err, -b->sb.listen_fd, "agent socket: %s", strerror(-b->sb.listen_fd));
     } else if (cdn_box_fanotify_prepare(b, err) < 0) {

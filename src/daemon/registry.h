@@ -141,9 +141,9 @@ struct box {
     int layer_mnt;
     char last_checkpoint[24];
     struct event *checkpoint_ev; /* checkpoints "every_step": the one due after a step (1 ms on) */
-    bool protect_pending; /* a VM guest changes its protected paths (api.c: guest_protect) */
-    struct pool *pool;    /* while it waits in a warm pool (pool.c): not in the API's list */
-    void *throttle;       /* the streaming call whose slow client paused our reading of init (api-exec.c) */
+    bool protect_pending;        /* a VM guest changes its protected paths (api.c: guest_protect) */
+    struct pool *pool;           /* while it waits in a warm pool (pool.c): not in the API's list */
+    void *throttle; /* the streaming call whose slow client paused our reading of init (api-exec.c) */
     struct event *throttle_ev;
     bool pool_ready; /* … and is running (else still starting) */
     double created_unix;
@@ -298,6 +298,9 @@ void cdn_box_end(struct box *b, const char *reason);
  * (failed: b is deleted already, unless -EBUSY). */
 int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, struct cdn_box_waiter w,
                     struct cdn_error *err);
+/* Whether cdn_box_respawn would take b now: 0, or -EBUSY and err (paused, starting, dying, in a pool,
+ * a sibling, or in a verifier step). Asked before anything else changes (its trajectory). */
+int cdn_box_respawn_check(const struct box *b, struct cdn_error *err);
 /* A request on b: its idle timeout counts from now. */
 void cdn_box_touch(struct box *b);
 /* A new lifetime of ms from now (0: none) or idle timeout (0: none); the record follows. */
