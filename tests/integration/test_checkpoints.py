@@ -479,3 +479,29 @@ def test_what_every_step_refuses(cd):
     # the issue's spelling, "checkpoint": "every_step", is the same policy
     with Sandbox.create(endpoint=cd.endpoint, trajectory="every/2", checkpoint="every_step") as sb:
         assert sb.info()["spec"]["checkpoints"] == "every_step" and "checkpoint" not in sb.info()["spec"]
+
+
+def test_checkpoints_of_a_sandbox_on_an_oci_image(cd, oci_layout):
+    """An OCI image's sandbox (its layers below, with a whiteout, an opaque directory, owners and a
+    hard link) keeps checkpoints as the host image's does: a fork and a rollback see the image's
+    files as the sandbox had changed them at the checkpoint, and none of the later changes."""
+    from test_images import CONFIG, task_layers
+    lay = oci_layout()
+    lay.tag(lay.new_image(task_layers(), compression="gzip", config=CONFIG), "v1")
+    change = ("echo changed > /testbed/README && rm /opt/data/new && mkdir -p /testbed/new && "
+              "echo n > /testbed/new/f && rm /testbed/README.link")
+    look = ("cat /testbed/README /testbed/readme; ls /opt/data; ls /testbed/new; stat -c '%u:%g' /testbed/new/f "
+            "/home/dev/notes; test -e /testbed/README.link && echo link || echo no-link; "
+            "test -e /testbed/later && echo later || echo no-later")
+    with Sandbox.create(endpoint=cd.endpoint, image=f"oci:{lay.path}:v1", checkpoints=True) as sb:
+        assert sb.exec(change).exit_code == 0
+        at_ck = sb.exec(look)
+        assert at_ck.exit_code == 0 and at_ck.stdout == "changed\nchanged\nf\n0:0\n1000:1000\nno-link\nno-later\n", at_ck
+        ck = sb.checkpoint()
+        assert sb.exec("echo later > /testbed/later && echo again > /testbed/README").exit_code == 0
+        [kid] = sb.fork(1, checkpoint=ck)
+        with kid:
+            assert kid.exec(look).stdout == at_ck.stdout
+            assert kid.exec("echo mine > /testbed/new/f && cat /testbed/new/f").stdout == "mine\n"
+        sb.rollback(ck)
+        assert sb.exec(look).stdout == at_ck.stdout
