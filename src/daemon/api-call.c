@@ -70,13 +70,7 @@ static void call_frame(struct agent_req *r, uint16_t type, const uint8_t *p, uin
     const char *msg;
     _cleanup_json_ json_t *o = type == CDN_FRAME_RESULT ? json_loadb((const char *) p, len, 0, NULL) : NULL;
     if (type == CDN_FRAME_RESULT && json_is_object(o) && c->traj.t) { /* the step's line, then the answer */
-        uint64_t k = c->traj.k;
-        int rc = cdn_traj_record(c->box, &c->traj, "call", json_deep_copy(o));
-        json_object_set_new(o, "step", json_integer((json_int_t) k));
-        if (rc < 0) {
-            json_object_set_new(o, "step_recorded", json_false());
-            json_object_set_new(o, "step_error", json_string(strerror(-rc)));
-        }
+        cdn_traj_record_result(c->box, &c->traj, "call", o);
         cdn_api_reply_json(c->req, 200, json_incref(o));
     } else if (type == CDN_FRAME_RESULT && json_is_object(o)) {
         _cleanup_evbuffer_ struct evbuffer *b = evbuffer_new();
@@ -135,16 +129,8 @@ void cdn_api_call(struct evhttp_request *req, struct box *b)
                                &recorded);
     if (t < 0)
         return;
-    if (t == TRAJ_REPLAY) {
-        json_t *res = json_deep_copy(json_object_get(recorded, "result"));
-        if (res) {
-            json_object_set(res, "step", json_object_get(recorded, "step"));
-            json_object_set_new(res, "replayed", json_true());
-        }
-        json_decref(recorded);
-        return res ? cdn_api_reply_json(req, 200, res)
-                   : cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
-    }
+    if (t == TRAJ_REPLAY)
+        return cdn_api_traj_replay(req, recorded);
     struct pending_call *c = calloc(1, sizeof *c);
     if (!c) {
         cdn_traj_abort(&step);

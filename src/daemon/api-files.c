@@ -430,15 +430,8 @@ static void reply_done(struct file_call *fc, const uint8_t *p, uint32_t len)
     default:
         json_decref(path);
         json_t *res = stat_json(fc->path, &st);
-        if (fc->traj.t && res) { /* the step's line first, then its answer */
-            uint64_t k = fc->traj.k;
-            int r = cdn_traj_record(fc->box, &fc->traj, "write", json_deep_copy(res));
-            json_object_set_new(res, "step", json_integer((json_int_t) k));
-            if (r < 0) {
-                json_object_set_new(res, "step_recorded", json_false());
-                json_object_set_new(res, "step_error", json_string(strerror(-r)));
-            }
-        }
+        if (fc->traj.t && res) /* the step's line first, then its answer */
+            cdn_traj_record_result(fc->box, &fc->traj, "write", res);
         return cdn_api_reply_json(fc->req, 200, res);
     }
 }
@@ -674,16 +667,8 @@ static void file_call(struct evhttp_request *req, struct box *b, int op, uint32_
         a.has_step, a.step, "invalid_query", &step, &recorded);
     if (t < 0)
         return;
-    if (t == TRAJ_REPLAY) { /* its answer again; nothing is written */
-        json_t *res = json_deep_copy(json_object_get(recorded, "result"));
-        if (res) {
-            json_object_set(res, "step", json_object_get(recorded, "step"));
-            json_object_set_new(res, "replayed", json_true());
-        }
-        json_decref(recorded);
-        return res ? cdn_api_reply_json(req, 200, res)
-                   : cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
-    }
+    if (t == TRAJ_REPLAY) /* its answer again; nothing is written */
+        return cdn_api_traj_replay(req, recorded);
     int r = file_start(req, b, op, mode, &a, NULL, NULL, NULL, &step);
     cdn_traj_abort(&step); /* still here: it was not sent */
     if (r < 0)

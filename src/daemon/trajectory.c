@@ -352,6 +352,31 @@ int cdn_api_traj_begin(struct evhttp_request *req, struct box *b, const char *ki
     return t;
 }
 
+void cdn_api_traj_replay(struct evhttp_request *req, json_t *recorded)
+{
+    json_t *res = json_deep_copy(json_object_get(recorded, "result"));
+    if (res) {
+        json_object_set(res, "step", json_object_get(recorded, "step"));
+        json_object_set_new(res, "replayed", json_true());
+    }
+    json_decref(recorded);
+    if (res)
+        cdn_api_reply_json(req, 200, res);
+    else
+        cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
+}
+
+void cdn_traj_record_result(struct box *b, struct traj_step *s, const char *kind, json_t *res)
+{
+    uint64_t k = s->k;
+    int r = cdn_traj_record(b, s, kind, json_deep_copy(res));
+    json_object_set_new(res, "step", json_integer((json_int_t) k));
+    if (r < 0) {
+        json_object_set_new(res, "step_recorded", json_false());
+        json_object_set_new(res, "step_error", json_string(strerror(-r)));
+    }
+}
+
 void cdn_traj_abort(struct traj_step *s)
 {
     if (s->t)

@@ -52,6 +52,12 @@ struct evhttp_request;
 int cdn_api_traj_begin(struct evhttp_request *req, struct box *b, const char *kind, json_t *request,
                        bool has_k, uint64_t k, const char *bad_code, struct traj_step *s,
                        json_t **ret_recorded);
+/* TRAJ_REPLAY of a step whose result is a JSON object (a write's, a call's): req answered 200 with
+ * that result, "step" and "replayed": true. recorded is taken. */
+void cdn_api_traj_replay(struct evhttp_request *req, json_t *recorded);
+/* A step whose result is the JSON object res (a write's stat, a call's answer) is recorded (s is
+ * done), and res gets "step", and "step_recorded": false with "step_error" if the line failed. */
+void cdn_traj_record_result(struct box *b, struct traj_step *s, const char *kind, json_t *res);
 
 /* GET /v1/trajectories/{id}?from=&limit=: {"id", "steps": [steps from … on, at most limit], "from",
  * "more" (steps after these), "next_step", "sandbox", "rolled_back"}; NULL and err (-ENOENT: no such
