@@ -233,8 +233,35 @@ static void created(struct box *b, enum cdn_box_created how, const struct cdn_er
         w.done(w.arg, how == CDN_BOX_CREATED ? b : NULL, how, err);
 }
 
+/* The fd budget's count (registry.h n_holding): from the box's making until its tier let go. */
+static void hold(struct box *b)
+{
+    b->holding = true;
+    cdn_daemon->n_holding++;
+}
+
+static void unhold(struct box *b)
+{
+    if (b->holding)
+        cdn_daemon->n_holding--;
+    b->holding = false;
+}
+
+/* Whether one more sandbox fits cordond's fds; else err says why. */
+static bool fds_left(struct cdn_error *err)
+{
+    if (cdn_daemon->n_holding < cdn_daemon->fd_sandboxes)
+        return true;
+    cdn_error_set(err, EMFILE,
+                  "cordond's file descriptors (RLIMIT_NOFILE %llu) serve %u sandboxes and %u hold theirs "
+                  "(raise fs.nr_open, or lower max_sandboxes)",
+                  (unsigned long long) cdn_daemon->fd_limit, cdn_daemon->fd_sandboxes, cdn_daemon->n_holding);
+    return false;
+}
+
 static void box_free(struct box *b)
 {
+    unhold(b);
     if (b->step && cdn_daemon->listener)
         cdn_daemon->listener->step_gone(b, "cordond let it go");
     cdn_sibling_sources_free(b);
@@ -292,6 +319,7 @@ static void cleanup(struct box *b)
     if (b->state != BOX_STARTING && !b->dying && !b->final_usage) /* its last: its cgroup still counts */
         b->final_usage = cdn_box_usage_json(b);
     b->cleaned = true;
+    unhold(b);
     monitor_stop(b);
     cdn_box_fanotify_stop(b);
     if (b->pidfd_ev)
@@ -901,6 +929,10 @@ static int spawned(struct cdn_sandbox *sb, void *arg)
 
 struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_error *err)
 {
+    if (!fds_left(err)) {
+        cdn_spec_free(spec);
+        return NULL;
+    }
     struct box *b = calloc(1, sizeof *b);
     if (!b || !(b->events = evbuffer_new())) {
         free(b);
@@ -908,6 +940,7 @@ struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_e
         cdn_error_set(err, ENOMEM, "out of memory");
         return NULL;
     }
+    hold(b);
     b->spec = *spec;
     *spec = (struct cdn_spec){0};
     b->fanotify_fd = -1;
@@ -1018,6 +1051,8 @@ static bool create_refused(struct cdn_spec *spec, struct cdn_box_waiter w)
     } else if (cdn_daemon->n_boxes >= cdn_daemon->cfg.max_sandboxes) {
         (void) snprintf(err.msg, sizeof err.msg, "%u sandboxes exist, the configured maximum",
                         cdn_daemon->n_boxes);
+        how = CDN_BOX_TOO_MANY;
+    } else if (!fds_left(&err)) {
         how = CDN_BOX_TOO_MANY;
     } else {
         return false;
@@ -1201,6 +1236,7 @@ static void adopt_one(const char *id, const char *path)
         cdn_spec_free(&rec.spec);
         return;
     }
+    hold(b); /* adopted past the budget too: its sandbox exists already */
     b->spec = rec.spec;
     b->fanotify_fd = -1;
     b->layer_mnt = -1;

@@ -392,6 +392,50 @@ static void on_child(evutil_socket_t sig, short what, void *arg)
 
 /* The bind sources the API accepts (core/bind-policy.h): the configured allowlist, and besides
  * the core's refusals what is this daemon's own — its records and sockets, its token. */
+/* cordond's own fds: RLIMIT_NOFILE raised to what max_sandboxes needs (it is root: up to
+ * fs.nr_open), and how many sandboxes what it got serves (d->fd_sandboxes; a create past them is
+ * refused, box.c), so that no fd runs out under a sandbox, a client or a pull. */
+static void fd_budget(struct daemon *d)
+{
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) < 0) {
+        d->fd_sandboxes = d->cfg.max_sandboxes;
+        return;
+    }
+    rlim_t want = (rlim_t) d->cfg.max_sandboxes * CDN_FDS_PER_SANDBOX + CDN_FDS_RESERVE;
+    char buf[32] = "";
+    int fd = open("/proc/sys/fs/nr_open", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0)
+        (void) close(fd);
+    rlim_t nr_open = n > 0 ? (rlim_t) strtoull(buf, NULL, 10) : 0;
+    if (nr_open && want > nr_open)
+        want = nr_open;
+    if (want > nofile.rlim_max) { /* a raise of the hard limit: CAP_SYS_RESOURCE */
+        struct rlimit more = {want, want};
+        if (setrlimit(RLIMIT_NOFILE, &more) == 0)
+            nofile = more;
+    }
+    if (nofile.rlim_cur < want && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = want < nofile.rlim_max ? want : nofile.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &nofile) < 0)
+            (void) getrlimit(RLIMIT_NOFILE, &nofile);
+    }
+    /* What clients, exec pipes and pulls take beside the sandboxes': an eighth, 64 to 4,096 fds. */
+    rlim_t reserve = nofile.rlim_cur / 8 < 64                ? 64
+                     : nofile.rlim_cur / 8 > CDN_FDS_RESERVE ? CDN_FDS_RESERVE
+                                                             : nofile.rlim_cur / 8;
+    rlim_t fit = nofile.rlim_cur > reserve ? (nofile.rlim_cur - reserve) / CDN_FDS_PER_SANDBOX : 0;
+    d->fd_sandboxes = fit < d->cfg.max_sandboxes ? (unsigned) fit : d->cfg.max_sandboxes;
+    if (d->fd_sandboxes < d->cfg.max_sandboxes)
+        fprintf(stderr,
+                "cordond: warning: RLIMIT_NOFILE %llu (fs.nr_open %llu) serves %u sandboxes, fewer than "
+                "max_sandboxes %u: creates past them are refused (429)\n",
+                (unsigned long long) nofile.rlim_cur, (unsigned long long) nr_open, d->fd_sandboxes,
+                d->cfg.max_sandboxes);
+    d->fd_limit = (uint64_t) nofile.rlim_cur;
+}
+
 static int bind_policy_setup(struct daemon *d)
 {
     struct cdn_bind_policy *p = &d->bind_policy;
@@ -586,12 +630,7 @@ int main(int argc, char **argv)
                 d->cfg.state_dir, closed, mode, closed);
     if (bind_policy_setup(d) < 0)
         return 2;
-    /* Three fds per sandbox (agent socket, pidfd, slot lock) and two per client. */
-    struct rlimit nofile;
-    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
-        nofile.rlim_cur = nofile.rlim_max;
-        (void) setrlimit(RLIMIT_NOFILE, &nofile);
-    }
+    fd_budget(d);
     if (socket_in_use(d->cfg.socket_path)) {
         fprintf(stderr, "cordond: %s is served by a running cordond\n", d->cfg.socket_path);
         return 1;

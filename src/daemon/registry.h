@@ -98,6 +98,10 @@ struct box_budget {
 
 /* The first event line of a kind (an event type, a violation kind), kept when the ring drops it. */
 #define EVENTS_PINNED 40
+/* The fds a sandbox holds in cordond, with room: measured 5 (container, process), 7 (an egress
+ * policy's), +1 with checkpoints; a VM's a few more. And what the rest may take at most. */
+#define CDN_FDS_PER_SANDBOX 12
+#define CDN_FDS_RESERVE     4096
 struct pinned_event {
     char key[32];
     uint64_t seq; /* its number in the log */
@@ -189,6 +193,7 @@ struct box {
     struct protected_src *psrc;
     size_t n_psrc;
     bool psrc_noted;
+    bool holding;                        /* counted in n_holding */
     bool cleaned;                        /* cleanup() ran: init reaped, tier resources released */
     char image_manifest[CDN_DIGEST_MAX]; /* its OCI image's manifest digest, else "" (images.c) */
     struct evbuffer *events;             /* NDJSON lines, oldest dropped past a cap (box-events.c) */
@@ -229,6 +234,10 @@ struct daemon {
     LIST_HEAD(, box) dying; /* deleted, waiting for init's exit to clean up */
     unsigned n_boxes;       /* live ones (starting, running, or exited and not yet reaped) */
     unsigned n_ended;       /* ended ones kept for retention_s: still listed, at most max_sandboxes */
+    /* The fd budget (cordond.c fd_budget): boxes whose tier may still hold fds of cordond's (made,
+     * pooled, adopted, deleted and not yet cleaned up), and how many RLIMIT_NOFILE (fd_limit) serves. */
+    unsigned n_holding, fd_sandboxes;
+    uint64_t fd_limit;
     bool stopping;
     int *kept_slots; /* slots whose emptied cgroups wait for the next sandbox (box.c) */
     size_t n_kept, cap_kept;

@@ -599,9 +599,10 @@ class Daemon:
     """A cordond of our own on a temporary socket and sandbox directory,
     stopped (SIGTERM) by stop(). With keep=False (the default here) the stop
     ends its sandboxes; keep=True leaves them for the next Daemon on the same
-    workdir, as a restart of the real service does."""
+    workdir, as a restart of the real service does. wrap: a command line that
+    runs cordond (prlimit, setpriv …)."""
 
-    def __init__(self, workdir, *args, keep=False, env=None):
+    def __init__(self, workdir, *args, keep=False, env=None, wrap=()):
         self.socket = os.path.join(workdir, "cordond.sock")
         self.log_path = os.path.join(workdir, "cordond.log")
         self.log = open(self.log_path, "wb")
@@ -613,7 +614,7 @@ class Daemon:
                    ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":quarantine_size_mb=16")
         argv = [CORDOND_BIN, "--config", "/dev/null", "--socket", self.socket,
                 "--sandbox-dir", os.path.join(workdir, "sandboxes"), "--stop-sandboxes", "false" if keep else "true"]
-        self.proc = subprocess.Popen([*argv, *args],
+        self.proc = subprocess.Popen([*wrap, *argv, *args],
                                      env=env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
         try:
             wait_for(lambda: os.path.exists(self.socket) or self.proc.poll() is not None, timeout=10,

@@ -1,0 +1,49 @@
+"""cordond's own file descriptors (issue 25 point 1): it raises RLIMIT_NOFILE to what max_sandboxes
+needs (as root, up to fs.nr_open), works out how many sandboxes the limit it got serves, and refuses
+a create past them with a clear 429 before any fd runs out.
+
+Here cordond runs with a hard limit it cannot raise (prlimit, and setpriv dropping CAP_SYS_RESOURCE),
+so the budget is small. Seen failing without it: the 113th of these creates failed in the middle
+(500 "sandbox_failed: arrange fds in the setup child: Too many open files")."""
+
+import os
+
+import pytest
+
+import cordon
+from cordon import Sandbox
+from cordonlib import Daemon, wait_for
+
+LIMIT = 600
+PER_SANDBOX, RESERVE = 12, 75  # registry.h CDN_FDS_PER_SANDBOX; an eighth of the limit, 64 at least
+
+
+def test_a_create_past_the_fd_budget_is_a_clear_429(shared_dir):
+    d = Daemon(shared_dir, "--max-sandboxes", "4096",
+               wrap=["prlimit", f"--nofile={LIMIT}:{LIMIT}", "setpriv", "--bounding-set=-sys_resource", "--"])
+    made = []
+    try:
+        fds = d.endpoint.json("GET", "/v1/health")["fds"]
+        fit = (LIMIT - RESERVE) // PER_SANDBOX
+        assert fds == {"limit": LIMIT, "sandboxes": fit, "holding": 0}, fds
+        assert f"RLIMIT_NOFILE {LIMIT}" in d.output() and f"serves {fit} sandboxes" in d.output()
+        spec = {"nofile": 256}  # within cordond's hard limit, which the sandboxes inherit
+        for _ in range(fit):
+            made.append(Sandbox.create(endpoint=d.endpoint, **spec))
+        with pytest.raises(cordon.CordonError) as e:
+            made.append(Sandbox.create(endpoint=d.endpoint, **spec))
+        assert e.value.status == 429 and e.value.code == "too_many_sandboxes", e.value
+        assert f"RLIMIT_NOFILE {LIMIT}" in str(e.value) and f"serve {fit} sandboxes" in str(e.value), e.value
+        # refused before the fds ran out: cordond has room left, and what exists works
+        assert len(os.listdir(f"/proc/{d.proc.pid}/fd")) < LIMIT - RESERVE // 2
+        assert all(sb.exec("true").exit_code == 0 for sb in made)
+        assert d.endpoint.json("GET", "/v1/health")["fds"]["holding"] == fit
+        made.pop().kill()  # one gone (its teardown done): one more fits
+        wait_for(lambda: d.endpoint.json("GET", "/v1/health")["fds"]["holding"] < fit, what="the teardown")
+        made.append(Sandbox.create(endpoint=d.endpoint, **spec))
+        metrics = d.http("GET", "/metrics")[1].decode()
+        assert f"cordon_fd_sandboxes {fit}\n" in metrics and f"cordon_fd_sandboxes_holding {fit}\n" in metrics
+    finally:
+        for sb in made:
+            sb.kill()
+        assert d.stop() == 0, d.output()
