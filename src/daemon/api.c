@@ -755,10 +755,11 @@ static void route_list(struct evhttp_request *req)
 static void route_health(struct evhttp_request *req)
 {
     cdn_api_reply_json(req, 200,
-                       json_pack("{s:s, s:s, s:i, s:{s:I, s:i, s:i}}", "status", "ok", "version",
+                       json_pack("{s:s, s:s, s:i, s:{s:I, s:I, s:I, s:i}}", "status", "ok", "version",
                                  CORDON_VERSION, "sandboxes", (int) cdn_daemon->n_boxes, "fds", "limit",
-                                 (json_int_t) cdn_daemon->fd_limit, "sandboxes",
-                                 (int) cdn_daemon->fd_sandboxes, "holding", (int) cdn_daemon->n_holding));
+                                 (json_int_t) cdn_daemon->fd_limit, "budget",
+                                 (json_int_t) cdn_daemon->fd_budget, "used", (json_int_t) cdn_daemon->fd_used,
+                                 "holding", (int) cdn_daemon->n_holding));
 }
 
 /* Prometheus text exposition. */
@@ -784,12 +785,11 @@ static void route_metrics(struct evhttp_request *req)
         b,
         "# HELP cordon_sandboxes_tearing_down Deleted sandboxes whose teardown has not finished.\n"
         "# TYPE cordon_sandboxes_tearing_down gauge\ncordon_sandboxes_tearing_down %u\n"
-        "# HELP cordon_fd_sandboxes Sandboxes cordond's RLIMIT_NOFILE serves (creates past them: 429).\n"
-        "# TYPE cordon_fd_sandboxes gauge\ncordon_fd_sandboxes %u\n"
-        "# HELP cordon_fd_sandboxes_holding Sandboxes holding fds of cordond's (made, pooled, tearing "
-        "down).\n"
-        "# TYPE cordon_fd_sandboxes_holding gauge\ncordon_fd_sandboxes_holding %u\n",
-        dying, cdn_daemon->fd_sandboxes, cdn_daemon->n_holding);
+        "# HELP cordon_fd_budget The fds of cordond's RLIMIT_NOFILE its sandboxes may hold (past it: 429).\n"
+        "# TYPE cordon_fd_budget gauge\ncordon_fd_budget %llu\n"
+        "# HELP cordon_fd_budget_used What the sandboxes holding fds (made, pooled, tearing down) take.\n"
+        "# TYPE cordon_fd_budget_used gauge\ncordon_fd_budget_used %llu\n",
+        dying, (unsigned long long) cdn_daemon->fd_budget, (unsigned long long) cdn_daemon->fd_used);
     evbuffer_add_printf(b,
                         "# HELP cordon_sandboxes_created_total Sandboxes that reached running.\n"
                         "# TYPE cordon_sandboxes_created_total counter\ncordon_sandboxes_created_total %llu\n"

@@ -233,29 +233,52 @@ static void created(struct box *b, enum cdn_box_created how, const struct cdn_er
         w.done(w.arg, how == CDN_BOX_CREATED ? b : NULL, how, err);
 }
 
-/* The fd budget's count (registry.h n_holding): from the box's making until its tier let go. */
+unsigned cdn_box_fds(const struct cdn_spec *spec)
+{
+    /* Measured (a sandbox's share of cordond's open fds, 60 at a time): 4.8-4.9 for a container or
+     * a process-tier sandbox, 7.0 with an egress policy, one more with checkpoints (its layer's
+     * mount). A guard (protect, watch_writes) holds a listener; a VM's QEMU its sockets and pidfd. */
+    unsigned n = 5;
+    if (spec->net_mode != CDN_NET_NONE)
+        n += 2;
+    if (spec->checkpoints)
+        n += 1;
+    if (spec->protect.n || spec->watch_writes)
+        n += 2;
+    if (spec->tier == CDN_TIER_MICROVM || spec->tier == CDN_TIER_VM)
+        n += 6;
+    return n;
+}
+
+/* The fd budget's count (registry.h): from the box's making until its tier let go. */
 static void hold(struct box *b)
 {
-    b->holding = true;
+    b->holding = cdn_box_fds(&b->spec);
     cdn_daemon->n_holding++;
+    cdn_daemon->fd_used += b->holding;
 }
 
 static void unhold(struct box *b)
 {
-    if (b->holding)
+    if (b->holding) {
         cdn_daemon->n_holding--;
-    b->holding = false;
+        cdn_daemon->fd_used -= b->holding;
+    }
+    b->holding = 0;
 }
 
-/* Whether one more sandbox fits cordond's fds; else err says why. */
-static bool fds_left(struct cdn_error *err)
+/* Whether a sandbox of spec fits cordond's fds; else err says why. */
+static bool fds_left(const struct cdn_spec *spec, struct cdn_error *err)
 {
-    if (cdn_daemon->n_holding < cdn_daemon->fd_sandboxes)
+    const struct daemon *d = cdn_daemon;
+    if (d->fd_used + cdn_box_fds(spec) <= d->fd_budget)
         return true;
     cdn_error_set(err, EMFILE,
-                  "cordond's file descriptors (RLIMIT_NOFILE %llu) serve %u sandboxes and %u hold theirs "
-                  "(raise fs.nr_open, or lower max_sandboxes)",
-                  (unsigned long long) cdn_daemon->fd_limit, cdn_daemon->fd_sandboxes, cdn_daemon->n_holding);
+                  "cordond's file descriptors are spoken for: RLIMIT_NOFILE %llu, of which %llu for "
+                  "sandboxes, and the %u that exist hold ~%llu (raise cordond's limit: fs.nr_open, "
+                  "CAP_SYS_RESOURCE; or lower max_sandboxes)",
+                  (unsigned long long) d->fd_limit, (unsigned long long) d->fd_budget, d->n_holding,
+                  (unsigned long long) d->fd_used);
     return false;
 }
 
@@ -929,7 +952,7 @@ static int spawned(struct cdn_sandbox *sb, void *arg)
 
 struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_error *err)
 {
-    if (!fds_left(err)) {
+    if (!fds_left(spec, err)) {
         cdn_spec_free(spec);
         return NULL;
     }
@@ -940,9 +963,9 @@ struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_e
         cdn_error_set(err, ENOMEM, "out of memory");
         return NULL;
     }
-    hold(b);
     b->spec = *spec;
     *spec = (struct cdn_spec){0};
+    hold(b);
     b->fanotify_fd = -1;
     b->layer_mnt = -1;
     b->pool = pool;
@@ -1052,7 +1075,7 @@ static bool create_refused(struct cdn_spec *spec, struct cdn_box_waiter w)
         (void) snprintf(err.msg, sizeof err.msg, "%u sandboxes exist, the configured maximum",
                         cdn_daemon->n_boxes);
         how = CDN_BOX_TOO_MANY;
-    } else if (!fds_left(&err)) {
+    } else if (!fds_left(spec, &err)) {
         how = CDN_BOX_TOO_MANY;
     } else {
         return false;
@@ -1236,8 +1259,8 @@ static void adopt_one(const char *id, const char *path)
         cdn_spec_free(&rec.spec);
         return;
     }
-    hold(b); /* adopted past the budget too: its sandbox exists already */
     b->spec = rec.spec;
+    hold(b); /* adopted past the budget too: its sandbox exists already */
     b->fanotify_fd = -1;
     b->layer_mnt = -1;
     LIST_INIT(&b->followers);

@@ -399,10 +399,10 @@ static void fd_budget(struct daemon *d)
 {
     struct rlimit nofile;
     if (getrlimit(RLIMIT_NOFILE, &nofile) < 0) {
-        d->fd_sandboxes = d->cfg.max_sandboxes;
+        d->fd_budget = UINT64_MAX;
         return;
     }
-    rlim_t want = (rlim_t) d->cfg.max_sandboxes * CDN_FDS_PER_SANDBOX + CDN_FDS_RESERVE;
+    rlim_t want = (rlim_t) d->cfg.max_sandboxes * CDN_FDS_TYPICAL + CDN_FDS_RESERVE;
     char buf[32] = "";
     int fd = open("/proc/sys/fs/nr_open", O_RDONLY | O_CLOEXEC);
     ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
@@ -421,19 +421,20 @@ static void fd_budget(struct daemon *d)
         if (setrlimit(RLIMIT_NOFILE, &nofile) < 0)
             (void) getrlimit(RLIMIT_NOFILE, &nofile);
     }
-    /* What clients, exec pipes and pulls take beside the sandboxes': an eighth, 64 to 4,096 fds. */
-    rlim_t reserve = nofile.rlim_cur / 8 < 64                ? 64
-                     : nofile.rlim_cur / 8 > CDN_FDS_RESERVE ? CDN_FDS_RESERVE
-                                                             : nofile.rlim_cur / 8;
-    rlim_t fit = nofile.rlim_cur > reserve ? (nofile.rlim_cur - reserve) / CDN_FDS_PER_SANDBOX : 0;
-    d->fd_sandboxes = fit < d->cfg.max_sandboxes ? (unsigned) fit : d->cfg.max_sandboxes;
-    if (d->fd_sandboxes < d->cfg.max_sandboxes)
-        fprintf(stderr,
-                "cordond: warning: RLIMIT_NOFILE %llu (fs.nr_open %llu) serves %u sandboxes, fewer than "
-                "max_sandboxes %u: creates past them are refused (429)\n",
-                (unsigned long long) nofile.rlim_cur, (unsigned long long) nr_open, d->fd_sandboxes,
-                d->cfg.max_sandboxes);
+    /* What clients, exec pipes and pulls take beside the sandboxes': a sixteenth, 64 to 4,096 fds. */
+    rlim_t reserve = nofile.rlim_cur / 16 < 64                ? 64
+                     : nofile.rlim_cur / 16 > CDN_FDS_RESERVE ? CDN_FDS_RESERVE
+                                                              : nofile.rlim_cur / 16;
     d->fd_limit = (uint64_t) nofile.rlim_cur;
+    d->fd_budget = nofile.rlim_cur > reserve ? (uint64_t) (nofile.rlim_cur - reserve) : 0;
+    uint64_t fit = d->fd_budget / CDN_FDS_TYPICAL;
+    if (fit < d->cfg.max_sandboxes)
+        fprintf(stderr,
+                "cordond: warning: RLIMIT_NOFILE %llu (fs.nr_open %llu; raising it needs CAP_SYS_RESOURCE) "
+                "serves about %llu sandboxes of %d fds, fewer than max_sandboxes %u: creates past it are "
+                "refused (429)\n",
+                (unsigned long long) nofile.rlim_cur, (unsigned long long) nr_open, (unsigned long long) fit,
+                CDN_FDS_TYPICAL, d->cfg.max_sandboxes);
 }
 
 static int bind_policy_setup(struct daemon *d)

@@ -98,10 +98,10 @@ struct box_budget {
 
 /* The first event line of a kind (an event type, a violation kind), kept when the ring drops it. */
 #define EVENTS_PINNED 40
-/* The fds a sandbox holds in cordond, with room: measured 5 (container, process), 7 (an egress
- * policy's), +1 with checkpoints; a VM's a few more. And what the rest may take at most. */
-#define CDN_FDS_PER_SANDBOX 12
-#define CDN_FDS_RESERVE     4096
+/* cordond's fds (box.c cdn_box_fds): at start RLIMIT_NOFILE is raised to max_sandboxes of
+ * CDN_FDS_TYPICAL each, and CDN_FDS_RESERVE more at most is kept for clients, execs and pulls. */
+#define CDN_FDS_TYPICAL 8
+#define CDN_FDS_RESERVE 4096
 struct pinned_event {
     char key[32];
     uint64_t seq; /* its number in the log */
@@ -193,7 +193,7 @@ struct box {
     struct protected_src *psrc;
     size_t n_psrc;
     bool psrc_noted;
-    bool holding;                        /* counted in n_holding */
+    unsigned holding;                    /* its fds counted in fd_used (cdn_box_fds), 0: not counted */
     bool cleaned;                        /* cleanup() ran: init reaped, tier resources released */
     char image_manifest[CDN_DIGEST_MAX]; /* its OCI image's manifest digest, else "" (images.c) */
     struct evbuffer *events;             /* NDJSON lines, oldest dropped past a cap (box-events.c) */
@@ -234,10 +234,11 @@ struct daemon {
     LIST_HEAD(, box) dying; /* deleted, waiting for init's exit to clean up */
     unsigned n_boxes;       /* live ones (starting, running, or exited and not yet reaped) */
     unsigned n_ended;       /* ended ones kept for retention_s: still listed, at most max_sandboxes */
-    /* The fd budget (cordond.c fd_budget): boxes whose tier may still hold fds of cordond's (made,
-     * pooled, adopted, deleted and not yet cleaned up), and how many RLIMIT_NOFILE (fd_limit) serves. */
-    unsigned n_holding, fd_sandboxes;
-    uint64_t fd_limit;
+    /* The fd budget (cordond.c fd_budget): the boxes whose tier may still hold fds of cordond's
+     * (made, pooled, adopted, deleted and not yet cleaned up), the fds they hold by cdn_box_fds, and
+     * what the sandboxes may have of RLIMIT_NOFILE (fd_limit): the rest is kept for the others. */
+    unsigned n_holding;
+    uint64_t fd_used, fd_budget, fd_limit;
     bool stopping;
     int *kept_slots; /* slots whose emptied cgroups wait for the next sandbox (box.c) */
     size_t n_kept, cap_kept;
@@ -310,6 +311,8 @@ int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, struct cdn_box_w
 /* Whether cdn_box_respawn would take b now: 0, or -EBUSY and err (paused, starting, dying, in a pool,
  * a sibling, or in a verifier step). Asked before anything else changes (its trajectory). */
 int cdn_box_respawn_check(const struct box *b, struct cdn_error *err);
+/* The fds of cordond's a sandbox of spec holds, by the budget's count (registry.h, box.c). */
+unsigned cdn_box_fds(const struct cdn_spec *spec);
 /* A request on b: its idle timeout counts from now. */
 void cdn_box_touch(struct box *b);
 /* A new lifetime of ms from now (0: none) or idle timeout (0: none); the record follows. */

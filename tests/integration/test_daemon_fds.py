@@ -15,7 +15,8 @@ from cordon import Sandbox
 from cordonlib import Daemon, wait_for
 
 LIMIT = 600
-PER_SANDBOX, RESERVE = 12, 75  # registry.h CDN_FDS_PER_SANDBOX; an eighth of the limit, 64 at least
+RESERVE = 64  # a sixteenth of the limit, 64 at least (cordond.c fd_budget)
+FDS = 5  # what box.c cdn_box_fds counts for these sandboxes' spec (measured: 4.8-4.9)
 
 
 def test_a_create_past_the_fd_budget_is_a_clear_429(shared_dir):
@@ -24,25 +25,25 @@ def test_a_create_past_the_fd_budget_is_a_clear_429(shared_dir):
     made = []
     try:
         fds = d.endpoint.json("GET", "/v1/health")["fds"]
-        fit = (LIMIT - RESERVE) // PER_SANDBOX
-        assert fds == {"limit": LIMIT, "sandboxes": fit, "holding": 0}, fds
-        assert f"RLIMIT_NOFILE {LIMIT}" in d.output() and f"serves {fit} sandboxes" in d.output()
+        fit = (LIMIT - RESERVE) // FDS
+        assert fds == {"limit": LIMIT, "budget": LIMIT - RESERVE, "used": 0, "holding": 0}, fds
+        assert f"warning: RLIMIT_NOFILE {LIMIT}" in d.output()
         spec = {"nofile": 256}  # within cordond's hard limit, which the sandboxes inherit
         for _ in range(fit):
             made.append(Sandbox.create(endpoint=d.endpoint, **spec))
         with pytest.raises(cordon.CordonError) as e:
             made.append(Sandbox.create(endpoint=d.endpoint, **spec))
         assert e.value.status == 429 and e.value.code == "too_many_sandboxes", e.value
-        assert f"RLIMIT_NOFILE {LIMIT}" in str(e.value) and f"serve {fit} sandboxes" in str(e.value), e.value
+        assert f"RLIMIT_NOFILE {LIMIT}" in str(e.value) and f"the {fit} that exist" in str(e.value), e.value
         # refused before the fds ran out: cordond has room left, and what exists works
         assert len(os.listdir(f"/proc/{d.proc.pid}/fd")) < LIMIT - RESERVE // 2
         assert all(sb.exec("true").exit_code == 0 for sb in made)
-        assert d.endpoint.json("GET", "/v1/health")["fds"]["holding"] == fit
+        assert d.endpoint.json("GET", "/v1/health")["fds"]["used"] == fit * FDS
         made.pop().kill()  # one gone (its teardown done): one more fits
         wait_for(lambda: d.endpoint.json("GET", "/v1/health")["fds"]["holding"] < fit, what="the teardown")
         made.append(Sandbox.create(endpoint=d.endpoint, **spec))
         metrics = d.http("GET", "/metrics")[1].decode()
-        assert f"cordon_fd_sandboxes {fit}\n" in metrics and f"cordon_fd_sandboxes_holding {fit}\n" in metrics
+        assert f"cordon_fd_budget {LIMIT - RESERVE}\n" in metrics and f"cordon_fd_budget_used {fit * FDS}\n" in metrics
     finally:
         for sb in made:
             sb.kill()
