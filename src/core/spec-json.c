@@ -276,7 +276,7 @@ static int decode_field(struct cdn_spec *spec, const char *key, json_t *v, struc
             return cdn_error_field(err, EINVAL, "checkpoints",
                                    "checkpoints: true, false or \"" CDN_CHECKPOINT_EVERY_STEP "\"");
         spec->checkpoints = json_is_true(v);
-        spec->checkpoint_every_step &= spec->checkpoints;
+        spec->checkpoint_every_step = false;
         return 0;
     }
     if (strcmp(key, "read_only") == 0) {
@@ -319,6 +319,13 @@ int cdn_spec_from_json(struct cdn_spec *spec, const char *json, size_t len, stru
                                jerr.column, jerr.text);
     if (!json_is_object(root))
         return cdn_error_field(err, EINVAL, "", "spec: must be a JSON object");
+    /* "checkpoint": "every_step" is "checkpoints": "every_step": with a "checkpoints" too, which
+     * one won would be the keys' order. */
+    const char *ck = json_string_value(json_object_get(root, "checkpoint"));
+    if (ck && strcmp(ck, CDN_CHECKPOINT_EVERY_STEP) == 0 && json_object_get(root, "checkpoints"))
+        return cdn_error_field(err, EINVAL, "checkpoint",
+                               "checkpoint: \"" CDN_CHECKPOINT_EVERY_STEP "\" is checkpoints \"" CDN_CHECKPOINT_EVERY_STEP
+                               "\": give one of the two");
     const char *key;
     json_t *v;
     json_object_foreach(root, key, v)

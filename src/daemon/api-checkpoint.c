@@ -271,23 +271,61 @@ static json_t *take(struct box *b, int *status, const char **code, struct cdn_er
     if (dfd >= 0)
         (void) fsync(dfd); /* the names */
     (void) snprintf(b->last_checkpoint, sizeof b->last_checkpoint, "%s", ck);
+    if (b->checkpoint_ev) /* one due after the last step: this one is of the same files */
+        (void) evtimer_del(b->checkpoint_ev);
     cdn_box_event(b, "checkpoint", json_pack("{s:s}", "id", ck));
     return rec;
 }
 
 /* ---- "every_step" ---- */
 
+/* The checkpoints "every_step" took of b: ck is one more, and past every_step_keep the oldest goes
+ * (its record first, as a DELETE does). One a rollback is on its way to stays: a rollback clones its
+ * image at once. A cordond that restarts forgets which they were: they stay until deleted. */
+static void keep_newest(struct box *b, const char *ck)
+{
+    unsigned keep = cdn_daemon->cfg.every_step_keep;
+    if (!keep || !ck)
+        return;
+    if (b->n_auto_cks == b->cap_auto_cks && b->n_auto_cks < keep) {
+        unsigned cap = b->cap_auto_cks ? b->cap_auto_cks * 2 : 8;
+        cap = cap < keep ? cap : keep;
+        char(*more)[24] = realloc(b->auto_cks, cap * sizeof *b->auto_cks);
+        if (!more)
+            return;
+        b->auto_cks = more, b->cap_auto_cks = cap;
+    }
+    if (b->n_auto_cks == keep) {
+        struct cdn_error err = {0};
+        _cleanup_close_ int dir = ck_dir(&err);
+        char name[64];
+        (void) snprintf(name, sizeof name, "%s.json", b->auto_cks[0]);
+        if (dir >= 0 && unlinkat(dir, name, 0) == 0) {
+            (void) snprintf(name, sizeof name, "%s.img", b->auto_cks[0]);
+            (void) unlinkat(dir, name, 0);
+            cdn_box_event(b, "checkpoint_deleted",
+                          json_pack("{s:s, s:s}", "id", b->auto_cks[0], "why", "every_step_keep"));
+        }
+        memmove(b->auto_cks, b->auto_cks + 1, (keep - 1) * sizeof *b->auto_cks);
+        b->n_auto_cks--;
+    }
+    (void) snprintf(b->auto_cks[b->n_auto_cks++], sizeof *b->auto_cks, "%s", ck);
+}
+
 static void after_step(evutil_socket_t fd, short what, void *arg)
 {
     (void) fd, (void) what;
     struct box *b = arg;
+    if (b->state != BOX_RUNNING || b->dying)
+        return; /* its step ended it: nothing to checkpoint */
     int status;
     const char *code;
     struct cdn_error err = {0};
     json_t *rec = take(b, &status, &code, &err);
-    if (rec)
+    if (rec) {
+        keep_newest(b, json_string_value(json_object_get(rec, "id")));
         json_decref(rec);
-    else
+    } else
         cdn_box_event(b, "checkpoint_failed",
                       json_pack("{s:s, s:i, s:s}", "code", code, "status", status, "error", err.msg));
 }

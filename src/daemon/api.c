@@ -5,6 +5,7 @@
  * (unix socket mode 0600: root; TCP: the bearer token); their requests are
  * still hostile input: every body is parsed with jansson, every field
  * checked, and every error is a JSON body naming the field and the reason. */
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -226,7 +227,7 @@ static void route_trajectory(struct evhttp_request *req, const char *id)
         char *end;
         errno = 0;
         unsigned long long n = v ? strtoull(v, &end, 10) : 0;
-        if (v && (!*v || *end || errno || *v == '-' || *v == '+' ||
+        if (v && (!isdigit((unsigned char) *v) || *end || errno || n > INT64_MAX ||
                   (i == 1 && (n < 1 || n > CDN_TRAJ_PAGE_STEPS_MAX)))) {
             evhttp_clear_headers(&q);
             return cdn_api_reply_error(req, 400, "invalid_argument", names[i],

@@ -13,6 +13,7 @@
  * and when init's pidfd reports its exit (every process of the sandbox is
  * gone then) the tier removes the cgroup and the record goes. */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -303,6 +304,7 @@ static void box_free(struct box *b)
         event_free(b->start_ev);
     if (b->checkpoint_ev)
         event_free(b->checkpoint_ev);
+    free(b->auto_cks);
     cdn_box_events_free(b);
     b->layer_mnt = safe_close(b->layer_mnt);
     json_decref(b->final_usage);
@@ -1122,27 +1124,47 @@ void cdn_box_create_prepared(struct cdn_spec *spec, struct cdn_box_waiter w, con
 
 /* ---- rollback: a new init in place ---- */
 
-static void *close_fd(void *arg)
+/* The closer: one thread, for good, that closes the fds it is sent (closer[1]). */
+static int closer[2] = {-1, -1};
+
+static void *closer_main(void *arg)
 {
-    (void) close((int) (intptr_t) arg);
-    return NULL;
+    (void) arg;
+    for (;;) {
+        int fd;
+        ssize_t n = read(closer[0], &fd, sizeof fd);
+        if (n == (ssize_t) sizeof fd)
+            (void) close(fd);
+        else if (n == 0 || (n < 0 && errno != EINTR))
+            return NULL;
+    }
 }
 
-/* Closed by a thread of its own, when the last close is slow: that of a layer's mount unmounts its
- * ext4 (~6 ms here), which the thread's close pays while the caller goes on. The thread only closes
- * (no allocation, so it never holds a lock a child cloned meanwhile could need). */
+/* Closed by the closer, when the last close is slow: that of a layer's mount unmounts its ext4
+ * (~6 ms here), which the closer's close pays while the caller goes on. One thread made once and
+ * never ended, which only reads and closes: no thread is born or ends beside the children cordond
+ * clones (whose libc, or a sanitizer's, could find a lock held), and none holds a lock. */
 static void close_in_thread(int fd)
 {
-    pthread_attr_t attr;
-    pthread_t t;
+    static bool started;
     if (fd < 0)
         return;
-    if (pthread_attr_init(&attr) != 0)
-        return (void) close(fd);
-    bool ok = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
-              pthread_create(&t, &attr, close_fd, (void *) (intptr_t) fd) == 0;
-    (void) pthread_attr_destroy(&attr);
-    if (!ok)
+    if (!started) {
+        started = true;
+        pthread_attr_t attr;
+        pthread_t t;
+        bool ok = pipe2(closer, O_CLOEXEC) == 0 && pthread_attr_init(&attr) == 0;
+        if (ok) {
+            ok = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+                 pthread_create(&t, &attr, closer_main, NULL) == 0;
+            (void) pthread_attr_destroy(&attr);
+        }
+        if (ok)
+            (void) fcntl(closer[1], F_SETFL, O_NONBLOCK); /* full: closed here, below */
+        else
+            closer[0] = safe_close(closer[0]), closer[1] = safe_close(closer[1]);
+    }
+    if (closer[1] < 0 || write(closer[1], &fd, sizeof fd) != (ssize_t) sizeof fd)
         (void) close(fd);
 }
 

@@ -151,6 +151,8 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         return set_count(&c->writable_stock, v, 0, 64);
     if (strcmp(name, "checkpoint-store-size") == 0 || strcmp(name, "checkpoint_store_size") == 0)
         return set_size(&c->checkpoint_store_bytes, v);
+    if (strcmp(name, "every-step-keep") == 0 || strcmp(name, "every_step_keep") == 0)
+        return set_count(&c->every_step_keep, v, 0, 1000000);
     if (strcmp(name, "bind-allow") == 0 || strcmp(name, "bind_allow") == 0) {
         if (c->n_bind_allow >= ELEMENTSOF(c->bind_allow)) {
             (void) snprintf(option_why, sizeof option_why, "at most %zu directories",
@@ -605,6 +607,7 @@ int main(int argc, char **argv)
         .max_connections = 1024,
         .net_pool = 4,
         .writable_stock = 4,
+        .every_step_keep = 32,
         .audit_rotate = 64ULL << 20,
         .audit_rate = CDN_AUDIT_RATE,
         .dns_budget = CDN_DNS_BUDGET_DEFAULT,

@@ -52,6 +52,7 @@ struct daemon_config {
     unsigned net_pool;       /* prepared network namespaces kept for sandboxes with network */
     unsigned writable_stock; /* container writable layers on disk made ahead, per size (docs/disk.md) */
     uint64_t checkpoint_store_bytes; /* a new checkpoint store's size (0: the state filesystem's) */
+    unsigned every_step_keep;        /* a sandbox's "every_step" checkpoints kept, the newest (0: all) */
     uint64_t audit_rotate;           /* egress.log is rotated past this size */
     unsigned audit_rate;             /* audit lines per sandbox and second (0: no limit) */
     char monitor_rules[256];         /* rule file (src/monitor/rules.h); empty: the shipped default */
@@ -145,9 +146,11 @@ struct box {
     int layer_mnt;
     char last_checkpoint[24];
     struct event *checkpoint_ev; /* checkpoints "every_step": the one due after a step (1 ms on) */
-    bool protect_pending;        /* a VM guest changes its protected paths (api.c: guest_protect) */
-    struct pool *pool;           /* while it waits in a warm pool (pool.c): not in the API's list */
-    void *throttle; /* the streaming call whose slow client paused our reading of init (api-exec.c) */
+    char (*auto_cks)[24];        /* … and those it took, oldest first (at most every_step_keep) */
+    unsigned n_auto_cks, cap_auto_cks;
+    bool protect_pending; /* a VM guest changes its protected paths (api.c: guest_protect) */
+    struct pool *pool;    /* while it waits in a warm pool (pool.c): not in the API's list */
+    void *throttle;       /* the streaming call whose slow client paused our reading of init (api-exec.c) */
     struct event *throttle_ev;
     bool pool_ready; /* … and is running (else still starting) */
     double created_unix;

@@ -505,3 +505,30 @@ def test_checkpoints_of_a_sandbox_on_an_oci_image(cd, oci_layout):
             assert kid.exec("echo mine > /testbed/new/f && cat /testbed/new/f").stdout == "mine\n"
         sb.rollback(ck)
         assert sb.exec(look).stdout == at_ck.stdout
+
+
+def test_every_step_keeps_the_newest_checkpoints(shared_dir):
+    """every_step_keep (cordond's option, 32 by default): a sandbox's every_step checkpoints beyond
+    it go, the oldest first, so that a sandbox that rewrites its files at every step cannot fill the
+    store for all the others; one asked for stays."""
+    for d in state_daemon(shared_dir, "--every-step-keep", "2"):
+        with Sandbox.create(endpoint=d.endpoint, trajectory="keep/1", checkpoints="every_step") as sb:
+            asked = None
+            for k in range(4):
+                assert sb.exec(f"echo {k} > /workspace/k", step=k).exit_code == 0
+                if k == 0:
+                    time.sleep(0.2)
+                    asked = sb.checkpoint()  # of step 1's files, as the automatic one: both stay
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                got = cordon.checkpoints(sandbox=sb.id, endpoint=d.endpoint)
+                if [c["step"] for c in got if c["id"] != asked["id"]] == [3, 4]:
+                    break
+                time.sleep(0.05)
+            assert [c["step"] for c in got if c["id"] != asked["id"]] == [3, 4], got
+            assert asked["id"] in [c["id"] for c in got]
+            gone = [e for e in sb.events() if e["type"] == "checkpoint_deleted"]
+            assert len(gone) == 2 and all(e["why"] == "every_step_keep" for e in gone), gone
+            [kid] = sb.fork(1, checkpoint=got[-1]["id"])  # the newest restores
+            with kid:
+                assert kid.exec("cat /workspace/k").stdout == "3\n"
