@@ -324,8 +324,8 @@ int cdn_spec_from_json(struct cdn_spec *spec, const char *json, size_t len, stru
     const char *ck = json_string_value(json_object_get(root, "checkpoint"));
     if (ck && strcmp(ck, CDN_CHECKPOINT_EVERY_STEP) == 0 && json_object_get(root, "checkpoints"))
         return cdn_error_field(err, EINVAL, "checkpoint",
-                               "checkpoint: \"" CDN_CHECKPOINT_EVERY_STEP "\" is checkpoints \"" CDN_CHECKPOINT_EVERY_STEP
-                               "\": give one of the two");
+                               "checkpoint: \"" CDN_CHECKPOINT_EVERY_STEP
+                               "\" is checkpoints \"" CDN_CHECKPOINT_EVERY_STEP "\": give one of the two");
     const char *key;
     json_t *v;
     json_object_foreach(root, key, v)
