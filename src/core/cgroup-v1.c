@@ -256,7 +256,6 @@ static int v1_stats(struct cdn_cgroup *cg, struct cdn_cgroup_stats *ret)
     return 0;
 }
 
-/* Whether each pid listed in `want` is listed in `have` (cgroup.procs contents). */
 /* Whether the n bytes at w are a line of have. */
 static bool listed(const char *have, const char *w, size_t n)
 {
@@ -269,6 +268,7 @@ static bool listed(const char *have, const char *w, size_t n)
     return false;
 }
 
+/* Whether each pid listed in `want` is listed in `have` (cgroup.procs contents). */
 static bool all_listed(const char *want, const char *have)
 {
     for (const char *w = want; *w;) {
