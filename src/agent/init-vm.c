@@ -193,6 +193,9 @@ static int write_file(const char *path, const char *text)
     return n == (ssize_t) strlen(text) ? 0 : -EIO;
 }
 
+/* The network IDENTITY (or a RESUME) set: a fork's guest comes back with its parent's. */
+static uint32_t net_ip, net_gateway, net_resolver;
+
 /* eth0's address, its link up, the default route through the host end. */
 static int eth0_config(const struct cdn_identity *id)
 {
@@ -212,8 +215,33 @@ static int eth0_config(const struct cdn_identity *id)
     put_addr(&rt.rt_dst, 0);
     put_addr(&rt.rt_genmask, 0);
     put_addr(&rt.rt_gateway, id->gateway);
-    if (r == 0 && ioctl(s, SIOCADDRT, &rt) < 0)
+    if (r == 0 && net_gateway) { /* a RESUME's: the old route goes (if the address change has not) */
+        put_addr(&rt.rt_gateway, net_gateway);
+        (void) ioctl(s, SIOCDELRT, &rt);
+        put_addr(&rt.rt_gateway, id->gateway);
+    }
+    if (r == 0 && ioctl(s, SIOCADDRT, &rt) < 0 && errno != EEXIST)
         r = -errno;
+    if (r == 0)
+        net_ip = id->ip, net_gateway = id->gateway;
+    return r;
+}
+
+/* /etc/resolv.conf of a resumed guest whose resolver changed: the root is read-only by now, so a
+ * file of a tmpfs of its own is bound over it, read-only (over the last such, which goes). */
+static int rebind_resolv_conf(const char *conf)
+{
+    static const char dir[] = "/run/cordon-resolv";
+    (void) umount2("/etc/resolv.conf", MNT_DETACH); /* a RESUME's earlier bind; else EINVAL */
+    if ((mkdir(dir, 0700) < 0 && errno != EEXIST) ||
+        mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0755") < 0)
+        return -errno;
+    int r = write_file("/run/cordon-resolv/resolv.conf", conf);
+    if (r == 0 && (mount("/run/cordon-resolv/resolv.conf", "/etc/resolv.conf", NULL, MS_BIND, NULL) < 0 ||
+                   mount(NULL, "/etc/resolv.conf", NULL,
+                         MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0))
+        r = -errno;
+    (void) umount2(dir, MNT_DETACH); /* the bind keeps its tmpfs */
     return r;
 }
 
@@ -228,6 +256,12 @@ static int vm_network(const struct cdn_identity *id)
     char conf[64];
     (void) snprintf(conf, sizeof conf, "nameserver %u.%u.%u.%u\n", id->resolver >> 24,
                     (id->resolver >> 16) & 255, (id->resolver >> 8) & 255, id->resolver & 255);
+    bool resumed = net_resolver != 0;
+    if (resumed && net_resolver == id->resolver)
+        return 0;
+    net_resolver = id->resolver;
+    if (resumed)
+        return rebind_resolv_conf(conf);
     struct stat st; /* an image's may be a link into a resolver's /run: ours replaces it */
     if (lstat("/etc/resolv.conf", &st) == 0 && S_ISLNK(st.st_mode))
         (void) unlink("/etc/resolv.conf");
@@ -903,13 +937,13 @@ const char *cdn_vm_failed_step(void)
 /* The identity's seed mixed into the pool (credited), then the CRNG reseeded from it at once:
  * without the reseed, siblings from one snapshot would keep producing the same bytes until the
  * kernel's next scheduled reseed. */
-static int seed_random(const struct cdn_identity *id)
+static int seed_random(const uint8_t seed[CDN_IDENTITY_SEED])
 {
     struct {
         int entropy_count, buf_size; /* struct rand_pool_info */
         uint8_t bytes[CDN_IDENTITY_SEED];
     } e = {.entropy_count = CDN_IDENTITY_SEED * 8, .buf_size = CDN_IDENTITY_SEED};
-    memcpy(e.bytes, id->seed, CDN_IDENTITY_SEED);
+    memcpy(e.bytes, seed, CDN_IDENTITY_SEED);
     _cleanup_close_ int fd = open("/dev/urandom", O_WRONLY | O_CLOEXEC);
     if (fd < 0 || ioctl(fd, RNDADDENTROPY, &e) < 0 || ioctl(fd, RNDRESEEDCRNG) < 0)
         return -errno;
@@ -968,6 +1002,24 @@ static int vm_user(const struct cdn_identity *id)
     return 0;
 }
 
+int cdn_vm_resume(uint64_t time_ns, const uint8_t seed[CDN_IDENTITY_SEED], uint32_t ip, uint32_t gateway,
+                  uint32_t resolver, uint8_t prefix)
+{
+    if (!vm_guest_mode)
+        return -EPERM;
+    struct timespec ts = {.tv_sec = (time_t) (time_ns / 1000000000u),
+                          .tv_nsec = (long) (time_ns % 1000000000u)};
+    if (clock_settime(CLOCK_REALTIME, &ts) < 0)
+        return -errno;
+    int r = seed_random(seed);
+    if (r < 0 || !ip || (ip == net_ip && gateway == net_gateway && resolver == net_resolver))
+        return r; /* no network, or the same sandbox's (a rollback) */
+    if (prefix > 30 || !net_ip)
+        return -EINVAL; /* a guest saved without a network has no device set up for one */
+    struct cdn_identity id = {.ip = ip, .gateway = gateway, .resolver = resolver, .prefix = prefix};
+    return vm_network(&id);
+}
+
 int cdn_vm_identity(const struct cdn_identity *id)
 {
     if (!vm_guest_mode)
@@ -977,7 +1029,7 @@ int cdn_vm_identity(const struct cdn_identity *id)
                           .tv_nsec = (long) (id->time_ns % 1000000000u)};
     if (clock_settime(CLOCK_REALTIME, &ts) < 0)
         return -errno;
-    int r = seed_random(id);
+    int r = seed_random(id->seed);
     if (r < 0)
         return r;
     (void) mkdir("/etc", 0755);

@@ -20,6 +20,7 @@
  * whole life: there init carries on without a host and takes the next
  * connection that arrives (a restarted cordond); a new connection replaces
  * the old one. Output and exits that happen while no host is connected are lost. */
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -53,6 +54,9 @@ static uint8_t inbuf[CDN_FRAME_HEADER + CDN_FRAME_MAX];
 static size_t inlen;
 static uint8_t *out;
 static size_t outlen, outcap;
+/* A VM guest held for a memory checkpoint (CDN_FRAME_HOLD): nothing goes out, no command's output is
+ * read, until the host lets go (or hangs up). */
+static bool held;
 
 static const int forwarded[] = {SIGHUP,  SIGINT,   SIGQUIT, SIGTERM, SIGUSR1,
                                 SIGUSR2, SIGWINCH, SIGCONT, SIGALRM};
@@ -67,6 +71,7 @@ static void close_conn(void)
         (void) close(conn);
     conn = -1;
     outlen = inlen = 0;
+    held = false;
     cdn_files_reset();
 }
 
@@ -82,7 +87,7 @@ static void check_port(void)
 static void flush_out(void)
 {
     size_t done = 0;
-    while (conn >= 0 && done < outlen) {
+    while (conn >= 0 && !held && done < outlen) {
         ssize_t n = write(conn, out + done, outlen - done);
         if (n < 0 && errno == EINTR)
             continue;
@@ -101,7 +106,7 @@ static void flush_out(void)
 
 static void wait_for_host(void)
 {
-    while (conn >= 0 && outlen > OUT_HIGH / 2) {
+    while (conn >= 0 && !held && outlen > OUT_HIGH / 2) {
         struct pollfd p = {.fd = conn, .events = POLLOUT};
         if (poll(&p, 1, -1) < 0 && errno != EINTR)
             close_conn();
@@ -143,7 +148,7 @@ void cdn_agent_send(uint16_t type, uint32_t channel, const void *p, uint32_t len
 
 bool cdn_agent_room(void)
 {
-    return conn >= 0 && outlen <= OUT_LOW;
+    return conn >= 0 && !held && outlen <= OUT_LOW;
 }
 
 void cdn_agent_error(uint32_t channel, int errnum, const char *what)
@@ -256,6 +261,47 @@ static void read_frames(void)
     }
 }
 
+/* CDN_FRAME_HOLD (frame.h), a VM guest's: its answer to ON is the last thing written, whole, before
+ * it holds; RESUME drops what the old host was owed, as a hang-up does (close_conn). */
+static void hold(uint32_t channel, const uint8_t *p, uint32_t len)
+{
+    if (guest_port < 0 || channel != 0 || len < 1) {
+        cdn_agent_error(channel, EOPNOTSUPP, "hold");
+        return;
+    }
+    if (p[0] == CDN_HOLD_OFF) {
+        held = false;
+    } else if (p[0] == CDN_HOLD_ON) {
+        uint8_t ack = CDN_HOLD_ON;
+        held = false;
+        cdn_agent_send(CDN_FRAME_HOLD, 0, &ack, 1);
+        for (int i = 0; conn >= 0 && outlen && i < 500; i++) { /* 10 s at most for a live host */
+            struct pollfd pf = {.fd = conn, .events = POLLOUT};
+            (void) poll(&pf, 1, 20);
+            flush_out();
+        }
+        held = conn >= 0 && !outlen;
+    } else if (p[0] == CDN_HOLD_RESUME && len == CDN_HOLD_RESUME_LEN) {
+        uint64_t t;
+        uint32_t net[3]; /* ip, gateway, resolver */
+        memcpy(&t, p + 1, sizeof t);
+        memcpy(net, p + 9 + CDN_IDENTITY_SEED, sizeof net);
+        explicit_bzero(out, outlen);
+        outlen = 0;
+        held = false;
+        cdn_exec_forget_channels();
+        cdn_files_reset();
+        int r = cdn_vm_resume(le64toh(t), p + 9, le32toh(net[0]), le32toh(net[1]), le32toh(net[2]),
+                              p[9 + CDN_IDENTITY_SEED + 12]);
+        if (r < 0)
+            cdn_agent_error(0, -r, "resume");
+        else
+            cdn_agent_send(CDN_FRAME_DONE, 0, NULL, 0);
+    } else {
+        cdn_agent_error(channel, EINVAL, "hold");
+    }
+}
+
 static void dispatch(const struct cdn_frame_header *hp, const uint8_t *payload)
 {
     const struct cdn_frame_header h = *hp;
@@ -340,6 +386,9 @@ static void dispatch(const struct cdn_frame_header *hp, const uint8_t *payload)
     }
     case CDN_FRAME_PING:
         cdn_agent_send(CDN_FRAME_PONG, h.channel, payload, (uint32_t) len);
+        break;
+    case CDN_FRAME_HOLD:
+        hold(h.channel, payload, len);
         break;
     case CDN_FRAME_CALL:
         cdn_call_start(h.channel, payload, len);
@@ -427,10 +476,10 @@ int cdn_agent_main(void)
         guest_port = conn;
     while ((conn >= 0 || listener >= 0 || guest_port >= 0) && !cdn_exec_shutdown_due()) {
         size_t n = 3;
-        pfd[0] = (struct pollfd){.fd = conn, .events = POLLIN | (outlen ? POLLOUT : 0)};
+        pfd[0] = (struct pollfd){.fd = conn, .events = POLLIN | (outlen && !held ? POLLOUT : 0)};
         pfd[1] = (struct pollfd){.fd = sfd, .events = POLLIN};
         pfd[2] = (struct pollfd){.fd = listener, .events = POLLIN}; /* fd -1 is ignored by poll */
-        cdn_exec_poll_add(pfd, &n, MAX_POLL, outlen <= OUT_LOW);
+        cdn_exec_poll_add(pfd, &n, MAX_POLL, !held && outlen <= OUT_LOW);
         cdn_vm_poll_add(pfd, &n, MAX_POLL);
         cdn_call_poll_add(pfd, &n, MAX_POLL);
         cdn_watch_poll_add(pfd, &n, MAX_POLL);

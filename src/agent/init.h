@@ -41,6 +41,10 @@ int cdn_vm_setup(void);
 void cdn_vm_poweroff(void);
 /* IDENTITY (a guest restored from a snapshot): clock, entropy, machine-id, hostname. */
 int cdn_vm_identity(const struct cdn_identity *id);
+/* A guest restored from a memory checkpoint (CDN_FRAME_HOLD's CDN_HOLD_RESUME): the host's clock,
+ * fresh randomness. 0 or -errno. */
+int cdn_vm_resume(uint64_t time_ns, const uint8_t seed[CDN_IDENTITY_SEED], uint32_t ip, uint32_t gateway,
+                  uint32_t resolver, uint8_t prefix);
 /* The protected paths of IDENTITY (init-vm.c): read-only binds, guarded opens. cdn_vm_verifier()
  * lets every open through while a verifier step runs (on) and guards again after it (off). */
 int cdn_vm_protect(const struct cdn_identity *id);

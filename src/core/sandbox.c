@@ -35,6 +35,7 @@ void cdn_sandbox_init(struct cdn_sandbox *sb, const struct cdn_spec *spec)
         .netns_fd = -EBADF,
         .fanotify_fd = -EBADF,
         .layer_from_fd = -EBADF,
+        .memory_from_fd = -EBADF,
     };
     cdn_sandbox_new_id(sb->id);
     sb->cgroup.dirfd = -EBADF;

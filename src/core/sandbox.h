@@ -55,6 +55,9 @@ struct cdn_sandbox {
      * files keep on disk; -EBADF: a fresh layer. Borrowed. */
     int layer_from_fd;
     uint32_t layer_from_base;
+    /* Set by the caller before create (tier microvm): a memory checkpoint's saved guest to restore
+     * (cdn_tier_ops.save_memory), which then starts as it was then; -EBADF: a new guest. Borrowed. */
+    int memory_from_fd;
     /* The tier's own state (its accelerator, a guest's last usage report, …), owned by the tier:
      * made by create or restore/adopt, kept after destroy for describe(), freed by release()
      * (tiers/tier.h). NULL for tiers without any. */

@@ -490,11 +490,20 @@ int cdn_spec_validate(const struct cdn_spec *spec, struct cdn_error *err)
         return cdn_error_field(err, EINVAL, "checkpoints",
                                "checkpoints: \"" CDN_CHECKPOINT_EVERY_STEP
                                "\" checkpoints after each step of a trajectory: name one (\"trajectory\")");
-    if ((spec->checkpoints || spec->checkpoint) && spec->tier != CDN_TIER_CONTAINER)
+    /* Tier microvm: checkpoints of the whole guest (its files live in its RAM). QEMU 7.2 cannot save
+     * a guest that has a 9p share mounted: the host image's /usr and the binds come that way. */
+    bool vm = spec->tier == CDN_TIER_MICROVM;
+    if ((spec->checkpoints || spec->checkpoint) && spec->tier != CDN_TIER_CONTAINER && !vm)
         return cdn_error_field(err, EOPNOTSUPP, ck,
-                               "%s: tier %s keeps no checkpoints yet (tier container does)", ck,
+                               "%s: tier %s keeps no checkpoints (tiers container and microvm do)", ck,
                                cdn_tier_to_string(spec->tier));
-    if ((spec->checkpoints || spec->checkpoint) && spec->disk != CDN_DISK_DISK)
+    if ((spec->checkpoints || spec->checkpoint) && vm && (strcmp(spec->image, "host") == 0 || spec->n_mounts))
+        return cdn_error_field(err, EOPNOTSUPP, ck,
+                               "%s: tier microvm keeps checkpoints of a guest on an OCI image without "
+                               "mounts only (the host image's /usr and mounts are 9p shares, which QEMU "
+                               "cannot save)",
+                               ck);
+    if ((spec->checkpoints || spec->checkpoint) && !vm && spec->disk != CDN_DISK_DISK)
         return cdn_error_field(err, EINVAL, ck,
                                "%s: a checkpoint is of a writable layer on disk (disk \"disk\")", ck);
     size_t hl = strlen(spec->hostname);

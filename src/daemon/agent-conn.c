@@ -8,6 +8,7 @@
  * closes the connection; frames for channels no request holds (a request
  * given up on, an old host's command in a guest) are dropped. */
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +35,10 @@ const char *cdn_agent_frame_name(uint16_t type)
         [CDN_FRAME_IDENTITY] = "IDENTITY",   [CDN_FRAME_POLICY] = "POLICY",
         [CDN_FRAME_VIOLATION] = "VIOLATION", [CDN_FRAME_USAGE] = "USAGE",
         [CDN_FRAME_CALL] = "CALL",           [CDN_FRAME_RESULT] = "RESULT",
-        [CDN_FRAME_STARTED] = "STARTED",     [CDN_FRAME_CONTROL] = "CONTROL",
+        [CDN_FRAME_CANCEL] = "CANCEL",       [CDN_FRAME_WINDOW] = "WINDOW",
+        [CDN_FRAME_PROTECTED] = "PROTECTED", [CDN_FRAME_STARTED] = "STARTED",
+        [CDN_FRAME_CONTROL] = "CONTROL",     [CDN_FRAME_TCP] = "TCP",
+        [CDN_FRAME_PROTECT] = "PROTECT",     [CDN_FRAME_HOLD] = "HOLD",
     };
     static char unknown[16];
     if (type < sizeof names / sizeof names[0] && names[type])
@@ -120,6 +124,14 @@ static bool last_payload_ok(uint16_t type, const uint8_t *p, uint32_t len)
  * the connection is gone. */
 static bool deliver(struct agent_conn *c, const struct cdn_frame_header *h)
 {
+    if (h->channel == 0 && h->type == CDN_FRAME_HOLD) { /* init holds: cdn_agent_conn_hold() waits for it */
+        if (!c->holding || h->length != 1 || payload[0] != CDN_HOLD_ON) {
+            cdn_agent_conn_fail(c, "a HOLD frame not asked for");
+            return false;
+        }
+        c->held = true;
+        return true;
+    }
     struct agent_req *r = find(c, h->channel);
     if (!r) {
         if (h->channel == 0 && c->on_event)
@@ -144,10 +156,9 @@ static bool deliver(struct agent_conn *c, const struct cdn_frame_header *h)
     return c->bev != NULL;
 }
 
-static void on_read(struct bufferevent *bev, void *arg)
+/* Every whole frame of in, delivered. */
+static void parse(struct agent_conn *c, struct evbuffer *in)
 {
-    struct agent_conn *c = arg;
-    struct evbuffer *in = bufferevent_get_input(bev);
     for (;;) {
         uint8_t hdr[CDN_FRAME_HEADER];
         struct cdn_frame_header h;
@@ -166,6 +177,62 @@ static void on_read(struct bufferevent *bev, void *arg)
         if (!deliver(c, &h))
             return;
     }
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+    parse(arg, bufferevent_get_input(bev));
+}
+
+int cdn_agent_conn_hold(struct agent_conn *c, int timeout_ms)
+{
+    uint8_t op = CDN_HOLD_ON;
+    int r = cdn_agent_conn_send(c, CDN_FRAME_HOLD, 0, 0, &op, 1);
+    if (r < 0)
+        return r;
+    int fd = bufferevent_getfd(c->bev);
+    struct evbuffer *out = bufferevent_get_output(c->bev), *in = bufferevent_get_input(c->bev);
+    struct timespec t0, t;
+    (void) clock_gettime(CLOCK_MONOTONIC, &t0);
+    c->holding = true;
+    c->held = false;
+    /* Our frames out, init's in (delivered as the loop would: they are the requests' own), until
+     * its answer. Its end, or a protocol violation, closes c as in the loop. */
+    while (c->bev && !c->held) {
+        (void) clock_gettime(CLOCK_MONOTONIC, &t);
+        long left = timeout_ms - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
+        struct pollfd p = {.fd = fd, .events = POLLIN | (evbuffer_get_length(out) ? POLLOUT : 0)};
+        int n = left > 0 ? poll(&p, 1, (int) left) : 0;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            r = n < 0 ? -errno : -ETIMEDOUT;
+            break;
+        }
+        /* The bufferevent's own buffers: it freezes the ends it alone moves (its input's end, its
+         * output's start), as its own reads and writes here. */
+        if (p.revents & POLLOUT) {
+            (void) evbuffer_unfreeze(out, 1);
+            int k = evbuffer_write(out, fd);
+            (void) evbuffer_freeze(out, 1);
+            if (k < 0 && errno != EAGAIN && errno != EINTR) {
+                hang_up(c);
+                break;
+            }
+        }
+        if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+            (void) evbuffer_unfreeze(in, 0);
+            int k = evbuffer_read(in, fd, 65536);
+            (void) evbuffer_freeze(in, 0);
+            if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) {
+                hang_up(c);
+                break;
+            }
+            parse(c, in);
+        }
+    }
+    c->holding = false;
+    return c->held ? 0 : !c->bev ? -EPIPE : r;
 }
 
 static void on_event(struct bufferevent *bev, short what, void *arg)

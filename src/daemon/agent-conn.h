@@ -56,7 +56,8 @@ struct agent_conn {
      * callee checks it and calls cdn_agent_conn_fail() for one init never sends. */
     void (*on_event)(struct agent_conn *c, uint16_t type, const uint8_t *p, uint32_t len, void *arg);
     void *arg;
-    char failure[192]; /* the protocol violation that closed it; empty otherwise */
+    char failure[192];  /* the protocol violation that closed it; empty otherwise */
+    bool holding, held; /* cdn_agent_conn_hold() waits for init's HOLD; it came */
 };
 
 int cdn_agent_conn_open(struct agent_conn *c, struct event_base *base, int fd);
@@ -71,6 +72,10 @@ int cdn_agent_conn_send(struct agent_conn *c, uint16_t type, uint16_t flags, uin
 /* The same, with fd (SCM_RIGHTS) on its first byte, on channel 0: only when nothing waits to be
  * written (-EAGAIN: try again later). A socket connection only. */
 int cdn_agent_conn_send_fd(struct agent_conn *c, uint16_t type, const void *p, uint32_t len, int fd);
+/* Ask init to hold (CDN_FRAME_HOLD, a VM guest's, before QEMU saves it) and wait up to timeout_ms
+ * for its answer, delivering what comes before it: 0, or -errno (-EPIPE: the connection closed). The
+ * caller lets go with a HOLD frame of CDN_HOLD_OFF. */
+int cdn_agent_conn_hold(struct agent_conn *c, int timeout_ms);
 /* Stop/resume reading frames from init (a slow streaming client: init then
  * stops reading its commands' output, and they block). */
 void cdn_agent_conn_pause(struct agent_conn *c, bool pause);

@@ -140,6 +140,118 @@ static int write_record(int dir, const char *ck, json_t *rec, struct cdn_error *
     return 0;
 }
 
+/* A checkpoint's new id. */
+static int new_id(char ck[CDN_CHECKPOINT_ID_LEN + 1], struct cdn_error *err)
+{
+    uint8_t rnd[8];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t) sizeof rnd)
+        return cdn_error_set(err, errno, "getrandom: %m");
+    (void) snprintf(ck, CDN_CHECKPOINT_ID_LEN + 1, "ck-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1],
+                    rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    return 0;
+}
+
+/* Free space of the store and of the state file system under it: less than need, err and 507. */
+static bool room_for(struct box *b, int dir, uint64_t need, int *status, const char **code,
+                     struct cdn_error *err)
+{
+    struct statfs sfs;
+    if ((fstatfs(dir, &sfs) == 0 && (uint64_t) sfs.f_bavail * (uint64_t) sfs.f_bsize < need) ||
+        (statfs(cdn_state_dir(), &sfs) == 0 && (uint64_t) sfs.f_bavail * (uint64_t) sfs.f_bsize < need)) {
+        *status = 507, *code = "insufficient_storage";
+        cdn_error_set(err, ENOSPC,
+                      "checkpoint of sandbox %s: the checkpoint store (or the state filesystem under it) has "
+                      "%llu MiB free, less than %llu MiB (the checkpointable containers' layers, and a "
+                      "guest's memory): delete checkpoints",
+                      b->sb.id, (unsigned long long) ((uint64_t) sfs.f_bavail * (uint64_t) sfs.f_bsize >> 20),
+                      (unsigned long long) (need >> 20));
+        return false;
+    }
+    return true;
+}
+
+/* A checkpoint's record written (and its directory's names synced): b's newest. */
+static json_t *keep_record(struct box *b, int dir, const char *ck, const char *file, json_t *rec,
+                           uint64_t step, struct cdn_error *err)
+{
+    if (rec && b->spec.trajectory &&
+        (json_object_set_new(rec, "trajectory", json_string(b->spec.trajectory)) < 0 ||
+         json_object_set_new(rec, "step", json_integer((json_int_t) step)) < 0)) {
+        json_decref(rec);
+        rec = NULL;
+    }
+    if (!rec || write_record(dir, ck, rec, err) < 0) {
+        if (!rec)
+            cdn_error_set(err, ENOMEM, "out of memory");
+        json_decref(rec);
+        (void) unlinkat(dir, file, 0);
+        return NULL;
+    }
+    _cleanup_close_ int dfd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0)
+        (void) fsync(dfd); /* the names */
+    (void) snprintf(b->last_checkpoint, sizeof b->last_checkpoint, "%s", ck);
+    if (b->checkpoint_ev) /* one due after the last step: this one is of the same files */
+        (void) evtimer_del(b->checkpoint_ev);
+    cdn_box_event(b, "checkpoint", json_pack("{s:s}", "id", ck));
+    return rec;
+}
+
+static double ms_between(const struct timespec *a, const struct timespec *b)
+{
+    return (double) (b->tv_sec - a->tv_sec) * 1e3 + (double) (b->tv_nsec - a->tv_nsec) / 1e6;
+}
+
+/* A microvm guest's checkpoint: the whole guest (its files are in its RAM), saved by QEMU into
+ * <ck>.vm while its init holds (CDN_FRAME_HOLD: the agent's stream is at a frame's end then, so a
+ * guest restored from it speaks to a new host from a clean start). */
+static json_t *take_memory(struct box *b, int dir, uint64_t step, int *status, const char **code,
+                           struct cdn_error *err)
+{
+    uint64_t need = (b->spec.limits.memory_mb + 512) << 20; /* its RAM, at most, and its kernel's */
+    struct box *o;
+    LIST_FOREACH(o, &cdn_daemon->boxes, link)
+    if (o->spec.checkpoints && o->spec.tier == CDN_TIER_CONTAINER && o->state != BOX_EXITED)
+        need += o->spec.limits.disk_mb << 20;
+    char ck[CDN_CHECKPOINT_ID_LEN + 1], file[64];
+    if (!room_for(b, dir, need, status, code, err) || new_id(ck, err) < 0)
+        return NULL;
+    (void) snprintf(file, sizeof file, "%s.vm", ck);
+    _cleanup_close_ int out = openat(dir, file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (out < 0) {
+        cdn_error_set(err, errno, "checkpoint %s: %m", ck);
+        return NULL;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* cordond waits (its init answers in ms): a guest that does not answer holds it up 5 s. */
+    int r = cdn_agent_conn_hold(&b->agent, 5000);
+    if (r < 0)
+        cdn_error_set(err, -r, "checkpoint of sandbox %s: its guest did not hold: %s", b->sb.id,
+                      r == -ETIMEDOUT ? "no answer in 5 s" : strerror(-r));
+    else
+        r = b->sb.tier->save_memory(&b->sb, out, err);
+    uint8_t off = CDN_HOLD_OFF;
+    (void) cdn_agent_conn_send(&b->agent, CDN_FRAME_HOLD, 0, 0, &off, 1);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    struct stat st = {0};
+    if (r == 0 && (fsync(out) < 0 || fstat(out, &st) < 0))
+        r = cdn_error_set(err, errno, "checkpoint of sandbox %s: %m", b->sb.id);
+    if (r < 0) {
+        (void) unlinkat(dir, file, 0);
+        if (err->errnum == ENOSPC || err->errnum == EDQUOT)
+            *status = 507, *code = "insufficient_storage";
+        return NULL;
+    }
+    _cleanup_free_ char *spec = cdn_spec_to_json(&b->spec);
+    json_t *sj = spec ? json_loads(spec, 0, NULL) : NULL;
+    json_t *rec = json_pack("{s:s, s:s, s:f, s:s, s:b, s:I, s:f, s:o?, s:s?}", "id", ck, "sandbox", b->sb.id,
+                            "created", now_unix(), "tier", "microvm", "memory", 1, "bytes",
+                            (json_int_t) st.st_size, "frozen_ms", ms_between(&t0, &t1), "spec", sj, "parent",
+                            b->last_checkpoint[0] ? b->last_checkpoint : NULL);
+    return keep_record(b, dir, ck, file, rec, step, err);
+}
+
 /* Take a checkpoint of b; its record (owned) or NULL with *status, *code and err. */
 static json_t *take(struct box *b, int *status, const char **code, struct cdn_error *err)
 {
@@ -147,10 +259,8 @@ static json_t *take(struct box *b, int *status, const char **code, struct cdn_er
     *code = "checkpoint_failed";
     if (!b->spec.checkpoints) {
         *status = 409, *code = "checkpoints_off";
-        cdn_error_set(
-            err, EOPNOTSUPP,
-            "sandbox %s keeps no checkpoints: create it with \"checkpoints\": true (tier container)",
-            b->sb.id);
+        cdn_error_set(err, EOPNOTSUPP,
+                      "sandbox %s keeps no checkpoints: create it with \"checkpoints\": true", b->sb.id);
         return NULL;
     }
     if (b->state != BOX_RUNNING || b->dying) {
@@ -168,6 +278,8 @@ static json_t *take(struct box *b, int *status, const char **code, struct cdn_er
     int store = cdn_layer_store_fd();
     if (dir < 0)
         return NULL;
+    if (b->spec.tier == CDN_TIER_MICROVM && b->sb.tier->save_memory)
+        return take_memory(b, dir, step, status, code, err);
     _cleanup_close_ int layers = openat(store, "layers", O_PATH | O_DIRECTORY | O_CLOEXEC);
     _cleanup_close_ int file = layers < 0 ? -1 : openat(layers, b->sb.id, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     uint32_t base;
@@ -182,31 +294,14 @@ static json_t *take(struct box *b, int *status, const char **code, struct cdn_er
     uint64_t need = 0;
     struct box *o;
     LIST_FOREACH(o, &cdn_daemon->boxes, link)
-    if (o->spec.checkpoints && o->state != BOX_EXITED)
+    if (o->spec.checkpoints && o->spec.tier == CDN_TIER_CONTAINER && o->state != BOX_EXITED)
         need += o->spec.limits.disk_mb << 20;
-    struct statfs sfs;
-    if ((fstatfs(dir, &sfs) == 0 && (uint64_t) sfs.f_bavail * (uint64_t) sfs.f_bsize < need) ||
-        (statfs(cdn_state_dir(), &sfs) == 0 && (uint64_t) sfs.f_bavail * (uint64_t) sfs.f_bsize < need)) {
-        *status = 507, *code = "insufficient_storage";
-        cdn_error_set(
-            err, ENOSPC,
-            "checkpoint of sandbox %s: the checkpoint store (or the state filesystem under it) has %llu MiB "
-            "free, less than the checkpointable sandboxes' layers (%llu MiB): delete checkpoints",
-            b->sb.id, (unsigned long long) ((uint64_t) sfs.f_bavail * (uint64_t) sfs.f_bsize >> 20),
-            (unsigned long long) (need >> 20));
+    if (!room_for(b, dir, need, status, code, err))
         return NULL;
-    }
     int root = layer_root(b, file, err);
-    if (root < 0)
-        return NULL;
-    uint8_t rnd[8];
-    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t) sizeof rnd) {
-        cdn_error_set(err, errno, "getrandom: %m");
-        return NULL;
-    }
     char ck[CDN_CHECKPOINT_ID_LEN + 1], img[64];
-    (void) snprintf(ck, sizeof ck, "ck-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1], rnd[2], rnd[3],
-                    rnd[4], rnd[5], rnd[6], rnd[7]);
+    if (root < 0 || new_id(ck, err) < 0)
+        return NULL;
     (void) snprintf(img, sizeof img, "%s.img", ck);
     _cleanup_close_ int out = openat(dir, img, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (out < 0) {
@@ -251,30 +346,9 @@ static json_t *take(struct box *b, int *status, const char **code, struct cdn_er
     json_t *sj = spec ? json_loads(spec, 0, NULL) : NULL;
     json_t *rec = json_pack("{s:s, s:s, s:f, s:I, s:I, s:f, s:o?, s:s?}", "id", ck, "sandbox", b->sb.id,
                             "created", now_unix(), "disk_mb", (json_int_t) b->spec.limits.disk_mb, "uid_base",
-                            (json_int_t) base, "frozen_ms",
-                            (double) (t1.tv_sec - t0.tv_sec) * 1e3 + (double) (t1.tv_nsec - t0.tv_nsec) / 1e6,
-                            "spec", sj, "parent", b->last_checkpoint[0] ? b->last_checkpoint : NULL);
-    if (rec && b->spec.trajectory &&
-        (json_object_set_new(rec, "trajectory", json_string(b->spec.trajectory)) < 0 ||
-         json_object_set_new(rec, "step", json_integer((json_int_t) step)) < 0)) {
-        json_decref(rec);
-        rec = NULL;
-    }
-    if (!rec || write_record(dir, ck, rec, err) < 0) {
-        if (!rec)
-            cdn_error_set(err, ENOMEM, "out of memory");
-        json_decref(rec);
-        (void) unlinkat(dir, img, 0);
-        return NULL;
-    }
-    _cleanup_close_ int dfd = openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0)
-        (void) fsync(dfd); /* the names */
-    (void) snprintf(b->last_checkpoint, sizeof b->last_checkpoint, "%s", ck);
-    if (b->checkpoint_ev) /* one due after the last step: this one is of the same files */
-        (void) evtimer_del(b->checkpoint_ev);
-    cdn_box_event(b, "checkpoint", json_pack("{s:s}", "id", ck));
-    return rec;
+                            (json_int_t) base, "frozen_ms", ms_between(&t0, &t1), "spec", sj, "parent",
+                            b->last_checkpoint[0] ? b->last_checkpoint : NULL);
+    return keep_record(b, dir, ck, img, rec, step, err);
 }
 
 /* ---- "every_step" ---- */
@@ -302,6 +376,8 @@ static void keep_newest(struct box *b, const char *ck)
         (void) snprintf(name, sizeof name, "%s.json", b->auto_cks[0]);
         if (dir >= 0 && unlinkat(dir, name, 0) == 0) {
             (void) snprintf(name, sizeof name, "%s.img", b->auto_cks[0]);
+            (void) unlinkat(dir, name, 0);
+            (void) snprintf(name, sizeof name, "%s.vm", b->auto_cks[0]);
             (void) unlinkat(dir, name, 0);
             cdn_box_event(b, "checkpoint_deleted",
                           json_pack("{s:s, s:s}", "id", b->auto_cks[0], "why", "every_step_keep"));
@@ -478,7 +554,38 @@ void cdn_api_checkpoint_route(struct evhttp_request *req, const char *path)
     (void) unlinkat(dir, name, 0); /* the record first: an image without one is nobody's */
     (void) snprintf(name, sizeof name, "%s.img", path);
     (void) unlinkat(dir, name, 0);
+    (void) snprintf(name, sizeof name, "%s.vm", path);
+    (void) unlinkat(dir, name, 0);
     cdn_api_reply_json(req, 200, json_pack("{s:s, s:b}", "id", path, "deleted", 1));
+}
+
+/* A new microvm guest restored from checkpoint rec's (a fork's, a resume's): the guest of then, of
+ * its image and shape (its RAM and vCPUs are the saved machine's), told of its own network. */
+static int prepare_guest(struct box *b, int dir, const json_t *rec, struct cdn_error *err)
+{
+    const char *ck = b->spec.checkpoint;
+    const json_t *spec = json_object_get(rec, "spec"), *lim = json_object_get(spec, "limits");
+    const char *image = json_string_value(json_object_get(spec, "image"));
+    json_int_t mb = json_integer_value(json_object_get(lim, "memory_mb"));
+    double cpus = json_number_value(json_object_get(lim, "cpus"));
+    if (!image || mb <= 0 || cpus <= 0)
+        return cdn_error_field(err, EBADMSG, "checkpoint", "checkpoint '%s': its record has no guest's spec",
+                               ck);
+    if (strcmp(image, b->spec.image) != 0)
+        return cdn_error_field(err, EINVAL, "checkpoint",
+                               "checkpoint '%s' is of a guest of image '%s', not '%s'", ck, image,
+                               b->spec.image);
+    char name[64];
+    (void) snprintf(name, sizeof name, "%s.vm", ck);
+    int fd = openat(dir, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return cdn_error_field(err, errno, "checkpoint", "checkpoint '%s': its saved guest: %m", ck);
+    b->spec.limits.memory_mb = (uint64_t) mb;
+    b->spec.limits.cpus = cpus;
+    b->spec.checkpoints = true;
+    b->sb.memory_from_fd = fd;
+    b->start_answers = b->sb.tier->start_answers - 1; /* set up already: its one answer is RESUME's */
+    return 0;
 }
 
 int cdn_checkpoint_prepare(struct box *b, struct cdn_error *err)
@@ -491,6 +598,13 @@ int cdn_checkpoint_prepare(struct box *b, struct cdn_error *err)
     _cleanup_json_ json_t *rec = ck_load(dir, b->spec.checkpoint, err);
     if (!rec)
         return -1;
+    const bool memory = json_is_true(json_object_get(rec, "memory"));
+    if (memory != (b->spec.tier == CDN_TIER_MICROVM))
+        return cdn_error_field(err, EINVAL, "checkpoint", "checkpoint '%s' is of a %s, not of tier %s",
+                               b->spec.checkpoint, memory ? "microvm guest" : "container",
+                               cdn_tier_to_string(b->spec.tier));
+    if (memory)
+        return prepare_guest(b, dir, rec, err);
     char img[64];
     (void) snprintf(img, sizeof img, "%s.img", b->spec.checkpoint);
     int fd = openat(dir, img, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -729,8 +843,10 @@ void cdn_checkpoint_sweep(void)
         char rec[64];
         if (n > 4 && strcmp(ce->d_name + n - 4, ".tmp") == 0) {
             (void) unlinkat(dirfd(cd), ce->d_name, 0);
-        } else if (n == CDN_CHECKPOINT_ID_LEN + 4 &&
-                   strcmp(ce->d_name + CDN_CHECKPOINT_ID_LEN, ".img") == 0) {
+        } else if ((n == CDN_CHECKPOINT_ID_LEN + 4 &&
+                    strcmp(ce->d_name + CDN_CHECKPOINT_ID_LEN, ".img") == 0) ||
+                   (n == CDN_CHECKPOINT_ID_LEN + 3 &&
+                    strcmp(ce->d_name + CDN_CHECKPOINT_ID_LEN, ".vm") == 0)) {
             (void) snprintf(rec, sizeof rec, "%.*s.json", CDN_CHECKPOINT_ID_LEN, ce->d_name);
             if (faccessat(dirfd(cd), rec, F_OK, AT_SYMLINK_NOFOLLOW) < 0 && errno == ENOENT)
                 (void) unlinkat(dirfd(cd), ce->d_name, 0);
@@ -831,12 +947,16 @@ void cdn_api_rollback(struct evhttp_request *req, struct box *b)
             "checkpoint '%s' is of sandbox %s, not of %s (nor the one it was made from)", ck, of ?: "?",
             b->sb.id);
     char img[64];
-    (void) snprintf(img, sizeof img, "%s.img", ck);
+    const bool memory = json_is_true(json_object_get(rec, "memory"));
+    if (memory != (b->spec.tier == CDN_TIER_MICROVM))
+        return cdn_api_reply_error(req, 409, "checkpoint_mismatch", "checkpoint",
+                                   "checkpoint '%s' is not of tier %s", ck, cdn_tier_to_string(b->spec.tier));
+    (void) snprintf(img, sizeof img, "%s.%s", ck, memory ? "vm" : "img");
     _cleanup_close_ int fd = openat(dir, img, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    uint32_t base;
-    if (fd < 0 || cdn_layer_uid_base(fd, &base) < 0)
-        return cdn_api_reply_error(req, 500, "internal", "checkpoint", "checkpoint '%s': its layer: %s", ck,
-                                   strerror(errno));
+    uint32_t base = 0;
+    if (fd < 0 || (!memory && cdn_layer_uid_base(fd, &base) < 0))
+        return cdn_api_reply_error(req, 500, "internal", "checkpoint", "checkpoint '%s': its %s: %s", ck,
+                                   memory ? "saved guest" : "layer", strerror(errno));
     /* Everything that could refuse it is asked first: past here its trajectory changes. */
     if (cdn_box_respawn_check(b, &err) < 0)
         return cdn_api_reply_cdn_error(req, 409, "sandbox_busy", &err);
@@ -859,7 +979,11 @@ void cdn_api_rollback(struct evhttp_request *req, struct box *b)
         return cdn_api_reply_cdn_error(req, err.errnum == EBUSY ? 409 : 500,
                                        err.errnum == EBUSY ? "step_in_progress" : "internal", &err);
     }
-    if (cdn_box_respawn(b, fd, base, (struct cdn_box_waiter){.done = rollback_done, .arg = op}, &err) < 0) {
+    b->sb.memory_from_fd = memory ? fd : -EBADF;
+    int r = cdn_box_respawn(b, memory ? -EBADF : fd, base,
+                            (struct cdn_box_waiter){.done = rollback_done, .arg = op}, &err);
+    b->sb.memory_from_fd = -EBADF;
+    if (r < 0) {
         cdn_api_reply_cdn_error(req, err.errnum == EBUSY ? 409 : 500,
                                 err.errnum == EBUSY ? "sandbox_busy" : "rollback_failed", &err);
         free(op);

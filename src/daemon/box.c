@@ -996,6 +996,7 @@ struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_e
     } else if ((b->sb.slot_hint = cdn_daemon->n_kept ? cdn_daemon->kept_slots[--cdn_daemon->n_kept] : -1),
                b->sb.tier->create(&b->sb, err) >= 0) {
         b->sb.layer_from_fd = safe_close(b->sb.layer_from_fd);
+        b->sb.memory_from_fd = safe_close(b->sb.memory_from_fd);
         b->sb.keep_cgroup = true; /* from now on its cgroup is worth keeping */
         /* What a verifier's sibling will bind of its read-write binds, before the agent runs. */
         if (b->spec.protect.n && b->spec.n_mounts)
@@ -1030,6 +1031,7 @@ struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_e
     }
     /* err says why; the tier left nothing behind */
     b->sb.layer_from_fd = safe_close(b->sb.layer_from_fd);
+    b->sb.memory_from_fd = safe_close(b->sb.memory_from_fd);
     if (b->spec.checkpoints)
         cdn_layer_forget(b->sb.id);
     cdn_egress_detach(b);
@@ -1210,7 +1212,8 @@ int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, struct cdn_box_w
     b->sb.slot_hint = slot;
     b->sb.keep_cgroup = false;
     b->state = BOX_STARTING;
-    b->start_answers = 0;
+    /* A guest restored with its memory was set up: its one answer is to HOLD's RESUME. */
+    b->start_answers = b->sb.memory_from_fd >= 0 ? b->sb.tier->start_answers - 1 : 0;
     cdn_box_event(b, "rollback", NULL);
     if ((b->sb.listen_fd = cdn_record_listen(b->sb.id)) < 0) {
         r = cdn_error_set(err, -b->sb.listen_fd, "agent socket: %s", strerror(-b->sb.listen_fd));

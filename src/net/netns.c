@@ -185,11 +185,16 @@ int cdn_netns_tap_bridge(uint32_t sandbox_ip)
     unsigned eth = if_nametoindex("eth0"), tapi = if_nametoindex("tap0"), br = 0;
     if (r == 0 && (!eth || !tapi))
         r = -ENODEV;
-    if (r == 0 && (r = new_bridge(nl, "br0")) == 0 && !(br = if_nametoindex("br0")))
+    /* A guest's again (a rollback's new QEMU): the bridge is there, with eth0 on it; the new tap joins. */
+    bool again = if_nametoindex("br0") != 0;
+    if (r == 0 && !again && (r = new_bridge(nl, "br0")) == 0 && !(br = if_nametoindex("br0")))
         r = -ENODEV;
+    if (again)
+        br = if_nametoindex("br0");
     /* The address goes first (and the default route with it): the guest answers for it now. */
-    if (r == 0 && (r = del_addr(nl, eth, sandbox_ip, 30)) == 0 && (r = set_master_up(nl, eth, br)) == 0 &&
-        (r = set_master_up(nl, tapi, br)) == 0)
+    if (r == 0 && !again && (r = del_addr(nl, eth, sandbox_ip, 30)) == 0)
+        r = set_master_up(nl, eth, br);
+    if (r == 0 && (r = set_master_up(nl, tapi, br)) == 0)
         r = link_up(nl, br);
     mnl_socket_close(nl);
     if (r < 0) {

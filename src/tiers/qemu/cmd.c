@@ -189,6 +189,11 @@ void cdn_qemu_cmd_build(struct cdn_qemu_cmd *q, const struct cdn_qemu_opts *o)
         add(q, fmt(q, "socket,id=qmp,fd=%d", o->boot == CDN_QEMU_TEMPLATE ? CDN_QEMU_FD4 : CDN_QEMU_FD4 + 1));
         add(q, "-mon");
         add(q, "chardev=qmp,mode=control");
+        /* A saved guest does not say whether it ran: a memory checkpoint is saved paused (a live
+         * save of a guest that dirties its RAM faster than it goes out would never end), and the
+         * guest restored from it runs at once, as from the template. */
+        add(q, "-global");
+        add(q, "migration.store-global-state=off");
     } else
         add(q, "-monitor"), add(q, "none");
     if (o->boot == CDN_QEMU_RESTORE) {

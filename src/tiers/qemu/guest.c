@@ -38,6 +38,10 @@ struct vm_state {
     bool disk_full;
     bool now_known; /* then: its commands' pids and its disk, as of that report */
     uint64_t pids, disk_used, disk_size;
+    /* A checkpointable guest's QMP connection (QEMU's fd 5), kept for its memory checkpoints; none
+     * for a guest booted cold or adopted from an earlier cordond. */
+    int qmp;
+    bool has_qmp;
 };
 
 /* sb's state, made at its first use; NULL: out of memory. */
@@ -92,6 +96,28 @@ static int send_identity(struct cdn_sandbox *sb)
     static uint8_t buf[16384];
     int n = cdn_identity_encode(buf, sizeof buf, &id);
     return n < 0 ? n : cdn_frame_send(sb->agent_fd, CDN_FRAME_IDENTITY, 0, buf, (uint32_t) n);
+}
+
+/* A guest restored from a memory checkpoint: HOLD's RESUME (frame.h), with the clock, fresh
+ * randomness and the sandbox's network (a fork's guest has its parent's); its DONE is its start's
+ * answer. */
+static int send_resume(struct cdn_sandbox *sb)
+{
+    uint8_t p[CDN_HOLD_RESUME_LEN];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t t =
+        (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec; /* little-endian, as frames are */
+    p[0] = CDN_HOLD_RESUME;
+    memcpy(p + 1, &t, sizeof t);
+    if (getrandom(p + 9, CDN_IDENTITY_SEED, 0) != (ssize_t) CDN_IDENTITY_SEED)
+        return -EIO;
+    uint32_t net[3] = {0};
+    if (sb->netns_fd >= 0 && sb->sandbox_ip)
+        net[0] = sb->sandbox_ip, net[1] = net[2] = sb->resolver_ip;
+    memcpy(p + 9 + CDN_IDENTITY_SEED, net, sizeof net);
+    p[9 + CDN_IDENTITY_SEED + 12] = net[0] ? 30 : 0;
+    return cdn_frame_send(sb->agent_fd, CDN_FRAME_HOLD, 0, p, sizeof p);
 }
 
 /* How the guest's init confines each command: the container tier's seccomp programs (the same
@@ -358,9 +384,16 @@ static pid_t launch(struct cdn_sandbox *sb, const struct cdn_qemu_cmd *q, struct
 static int greet(struct cdn_sandbox *sb, int *qmp, struct cdn_error *err)
 {
     int r = *qmp >= 0 ? cdn_qemu_restore(*qmp, sb->init_pidfd, err) : 0;
-    *qmp = safe_close(*qmp); /* QMP's work is done: QEMU keeps no monitor of ours */
+    struct vm_state *st = sb->tier_data;
+    if (r == 0 && *qmp >= 0 && sb->spec->checkpoints && st) { /* for its memory checkpoints */
+        st->qmp = TAKE_FD(*qmp);
+        st->has_qmp = true;
+    }
+    *qmp = safe_close(*qmp); /* else QMP's work is done: QEMU keeps no monitor of ours */
     if (r < 0)
         return r;
+    if (sb->memory_from_fd >= 0) /* set up as it was: it only learns that time went on */
+        return (r = send_resume(sb)) < 0 ? cdn_error_set(err, -r, "resume the guest: %s", strerror(-r)) : 0;
     if ((r = send_identity(sb)) < 0)
         return cdn_error_set(err, -r, "send the guest its identity: %s", strerror(-r));
     return send_policy(sb, err);
@@ -431,7 +464,14 @@ static int open_fds(struct cdn_sandbox *sb, const struct plan *p, struct launch 
 {
     char path[4300];
     int r;
-    if (p->boot == CDN_QEMU_RESTORE) {
+    if (sb->memory_from_fd >= 0 && p->boot != CDN_QEMU_RESTORE)
+        return cdn_error_field(err, EOPNOTSUPP, "checkpoint",
+                               "checkpoint: a memory checkpoint restores into a guest of the template's "
+                               "shape, not into one booted cold (CORDON_VM_BOOT=cold)");
+    if (sb->memory_from_fd >= 0) {
+        if ((l->state = fcntl(sb->memory_from_fd, F_DUPFD_CLOEXEC, 3)) < 0)
+            return cdn_error_set(err, errno, "the memory checkpoint: %m");
+    } else if (p->boot == CDN_QEMU_RESTORE) {
         (void) snprintf(path, sizeof path, "%s/state", p->snapshot);
         if ((l->state = open(path, O_RDONLY | O_CLOEXEC)) < 0)
             return cdn_error_set(err, errno, "open %s: %m", path);
@@ -651,6 +691,11 @@ int cdn_qemu_destroy(struct cdn_sandbox *sb)
     sb->init_pidfd = safe_close(sb->init_pidfd);
     sb->agent_fd = safe_close(sb->agent_fd);
     sb->setup_fd = safe_close(sb->setup_fd);
+    struct vm_state *st = sb->tier_data;
+    if (st && st->has_qmp) {
+        st->qmp = safe_close(st->qmp);
+        st->has_qmp = false;
+    }
     if (sb->cgroup.ops) { /* whatever QEMU left in it (nothing, normally), then the cgroup */
         (void) sb->cgroup.ops->kill_all(&sb->cgroup);
         (void) sb->cgroup.ops->destroy(&sb->cgroup);
@@ -659,6 +704,17 @@ int cdn_qemu_destroy(struct cdn_sandbox *sb)
     }
     remove_run_dir(sb); /* a full VM's snapshot of its disk */
     return 0;
+}
+
+int cdn_qemu_save_memory(struct cdn_sandbox *sb, int out, struct cdn_error *err)
+{
+    struct vm_state *st = sb->tier_data;
+    if (!st || !st->has_qmp)
+        return cdn_error_field(err, EOPNOTSUPP, "checkpoints",
+                               "sandbox %s: its QEMU has no monitor of this cordond's (a guest booted cold, "
+                               "or one an earlier cordond started): it keeps no new checkpoints",
+                               sb->id);
+    return cdn_qemu_save(st->qmp, out, err);
 }
 
 /* A persistent guest of an earlier cordond: its QEMU, by pid (the caller checked its start time). */

@@ -120,6 +120,9 @@ struct cdn_qemu_tier {
 int cdn_qemu_snapshot_dir(const struct cdn_qemu_tier *t, const struct cdn_vm_assets *vm, const char *accel,
                           uint64_t mem_mb, int smp, const char *disk, unsigned how, char *dir, size_t size,
                           struct cdn_error *err);
+/* A running guest's state (RAM and devices) into out, over its QMP socket (qm): paused meanwhile. */
+int cdn_qemu_save(int qm, int out, struct cdn_error *err);
+int cdn_qemu_save_memory(struct cdn_sandbox *sb, int out, struct cdn_error *err);
 /* Load a snapshot's state into a QEMU started with CDN_QEMU_RESTORE, over its QMP socket. */
 int cdn_qemu_restore(int qmp, int pidfd, struct cdn_error *err);
 
@@ -158,4 +161,4 @@ extern const struct cdn_tier_escape cdn_qemu_by_design[];
     .usage = cdn_qemu_usage, .set_limits = cdn_qemu_set_limits, .disk_full = cdn_qemu_disk_full,             \
     .destroy = cdn_qemu_destroy, .detach = cdn_qemu_detach, .adopt = cdn_qemu_adopt,                         \
     .forget = cdn_qemu_forget, .frame = cdn_qemu_frame, .describe = cdn_qemu_describe,                       \
-    .restore = cdn_qemu_restore_state, .release = cdn_qemu_release
+    .restore = cdn_qemu_restore_state, .release = cdn_qemu_release, .save_memory = cdn_qemu_save_memory

@@ -316,6 +316,47 @@ static const char *qemu_end(int pidfd)
     return buf;
 }
 
+int cdn_qemu_save(int qm, int out, struct cdn_error *err)
+{
+    /* Paused, then saved in one pass: a live save would chase a guest that dirties its RAM faster
+     * than it goes out (the guest's to choose) for ever. The guest restored from the template maps
+     * its RAM copy-on-write (not shared): the whole of it goes into the file, which then restores
+     * on its own. No bandwidth cap (QEMU's default, 128 MiB/s, is for a network shared with other
+     * guests). */
+    char reply[8192] = "";
+    int r;
+    if ((r = qmp(qm,
+                 "{\"execute\":\"migrate-set-parameters\",\"arguments\":{\"max-bandwidth\":"
+                 "1099511627776}}\n",
+                 reply, sizeof reply)) < 0 ||
+        (r = qmp(qm, "{\"execute\":\"stop\"}\n", reply, sizeof reply)) < 0)
+        return cdn_error_set(err, -r, "pause the guest (QMP: %s): %s", strerror(-r), reply);
+    if ((r = qmp_getfd(qm, out, "ck", reply, sizeof reply)) < 0 ||
+        (r = qmp(qm, "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"fd:ck\"}}\n", reply, sizeof reply)) <
+            0) {
+        cdn_error_set(err, -r, "save the guest (QMP: %s): %s", strerror(-r), reply);
+    } else {
+        for (int i = 0;; i++) {
+            if ((r = qmp(qm, "{\"execute\":\"query-migrate\"}\n", reply, sizeof reply)) < 0) {
+                cdn_error_set(err, -r, "save the guest (QMP query-migrate: %s): %s", strerror(-r), reply);
+                break;
+            }
+            if (strstr(reply, "\"completed\""))
+                break;
+            if (strstr(reply, "\"failed\"") || strstr(reply, "\"cancelled\"") || i > 600000) {
+                r = cdn_error_set(err, EIO, "saving the guest failed: %s", reply);
+                break;
+            }
+            (void) usleep(200);
+        }
+    }
+    /* It runs on, saved or not. */
+    int c = qmp(qm, "{\"execute\":\"cont\"}\n", reply, sizeof reply);
+    if (r == 0 && c < 0)
+        r = cdn_error_set(err, -c, "resume the guest after saving it (QMP: %s): %s", strerror(-c), reply);
+    return r;
+}
+
 int cdn_qemu_restore(int qm, int pidfd, struct cdn_error *err)
 {
     /* Load the state; the guest resumes by itself when it is in. */
