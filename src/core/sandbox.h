@@ -58,6 +58,9 @@ struct cdn_sandbox {
     /* Set by the caller before create (tier microvm): a memory checkpoint's saved guest to restore
      * (cdn_tier_ops.save_memory), which then starts as it was then; -EBADF: a new guest. Borrowed. */
     int memory_from_fd;
+    /* Set by the caller before create and adopt (cordond): where a checkpointable guest's QMP
+     * listens (QEMU's), so that a restarted cordond reaches it again; NULL: a pair of sockets. */
+    const char *qmp_socket;
     /* The tier's own state (its accelerator, a guest's last usage report, …), owned by the tier:
      * made by create or restore/adopt, kept after destroy for describe(), freed by release()
      * (tiers/tier.h). NULL for tiers without any. */

@@ -974,6 +974,8 @@ struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_e
     LIST_INIT(&b->followers);
     cdn_sandbox_init(&b->sb, &b->spec);
     cdn_session_init(&b->session, &b->sb, &cdn_box_session_ops, b);
+    cdn_record_path(b->sb.id, "qmp", b->qmp_socket, sizeof b->qmp_socket);
+    b->sb.qmp_socket = b->qmp_socket;
     b->sb.stdio_fd = cdn_daemon->devnull;
     b->sb.tier = cdn_tier_lookup(b->spec.tier);
     b->created_unix = now_unix();
@@ -1292,6 +1294,8 @@ static void adopt_one(const char *id, const char *path)
     cdn_sandbox_init(&b->sb, &b->spec);
     cdn_session_init(&b->session, &b->sb, &cdn_box_session_ops, b);
     (void) snprintf(b->sb.id, sizeof b->sb.id, "%s", rec.id);
+    cdn_record_path(b->sb.id, "qmp", b->qmp_socket, sizeof b->qmp_socket);
+    b->sb.qmp_socket = b->qmp_socket;
     b->sb.tier = cdn_tier_lookup(b->spec.tier);
     /* What the tier wrote into the record (a VM's: what runs the guest, how it started). */
     int r = b->sb.tier && b->sb.tier->restore ? b->sb.tier->restore(&b->sb, rec_json) : 0;

@@ -86,6 +86,8 @@ void cdn_record_remove(const char *id)
     (void) unlink(path);
     cdn_record_path(id, "sock", path, sizeof path);
     (void) unlink(path);
+    cdn_record_path(id, "qmp", path, sizeof path);
+    (void) unlink(path);
 }
 
 /* A socket for <id>.sock: *sa filled, the fd returned. */

@@ -145,6 +145,7 @@ struct box {
      * the last checkpoint taken of it (a new one's parent). */
     int layer_mnt;
     char last_checkpoint[24];
+    char qmp_socket[512]; /* <id>.qmp beside its record (sb.qmp_socket) */
     struct event *checkpoint_ev; /* checkpoints "every_step": the one due after a step (1 ms on) */
     char (*auto_cks)[24];        /* … and those it took, oldest first (at most every_step_keep) */
     unsigned n_auto_cks, cap_auto_cks;

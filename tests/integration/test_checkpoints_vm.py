@@ -11,6 +11,7 @@ checkpoint taken while a command streams its output leaves half a frame in the s
 restored guest's next frame fails to decode: the sandbox ends with a protocol violation); a QEMU,
 tap or cgroup left behind by a rollback (the autouse leak check)."""
 
+import os
 import threading
 import time
 
@@ -18,7 +19,7 @@ import pytest
 
 import cordon
 from cordon import Sandbox
-from cordonlib import state_daemon
+from cordonlib import Daemon, state_daemon
 
 pytestmark = pytest.mark.needs_vm
 
@@ -167,6 +168,31 @@ def test_a_fork_of_a_guest_keeps_the_egress_policy_on_its_own_network(egress_dae
             k.rollback(k.checkpoint())
             r = fetch(k, "pypi.test")
             assert r.exit_code == 0 and "host=pypi.test" in r.stdout, r
+
+
+def test_guest_checkpoints_survive_a_restart_of_cordond(shared_dir, busybox_image):
+    """A kill -9 of cordond: the guest runs on, adopted by the next one, which reaches its QEMU's
+    monitor again (it listens beside the sandbox's record): it checkpoints and rolls back as before."""
+    state = os.path.join(shared_dir, "state")
+    d = Daemon(shared_dir, "--state-dir", state, keep=True)
+    sb = vm(d, busybox_image)
+    sb.exec("echo one > /workspace/n")
+    ck1 = sb.checkpoint()
+    sb.exec("echo two > /workspace/n")
+    d.kill9()
+    d2 = Daemon(shared_dir, "--state-dir", state)
+    try:
+        again = Sandbox.connect(sb.id, endpoint=d2.endpoint)
+        assert again.exec("cat /workspace/n").stdout == "two\n"
+        ck2 = again.checkpoint()  # the adopted guest's
+        assert ck2["memory"] is True and ck2["parent"] is None, ck2
+        again.rollback(ck1)
+        assert again.exec("cat /workspace/n").stdout == "one\n"
+        again.rollback(ck2)
+        assert again.exec("cat /workspace/n").stdout == "two\n"
+        again.kill()
+    finally:
+        assert d2.stop() == 0, d2.output()
 
 
 def test_what_microvm_checkpoints_refuse(cd, busybox_image, shared_dir, tmp_path):

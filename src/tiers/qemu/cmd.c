@@ -186,7 +186,8 @@ void cdn_qemu_cmd_build(struct cdn_qemu_cmd *q, const struct cdn_qemu_opts *o)
         disk(q, &o->disk, bus);
     if (o->boot != CDN_QEMU_COLD) { /* QMP: fd 4 (template) or 5 (restore, whose state is fd 4) */
         add(q, "-chardev");
-        add(q, fmt(q, "socket,id=qmp,fd=%d", o->boot == CDN_QEMU_TEMPLATE ? CDN_QEMU_FD4 : CDN_QEMU_FD4 + 1));
+        add(q, fmt(q, "socket,id=qmp,fd=%d%s", o->boot == CDN_QEMU_TEMPLATE ? CDN_QEMU_FD4 : CDN_QEMU_FD4 + 1,
+                   o->qmp_listening ? ",server=on,wait=off" : ""));
         add(q, "-mon");
         add(q, "chardev=qmp,mode=control");
         /* A saved guest does not say whether it ran: a memory checkpoint is saved paused (a live

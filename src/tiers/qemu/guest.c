@@ -459,6 +459,28 @@ static int plan(struct cdn_sandbox *sb, const struct cdn_qemu_tier *t, struct pl
     return 0;
 }
 
+/* A checkpointable guest of cordond's: its QMP listens at sb->qmp_socket (one host at a time, as
+ * its agent's port), for the memory checkpoints a restarted cordond takes too. */
+static bool qmp_listens(const struct cdn_sandbox *sb)
+{
+    return sb->qmp_socket && sb->spec->checkpoints && sb->persistent;
+}
+
+static int qmp_listen(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path)
+        return -ENAMETOOLONG;
+    strcpy(sa.sun_path, path);
+    _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    (void) unlink(path);
+    if (bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 || listen(fd, 1) < 0)
+        return -errno;
+    return TAKE_FD(fd);
+}
+
 /* The fds QEMU gets (struct launch). */
 static int open_fds(struct cdn_sandbox *sb, const struct plan *p, struct launch *l, struct cdn_error *err)
 {
@@ -479,7 +501,13 @@ static int open_fds(struct cdn_sandbox *sb, const struct plan *p, struct launch 
     vm_state(sb)->restored = p->boot == CDN_QEMU_RESTORE; /* made by plan() */
     if ((r = agent_socket(sb, l->agent, err)) < 0)
         return r;
-    if (p->boot == CDN_QEMU_RESTORE && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, l->qmp) < 0)
+    if (p->boot == CDN_QEMU_RESTORE && qmp_listens(sb)) {
+        if ((l->qmp[1] = qmp_listen(sb->qmp_socket)) < 0)
+            return cdn_error_set(err, -l->qmp[1], "QMP's socket %s: %s", sb->qmp_socket,
+                                 strerror(-l->qmp[1]));
+        if ((l->qmp[0] = connect_to(l->qmp[1])) < 0)
+            return cdn_error_set(err, -l->qmp[0], "connect to QMP: %s", strerror(-l->qmp[0]));
+    } else if (p->boot == CDN_QEMU_RESTORE && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, l->qmp) < 0)
         return cdn_error_set(err, errno, "socketpair: %m");
     /* The sandbox's network: a tap bridged to its veth, in its namespace. */
     if (sb->netns_fd >= 0 && sb->sandbox_ip) {
@@ -516,19 +544,21 @@ int cdn_qemu_create(struct cdn_sandbox *sb, const struct cdn_qemu_tier *t, struc
     }
     struct cdn_qemu_disk d = {.path = *p.disk ? p.disk : NULL, .format = p.format};
     struct cdn_qemu_cmd q = {0};
-    cdn_qemu_cmd_build(&q, &(struct cdn_qemu_opts){.vm = &p.vm,
-                                                   .accel = p.accel,
-                                                   .mem_mb = p.mem_mb,
-                                                   .smp = p.smp,
-                                                   .boot = p.boot,
-                                                   .memdir = p.snapshot,
-                                                   .listening = sb->persistent && sb->listen_fd >= 0,
-                                                   .tap = l.tap >= 0,
-                                                   .binds = sb->spec->n_mounts > 0,
-                                                   .pci = t->pci,
-                                                   .initramfs = t->initramfs(&p.vm, &d),
-                                                   .append = t->append,
-                                                   .disk = d});
+    cdn_qemu_cmd_build(&q,
+                       &(struct cdn_qemu_opts){.vm = &p.vm,
+                                               .accel = p.accel,
+                                               .mem_mb = p.mem_mb,
+                                               .smp = p.smp,
+                                               .boot = p.boot,
+                                               .memdir = p.snapshot,
+                                               .listening = sb->persistent && sb->listen_fd >= 0,
+                                               .qmp_listening = p.boot == CDN_QEMU_RESTORE && qmp_listens(sb),
+                                               .tap = l.tap >= 0,
+                                               .binds = sb->spec->n_mounts > 0,
+                                               .pci = t->pci,
+                                               .initramfs = t->initramfs(&p.vm, &d),
+                                               .append = t->append,
+                                               .disk = d});
     int pidfd = -EBADF;
     pid_t pid = launch(sb, &q, &l, p.accel, p.snapshot, p.format ? tmpdir : NULL, &pidfd, err);
     if (pid < 0) {
@@ -711,8 +741,8 @@ int cdn_qemu_save_memory(struct cdn_sandbox *sb, int out, struct cdn_error *err)
     struct vm_state *st = sb->tier_data;
     if (!st || !st->has_qmp)
         return cdn_error_field(err, EOPNOTSUPP, "checkpoints",
-                               "sandbox %s: its QEMU has no monitor of this cordond's (a guest booted cold, "
-                               "or one an earlier cordond started): it keeps no new checkpoints",
+                               "sandbox %s: its QEMU has no monitor of cordond's (a guest booted cold): it "
+                               "keeps no memory checkpoints",
                                sb->id);
     return cdn_qemu_save(st->qmp, out, err);
 }
@@ -732,6 +762,17 @@ int cdn_qemu_adopt(struct cdn_sandbox *sb, struct cdn_error *err)
         return cdn_error_set(err, ENOMEM, "out of memory");
     if (!st->accel[0]) /* the record says; else as it was chosen */
         (void) snprintf(st->accel, sizeof st->accel, "%s", cdn_qemu_pick_accel(NULL));
+    /* Its QMP again, for its memory checkpoints (a QEMU of an older cordond has none listening). */
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (sb->qmp_socket && sb->spec->checkpoints && strlen(sb->qmp_socket) < sizeof sa.sun_path) {
+        strcpy(sa.sun_path, sb->qmp_socket);
+        _cleanup_close_ int q = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct cdn_error qe = {0};
+        if (q >= 0 && connect(q, (struct sockaddr *) &sa, sizeof sa) == 0 && cdn_qemu_qmp_open(q, &qe) == 0) {
+            st->qmp = TAKE_FD(q);
+            st->has_qmp = true;
+        }
+    }
     return 0;
 }
 

@@ -47,6 +47,7 @@ struct cdn_qemu_opts {
     enum cdn_qemu_boot boot;
     const char *memdir; /* template, restore: the directory of the guest's RAM file */
     bool listening;     /* fd 3 listens (a persistent sandbox's): QEMU accepts one host at a time */
+    bool qmp_listening; /* a restore's QMP (fd 5) listens too (a checkpointable guest's) */
     bool tap;           /* fd 6 is the sandbox's tap; else the network device is on nothing */
     bool binds;         /* the spec binds paths: the share, else an empty directory */
     bool pci;           /* -M q35 (PCI, firmware: tier vm); else -M microvm (virtio-mmio) */
@@ -123,6 +124,8 @@ int cdn_qemu_snapshot_dir(const struct cdn_qemu_tier *t, const struct cdn_vm_ass
 /* A running guest's state (RAM and devices) into out, over its QMP socket (qm): paused meanwhile. */
 int cdn_qemu_save(int qm, int out, struct cdn_error *err);
 int cdn_qemu_save_memory(struct cdn_sandbox *sb, int out, struct cdn_error *err);
+/* A new QMP connection's greeting read and its capabilities negotiated (a restarted cordond's). */
+int cdn_qemu_qmp_open(int qm, struct cdn_error *err);
 /* Load a snapshot's state into a QEMU started with CDN_QEMU_RESTORE, over its QMP socket. */
 int cdn_qemu_restore(int qmp, int pidfd, struct cdn_error *err);
 

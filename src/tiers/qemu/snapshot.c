@@ -316,6 +316,16 @@ static const char *qemu_end(int pidfd)
     return buf;
 }
 
+int cdn_qemu_qmp_open(int qm, struct cdn_error *err)
+{
+    char reply[4096] = "";
+    int r;
+    if ((r = qmp(qm, NULL, reply, sizeof reply)) < 0 ||
+        (r = qmp(qm, "{\"execute\":\"qmp_capabilities\"}\n", reply, sizeof reply)) < 0)
+        return cdn_error_set(err, -r, "QMP: %s: %s", strerror(-r), reply);
+    return 0;
+}
+
 int cdn_qemu_save(int qm, int out, struct cdn_error *err)
 {
     /* Paused, then saved in one pass: a live save would chase a guest that dirties its RAM faster
