@@ -511,11 +511,13 @@ class Sandbox:
         return trajectory(tid, self._ep)
 
     # ---- checkpoints and forks (create with checkpoints=True; docs/trajectories.md) ----
-    def checkpoint(self):
+    def checkpoint(self, memory=None):
         """Freeze this sandbox's files as they are now into a checkpoint (only what changed since
         the last one costs space); returns its record: {"id": "ck-…", "sandbox", "created",
-        "step" (the trajectory's steps then), …}. Processes go on; their writes wait meanwhile."""
-        return self._ep.json("POST", f"{self._path}/checkpoints", {})
+        "step" (the trajectory's steps then), …}. Processes go on; their writes wait meanwhile.
+        A microvm guest's checkpoint is the whole guest, its memory too ("memory": true in the
+        record); memory=True/False says which one the caller expects (400 when it is not this tier's)."""
+        return self._ep.json("POST", f"{self._path}/checkpoints", {} if memory is None else {"memory": memory})
 
     def checkpoints(self):
         """This sandbox's checkpoints, oldest first."""
@@ -882,9 +884,9 @@ class AsyncSandbox:
             o.update({k: v for k, v in page.items() if k not in ("steps", "from")})
         return o
 
-    async def checkpoint(self):
+    async def checkpoint(self, memory=None):
         """As Sandbox.checkpoint."""
-        return await self._ep.ajson("POST", f"{self._path}/checkpoints", {})
+        return await self._ep.ajson("POST", f"{self._path}/checkpoints", {} if memory is None else {"memory": memory})
 
     async def checkpoints(self):
         return (await self._ep.ajson("GET", f"{self._path}/checkpoints"))["checkpoints"]

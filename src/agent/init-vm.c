@@ -227,22 +227,22 @@ static int eth0_config(const struct cdn_identity *id)
     return r;
 }
 
-/* /etc/resolv.conf of a resumed guest whose resolver changed: the root is read-only by now, so a
- * file of a tmpfs of its own is bound over it, read-only (over the last such, which goes). */
-static int rebind_resolv_conf(const char *conf)
+/* The image root's upper layer (a tmpfs, O_PATH), kept past the disk's setup: where init's own
+ * files of the root are (/etc/resolv.conf), for a RESUME to rewrite. */
+static int upper_keep = -1;
+
+/* /etc/resolv.conf of a resumed guest whose resolver changed. The root is read-only by now; the
+ * file is init's, in the overlay's upper layer (written there at IDENTITY), rewritten in place
+ * through the layer, whose path no command can reach or change (/etc is the read-only root's). */
+static int rewrite_resolv_conf(const char *conf)
 {
-    static const char dir[] = "/run/cordon-resolv";
-    (void) umount2("/etc/resolv.conf", MNT_DETACH); /* a RESUME's earlier bind; else EINVAL */
-    if ((mkdir(dir, 0700) < 0 && errno != EEXIST) ||
-        mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0755") < 0)
+    if (upper_keep < 0)
+        return -EOPNOTSUPP;
+    _cleanup_close_ int f =
+        openat(upper_keep, "u/etc/resolv.conf", O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
+    if (f < 0)
         return -errno;
-    int r = write_file("/run/cordon-resolv/resolv.conf", conf);
-    if (r == 0 && (mount("/run/cordon-resolv/resolv.conf", "/etc/resolv.conf", NULL, MS_BIND, NULL) < 0 ||
-                   mount(NULL, "/etc/resolv.conf", NULL,
-                         MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) < 0))
-        r = -errno;
-    (void) umount2(dir, MNT_DETACH); /* the bind keeps its tmpfs */
-    return r;
+    return write(f, conf, strlen(conf)) == (ssize_t) strlen(conf) ? 0 : -EIO;
 }
 
 /* eth0 as the container tier's eth0 is: the sandbox's address on its /30, the host end as the
@@ -261,7 +261,7 @@ static int vm_network(const struct cdn_identity *id)
         return 0;
     net_resolver = id->resolver;
     if (resumed)
-        return rebind_resolv_conf(conf);
+        return rewrite_resolv_conf(conf);
     struct stat st; /* an image's may be a link into a resolver's /run: ours replaces it */
     if (lstat("/etc/resolv.conf", &st) == 0 && S_ISLNK(st.st_mode))
         (void) unlink("/etc/resolv.conf");
@@ -709,7 +709,7 @@ static int vm_image_disk(const char *workdir, uint32_t disk_mb)
     (void) snprintf(fdp, sizeof fdp, "/proc/self/fd/%d", image_upper_fd);
     if (mount(NULL, fdp, NULL, MS_REMOUNT | MS_NOSUID | MS_NODEV, opt) < 0)
         return -errno;
-    (void) close(image_upper_fd);
+    upper_keep = image_upper_fd; /* kept (rewrite_resolv_conf) */
     image_upper_fd = -1;
     for (size_t i = 0; i < sizeof disk_dirs / sizeof disk_dirs[0]; i++) {
         struct stat st;
@@ -808,6 +808,12 @@ void cdn_vm_freeze_commands(bool on)
             return;
         (void) usleep(2000);
     }
+}
+
+void cdn_vm_hold_commands(bool on)
+{
+    if (vm_guest_mode)
+        cdn_vm_freeze_commands(on);
 }
 
 bool cdn_vm_commands_gone(void)

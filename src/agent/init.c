@@ -31,6 +31,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/signalfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "init.h"
@@ -57,6 +58,7 @@ static size_t outlen, outcap;
 /* A VM guest held for a memory checkpoint (CDN_FRAME_HOLD): nothing goes out, no command's output is
  * read, until the host lets go (or hangs up). */
 static bool held;
+static struct timespec held_since;
 
 static const int forwarded[] = {SIGHUP,  SIGINT,   SIGQUIT, SIGTERM, SIGUSR1,
                                 SIGUSR2, SIGWINCH, SIGCONT, SIGALRM};
@@ -71,6 +73,8 @@ static void close_conn(void)
         (void) close(conn);
     conn = -1;
     outlen = inlen = 0;
+    if (held)
+        cdn_vm_hold_commands(false);
     held = false;
     cdn_files_reset();
 }
@@ -263,6 +267,13 @@ static void read_frames(void)
 
 /* CDN_FRAME_HOLD (frame.h), a VM guest's: its answer to ON is the last thing written, whole, before
  * it holds; RESUME drops what the old host was owed, as a hang-up does (close_conn). */
+static void release(void)
+{
+    if (held)
+        cdn_vm_hold_commands(false);
+    held = false;
+}
+
 static void hold(uint32_t channel, const uint8_t *p, uint32_t len)
 {
     if (guest_port < 0 || channel != 0 || len < 1) {
@@ -270,17 +281,25 @@ static void hold(uint32_t channel, const uint8_t *p, uint32_t len)
         return;
     }
     if (p[0] == CDN_HOLD_OFF) {
+        release();
+    } else if (p[0] == CDN_HOLD_ON && len == CDN_HOLD_ON_LEN) {
+        /* The commands stop first (a guest restored from this moment lets them go only once it has
+         * its new clock, randomness and network); the answer, with the host's nonce, is the last
+         * thing written. */
+        uint8_t ack[CDN_HOLD_ON_LEN];
+        memcpy(ack, p, sizeof ack);
         held = false;
-    } else if (p[0] == CDN_HOLD_ON) {
-        uint8_t ack = CDN_HOLD_ON;
-        held = false;
-        cdn_agent_send(CDN_FRAME_HOLD, 0, &ack, 1);
-        for (int i = 0; conn >= 0 && outlen && i < 500; i++) { /* 10 s at most for a live host */
+        cdn_vm_hold_commands(true);
+        cdn_agent_send(CDN_FRAME_HOLD, 0, ack, sizeof ack);
+        for (int i = 0; conn >= 0 && outlen && i < 200; i++) { /* 4 s at most for a live host */
             struct pollfd pf = {.fd = conn, .events = POLLOUT};
             (void) poll(&pf, 1, 20);
             flush_out();
         }
         held = conn >= 0 && !outlen;
+        if (!held)
+            cdn_vm_hold_commands(false);
+        (void) clock_gettime(CLOCK_MONOTONIC, &held_since);
     } else if (p[0] == CDN_HOLD_RESUME && len == CDN_HOLD_RESUME_LEN) {
         uint64_t t;
         uint32_t net[3]; /* ip, gateway, resolver */
@@ -293,6 +312,7 @@ static void hold(uint32_t channel, const uint8_t *p, uint32_t len)
         cdn_files_reset();
         int r = cdn_vm_resume(le64toh(t), p + 9, le32toh(net[0]), le32toh(net[1]), le32toh(net[2]),
                               p[9 + CDN_IDENTITY_SEED + 12]);
+        cdn_vm_hold_commands(false);
         if (r < 0)
             cdn_agent_error(0, -r, "resume");
         else
@@ -519,6 +539,13 @@ int cdn_agent_main(void)
             take_connection();
         if (guest_port >= 0)
             check_port();
+        /* A host that held the guest and went (a cordond killed mid-checkpoint) does not let go:
+         * after 30 s the guest does. */
+        struct timespec now;
+        if (held && clock_gettime(CLOCK_MONOTONIC, &now) == 0 && now.tv_sec - held_since.tv_sec > 30) {
+            held = false;
+            cdn_vm_hold_commands(false);
+        }
     }
     /* The last frames (a one-shot command's EXIT) go out before init ends. */
     if (conn >= 0 && fcntl(conn, F_SETFL, fl) == 0)

@@ -43,6 +43,8 @@ void cdn_vm_poweroff(void);
 int cdn_vm_identity(const struct cdn_identity *id);
 /* A guest restored from a memory checkpoint (CDN_FRAME_HOLD's CDN_HOLD_RESUME): the host's clock,
  * fresh randomness. 0 or -errno. */
+/* Freeze (on) or thaw a guest's commands around a memory checkpoint (CDN_FRAME_HOLD). */
+void cdn_vm_hold_commands(bool on);
 int cdn_vm_resume(uint64_t time_ns, const uint8_t seed[CDN_IDENTITY_SEED], uint32_t ip, uint32_t gateway,
                   uint32_t resolver, uint8_t prefix);
 /* The protected paths of IDENTITY (init-vm.c): read-only binds, guarded opens. cdn_vm_verifier()

@@ -22,6 +22,9 @@
 
 static uint8_t payload[CDN_FRAME_MAX];
 
+/* What cdn_agent_conn_hold() takes from init before its answer at most. */
+#define HOLD_MAX_BYTES (16u << 20)
+
 const char *cdn_agent_frame_name(uint16_t type)
 {
     static const char *const names[] = {
@@ -125,11 +128,12 @@ static bool last_payload_ok(uint16_t type, const uint8_t *p, uint32_t len)
 static bool deliver(struct agent_conn *c, const struct cdn_frame_header *h)
 {
     if (h->channel == 0 && h->type == CDN_FRAME_HOLD) { /* init holds: cdn_agent_conn_hold() waits for it */
-        if (!c->holding || h->length != 1 || payload[0] != CDN_HOLD_ON) {
-            cdn_agent_conn_fail(c, "a HOLD frame not asked for");
+        if (h->length != CDN_HOLD_ON_LEN || payload[0] != CDN_HOLD_ON) {
+            cdn_agent_conn_fail(c, "a HOLD frame that is no answer to one");
             return false;
         }
-        c->held = true;
+        /* Another nonce: the late answer to a hold given up on (let go since), dropped. */
+        c->held = c->holding && memcmp(payload + 1, &c->hold_nonce, sizeof c->hold_nonce) == 0;
         return true;
     }
     struct agent_req *r = find(c, h->channel);
@@ -174,8 +178,8 @@ static void parse(struct agent_conn *c, struct evbuffer *in)
         (void) evbuffer_drain(in, CDN_FRAME_HEADER);
         if (h.length)
             (void) evbuffer_remove(in, payload, h.length);
-        if (!deliver(c, &h))
-            return;
+        if (!deliver(c, &h) || (c->holding && c->held))
+            return; /* held: what follows waits for the loop */
     }
 }
 
@@ -186,12 +190,17 @@ static void on_read(struct bufferevent *bev, void *arg)
 
 int cdn_agent_conn_hold(struct agent_conn *c, int timeout_ms)
 {
-    uint8_t op = CDN_HOLD_ON;
-    int r = cdn_agent_conn_send(c, CDN_FRAME_HOLD, 0, 0, &op, 1);
+    uint8_t on[CDN_HOLD_ON_LEN] = {CDN_HOLD_ON};
+    if (getrandom(&c->hold_nonce, sizeof c->hold_nonce, GRND_NONBLOCK) != (ssize_t) sizeof c->hold_nonce)
+        c->hold_nonce++;
+    memcpy(on + 1, &c->hold_nonce, sizeof c->hold_nonce);
+    int r = cdn_agent_conn_send(c, CDN_FRAME_HOLD, 0, 0, on, sizeof on);
     if (r < 0)
         return r;
     int fd = bufferevent_getfd(c->bev);
     struct evbuffer *out = bufferevent_get_output(c->bev), *in = bufferevent_get_input(c->bev);
+    /* Our frames up to the HOLD's end, no further: one cut by the save would be half in the guest. */
+    size_t unsent = evbuffer_get_length(out), taken = 0;
     struct timespec t0, t;
     (void) clock_gettime(CLOCK_MONOTONIC, &t0);
     c->holding = true;
@@ -201,7 +210,7 @@ int cdn_agent_conn_hold(struct agent_conn *c, int timeout_ms)
     while (c->bev && !c->held) {
         (void) clock_gettime(CLOCK_MONOTONIC, &t);
         long left = timeout_ms - ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
-        struct pollfd p = {.fd = fd, .events = POLLIN | (evbuffer_get_length(out) ? POLLOUT : 0)};
+        struct pollfd p = {.fd = fd, .events = POLLIN | (unsent ? POLLOUT : 0)};
         int n = left > 0 ? poll(&p, 1, (int) left) : 0;
         if (n < 0 && errno == EINTR)
             continue;
@@ -213,12 +222,13 @@ int cdn_agent_conn_hold(struct agent_conn *c, int timeout_ms)
          * output's start), as its own reads and writes here. */
         if (p.revents & POLLOUT) {
             (void) evbuffer_unfreeze(out, 1);
-            int k = evbuffer_write(out, fd);
+            int k = evbuffer_write_atmost(out, fd, (ev_ssize_t) unsent);
             (void) evbuffer_freeze(out, 1);
             if (k < 0 && errno != EAGAIN && errno != EINTR) {
                 hang_up(c);
                 break;
             }
+            unsent -= k > 0 ? (size_t) k : 0;
         }
         if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
             (void) evbuffer_unfreeze(in, 0);
@@ -228,11 +238,22 @@ int cdn_agent_conn_hold(struct agent_conn *c, int timeout_ms)
                 hang_up(c);
                 break;
             }
+            /* What comes before the answer is delivered past any pause of the connection (a slow
+             * client's): bounded, a guest that floods instead of answering is given up on. */
+            taken += k > 0 ? (size_t) k : 0;
             parse(c, in);
+            if (!c->held && taken > HOLD_MAX_BYTES) {
+                r = -EMSGSIZE;
+                break;
+            }
         }
     }
     c->holding = false;
-    return c->held ? 0 : !c->bev ? -EPIPE : r;
+    if (c->bev && evbuffer_get_length(in) >= CDN_FRAME_HEADER) /* after the answer: from the loop */
+        bufferevent_trigger(c->bev, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    r = !c->bev ? -EPIPE : c->held ? 0 : r;
+    c->held = false;
+    return r;
 }
 
 static void on_event(struct bufferevent *bev, short what, void *arg)

@@ -56,8 +56,9 @@ struct agent_conn {
      * callee checks it and calls cdn_agent_conn_fail() for one init never sends. */
     void (*on_event)(struct agent_conn *c, uint16_t type, const uint8_t *p, uint32_t len, void *arg);
     void *arg;
-    char failure[192];  /* the protocol violation that closed it; empty otherwise */
-    bool holding, held; /* cdn_agent_conn_hold() waits for init's HOLD; it came */
+    char failure[192];   /* the protocol violation that closed it; empty otherwise */
+    bool holding, held;  /* cdn_agent_conn_hold() waits for init's HOLD; it came */
+    uint32_t hold_nonce; /* the HOLD's, which init's answer carries */
 };
 
 int cdn_agent_conn_open(struct agent_conn *c, struct event_base *base, int fd);
@@ -73,8 +74,9 @@ int cdn_agent_conn_send(struct agent_conn *c, uint16_t type, uint16_t flags, uin
  * written (-EAGAIN: try again later). A socket connection only. */
 int cdn_agent_conn_send_fd(struct agent_conn *c, uint16_t type, const void *p, uint32_t len, int fd);
 /* Ask init to hold (CDN_FRAME_HOLD, a VM guest's, before QEMU saves it) and wait up to timeout_ms
- * for its answer, delivering what comes before it: 0, or -errno (-EPIPE: the connection closed). The
- * caller lets go with a HOLD frame of CDN_HOLD_OFF. */
+ * for its answer, delivering what comes before it (16 MiB at most): 0, or -errno (-EPIPE: the
+ * connection closed; -ETIMEDOUT; -EMSGSIZE: too much came instead). Nothing of ours after the HOLD
+ * is written meanwhile. The caller lets go (CDN_HOLD_OFF), whatever this returned. */
 int cdn_agent_conn_hold(struct agent_conn *c, int timeout_ms);
 /* Stop/resume reading frames from init (a slow streaming client: init then
  * stops reading its commands' output, and they block). */

@@ -16,6 +16,7 @@
 #include "core/paths.h"
 #include "registry.h"
 #include "shared/fd-util.h"
+#include "shared/macro.h"
 #include "tiers/tier.h"
 #include "trajectory.h"
 
@@ -24,6 +25,7 @@
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <linux/mount.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,6 +224,10 @@ static json_t *take_memory(struct box *b, int dir, uint64_t step, int *status, c
         cdn_error_set(err, errno, "checkpoint %s: %m", ck);
         return NULL;
     }
+    if (b->sb.tier->save_memory(&b->sb, -1, err) < 0) { /* no monitor: no hold for nothing */
+        (void) unlinkat(dir, file, 0);
+        return NULL;
+    }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     /* cordond waits (its init answers in ms): a guest that does not answer holds it up 5 s. */
@@ -229,6 +235,8 @@ static json_t *take_memory(struct box *b, int dir, uint64_t step, int *status, c
     if (r < 0)
         cdn_error_set(err, -r, "checkpoint of sandbox %s: its guest did not hold: %s", b->sb.id,
                       r == -ETIMEDOUT ? "no answer in 5 s" : strerror(-r));
+    else if (b->state != BOX_RUNNING || b->dying) /* ended while it held (its frames did it) */
+        r = cdn_error_set(err, ESRCH, "checkpoint of sandbox %s: it ended", b->sb.id);
     else
         r = b->sb.tier->save_memory(&b->sb, out, err);
     uint8_t off = CDN_HOLD_OFF;
@@ -499,6 +507,30 @@ void cdn_api_checkpoints(struct evhttp_request *req, struct box *b)
             return cdn_api_reply_cdn_error(req, 500, "internal", &err);
         return cdn_api_reply_json(req, 200, json_pack("{s:o}", "checkpoints", all));
     }
+    /* {"memory"?: bool}: what a checkpoint of this sandbox's tier keeps, said by the client. */
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    _cleanup_json_ json_t *body =
+        len ? json_loadb((const char *) evbuffer_pullup(in, -1), len, JSON_REJECT_DUPLICATES, NULL)
+            : json_object();
+    if (!json_is_object(body))
+        return cdn_api_reply_error(req, 400, "invalid_request", "body", "the body must be a JSON object");
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v)
+    {
+        if (strcmp(key, "memory") != 0)
+            return cdn_api_reply_error(req, 400, "invalid_request", key, "%s: not a field of a checkpoint",
+                                       key);
+        if (!json_is_boolean(v))
+            return cdn_api_reply_error(req, 400, "invalid_request", key, "memory: true or false");
+        if (json_is_true(v) != (b->spec.tier == CDN_TIER_MICROVM))
+            return cdn_api_reply_error(
+                req, 400, "invalid_request", key, "memory: %s",
+                json_is_true(v)
+                    ? "a checkpoint of tier container keeps its files (its processes start again)"
+                    : "a microvm guest's files live in its RAM: its checkpoint is the whole guest");
+    }
     if (!cdn_api_box_usable(req, b))
         return;
     int status;
@@ -559,29 +591,66 @@ void cdn_api_checkpoint_route(struct evhttp_request *req, const char *path)
     cdn_api_reply_json(req, 200, json_pack("{s:s, s:b}", "id", path, "deleted", 1));
 }
 
+/* Whether b's spec asks its guest for something other than what checkpoint ck's guest was set up
+ * with (its IDENTITY and POLICY, which a restored guest keeps: it is only told of its network): err
+ * names the first field that differs. */
+static bool guest_spec_differs(struct box *b, const char *ck, const json_t *rec, struct cdn_error *err)
+{
+    static const char *const fields[] = {
+        "image",       "hostname",      "workdir",         "user",
+        "protect",     "on_violation",  "writable_system", "limits.memory_mb",
+        "limits.pids", "limits.nofile", "limits.disk_mb",  "limits.cpus"};
+    _cleanup_free_ char *s = cdn_spec_to_json(&b->spec);
+    _cleanup_json_ json_t *now = s ? json_loads(s, 0, NULL) : NULL;
+    const json_t *then = json_object_get(rec, "spec");
+    if (!now || !json_is_object(then)) {
+        cdn_error_field(err, EBADMSG, "checkpoint", "checkpoint '%s': its record has no guest's spec", ck);
+        return true;
+    }
+    for (size_t i = 0; i < ELEMENTSOF(fields); i++) {
+        const char *f = fields[i], *dot = strchr(f, '.');
+        const json_t *a = dot ? json_object_get(json_object_get(now, "limits"), dot + 1)
+                              : json_object_get(now, f),
+                     *c = dot ? json_object_get(json_object_get(then, "limits"), dot + 1)
+                              : json_object_get(then, f);
+        bool same = a && c ? json_equal((json_t *) a, (json_t *) c) : a == c;
+        if (!same && a && c && strcmp(f, "limits.cpus") == 0) /* the guest's vCPUs: its quota may differ */
+            same = ceil(json_number_value(a)) == ceil(json_number_value(c));
+        if (!same) {
+            _cleanup_free_ char *was = c ? json_dumps(c, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+            _cleanup_free_ char *is = a ? json_dumps(a, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+            cdn_error_field(
+                err, EINVAL, f,
+                "%s: checkpoint '%s' is of a guest set up with %.200s, not %.200s (a restored guest "
+                "keeps what it was set up with)",
+                f, ck, was ? was : "none", is ? is : "none");
+            return true;
+        }
+    }
+    return false;
+}
+
 /* A new microvm guest restored from checkpoint rec's (a fork's, a resume's): the guest of then, of
- * its image and shape (its RAM and vCPUs are the saved machine's), told of its own network. */
+ * its shape (its RAM and vCPUs are the saved machine's, as a layer's size is the checkpoint's) and of
+ * everything it was set up with, told of its own network. */
 static int prepare_guest(struct box *b, int dir, const json_t *rec, struct cdn_error *err)
 {
     const char *ck = b->spec.checkpoint;
-    const json_t *spec = json_object_get(rec, "spec"), *lim = json_object_get(spec, "limits");
-    const char *image = json_string_value(json_object_get(spec, "image"));
+    const json_t *lim = json_object_get(json_object_get(rec, "spec"), "limits");
     json_int_t mb = json_integer_value(json_object_get(lim, "memory_mb"));
     double cpus = json_number_value(json_object_get(lim, "cpus"));
-    if (!image || mb <= 0 || cpus <= 0)
+    if (mb <= 0 || cpus <= 0)
         return cdn_error_field(err, EBADMSG, "checkpoint", "checkpoint '%s': its record has no guest's spec",
                                ck);
-    if (strcmp(image, b->spec.image) != 0)
-        return cdn_error_field(err, EINVAL, "checkpoint",
-                               "checkpoint '%s' is of a guest of image '%s', not '%s'", ck, image,
-                               b->spec.image);
+    b->spec.limits.memory_mb = (uint64_t) mb;
+    b->spec.limits.cpus = cpus;
+    if (guest_spec_differs(b, ck, rec, err))
+        return -1;
     char name[64];
     (void) snprintf(name, sizeof name, "%s.vm", ck);
     int fd = openat(dir, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
         return cdn_error_field(err, errno, "checkpoint", "checkpoint '%s': its saved guest: %m", ck);
-    b->spec.limits.memory_mb = (uint64_t) mb;
-    b->spec.limits.cpus = cpus;
     b->spec.checkpoints = true;
     b->sb.memory_from_fd = fd;
     b->start_answers = b->sb.tier->start_answers - 1; /* set up already: its one answer is RESUME's */
@@ -951,6 +1020,9 @@ void cdn_api_rollback(struct evhttp_request *req, struct box *b)
     if (memory != (b->spec.tier == CDN_TIER_MICROVM))
         return cdn_api_reply_error(req, 409, "checkpoint_mismatch", "checkpoint",
                                    "checkpoint '%s' is not of tier %s", ck, cdn_tier_to_string(b->spec.tier));
+    struct cdn_error serr = {0};
+    if (memory && guest_spec_differs(b, ck, rec, &serr))
+        return cdn_api_reply_cdn_error(req, 409, "checkpoint_mismatch", &serr);
     (void) snprintf(img, sizeof img, "%s.%s", ck, memory ? "vm" : "img");
     _cleanup_close_ int fd = openat(dir, img, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     uint32_t base = 0;
@@ -973,16 +1045,19 @@ void cdn_api_rollback(struct evhttp_request *req, struct box *b)
     uint64_t k = ct && t && (strcmp(ct, t) == 0 || (strncmp(t, ct, cl) == 0 && strncmp(t + cl, "/b", 2) == 0))
                      ? (uint64_t) json_integer_value(json_object_get(rec, "step"))
                      : 0;
-    cdn_checkpoint_before_step(b); /* the last step's, if still due, before its files go */
+    cdn_checkpoint_before_step(b);            /* the last step's, if still due, before its files go */
+    if (cdn_box_respawn_check(b, &err) < 0) { /* that checkpoint may have ended it */
+        free(op);
+        return cdn_api_reply_cdn_error(req, 409, "sandbox_busy", &err);
+    }
     if (t && cdn_traj_rollback(t, k, ck, &op->steps, &err) < 0) {
         free(op);
         return cdn_api_reply_cdn_error(req, err.errnum == EBUSY ? 409 : 500,
                                        err.errnum == EBUSY ? "step_in_progress" : "internal", &err);
     }
-    b->sb.memory_from_fd = memory ? fd : -EBADF;
-    int r = cdn_box_respawn(b, memory ? -EBADF : fd, base,
+    /* b may be gone once this fails (deleted): not touched after it. */
+    int r = cdn_box_respawn(b, memory ? -EBADF : fd, base, memory ? fd : -EBADF,
                             (struct cdn_box_waiter){.done = rollback_done, .arg = op}, &err);
-    b->sb.memory_from_fd = -EBADF;
     if (r < 0) {
         cdn_api_reply_cdn_error(req, err.errnum == EBUSY ? 409 : 500,
                                 err.errnum == EBUSY ? "sandbox_busy" : "rollback_failed", &err);

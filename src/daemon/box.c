@@ -1180,7 +1180,7 @@ int cdn_box_respawn_check(const struct box *b, struct cdn_error *err)
     return 0;
 }
 
-int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, struct cdn_box_waiter w,
+int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, int memory_fd, struct cdn_box_waiter w,
                     struct cdn_error *err)
 {
     int r = cdn_box_respawn_check(b, err);
@@ -1215,7 +1215,7 @@ int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, struct cdn_box_w
     b->sb.keep_cgroup = false;
     b->state = BOX_STARTING;
     /* A guest restored with its memory was set up: its one answer is to HOLD's RESUME. */
-    b->start_answers = b->sb.memory_from_fd >= 0 ? b->sb.tier->start_answers - 1 : 0;
+    b->start_answers = memory_fd >= 0 ? b->sb.tier->start_answers - 1 : 0;
     cdn_box_event(b, "rollback", NULL);
     if ((b->sb.listen_fd = cdn_record_listen(b->sb.id)) < 0) {
         r = cdn_error_set(err, -b->sb.listen_fd, "agent socket: %s", strerror(-b->sb.listen_fd));
@@ -1224,8 +1224,9 @@ int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, struct cdn_box_w
     } else {
         b->sb.layer_from_fd = layer_fd;
         b->sb.layer_from_base = base;
+        b->sb.memory_from_fd = memory_fd;
         r = b->sb.tier->create(&b->sb, err);
-        b->sb.layer_from_fd = -EBADF;
+        b->sb.layer_from_fd = b->sb.memory_from_fd = -EBADF;
     }
     b->sb.listen_fd = safe_close(b->sb.listen_fd);
     close_in_thread(old_layer);
@@ -1335,6 +1336,10 @@ static void adopt_one(const char *id, const char *path)
         if (cdn_tier_hold_image(&b->sb, &held) < 0)
             fprintf(stderr, "cordond: sandbox %s: %s\n", id, held.msg);
         if (watch(b) >= 0) {
+            if (b->spec.checkpoints && b->sb.tier->save_memory) { /* a guest the last one held, let go */
+                uint8_t off = CDN_HOLD_OFF;
+                (void) cdn_agent_conn_send(&b->agent, CDN_FRAME_HOLD, 0, 0, &off, 1);
+            }
             if (is_sibling(&b->spec)) { /* its step ended with the last cordond: nobody wants it */
                 cdn_box_delete(b, "a verifier's sibling left by the last cordond");
                 return;

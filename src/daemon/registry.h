@@ -145,7 +145,7 @@ struct box {
      * the last checkpoint taken of it (a new one's parent). */
     int layer_mnt;
     char last_checkpoint[24];
-    char qmp_socket[512]; /* <id>.qmp beside its record (sb.qmp_socket) */
+    char qmp_socket[512];        /* <id>.qmp beside its record (sb.qmp_socket) */
     struct event *checkpoint_ev; /* checkpoints "every_step": the one due after a step (1 ms on) */
     char (*auto_cks)[24];        /* … and those it took, oldest first (at most every_step_keep) */
     unsigned n_auto_cks, cap_auto_cks;
@@ -307,10 +307,11 @@ void cdn_box_stop(struct box *b, const char *reason);
 void cdn_box_end(struct box *b, const char *reason);
 /* Rollback (api-checkpoint.c): b's processes all end and a new init starts on a writable layer cloned
  * from layer_fd (a checkpoint's image, whose files keep the ids of slot base base; borrowed for the
- * call); the box keeps its id, spec, network, record, events and counts. w is told as a create's
- * waiter once it runs (or fails: then the sandbox is deleted). -errno and err: refused or failed
- * (failed: b is deleted already, unless -EBUSY). */
-int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, struct cdn_box_waiter w,
+ * call), or (memory_fd, a microvm guest's saved state, borrowed) the guest is restored from it; the box keeps
+ * its id, spec, network, record, events and counts. w is told as a create's waiter once it runs (or fails:
+ * then the sandbox is deleted). -errno and err: refused or failed (failed: b is deleted already, unless
+ * -EBUSY). */
+int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, int memory_fd, struct cdn_box_waiter w,
                     struct cdn_error *err);
 /* Whether cdn_box_respawn would take b now: 0, or -EBUSY and err (paused, starting, dying, in a pool,
  * a sibling, or in a verifier step). Asked before anything else changes (its trajectory). */

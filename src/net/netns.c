@@ -191,8 +191,11 @@ int cdn_netns_tap_bridge(uint32_t sandbox_ip)
         r = -ENODEV;
     if (again)
         br = if_nametoindex("br0");
-    /* The address goes first (and the default route with it): the guest answers for it now. */
-    if (r == 0 && !again && (r = del_addr(nl, eth, sandbox_ip, 30)) == 0)
+    /* The address goes first (and the default route with it): the guest answers for it now. Gone
+     * already when the bridge was there (an earlier attempt's), eth0 joins it all the same. */
+    if (r == 0 && !again)
+        r = del_addr(nl, eth, sandbox_ip, 30);
+    if (r == 0)
         r = set_master_up(nl, eth, br);
     if (r == 0 && (r = set_master_up(nl, tapi, br)) == 0)
         r = link_up(nl, br);

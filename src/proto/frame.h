@@ -73,9 +73,11 @@ enum cdn_frame_type {
                                * (payload: cdn_protect_list_encode); DONE, or ERROR (EBUSY: a process
                                * holds a way past a new bind), the message naming protect[i] */
     CDN_FRAME_HOLD = 28,      /* on channel 0, VM guests, around a memory checkpoint: host→init, u8 op:
-                               * CDN_HOLD_ON: init answers HOLD (u8 CDN_HOLD_ON) and then writes
-                               * nothing more, so the stream is at a frame's end when QEMU saves the
-                               * guest; CDN_HOLD_OFF: it writes again (no answer); CDN_HOLD_RESUME
+                               * CDN_HOLD_ON (| u32 nonce): init freezes its commands, answers HOLD
+                               * with the same payload and then writes nothing more, so the stream is
+                               * at a frame's end when QEMU saves the guest (the host writes nothing
+                               * after its HOLD either); CDN_HOLD_OFF: it thaws them and writes again
+                               * (no answer; a hold nobody lets go of ends after 30 s); CDN_HOLD_RESUME
                                * (| u64 the host's CLOCK_REALTIME in ns): the guest was restored from
                                * such a checkpoint under a new host: what it owed the old one is
                                * dropped (its channels, queued frames), its clock set, its random
@@ -86,6 +88,7 @@ enum cdn_frame_type {
 };
 
 enum cdn_hold_op { CDN_HOLD_OFF = 0, CDN_HOLD_ON = 1, CDN_HOLD_RESUME = 2 };
+#define CDN_HOLD_ON_LEN     5u
 #define CDN_HOLD_RESUME_LEN (1u + 8u + CDN_IDENTITY_SEED + 13u)
 
 /* CALL payload: u32 timeout (ms, 0 = none) | u32 flags | the request's JSON ({"code", "input"}). */

@@ -138,7 +138,8 @@ struct cdn_tier_ops {
     void (*describe)(const struct cdn_sandbox *sb, struct json_t *o, enum cdn_describe_view view);
     /* A memory checkpoint (tier microvm, spec "checkpoints"): the guest paused, its whole state
      * (RAM, devices) written to out, the guest let run on. The caller holds the guest's agent (its
-     * stream is at a frame's end: CDN_FRAME_HOLD). NULL: none. */
+     * stream is at a frame's end: CDN_FRAME_HOLD); out -1: only whether it could (0 or err). NULL:
+     * none. */
     int (*save_memory)(struct cdn_sandbox *sb, int out, struct cdn_error *err);
     /* Read back what describe(CDN_DESCRIBE_RECORD) wrote into a record (before adopt()).
      * -EBADMSG: it is not what the tier writes. */

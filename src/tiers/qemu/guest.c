@@ -739,6 +739,8 @@ int cdn_qemu_destroy(struct cdn_sandbox *sb)
 int cdn_qemu_save_memory(struct cdn_sandbox *sb, int out, struct cdn_error *err)
 {
     struct vm_state *st = sb->tier_data;
+    if (st && st->has_qmp && out < 0)
+        return 0; /* asked whether it can */
     if (!st || !st->has_qmp)
         return cdn_error_field(err, EOPNOTSUPP, "checkpoints",
                                "sandbox %s: its QEMU has no monitor of cordond's (a guest booted cold): it "
@@ -768,7 +770,8 @@ int cdn_qemu_adopt(struct cdn_sandbox *sb, struct cdn_error *err)
         strcpy(sa.sun_path, sb->qmp_socket);
         _cleanup_close_ int q = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         struct cdn_error qe = {0};
-        if (q >= 0 && connect(q, (struct sockaddr *) &sa, sizeof sa) == 0 && cdn_qemu_qmp_open(q, &qe) == 0) {
+        if (q >= 0 && connect(q, (struct sockaddr *) &sa, sizeof sa) == 0 && cdn_qemu_qmp_open(q, &qe) == 0 &&
+            cdn_qemu_resume_paused(q) == 0) {
             st->qmp = TAKE_FD(q);
             st->has_qmp = true;
         }

@@ -123,6 +123,8 @@ int cdn_qemu_snapshot_dir(const struct cdn_qemu_tier *t, const struct cdn_vm_ass
                           struct cdn_error *err);
 /* A running guest's state (RAM and devices) into out, over its QMP socket (qm): paused meanwhile. */
 int cdn_qemu_save(int qm, int out, struct cdn_error *err);
+/* A guest found paused (its cordond killed while saving it): let run. 0 or -errno. */
+int cdn_qemu_resume_paused(int qm);
 int cdn_qemu_save_memory(struct cdn_sandbox *sb, int out, struct cdn_error *err);
 /* A new QMP connection's greeting read and its capabilities negotiated (a restarted cordond's). */
 int cdn_qemu_qmp_open(int qm, struct cdn_error *err);

@@ -326,45 +326,84 @@ int cdn_qemu_qmp_open(int qm, struct cdn_error *err)
     return 0;
 }
 
+/* Milliseconds since t0. */
+static long ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    (void) clock_gettime(CLOCK_MONOTONIC, &t);
+    return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
 int cdn_qemu_save(int qm, int out, struct cdn_error *err)
 {
     /* Paused, then saved in one pass: a live save would chase a guest that dirties its RAM faster
      * than it goes out (the guest's to choose) for ever. The guest restored from the template maps
      * its RAM copy-on-write (not shared): the whole of it goes into the file, which then restores
      * on its own. No bandwidth cap (QEMU's default, 128 MiB/s, is for a network shared with other
-     * guests). */
+     * guests). A minute at most (a GiB of RAM takes about one second here). */
     char reply[8192] = "";
+    struct timespec t0;
+    (void) clock_gettime(CLOCK_MONOTONIC, &t0);
     int r;
+    bool started = false;
     if ((r = qmp(qm,
                  "{\"execute\":\"migrate-set-parameters\",\"arguments\":{\"max-bandwidth\":"
                  "1099511627776}}\n",
                  reply, sizeof reply)) < 0 ||
-        (r = qmp(qm, "{\"execute\":\"stop\"}\n", reply, sizeof reply)) < 0)
-        return cdn_error_set(err, -r, "pause the guest (QMP: %s): %s", strerror(-r), reply);
-    if ((r = qmp_getfd(qm, out, "ck", reply, sizeof reply)) < 0 ||
-        (r = qmp(qm, "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"fd:ck\"}}\n", reply, sizeof reply)) <
-            0) {
+        (r = qmp(qm, "{\"execute\":\"stop\"}\n", reply, sizeof reply)) < 0) {
+        cdn_error_set(err, -r, "pause the guest (QMP: %s): %s", strerror(-r), reply);
+    } else if ((r = qmp_getfd(qm, out, "ck", reply, sizeof reply)) < 0 ||
+               (r = qmp(qm, "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"fd:ck\"}}\n", reply,
+                        sizeof reply)) < 0) {
         cdn_error_set(err, -r, "save the guest (QMP: %s): %s", strerror(-r), reply);
     } else {
-        for (int i = 0;; i++) {
+        for (started = true;;) {
             if ((r = qmp(qm, "{\"execute\":\"query-migrate\"}\n", reply, sizeof reply)) < 0) {
                 cdn_error_set(err, -r, "save the guest (QMP query-migrate: %s): %s", strerror(-r), reply);
                 break;
             }
             if (strstr(reply, "\"completed\""))
                 break;
-            if (strstr(reply, "\"failed\"") || strstr(reply, "\"cancelled\"") || i > 600000) {
+            if (strstr(reply, "\"failed\"") || strstr(reply, "\"cancelled\"")) {
                 r = cdn_error_set(err, EIO, "saving the guest failed: %s", reply);
+                break;
+            }
+            if (ms_since(&t0) > 60000) {
+                r = cdn_error_set(err, ETIMEDOUT, "saving the guest took more than a minute");
                 break;
             }
             (void) usleep(200);
         }
     }
-    /* It runs on, saved or not. */
-    int c = qmp(qm, "{\"execute\":\"cont\"}\n", reply, sizeof reply);
+    /* It runs on, saved or not: a save given up on is cancelled first (else, finished later, it
+     * would leave the guest paused), a descriptor QEMU did not take is closed. */
+    char spare[1024];
+    if (r < 0 && started) {
+        (void) qmp(qm, "{\"execute\":\"migrate_cancel\"}\n", spare, sizeof spare);
+        for (int i = 0; i < 500; i++) {
+            if (qmp(qm, "{\"execute\":\"query-migrate\"}\n", spare, sizeof spare) < 0 ||
+                (!strstr(spare, "\"active\"") && !strstr(spare, "\"cancelling\"")))
+                break;
+            (void) usleep(2000);
+        }
+    }
+    if (r < 0)
+        (void) qmp(qm, "{\"execute\":\"closefd\",\"arguments\":{\"fdname\":\"ck\"}}\n", spare, sizeof spare);
+    int c = qmp(qm, "{\"execute\":\"cont\"}\n", spare, sizeof spare);
     if (r == 0 && c < 0)
-        r = cdn_error_set(err, -c, "resume the guest after saving it (QMP: %s): %s", strerror(-c), reply);
+        r = cdn_error_set(err, -c, "resume the guest after saving it (QMP: %s): %s", strerror(-c), spare);
     return r;
+}
+
+int cdn_qemu_resume_paused(int qm)
+{
+    /* A guest a cordond left paused (killed in the middle of a memory checkpoint). */
+    char reply[4096];
+    int r = qmp(qm, "{\"execute\":\"query-status\"}\n", reply, sizeof reply);
+    if (r < 0 || strstr(reply, "\"running\""))
+        return r;
+    (void) qmp(qm, "{\"execute\":\"migrate_cancel\"}\n", reply, sizeof reply);
+    return qmp(qm, "{\"execute\":\"cont\"}\n", reply, sizeof reply);
 }
 
 int cdn_qemu_restore(int qm, int pidfd, struct cdn_error *err)
