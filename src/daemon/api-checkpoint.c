@@ -142,15 +142,33 @@ static int write_record(int dir, const char *ck, json_t *rec, struct cdn_error *
     return 0;
 }
 
-/* A checkpoint's new id. */
-static int new_id(char ck[CDN_CHECKPOINT_ID_LEN + 1], struct cdn_error *err)
+/* A new checkpoint: its id into ck, its file <ck>.<ext> made in dir (name into name): the file's fd,
+ * or -1 with err. */
+static int new_file(int dir, const char *ext, char ck[CDN_CHECKPOINT_ID_LEN + 1], char name[64],
+                    struct cdn_error *err)
 {
     uint8_t rnd[8];
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t) sizeof rnd)
-        return cdn_error_set(err, errno, "getrandom: %m");
+        return cdn_error_set(err, errno, "getrandom: %m"), -1;
     (void) snprintf(ck, CDN_CHECKPOINT_ID_LEN + 1, "ck-%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1],
                     rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
-    return 0;
+    (void) snprintf(name, 64, "%s.%s", ck, ext);
+    int fd = openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        cdn_error_set(err, errno, "checkpoint %s: %m", ck);
+    return fd;
+}
+
+/* What the checkpointable containers' layers may take of the store: each may rewrite all of its
+ * blocks after a checkpoint (which keeps the old ones). */
+static uint64_t layers_need(void)
+{
+    uint64_t need = 0;
+    struct box *o;
+    LIST_FOREACH(o, &cdn_daemon->boxes, link)
+    if (o->spec.checkpoints && o->spec.tier == CDN_TIER_CONTAINER && o->state != BOX_EXITED)
+        need += o->spec.limits.disk_mb << 20;
+    return need;
 }
 
 /* Free space of the store and of the state file system under it: less than need, err and 507. */
@@ -210,20 +228,13 @@ static double ms_between(const struct timespec *a, const struct timespec *b)
 static json_t *take_memory(struct box *b, int dir, uint64_t step, int *status, const char **code,
                            struct cdn_error *err)
 {
-    uint64_t need = (b->spec.limits.memory_mb + 512) << 20; /* its RAM, at most, and its kernel's */
-    struct box *o;
-    LIST_FOREACH(o, &cdn_daemon->boxes, link)
-    if (o->spec.checkpoints && o->spec.tier == CDN_TIER_CONTAINER && o->state != BOX_EXITED)
-        need += o->spec.limits.disk_mb << 20;
+    uint64_t need = layers_need() + ((b->spec.limits.memory_mb + 512) << 20); /* its RAM and kernel's */
     char ck[CDN_CHECKPOINT_ID_LEN + 1], file[64];
-    if (!room_for(b, dir, need, status, code, err) || new_id(ck, err) < 0)
+    if (!room_for(b, dir, need, status, code, err))
         return NULL;
-    (void) snprintf(file, sizeof file, "%s.vm", ck);
-    _cleanup_close_ int out = openat(dir, file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (out < 0) {
-        cdn_error_set(err, errno, "checkpoint %s: %m", ck);
+    _cleanup_close_ int out = new_file(dir, "vm", ck, file, err);
+    if (out < 0)
         return NULL;
-    }
     if (b->sb.tier->save_memory(&b->sb, -1, err) < 0) { /* no monitor: no hold for nothing */
         (void) unlinkat(dir, file, 0);
         return NULL;
@@ -299,23 +310,13 @@ static json_t *take(struct box *b, int *status, const char **code, struct cdn_er
      * one rewrites then takes a new one of the store (the checkpoint keeps the old). Without it, their
      * writes could meet a full store as I/O errors; so the checkpoint is refused, cleanly, and the
      * sandbox runs on. */
-    uint64_t need = 0;
-    struct box *o;
-    LIST_FOREACH(o, &cdn_daemon->boxes, link)
-    if (o->spec.checkpoints && o->spec.tier == CDN_TIER_CONTAINER && o->state != BOX_EXITED)
-        need += o->spec.limits.disk_mb << 20;
-    if (!room_for(b, dir, need, status, code, err))
+    if (!room_for(b, dir, layers_need(), status, code, err))
         return NULL;
     int root = layer_root(b, file, err);
     char ck[CDN_CHECKPOINT_ID_LEN + 1], img[64];
-    if (root < 0 || new_id(ck, err) < 0)
+    _cleanup_close_ int out = root < 0 ? -1 : new_file(dir, "img", ck, img, err);
+    if (out < 0)
         return NULL;
-    (void) snprintf(img, sizeof img, "%s.img", ck);
-    _cleanup_close_ int out = openat(dir, img, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (out < 0) {
-        cdn_error_set(err, errno, "checkpoint %s: %m", ck);
-        return NULL;
-    }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     /* One moment of the file system, whole on its image: the sandbox's processes are frozen (its
@@ -498,6 +499,35 @@ static json_t *ck_list(const char *sandbox, const char *trajectory, struct cdn_e
     return all;
 }
 
+/* The request's body: a JSON object ({} when empty) of fields only (NULL-terminated), else NULL
+ * once the request is answered 400 (what: the request's name in the answer). */
+static json_t *body_object(struct evhttp_request *req, const char *const *fields, const char *what)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    json_t *body = len ? json_loadb((const char *) evbuffer_pullup(in, -1), len, JSON_REJECT_DUPLICATES, NULL)
+                       : json_object();
+    if (!json_is_object(body)) {
+        json_decref(body);
+        cdn_api_reply_error(req, 400, "invalid_request", "body", "the body must be a JSON object");
+        return NULL;
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v)
+    {
+        size_t i = 0;
+        while (fields[i] && strcmp(key, fields[i]) != 0)
+            i++;
+        if (!fields[i]) {
+            cdn_api_reply_error(req, 400, "invalid_request", key, "%s: not a field of %s", key, what);
+            json_decref(body);
+            return NULL;
+        }
+    }
+    return body;
+}
+
 void cdn_api_checkpoints(struct evhttp_request *req, struct box *b)
 {
     struct cdn_error err = {0};
@@ -508,20 +538,14 @@ void cdn_api_checkpoints(struct evhttp_request *req, struct box *b)
         return cdn_api_reply_json(req, 200, json_pack("{s:o}", "checkpoints", all));
     }
     /* {"memory"?: bool}: what a checkpoint of this sandbox's tier keeps, said by the client. */
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t len = evbuffer_get_length(in);
-    _cleanup_json_ json_t *body =
-        len ? json_loadb((const char *) evbuffer_pullup(in, -1), len, JSON_REJECT_DUPLICATES, NULL)
-            : json_object();
-    if (!json_is_object(body))
-        return cdn_api_reply_error(req, 400, "invalid_request", "body", "the body must be a JSON object");
+    static const char *const fields[] = {"memory", NULL};
+    _cleanup_json_ json_t *body = body_object(req, fields, "a checkpoint");
+    if (!body)
+        return;
     const char *key;
     json_t *v;
     json_object_foreach(body, key, v)
     {
-        if (strcmp(key, "memory") != 0)
-            return cdn_api_reply_error(req, 400, "invalid_request", key, "%s: not a field of a checkpoint",
-                                       key);
         if (!json_is_boolean(v))
             return cdn_api_reply_error(req, 400, "invalid_request", key, "memory: true or false");
         if (json_is_true(v) != (b->spec.tier == CDN_TIER_MICROVM))
@@ -753,21 +777,12 @@ static void fork_done(void *arg, struct box *b, enum cdn_box_created how, const 
 void cdn_api_fork(struct evhttp_request *req, struct box *b)
 {
     struct cdn_error err = {0};
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t len = evbuffer_get_length(in);
-    json_error_t jerr;
-    _cleanup_json_ json_t *body =
-        len ? json_loadb((const char *) evbuffer_pullup(in, -1), len, JSON_REJECT_DUPLICATES, &jerr)
-            : json_object();
-    if (!json_is_object(body))
-        return cdn_api_reply_error(req, 400, "invalid_request", "body", "the body must be a JSON object");
+    static const char *const fields[] = {"checkpoint", "count", "labels", NULL};
+    _cleanup_json_ json_t *body = body_object(req, fields, "a fork");
+    if (!body)
+        return;
     const char *key;
     json_t *v;
-    json_object_foreach(body, key, v)
-    {
-        if (strcmp(key, "checkpoint") != 0 && strcmp(key, "count") != 0 && strcmp(key, "labels") != 0)
-            return cdn_api_reply_error(req, 400, "invalid_request", key, "%s: not a field of a fork", key);
-    }
     json_t *cv = json_object_get(body, "count"), *ckv = json_object_get(body, "checkpoint"),
            *lv = json_object_get(body, "labels");
     json_int_t count = cv ? (json_is_integer(cv) ? json_integer_value(cv) : -1) : 1;

@@ -21,21 +21,10 @@ import pytest
 
 import cordon
 from cordon import Sandbox
-from cordonlib import Daemon, state_daemon
+from cordonlib import Daemon
+from test_checkpoints import cd, egress_daemon  # noqa: F401 (the fixtures: a cordond with its own store)
 
 pytestmark = pytest.mark.needs_vm
-
-
-@pytest.fixture
-def cd(state_daemon):
-    return state_daemon
-
-
-@pytest.fixture
-def egress_daemon(shared_dir, net):
-    """A cordond whose resolver asks the fake internet (fakenet.py)."""
-    import fakenet
-    yield from state_daemon(shared_dir, "--dns-upstream", fakenet.DNS_IP)
 
 
 # busybox's own resolver (its static wget would need glibc's NSS), then plain HTTP over nc
