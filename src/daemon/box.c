@@ -1199,7 +1199,9 @@ int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, int memory_fd, s
         event_free(b->pidfd_ev);
     if (b->lifetime_ev) /* watch() arms it again with what is left of it */
         event_free(b->lifetime_ev);
-    b->setup_ev = b->pidfd_ev = b->lifetime_ev = NULL;
+    if (b->start_ev) /* a guest's start timer: watch() makes a new one */
+        event_free(b->start_ev);
+    b->setup_ev = b->pidfd_ev = b->lifetime_ev = b->start_ev = NULL;
     /* The old layer stays mounted by cordond until the new init is made: the old init's end then
      * only ends processes (~3 ms here), where it also unmounted the layer (~9 ms), and the unmount
      * is a thread's (close_in_thread), beside the new init. */
