@@ -83,8 +83,8 @@ enum cdn_frame_type {
                                * dropped (its channels, queued frames), its clock set, its random
                                * pool reseeded (| CDN_IDENTITY_SEED bytes), its network made the
                                * sandbox's, which a fork's is not (| u32 ip | u32 gateway | u32
-                               * resolver | u8 prefix, as IDENTITY's; ip 0: none); it answers DONE
-                               * and writes again */
+                               * resolver | u8 prefix, as IDENTITY's; ip 0: none); it thaws its
+                               * commands, answers DONE and writes again */
 };
 
 enum cdn_hold_op { CDN_HOLD_OFF = 0, CDN_HOLD_ON = 1, CDN_HOLD_RESUME = 2 };

@@ -38,8 +38,8 @@ struct vm_state {
     bool disk_full;
     bool now_known; /* then: its commands' pids and its disk, as of that report */
     uint64_t pids, disk_used, disk_size;
-    /* A checkpointable guest's QMP connection (QEMU's fd 5), kept for its memory checkpoints; none
-     * for a guest booted cold or adopted from an earlier cordond. */
+    /* A checkpointable guest's QMP connection (QEMU's fd 5, or its socket at sb->qmp_socket again
+     * after an adoption), kept for its memory checkpoints; none for a guest booted cold. */
     int qmp;
     bool has_qmp;
 };
