@@ -127,7 +127,10 @@ int cdn_slot_make_cgroup(struct cdn_sandbox *sb, struct cdn_error *err)
     int r = sb->cgroup.ops->create(&sb->cgroup, &lim, err);
     if (r < 0)
         return r;
-    struct cdn_cgroup_stats st; /* a reused directory keeps its OOM count: remember where it stood */
+    /* A reused directory keeps its counts: remember where they stood. A new one's start at 0 (sb may
+     * be a rollback's, whose last cgroup was another slot's). */
+    struct cdn_cgroup_stats st;
+    sb->oom_base = sb->cpu_base = 0;
     if (r > 0 && sb->cgroup.ops->stats(&sb->cgroup, &st) == 0)
         sb->oom_base = st.oom_kills, sb->cpu_base = st.cpu_usec;
     return 0;
@@ -191,6 +194,7 @@ int cdn_slot_destroy(struct cdn_sandbox *sb, void (*release)(struct cdn_sandbox 
         ret = sb->keep_cgroup ? 0 : sb->cgroup.ops->destroy(&sb->cgroup);
         sb->cgroup.ops = NULL;
     }
+    sb->cgroup.dirfd = safe_close(sb->cgroup.dirfd); /* v2's, kept or not */
     if (release && sb->slot_fd >= 0)
         release(sb);
     if (ret == 0)

@@ -14,6 +14,16 @@
 
 struct cdn_tier_ops;
 
+/* A checkpointable writable layer made ahead of a create (a rollback's standby): the root of its
+ * mount (detached), its unnamed image in the checkpoint store, and the slot whose ids own it (held:
+ * slot_fd is its lock). Owned by whoever holds it; cdn_layer_ready_drop() lets it all go. */
+struct cdn_layer_ready {
+    int mnt;
+    int file;
+    int slot;
+    int slot_fd;
+};
+
 struct cdn_sandbox {
     char id[CDN_ID_LEN + 1];
     const struct cdn_spec *spec; /* borrowed; outlives the sandbox */
@@ -55,6 +65,9 @@ struct cdn_sandbox {
      * files keep on disk; -EBADF: a fresh layer. Borrowed. */
     int layer_from_fd;
     uint32_t layer_from_base;
+    /* Set by the caller before create (container tier), with layer_from_fd: the same layer made ahead
+     * (cdn_layer_ready_make), which create takes (its fields then -EBADF) with its slot. NULL: none. */
+    struct cdn_layer_ready *layer_ready;
     /* Set by the caller before create (tier microvm): a memory checkpoint's saved guest to restore
      * (cdn_tier_ops.save_memory), which then starts as it was then; -EBADF: a new guest. Borrowed. */
     int memory_from_fd;

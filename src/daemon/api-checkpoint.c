@@ -383,6 +383,7 @@ static void keep_newest(struct box *b, const char *ck)
         _cleanup_close_ int dir = ck_dir(&err);
         char name[64];
         (void) snprintf(name, sizeof name, "%s.json", b->auto_cks[0]);
+        cdn_standby_forget(b->auto_cks[0]);
         if (dir >= 0 && unlinkat(dir, name, 0) == 0) {
             (void) snprintf(name, sizeof name, "%s.img", b->auto_cks[0]);
             (void) unlinkat(dir, name, 0);
@@ -563,6 +564,7 @@ void cdn_api_checkpoints(struct evhttp_request *req, struct box *b)
     if (!rec)
         return cdn_api_reply_cdn_error(req, status, code, &err);
     json_t *pub = ck_public(rec);
+    cdn_standby_want(b, json_string_value(json_object_get(rec, "id")));
     json_decref(rec);
     cdn_api_reply_json(req, 201, pub);
 }
@@ -605,6 +607,7 @@ void cdn_api_checkpoint_route(struct evhttp_request *req, const char *path)
         return cdn_api_reply_json(req, 200, pub);
     }
     json_decref(rec);
+    cdn_standby_forget(path);
     char name[64];
     (void) snprintf(name, sizeof name, "%s.json", path);
     (void) unlinkat(dir, name, 0); /* the record first: an image without one is nobody's */
@@ -982,6 +985,7 @@ static void rollback_done(void *arg, struct box *b, enum cdn_box_created how, co
             (void) json_object_update_new(o, json_pack("{s:s, s:I}", "checkpoint", op->checkpoint,
                                                        "rolled_back_steps", (json_int_t) op->steps));
         cdn_api_reply_json(op->req, 200, o);
+        cdn_standby_want(b, op->checkpoint); /* the next rollback's */
     } else {
         cdn_api_reply_cdn_error(op->req, 500, "rollback_failed", err);
     }
@@ -1070,6 +1074,10 @@ void cdn_api_rollback(struct evhttp_request *req, struct box *b)
         return cdn_api_reply_cdn_error(req, err.errnum == EBUSY ? 409 : 500,
                                        err.errnum == EBUSY ? "step_in_progress" : "internal", &err);
     }
+    /* The layer made ahead for ck, if it is; one for another checkpoint goes now, before it is made
+     * beside this rollback (the next standby is ck's, once it runs). */
+    if (!memory && !(b->sb.layer_ready = cdn_standby_take(b, ck)))
+        cdn_standby_drop(b);
     /* b may be gone once this fails (deleted): not touched after it. */
     int r = cdn_box_respawn(b, memory ? -EBADF : fd, base, memory ? fd : -EBADF,
                             (struct cdn_box_waiter){.done = rollback_done, .arg = op}, &err);

@@ -15,7 +15,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <signal.h>
@@ -118,6 +117,17 @@ static void monitor_start(struct box *b)
         return;
     }
     TAKE_FD(fd); /* monitor_stop() closes it */
+}
+
+/* A new cgroup (a create's, a rollback's), reused or not, counts OOM kills and pids-limit hits from
+ * where it stands: only those from here on are the box's violations. */
+static void rebase_limits(struct box *b)
+{
+    struct cdn_usage u0;
+    if (b->sb.tier->usage(&b->sb, &u0) == 0) {
+        b->viol.oom_seen = u0.oom_kills;
+        b->viol.pids_seen = b->viol.pids_base = u0.pids_max_hits;
+    }
 }
 
 void cdn_box_check_limits(struct box *b)
@@ -242,8 +252,8 @@ unsigned cdn_box_fds(const struct cdn_spec *spec)
     unsigned n = 5;
     if (spec->net_mode != CDN_NET_NONE)
         n += 2;
-    if (spec->checkpoints)
-        n += 1;
+    if (spec->checkpoints) /* and a container's standby layer: its image, mount, file, slot lock */
+        n += spec->tier == CDN_TIER_CONTAINER ? 5 : 1;
     if (spec->protect.n || spec->watch_writes)
         n += 2;
     if (spec->tier == CDN_TIER_MICROVM || spec->tier == CDN_TIER_VM)
@@ -306,6 +316,8 @@ static void box_free(struct box *b)
         event_free(b->checkpoint_ev);
     free(b->auto_cks);
     cdn_box_events_free(b);
+    cdn_standby_drop(b);
+    cdn_grave_layer(TAKE_FD(b->old_layer));
     b->layer_mnt = safe_close(b->layer_mnt);
     json_decref(b->final_usage);
     cdn_tier_release(&b->sb);
@@ -324,15 +336,21 @@ static bool grow_kept(void)
     return true;
 }
 
-static void keep_slot(int slot)
+void cdn_box_keep_slot(int slot)
 {
     struct daemon *d = cdn_daemon;
     if (d->n_kept < d->cap_kept || grow_kept())
         d->kept_slots[d->n_kept++] = slot;
 }
 
+int cdn_box_kept_slot(void)
+{
+    return cdn_daemon->n_kept ? cdn_daemon->kept_slots[--cdn_daemon->n_kept] : -1;
+}
+
 void cdn_box_drop_kept_slots(void)
 {
+    cdn_grave_flush(); /* their slots are kept */
     while (cdn_daemon->n_kept)
         cdn_tier_drop_slot(cdn_daemon->kept_slots[--cdn_daemon->n_kept]);
     cdn_tier_sweep_slots(); /* and any whose hint was lost in a race */
@@ -365,8 +383,10 @@ static void cleanup(struct box *b)
     cdn_egress_detach(b);
     /* The cgroup directories stay (emptied) for the next sandbox: remember the slot. */
     if (kept && slot >= 0)
-        keep_slot(slot);
+        cdn_box_keep_slot(slot);
     b->layer_mnt = safe_close(b->layer_mnt);
+    cdn_standby_drop(b);
+    cdn_grave_layer(TAKE_FD(b->old_layer));
     if (b->spec.checkpoints) /* its layer's name in the checkpoint store: its checkpoints stay */
         cdn_layer_forget(b->sb.id);
     cdn_record_remove(b->sb.id);
@@ -535,6 +555,7 @@ static int warm_start(struct box *b)
 static void box_started(struct box *b)
 {
     b->state = BOX_RUNNING;
+    cdn_grave_layer(TAKE_FD(b->old_layer));
     if (b->start_ev)
         event_del(b->start_ev);
     monitor_start(b);
@@ -970,6 +991,7 @@ struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_e
     hold(b);
     b->fanotify_fd = -1;
     b->layer_mnt = -1;
+    b->old_layer = -1;
     b->pool = pool;
     LIST_INIT(&b->followers);
     cdn_sandbox_init(&b->sb, &b->spec);
@@ -995,23 +1017,18 @@ struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_e
     } else if (cdn_checkpoint_prepare(b, err) < 0 || cdn_egress_attach(b, err) < 0 ||
                cdn_box_fanotify_prepare(b, err) < 0) {
         /* err says why */
-    } else if ((b->sb.slot_hint = cdn_daemon->n_kept ? cdn_daemon->kept_slots[--cdn_daemon->n_kept] : -1),
-               b->sb.tier->create(&b->sb, err) >= 0) {
+    } else if ((b->sb.slot_hint = cdn_box_kept_slot()), b->sb.tier->create(&b->sb, err) >= 0) {
         b->sb.layer_from_fd = safe_close(b->sb.layer_from_fd);
         b->sb.memory_from_fd = safe_close(b->sb.memory_from_fd);
         b->sb.keep_cgroup = true; /* from now on its cgroup is worth keeping */
         /* What a verifier's sibling will bind of its read-write binds, before the agent runs. */
         if (b->spec.protect.n && b->spec.n_mounts)
             (void) cdn_sibling_sources_note(b);
-        struct cdn_usage u0; /* a reused cgroup keeps its counters: count from here */
-        if (b->sb.tier->usage(&b->sb, &u0) == 0) {
-            b->viol.oom_seen = u0.oom_kills;
-            b->viol.pids_seen = b->viol.pids_base = u0.pids_max_hits;
-        }
+        rebase_limits(b);
         /* The hint's lock can be busy for a moment (a just-cloned setup child
          * holds copies of our fds until it closes them): keep it for later. */
         if (b->sb.slot_hint >= 0 && b->sb.slot_hint != b->sb.slot)
-            keep_slot(b->sb.slot_hint);
+            cdn_box_keep_slot(b->sb.slot_hint);
         /* init holds the listening socket now. The slot lock is held by both:
          * by init so that a restart cannot lose it, by us so that the slot
          * stays ours until cleanup() has removed its cgroup. */
@@ -1128,48 +1145,12 @@ void cdn_box_create_prepared(struct cdn_spec *spec, struct cdn_box_waiter w, con
 
 /* ---- rollback: a new init in place ---- */
 
-/* The closer: one thread, for good, that closes the fds it is sent (closer[1]). */
-static int closer[2] = {-1, -1};
-
-static void *closer_main(void *arg)
+bool cdn_box_keeps_slot(const struct box *b)
 {
-    (void) arg;
-    for (;;) {
-        int fd;
-        ssize_t n = read(closer[0], &fd, sizeof fd);
-        if (n == (ssize_t) sizeof fd)
-            (void) close(fd);
-        else if (n == 0 || (n < 0 && errno != EINTR))
-            return NULL;
-    }
-}
-
-/* Closed by the closer, when the last close is slow: that of a layer's mount unmounts its ext4
- * (~6 ms here), which the closer's close pays while the caller goes on. One thread made once and
- * never ended, which only reads and closes: no thread is born or ends beside the children cordond
- * clones (whose libc, or a sanitizer's, could find a lock held), and none holds a lock. */
-static void close_in_thread(int fd)
-{
-    static bool started;
-    if (fd < 0)
-        return;
-    if (!started) {
-        started = true;
-        pthread_attr_t attr;
-        pthread_t t;
-        bool ok = pipe2(closer, O_CLOEXEC) == 0 && pthread_attr_init(&attr) == 0;
-        if (ok) {
-            ok = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
-                 pthread_create(&t, &attr, closer_main, NULL) == 0;
-            (void) pthread_attr_destroy(&attr);
-        }
-        if (ok)
-            (void) fcntl(closer[1], F_SETFL, O_NONBLOCK); /* full: closed here, below */
-        else
-            closer[0] = safe_close(closer[0]), closer[1] = safe_close(closer[1]);
-    }
-    if (closer[1] < 0 || write(closer[1], &fd, sizeof fd) != (ssize_t) sizeof fd)
-        (void) close(fd);
+    for (size_t i = 0; i < b->spec.n_mounts; i++)
+        if (!b->spec.mounts[i].readonly)
+            return true;
+    return false;
 }
 
 int cdn_box_respawn_check(const struct box *b, struct cdn_error *err)
@@ -1184,8 +1165,10 @@ int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, int memory_fd, s
                     struct cdn_error *err)
 {
     int r = cdn_box_respawn_check(b, err);
-    if (r < 0)
+    if (r < 0) {
+        b->sb.layer_ready = NULL;
         return r;
+    }
     /* What ran in the old one ends as if the sandbox had died: its requests, processes, sessions,
      * forwarded ports and archives (their clients are told), its monitor and guard. */
     if (cdn_daemon->listener)
@@ -1202,18 +1185,24 @@ int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, int memory_fd, s
     if (b->start_ev) /* a guest's start timer: watch() makes a new one */
         event_free(b->start_ev);
     b->setup_ev = b->pidfd_ev = b->lifetime_ev = b->start_ev = NULL;
-    /* The old layer stays mounted by cordond until the new init is made: the old init's end then
-     * only ends processes (~3 ms here), where it also unmounted the layer (~9 ms), and the unmount
-     * is a thread's (close_in_thread), beside the new init. */
+    /* The old layer stays mounted by cordond until the new init runs: the old init's end then only
+     * ends processes, where it also unmounted the layer (~9 ms), and its shutdown and unmount are a
+     * thread's (cdn_grave_layer), once the new init runs. */
     const int old_layer = cdn_checkpoint_layer_mount(b);
     b->layer_mnt = -1;
-    /* The old init and everything in it: killed and waited for; its slot's cgroup emptied. */
+    /* The old init and everything in it: killed, and ended beside the new init in a grave (its slot
+     * with it: the new one takes another); or else waited for, its slot's cgroup emptied (a guest's;
+     * one whose read-write binds hold files of its slot's ids, which its next init must have). */
     int slot = b->sb.slot;
-    (void) b->sb.tier->kill(&b->sb, SIGKILL);
-    (void) b->sb.tier->destroy(&b->sb);
+    const bool beside = !cdn_box_keeps_slot(b) && cdn_grave_add(&b->sb) == 0;
+    if (!beside) {
+        (void) b->sb.tier->kill(&b->sb, SIGKILL);
+        (void) b->sb.tier->destroy(&b->sb);
+    }
     cdn_layer_forget(b->sb.id);
     b->sb.slot = -1;
-    b->sb.slot_hint = slot;
+    b->sb.slot_hint = beside ? cdn_box_kept_slot() : slot;
+    slot = b->sb.slot_hint;
     b->sb.keep_cgroup = false;
     b->state = BOX_STARTING;
     /* A guest restored with its memory was set up: its one answer is to HOLD's RESUME. */
@@ -1230,12 +1219,16 @@ int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, int memory_fd, s
         r = b->sb.tier->create(&b->sb, err);
         b->sb.layer_from_fd = b->sb.memory_from_fd = -EBADF;
     }
+    b->sb.layer_ready = NULL; /* the standby's: what create did not take stays its own */
     b->sb.listen_fd = safe_close(b->sb.listen_fd);
-    close_in_thread(old_layer);
+    /* Its shutdown and unmount (the closer's) would slow the new init's setup by ~3 ms here: they
+     * wait until it runs. */
+    b->old_layer = old_layer;
+    if (b->sb.slot != slot && slot >= 0) /* the hint's cgroup is still worth keeping */
+        cdn_box_keep_slot(slot);
     if (r >= 0) {
         b->sb.keep_cgroup = true;
-        if (b->sb.slot != slot && slot >= 0)
-            keep_slot(slot);
+        rebase_limits(b);
         b->waiter = w;
         if ((r = watch(b)) < 0)
             cdn_error_set(err, -r, "watching the sandbox: %s", strerror(-r));
@@ -1293,6 +1286,7 @@ static void adopt_one(const char *id, const char *path)
     hold(b); /* adopted past the budget too: its sandbox exists already */
     b->fanotify_fd = -1;
     b->layer_mnt = -1;
+    b->old_layer = -1;
     LIST_INIT(&b->followers);
     cdn_sandbox_init(&b->sb, &b->spec);
     cdn_session_init(&b->session, &b->sb, &cdn_box_session_ops, b);
@@ -1423,6 +1417,7 @@ static void restore_ended(const char *id, const char *path)
     }
     b->fanotify_fd = -1;
     b->layer_mnt = -1;
+    b->old_layer = -1;
     LIST_INIT(&b->followers);
     cdn_sandbox_init(&b->sb, &b->spec);
     cdn_session_init(&b->session, &b->sb, &cdn_box_session_ops, b);

@@ -145,6 +145,8 @@ struct box {
      * the last checkpoint taken of it (a new one's parent). */
     int layer_mnt;
     char last_checkpoint[24];
+    struct cdn_standby *standby; /* a rollback's layer made ahead (standby.c), or NULL */
+    int old_layer;               /* a rollback's old layer's mount, let go once the new init runs */
     char qmp_socket[512];        /* <id>.qmp beside its record (sb.qmp_socket) */
     struct event *checkpoint_ev; /* checkpoints "every_step": the one due after a step (1 ms on) */
     char (*auto_cks)[24];        /* … and those it took, oldest first (at most every_step_keep) */
@@ -298,6 +300,30 @@ int cdn_box_adopt_all(void);
 void cdn_box_release_all(void);
 /* At the end: remove the cgroup directories kept for reuse. */
 void cdn_box_drop_kept_slots(void);
+/* The slot's emptied cgroup is kept for the next sandbox; one of those taken off the list (-1: none). */
+void cdn_box_keep_slot(int slot);
+int cdn_box_kept_slot(void);
+/* Whether a rollback of b must keep its slot (uid range): its read-write binds hold files of those
+ * ids, which a bind does not map onto another slot's. Its old init is then waited for, and it has
+ * no standby layer. */
+bool cdn_box_keeps_slot(const struct box *b);
+/* standby.c: after a checkpoint ck of b (tier container) that a client asked for or rolled back to,
+ * the layer a rollback to it makes is made ahead, in 2 ms (the one of another checkpoint dropped). */
+void cdn_standby_want(struct box *b, const char *ck);
+/* For a rollback of b to ck: the layer made ahead for it (sandbox.h layer_ready), or NULL. */
+struct cdn_layer_ready *cdn_standby_take(struct box *b, const char *ck);
+/* b's standby, made or not, let go (its slot released); checkpoint ck's, which is being deleted. */
+void cdn_standby_drop(struct box *b);
+void cdn_standby_forget(const char *ck);
+/* grave.c: sb's init (a rollback's old one) is killed and moves, with its slot and cgroup, into a
+ * grave that destroys it once its pidfd reports its end; sb keeps the rest (slot -1, no init).
+ * -EOPNOTSUPP: its tier ends no init beside another (the caller destroys it); -ENOMEM. */
+int cdn_grave_add(struct cdn_sandbox *sb);
+/* Every grave destroyed now (cordond's end). */
+void cdn_grave_flush(void);
+/* fd, the root of a writable layer's mount whose files nobody reads again (a rollback's old one,
+ * every process that wrote it killed), shut down and closed by a thread of its own, or here. */
+void cdn_grave_layer(int fd);
 struct box *cdn_box_find(const char *id);
 /* Tear down (asynchronously) and forget. reason goes to the event log. */
 void cdn_box_delete(struct box *b, const char *reason);

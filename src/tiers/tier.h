@@ -57,6 +57,9 @@ struct cdn_tier_ops {
     /* Its commands may run as another user of the sandbox (spec and exec "user", shared/user.h):
      * its init holds CDN_INIT_CAPS (confine/privileges.h). */
     bool users;
+    /* A rollback's new init starts in another slot while the old one ends (daemon/grave.c): the
+     * old one's destroy() needs nothing but its init, slot and cgroup, and no more than the box. */
+    bool end_beside;
     /* Binds target this directory or beneath it (its mount namespace has no root of its own);
      * NULL: anywhere. */
     const char *binds_under;
@@ -196,6 +199,17 @@ int cdn_layer_set_uid_base(int file, uint32_t base);
 int cdn_layer_loop(int file);
 /* Drop the name of sandbox id's checkpointable layer (its blocks go with its last user). */
 void cdn_layer_forget(const char *id);
+/* The ext4 of a layer nobody will read again (a rollback's old one, its writers killed), through
+ * root (a directory of it), shut down without a journal flush: what is dirty in it is dropped, not
+ * written back, and its unmount is quick. */
+void cdn_layer_discard(int root);
+/* A layer as a create from the checkpoint image from_fd (its files' ids: slot base from_base) of
+ * disk_mb would make it, made now (~4 ms: the clone, its loop device, ext4's mount) in a slot taken
+ * now (slot_hint first), for sandbox.h layer_ready. -errno, err naming the field. */
+int cdn_layer_ready_make(int from_fd, uint32_t from_base, uint64_t disk_mb, int slot_hint,
+                         struct cdn_layer_ready *ret, struct cdn_error *err);
+/* What is left of r closed (its slot released); r's fds -EBADF, its slot -1. */
+void cdn_layer_ready_drop(struct cdn_layer_ready *r);
 /* The tier's release(), if any; sb->tier may be NULL (never created). */
 void cdn_tier_release(struct cdn_sandbox *sb);
 /* Take the hold on sb's image (image.h cdn_image_hold) if it is one of the store's and sb has none

@@ -317,6 +317,68 @@ def test_a_rollback_keeps_the_egress_policy(egress_daemon):
         allowed_and_denied(sb)
 
 
+def test_oom_kills_and_pids_hits_after_a_rollback_are_violations(cd):
+    """The new init of a rollback runs in another cgroup (the old one's teardown goes on beside it),
+    which may be a new one or one kept from another sandbox, with counts of its own. Its OOM kills and
+    pids-limit hits are counted from where it stands: before the fix, the box's counts stayed the old
+    cgroup's, and those after the rollback went uncounted (`assert 1 > 1`) until they passed them."""
+    with Sandbox.create(endpoint=cd.endpoint, checkpoints=True, memory_mb=64, pids=16) as sb:
+        def hits():
+            r = sb.exec(["python3", "-c", "b = bytearray(512 << 20)"], timeout_s=60)
+            assert r.exit_code == 137, r  # the OOM killer
+            sb.exec(["sh", "-c", "for i in $(seq 1 40); do sleep 2 & done; wait"], timeout_s=60)
+            return sb.violations()["counts"]
+        first = hits()
+        assert first["oom"] >= 1 and first["pids"] >= 1, first
+        ck = sb.checkpoint()
+        sb.rollback(ck)
+        assert sb.violations()["counts"] == first  # the rollback itself is none
+        again = hits()
+        assert again["oom"] > first["oom"] and again["pids"] > first["pids"], (first, again)
+        assert sb.usage()["oom_kills"] >= 1, sb.usage()
+
+
+def test_files_a_sandbox_wrote_in_a_read_write_bind_stay_its_own_after_a_rollback(cd, shared_dir):
+    """A bind is not idmapped: its files keep the host ids of the slot that wrote them. A rollback whose
+    new init took another slot (as one without read-write binds does) would see them as nobody's:
+    before the fix, `echo b >> f` failed with "Permission denied" after the rollback."""
+    rw = os.path.join(shared_dir, "rw")
+    os.makedirs(rw)
+    os.chmod(rw, 0o777)
+    os.chmod(shared_dir, 0o755)
+    with Sandbox.create(endpoint=cd.endpoint, checkpoints=True,
+                        mounts=[{"source": rw, "target": "/srv/rw"}]) as sb:
+        assert sb.exec("echo a > /srv/rw/f && mkdir /srv/rw/d && echo c > /srv/rw/d/g").exit_code == 0
+        ck = sb.checkpoint()
+        sb.exec("true")
+        for _ in range(2):
+            sb.rollback(ck)
+            r = sb.exec("echo b >> /srv/rw/f && cat /srv/rw/f && rm -r /srv/rw/d && stat -c %u /srv/rw/f")
+            assert r.exit_code == 0 and r.stdout == "a\nb\n0\n", r
+            sb.exec("echo a > /srv/rw/f && mkdir /srv/rw/d && echo c > /srv/rw/d/g")
+
+
+def test_a_rollback_to_an_older_checkpoint_and_back_to_the_newest(cd):
+    """A rollback to the newest checkpoint starts on the layer made ahead for it (standby.c); one to
+    any other clones its image then. Both give the checkpoint's files exactly, again and again, and a
+    deleted checkpoint's layer made ahead goes with it (the leak check: its loop device)."""
+    with Sandbox.create(endpoint=cd.endpoint, checkpoints=True) as sb:
+        assert sb.exec(TREE).exit_code == 0
+        one = snapshot(sb)
+        ck1 = sb.checkpoint()
+        sb.exec("echo two > /workspace/two && rm /workspace/blob")
+        two = snapshot(sb)
+        ck2 = sb.checkpoint()
+        for ck, want in [(ck1, one), (ck1, one), (ck2, two), (ck2, two), (ck1, one)]:
+            sb.exec("rm -rf /workspace/d && echo x > /workspace/x")
+            sb.rollback(ck)
+            assert snapshot(sb) == want, ck["id"]
+        cd.endpoint.json("DELETE", f"/v1/checkpoints/{ck1['id']}")
+        sb.exec("echo three > /workspace/three")
+        sb.rollback(ck2)
+        assert snapshot(sb) == two
+
+
 def test_what_a_rollback_refuses(cd):
     with Sandbox.create(endpoint=cd.endpoint, checkpoints=True) as a, \
             Sandbox.create(endpoint=cd.endpoint, checkpoints=True) as b:

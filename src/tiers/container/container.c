@@ -304,8 +304,14 @@ static int container_create(struct cdn_sandbox *sb, struct cdn_error *err)
     (void) snprintf(scratch, sizeof scratch, "%s/mnt", cdn_run_dir());
     if (access(scratch, F_OK) < 0 && (r = cdn_mkdir_p(scratch, 0755)) < 0)
         return cdn_error_set(err, r, "mkdir %s: %s", scratch, strerror(-r));
-    if ((r = cdn_slot_acquire(cdn_run_dir(), sb->slot_hint, &sb->slot, &sb->slot_fd, err)) < 0)
+    /* A layer made ahead comes with its slot (the owner of its files). */
+    struct cdn_layer_ready *ready = sb->layer_ready;
+    if (ready && ready->mnt >= 0 && ready->slot_fd >= 0) {
+        sb->slot = ready->slot;
+        sb->slot_fd = TAKE_FD(ready->slot_fd);
+    } else if ((r = cdn_slot_acquire(cdn_run_dir(), sb->slot_hint, &sb->slot, &sb->slot_fd, err)) < 0) {
         return r;
+    }
     sb->uid_base = cdn_slot_uid_base(sb->slot);
     char name[32];
     (void) snprintf(name, sizeof name, "slot-%d", sb->slot);
@@ -772,6 +778,7 @@ const struct cdn_tier_ops cdn_container_tier = {
     .name = "container",
     .tier = CDN_TIER_CONTAINER,
     .slot_in_record = true,
+    .end_beside = true,
     .users = true,
     .create = container_create,
     .kill = container_kill,

@@ -53,6 +53,11 @@
 /* ext4 refuses a large write with ENOSPC while up to ~1 MiB is still free (seen: 0.6-0.9 MiB
  * after dd bs=1M, whatever the size); below this much left the layer counts as full. */
 #define FULL_MARGIN (1ULL << 20)
+/* linux/ext4.h (not in every uapi headers package): a file system shut down, its journal not flushed. */
+#ifndef EXT4_IOC_SHUTDOWN
+#define EXT4_IOC_SHUTDOWN _IOR('X', 125, uint32_t)
+#endif
+#define EXT4_GOING_FLAGS_NOLOGFLUSH 0x2
 
 /* The image's size for disk_mb of files: ext4's inode tables (256 bytes per 16 KiB, 1/64 of the
  * image) on top, so that what df shows, and what the sandbox can fill, is disk_mb (a little less:
@@ -627,23 +632,13 @@ static int store_template(int store, uint64_t size_mb, struct cdn_error *err)
     return openat(store, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 }
 
-/* A checkpointable layer (spec "checkpoints": true): its image is a file of the checkpoint store
- * (layer-store.c) named layers/<sandbox id>, a copy of the template or a reflink of the checkpoint
- * sb->layer_from_fd. Its files keep the ids of the slot that first wrote them (the xattr
- * user.cordon.uid_base): a layer of another slot's is idmapped onto this one's. */
-static int store_layer(struct cdn_sandbox *sb, struct cdn_error *err)
+/* Room in the state filesystem and the checkpoint store for a layer of mb. */
+static int store_room(int store, uint64_t mb, struct cdn_error *err)
 {
-    int store = cdn_layer_store(err), r;
-    if (store < 0)
-        return store;
-    const bool from = sb->layer_from_fd >= 0;
-    const uint64_t mb = sb->spec->limits.disk_mb;
-    _cleanup_close_ int in = from ? -EBADF : store_template(store, mb, err);
-    if (!from && in < 0)
-        return in;
     char state[4200];
     (void) snprintf(state, sizeof state, "%s", cdn_state_dir());
-    if ((r = room_for(state, mb, err)) < 0)
+    int r = room_for(state, mb, err);
+    if (r < 0)
         return r;
     struct statfs sfs;
     if (fstatfs(store, &sfs) == 0 && (uint64_t) sfs.f_bavail * (uint64_t) sfs.f_bsize < (mb << 20))
@@ -651,17 +646,27 @@ static int store_layer(struct cdn_sandbox *sb, struct cdn_error *err)
                                "limits.disk_mb: %llu MiB, but the checkpoint store has %llu MiB free",
                                (unsigned long long) mb,
                                (unsigned long long) ((uint64_t) sfs.f_bavail * (uint64_t) sfs.f_bsize >> 20));
+    return 0;
+}
+
+/* A reflink of in (a checkpoint's image when from, whose files keep the ids of slot base base; else
+ * the template) as a new unnamed file of the store (*ret_file), on a loop device named for slot,
+ * mounted and owned by the slot of uid_base: a layer of another slot's is idmapped onto it. The
+ * root of its mount, detached. */
+static int layer_clone(int store, int in, bool from, uint32_t base, int slot, uint32_t uid_base,
+                       int *ret_file, struct cdn_error *err)
+{
     _cleanup_close_ int file = openat(store, "layers", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (file < 0)
         return cdn_error_field(err, errno, "checkpoints", "an unnamed file in the checkpoint store: %m");
-    if (ioctl(file, FICLONE, from ? sb->layer_from_fd : in) < 0 && (r = -errno) < 0)
+    int r;
+    if (ioctl(file, FICLONE, in) < 0 && (r = -errno) < 0)
         return cdn_error_field(err, -r, from ? "checkpoint" : "disk", "%s the writable layer: %s",
                                from ? "clone the checkpoint into" : "copy the template of", strerror(-r));
-    const uint32_t base = from ? sb->layer_from_base : sb->uid_base;
     if ((r = cdn_layer_set_uid_base(file, base)) < 0)
         return cdn_error_field(err, -r, "checkpoints", "mark the writable layer: %s", strerror(-r));
     char name[64];
-    (void) snprintf(name, sizeof name, "cordon-slot-%d", sb->slot);
+    (void) snprintf(name, sizeof name, "cordon-slot-%d", slot);
     int nr = -1;
     _cleanup_close_ int loop = cdn_loop_attach(file, name, 0, &nr, err);
     if (loop < 0)
@@ -670,30 +675,88 @@ static int store_layer(struct cdn_sandbox *sb, struct cdn_error *err)
     int n = snprintf(v, sizeof v, "%d", nr);
     if (fsetxattr(file, XATTR_LOOP, v, (size_t) n, 0) < 0)
         return cdn_error_field(err, errno, "checkpoints", "mark the writable layer: %m");
+    _cleanup_close_ int mnt = mount_detached(nr, err);
+    if (mnt < 0)
+        return mnt;
+    warm(mnt);
+    if (from)
+        layer_refresh(mnt);
+    if (base == uid_base) {
+        if ((r = layer_own(TAKE_FD(mnt), uid_base, err)) >= 0)
+            *ret_file = TAKE_FD(file);
+        return r;
+    }
+    _cleanup_close_ int userns = userns_mapping(base, uid_base);
+    struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t) userns};
+    if (userns < 0 || syscall(SYS_mount_setattr, mnt, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) {
+        int e = userns < 0 ? -userns : errno;
+        return cdn_error_field(err, e, "checkpoint", "idmap the restored layer: %s", strerror(e));
+    }
+    *ret_file = TAKE_FD(file);
+    return TAKE_FD(mnt);
+}
+
+/* A checkpointable layer (spec "checkpoints": true): its image is a file of the checkpoint store
+ * (layer-store.c) named layers/<sandbox id>, a copy of the template or a reflink of the checkpoint
+ * sb->layer_from_fd (or the one made ahead, sb->layer_ready). Its files keep the ids of the slot
+ * that first wrote them (the xattr user.cordon.uid_base). */
+static int store_layer(struct cdn_sandbox *sb, struct cdn_error *err)
+{
+    int store = cdn_layer_store(err), r;
+    if (store < 0)
+        return store;
+    _cleanup_close_ int file = -EBADF, mnt = -EBADF;
+    struct cdn_layer_ready *ready = sb->layer_ready;
+    if (ready && ready->mnt >= 0 && ready->slot == sb->slot) {
+        file = TAKE_FD(ready->file);
+        mnt = TAKE_FD(ready->mnt);
+    } else {
+        const bool from = sb->layer_from_fd >= 0;
+        const uint64_t mb = sb->spec->limits.disk_mb;
+        _cleanup_close_ int in = from ? -EBADF : store_template(store, mb, err);
+        if (!from && in < 0)
+            return in;
+        if ((r = store_room(store, mb, err)) < 0)
+            return r;
+        mnt = layer_clone(store, from ? sb->layer_from_fd : in, from,
+                          from ? sb->layer_from_base : sb->uid_base, sb->slot, sb->uid_base, &file, err);
+        if (mnt < 0)
+            return mnt;
+    }
     _cleanup_close_ int layers = openat(store, "layers", O_PATH | O_DIRECTORY | O_CLOEXEC);
     char proc[64];
     (void) snprintf(proc, sizeof proc, "/proc/self/fd/%d", file);
     if (layers < 0 || linkat(AT_FDCWD, proc, layers, sb->id, AT_SYMLINK_FOLLOW) < 0)
         return cdn_error_field(err, errno, "checkpoints", "name the writable layer %s: %m", sb->id);
-    int mnt = mount_detached(nr, err);
-    if (mnt < 0) {
-        (void) unlinkat(layers, sb->id, 0);
+    return TAKE_FD(mnt);
+}
+
+int cdn_layer_ready_make(int from_fd, uint32_t from_base, uint64_t disk_mb, int slot_hint,
+                         struct cdn_layer_ready *ret, struct cdn_error *err)
+{
+    int store = cdn_layer_store(err), r;
+    if (store < 0)
+        return store;
+    if ((r = store_room(store, disk_mb, err)) < 0)
+        return r;
+    int slot = -1;
+    _cleanup_close_ int slot_fd = -EBADF, file = -EBADF;
+    if ((r = cdn_slot_acquire(cdn_run_dir(), slot_hint, &slot, &slot_fd, err)) < 0)
+        return r;
+    int mnt = layer_clone(store, from_fd, true, from_base, slot, cdn_slot_uid_base(slot), &file, err);
+    if (mnt < 0)
         return mnt;
-    }
-    warm(mnt);
-    if (from)
-        layer_refresh(mnt);
-    if (base == sb->uid_base)
-        return layer_own(mnt, sb->uid_base, err);
-    _cleanup_close_ int userns = userns_mapping(base, sb->uid_base);
-    struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t) userns};
-    if (userns < 0 || syscall(SYS_mount_setattr, mnt, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) {
-        int e = userns < 0 ? -userns : errno;
-        (void) close(mnt);
-        (void) unlinkat(layers, sb->id, 0);
-        return cdn_error_field(err, e, "checkpoint", "idmap the restored layer: %s", strerror(e));
-    }
-    return mnt;
+    *ret = (struct cdn_layer_ready){
+        .mnt = mnt, .file = TAKE_FD(file), .slot = slot, .slot_fd = TAKE_FD(slot_fd)};
+    return 0;
+}
+
+void cdn_layer_ready_drop(struct cdn_layer_ready *r)
+{
+    r->mnt = safe_close(r->mnt);
+    r->file = safe_close(r->file);
+    r->slot_fd = safe_close(r->slot_fd);
+    r->slot = -1;
 }
 
 void cdn_layer_forget(const char *id)
@@ -703,6 +766,13 @@ void cdn_layer_forget(const char *id)
         store < 0 ? -EBADF : openat(store, "layers", O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (layers >= 0)
         (void) unlinkat(layers, id, 0);
+}
+
+void cdn_layer_discard(int root)
+{
+    uint32_t how = EXT4_GOING_FLAGS_NOLOGFLUSH;
+    if (root >= 0)
+        (void) ioctl(root, EXT4_IOC_SHUTDOWN, &how);
 }
 
 int cdn_writable_make(struct cdn_sandbox *sb, struct cdn_error *err)
