@@ -1,0 +1,385 @@
+/* cordon-runtime: runc's command line, as conmon (podman) and containerd's runc v2 shim call it
+ * (docs/runtime.md). Runs as root on the host, called by the engine, which is trusted; the bundle's
+ * process is not (it runs as a cordon container).
+ *
+ * Global options come before the command: --root (default /run/cordon-runtime, never runc's),
+ * --log FILE and --log-format text|json (errors are logged there and also printed on stderr, as runc
+ * does: containerd reads the last error of the log, conmon the stderr), --systemd-cgroup, --debug.
+ * Both --opt=value and --opt value are taken; an option this runtime does not know is an error.
+ *
+ * This build answers --version, features, spec, and state/start/kill/delete/pause/resume/ps/exec/
+ * update for containers it does not have (with runc's messages, which the engines match); create
+ * reads the bundle and refuses what cordon does not grant, naming the field, and then says that it
+ * cannot start containers yet. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/json-util.h"
+#include "runtime/bundle.h"
+#include "shared/fd-util.h"
+#include "shared/macro.h"
+
+#define DEFAULT_ROOT "/run/cordon-runtime"
+
+static struct {
+    const char *root;
+    const char *log;
+    bool json;
+    bool systemd_cgroup;
+    bool debug;
+} g = {.root = DEFAULT_ROOT};
+
+/* A line of the log (--log), in its format; nothing without --log. */
+static void log_line(const char *level, const char *msg)
+{
+    if (!g.log)
+        return;
+    _cleanup_close_ int fd = open(g.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return;
+    char when[64];
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    (void) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    _cleanup_free_ char *line = NULL;
+    if (g.json) {
+        _cleanup_json_ json_t *o = json_pack("{s:s, s:s, s:s}", "level", level, "msg", msg, "time", when);
+        line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    } else {
+        _cleanup_json_ json_t *s = json_string(msg);
+        _cleanup_free_ char *q = s ? json_dumps(s, JSON_ENCODE_ANY) : NULL;
+        if (q && asprintf(&line, "time=\"%s\" level=%s msg=%s", when, level, q) < 0)
+            line = NULL;
+    }
+    if (line) {
+        size_t n = strlen(line);
+        line[n] = '\n'; /* written with its newline (the terminator is overwritten, not read) */
+        (void) !write(fd, line, n + 1);
+    }
+}
+
+/* The command failed: logged (level error) and printed on stderr; the exit status is 1. */
+static int fail(const char *fmt, ...) _printf_(1, 2);
+static int fail(const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    (void) vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    log_line("error", msg);
+    fprintf(stderr, "cordon-runtime: %s\n", msg);
+    return 1;
+}
+
+/* ---- options: one table per command ---- */
+
+struct opt {
+    const char *name; /* long, without "--" */
+    char short_name;  /* 0: none */
+    bool takes_value;
+    const char **value; /* where a value goes (takes_value) */
+    bool *flag;         /* where a flag goes */
+};
+
+/* Parse argv[*i…] while they are options of opts (up to a first operand or "--"). */
+static int parse_opts(int argc, char **argv, int *i, const struct opt *opts, const char *cmd)
+{
+    for (; *i < argc; (*i)++) {
+        const char *a = argv[*i];
+        if (strcmp(a, "--") == 0) {
+            (*i)++;
+            return 0;
+        }
+        if (a[0] != '-' || !a[1])
+            return 0;
+        const char *name = a + (a[1] == '-' ? 2 : 1), *eq = strchr(name, '=');
+        size_t len = eq ? (size_t) (eq - name) : strlen(name);
+        const struct opt *o = opts;
+        for (; o->name; o++)
+            if ((strlen(o->name) == len && strncmp(o->name, name, len) == 0) ||
+                (a[1] != '-' && len == 1 && o->short_name == name[0]))
+                break;
+        if (!o->name)
+            return fail("%s: unknown option %s", cmd, a);
+        if (!o->takes_value) {
+            if (eq && strcmp(eq + 1, "true") != 0 && strcmp(eq + 1, "false") != 0)
+                return fail("%s: option --%s takes no value", cmd, o->name);
+            *o->flag = !eq || strcmp(eq + 1, "true") == 0;
+            continue;
+        }
+        if (eq)
+            *o->value = eq + 1;
+        else if (*i + 1 < argc)
+            *o->value = argv[++*i];
+        else
+            return fail("%s: option --%s needs a value", cmd, o->name);
+    }
+    return 0;
+}
+
+/* runc's rule for ids: no '/', not "." or "..", not empty. */
+static bool id_ok(const char *id)
+{
+    return id && *id && !strchr(id, '/') && strcmp(id, ".") != 0 && strcmp(id, "..") != 0 &&
+           strlen(id) < 1024;
+}
+
+/* The operand ID (and the count of operands wanted): an error naming what is missing. */
+static int one_id(int argc, char **argv, int i, int want, const char *cmd, const char **ret)
+{
+    if (argc - i < 1)
+        return fail("%s: requires a container id", cmd);
+    if (argc - i > want)
+        return fail("%s: too many arguments (%s)", cmd, argv[i + want]);
+    if (!id_ok(argv[i]))
+        return fail("%s: invalid container id '%s'", cmd, argv[i]);
+    *ret = argv[i];
+    return 0;
+}
+
+/* <root>/<id>: the container's directory; whether it exists. */
+static bool exists(const char *id)
+{
+    char p[4096];
+    (void) snprintf(p, sizeof p, "%s/%s", g.root, id);
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int no_such(const char *id)
+{
+    return fail("container \"%s\" does not exist", id);
+}
+
+/* ---- commands ---- */
+
+static int cmd_version(void)
+{
+    printf("cordon-runtime version %s\nspec: 1.1.0\n", CORDON_VERSION);
+    return 0;
+}
+
+static int cmd_features(void)
+{
+    /* The runtime spec's features document: what this runtime takes, not what the bundle gets (it
+     * is confined by cordon all the same). */
+    static const char doc[] =
+        "{\"ociVersionMin\": \"1.0.0\", \"ociVersionMax\": \"1.1.0\","
+        " \"hooks\": [\"prestart\", \"createRuntime\", \"createContainer\", \"startContainer\", "
+        "\"poststart\","
+        "   \"poststop\"],"
+        " \"mountOptions\": [\"ro\", \"rw\", \"bind\", \"rbind\", \"nosuid\", \"nodev\", \"noexec\", "
+        "\"private\","
+        "   \"rprivate\", \"slave\", \"rslave\", \"mode\"],"
+        " \"linux\": {\"namespaces\": [\"pid\", \"network\", \"ipc\", \"uts\", \"mount\", \"cgroup\"],"
+        "   \"cgroup\": {\"v1\": true, \"v2\": true, \"systemd\": false},"
+        "   \"seccomp\": {\"enabled\": true}},"
+        " \"annotations\": {\"io.cordon.runtime\": \"cordon\"}}";
+    _cleanup_json_ json_t *o = json_loads(doc, 0, NULL);
+    _cleanup_free_ char *s = o ? json_dumps(o, JSON_INDENT(4)) : NULL;
+    if (!s)
+        return fail("features: out of memory");
+    puts(s);
+    return 0;
+}
+
+/* A config.json to start from (runc spec): a shell in ./rootfs, cordon's namespaces. */
+static int cmd_spec(int argc, char **argv, int i)
+{
+    const char *bundle = ".";
+    bool rootless = false;
+    const struct opt opts[] = {
+        {"bundle", 'b', true, &bundle, NULL}, {"rootless", 0, false, NULL, &rootless}, {0}};
+    if (parse_opts(argc, argv, &i, opts, "spec") != 0)
+        return 1;
+    if (rootless)
+        return fail("spec: --rootless: cordon-runtime runs as root (its containers have their own user ids)");
+    static const char config[] =
+        "{\n"
+        "    \"ociVersion\": \"1.1.0\",\n"
+        "    \"process\": {\"terminal\": false, \"user\": {\"uid\": 0, \"gid\": 0}, \"args\": [\"sh\"],\n"
+        "        \"env\": [\"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\"], \"cwd\": "
+        "\"/\",\n"
+        "        \"noNewPrivileges\": true},\n"
+        "    \"root\": {\"path\": \"rootfs\", \"readonly\": false},\n"
+        "    \"hostname\": \"cordon\",\n"
+        "    \"mounts\": [\n"
+        "        {\"destination\": \"/proc\", \"type\": \"proc\", \"source\": \"proc\"},\n"
+        "        {\"destination\": \"/dev\", \"type\": \"tmpfs\", \"source\": \"tmpfs\", \"options\": "
+        "[\"nosuid\"]},\n"
+        "        {\"destination\": \"/dev/pts\", \"type\": \"devpts\", \"source\": \"devpts\"}\n"
+        "    ],\n"
+        "    \"linux\": {\"namespaces\": [{\"type\": \"pid\"}, {\"type\": \"network\"}, {\"type\": "
+        "\"ipc\"},\n"
+        "        {\"type\": \"uts\"}, {\"type\": \"mount\"}, {\"type\": \"cgroup\"}]}\n"
+        "}\n";
+    char path[4096];
+    (void) snprintf(path, sizeof path, "%s/config.json", bundle);
+    _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0)
+        return fail("spec: %s: %s", path, errno == EEXIST ? "exists already" : strerror(errno));
+    if (write(fd, config, sizeof config - 1) != (ssize_t) (sizeof config - 1))
+        return fail("spec: write %s: %m", path);
+    return 0;
+}
+
+/* The bundle's config.json, read and checked: what cordon does not grant is refused naming its
+ * field; what it reduces is logged (level warning), never printed (a create's stderr is the
+ * container's log under conmon). */
+static int read_bundle(const char *dir, struct cdn_bundle *b)
+{
+    char abs[4096], path[4200];
+    if (!realpath(dir, abs))
+        return fail("create: bundle %s: %m", dir);
+    (void) snprintf(path, sizeof path, "%s/config.json", abs);
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0)
+        return fail("create: %s: %m", path);
+    if (st.st_size > (4 << 20))
+        return fail("create: %s: larger than 4 MiB", path);
+    _cleanup_free_ char *json = malloc((size_t) st.st_size + 1);
+    ssize_t n = json ? read(fd, json, (size_t) st.st_size) : -1;
+    if (n != st.st_size)
+        return fail("create: read %s: %s", path, n < 0 ? strerror(errno) : "short read");
+    struct cdn_error err = {0};
+    if (cdn_bundle_parse(json, (size_t) n, abs, b, &err) < 0)
+        return fail("create: config.json: %s", err.msg);
+    for (size_t i = 0; i < b->notes.n; i++)
+        log_line("warning", b->notes.v[i]);
+    return 0;
+}
+
+static int cmd_create(int argc, char **argv, int i)
+{
+    const char *bundle = ".", *pid_file = NULL, *console = NULL, *preserve = NULL;
+    bool no_pivot = false, no_keyring = false;
+    const struct opt opts[] = {{"bundle", 'b', true, &bundle, NULL},
+                               {"pid-file", 0, true, &pid_file, NULL},
+                               {"console-socket", 0, true, &console, NULL},
+                               {"preserve-fds", 0, true, &preserve, NULL},
+                               {"no-pivot", 0, false, NULL, &no_pivot},
+                               {"no-new-keyring", 0, false, NULL, &no_keyring},
+                               {0}};
+    const char *id;
+    if (parse_opts(argc, argv, &i, opts, "create") != 0 || one_id(argc, argv, i, 1, "create", &id) != 0)
+        return 1;
+    if (preserve && strcmp(preserve, "0") != 0)
+        return fail("create: --preserve-fds: a cordon container is given no descriptors beyond its stdio");
+    if (g.systemd_cgroup)
+        return fail(
+            "create: --systemd-cgroup: cordon-runtime manages cgroupfs paths (podman: --cgroup-manager "
+            "cgroupfs)");
+    if (exists(id))
+        return fail("container with id exists: %s", id);
+    struct cdn_bundle b;
+    int r = read_bundle(bundle, &b);
+    cdn_bundle_free(&b);
+    if (r != 0)
+        return r;
+    return fail("create: %s: this build of cordon-runtime reads bundles but does not start containers yet",
+                id);
+}
+
+/* Commands on a container: none exists until create can make one (each says so as runc does: the
+ * engines match "does not exist"). delete --force of an unknown id succeeds, as runc's. */
+static int cmd_on_container(const char *cmd, int argc, char **argv, int i)
+{
+    bool force = false, all = false, detach = false, tty = false;
+    const char *v = NULL;
+    const struct opt delete_opts[] = {{"force", 'f', false, NULL, &force}, {0}};
+    const struct opt kill_opts[] = {{"all", 'a', false, NULL, &all}, {0}};
+    const struct opt ps_opts[] = {{"format", 'f', true, &v, NULL}, {0}};
+    const struct opt update_opts[] = {{"resources", 'r', true, &v, NULL}, {0}};
+    const struct opt exec_opts[] = {{"process", 'p', true, &v, NULL},
+                                    {"pid-file", 0, true, &v, NULL},
+                                    {"console-socket", 0, true, &v, NULL},
+                                    {"cwd", 0, true, &v, NULL},
+                                    {"env", 'e', true, &v, NULL},
+                                    {"user", 'u', true, &v, NULL},
+                                    {"detach", 'd', false, NULL, &detach},
+                                    {"tty", 't', false, NULL, &tty},
+                                    {0}};
+    const struct opt none[] = {{0}};
+    const struct opt *opts = strcmp(cmd, "delete") == 0   ? delete_opts
+                             : strcmp(cmd, "kill") == 0   ? kill_opts
+                             : strcmp(cmd, "ps") == 0     ? ps_opts
+                             : strcmp(cmd, "update") == 0 ? update_opts
+                             : strcmp(cmd, "exec") == 0   ? exec_opts
+                                                          : none;
+    int want = strcmp(cmd, "kill") == 0 ? 2 : strcmp(cmd, "exec") == 0 ? 1024 : 1;
+    const char *id;
+    if (parse_opts(argc, argv, &i, opts, cmd) != 0 || one_id(argc, argv, i, want, cmd, &id) != 0)
+        return 1;
+    if (exists(id))
+        return fail("%s: %s: a container of another cordon-runtime build", cmd, id);
+    if (strcmp(cmd, "delete") == 0 && force)
+        return 0;
+    return no_such(id);
+}
+
+static const char *const on_container[] = {"state",  "start", "kill", "delete", "pause",
+                                           "resume", "ps",    "exec", "update", NULL};
+
+static void usage(FILE *f)
+{
+    fputs("usage: cordon-runtime [--root DIR] [--log FILE] [--log-format text|json] COMMAND [OPTIONS] ID\n"
+          "commands: create start state kill delete exec ps pause resume update features spec\n"
+          "          (runc's command line: docs/runtime.md)\n",
+          f);
+}
+
+int main(int argc, char **argv)
+{
+    const char *format = "text";
+    bool version = false, help = false;
+    const struct opt globals[] = {
+        {"root", 0, true, &g.root, NULL},       {"log", 0, true, &g.log, NULL},
+        {"log-format", 0, true, &format, NULL}, {"systemd-cgroup", 0, false, NULL, &g.systemd_cgroup},
+        {"debug", 0, false, NULL, &g.debug},    {"version", 'v', false, NULL, &version},
+        {"help", 'h', false, NULL, &help},      {0}};
+    int i = 1;
+    if (parse_opts(argc, argv, &i, globals, "cordon-runtime") != 0)
+        return 1;
+    if (strcmp(format, "text") != 0 && strcmp(format, "json") != 0)
+        return fail("--log-format: '%s' is not text or json", format);
+    g.json = strcmp(format, "json") == 0;
+    if (!g.root[0] || g.root[0] != '/')
+        return fail("--root: '%s' must be an absolute path", g.root);
+    if (g.log) /* containerd reads the last error of this file: it must exist even when there is none */
+        (void) close(open(g.log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    if (version)
+        return cmd_version();
+    if (help || i >= argc) {
+        usage(help ? stdout : stderr);
+        return help ? 0 : 1;
+    }
+    const char *cmd = argv[i++];
+    if (strcmp(cmd, "version") == 0)
+        return cmd_version();
+    if (strcmp(cmd, "features") == 0)
+        return cmd_features();
+    if (strcmp(cmd, "spec") == 0)
+        return cmd_spec(argc, argv, i);
+    if (strcmp(cmd, "create") == 0)
+        return cmd_create(argc, argv, i);
+    for (size_t k = 0; on_container[k]; k++)
+        if (strcmp(cmd, on_container[k]) == 0)
+            return cmd_on_container(cmd, argc, argv, i);
+    if (strcmp(cmd, "run") == 0 || strcmp(cmd, "checkpoint") == 0 || strcmp(cmd, "restore") == 0 ||
+        strcmp(cmd, "events") == 0 || strcmp(cmd, "list") == 0)
+        return fail("%s: not a command of cordon-runtime (the engines call create and start)", cmd);
+    return fail("unknown command '%s'", cmd);
+}
