@@ -30,6 +30,38 @@
         cdn_strv_push(&(b)->notes, line_);                                                                   \
     })
 
+/* The config's integers are read as reals (JSON_DECODE_INT_AS_REAL): podman writes an unlimited
+ * rlimit as 2^64-1, which jansson's integers (int64) refuse. Exact up to 2^53, well past any limit
+ * but an unlimited one. integer(): a whole number within int64, or absent (*ret = 0); false for
+ * anything else. */
+static bool integer(const json_t *j, int64_t *ret)
+{
+    *ret = 0;
+    if (!j)
+        return true;
+    double d = json_number_value(j);
+    if (!json_is_number(j) || d >= 9.2e18 || d <= -9.2e18 || d != (double) (int64_t) d)
+        return false;
+    *ret = (int64_t) d;
+    return true;
+}
+
+/* An rlimit's value: a whole number; -1, or 2^63 and above, for unlimited. */
+static bool rlim_value(const json_t *j, uint64_t *ret)
+{
+    double d = json_number_value(j);
+    if (!json_is_number(j) || (d < 0 && d != -1))
+        return false;
+    if (d < 0 || d >= 9.2e18) {
+        *ret = RLIM_INFINITY;
+        return true;
+    }
+    if (d != (double) (uint64_t) d)
+        return false;
+    *ret = (uint64_t) d;
+    return true;
+}
+
 /* A JSON array of strings into l; path names it in errors. absolute: each an absolute path. */
 static int strings(const json_t *a, const char *path, bool absolute, struct cdn_strv *l,
                    struct cdn_error *err)
@@ -118,16 +150,15 @@ static int parse_rlimits(const json_t *a, struct cdn_bundle *b, struct cdn_error
         char field[64];
         (void) snprintf(field, sizeof field, "process.rlimits[%zu]", i);
         const char *type = json_string_value(json_object_get(v, "type"));
-        const json_t *soft = json_object_get(v, "soft"), *hard = json_object_get(v, "hard");
-        if (!type || !json_is_integer(soft) || !json_is_integer(hard))
-            return bad(err, field, "%s: needs \"type\", \"soft\" and \"hard\"%s", NULL);
+        uint64_t s, h;
+        if (!type || !rlim_value(json_object_get(v, "soft"), &s) ||
+            !rlim_value(json_object_get(v, "hard"), &h))
+            return bad(err, field, "%s: needs \"type\", and \"soft\" and \"hard\" as whole numbers%s", NULL);
         size_t k = 0;
         while (k < ELEMENTSOF(rlimit_names) && strcmp(rlimit_names[k].name, type) != 0)
             k++;
         if (k == ELEMENTSOF(rlimit_names))
             return bad(err, field, "%s.type: '%s' is not an RLIMIT_* this runtime knows", type);
-        /* JSON gives signed 64-bit integers; -1 and larger-than-int64 values mean unlimited. */
-        uint64_t s = (uint64_t) json_integer_value(soft), h = (uint64_t) json_integer_value(hard);
         if (s > h)
             return bad(err, field, "%s: its soft limit is above its hard limit%s", NULL);
         if (b->n_rlimits == CDN_BUNDLE_RLIMITS_MAX)
@@ -167,11 +198,11 @@ static int parse_process(const json_t *p, struct cdn_bundle *b, struct cdn_error
     b->spec.workdir_given = true;
     const json_t *u = json_object_get(p, "user");
     const json_t *uid = json_object_get(u, "uid"), *gid = json_object_get(u, "gid");
-    if ((uid && !json_is_integer(uid)) || (gid && !json_is_integer(gid)) || json_integer_value(uid) < 0 ||
-        json_integer_value(uid) > 65535 || json_integer_value(gid) < 0 || json_integer_value(gid) > 65535)
+    int64_t uv, gv;
+    if (!integer(uid, &uv) || !integer(gid, &gv) || uv < 0 || uv > 65535 || gv < 0 || gv > 65535)
         return bad(err, "process.user", "%s: uid and gid must be numbers of the container's 0-65535%s", NULL);
-    b->uid = (uint32_t) json_integer_value(uid);
-    b->gid = (uint32_t) json_integer_value(gid);
+    b->uid = (uint32_t) uv;
+    b->gid = (uint32_t) gv;
     char user[32];
     (void) snprintf(user, sizeof user, "%u:%u", b->uid, b->gid);
     free(b->spec.user);
@@ -299,7 +330,7 @@ static int parse_mounts(const json_t *a, const char *bundle_dir, struct cdn_bund
         if (!type || k == ELEMENTSOF(kernel))
             return bad(err, field,
                        "%s.type: '%s' is refused: a cordon container mounts binds and the kernel's own "
-                       "file systems (proc, sysfs, tmpfs, devpts, mqueue, cgroup), no device's",
+                       "file systems (proc, sysfs, tmpfs, devpts, mqueue, cgroup) only",
                        type);
         if (b->n_mounts == CDN_BUNDLE_MOUNTS_MAX)
             return bad(err, field, "%s: too many mounts%s", NULL);
@@ -339,7 +370,7 @@ static int parse_devices(const json_t *a, struct cdn_error *err)
     return 0;
 }
 
-/* Sysctls of the container's own namespaces (its network, its IPC): others would change the host. */
+/* Sysctls of the container's own namespaces (its network, IPC, UTS): others would change the host. */
 static int parse_sysctls(const json_t *o, struct cdn_bundle *b, struct cdn_error *err)
 {
     static const char *const ipc[] = {"kernel.msgmax", "kernel.msgmnb",         "kernel.msgmni",
@@ -352,14 +383,16 @@ static int parse_sysctls(const json_t *o, struct cdn_bundle *b, struct cdn_error
         const char *kv = b->sysctls.v[i];
         size_t len = strcspn(kv, "=");
         bool ok = (strncmp(kv, "net.", 4) == 0 && !strstr(kv, "..") && !memchr(kv, '/', len)) ||
-                  strncmp(kv, "fs.mqueue.", 10) == 0;
+                  strncmp(kv, "fs.mqueue.", 10) == 0 ||
+                  (len == 15 && strncmp(kv, "kernel.hostname", len) == 0) ||
+                  (len == 17 && strncmp(kv, "kernel.domainname", len) == 0);
         for (size_t k = 0; !ok && k < ELEMENTSOF(ipc); k++)
             ok = strlen(ipc[k]) == len && strncmp(kv, ipc[k], len) == 0;
         if (!ok) {
             char field[160];
             (void) snprintf(field, sizeof field, "linux.sysctl.%.*s", (int) (len < 100 ? len : 100), kv);
             return bad(err, field,
-                       "%s: refused: only the container's own namespaces' sysctls (net.*, the IPC "
+                       "%s: refused: only the container's own namespaces' sysctls (net.*, the IPC and UTS "
                        "ones, fs.mqueue.*) are set%s",
                        NULL);
         }
@@ -370,7 +403,13 @@ static int parse_sysctls(const json_t *o, struct cdn_bundle *b, struct cdn_error
 static int parse_resources(const json_t *res, struct cdn_bundle *b, struct cdn_error *err)
 {
     struct cdn_limits *l = &b->spec.limits;
-    json_int_t mem = json_integer_value(json_object_get(json_object_get(res, "memory"), "limit"));
+    int64_t mem, pids, quota, period;
+    if (!integer(json_object_get(json_object_get(res, "memory"), "limit"), &mem) ||
+        !integer(json_object_get(json_object_get(res, "pids"), "limit"), &pids) ||
+        !integer(json_object_get(json_object_get(res, "cpu"), "quota"), &quota) ||
+        !integer(json_object_get(json_object_get(res, "cpu"), "period"), &period))
+        return bad(err, "linux.resources",
+                   "%s: memory.limit, pids.limit, cpu.quota and cpu.period are whole numbers%s", NULL);
     if (mem > 0) {
         uint64_t mb = ((uint64_t) mem + MIB - 1) / MIB;
         if (mb < CDN_MEMORY_MB_MIN)
@@ -379,13 +418,9 @@ static int parse_resources(const json_t *res, struct cdn_bundle *b, struct cdn_e
     } else {
         l->memory_mb = CDN_MEMORY_MB_MAX; /* none asked: the host's memory is the limit */
     }
-    json_int_t pids = json_integer_value(json_object_get(json_object_get(res, "pids"), "limit"));
     if (pids > 0 && pids < CDN_PIDS_MIN)
         return bad(err, "linux.resources.pids.limit", "%s: at least 2 (the container's init counts)%s", NULL);
     l->pids = pids > 0 ? ((uint64_t) pids < CDN_PIDS_MAX ? (uint64_t) pids : CDN_PIDS_MAX) : CDN_PIDS_MAX;
-    const json_t *cpu = json_object_get(res, "cpu");
-    json_int_t quota = json_integer_value(json_object_get(cpu, "quota"));
-    json_int_t period = json_integer_value(json_object_get(cpu, "period"));
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     if (quota > 0) {
         if (period <= 0)
@@ -480,8 +515,8 @@ static int parse_hooks(const json_t *o, struct cdn_bundle *b, struct cdn_error *
             (void) snprintf(sub, sizeof sub, "%s.env", field);
             if (r < 0 || (r = strings(json_object_get(h, "env"), sub, false, &hk->env, err)) < 0)
                 return r;
-            json_int_t t = json_integer_value(json_object_get(h, "timeout"));
-            if (t < 0 || t > 3600)
+            int64_t t;
+            if (!integer(json_object_get(h, "timeout"), &t) || t < 0 || t > 3600)
                 return bad(err, field, "%s.timeout: 0-3600 seconds%s", NULL);
             hk->timeout_s = (int) t;
         }
@@ -534,9 +569,9 @@ int cdn_bundle_parse(const char *json, size_t len, const char *bundle_dir, struc
     if (!bundle_dir || bundle_dir[0] != '/' || strlen(bundle_dir) >= 4000)
         return bad(err, "bundle", "%s: '%s' must be an absolute directory", bundle_dir);
     json_error_t jerr;
-    _cleanup_json_ json_t *c = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    _cleanup_json_ json_t *c = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &jerr);
     if (!json_is_object(c))
-        return cdn_error_field(err, EINVAL, "config.json", "config.json: not a JSON object (%s, line %d)",
+        return cdn_error_field(err, EINVAL, "config.json", "not a JSON object (%s, line %d)",
                                c ? "not an object" : jerr.text, jerr.line);
     const char *v = json_string_value(json_object_get(c, "ociVersion"));
     if (!v || strncmp(v, "1.", 2) != 0)

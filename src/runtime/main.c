@@ -4,7 +4,8 @@
  *
  * Global options come before the command: --root (default /run/cordon-runtime, never runc's),
  * --log FILE and --log-format text|json (errors are logged there and also printed on stderr, as runc
- * does: containerd reads the last error of the log, conmon the stderr), --systemd-cgroup, --debug.
+ * does: containerd reads the last error of the log, conmon the stderr), --systemd-cgroup, --debug,
+ * --criu PATH (taken and unused: no checkpoints through this runtime), --rootless false|auto.
  * Both --opt=value and --opt value are taken; an option this runtime does not know is an error.
  *
  * This build answers --version, features, spec, and state/start/kill/delete/pause/resume/ps/exec/
@@ -343,19 +344,28 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    const char *format = "text";
+    const char *format = "text", *criu = NULL, *rootless = NULL;
     bool version = false, help = false;
     const struct opt globals[] = {
-        {"root", 0, true, &g.root, NULL},       {"log", 0, true, &g.log, NULL},
-        {"log-format", 0, true, &format, NULL}, {"systemd-cgroup", 0, false, NULL, &g.systemd_cgroup},
-        {"debug", 0, false, NULL, &g.debug},    {"version", 'v', false, NULL, &version},
-        {"help", 'h', false, NULL, &help},      {0}};
+        {"root", 0, true, &g.root, NULL},
+        {"log", 0, true, &g.log, NULL},
+        {"log-format", 0, true, &format, NULL},
+        {"systemd-cgroup", 0, false, NULL, &g.systemd_cgroup},
+        {"debug", 0, false, NULL, &g.debug},
+        {"version", 'v', false, NULL, &version},
+        {"help", 'h', false, NULL, &help},
+        {"criu", 0, true, &criu, NULL}, /* the shim's, when set: no checkpoints through this runtime */
+        {"rootless", 0, true, &rootless, NULL},
+        {0}};
     int i = 1;
     if (parse_opts(argc, argv, &i, globals, "cordon-runtime") != 0)
         return 1;
     if (strcmp(format, "text") != 0 && strcmp(format, "json") != 0)
         return fail("--log-format: '%s' is not text or json", format);
     g.json = strcmp(format, "json") == 0;
+    if (rootless && strcmp(rootless, "false") != 0 && strcmp(rootless, "auto") != 0)
+        return fail("--rootless: '%s': cordon-runtime runs as root (its containers have their own user ids)",
+                    rootless);
     if (!g.root[0] || g.root[0] != '/')
         return fail("--root: '%s' must be an absolute path", g.root);
     if (g.log) /* containerd reads the last error of this file: it must exist even when there is none */

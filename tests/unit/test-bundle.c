@@ -135,6 +135,7 @@ TEST(what_cordon_does_not_grant_is_refused_naming_the_field)
          "\"cgroupsPath\"",
          "linux.devices[0]"},
         {"\"net.ipv4.ping_group_range\"", "\"kernel.panic\"", "linux.sysctl.kernel.panic"},
+        {"\"net.ipv4.ping_group_range\"", "\"kernel.hostnamex\"", "linux.sysctl.kernel.hostnamex"},
         {"\"type\": \"sysfs\", \"source\": \"sysfs\"", "\"type\": \"ext4\", \"source\": \"/dev/sda1\"",
          "mounts[3]"},
         {"\"org.x\"", "\"io.cordon.protected\"", "annotations.io.cordon.protected"},
@@ -166,6 +167,33 @@ TEST(what_cordon_does_not_grant_is_refused_naming_the_field)
             fprintf(stderr, "# case %zu: %d %s: %s\n", i, r, err.field, err.msg);
         cdn_bundle_free(&b);
     }
+}
+
+/* podman writes an unlimited rlimit (--ulimit memlock=-1:-1) as 2^64-1, beyond jansson's integers. */
+TEST(an_unlimited_rlimit_as_podman_writes_it)
+{
+    char json[8192];
+    const char *at = strstr(PODMAN, "\"hard\": 1024, \"soft\": 512");
+    CHECK(at != NULL);
+    (void) snprintf(json, sizeof json, "%.*s\"hard\": 18446744073709551615, \"soft\": -1%s",
+                    (int) (at - PODMAN), PODMAN, at + strlen("\"hard\": 1024, \"soft\": 512"));
+    struct cdn_bundle b;
+    struct cdn_error err;
+    CHECK_EQ_INT(parse(json, &b, &err), 0);
+    CHECK(b.rlimits[1].soft == RLIM_INFINITY && b.rlimits[1].hard == RLIM_INFINITY);
+    CHECK_EQ_INT(b.rlimits[0].hard, 1024);
+    cdn_bundle_free(&b);
+    /* a fraction, or a negative other than -1, is not a limit */
+    (void) snprintf(json, sizeof json, "%.*s\"hard\": 1.5, \"soft\": 1%s", (int) (at - PODMAN), PODMAN,
+                    at + strlen("\"hard\": 1024, \"soft\": 512"));
+    CHECK(parse(json, &b, &err) < 0);
+    CHECK_STREQ(err.field, "process.rlimits[1]");
+    cdn_bundle_free(&b);
+    (void) snprintf(json, sizeof json, "%.*s\"hard\": 5, \"soft\": -2%s", (int) (at - PODMAN), PODMAN,
+                    at + strlen("\"hard\": 1024, \"soft\": 512"));
+    CHECK(parse(json, &b, &err) < 0);
+    CHECK_STREQ(err.field, "process.rlimits[1]");
+    cdn_bundle_free(&b);
 }
 
 TEST(not_json_is_refused)
