@@ -725,6 +725,7 @@ int cdn_checkpoint_prepare(struct box *b, struct cdn_error *err)
 
 struct fork_op {
     struct evhttp_request *req;
+    char parent[CDN_ID_LEN + 1]; /* whose standby waits meanwhile */
     unsigned n, pending;
     char checkpoint[CDN_CHECKPOINT_ID_LEN + 1];
     json_t *made;    /* the boxes' ids, as they came */
@@ -771,6 +772,9 @@ static void fork_done(void *arg, struct box *b, enum cdn_box_created how, const 
         cdn_api_reply_json(f->req, 201,
                            json_pack("{s:s, s:O}", "checkpoint", f->checkpoint, "sandboxes", f->answers));
     }
+    struct box *parent = cdn_box_find(f->parent);
+    if (parent)
+        cdn_standby_go(parent);
     json_decref(f->made);
     json_decref(f->answers);
     free(f->kids);
@@ -882,6 +886,8 @@ void cdn_api_fork(struct evhttp_request *req, struct box *b)
             return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
         }
     f->req = req;
+    (void) snprintf(f->parent, sizeof f->parent, "%s", b->sb.id);
+    cdn_standby_wait(b);
     f->n = f->pending = (unsigned) count;
     (void) snprintf(f->checkpoint, sizeof f->checkpoint, "%s", ck);
     for (json_int_t i = 1; i <= count; i++) {

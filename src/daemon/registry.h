@@ -312,6 +312,10 @@ bool cdn_box_keeps_slot(const struct box *b);
 void cdn_standby_want(struct box *b, const char *ck);
 /* For a rollback of b to ck: the layer made ahead for it (sandbox.h layer_ready), or NULL. */
 struct cdn_layer_ready *cdn_standby_take(struct box *b, const char *ck);
+/* A standby not made yet waits (a fork of b is under way: its 8 creates would pay for it), and goes
+ * on, 2 ms later. */
+void cdn_standby_wait(struct box *b);
+void cdn_standby_go(struct box *b);
 /* b's standby, made or not, let go (its slot released); checkpoint ck's, which is being deleted. */
 void cdn_standby_drop(struct box *b);
 void cdn_standby_forget(const char *ck);

@@ -107,6 +107,18 @@ struct cdn_layer_ready *cdn_standby_take(struct box *b, const char *ck)
     return &s->ready; /* a slot lock create takes is no longer the standby's to keep */
 }
 
+void cdn_standby_wait(struct box *b)
+{
+    if (b->standby)
+        (void) evtimer_del(b->standby->ev);
+}
+
+void cdn_standby_go(struct box *b)
+{
+    if (b->standby && b->standby->ready.mnt < 0)
+        arm(b->standby);
+}
+
 void cdn_standby_drop(struct box *b)
 {
     struct cdn_standby *s = b->standby;
