@@ -1,19 +1,19 @@
 /* What a rollback leaves behind (box.c cdn_box_respawn), ended beside the new init rather than
  * before it: the old init with everything in its pid namespace, and the old writable layer's mount.
  *
- * A container's old init is killed and taken out of its box into a grave: it keeps its slot (lock,
- * cgroup) until its pidfd reports its end; the tier's destroy() then waits for it (at once), empties
- * the cgroup and releases the slot, which is kept for the next sandbox. The new init takes another
- * slot, so nothing waits for the old pid namespace's teardown (~3 ms of unmounts and RCU grace
- * periods here). A cordond that dies with a grave open leaves a killed init and a free slot's cgroup:
- * the next one's sweep_slots() removes it. */
+ * A container's old processes are all killed and its init taken out of its box into a grave: it
+ * keeps its slot (lock, cgroup) until its pidfd reports its end; it is then reaped, and the tier's
+ * destroy() empties the cgroup and releases the slot, which is kept for the next sandbox. The new
+ * init takes another slot, so nothing waits for the old pid namespace's teardown (~3 ms of unmounts
+ * and RCU grace periods here). A cordond that dies with a grave open leaves a killed init and a free
+ * slot's cgroup: the next one's sweep_slots() removes it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
-#include <stdlib.h>
 #include <poll.h>
+#include <stdlib.h>
 #include <sys/queue.h>
 #include <sys/wait.h>
 #include <time.h>
