@@ -385,7 +385,9 @@ def layers_of(pid):
     refilling its stock, another run's slot layer) — a "what is new" diff would count those too."""
     devs = set()
     for p in [pid] + [c.pid for c in descendants(pid)]:
-        for line in (read(f"/proc/{p}/mountinfo") or "").splitlines():
+        # "": a process that exited, or is between namespaces (EINVAL: CI saw one mid-setup); the
+        # caller polls again.
+        for line in read(f"/proc/{p}/mountinfo", "").splitlines():
             right = line.partition(" - ")[2].split()
             if len(right) > 1 and right[1].startswith("/dev/loop"):
                 devs.add(right[1][len("/dev/"):])
