@@ -55,6 +55,7 @@ struct job {
 static struct job jobs[MAX_EXECS];
 static struct cdn_exec_req req;
 static bool shutdown_due;
+static int shutdown_status; /* init's exit status once shutdown_due (CDN_EXEC_STATUS) */
 /* The host's signals for "everything" that came while nothing ran yet (cordon run's SIGTERM
  * right after start): held here for its one command (CDN_EXEC_SHUTDOWN_ON_EXIT) once it exists.
  * Any other command drops them: a signal never crosses into a command it was not sent to. */
@@ -383,6 +384,8 @@ void cdn_exec_start(uint32_t channel, const uint8_t *p, size_t len)
                         : stage == 6 ? req.user
                                      : req.argv[0]);
         bool shutdown = j->flags & CDN_EXEC_SHUTDOWN_ON_EXIT;
+        if (shutdown && (j->flags & CDN_EXEC_STATUS)) /* a shell's convention, which the engines keep */
+            shutdown_status = stage == 2 && r == -ENOENT ? 127 : 126;
         release(j);
         if (stage == 5) {
             uint8_t buf[512];
@@ -686,6 +689,9 @@ static void report_exit(struct job *j, int status, const struct rusage *ru)
     cdn_agent_send(CDN_FRAME_EXIT, j->channel, buf, (uint32_t) n);
     if (j->flags & CDN_EXEC_SHUTDOWN_ON_EXIT)
         shutdown_due = true;
+    if ((j->flags & (CDN_EXEC_SHUTDOWN_ON_EXIT | CDN_EXEC_STATUS)) ==
+        (CDN_EXEC_SHUTDOWN_ON_EXIT | CDN_EXEC_STATUS))
+        shutdown_status = m.signal ? 128 + m.signal : m.exit_code;
     release(j);
 }
 
@@ -735,6 +741,11 @@ void cdn_exec_forget_channels(void)
 bool cdn_exec_shutdown_due(void)
 {
     return shutdown_due;
+}
+
+int cdn_exec_shutdown_status(void)
+{
+    return shutdown_status;
 }
 
 static struct {

@@ -552,5 +552,5 @@ int cdn_agent_main(void)
         flush_out();
     if (vm) /* PID 1 of a guest must not return: the guest ends here */
         cdn_vm_poweroff();
-    return 0; /* the kernel kills what is left in the pid namespace */
+    return cdn_exec_shutdown_status(); /* the kernel kills what is left in the pid namespace */
 }

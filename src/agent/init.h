@@ -98,6 +98,8 @@ void cdn_exec_poll_handle(const struct pollfd *pfd, size_t n);
 void cdn_exec_forget_channels(void);
 /* Whether a command whose end ends the sandbox (CDN_EXEC_SHUTDOWN_ON_EXIT) has ended. */
 bool cdn_exec_shutdown_due(void);
+/* init's exit status once shutdown is due: the one-shot command's with CDN_EXEC_STATUS, else 0. */
+int cdn_exec_shutdown_status(void);
 
 /* Calls (the process tier's cordon-worker, worker-call.c; cordon-init has none: init-nocall.c).
  * cdn_call_start() takes a CALL frame; the poll hooks watch the interpreter that runs it;

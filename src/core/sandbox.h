@@ -68,6 +68,11 @@ struct cdn_sandbox {
     /* Set by the caller before create (container tier), with layer_from_fd: the same layer made ahead
      * (cdn_layer_ready_make), which create takes (its fields then -EBADF) with its slot. NULL: none. */
     struct cdn_layer_ready *layer_ready;
+    /* Set by the caller before create (container tier): the image is a directory whose files are the
+     * container's own (an OCI bundle's root, cordon-runtime): it becomes the root itself, idmapped
+     * through the sandbox's user namespace and writable unless spec.read_only_root, with no layer
+     * over it and nothing of cordon's made in it (no writable directories, no resolv.conf). */
+    bool root_in_place;
     /* Set by the caller before create (tier microvm): a memory checkpoint's saved guest to restore
      * (cdn_tier_ops.save_memory), which then starts as it was then; -EBADF: a new guest. Borrowed. */
     int memory_from_fd;

@@ -123,6 +123,10 @@ enum cdn_exec_flags {
                                    * what it writes to fd 4 goes to the host as CONTROL, after the output
                                    * it wrote before; each line of it is acknowledged by a "\n" on fd 3
                                    * once sent (a shell session, api-session.c) */
+    CDN_EXEC_STATUS = 1u << 10,   /* with SHUTDOWN_ON_EXIT: init's own exit status is the command's
+                                   * (128+N when signal N ended it; 127 when it was not found, 126 when
+                                   * it could not start), for a parent that waits for init itself
+                                   * (cordon-runtime's engine: conmon, containerd's shim) */
     CDN_EXEC_SYSTEM_RO = 1u << 7, /* with VERIFIER, on the container tier: the host vouches that landlock
                                    * keeps the system directories (shared/sysdirs.h) read-only to every
                                    * process of the sandbox (no writable_system, no read-write bind

@@ -8,12 +8,13 @@
  * --criu PATH (taken and unused: no checkpoints through this runtime), --rootless false|auto.
  * Both --opt=value and --opt value are taken; an option this runtime does not know is an error.
  *
- * This build answers --version, features, spec, and state/start/kill/delete/pause/resume/ps/exec/
- * update for containers it does not have (with runc's messages, which the engines match); create
- * reads the bundle and refuses what cordon does not grant, naming the field, and then says that it
- * cannot start containers yet. */
+ * create, start, state, kill and delete run a bundle as a cordon container (container.c); create
+ * refuses what cordon does not grant, naming the field. pause, resume, ps, exec and update answer
+ * runc's "does not exist" for unknown ids (the engines match it) and refuse known ones for now, as do
+ * create's --console-socket and a process asking for a terminal. */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -26,6 +27,7 @@
 
 #include "core/json-util.h"
 #include "runtime/bundle.h"
+#include "runtime/container.h"
 #include "shared/fd-util.h"
 #include "shared/macro.h"
 
@@ -150,18 +152,17 @@ static int one_id(int argc, char **argv, int i, int want, const char *cmd, const
     return 0;
 }
 
-/* <root>/<id>: the container's directory; whether it exists. */
-static bool exists(const char *id)
-{
-    char p[4096];
-    (void) snprintf(p, sizeof p, "%s/%s", g.root, id);
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 static int no_such(const char *id)
 {
     return fail("container \"%s\" does not exist", id);
+}
+
+/* A command on a container failed: err's message (runc's words where the engines match them). */
+static int failed(const char *cmd, const struct cdn_error *err)
+{
+    if (strstr(err->msg, "does not exist") || strstr(err->msg, "container not running"))
+        return fail("%s", err->msg);
+    return fail("%s: %s", cmd, err->msg);
 }
 
 /* ---- commands ---- */
@@ -239,9 +240,9 @@ static int cmd_spec(int argc, char **argv, int i)
 /* The bundle's config.json, read and checked: what cordon does not grant is refused naming its
  * field; what it reduces is logged (level warning), never printed (a create's stderr is the
  * container's log under conmon). */
-static int read_bundle(const char *dir, struct cdn_bundle *b)
+static int read_bundle(const char *dir, struct cdn_bundle *b, char abs[4096])
 {
-    char abs[4096], path[4200];
+    char path[4200];
     if (!realpath(dir, abs))
         return fail("create: bundle %s: %m", dir);
     (void) snprintf(path, sizeof path, "%s/config.json", abs);
@@ -283,25 +284,91 @@ static int cmd_create(int argc, char **argv, int i)
         return fail(
             "create: --systemd-cgroup: cordon-runtime manages cgroupfs paths (podman: --cgroup-manager "
             "cgroupfs)");
-    if (exists(id))
+    if (no_pivot)
+        log_line("warning", "create: --no-pivot: taken, and the root is pivoted all the same");
+    if (console)
+        return fail("create: --console-socket: a terminal for the container is not supported yet");
+    if (cdn_rt_exists(g.root, id))
         return fail("container with id exists: %s", id);
     struct cdn_bundle b;
-    int r = read_bundle(bundle, &b);
+    char abs[4096];
+    int r = read_bundle(bundle, &b, abs);
+    if (r == 0 && b.terminal)
+        r = fail("create: process.terminal: a terminal for the container is not supported yet");
+    struct cdn_error err = {0};
+    if (r == 0 &&
+        cdn_rt_create(g.root, id, &b, &(struct cdn_rt_create_opts){.bundle_dir = abs, .pid_file = pid_file},
+                      &err) < 0)
+        r = fail("create: %s%s%s", err.field[0] ? err.field : "", err.field[0] ? ": " : "", err.msg);
     cdn_bundle_free(&b);
-    if (r != 0)
-        return r;
-    return fail("create: %s: this build of cordon-runtime reads bundles but does not start containers yet",
-                id);
+    return r;
 }
 
-/* Commands on a container: none exists until create can make one (each says so as runc does: the
- * engines match "does not exist"). delete --force of an unknown id succeeds, as runc's. */
-static int cmd_on_container(const char *cmd, int argc, char **argv, int i)
+/* runc's signal names: KILL, SIGKILL or 9. */
+static int parse_signal(const char *s)
 {
-    bool force = false, all = false, detach = false, tty = false;
+    static const struct {
+        const char *name;
+        int sig;
+    } names[] = {{"HUP", SIGHUP},   {"INT", SIGINT},     {"QUIT", SIGQUIT}, {"KILL", SIGKILL},
+                 {"USR1", SIGUSR1}, {"USR2", SIGUSR2},   {"TERM", SIGTERM}, {"CONT", SIGCONT},
+                 {"STOP", SIGSTOP}, {"WINCH", SIGWINCH}, {"ALRM", SIGALRM}, {"PIPE", SIGPIPE},
+                 {"ABRT", SIGABRT}};
+    char *end;
+    long n = strtol(s, &end, 10);
+    if (*s && !*end)
+        return n > 0 && n < NSIG ? (int) n : -1;
+    if (strncmp(s, "SIG", 3) == 0)
+        s += 3;
+    for (size_t i = 0; i < ELEMENTSOF(names); i++)
+        if (strcmp(s, names[i].name) == 0)
+            return names[i].sig;
+    return -1;
+}
+
+static int cmd_kill(int argc, char **argv, int i)
+{
+    bool all = false;
+    const struct opt opts[] = {{"all", 'a', false, NULL, &all}, {0}};
+    const char *id;
+    if (parse_opts(argc, argv, &i, opts, "kill") != 0 || one_id(argc, argv, i, 2, "kill", &id) != 0)
+        return 1;
+    int sig = i + 1 < argc ? parse_signal(argv[i + 1]) : SIGTERM;
+    if (sig < 0)
+        return fail("kill: unknown signal '%s'", argv[i + 1]);
+    struct cdn_error err = {0};
+    return cdn_rt_kill(g.root, id, sig, all, &err) < 0 ? failed("kill", &err) : 0;
+}
+
+static int cmd_simple(const char *cmd, int argc, char **argv, int i)
+{
+    bool force = false;
+    const struct opt delete_opts[] = {{"force", 'f', false, NULL, &force}, {0}}, none[] = {{0}};
+    const char *id;
+    if (parse_opts(argc, argv, &i, strcmp(cmd, "delete") == 0 ? delete_opts : none, cmd) != 0 ||
+        one_id(argc, argv, i, 1, cmd, &id) != 0)
+        return 1;
+    struct cdn_error err = {0};
+    if (strcmp(cmd, "start") == 0)
+        return cdn_rt_start(g.root, id, &err) < 0 ? failed("start", &err) : 0;
+    if (strcmp(cmd, "delete") == 0) {
+        if (force && !cdn_rt_exists(g.root, id))
+            return 0; /* as runc's: nothing to remove is no error with --force */
+        return cdn_rt_delete(g.root, id, force, &err) < 0 ? failed("delete", &err) : 0;
+    }
+    _cleanup_free_ char *json = NULL;
+    if (cdn_rt_state(g.root, id, &json, &err) < 0)
+        return failed("state", &err);
+    puts(json);
+    return 0;
+}
+
+/* The commands this build takes but cannot yet do (pause, resume, ps, exec, update): an unknown id
+ * gets runc's "does not exist" (the engines match it), a known one a clear refusal. */
+static int cmd_not_yet(const char *cmd, int argc, char **argv, int i)
+{
+    bool detach = false, tty = false;
     const char *v = NULL;
-    const struct opt delete_opts[] = {{"force", 'f', false, NULL, &force}, {0}};
-    const struct opt kill_opts[] = {{"all", 'a', false, NULL, &all}, {0}};
     const struct opt ps_opts[] = {{"format", 'f', true, &v, NULL}, {0}};
     const struct opt update_opts[] = {{"resources", 'r', true, &v, NULL}, {0}};
     const struct opt exec_opts[] = {{"process", 'p', true, &v, NULL},
@@ -314,25 +381,20 @@ static int cmd_on_container(const char *cmd, int argc, char **argv, int i)
                                     {"tty", 't', false, NULL, &tty},
                                     {0}};
     const struct opt none[] = {{0}};
-    const struct opt *opts = strcmp(cmd, "delete") == 0   ? delete_opts
-                             : strcmp(cmd, "kill") == 0   ? kill_opts
-                             : strcmp(cmd, "ps") == 0     ? ps_opts
+    const struct opt *opts = strcmp(cmd, "ps") == 0       ? ps_opts
                              : strcmp(cmd, "update") == 0 ? update_opts
                              : strcmp(cmd, "exec") == 0   ? exec_opts
                                                           : none;
-    int want = strcmp(cmd, "kill") == 0 ? 2 : strcmp(cmd, "exec") == 0 ? 1024 : 1;
     const char *id;
-    if (parse_opts(argc, argv, &i, opts, cmd) != 0 || one_id(argc, argv, i, want, cmd, &id) != 0)
+    if (parse_opts(argc, argv, &i, opts, cmd) != 0 ||
+        one_id(argc, argv, i, strcmp(cmd, "exec") == 0 ? 1024 : 1, cmd, &id) != 0)
         return 1;
-    if (exists(id))
-        return fail("%s: %s: a container of another cordon-runtime build", cmd, id);
-    if (strcmp(cmd, "delete") == 0 && force)
-        return 0;
-    return no_such(id);
+    if (!cdn_rt_exists(g.root, id))
+        return no_such(id);
+    return fail("%s: %s: not supported by this build of cordon-runtime yet", cmd, id);
 }
 
-static const char *const on_container[] = {"state",  "start", "kill", "delete", "pause",
-                                           "resume", "ps",    "exec", "update", NULL};
+static const char *const not_yet[] = {"pause", "resume", "ps", "exec", "update", NULL};
 
 static void usage(FILE *f)
 {
@@ -385,9 +447,13 @@ int main(int argc, char **argv)
         return cmd_spec(argc, argv, i);
     if (strcmp(cmd, "create") == 0)
         return cmd_create(argc, argv, i);
-    for (size_t k = 0; on_container[k]; k++)
-        if (strcmp(cmd, on_container[k]) == 0)
-            return cmd_on_container(cmd, argc, argv, i);
+    if (strcmp(cmd, "kill") == 0)
+        return cmd_kill(argc, argv, i);
+    if (strcmp(cmd, "start") == 0 || strcmp(cmd, "state") == 0 || strcmp(cmd, "delete") == 0)
+        return cmd_simple(cmd, argc, argv, i);
+    for (size_t k = 0; not_yet[k]; k++)
+        if (strcmp(cmd, not_yet[k]) == 0)
+            return cmd_not_yet(cmd, argc, argv, i);
     if (strcmp(cmd, "run") == 0 || strcmp(cmd, "checkpoint") == 0 || strcmp(cmd, "restore") == 0 ||
         strcmp(cmd, "events") == 0 || strcmp(cmd, "list") == 0)
         return fail("%s: not a command of cordon-runtime (the engines call create and start)", cmd);

@@ -9,19 +9,27 @@ taken silently. Shown once: without bundle.c's devices check, the /dev/mem case 
 import json
 import os
 import subprocess
+import sys
+import tempfile
 
 import pytest
 
-from cordonlib import CORDON_BIN
+from cordonlib import CORDON_BIN, build_busybox_image, wait_for
 
 RUNTIME = os.environ.get("CORDON_RUNTIME_BIN") or os.path.join(os.path.dirname(CORDON_BIN), "cordon-runtime")
 
 
 def rt(*args, root=None, log=None):
+    """The runtime's result, its output read from files: a container's init inherits create's stdio,
+    so a pipe would not end while the container lives."""
     argv = [RUNTIME, "--root", root] if root else [RUNTIME]
     if log:
         argv += ["--log", log, "--log-format", "json"]
-    return subprocess.run(argv + list(args), capture_output=True, text=True, timeout=30)
+    with tempfile.TemporaryFile() as so, tempfile.TemporaryFile() as se:
+        r = subprocess.run(argv + list(args), stdin=subprocess.DEVNULL, stdout=so, stderr=se, timeout=30)
+        so.seek(0)
+        se.seek(0)
+        return subprocess.CompletedProcess(r.args, r.returncode, so.read().decode(), se.read().decode())
 
 
 @pytest.fixture
@@ -127,3 +135,152 @@ def test_capabilities_asked_are_reduced_and_said(bundle, tmp_path):
     assert any(m.startswith("process.capabilities: none held") for m in warned), lines
     assert any(m.startswith("process.noNewPrivileges: true") for m in warned), lines
     assert "capabilities" not in r.stderr, r
+    assert rt("delete", "--force", "c1", root=str(tmp_path / "root")).returncode == 0
+
+
+# ---- containers: a busybox bundle run the way conmon and the shim run one (rtshim.py) ----
+
+SHIM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rtshim.py")
+
+
+@pytest.fixture
+def bb(tmp_path):
+    """A busybox bundle: its directory, its config (a dict), save() to write it, and run() to run it
+    under rtshim.py (returns the shim's out directory and Popen)."""
+    d = tmp_path / "bundle"
+    build_busybox_image(str(d / "rootfs"))
+    r = rt("spec", "--bundle", str(d))
+    assert r.returncode == 0, r
+    with open(d / "config.json") as f:
+        cfg = json.load(f)
+    root = str(tmp_path / "root")
+    made = []
+
+    def save():
+        with open(d / "config.json", "w") as f:
+            json.dump(cfg, f)
+
+    def run(cid, *args, start=True):
+        cfg["process"]["args"] = list(args)
+        save()
+        out = tmp_path / ("out-" + cid)
+        os.makedirs(out)
+        p = subprocess.Popen([sys.executable, SHIM, RUNTIME, root, str(d), cid, str(out)] +
+                             ([] if start else ["--no-start"]))
+        made.append((cid, p))
+        wait_for(lambda: os.path.exists(out / "ready") or os.path.exists(out / "result.json"), timeout=30,
+                 what="the container created")
+        return out, p
+
+    yield d, cfg, root, run
+    for cid, p in made:
+        rt("delete", "--force", cid, root=root)
+        p.wait(timeout=30)
+
+
+def result(out, p):
+    p.wait(timeout=30)
+    with open(out / "result.json") as f:
+        return json.load(f)
+
+
+def state(root, cid):
+    r = rt("state", cid, root=root)
+    assert r.returncode == 0, r
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("cmd, status", [
+    ("echo hello from $(hostname) as $(id -u); exit 0", 0),
+    ("exit 3", 3),
+    ("kill -9 $$", 128 + 9),   # the engines report 128+N for a signal, as conmon does for runc's
+    ("exec /bin/no-such-program", 127),
+])
+def test_a_bundle_runs_and_its_exit_status_is_init_s(bb, cmd, status):
+    d, cfg, root, run = bb
+    out, p = run("c1", "sh", "-c", cmd)
+    res = result(out, p)
+    assert res["create"] == 0 and res["start"] == 0 and res["exit"] == {"exited": status}, res
+    if status == 0:
+        assert open(out / "stdout").read() == "hello from cordon as 0\n"
+    assert state(root, "c1")["status"] == "stopped"
+    r = rt("delete", "c1", root=root)
+    assert r.returncode == 0 and not os.path.exists(os.path.join(root, "c1")), r
+
+
+def test_a_program_not_found_fails_start_as_runc_s_create_does(bb):
+    """podman maps "executable file not found" to 127, anything else to 126."""
+    d, cfg, root, run = bb
+    out, p = run("c1", "no-such-program")
+    res = result(out, p)
+    assert res["start"] == 1 and "executable file not found" in res["start_stderr"], res
+    assert res["exit"] == {"exited": 127}, res
+
+
+def test_created_running_stopped_and_signals(bb):
+    d, cfg, root, run = bb
+    out, p = run("c1", "sleep", "1000", start=False)
+    s = state(root, "c1")
+    assert s["status"] == "created" and s["pid"] == int(open(out / "pid").read()), s
+    assert s["bundle"] == str(d) and s["rootfs"] == str(d / "rootfs"), s
+    assert rt("start", "c1", root=root).returncode == 0
+    assert state(root, "c1")["status"] == "running"
+    r = rt("start", "c1", root=root)
+    assert r.returncode == 1 and "already running" in r.stderr, r
+    r = rt("delete", "c1", root=root)
+    assert r.returncode == 1 and "not stopped: running" in r.stderr, r
+    assert rt("kill", "c1", "TERM", root=root).returncode == 0  # init passes it to the command
+    assert result(out, p)["exit"] == {"exited": 128 + 15}
+    assert state(root, "c1")["status"] == "stopped"
+    r = rt("kill", "c1", "KILL", root=root)
+    assert r.returncode == 1 and "container not running" in r.stderr, r
+    assert rt("delete", "c1", root=root).returncode == 0
+
+
+def test_delete_force_ends_a_running_container_and_its_cgroup(bb):
+    d, cfg, root, run = bb
+    out, p = run("c1", "sh", "-c", "sleep 1000 & sleep 1000")
+    pid = int(open(out / "pid").read())
+    cg = [line for line in open(f"/proc/{pid}/cgroup").read().splitlines() if "cordon/slot-" in line]
+    assert cg, open(f"/proc/{pid}/cgroup").read()
+    assert rt("delete", "--force", "c1", root=root).returncode == 0
+    assert result(out, p)["exit"] == {"signaled": 9}  # init itself was killed: the raw status
+    assert not os.path.exists(os.path.join(root, "c1"))
+    # the conftest leak check fails the test on a process or cgroup left behind
+
+
+def test_the_process_is_confined_and_its_root_written_in_place(bb):
+    """What a bundle's process gets whatever it asked: no capabilities, no_new_privs, seccomp, its
+    own user ids (not the host's), and its root is the bundle's own (written in place, its files
+    owned on the host by the uids its image gives them)."""
+    d, cfg, root, run = bb
+    out, p = run("c1", "sh", "-c", "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; "
+                 "cat /proc/self/uid_map; echo made > /made-inside; mkdir -p /var/x")
+    res = result(out, p)
+    assert res["exit"] == {"exited": 0}, (res, open(out / "stderr").read())
+    text = open(out / "stdout").read()
+    assert "CapEff:\t0000000000000000" in text and "CapBnd:\t0000000000000000" in text, text
+    assert "NoNewPrivs:\t1" in text and "Seccomp:\t2" in text, text
+    uid_map = text.split()[-3:]
+    assert uid_map[0] == "0" and uid_map[1] != "0", text  # root inside is an unprivileged host uid
+    made = d / "rootfs" / "made-inside"
+    assert made.read_text() == "made\n" and os.stat(made).st_uid == 0, os.stat(made)
+    assert (d / "rootfs" / "var" / "x").is_dir()
+
+
+def test_a_read_only_root_stays_unwritten(bb):
+    d, cfg, root, run = bb
+    cfg["root"]["readonly"] = True
+    out, p = run("c1", "sh", "-c", "echo x > /made-inside")
+    res = result(out, p)
+    assert res["exit"]["exited"] != 0 and "Read-only file system" in open(out / "stderr").read(), res
+    assert not (d / "rootfs" / "made-inside").exists()
+
+
+def test_a_failed_create_leaves_nothing(bb):
+    d, cfg, root, run = bb
+    cfg["root"]["path"] = "missing"
+    out, p = run("c1", "true")
+    res = result(out, p)
+    assert res["create"] == 1 and "root" in open(out / "stderr").read(), res
+    assert not os.path.exists(os.path.join(root, "c1"))

@@ -36,6 +36,7 @@ struct cdn_setup_args {
     bool netns_given;                /* born in a prepared network namespace: do not make one */
     uint32_t resolver_ip;            /* for /etc/resolv.conf; 0 = leave the image's */
     int writable_fd;                 /* >= 0: the writable layer's detached mount (writable.c); else tmpfs */
+    bool root_in_place;              /* the image's directory is the root, written in place (sandbox.h) */
     bool restored; /* that layer is a checkpoint's: its upper/ is what a sandbox wrote (rootfs.c trusts none
                       of it) */
 };

@@ -99,7 +99,7 @@ static int write_id_maps(pid_t pid, uint32_t base, struct cdn_error *err)
  * overlay holds it. Returns the detached mount's fd; a file system that cannot be idmapped gives
  * -EINVAL and the sandbox keeps the image's files as nobody's (the fallback of rootfs.c). The host
  * image is never idmapped: its skeleton is cordon's, and /usr is the host's own. */
-static int idmapped_lower(pid_t pid, const struct cdn_image *image)
+static int idmapped_lower(pid_t pid, const struct cdn_image *image, bool writable)
 {
     if (image->host)
         return -EOPNOTSUPP;
@@ -108,7 +108,7 @@ static int idmapped_lower(pid_t pid, const struct cdn_image *image)
     _cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
     if (userns < 0)
         return -errno;
-    return cdn_idmapped_tree(image->lower, userns, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NODEV);
+    return cdn_idmapped_tree(image->lower, userns, (writable ? 0 : MOUNT_ATTR_RDONLY) | MOUNT_ATTR_NODEV);
 }
 
 /* 'm' to the setup child, with the idmapped image root when there is one. */
@@ -234,6 +234,7 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         .netns_given = sb->netns_fd >= 0,
         .resolver_ip = sb->resolver_ip,
         .writable_fd = writable_fd,
+        .root_in_place = sb->root_in_place,
         .restored = sb->layer_from_fd >= 0,
     };
     /* A prepared network namespace (owned by the host's user namespace, so the
@@ -273,7 +274,7 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
      * comes first: a cgroup must never exist without someone to remove it. */
     if ((r = write_id_maps(pid, sb->uid_base, err)) < 0)
         return r;
-    _cleanup_close_ int lower = idmapped_lower(pid, image);
+    _cleanup_close_ int lower = idmapped_lower(pid, image, sb->root_in_place && !sb->spec->read_only_root);
     if (send_go_maps(go[1], lower) < 0)
         return child_failed(rep[0], errno, err);
     lower = safe_close(lower);
@@ -321,7 +322,8 @@ static int container_create(struct cdn_sandbox *sb, struct cdn_error *err)
         (void) sb->cgroup.ops->destroy(&sb->cgroup);
     /* The writable layer on disk: the child takes its copy of the mount at clone, ours goes here. */
     _cleanup_close_ int writable = -EBADF;
-    if (sb->spec->disk == CDN_DISK_DISK && (r = writable = cdn_writable_make(sb, err)) < 0) {
+    if (sb->spec->disk == CDN_DISK_DISK && !sb->root_in_place &&
+        (r = writable = cdn_writable_make(sb, err)) < 0) {
         (void) container_destroy(sb);
         return r;
     }

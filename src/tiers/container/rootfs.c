@@ -296,6 +296,26 @@ static int mount_overlay(const struct cdn_setup_args *a, const char *root, int l
     return idmapped;
 }
 
+/* The image's directory as the root itself (cdn_sandbox.root_in_place): its idmapped mount from the
+ * host moved to scratch/root, over a tmpfs scratch (for the masks of /proc). A root that cannot be
+ * idmapped is refused: its files would be nobody's inside, and the container's root could not write
+ * its own root file system. Returns 1 (the files keep their owners inside). */
+static int mount_in_place(const struct cdn_setup_args *a, const char *root, int lower_fd,
+                          struct cdn_error *err)
+{
+    int r = mount_scratch(a, err);
+    if (r < 0)
+        return r;
+    if (lower_fd < 0)
+        return cdn_error_field(err, EOPNOTSUPP, "root.path",
+                               "root.path '%s': its file system cannot be idmapped (this kernel's %s)",
+                               a->image->lower, "mount_setattr MOUNT_ATTR_IDMAP");
+    CHECK(mkdir(root, 0755), "mkdir %s: %m", root);
+    CHECK(syscall(SYS_move_mount, lower_fd, "", AT_FDCWD, root, MOVE_MOUNT_F_EMPTY_PATH),
+          "mount the root %s: %m", a->image->lower);
+    return 1;
+}
+
 static int mount_host_usr(const char *root, struct cdn_error *err)
 {
     char dst[4200];
@@ -532,7 +552,7 @@ int cdn_rootfs_prepare(const struct cdn_setup_args *a, int lower_fd, struct cdn_
     (void) snprintf(root, sizeof root, "%s/root", a->scratch);
     /* Nothing we mount may propagate back to the host. */
     CHECK(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), "make / private: %m");
-    int r = mount_overlay(a, root, lower_fd, err);
+    int r = a->root_in_place ? mount_in_place(a, root, lower_fd, err) : mount_overlay(a, root, lower_fd, err);
     if (r < 0)
         return r;
     const bool idmapped = r == 1;
@@ -544,7 +564,7 @@ int cdn_rootfs_prepare(const struct cdn_setup_args *a, int lower_fd, struct cdn_
     if ((r = mount_proc(a, rootfd, root, err)) < 0 || (r = mount_dev(a, rootfd, root, err)) < 0 ||
         (r = mount_binds(a, rootfd, err)) < 0)
         return r;
-    r = make_writable_dirs(a, rootfd, idmapped, err);
+    r = a->root_in_place ? 0 : make_writable_dirs(a, rootfd, idmapped, err);
     if (r < 0 || (a->resolver_ip && (r = mount_resolv_conf(a, rootfd, err)) < 0))
         return r;
     if ((r = cdn_protect_bind(rootfd, &a->spec->protect, NULL, NULL, err)) < 0)

@@ -1,0 +1,504 @@
+/* cordon-runtime's containers (container.h): create, start, state, kill, delete.
+ *
+ * Runs as root on the host, one call per engine command. Trusts the engine and its bundle for what
+ * cordon grants (bundle.c refuses the rest); trusts nothing inside the container: init's frames are
+ * decoded as hostile, and what a container's processes can change (their /proc entries, their pids)
+ * is checked against what create recorded (init's start time) before a signal is sent. */
+#include "runtime/container.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "confine/slot.h"
+#include "core/json-util.h"
+#include "core/paths.h"
+#include "core/sandbox.h"
+#include "proto/frame.h"
+#include "shared/fd-util.h"
+#include "shared/macro.h"
+#include "tiers/tier.h"
+
+#define STATE_MAX (64u << 10)
+
+/* What create recorded of a container, and what is true of it now. */
+struct rt_state {
+    json_t *doc; /* state.json */
+    pid_t pid;
+    unsigned long long starttime;
+    int slot;
+    bool alive;   /* init runs (not a zombie) and is the one create made */
+    bool started; /* start ran */
+};
+
+static void rt_state_free(struct rt_state *s)
+{
+    json_decref(s->doc);
+    s->doc = NULL;
+}
+
+static int dir_of(char *buf, size_t size, const char *root, const char *id, const char *file)
+{
+    int n = snprintf(buf, size, "%s/%s%s%s", root, id, file ? "/" : "", file ? file : "");
+    return n < 0 || (size_t) n >= size ? -ENAMETOOLONG : 0;
+}
+
+bool cdn_rt_exists(const char *root, const char *id)
+{
+    char p[4096];
+    struct stat st;
+    return dir_of(p, sizeof p, root, id, NULL) == 0 && lstat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Field 22 of /proc/PID/stat (start time, clock ticks since boot) and its state letter: what tells
+ * this init from a later process given the same pid. comm (field 2) may hold spaces and ')'. */
+static int proc_start(pid_t pid, unsigned long long *ret_start, char *ret_state)
+{
+    char path[64], buf[1024];
+    (void) snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+    if (n <= 0)
+        return -ESRCH;
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');
+    char state;
+    unsigned long long start;
+    if (!p || sscanf(p + 2, "%c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu",
+                     &state, &start) != 2)
+        return -EIO;
+    *ret_start = start;
+    *ret_state = state;
+    return 0;
+}
+
+static int load(const char *root, const char *id, struct rt_state *ret, struct cdn_error *err)
+{
+    char path[4096];
+    *ret = (struct rt_state){.pid = 0, .slot = -1};
+    if (dir_of(path, sizeof path, root, id, "state.json") < 0 || !cdn_rt_exists(root, id))
+        return cdn_error_set(err, ENOENT, "container \"%s\" does not exist", id);
+    json_error_t je;
+    ret->doc = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    json_int_t pid = 0, slot = -1;
+    const char *start = NULL;
+    if (!ret->doc ||
+        json_unpack(ret->doc, "{s:I, s:s, s:I}", "pid", &pid, "init_start", &start, "slot", &slot) < 0 ||
+        pid <= 0 || slot < 0 || slot >= CDN_SLOT_COUNT) {
+        rt_state_free(ret);
+        return cdn_error_set(err, EIO, "container \"%s\": its state %s cannot be read (%s)", id, path,
+                             ret->doc ? "fields" : je.text);
+    }
+    ret->pid = (pid_t) pid;
+    ret->slot = (int) slot;
+    ret->starttime = strtoull(start, NULL, 10);
+    unsigned long long now;
+    char st;
+    ret->alive = proc_start(ret->pid, &now, &st) == 0 && now == ret->starttime && st != 'Z' && st != 'X';
+    char started[4096];
+    ret->started = dir_of(started, sizeof started, root, id, "started") == 0 && access(started, F_OK) == 0;
+    return 0;
+}
+
+static const char *status_of(const struct rt_state *s)
+{
+    return !s->alive ? "stopped" : s->started ? "running" : "created";
+}
+
+/* ---- create ---- */
+
+/* The listening socket init takes connections on: <root>/<id>/s, root's alone (the directory is
+ * 0700): whoever connects can run commands in the container. */
+static int listen_at(const char *root, const char *id, struct cdn_error *err)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    char path[4096];
+    if (dir_of(path, sizeof path, root, id, "s") < 0 || strlen(path) >= sizeof a.sun_path)
+        return cdn_error_set(err, ENAMETOOLONG, "--root: %s/%s/s is too long for a socket path", root, id);
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *) &a, sizeof a) < 0 || listen(fd, 8) < 0)
+        return cdn_error_set(err, errno, "socket %s: %m", path);
+    return TAKE_FD(fd);
+}
+
+/* state.json, written whole then renamed: a reader sees the old file or the new one. */
+static int write_state(const char *root, const char *id, json_t *doc, struct cdn_error *err)
+{
+    char path[4096], tmp[4200];
+    if (dir_of(path, sizeof path, root, id, "state.json") < 0)
+        return cdn_error_set(err, ENAMETOOLONG, "state path too long");
+    (void) snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (json_dump_file(doc, tmp, JSON_COMPACT) < 0 || rename(tmp, path) < 0)
+        return cdn_error_set(err, errno ?: EIO, "write %s: %m", path);
+    return 0;
+}
+
+static int write_pid_file(const char *path, pid_t pid, struct cdn_error *err)
+{
+    char tmp[4200], text[32];
+    (void) snprintf(tmp, sizeof tmp, "%s.cordon-tmp", path);
+    (void) snprintf(text, sizeof text, "%d", (int) pid);
+    _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0 || cdn_write_all(fd, text, strlen(text)) < 0 || rename(tmp, path) < 0)
+        return cdn_error_set(err, errno, "--pid-file %s: %m", path);
+    return 0;
+}
+
+/* What the sandbox is asked for beyond the bundle's spec: its root is the bundle's, in place; no
+ * writable layer on disk (nothing but /proc's masks goes in the scratch). */
+static void adjust_spec(struct cdn_bundle *b)
+{
+    b->spec.tier = CDN_TIER_CONTAINER;
+    b->spec.disk = CDN_DISK_MEMORY;
+    b->spec.limits.disk_mb = 16;
+    b->spec.limits.timeout_ms = 0;
+}
+
+/* The setup child's report: EOF once cordon-init runs, a whole struct cdn_error if setup failed. */
+static int wait_setup(struct cdn_sandbox *sb, struct cdn_error *err)
+{
+    struct cdn_error child = {0};
+    ssize_t n = cdn_read_full(sb->setup_fd, &child, sizeof child);
+    if (n == (ssize_t) sizeof child) {
+        child.msg[sizeof child.msg - 1] = child.field[sizeof child.field - 1] = 0;
+        *err = child;
+        return -(child.errnum ?: EIO);
+    }
+    return 0;
+}
+
+static json_t *strv_json(const struct cdn_strv *v)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < v->n; i++)
+        if (json_array_append_new(a, json_string(v->v[i])) < 0) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
+static json_t *state_doc(const char *id, const struct cdn_bundle *b, const struct cdn_sandbox *sb,
+                         const char *bundle_dir, unsigned long long start)
+{
+    char created[64], startv[32];
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    size_t k = strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%S", &tm);
+    (void) snprintf(created + k, sizeof created - k, ".%09ldZ", ts.tv_nsec);
+    (void) snprintf(startv, sizeof startv, "%llu", start);
+    json_t *ann = json_object();
+    for (size_t i = 0; ann && i < b->annotations.n; i++) {
+        const char *kv = b->annotations.v[i], *eq = strchr(kv, '=');
+        char key[512];
+        if (eq && (size_t) (eq - kv) < sizeof key) {
+            memcpy(key, kv, (size_t) (eq - kv));
+            key[eq - kv] = 0;
+            (void) json_object_set_new(ann, key, json_string(eq + 1));
+        }
+    }
+    return json_pack("{s:s, s:I, s:s, s:s, s:s, s:s, s:o, s:I, s:s, s:o, s:o, s:s?}", "id", id, "pid",
+                     (json_int_t) sb->init_pid, "init_start", startv, "bundle", bundle_dir, "rootfs",
+                     b->spec.image, "created", created, "annotations", ann ?: json_object(), "slot",
+                     (json_int_t) sb->slot, "cwd", b->spec.workdir, "args", strv_json(&b->args), "env",
+                     strv_json(&b->env), "user", b->spec.user);
+}
+
+static int create_sandbox(const char *root, const char *id, struct cdn_bundle *b,
+                          const struct cdn_rt_create_opts *o, struct cdn_sandbox *sb, struct cdn_error *err)
+{
+    int r;
+    if (b->netns_path && (sb->netns_fd = open(b->netns_path, O_RDONLY | O_CLOEXEC)) < 0)
+        return cdn_error_field(err, errno, "linux.namespaces", "network namespace %s: %m", b->netns_path);
+    if ((r = cdn_tier_check_spec(sb->tier, &b->spec, err)) < 0)
+        return r;
+    if ((sb->listen_fd = listen_at(root, id, err)) < 0)
+        return sb->listen_fd;
+    /* No host stays to answer the seccomp monitor's notifications: the filter denies outright. */
+    (void) setenv("CORDON_MONITOR", "off", 1);
+    if ((r = sb->tier->create(sb, err)) < 0)
+        return r;
+    if ((r = wait_setup(sb, err)) < 0)
+        return r;
+    unsigned long long start;
+    char st;
+    if (proc_start(sb->init_pid, &start, &st) < 0)
+        return cdn_error_set(err, ESRCH, "the container's init ended as it started");
+    _cleanup_json_ json_t *doc = state_doc(id, b, sb, o->bundle_dir, start);
+    if (!doc)
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    if ((r = write_state(root, id, doc, err)) < 0)
+        return r;
+    return o->pid_file ? write_pid_file(o->pid_file, sb->init_pid, err) : 0;
+}
+
+int cdn_rt_create(const char *root, const char *id, struct cdn_bundle *b, const struct cdn_rt_create_opts *o,
+                  struct cdn_error *err)
+{
+    char dir[4096];
+    int r = cdn_mkdir_p(root, 0700);
+    if (r < 0)
+        return cdn_error_set(err, r, "--root %s: %s", root, strerror(-r));
+    if (dir_of(dir, sizeof dir, root, id, NULL) < 0)
+        return cdn_error_set(err, ENAMETOOLONG, "container id too long");
+    if (mkdir(dir, 0700) < 0)
+        return cdn_error_set(err, errno, errno == EEXIST ? "container with id exists: %s" : "mkdir %s: %m",
+                             errno == EEXIST ? id : dir);
+    adjust_spec(b);
+    struct cdn_sandbox sb;
+    cdn_sandbox_init(&sb, &b->spec);
+    memcpy(sb.id, id, strnlen(id, CDN_ID_LEN)); /* for the tier's own names; ours is the directory */
+    sb.tier = cdn_tier_lookup(CDN_TIER_CONTAINER);
+    sb.persistent = true;
+    sb.root_in_place = true;
+    r = sb.tier ? create_sandbox(root, id, b, o, &sb, err)
+                : cdn_error_set(err, EOPNOTSUPP, "this build has no container tier");
+    (void) safe_close(sb.listen_fd);
+    (void) safe_close(sb.netns_fd);
+    if (r < 0) {
+        if (sb.tier)
+            (void) sb.tier->destroy(&sb);
+        char p[4200];
+        (void) snprintf(p, sizeof p, "%s/s", dir), (void) unlink(p);
+        (void) snprintf(p, sizeof p, "%s/state.json", dir), (void) unlink(p);
+        (void) rmdir(dir);
+        return r;
+    }
+    /* init goes on alone: it holds the slot lock and the listener, and is the engine's child once
+     * we exit. Our ends go without killing it (a persistent sandbox has no reaper). */
+    (void) safe_close(sb.agent_fd);
+    (void) safe_close(sb.setup_fd);
+    (void) safe_close(sb.init_pidfd);
+    (void) safe_close(sb.slot_fd);
+    (void) safe_close(sb.image_fd);
+    return 0;
+}
+
+/* ---- start ---- */
+
+static int connect_init(const char *root, const char *id, struct cdn_error *err)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    char path[4096];
+    if (dir_of(path, sizeof path, root, id, "s") < 0 || strlen(path) >= sizeof a.sun_path)
+        return cdn_error_set(err, ENAMETOOLONG, "socket path too long");
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *) &a, sizeof a) < 0)
+        return cdn_error_set(err, errno, "container \"%s\": its init does not answer (%s): %m", id, path);
+    struct timeval tv = {.tv_sec = 30};
+    (void) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return TAKE_FD(fd);
+}
+
+/* The EXEC of the bundle's process, from what create recorded. */
+static int encode_process(const json_t *doc, uint8_t *buf, size_t size, struct cdn_error *err)
+{
+    const json_t *args = json_object_get(doc, "args"), *env = json_object_get(doc, "env");
+    size_t na = json_array_size(args), ne = json_array_size(env);
+    if (na == 0 || na > CDN_EXEC_MAX_ARGS || ne > CDN_EXEC_MAX_ARGS)
+        return cdn_error_field(err, EINVAL, "process.args", "process.args: none recorded");
+    _cleanup_free_ char **argv = calloc(na + 1, sizeof *argv);
+    _cleanup_free_ char **envp = calloc(ne + 1, sizeof *envp);
+    if (!argv || !envp)
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    for (size_t i = 0; i < na; i++)
+        argv[i] = (char *) json_string_value(json_array_get(args, i));
+    for (size_t i = 0; i < ne; i++)
+        envp[i] = (char *) json_string_value(json_array_get(env, i));
+    const char *cwd = json_string_value(json_object_get(doc, "cwd"));
+    int n = cdn_exec_encode(buf, size,
+                            &(struct cdn_exec_args){
+                                .flags = CDN_EXEC_SHUTDOWN_ON_EXIT | CDN_EXEC_STATUS | CDN_EXEC_PID,
+                                .cwd = cwd ? cwd : "/",
+                                .argv = argv,
+                                .envp = envp,
+                                .user = json_string_value(json_object_get(doc, "user")),
+                            });
+    if (n < 0)
+        return cdn_error_field(err, E2BIG, "process", "process: its args and env exceed %u KiB",
+                               CDN_FRAME_MAX / 1024);
+    return n;
+}
+
+/* Frames until the command's STARTED (0) or ERROR (init's reason, in runc's words where the engines
+ * match them). */
+static int await_started(int fd, struct cdn_error *err)
+{
+    static uint8_t buf[CDN_FRAME_MAX];
+    for (;;) {
+        struct cdn_frame_header h;
+        int n = cdn_frame_recv(fd, &h, buf, sizeof buf);
+        if (n < 0)
+            return cdn_error_set(err, -n, "the container's init hung up before its process started: %s",
+                                 strerror(-n));
+        if (h.channel != 1)
+            continue;
+        if (h.type == CDN_FRAME_STARTED)
+            return 0;
+        int e;
+        const char *msg;
+        if (h.type == CDN_FRAME_ERROR && cdn_errmsg_decode(buf, (size_t) n, &e, &msg) == 0)
+            return e == ENOENT ? cdn_error_set(err, e, "exec: %s: executable file not found in $PATH", msg)
+                               : cdn_error_set(err, e ?: EIO, "exec: %s: %s", msg, strerror(e ?: EIO));
+        if (h.type == CDN_FRAME_EXIT) /* an older init without STARTED */
+            return 0;
+    }
+}
+
+int cdn_rt_start(const char *root, const char *id, struct cdn_error *err)
+{
+    _cleanup_(rt_state_free) struct rt_state s = {0};
+    int r = load(root, id, &s, err);
+    if (r < 0)
+        return r;
+    if (!s.alive)
+        return cdn_error_set(err, EINVAL, "cannot start a container that has stopped");
+    if (s.started)
+        return cdn_error_set(err, EINVAL, "cannot start an already running container");
+    char started[4096];
+    (void) dir_of(started, sizeof started, root, id, "started");
+    _cleanup_close_ int mark = open(started, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (mark < 0) /* two starts at once: one wins */
+        return cdn_error_set(err, errno, "cannot start an already running container");
+    static uint8_t frame[CDN_FRAME_MAX];
+    int n = encode_process(s.doc, frame, sizeof frame, err);
+    if (n < 0)
+        return n;
+    _cleanup_close_ int fd = connect_init(root, id, err);
+    if (fd < 0)
+        return fd;
+    if ((r = cdn_frame_send(fd, CDN_FRAME_EXEC, 1, frame, (uint32_t) n)) < 0)
+        return cdn_error_set(err, -r, "send the process to the container's init: %s", strerror(-r));
+    return await_started(fd, err);
+}
+
+/* ---- state, kill, delete ---- */
+
+int cdn_rt_state(const char *root, const char *id, char **ret_json, struct cdn_error *err)
+{
+    _cleanup_(rt_state_free) struct rt_state s = {0};
+    int r = load(root, id, &s, err);
+    if (r < 0)
+        return r;
+    _cleanup_json_ json_t *o = json_pack(
+        "{s:s, s:s, s:s, s:I, s:O, s:O, s:O, s:s, s:O}", "ociVersion", "1.1.0", "id", id, "status",
+        status_of(&s), "pid", (json_int_t) (s.alive ? s.pid : 0), "bundle", json_object_get(s.doc, "bundle"),
+        "rootfs", json_object_get(s.doc, "rootfs"), "created", json_object_get(s.doc, "created"), "owner", "",
+        "annotations", json_object_get(s.doc, "annotations"));
+    char *text = o ? json_dumps(o, JSON_INDENT(2)) : NULL;
+    if (!text)
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    *ret_json = text;
+    return 0;
+}
+
+static void slot_cgroup(int slot, struct cdn_cgroup *cg)
+{
+    char name[32];
+    (void) snprintf(name, sizeof name, "slot-%d", slot);
+    cdn_cgroup_init(cg, cdn_cgroup_detect(), name);
+}
+
+/* A signal to the recorded init through a pidfd, so that a pid reused since cannot receive it. */
+static int signal_init(const struct rt_state *s, int sig)
+{
+    _cleanup_close_ int pidfd = (int) syscall(SYS_pidfd_open, s->pid, 0);
+    unsigned long long now;
+    char st;
+    if (pidfd < 0 || proc_start(s->pid, &now, &st) < 0 || now != s->starttime)
+        return -ESRCH;
+    return syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0) < 0 ? -errno : 0;
+}
+
+int cdn_rt_kill(const char *root, const char *id, int sig, bool all, struct cdn_error *err)
+{
+    _cleanup_(rt_state_free) struct rt_state s = {0};
+    int r = load(root, id, &s, err);
+    if (r < 0)
+        return r;
+    if (!s.alive)
+        return cdn_error_set(err, ESRCH, "container not running");
+    if (all && sig == SIGKILL) {
+        struct cdn_cgroup cg;
+        slot_cgroup(s.slot, &cg);
+        (void) cg.ops->kill_all(&cg);
+    }
+    r = signal_init(&s, sig);
+    if (r < 0 && !(all && sig == SIGKILL))
+        return cdn_error_set(err, -r, r == -ESRCH ? "container not running" : "kill: %s", strerror(-r));
+    return 0;
+}
+
+/* Wait up to 5 s for the recorded init to end (it is the engine's child: the engine reaps it; an
+ * unreaped zombie counts as ended). */
+static bool wait_ended(const struct rt_state *s)
+{
+    for (int i = 0; i < 500; i++) {
+        unsigned long long now;
+        char st;
+        if (proc_start(s->pid, &now, &st) < 0 || now != s->starttime || st == 'Z' || st == 'X')
+            return true;
+        (void) nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+    }
+    return false;
+}
+
+/* The slot's cgroup, emptied and removed, with the slot's lock taken first: once init has ended the
+ * slot may already be another sandbox's, whose cgroup is not ours to remove. */
+static void release_slot(int slot)
+{
+    int got = -1, fd = -EBADF;
+    struct cdn_error e = {0};
+    if (cdn_slot_acquire(cdn_run_dir(), slot, &got, &fd, &e) < 0)
+        return;
+    if (got == slot) {
+        struct cdn_cgroup cg;
+        slot_cgroup(slot, &cg);
+        (void) cg.ops->kill_all(&cg);
+        (void) cg.ops->destroy(&cg);
+    }
+    (void) close(fd);
+}
+
+int cdn_rt_delete(const char *root, const char *id, bool force, struct cdn_error *err)
+{
+    _cleanup_(rt_state_free) struct rt_state s = {0};
+    int r = load(root, id, &s, err);
+    if (r < 0 && !(force && r == -EIO))
+        return r;
+    if (r == 0 && s.alive) {
+        if (!force)
+            return cdn_error_set(err, EBUSY, "cannot delete container %s that is not stopped: %s", id,
+                                 status_of(&s));
+        (void) signal_init(&s, SIGKILL);
+        if (!wait_ended(&s))
+            return cdn_error_set(err, EBUSY, "container %s: its init did not end after SIGKILL", id);
+    }
+    if (r == 0)
+        release_slot(s.slot);
+    char dir[4096], p[4200];
+    (void) dir_of(dir, sizeof dir, root, id, NULL);
+    static const char *const files[] = {"s", "started", "state.json", "state.json.tmp"};
+    for (size_t i = 0; i < ELEMENTSOF(files); i++) {
+        (void) snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        (void) unlink(p);
+    }
+    if (rmdir(dir) < 0)
+        return cdn_error_set(err, errno, "remove %s: %m", dir);
+    return 0;
+}
