@@ -14,6 +14,21 @@
 
 struct cdn_tier_ops;
 
+/* An overlay an engine mounted as a container's root (podman's, containerd's): its layers, each a
+ * directory under base (all on base's mount), given relative to it; lower top first. Overlay
+ * cannot be idmapped itself, its layers can (cdn_sandbox.root_layers). */
+#define CDN_ROOT_LAYERS_MAX 128
+struct cdn_root_layers {
+    char base[4096];
+    char *lower[CDN_ROOT_LAYERS_MAX];
+    size_t n_lower;
+    char *upper, *work; /* NULL: none (a read-only overlay) */
+    /* The engine's options that the upper's contents depend on, given again (an upper written as
+     * "volatile" refuses a mount without it): its flag, and metacopy= and redirect_dir= ("": none). */
+    bool volatile_upper;
+    char metacopy[8], redirect_dir[16];
+};
+
 /* A checkpointable writable layer made ahead of a create (a rollback's standby): the root of its
  * mount (detached), its unnamed image in the checkpoint store, and the slot whose ids own it (held:
  * slot_fd is its lock). Owned by whoever holds it; cdn_layer_ready_drop() lets it all go. */
@@ -73,6 +88,10 @@ struct cdn_sandbox {
      * through the sandbox's user namespace and writable unless spec.read_only_root, with no layer
      * over it and nothing of cordon's made in it (no writable directories, no resolv.conf). */
     bool root_in_place;
+    /* With root_in_place, when that directory is an engine's overlay: its layers, idmapped each, under
+     * a new overlay that is the root (tiers/container/root-layers.c). NULL: the directory itself is
+     * idmapped. Borrowed. */
+    const struct cdn_root_layers *root_layers;
     /* Set by the caller before create (tier microvm): a memory checkpoint's saved guest to restore
      * (cdn_tier_ops.save_memory), which then starts as it was then; -EBADF: a new guest. Borrowed. */
     int memory_from_fd;

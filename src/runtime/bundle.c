@@ -415,12 +415,17 @@ static int parse_resources(const json_t *res, struct cdn_bundle *b, struct cdn_e
         if (mb < CDN_MEMORY_MB_MIN)
             return bad(err, "linux.resources.memory.limit", "%s: below cordon's least (8 MiB)%s", NULL);
         l->memory_mb = mb < CDN_MEMORY_MB_MAX ? mb : CDN_MEMORY_MB_MAX;
-    } else {
-        l->memory_mb = CDN_MEMORY_MB_MAX; /* none asked: the host's memory is the limit */
+    } else { /* none asked: cordon's default (spec.c), never the host's whole memory */
+        int r = note(b, "linux.resources.memory.limit: none given: %s", "cordon's default applies");
+        if (r < 0)
+            return r;
     }
     if (pids > 0 && pids < CDN_PIDS_MIN)
         return bad(err, "linux.resources.pids.limit", "%s: at least 2 (the container's init counts)%s", NULL);
-    l->pids = pids > 0 ? ((uint64_t) pids < CDN_PIDS_MAX ? (uint64_t) pids : CDN_PIDS_MAX) : CDN_PIDS_MAX;
+    if (pids > 0)
+        l->pids = (uint64_t) pids < CDN_PIDS_MAX ? (uint64_t) pids : CDN_PIDS_MAX;
+    else if (note(b, "linux.resources.pids.limit: none given: %s", "cordon's default applies") < 0)
+        return -ENOMEM;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     if (quota > 0) {
         if (period <= 0)
@@ -458,13 +463,21 @@ static int parse_annotations(const json_t *o, struct cdn_bundle *b, struct cdn_e
             b->spec.on_violation = (enum cdn_on_violation) ov;
             continue;
         }
+        if (strcmp(k, "io.cordon.disk-mb") == 0) { /* the largest file it may write (RLIMIT_FSIZE) */
+            char *end;
+            unsigned long long mb = s ? strtoull(s, &end, 10) : 0;
+            if (!s || !*s || *end || mb < CDN_DISK_MB_MIN || mb > CDN_DISK_MB_MAX)
+                return bad(err, field, "%s: '%s' is not a number of MiB within cordon's disk limits", s);
+            b->spec.limits.disk_mb = mb;
+            continue;
+        }
         struct cdn_strv *into = strcmp(k, "io.cordon.network.allow") == 0 ? &b->spec.net_allow
                                 : strcmp(k, "io.cordon.protect") == 0     ? &b->spec.protect
                                                                           : NULL;
         if (!into)
             return bad(err, field,
                        "%s: not one of cordon's annotations (io.cordon.network.allow, io.cordon.protect, "
-                       "io.cordon.on-violation)%s",
+                       "io.cordon.on-violation, io.cordon.disk-mb)%s",
                        NULL);
         _cleanup_free_ char *list = strdup(s);
         if (!list)

@@ -5,10 +5,12 @@
  * decoded as hostile, and what a container's processes can change (their /proc entries, their pids)
  * is checked against what create recorded (init's start time) before a signal is sent. */
 #include "runtime/container.h"
+#include "runtime/layers.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <linux/openat2.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -162,7 +164,6 @@ static void adjust_spec(struct cdn_bundle *b)
 {
     b->spec.tier = CDN_TIER_CONTAINER;
     b->spec.disk = CDN_DISK_MEMORY;
-    b->spec.limits.disk_mb = 16;
     b->spec.limits.timeout_ms = 0;
 }
 
@@ -177,6 +178,52 @@ static int wait_setup(struct cdn_sandbox *sb, struct cdn_error *err)
         return -(child.errnum ?: EIO);
     }
     return 0;
+}
+
+/* Whether path names an executable file in the container's root (rootfd), resolved as the container
+ * would (its symlinks stay inside): 0, -ENOENT, or -EACCES for a file that is not executable. */
+static int executable_at(int rootfd, const char *path)
+{
+    struct open_how how = {.flags = O_PATH | O_CLOEXEC, .resolve = RESOLVE_IN_ROOT};
+    _cleanup_close_ int fd = (int) syscall(SYS_openat2, rootfd, path, &how, sizeof how);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0)
+        return -ENOENT;
+    return S_ISREG(st.st_mode) && (st.st_mode & 0111) ? 0 : -EACCES;
+}
+
+/* The process's program must exist when create returns, as runc's create checks: the engines take
+ * "executable file not found" from create for exit status 127 (podman), not from start. Looked up
+ * in the container's root as it is now, with the bundle's PATH; a program that is there but fails to
+ * start is start's to report. */
+static int check_executable(pid_t pid, const struct cdn_bundle *b, struct cdn_error *err)
+{
+    char proc[64];
+    (void) snprintf(proc, sizeof proc, "/proc/%d/root", (int) pid);
+    _cleanup_close_ int rootfd = open(proc, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rootfd < 0)
+        return cdn_error_set(err, errno, "open the container's root: %m");
+    const char *arg0 = b->args.v[0], *path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    char full[8192];
+    if (strchr(arg0, '/')) {
+        (void) snprintf(full, sizeof full, "%s/%s", arg0[0] == '/' ? "" : b->spec.workdir, arg0);
+        int r = executable_at(rootfd, full);
+        return r == 0 ? 0
+                      : cdn_error_set(err, -r, "exec: \"%s\": %s", arg0,
+                                      r == -EACCES ? "permission denied" : "stat: no such file or directory");
+    }
+    for (size_t i = 0; i < b->env.n; i++)
+        if (strncmp(b->env.v[i], "PATH=", 5) == 0)
+            path = b->env.v[i] + 5;
+    for (const char *p = path; p;) {
+        const char *end = strchr(p, ':');
+        int n = end ? (int) (end - p) : (int) strlen(p);
+        (void) snprintf(full, sizeof full, "%.*s/%s", n ? n : 1, n ? p : ".", arg0);
+        if (executable_at(rootfd, full) == 0)
+            return 0;
+        p = end ? end + 1 : NULL;
+    }
+    return cdn_error_set(err, ENOENT, "exec: \"%s\": executable file not found in $PATH", arg0);
 }
 
 static json_t *strv_json(const struct cdn_strv *v)
@@ -222,6 +269,13 @@ static int create_sandbox(const char *root, const char *id, struct cdn_bundle *b
                           const struct cdn_rt_create_opts *o, struct cdn_sandbox *sb, struct cdn_error *err)
 {
     int r;
+    /* Asked for and not yet done here: refused rather than a container without the guard asked for. */
+    if (b->spec.protect.n || b->spec.net_mode == CDN_NET_ALLOWLIST)
+        return cdn_error_field(err, EOPNOTSUPP,
+                               b->spec.protect.n ? "annotations.io.cordon.protect"
+                                                 : "annotations.io.cordon.network.allow",
+                               "%s: not enforced by this build of cordon-runtime yet",
+                               b->spec.protect.n ? "io.cordon.protect" : "io.cordon.network.allow");
     if (b->netns_path && (sb->netns_fd = open(b->netns_path, O_RDONLY | O_CLOEXEC)) < 0)
         return cdn_error_field(err, errno, "linux.namespaces", "network namespace %s: %m", b->netns_path);
     if ((r = cdn_tier_check_spec(sb->tier, &b->spec, err)) < 0)
@@ -232,7 +286,7 @@ static int create_sandbox(const char *root, const char *id, struct cdn_bundle *b
     (void) setenv("CORDON_MONITOR", "off", 1);
     if ((r = sb->tier->create(sb, err)) < 0)
         return r;
-    if ((r = wait_setup(sb, err)) < 0)
+    if ((r = wait_setup(sb, err)) < 0 || (r = check_executable(sb->init_pid, b, err)) < 0)
         return r;
     unsigned long long start;
     char st;
@@ -265,8 +319,14 @@ int cdn_rt_create(const char *root, const char *id, struct cdn_bundle *b, const 
     sb.tier = cdn_tier_lookup(CDN_TIER_CONTAINER);
     sb.persistent = true;
     sb.root_in_place = true;
-    r = sb.tier ? create_sandbox(root, id, b, o, &sb, err)
-                : cdn_error_set(err, EOPNOTSUPP, "this build has no container tier");
+    struct cdn_root_layers layers;
+    r = cdn_rt_root_layers(b->spec.image, &layers, err);
+    if (r > 0)
+        sb.root_layers = &layers;
+    if (r >= 0)
+        r = sb.tier ? create_sandbox(root, id, b, o, &sb, err)
+                    : cdn_error_set(err, EOPNOTSUPP, "this build has no container tier");
+    cdn_rt_layers_free(&layers);
     (void) safe_close(sb.listen_fd);
     (void) safe_close(sb.netns_fd);
     if (r < 0) {

@@ -208,13 +208,18 @@ def test_a_bundle_runs_and_its_exit_status_is_init_s(bb, cmd, status):
     assert r.returncode == 0 and not os.path.exists(os.path.join(root, "c1")), r
 
 
-def test_a_program_not_found_fails_start_as_runc_s_create_does(bb):
-    """podman maps "executable file not found" to 127, anything else to 126."""
+@pytest.mark.parametrize("program, why", [("no-such-program", "executable file not found in $PATH"),
+                                          ("/bin/none", "no such file or directory"),
+                                          ("/etc/passwd", "permission denied")])
+def test_a_program_that_cannot_run_fails_create_as_runc_s_does(bb, program, why):
+    """podman maps a create's "executable file not found" and "no such file or directory" to exit
+    status 127, "permission denied" to 126: the program is looked up in the container's root at
+    create, as runc's create does, not left to start."""
     d, cfg, root, run = bb
-    out, p = run("c1", "no-such-program")
+    out, p = run("c1", program)
     res = result(out, p)
-    assert res["start"] == 1 and "executable file not found" in res["start_stderr"], res
-    assert res["exit"] == {"exited": 127}, res
+    assert res["create"] == 1 and why in open(out / "stderr").read(), res
+    assert not os.path.exists(os.path.join(root, "c1"))
 
 
 def test_created_running_stopped_and_signals(bb):

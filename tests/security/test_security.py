@@ -323,3 +323,53 @@ def test_weakened_reports_escapes(host_env):
     assert len(run.probes) >= MIN_PROBES
     assert not missing, f"no escape reported for: {', '.join(missing)}\n{run.stdout}"
     assert run.returncode == 1, run.report()
+
+
+def test_all_contained_in_podman(host_env, tmp_path):
+    """The probes inside a podman container that cordon-runtime runs (issue 24): every one contained,
+    with the limits podman is given (--memory, --pids-limit, cordon's io.cordon.disk-mb for the
+    largest file) and --network none. In the same run, podman with runc and the same flags lets some
+    through (user namespaces, capabilities, no_new_privs, the host's uid 0, keyctl…): the suite can
+    fail, and the gap is the one the runtime closes."""
+    _require_probe()
+    import sys
+    import tarfile
+    sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
+    from cordonlib import build_busybox_image  # noqa: E402
+    podman, runc = shutil.which("podman"), shutil.which("runc")
+    need(podman and runc, "podman and runc (tests/run-all installs Debian's)")
+    runtime = os.path.join(os.path.dirname(CORDON_BIN), "cordon-runtime")
+    rootfs = str(tmp_path / "rootfs")
+    build_busybox_image(rootfs)
+    os.chmod(rootfs, 0o755)
+    with tarfile.open(tmp_path / "image.tar", "w") as t:
+        t.add(rootfs, arcname=".")
+    runroot = tempfile.mkdtemp(prefix="cdn-pm-", dir="/tmp")  # podman takes at most 50 characters
+    base = [podman, "--root", str(tmp_path / "storage"), "--runroot", runroot,
+            "--cgroup-manager", "cgroupfs", "--events-backend", "file"]
+    image = "localhost/cordon-probe-busybox:1"
+    try:
+        subprocess.run(base + ["import", "-q", str(tmp_path / "image.tar"), image], check=True,
+                       capture_output=True)
+        runs = {}
+        for name, rt in (("cordon", runtime), ("runc", runc)):
+            cmd = base + ["--runtime", rt, "run", "--rm", "--network", "none", "--memory", "256m",
+                          "--pids-limit", "128", "--annotation", "io.cordon.disk-mb=64",
+                          "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
+                          "-v", f"{CORDON_PROBE}:/probe:ro"]
+            for key, value in host_env.items():
+                if key != "CORDON_PROBE_DISK_DIR":
+                    cmd += ["-e", f"{key}={value}"]
+            runs[name] = run_probe(cmd + [image, "/probe"], dict(os.environ))
+    finally:
+        subprocess.run(base + ["rmi", "-af"], capture_output=True)
+        storage = str(tmp_path / "storage" / "overlay")
+        while subprocess.run(["mountpoint", "-q", storage]).returncode == 0:
+            subprocess.run(["umount", storage], check=True)
+        shutil.rmtree(runroot, ignore_errors=True)
+    cordon, other = runs["cordon"], runs["runc"]
+    assert len(cordon.probes) >= MIN_PROBES, cordon.report()
+    assert not cordon.escaped(), f"{len(cordon.escaped())} probe(s) escaped podman + cordon-runtime:\n{cordon.report()}"
+    assert cordon.returncode == 0, cordon.report()
+    through = {p.name for p in other.escaped()}
+    assert {"no_new_privs", "capabilities", "uid_map_root", "unshare_user"} <= through, other.report()

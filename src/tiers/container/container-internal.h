@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <sys/statfs.h>
 
 #include "proto/fds.h"
@@ -17,6 +18,11 @@
 #include "shared/error.h"
 
 struct cdn_sandbox;
+
+/* A root in place (cdn_sandbox.root_in_place) is an engine's container: its binds (podman's
+ * /etc/hosts, volumes) are under directories only host root can search, so the host clones each and
+ * sends it to the setup child ('b' and the mount's fd, one per spec mount, after 'm'). */
+#define CDN_IN_PLACE_BINDS_MAX 128
 
 struct cdn_setup_args {
     const struct cdn_spec *spec;
@@ -63,8 +69,18 @@ bool cdn_writable_full(const struct statfs *fs);
 /* Setup child: move the mount fd onto scratch (in its own mount namespace); closes fd. */
 int cdn_writable_attach(int fd, const char *scratch, struct cdn_error *err);
 
-/* Build the sandbox's root under a->scratch (rootfs.c); then pivot into it. lower_fd is the
+/* The root of a container whose engine mounted it as an overlay (root-layers.c): a new overlay of
+ * the same layers, each idmapped through init pid's user namespace, read-only unless writable. Its
+ * detached mount's fd, or -errno with err naming root.path. Host side, root in the initial
+ * namespaces. */
+struct cdn_root_layers;
+int cdn_root_layers_mount(pid_t pid, uint32_t uid_base, const struct cdn_root_layers *l, bool writable,
+                          struct cdn_error *err);
+
+/* Build the sandbox's root under a->scratch (rootfs.c); bind_fds: the binds the host cloned (a
+ * root in place), or NULL: the child opens the sources itself.; then pivot into it. lower_fd is the
  * image's root as a detached mount idmapped through the sandbox's user namespace, or -1 (then
  * the image's files are nobody's inside, and the writable directories are made for the sandbox). */
-int cdn_rootfs_prepare(const struct cdn_setup_args *a, int lower_fd, struct cdn_error *err);
+int cdn_rootfs_prepare(const struct cdn_setup_args *a, int lower_fd, const int *bind_fds,
+                       struct cdn_error *err);
 int cdn_rootfs_pivot(const struct cdn_setup_args *a, struct cdn_error *err);

@@ -184,6 +184,24 @@ static int start_reaper(struct cdn_sandbox *sb, struct cdn_error *err)
     return r < 0 ? cdn_error_set(err, r, "start reaper: %s", strerror(-r)) : 0;
 }
 
+/* A bind of a root in place (container-internal.h): cloned here, as host root, with its flags. */
+static int send_bind(int sock, const struct cdn_mount *m, size_t i, struct cdn_error *err)
+{
+    char field[32];
+    (void) snprintf(field, sizeof field, "mounts[%zu]", i);
+    _cleanup_close_ int tree =
+        (int) syscall(SYS_open_tree, AT_FDCWD, m->source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    if (tree < 0)
+        return cdn_error_field(err, errno, field, "%s.source '%s': %m", field, m->source);
+    struct mount_attr attr = {.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                          (m->readonly ? MOUNT_ATTR_RDONLY : 0)};
+    if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) < 0)
+        return cdn_error_field(err, errno, field, "%s '%s': set its flags: %m", field, m->source);
+    if (cdn_send_byte_fd(sock, 'b', tree, MSG_NOSIGNAL) < 0)
+        return cdn_error_set(err, errno, "send the bind of %s to the setup child: %m", m->source);
+    return 0;
+}
+
 /* Work runs in parallel where it can: the child makes its network namespace
  * (the costliest namespace, ~0.4 ms) and builds its root once its ids are
  * mapped, while this process forks the reaper and makes the cgroup.
@@ -274,9 +292,17 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
      * comes first: a cgroup must never exist without someone to remove it. */
     if ((r = write_id_maps(pid, sb->uid_base, err)) < 0)
         return r;
-    _cleanup_close_ int lower = idmapped_lower(pid, image, sb->root_in_place && !sb->spec->read_only_root);
+    const bool in_place_rw = sb->root_in_place && !sb->spec->read_only_root;
+    _cleanup_close_ int lower =
+        sb->root_layers ? cdn_root_layers_mount(pid, sb->uid_base, sb->root_layers, in_place_rw, err)
+                        : idmapped_lower(pid, image, in_place_rw);
+    if (sb->root_layers && lower < 0)
+        return lower;
     if (send_go_maps(go[1], lower) < 0)
         return child_failed(rep[0], errno, err);
+    for (size_t i = 0; sb->root_in_place && i < sb->spec->n_mounts; i++)
+        if ((r = send_bind(go[1], &sb->spec->mounts[i], i, err)) < 0)
+            return r;
     lower = safe_close(lower);
     if (!v2 && ((r = start_reaper(sb, err)) < 0 || (r = cdn_slot_make_cgroup(sb, err)) < 0 ||
                 (r = sb->cgroup.ops->delegate_self(&sb->cgroup, sb->uid_base, sb->uid_base)) < 0))
@@ -297,6 +323,8 @@ static int container_create(struct cdn_sandbox *sb, struct cdn_error *err)
     int r = prepare(err);
     if (r < 0)
         return r;
+    if (sb->root_in_place && sb->spec->n_mounts > CDN_IN_PLACE_BINDS_MAX)
+        return cdn_error_field(err, E2BIG, "mounts", "mounts: more than %d binds", CDN_IN_PLACE_BINDS_MAX);
     struct cdn_image image;
     if ((r = cdn_image_resolve(sb->spec->image, &image, err)) < 0 ||
         (sb->image_fd < 0 && (r = cdn_image_hold(&image, &sb->image_fd, err)) < 0))

@@ -455,13 +455,25 @@ static int bind_onto(int rootfd, const char *src, int target_fd, const char *tar
 /* The sources were resolved and judged by the host (core/bind-policy.h): each is opened without
  * following any symlink, and bound through that fd, so that a path changed since cannot redirect
  * the bind elsewhere. */
-static int mount_binds(const struct cdn_setup_args *a, int rootfd, struct cdn_error *err)
+static int mount_binds(const struct cdn_setup_args *a, int rootfd, const int *bind_fds, struct cdn_error *err)
 {
     for (size_t i = 0; i < a->spec->n_mounts; i++) {
         const struct cdn_mount *m = &a->spec->mounts[i];
         char field[32], srcp[64];
         struct stat st;
         (void) snprintf(field, sizeof field, "mounts[%zu]", i);
+        if (bind_fds) { /* cloned by the host, its flags set: moved onto the target */
+            if (fstat(bind_fds[i], &st) < 0)
+                return cdn_error_field(err, errno, field, "bind source '%s': %m", m->source);
+            _cleanup_close_ int fd =
+                open_in_root(rootfd, m->target, S_ISDIR(st.st_mode), S_ISDIR(st.st_mode) ? 0755 : 0644);
+            if (fd < 0)
+                return cdn_error_field(err, fd, field, "bind target '%s': %s", m->target, strerror(-fd));
+            if (syscall(SYS_move_mount, bind_fds[i], "", fd, "",
+                        MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+                return cdn_error_field(err, errno, field, "bind '%s' on '%s': %m", m->source, m->target);
+            continue;
+        }
         _cleanup_close_ int src = cdn_bind_source_open(m->source);
         if (src < 0 || fstat(src, &st) < 0)
             return lookup_failed(err, src < 0 ? -src : errno, field, "--bind source", m->source);
@@ -546,7 +558,8 @@ static int pivot(const char *root, struct cdn_error *err)
     return 0;
 }
 
-int cdn_rootfs_prepare(const struct cdn_setup_args *a, int lower_fd, struct cdn_error *err)
+int cdn_rootfs_prepare(const struct cdn_setup_args *a, int lower_fd, const int *bind_fds,
+                       struct cdn_error *err)
 {
     char root[4200];
     (void) snprintf(root, sizeof root, "%s/root", a->scratch);
@@ -562,7 +575,7 @@ int cdn_rootfs_prepare(const struct cdn_setup_args *a, int lower_fd, struct cdn_
     if (a->image->host && (r = mount_host_usr(root, err)) < 0)
         return r;
     if ((r = mount_proc(a, rootfd, root, err)) < 0 || (r = mount_dev(a, rootfd, root, err)) < 0 ||
-        (r = mount_binds(a, rootfd, err)) < 0)
+        (r = mount_binds(a, rootfd, bind_fds, err)) < 0)
         return r;
     r = a->root_in_place ? 0 : make_writable_dirs(a, rootfd, idmapped, err);
     if (r < 0 || (a->resolver_ip && (r = mount_resolv_conf(a, rootfd, err)) < 0))

@@ -196,6 +196,12 @@ static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
             return r;
     }
     _cleanup_close_ int lower = wait_maps(); /* the id maps are written */
+    static int bind_fds[CDN_IN_PLACE_BINDS_MAX];
+    for (size_t i = 0; a->root_in_place && i < a->spec->n_mounts; i++) {
+        char c;
+        if (cdn_recv_byte_fd(CDN_FD_SETUP_GO, &c, &bind_fds[i]) != 1 || c != 'b' || bind_fds[i] < 0)
+            _exit(1); /* the parent failed: it says why */
+    }
     if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0 || setgroups(0, NULL) < 0)
         return cdn_error_set(err, errno, "become root of the user namespace: %m");
     /* After the id change, which would reset it; if the parent is already gone
@@ -204,7 +210,7 @@ static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
         return cdn_error_set(err, errno, "PR_SET_PDEATHSIG: %m");
     if (sethostname(a->spec->hostname, strlen(a->spec->hostname)) < 0)
         return cdn_error_set(err, errno, "sethostname: %m");
-    if ((r = cdn_rootfs_prepare(a, lower, err)) < 0)
+    if ((r = cdn_rootfs_prepare(a, lower, a->root_in_place ? bind_fds : NULL, err)) < 0)
         return r;
     lower = safe_close(lower);
     /* The parent made the cgroup meanwhile; join it while the host's cgroup
