@@ -2,6 +2,7 @@
  * asks becomes a sandbox spec; what cordon does not grant is refused naming the JSON path, or reduced
  * with a note. */
 #include "runtime/bundle.h"
+#include "runtime/layers.h"
 #include "tap.h"
 
 #include <errno.h>
@@ -210,4 +211,31 @@ TEST(not_json_is_refused)
     CHECK(parse("{\"ociVersion\": \"1.0.0\", \"ociVersion\": \"1.0.0\"}", &b, &err) < 0);
     CHECK_STREQ(err.field, "config.json");
     cdn_bundle_free(&b);
+}
+
+/* The layers of the root an engine mounted (layers.c): podman's options as the mount table gives
+ * them (the newer kernels' fsync=volatile included), and what is refused, naming root.path. */
+TEST(overlay_options_are_read_as_the_mount_table_gives_them)
+{
+    struct cdn_rt_overlay o;
+    struct cdn_error err = {0};
+    CHECK_EQ_INT(cdn_rt_overlay_options("rw,lowerdir=/s/l/A:/s/l/B,upperdir=/s/c/diff,workdir=/s/c/work,"
+                                        "uuid=on,fsync=volatile,redirect_dir=on",
+                                        &o, &err),
+                 0);
+    CHECK_STREQ(o.lowerdir, "/s/l/A:/s/l/B");
+    CHECK_STREQ(o.upperdir, "/s/c/diff");
+    CHECK_STREQ(o.workdir, "/s/c/work");
+    CHECK(o.volatile_upper);
+    CHECK_STREQ(o.redirect_dir, "on");
+    CHECK_STREQ(o.metacopy, "");
+    cdn_rt_overlay_free(&o);
+    static const char *const refused[] = {"rw,upperdir=/u,workdir=/w", "rw,lowerdir=/l,upperdir=/u",
+                                          "rw,lowerdir=/a\\054b", "rw,lowerdir=/l::/d"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        err = (struct cdn_error){0};
+        CHECK(cdn_rt_overlay_options(refused[i], &o, &err) < 0);
+        CHECK_STREQ(err.field, "root.path");
+        cdn_rt_overlay_free(&o);
+    }
 }
