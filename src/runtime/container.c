@@ -19,7 +19,9 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/prctl.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,6 +32,7 @@
 #include "proto/frame.h"
 #include "shared/fd-util.h"
 #include "shared/macro.h"
+#include "tiers/container/join.h"
 #include "tiers/tier.h"
 
 #define STATE_MAX (64u << 10)
@@ -42,6 +45,7 @@ struct rt_state {
     int slot;
     bool alive;   /* init runs (not a zombie) and is the one create made */
     bool started; /* start ran */
+    bool paused;  /* pause ran, resume did not */
 };
 
 static void rt_state_free(struct rt_state *s)
@@ -110,12 +114,13 @@ static int load(const char *root, const char *id, struct rt_state *ret, struct c
     ret->alive = proc_start(ret->pid, &now, &st) == 0 && now == ret->starttime && st != 'Z' && st != 'X';
     char started[4096];
     ret->started = dir_of(started, sizeof started, root, id, "started") == 0 && access(started, F_OK) == 0;
+    ret->paused = dir_of(started, sizeof started, root, id, "paused") == 0 && access(started, F_OK) == 0;
     return 0;
 }
 
 static const char *status_of(const struct rt_state *s)
 {
-    return !s->alive ? "stopped" : s->started ? "running" : "created";
+    return !s->alive ? "stopped" : s->paused ? "paused" : s->started ? "running" : "created";
 }
 
 /* ---- create ---- */
@@ -493,13 +498,13 @@ int cdn_rt_kill(const char *root, const char *id, int sig, bool all, struct cdn_
         return r;
     if (!s.alive)
         return cdn_error_set(err, ESRCH, "container not running");
-    if (all && sig == SIGKILL) {
+    if ((all || s.paused) && sig == SIGKILL) { /* kill_all thaws: a frozen process dies only then */
         struct cdn_cgroup cg;
         slot_cgroup(s.slot, &cg);
         (void) cg.ops->kill_all(&cg);
     }
     r = signal_init(&s, sig);
-    if (r < 0 && !(all && sig == SIGKILL))
+    if (r < 0 && !((all || s.paused) && sig == SIGKILL))
         return cdn_error_set(err, -r, r == -ESRCH ? "container not running" : "kill: %s", strerror(-r));
     return 0;
 }
@@ -545,7 +550,10 @@ int cdn_rt_delete(const char *root, const char *id, bool force, struct cdn_error
         if (!force)
             return cdn_error_set(err, EBUSY, "cannot delete container %s that is not stopped: %s", id,
                                  status_of(&s));
+        struct cdn_cgroup cg;
+        slot_cgroup(s.slot, &cg);
         (void) signal_init(&s, SIGKILL);
+        (void) cg.ops->kill_all(&cg); /* and thawed, if it was paused */
         if (!wait_ended(&s))
             return cdn_error_set(err, EBUSY, "container %s: its init did not end after SIGKILL", id);
     }
@@ -553,7 +561,7 @@ int cdn_rt_delete(const char *root, const char *id, bool force, struct cdn_error
         release_slot(s.slot);
     char dir[4096], p[4200];
     (void) dir_of(dir, sizeof dir, root, id, NULL);
-    static const char *const files[] = {"s", "started", "state.json", "state.json.tmp"};
+    static const char *const files[] = {"s", "started", "paused", "state.json", "state.json.tmp"};
     for (size_t i = 0; i < ELEMENTSOF(files); i++) {
         (void) snprintf(p, sizeof p, "%s/%s", dir, files[i]);
         (void) unlink(p);
@@ -561,4 +569,223 @@ int cdn_rt_delete(const char *root, const char *id, bool force, struct cdn_error
     if (rmdir(dir) < 0)
         return cdn_error_set(err, errno, "remove %s: %m", dir);
     return 0;
+}
+
+/* ---- exec ---- */
+
+static json_t *read_json_file(const char *path, const char *what, struct cdn_error *err)
+{
+    json_error_t je;
+    json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &je);
+    if (!o)
+        cdn_error_set(err, EINVAL, "%s %s: %s (line %d)", what, path, je.text, je.line);
+    return o;
+}
+
+/* The process object of the exec, from --process, or from the bundle's own with the command line's
+ * args, cwd, env and user. */
+static json_t *exec_process(const json_t *bundle_process, const struct cdn_rt_exec_opts *o,
+                            struct cdn_error *err)
+{
+    if (o->process_path)
+        return read_json_file(o->process_path, "--process", err);
+    _cleanup_json_ json_t *p = json_deep_copy(bundle_process);
+    json_t *args = json_array(), *env = json_object_get(p, "env");
+    if (!p || !args)
+        return json_decref(args), cdn_error_set(err, ENOMEM, "out of memory"), NULL;
+    (void) json_object_set_new(p, "args", args);
+    for (size_t i = 0; o->args && o->args[i]; i++)
+        (void) json_array_append_new(args, json_string(o->args[i]));
+    for (size_t i = 0; o->env && i < o->env->n && json_is_array(env); i++)
+        (void) json_array_append_new(env, json_string(o->env->v[i]));
+    if (o->cwd)
+        (void) json_object_set_new(p, "cwd", json_string(o->cwd));
+    if (o->user) {
+        unsigned uid, gid;
+        int n = sscanf(o->user, "%u:%u", &uid, &gid);
+        if (n < 1)
+            return cdn_error_field(err, EINVAL, "--user", "--user '%s': uid[:gid] as numbers", o->user), NULL;
+        (void) json_object_set_new(
+            p, "user",
+            json_pack("{s:I, s:I}", "uid", (json_int_t) uid, "gid", (json_int_t) (n == 2 ? gid : uid)));
+    }
+    (void) json_object_set_new(p, "terminal", json_false());
+    return json_incref(p);
+}
+
+/* The bundle's config.json with the exec's process in it, parsed as create parsed the bundle: the
+ * same refusals and reductions, and the spec whose Landlock ruleset and rlimits confine the process. */
+static int exec_bundle(const struct rt_state *s, const struct cdn_rt_exec_opts *o, struct cdn_bundle *b,
+                       struct cdn_error *err)
+{
+    const char *dir = json_string_value(json_object_get(s->doc, "bundle"));
+    char path[4200];
+    (void) snprintf(path, sizeof path, "%s/config.json", dir ? dir : "");
+    _cleanup_json_ json_t *config = read_json_file(path, "the bundle's", err);
+    if (!config)
+        return -EINVAL;
+    json_t *p = exec_process(json_object_get(config, "process"), o, err);
+    if (!p)
+        return -EINVAL;
+    (void) json_object_set_new(config, "process", p);
+    _cleanup_free_ char *text = json_dumps(config, JSON_COMPACT);
+    if (!text)
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    int r = cdn_bundle_parse(text, strlen(text), dir, b, err);
+    if (r >= 0 && b->terminal)
+        r = cdn_error_field(err, EOPNOTSUPP, "process.terminal",
+                            "process.terminal: a terminal for the process is not supported yet");
+    return r;
+}
+
+static int exec_failed(const char *arg0, int r, struct cdn_error *err)
+{
+    /* The engines' words: podman maps them to exit statuses 127 and 126. */
+    if (r == -ENOENT && !strchr(arg0, '/'))
+        return cdn_error_set(err, ENOENT, "exec: \"%s\": executable file not found in $PATH", arg0);
+    if (r == -ENOENT)
+        return cdn_error_set(err, ENOENT, "exec: \"%s\": stat: no such file or directory", arg0);
+    if (r == -EACCES)
+        return cdn_error_set(err, EACCES, "exec: \"%s\": permission denied", arg0);
+    return r;
+}
+
+int cdn_rt_exec(const char *root, const char *id, const struct cdn_rt_exec_opts *o, int *ret_status,
+                struct cdn_error *err)
+{
+    _cleanup_(rt_state_free) struct rt_state s = {0};
+    int r = load(root, id, &s, err);
+    if (r < 0)
+        return r;
+    if (!s.alive)
+        return cdn_error_set(err, EINVAL, "cannot exec in a stopped container");
+    struct cdn_bundle b;
+    if ((r = exec_bundle(&s, o, &b, err)) < 0) {
+        cdn_bundle_free(&b);
+        return r;
+    }
+    char cg[32];
+    (void) snprintf(cg, sizeof cg, "slot-%d", s.slot);
+    (void) setenv("CORDON_MONITOR", "off", 1); /* the container's filter: no host answers its notifications */
+    /* Waiting for it ourselves: its parent exits, so it must come to us, not to the engine. */
+    if (!o->detach && prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0)
+        r = cdn_error_set(err, errno, "PR_SET_CHILD_SUBREAPER: %m");
+    struct cdn_container_join j = {.init_pid = s.pid,
+                                   .cgroup_name = cg,
+                                   .spec = &b.spec,
+                                   .argv = b.args.v,
+                                   .envp = b.env.v,
+                                   .cwd = b.spec.workdir,
+                                   .uid = b.uid,
+                                   .gid = b.gid};
+    pid_t pid = r < 0 ? r : cdn_container_join(&j, err);
+    if (pid < 0)
+        r = exec_failed(b.args.v[0], pid, err);
+    cdn_bundle_free(&b);
+    if (r < 0)
+        return r;
+    if (o->pid_file && (r = write_pid_file(o->pid_file, pid, err)) < 0)
+        return r;
+    if (o->detach)
+        return 0;
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return cdn_error_set(err, errno, "wait for the process: %m");
+    *ret_status = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+    return 0;
+}
+
+/* ---- pause, resume, ps, update ---- */
+
+static int marker(const char *root, const char *id, const char *name, bool on)
+{
+    char path[4096];
+    if (dir_of(path, sizeof path, root, id, name) < 0)
+        return -ENAMETOOLONG;
+    if (!on)
+        return unlink(path) < 0 && errno != ENOENT ? -errno : 0;
+    _cleanup_close_ int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    return fd < 0 ? -errno : 0;
+}
+
+int cdn_rt_pause(const char *root, const char *id, bool paused, struct cdn_error *err)
+{
+    _cleanup_(rt_state_free) struct rt_state s = {0};
+    int r = load(root, id, &s, err);
+    if (r < 0)
+        return r;
+    if (!s.alive)
+        return cdn_error_set(err, ESRCH, "container not running");
+    struct cdn_cgroup cg;
+    slot_cgroup(s.slot, &cg);
+    /* The marker first when pausing, last when resuming: state never says running of a frozen one. */
+    if (paused && (r = marker(root, id, "paused", true)) < 0)
+        return cdn_error_set(err, -r, "mark it paused: %s", strerror(-r));
+    if ((r = cg.ops->freeze(&cg, paused)) < 0) {
+        if (paused)
+            (void) marker(root, id, "paused", false);
+        return cdn_error_set(err, -r, "%s its cgroup: %s", paused ? "freeze" : "thaw", strerror(-r));
+    }
+    if (!paused && (r = marker(root, id, "paused", false)) < 0)
+        return cdn_error_set(err, -r, "unmark it paused: %s", strerror(-r));
+    return 0;
+}
+
+int cdn_rt_ps(const char *root, const char *id, char **ret_json, struct cdn_error *err)
+{
+    _cleanup_(rt_state_free) struct rt_state s = {0};
+    int r = load(root, id, &s, err);
+    if (r < 0)
+        return r;
+    struct cdn_cgroup cg;
+    slot_cgroup(s.slot, &cg);
+    char dir[4096];
+    if ((r = cdn_cgroup_path(dir, sizeof dir, cg.ops->version, "pids", cg.name)) < 0)
+        return cdn_error_set(err, -r, "cgroup path too long");
+    _cleanup_json_ json_t *pids = json_array();
+    _cleanup_free_ char *procs =
+        s.alive ? cdn_cgroup_read_procs(AT_FDCWD, strcat(dir, "/cgroup.procs")) : NULL;
+    for (char *p = procs, *end; p && *p; p = end + 1) {
+        long pid = strtol(p, &end, 10);
+        if (*end != '\n')
+            break;
+        (void) json_array_append_new(pids, json_integer(pid));
+    }
+    char *text = pids ? json_dumps(pids, JSON_COMPACT) : NULL;
+    if (!text)
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    *ret_json = text;
+    return 0;
+}
+
+int cdn_rt_update(const char *root, const char *id, const char *resources_json, struct cdn_error *err)
+{
+    _cleanup_(rt_state_free) struct rt_state s = {0};
+    int r = load(root, id, &s, err);
+    if (r < 0)
+        return r;
+    if (!s.alive)
+        return cdn_error_set(err, ESRCH, "container not running");
+    json_error_t je;
+    _cleanup_json_ json_t *res = json_loads(resources_json, JSON_DECODE_INT_AS_REAL, &je);
+    if (!json_is_object(res))
+        return cdn_error_field(err, EINVAL, "resources", "--resources: not a JSON object (%s)", je.text);
+    struct cdn_cgroup_limits l = {0};
+    unsigned which = 0;
+    double mem = json_number_value(json_object_get(json_object_get(res, "memory"), "limit"));
+    double pids = json_number_value(json_object_get(json_object_get(res, "pids"), "limit"));
+    double quota = json_number_value(json_object_get(json_object_get(res, "cpu"), "quota"));
+    double period = json_number_value(json_object_get(json_object_get(res, "cpu"), "period"));
+    if (mem >= (double) (CDN_MEMORY_MB_MIN << 20))
+        l.memory_bytes = (uint64_t) mem, which |= CDN_CGROUP_SET_MEMORY;
+    else if (mem > 0)
+        return cdn_error_field(err, EINVAL, "memory.limit", "memory.limit: below cordon's least (8 MiB)");
+    if (pids >= CDN_PIDS_MIN)
+        l.pids = (uint64_t) pids, which |= CDN_CGROUP_SET_PIDS;
+    if (quota > 0)
+        l.cpus = quota / (period > 0 ? period : 100000), which |= CDN_CGROUP_SET_CPUS;
+    struct cdn_cgroup cg;
+    slot_cgroup(s.slot, &cg);
+    return which ? cg.ops->set_limits(&cg, &l, which, err) : 0;
 }

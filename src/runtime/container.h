@@ -14,6 +14,8 @@
 
 #include <stdbool.h>
 
+#include "shared/strv.h"
+
 #include "runtime/bundle.h"
 #include "shared/error.h"
 
@@ -36,5 +38,26 @@ int cdn_rt_kill(const char *root, const char *id, int sig, bool all, struct cdn_
 /* Remove a stopped container (force: kill a running one first): its processes, cgroup and
  * directory. */
 int cdn_rt_delete(const char *root, const char *id, bool force, struct cdn_error *err);
+struct cdn_rt_exec_opts {
+    const char *process_path;   /* --process: an OCI process object (JSON file); NULL: the fields below */
+    char *const *args;          /* without --process: the command (NULL-terminated) */
+    const char *cwd;            /* NULL: the bundle's */
+    const struct cdn_strv *env; /* added to the bundle's */
+    const char *user;           /* "uid[:gid]"; NULL: the bundle's */
+    bool detach;                /* return once it runs (else wait for it, its status in *ret_status) */
+    const char *pid_file;
+};
+
+/* Run another process in the running container, confined as its first (tiers/container/join.h):
+ * it is the caller's to reap (conmon's, the shim's). Returns 0 with *ret_status its exit status
+ * (128+N for a signal) when not detached. */
+int cdn_rt_exec(const char *root, const char *id, const struct cdn_rt_exec_opts *o, int *ret_status,
+                struct cdn_error *err);
+/* Freeze (paused) or thaw every process of the container (its cgroup's freezer). */
+int cdn_rt_pause(const char *root, const char *id, bool paused, struct cdn_error *err);
+/* The pids of the container's processes (its cgroup's), as a JSON array (malloc'd text). */
+int cdn_rt_ps(const char *root, const char *id, char **ret_json, struct cdn_error *err);
+/* New limits from an OCI linux.resources object (memory.limit, pids.limit, cpu.quota/period). */
+int cdn_rt_update(const char *root, const char *id, const char *resources_json, struct cdn_error *err);
 /* Whether <root>/<id> exists (a container, in any state). */
 bool cdn_rt_exists(const char *root, const char *id);

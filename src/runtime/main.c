@@ -8,10 +8,10 @@
  * --criu PATH (taken and unused: no checkpoints through this runtime), --rootless false|auto.
  * Both --opt=value and --opt value are taken; an option this runtime does not know is an error.
  *
- * create, start, state, kill and delete run a bundle as a cordon container (container.c); create
- * refuses what cordon does not grant, naming the field. pause, resume, ps, exec and update answer
- * runc's "does not exist" for unknown ids (the engines match it) and refuse known ones for now, as do
- * create's --console-socket and a process asking for a terminal. */
+ * create, start, state, kill, delete, exec, pause, resume, ps and update act on a bundle run as a
+ * cordon container (container.c); create refuses what cordon does not grant, naming the field. An
+ * unknown id gets runc's "does not exist" (the engines match it). Terminals (create's
+ * --console-socket, a process asking for one, exec --tty) are refused for now. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -92,8 +92,9 @@ struct opt {
     const char *name; /* long, without "--" */
     char short_name;  /* 0: none */
     bool takes_value;
-    const char **value; /* where a value goes (takes_value) */
-    bool *flag;         /* where a flag goes */
+    const char **value;    /* where a value goes (takes_value) */
+    bool *flag;            /* where a flag goes */
+    struct cdn_strv *list; /* a value that may be given again (--env): each one goes here */
 };
 
 /* Parse argv[*i…] while they are options of opts (up to a first operand or "--"). */
@@ -122,12 +123,13 @@ static int parse_opts(int argc, char **argv, int *i, const struct opt *opts, con
             *o->flag = !eq || strcmp(eq + 1, "true") == 0;
             continue;
         }
-        if (eq)
-            *o->value = eq + 1;
-        else if (*i + 1 < argc)
-            *o->value = argv[++*i];
-        else
+        const char *v = eq ? eq + 1 : *i + 1 < argc ? argv[++*i] : NULL;
+        if (!v)
             return fail("%s: option --%s needs a value", cmd, o->name);
+        if (o->list && cdn_strv_push(o->list, v) < 0)
+            return fail("%s: option --%s: too many", cmd, o->name);
+        if (o->value)
+            *o->value = v;
     }
     return 0;
 }
@@ -150,11 +152,6 @@ static int one_id(int argc, char **argv, int i, int want, const char *cmd, const
         return fail("%s: invalid container id '%s'", cmd, argv[i]);
     *ret = argv[i];
     return 0;
-}
-
-static int no_such(const char *id)
-{
-    return fail("container \"%s\" does not exist", id);
 }
 
 /* A command on a container failed: err's message (runc's words where the engines match them). */
@@ -304,6 +301,28 @@ static int cmd_create(int argc, char **argv, int i)
     return r;
 }
 
+/* A file's text (path "-": stdin), at most 1 MiB; NULL with errno. */
+static char *read_text(const char *path)
+{
+    _cleanup_close_ int fd = strcmp(path, "-") == 0 ? dup(0) : open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    size_t cap = 1 << 20, n = 0;
+    _cleanup_free_ char *buf = malloc(cap + 1);
+    for (ssize_t k; buf && (k = read(fd, buf + n, cap - n)) != 0;) {
+        if (k < 0 && errno != EINTR)
+            return NULL;
+        n += k > 0 ? (size_t) k : 0;
+        if (n == cap) {
+            errno = EFBIG;
+            return NULL;
+        }
+    }
+    if (buf)
+        buf[n] = 0;
+    return TAKE_PTR(buf);
+}
+
 /* runc's signal names: KILL, SIGKILL or 9. */
 static int parse_signal(const char *s)
 {
@@ -363,38 +382,96 @@ static int cmd_simple(const char *cmd, int argc, char **argv, int i)
     return 0;
 }
 
-/* The commands this build takes but cannot yet do (pause, resume, ps, exec, update): an unknown id
- * gets runc's "does not exist" (the engines match it), a known one a clear refusal. */
-static int cmd_not_yet(const char *cmd, int argc, char **argv, int i)
+/* pause, resume, ps, update. */
+static int cmd_cgroup(const char *cmd, int argc, char **argv, int i)
 {
-    bool detach = false, tty = false;
-    const char *v = NULL;
-    const struct opt ps_opts[] = {{"format", 'f', true, &v, NULL}, {0}};
-    const struct opt update_opts[] = {{"resources", 'r', true, &v, NULL}, {0}};
-    const struct opt exec_opts[] = {{"process", 'p', true, &v, NULL},
-                                    {"pid-file", 0, true, &v, NULL},
-                                    {"console-socket", 0, true, &v, NULL},
-                                    {"cwd", 0, true, &v, NULL},
-                                    {"env", 'e', true, &v, NULL},
-                                    {"user", 'u', true, &v, NULL},
-                                    {"detach", 'd', false, NULL, &detach},
-                                    {"tty", 't', false, NULL, &tty},
-                                    {0}};
+    const char *format = "table", *resources = NULL;
+    const struct opt ps_opts[] = {{"format", 'f', true, &format, NULL, NULL}, {0}};
+    const struct opt update_opts[] = {{"resources", 'r', true, &resources, NULL, NULL}, {0}};
     const struct opt none[] = {{0}};
     const struct opt *opts = strcmp(cmd, "ps") == 0       ? ps_opts
                              : strcmp(cmd, "update") == 0 ? update_opts
-                             : strcmp(cmd, "exec") == 0   ? exec_opts
                                                           : none;
     const char *id;
-    if (parse_opts(argc, argv, &i, opts, cmd) != 0 ||
-        one_id(argc, argv, i, strcmp(cmd, "exec") == 0 ? 1024 : 1, cmd, &id) != 0)
+    if (parse_opts(argc, argv, &i, opts, cmd) != 0 || one_id(argc, argv, i, 1, cmd, &id) != 0)
         return 1;
-    if (!cdn_rt_exists(g.root, id))
-        return no_such(id);
-    return fail("%s: %s: not supported by this build of cordon-runtime yet", cmd, id);
+    struct cdn_error err = {0};
+    if (strcmp(cmd, "pause") == 0 || strcmp(cmd, "resume") == 0)
+        return cdn_rt_pause(g.root, id, cmd[0] == 'p', &err) < 0 ? failed(cmd, &err) : 0;
+    if (strcmp(cmd, "ps") == 0) {
+        if (strcmp(format, "json") != 0 && strcmp(format, "table") != 0)
+            return fail("ps: --format: '%s' is not table or json", format);
+        _cleanup_free_ char *json = NULL;
+        if (cdn_rt_ps(g.root, id, &json, &err) < 0)
+            return failed(cmd, &err);
+        if (format[0] == 'j') {
+            puts(json);
+            return 0;
+        }
+        _cleanup_json_ json_t *a = json_loads(json, 0, NULL);
+        size_t k;
+        json_t *v;
+        puts("PID");
+        json_array_foreach(a, k, v) printf("%lld\n", (long long) json_integer_value(v));
+        return 0;
+    }
+    if (!resources)
+        return fail("update: --resources FILE (or - for stdin) is needed: the other flags are not taken");
+    _cleanup_free_ char *text = read_text(resources);
+    if (!text)
+        return fail("update: --resources %s: %m", resources);
+    return cdn_rt_update(g.root, id, text, &err) < 0 ? failed(cmd, &err) : 0;
 }
 
-static const char *const not_yet[] = {"pause", "resume", "ps", "exec", "update", NULL};
+static const char *const cgroup_cmds[] = {"pause", "resume", "ps", "update", NULL};
+
+/* exec as conmon and containerd's shim call it: --process FILE --detach --pid-file FILE ID; or the
+ * command after ID, with --cwd, --env (repeated), --user. */
+static int cmd_exec(int argc, char **argv, int i)
+{
+    const char *process = NULL, *pid_file = NULL, *console = NULL, *cwd = NULL, *user = NULL,
+               *preserve = NULL;
+    const char *ignored = NULL;
+    bool detach = false, tty = false, nnp = false;
+    _cleanup_(cdn_strv_free) struct cdn_strv env = {0}, caps = {0};
+    const struct opt opts[] = {{"process", 'p', true, &process, NULL, NULL},
+                               {"pid-file", 0, true, &pid_file, NULL, NULL},
+                               {"console-socket", 0, true, &console, NULL, NULL},
+                               {"cwd", 0, true, &cwd, NULL, NULL},
+                               {"env", 'e', true, NULL, NULL, &env},
+                               {"user", 'u', true, &user, NULL, NULL},
+                               {"cap", 'c', true, NULL, NULL, &caps},
+                               {"preserve-fds", 0, true, &preserve, NULL, NULL},
+                               {"process-label", 0, true, &ignored, NULL, NULL},
+                               {"apparmor", 0, true, &ignored, NULL, NULL},
+                               {"no-new-privs", 0, false, NULL, &nnp, NULL},
+                               {"detach", 'd', false, NULL, &detach, NULL},
+                               {"tty", 't', false, NULL, &tty, NULL},
+                               {0}};
+    const char *id;
+    if (parse_opts(argc, argv, &i, opts, "exec") != 0 || one_id(argc, argv, i, argc, "exec", &id) != 0)
+        return 1;
+    if (tty || console)
+        return fail("exec: --tty: a terminal for the process is not supported yet");
+    if (caps.n)
+        return fail("exec: --cap: a cordon container's processes hold no capability");
+    if (preserve && strcmp(preserve, "0") != 0)
+        return fail("exec: --preserve-fds: a cordon container is given no descriptors beyond its stdio");
+    if (!process && argc - i < 2)
+        return fail("exec: a command, or --process, is needed");
+    struct cdn_error err = {0};
+    int status = 0;
+    struct cdn_rt_exec_opts o = {.process_path = process,
+                                 .args = process ? NULL : argv + i + 1,
+                                 .cwd = cwd,
+                                 .env = &env,
+                                 .user = user,
+                                 .detach = detach,
+                                 .pid_file = pid_file};
+    if (cdn_rt_exec(g.root, id, &o, &status, &err) < 0)
+        return failed("exec", &err);
+    return detach ? 0 : status;
+}
 
 static void usage(FILE *f)
 {
@@ -449,11 +526,13 @@ int main(int argc, char **argv)
         return cmd_create(argc, argv, i);
     if (strcmp(cmd, "kill") == 0)
         return cmd_kill(argc, argv, i);
+    if (strcmp(cmd, "exec") == 0)
+        return cmd_exec(argc, argv, i);
     if (strcmp(cmd, "start") == 0 || strcmp(cmd, "state") == 0 || strcmp(cmd, "delete") == 0)
         return cmd_simple(cmd, argc, argv, i);
-    for (size_t k = 0; not_yet[k]; k++)
-        if (strcmp(cmd, not_yet[k]) == 0)
-            return cmd_not_yet(cmd, argc, argv, i);
+    for (size_t k = 0; cgroup_cmds[k]; k++)
+        if (strcmp(cmd, cgroup_cmds[k]) == 0)
+            return cmd_cgroup(cmd, argc, argv, i);
     if (strcmp(cmd, "run") == 0 || strcmp(cmd, "checkpoint") == 0 || strcmp(cmd, "restore") == 0 ||
         strcmp(cmd, "events") == 0 || strcmp(cmd, "list") == 0)
         return fail("%s: not a command of cordon-runtime (the engines call create and start)", cmd);

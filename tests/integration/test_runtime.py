@@ -289,3 +289,43 @@ def test_a_failed_create_leaves_nothing(bb):
     res = result(out, p)
     assert res["create"] == 1 and "root" in open(out / "stderr").read(), res
     assert not os.path.exists(os.path.join(root, "c1"))
+
+
+def cgroup_file(pid, controller, name):
+    """A file of pid's cgroup in a v1 controller's hierarchy, or of its v2 cgroup."""
+    for line in open(f"/proc/{pid}/cgroup").read().splitlines():
+        _, ctrls, path = line.split(":", 2)
+        if controller in ctrls.split(",") or (ctrls == "" and os.path.exists("/sys/fs/cgroup/cgroup.controllers")):
+            base = f"/sys/fs/cgroup/{controller}" if ctrls else "/sys/fs/cgroup"
+            return f"{base}{path}/{name}"
+    raise AssertionError(f"no {controller} cgroup for {pid}")
+
+
+def test_ps_pause_resume_and_update(bb):
+    """The shim's ps (--format json: the container's pids), pause/resume (state "paused" while its cgroup
+    is frozen) and update (linux.resources on stdin, as the shim passes it: the new limit is the
+    cgroup's)."""
+    d, cfg, root, run = bb
+    out, p = run("c1", "sh", "-c", "sleep 1000 & wait")
+    pid = int(open(out / "pid").read())
+    wait_for(lambda: len(json.loads(rt("ps", "--format", "json", "c1", root=root).stdout)) == 3, what="sleep")
+    r = rt("ps", "--format", "json", "c1", root=root)
+    assert r.returncode == 0 and pid in json.loads(r.stdout) and len(json.loads(r.stdout)) == 3, r  # init, sh, sleep
+    assert rt("pause", "c1", root=root).returncode == 0
+    assert state(root, "c1")["status"] == "paused"
+    assert rt("resume", "c1", root=root).returncode == 0
+    assert state(root, "c1")["status"] == "running"
+    limit = cgroup_file(pid, "memory", "memory.limit_in_bytes")
+    with tempfile.TemporaryFile() as f:
+        f.write(json.dumps({"memory": {"limit": 96 << 20}, "pids": {"limit": 64}}).encode())
+        f.seek(0)
+        r = subprocess.run([RUNTIME, "--root", root, "update", "--resources", "-", "c1"], stdin=f,
+                           capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r
+    if os.path.exists(limit):  # v1 (this machine); v2 names it memory.max
+        assert int(open(limit).read()) == 96 << 20
+    assert int(open(cgroup_file(pid, "pids", "pids.max")).read()) == 64
+    r = rt("update", "--resources", "-", "c1", root=root)  # stdin /dev/null: not an object
+    assert r.returncode == 1 and "resources" in r.stderr, r
+    assert rt("kill", "c1", "KILL", root=root).returncode == 0
+    assert result(out, p)["exit"] == {"signaled": 9}

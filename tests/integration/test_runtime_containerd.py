@@ -132,3 +132,21 @@ def test_a_task_outlives_containerd_s_restart(ctd):
     wait_for(lambda: "STOPPED" in ctd.ctr("task", "ls").stdout, timeout=10, what="the task to stop")
     assert ctd.ctr("task", "delete", "r1").returncode == 0
     assert ctd.ctr("container", "delete", "r1").returncode == 0
+
+
+def test_ctr_exec_ps_pause_and_resume(ctd):
+    assert ctd.run("-d", IMAGE, "x1", "sleep", "1000").returncode == 0
+    try:
+        r = ctd.ctr("task", "exec", "--exec-id", "e1", "x1", "sh", "-c", "id -u; exit 6")
+        assert r.returncode == 6 and r.stdout == "0\n", r
+        ps = ctd.ctr("task", "ps", "x1").stdout.split()
+        assert len(ps) >= 3 and ps[0] == "PID", ps  # init and sleep, by their host pids
+        assert ctd.ctr("task", "pause", "x1").returncode == 0
+        assert "PAUSED" in ctd.ctr("task", "ls").stdout
+        assert ctd.ctr("task", "resume", "x1").returncode == 0
+        assert "RUNNING" in ctd.ctr("task", "ls").stdout
+    finally:
+        ctd.ctr("task", "kill", "-s", "KILL", "x1")
+        wait_for(lambda: "STOPPED" in ctd.ctr("task", "ls").stdout, timeout=10, what="the task to stop")
+        ctd.ctr("task", "delete", "x1")
+        ctd.ctr("container", "delete", "x1")

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import time
 
 import pytest
 
@@ -135,13 +136,54 @@ def test_network_none_and_podman_s_network(podman):
     assert r.returncode == 0 and "eth0" in r.stdout and "inet 10.88." in r.stdout, r  # podman's bridge network
 
 
-def test_what_is_not_done_yet_is_refused_clearly(podman):
-    r = podman("run", "-d", "--name", "x1", "--network", "none", IMAGE, "sleep", "1000")
-    assert r.returncode == 0, r
+def test_exec_runs_confined_beside_the_command(podman):
+    """podman exec (conmon: runtime exec --detach --process FILE --pid-file FILE): the process joins
+    the container, is confined as its first process is (no capability, no_new_privs, seccomp), and its
+    exit status and stdout come back through conmon."""
+    assert podman("run", "-d", "--name", "x1", "--network", "none", IMAGE, "sleep", "1000").returncode == 0
     try:
-        r = podman("exec", "x1", "true")
-        assert r.returncode != 0 and "not supported by this build" in r.stderr, r
-        r = podman("run", "--rm", "-t", IMAGE, "true")
-        assert r.returncode != 0 and "terminal" in r.stderr, r
+        r = podman("exec", "x1", "sh", "-c", "grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status;"
+                   " cat /proc/self/uid_map; ps -o pid,comm")
+        assert r.returncode == 0, r
+        assert "CapEff:\t0000000000000000" in r.stdout and "CapBnd:\t0000000000000000" in r.stdout, r.stdout
+        assert "NoNewPrivs:\t1" in r.stdout and "Seccomp:\t2" in r.stdout, r.stdout
+        assert int(r.stdout.split("\n")[4].split()[1]) >= 2**30, r.stdout  # in the container's user namespace
+        assert "sleep" in r.stdout and "cordon-init" in r.stdout, r.stdout  # and its pid namespace
+        assert podman("exec", "x1", "sh", "-c", "exit 5").returncode == 5
+        assert podman("exec", "x1", "no-such-program").returncode == 127
+        r = podman("exec", "--user", "1000:1000", "-e", "FOO=bar", "x1", "sh", "-c", "echo $(id -u):$(id -g) $FOO")
+        assert r.returncode == 0 and r.stdout == "1000:1000 bar\n", r
+        r = podman("exec", "-t", "x1", "true")
+        assert r.returncode != 0 and "terminal" in r.stderr, r  # not yet: refused, not ignored
     finally:
         podman("rm", "-f", "-t", "0", "x1")
+
+
+def test_pause_unpause_and_top(podman):
+    assert podman("run", "-d", "--name", "p1", "--network", "none", IMAGE, "sh", "-c",
+                  "while true; do echo x >> /tmp/ticks; sleep 0.05; done").returncode == 0
+    try:
+        assert podman("pause", "p1").returncode == 0
+        st = json.loads(podman("inspect", "p1").stdout)[0]["State"]
+        assert st["Status"] == "paused", st
+        size = os.path.getsize(podman_file(podman, "p1", "/tmp/ticks"))
+        time.sleep(0.5)
+        assert os.path.getsize(podman_file(podman, "p1", "/tmp/ticks")) == size  # frozen: no tick
+        assert podman("unpause", "p1").returncode == 0
+        time.sleep(0.5)
+        assert os.path.getsize(podman_file(podman, "p1", "/tmp/ticks")) > size
+        top = podman("top", "p1").stdout
+        assert "cordon-init" in top and "while true" in top, top
+    finally:
+        podman("rm", "-f", "-t", "0", "p1")
+
+
+def podman_file(podman, name, path):
+    """A file of the container as podman's storage holds it (its mounted root)."""
+    merged = podman("mount", name).stdout.strip()
+    return os.path.join(merged, path.lstrip("/"))
+
+
+def test_a_terminal_is_refused_clearly(podman):
+    r = podman("run", "--rm", "-t", "--network", "none", IMAGE, "true")
+    assert r.returncode != 0 and "terminal" in r.stderr, r

@@ -77,6 +77,10 @@ struct cdn_root_layers;
 int cdn_root_layers_mount(pid_t pid, uint32_t uid_base, const struct cdn_root_layers *l, bool writable,
                           struct cdn_error *err);
 
+/* The sandbox's Landlock ruleset (setup.c), on the calling process, once it is in the sandbox's mount
+ * namespace: what a container's commands may write. 0, or -errno with err. */
+int cdn_container_landlock(const struct cdn_spec *spec, struct cdn_error *err);
+
 /* Build the sandbox's root under a->scratch (rootfs.c); bind_fds: the binds the host cloned (a
  * root in place), or NULL: the child opens the sources itself.; then pivot into it. lower_fd is the
  * image's root as a detached mount idmapped through the sandbox's user namespace, or -1 (then

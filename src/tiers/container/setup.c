@@ -47,7 +47,7 @@ static int loopback_up(struct cdn_error *err)
 /* Writable: every top-level directory but the system ones (workdir, /tmp,
  * /home, /root, /var, binds below them…), binds anywhere, /dev/shm, /dev/pts
  * and the harmless device nodes. Reads and execution are not restricted. */
-/* Is path beneath a top-level directory that apply_landlock() already allows? */
+/* Is path beneath a top-level directory that cdn_container_landlock() already allows? */
 static bool under_writable_top(const char *path, bool writable_system)
 {
     char top[260];
@@ -59,7 +59,7 @@ static bool under_writable_top(const char *path, bool writable_system)
     return !cdn_read_only_top(top, writable_system);
 }
 
-static int apply_landlock(const struct cdn_spec *spec, struct cdn_error *err)
+int cdn_container_landlock(const struct cdn_spec *spec, struct cdn_error *err)
 {
     const char *dirs[64 + CDN_MAX_MOUNTS + 4];
     char names[64][260];
@@ -223,7 +223,8 @@ static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
         return cdn_error_set(err, errno, "unshare cgroup namespace: %m");
     if ((r = cdn_rootfs_pivot(a, err)) < 0 || (r = check_user(a->spec, err)) < 0 ||
         (r = cdn_set_rlimits(a->spec->limits.nofile, a->spec->limits.disk_mb, err)) < 0 ||
-        (r = apply_landlock(a->spec, err)) < 0 || (r = cdn_drop_capabilities_keep(CDN_INIT_CAPS, err)) < 0)
+        (r = cdn_container_landlock(a->spec, err)) < 0 ||
+        (r = cdn_drop_capabilities_keep(CDN_INIT_CAPS, err)) < 0)
         return r;
     r = cdn_seccomp_install(a->seccomp);
     if (r < 0)

@@ -1,0 +1,28 @@
+/* A process started inside a running container-tier sandbox from the host, beside its init rather
+ * than by it (join.c): what `cordon-runtime exec` needs, whose caller (conmon, containerd's shim)
+ * must be the process's reaper and read its exit status itself. */
+#pragma once
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "core/spec.h"
+#include "shared/error.h"
+
+struct cdn_container_join {
+    pid_t init_pid;              /* the sandbox's init: its namespaces are joined */
+    const char *cgroup_name;     /* the sandbox's cgroup (cdn_cgroup name, "slot-N") */
+    const struct cdn_spec *spec; /* what confines it: Landlock (writable_system, mounts, workdir), rlimits */
+    char *const *argv;           /* argv[0] searched in envp's PATH */
+    char *const *envp;
+    const char *cwd;
+    uint32_t uid, gid; /* the sandbox's ids */
+};
+
+/* Run j->argv in the sandbox: in its cgroup and all its namespaces, as j->uid:gid, confined as the
+ * sandbox's commands are (no capability, no_new_privs, cordon's seccomp filter, its Landlock
+ * ruleset, its rlimits), with the caller's stdio. Returns the process's pid (in the caller's pid
+ * namespace) once it has exec'd. It is a grandchild whose parent has exited: the nearest subreaper
+ * above the caller (or the caller, if it is one) reaps it. -errno with err on failure (-ENOENT: the
+ * program is not there; -EACCES: it cannot be executed). Runs as root on the host. */
+int cdn_container_join(const struct cdn_container_join *j, struct cdn_error *err);
