@@ -28,6 +28,13 @@ CONTAINERD, CTR = shutil.which("containerd"), shutil.which("ctr")
 IMAGE = "localhost/cordon-test-busybox:v1"
 
 
+def ID(name):
+    """A task id of this process's own: the runc shim keeps the runtime's state under one root for every
+    containerd of the host (/run/containerd/runc/<namespace>), which the other pass of tests/run-all
+    shares."""
+    return f"{name}-{os.getpid()}"
+
+
 class Containerd:
     """A containerd of its own: started, restarted and stopped by its pid only."""
 
@@ -99,54 +106,54 @@ def ctd():
 
 
 def test_ctr_run_prints_and_exits_with_the_command_s_status(ctd):
-    r = ctd.run("--rm", IMAGE, "t1", "sh", "-c", "echo hello as $(id -u); cat /proc/self/uid_map; exit 4")
+    r = ctd.run("--rm", IMAGE, ID("t1"), "sh", "-c", "echo hello as $(id -u); cat /proc/self/uid_map; exit 4")
     assert r.returncode == 4, r
     lines = r.stdout.splitlines()
     assert lines[0] == "hello as 0", r.stdout
     uid_map = lines[1].split()
     assert uid_map[0] == "0" and int(uid_map[1]) >= 2**30, uid_map  # root inside is an unprivileged host uid
-    r = ctd.run("--rm", IMAGE, "t2", "no-such-program")
+    r = ctd.run("--rm", IMAGE, ID("t2"), "no-such-program")
     assert r.returncode != 0 and "executable file not found" in r.stderr, r
 
 
 def test_ctr_task_kill_and_delete(ctd):
-    assert ctd.run("-d", IMAGE, "k1", "sleep", "1000").returncode == 0
+    assert ctd.run("-d", IMAGE, ID("k1"), "sleep", "1000").returncode == 0
     assert "RUNNING" in ctd.ctr("task", "ls").stdout
-    assert ctd.ctr("task", "kill", "k1").returncode == 0  # SIGTERM, passed to sleep by init
+    assert ctd.ctr("task", "kill", ID("k1")).returncode == 0  # SIGTERM, passed to sleep by init
     wait_for(lambda: "STOPPED" in ctd.ctr("task", "ls").stdout, timeout=10, what="the task to stop")
-    r = ctd.ctr("task", "delete", "k1")
+    r = ctd.ctr("task", "delete", ID("k1"))
     assert r.returncode == 0 and "143" in r.stderr + r.stdout, r  # ctr reports the exit status
-    assert ctd.ctr("container", "delete", "k1").returncode == 0
+    assert ctd.ctr("container", "delete", ID("k1")).returncode == 0
 
 
 def test_a_task_outlives_containerd_s_restart(ctd):
-    assert ctd.run("-d", IMAGE, "r1", "sleep", "1000").returncode == 0
+    assert ctd.run("-d", IMAGE, ID("r1"), "sleep", "1000").returncode == 0
     pid = int(ctd.ctr("task", "ls").stdout.split("\n")[1].split()[1])
     ctd.stop()
     time.sleep(0.5)
     assert os.path.exists(f"/proc/{pid}"), "the task died with containerd"
     ctd.start()
     ls = ctd.ctr("task", "ls").stdout
-    assert "r1" in ls and str(pid) in ls and "RUNNING" in ls, ls
-    assert ctd.ctr("task", "kill", "-s", "KILL", "r1").returncode == 0
+    assert ID("r1") in ls and str(pid) in ls and "RUNNING" in ls, ls
+    assert ctd.ctr("task", "kill", "-s", "KILL", ID("r1")).returncode == 0
     wait_for(lambda: "STOPPED" in ctd.ctr("task", "ls").stdout, timeout=10, what="the task to stop")
-    assert ctd.ctr("task", "delete", "r1").returncode == 0
-    assert ctd.ctr("container", "delete", "r1").returncode == 0
+    assert ctd.ctr("task", "delete", ID("r1")).returncode == 0
+    assert ctd.ctr("container", "delete", ID("r1")).returncode == 0
 
 
 def test_ctr_exec_ps_pause_and_resume(ctd):
-    assert ctd.run("-d", IMAGE, "x1", "sleep", "1000").returncode == 0
+    assert ctd.run("-d", IMAGE, ID("x1"), "sleep", "1000").returncode == 0
     try:
-        r = ctd.ctr("task", "exec", "--exec-id", "e1", "x1", "sh", "-c", "id -u; exit 6")
+        r = ctd.ctr("task", "exec", "--exec-id", ID("e1"), ID("x1"), "sh", "-c", "id -u; exit 6")
         assert r.returncode == 6 and r.stdout == "0\n", r
-        ps = ctd.ctr("task", "ps", "x1").stdout.split()
+        ps = ctd.ctr("task", "ps", ID("x1")).stdout.split()
         assert len(ps) >= 3 and ps[0] == "PID", ps  # init and sleep, by their host pids
-        assert ctd.ctr("task", "pause", "x1").returncode == 0
+        assert ctd.ctr("task", "pause", ID("x1")).returncode == 0
         assert "PAUSED" in ctd.ctr("task", "ls").stdout
-        assert ctd.ctr("task", "resume", "x1").returncode == 0
+        assert ctd.ctr("task", "resume", ID("x1")).returncode == 0
         assert "RUNNING" in ctd.ctr("task", "ls").stdout
     finally:
-        ctd.ctr("task", "kill", "-s", "KILL", "x1")
+        ctd.ctr("task", "kill", "-s", "KILL", ID("x1"))
         wait_for(lambda: "STOPPED" in ctd.ctr("task", "ls").stdout, timeout=10, what="the task to stop")
-        ctd.ctr("task", "delete", "x1")
-        ctd.ctr("container", "delete", "x1")
+        ctd.ctr("task", "delete", ID("x1"))
+        ctd.ctr("container", "delete", ID("x1"))
