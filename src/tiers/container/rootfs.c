@@ -346,9 +346,12 @@ static int mount_proc(const struct cdn_setup_args *a, int rootfd, const char *ro
     _cleanup_close_ int mfd = open(mask, O_CREAT | O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0444);
     if (mfd < 0)
         return cdn_error_set(err, errno, "create the mask file: %m");
-    int fd = open_in_root(rootfd, "/proc", true, 0555);
+    /* No symlink on the way: the masks below go by path from our root, where an image's /proc -> /p
+     * would name nothing, and proc would stand unmasked at /p. */
+    int fd = open_no_symlinks(rootfd, "/proc", 0555);
     if (fd < 0)
-        return cdn_error_set(err, fd, "create /proc in the image: %s", strerror(-fd));
+        return cdn_error_field(err, -fd, "image", "image: /proc%s: %s", fd == -ELOOP ? " is a symlink" : "",
+                               strerror(-fd));
     (void) fd_path(fdp, fd);
     r = mount("proc", fdp, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
     (void) close(fd);
@@ -395,9 +398,10 @@ static int mount_dev_prepared(const struct cdn_setup_args *a, int rootfd, int fd
 static int mount_dev(const struct cdn_setup_args *a, int rootfd, const char *root, struct cdn_error *err)
 {
     char dev[4200], p[4300], fdp[64];
-    int fd = open_in_root(rootfd, "/dev", true, 0755);
+    int fd = open_no_symlinks(rootfd, "/dev", 0755); /* its nodes are made by path, as /proc's masks */
     if (fd < 0)
-        return cdn_error_set(err, fd, "create /dev in the image: %s", strerror(-fd));
+        return cdn_error_field(err, -fd, "image", "image: /dev%s: %s", fd == -ELOOP ? " is a symlink" : "",
+                               strerror(-fd));
     if (a->image->dev[0]) {
         int r = mount_dev_prepared(a, rootfd, fd, err);
         (void) close(fd);
