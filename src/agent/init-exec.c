@@ -116,6 +116,8 @@ static void exec_child(const struct cdn_exec_req *r, const struct cdn_user *u, i
             (void) close(c3);
         if (c4 >= 0)
             (void) close(c4);
+    } else if ((r->flags & CDN_EXEC_CTTY) && ioctl(0, TIOCSCTTY, 0) < 0) {
+        stage = 3; /* its stdio, init's own, is a terminal: the controlling one of its new session */
     }
     if (!stage && cdn_user_become(u) < 0) {
         stage = 6; /* the user, or a capability left: not run */

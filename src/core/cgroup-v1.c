@@ -138,11 +138,12 @@ static int v1_create(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, s
         if (r < 0)
             return cdn_error_set(err, r, "cgroup path too long");
         int m = mkdir(p, 0755) < 0 ? errno : 0;
-        if (m == ENOENT) { /* first use on this host: make the "cordon" parent, then retry */
+        if (m == ENOENT) { /* first use on this host: make the "cordon" parent (or an engine's path), retry */
             *strrchr(p, '/') = 0;
-            if (mkdir(p, 0755) < 0 && errno != EEXIST)
-                return cdn_error_set(err, errno, "cgroup v1: mkdir %s: %m (is the %s controller mounted?)", p,
-                                     controllers[i]);
+            int pm = cdn_mkdir_p(p, 0755);
+            if (pm < 0)
+                return cdn_error_set(err, -pm, "cgroup v1: mkdir %s: %s (is the %s controller mounted?)", p,
+                                     strerror(-pm), controllers[i]);
             *strchr(p, 0) = '/';
             m = mkdir(p, 0755) < 0 ? errno : 0;
         }

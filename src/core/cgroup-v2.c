@@ -36,6 +36,28 @@ static int ensure_parent(struct cdn_error *err)
     return 0;
 }
 
+/* An engine's path (a name from the root: cordon-runtime's cgroupsPath): each ancestor made, with
+ * the controllers enabled for its children, from the root down. */
+static int ensure_path_parents(const char *name, struct cdn_error *err)
+{
+    char p[512], ctl[560];
+    const char *root = cdn_cgroup_root();
+    for (const char *s = strchr(name + 1, '/'); s; s = strchr(s + 1, '/')) {
+        (void) snprintf(p, sizeof p, "%s%.*s", root, (int) (s - name), name);
+        if (mkdir(p, 0755) < 0 && errno != EEXIST)
+            return cdn_error_set(err, errno, "cgroup v2: mkdir %s: %m", p);
+    }
+    (void) snprintf(ctl, sizeof ctl, "%s/cgroup.subtree_control", root);
+    (void) cdn_write_file_at(AT_FDCWD, ctl, "+cpu +memory +pids");
+    for (const char *s = strchr(name + 1, '/'); s; s = strchr(s + 1, '/')) {
+        (void) snprintf(ctl, sizeof ctl, "%s%.*s/cgroup.subtree_control", root, (int) (s - name), name);
+        int r = cdn_write_file_at(AT_FDCWD, ctl, "+cpu +memory +pids");
+        if (r < 0)
+            return cdn_error_set(err, r, "cgroup v2: enable cpu, memory, pids in %s: %s", ctl, strerror(-r));
+    }
+    return 0;
+}
+
 static int v2_set_limits(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, unsigned which,
                          struct cdn_error *err)
 {
@@ -66,6 +88,9 @@ static int v2_create(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *l, s
     int r = cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V2, NULL, cg->name);
     if (r < 0)
         return cdn_error_set(err, r, "cgroup path too long");
+    /* An engine's path: its parents made or not, each must enable the controllers for its children. */
+    if (cg->name[0] == '/' && (r = ensure_path_parents(cg->name, err)) < 0)
+        return r;
     int m = mkdir(p, 0755) < 0 ? errno : 0;
     if (m == ENOENT) { /* first use on this host */
         r = ensure_parent(err);

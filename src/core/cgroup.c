@@ -35,8 +35,9 @@ const struct cdn_cgroup_ops *cdn_cgroup_detect(void)
 
 int cdn_cgroup_path(char *buf, size_t size, enum cdn_cgroup_version v, const char *ctrl, const char *name)
 {
-    int n = v == CDN_CGROUP_V1 ? snprintf(buf, size, "%s/%s/cordon/%s", cdn_cgroup_root(), ctrl, name)
-                               : snprintf(buf, size, "%s/cordon/%s", cdn_cgroup_root(), name);
+    const char *under = name[0] == '/' ? "" : "/cordon/";
+    int n = v == CDN_CGROUP_V1 ? snprintf(buf, size, "%s/%s%s%s", cdn_cgroup_root(), ctrl, under, name)
+                               : snprintf(buf, size, "%s%s%s", cdn_cgroup_root(), under, name);
     return n < 0 || (size_t) n >= size ? -ENAMETOOLONG : 0;
 }
 

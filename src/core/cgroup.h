@@ -37,7 +37,7 @@ enum cdn_cgroup_version { CDN_CGROUP_V1 = 1, CDN_CGROUP_V2 = 2 };
 #define CDN_CGROUP_SET_MEMORY 2u
 #define CDN_CGROUP_SET_PIDS   4u
 
-#define CDN_CGROUP_NAME_MAX 64
+#define CDN_CGROUP_NAME_MAX 400
 
 struct cdn_cgroup {
     const struct cdn_cgroup_ops *ops;
@@ -86,7 +86,9 @@ const char *cdn_cgroup_root(void);
  * memory controller available, v1 otherwise. */
 const struct cdn_cgroup_ops *cdn_cgroup_detect(void);
 /* Build the per-controller path "<root>/<ctrl>/cordon/<name>" (v1) or
- * "<root>/cordon/<name>" (v2; ctrl ignored). Returns -ENAMETOOLONG when it does not fit. */
+ * "<root>/cordon/<name>" (v2; ctrl ignored); a name that starts with '/' is a path from the
+ * hierarchy's root instead ("<root>/<ctrl><name>": an engine's cgroupsPath, cordon-runtime).
+ * Returns -ENAMETOOLONG when it does not fit. */
 int cdn_cgroup_path(char *buf, size_t size, enum cdn_cgroup_version v, const char *ctrl, const char *name);
 /* v1 cpu.cfs_quota_us / v2 cpu.max quota for a CPU count at the given period. */
 uint64_t cdn_cgroup_cpu_quota(double cpus, uint64_t period_us);

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "core/cgroup.h"
@@ -88,6 +89,14 @@ struct cdn_sandbox {
      * through the sandbox's user namespace and writable unless spec.read_only_root, with no layer
      * over it and nothing of cordon's made in it (no writable directories, no resolv.conf). */
     bool root_in_place;
+    /* Set by the caller before create (container tier): the cgroup's name instead of the slot's "slot-N",
+     * a path from the hierarchies' roots ("/a/b": cordon-runtime's cgroupsPath), made with its parents
+     * and never taken for a stale one of the slot's. NULL: the slot's. Borrowed. */
+    const char *cgroup_name;
+    /* Set by the caller before create (container tier): RLIM_NLIMITS rlimits for init and what it
+     * starts, each only ever lowering cordon's (clamped to them; an entry with soft > hard is left as
+     * cordon sets it). NULL: cordon's. Borrowed. */
+    const struct rlimit *rlimits;
     /* With root_in_place, when that directory is an engine's overlay: its layers, idmapped each, under
      * a new overlay that is the root (tiers/container/root-layers.c). NULL: the directory itself is
      * idmapped. Borrowed. */

@@ -26,6 +26,9 @@ struct cdn_mount {
     char *source; /* absolute host path */
     char *target; /* absolute path inside the sandbox */
     bool readonly;
+    /* An engine's bind (cordon-runtime, a root in place): "bind" rather than "rbind" leaves out what
+     * is mounted beneath the source; noexec as asked. cordon's own binds are recursive. */
+    bool nonrecursive, noexec;
 };
 
 struct cdn_limits {

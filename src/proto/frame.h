@@ -127,6 +127,9 @@ enum cdn_exec_flags {
                                    * (128+N when signal N ended it; 127 when it was not found, 126 when
                                    * it could not start), for a parent that waits for init itself
                                    * (cordon-runtime's engine: conmon, containerd's shim) */
+    CDN_EXEC_CTTY = 1u << 11,     /* without PIPES: init's own stdio is a terminal (cordon-runtime's
+                                   * process.terminal), which becomes the controlling terminal of the
+                                   * command's new session, as a shell's job control needs */
     CDN_EXEC_SYSTEM_RO = 1u << 7, /* with VERIFIER, on the container tier: the host vouches that landlock
                                    * keeps the system directories (shared/sysdirs.h) read-only to every
                                    * process of the sandbox (no writable_system, no read-write bind

@@ -322,6 +322,9 @@ static int parse_mounts(const json_t *a, const char *bundle_dir, struct cdn_bund
                 (void) snprintf(err->field, sizeof err->field, "%s", field);
                 return r;
             }
+            struct cdn_mount *added = &b->spec.mounts[b->spec.n_mounts - 1];
+            added->nonrecursive = !option(opts, "rbind");
+            added->noexec = option(opts, "noexec");
             continue;
         }
         size_t k = 0;

@@ -5,6 +5,7 @@
  * decoded as hostile, and what a container's processes can change (their /proc entries, their pids)
  * is checked against what create recorded (init's start time) before a signal is sent. */
 #include "runtime/container.h"
+#include "runtime/console.h"
 #include "runtime/layers.h"
 
 #include <errno.h>
@@ -20,6 +21,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -231,6 +233,18 @@ static int check_executable(pid_t pid, const struct cdn_bundle *b, struct cdn_er
     return cdn_error_set(err, ENOENT, "exec: \"%s\": executable file not found in $PATH", arg0);
 }
 
+/* The bundle's rlimits as the container tier takes them (sandbox.h rlimits): for init, inherited
+ * by the process start runs, as runc gives them to its process; never above cordon's. */
+static void bundle_rlimits(const struct cdn_bundle *b, struct rlimit ret[RLIM_NLIMITS])
+{
+    for (int res = 0; res < RLIM_NLIMITS; res++)
+        ret[res] = (struct rlimit){.rlim_cur = 1, .rlim_max = 0}; /* left as cordon sets it */
+    for (size_t i = 0; i < b->n_rlimits; i++)
+        if (b->rlimits[i].resource >= 0 && b->rlimits[i].resource < RLIM_NLIMITS)
+            ret[b->rlimits[i].resource] =
+                (struct rlimit){.rlim_cur = b->rlimits[i].soft, .rlim_max = b->rlimits[i].hard};
+}
+
 static json_t *strv_json(const struct cdn_strv *v)
 {
     json_t *a = json_array();
@@ -263,17 +277,56 @@ static json_t *state_doc(const char *id, const struct cdn_bundle *b, const struc
             (void) json_object_set_new(ann, key, json_string(eq + 1));
         }
     }
-    return json_pack("{s:s, s:I, s:s, s:s, s:s, s:s, s:o, s:I, s:s, s:o, s:o, s:s?}", "id", id, "pid",
+    return json_pack("{s:s, s:I, s:s, s:s, s:s, s:s, s:o, s:I, s:s, s:o, s:o, s:s?, s:b}", "id", id, "pid",
                      (json_int_t) sb->init_pid, "init_start", startv, "bundle", bundle_dir, "rootfs",
                      b->spec.image, "created", created, "annotations", ann ?: json_object(), "slot",
                      (json_int_t) sb->slot, "cwd", b->spec.workdir, "args", strv_json(&b->args), "env",
-                     strv_json(&b->env), "user", b->spec.user);
+                     strv_json(&b->env), "user", b->spec.user, "terminal", b->terminal);
+}
+
+/* linux.cgroupsPath as a cgroup name from the hierarchies' roots (cgroup.h): "/a/b" as given, a
+ * relative one from the root too; "": none (the slot's). systemd's "slice:prefix:name" is refused
+ * (cordon-runtime manages cgroupfs paths). One that holds processes already is refused: the
+ * container would share it. */
+static int cgroup_name(const struct cdn_bundle *b, char ret[CDN_CGROUP_NAME_MAX], struct cdn_error *err)
+{
+    ret[0] = 0;
+    const char *p = b->cgroups_path;
+    if (!p || !*p)
+        return 0;
+    if (strchr(p, ':'))
+        return cdn_error_field(
+            err, EINVAL, "linux.cgroupsPath",
+            "linux.cgroupsPath '%s': a systemd slice; cordon-runtime manages cgroupfs paths "
+            "(podman: --cgroup-manager cgroupfs; containerd: SystemdCgroup = false)",
+            p);
+    int n = snprintf(ret, CDN_CGROUP_NAME_MAX, "%s%s", p[0] == '/' ? "" : "/", p);
+    if (n < 0 || n >= CDN_CGROUP_NAME_MAX - 1 || strcmp(ret, "/") == 0)
+        return cdn_error_field(err, EINVAL, "linux.cgroupsPath", "linux.cgroupsPath '%s': empty or too long",
+                               p);
+    while (n > 1 && ret[n - 1] == '/')
+        ret[--n] = 0;
+    struct cdn_cgroup cg;
+    cdn_cgroup_init(&cg, cdn_cgroup_detect(), ret);
+    char procs[512];
+    if (cdn_cgroup_path(procs, sizeof procs, cg.ops->version, "pids", ret) == 0) {
+        strncat(procs, "/cgroup.procs", sizeof procs - strlen(procs) - 1);
+        _cleanup_free_ char *text = cdn_cgroup_read_procs(AT_FDCWD, procs);
+        if (text && *text)
+            return cdn_error_field(err, EBUSY, "linux.cgroupsPath",
+                                   "linux.cgroupsPath '%s': in use by other processes", p);
+    }
+    return 0;
 }
 
 static int create_sandbox(const char *root, const char *id, struct cdn_bundle *b,
                           const struct cdn_rt_create_opts *o, struct cdn_sandbox *sb, struct cdn_error *err)
 {
-    int r;
+    static char cgroup[CDN_CGROUP_NAME_MAX];
+    int r = cgroup_name(b, cgroup, err);
+    if (r < 0)
+        return r;
+    sb->cgroup_name = cgroup[0] ? cgroup : NULL;
     /* Asked for and not yet done here: refused rather than a container without the guard asked for. */
     if (b->spec.protect.n || b->spec.net_mode == CDN_NET_ALLOWLIST)
         return cdn_error_field(err, EOPNOTSUPP,
@@ -287,6 +340,9 @@ static int create_sandbox(const char *root, const char *id, struct cdn_bundle *b
         return r;
     if ((sb->listen_fd = listen_at(root, id, err)) < 0)
         return sb->listen_fd;
+    static struct rlimit rlimits[RLIM_NLIMITS];
+    bundle_rlimits(b, rlimits);
+    sb->rlimits = rlimits;
     /* No host stays to answer the seccomp monitor's notifications: the filter denies outright. */
     (void) setenv("CORDON_MONITOR", "off", 1);
     if ((r = sb->tier->create(sb, err)) < 0)
@@ -298,7 +354,7 @@ static int create_sandbox(const char *root, const char *id, struct cdn_bundle *b
     if (proc_start(sb->init_pid, &start, &st) < 0)
         return cdn_error_set(err, ESRCH, "the container's init ended as it started");
     _cleanup_json_ json_t *doc = state_doc(id, b, sb, o->bundle_dir, start);
-    if (!doc)
+    if (!doc || (cgroup[0] && json_object_set_new(doc, "cgroup", json_string(cgroup)) < 0))
         return cdn_error_set(err, ENOMEM, "out of memory");
     if ((r = write_state(root, id, doc, err)) < 0)
         return r;
@@ -324,6 +380,13 @@ int cdn_rt_create(const char *root, const char *id, struct cdn_bundle *b, const 
     sb.tier = cdn_tier_lookup(CDN_TIER_CONTAINER);
     sb.persistent = true;
     sb.root_in_place = true;
+    /* A terminal: init's stdio, and the controlling terminal of the process start runs. */
+    _cleanup_close_ int tty = b->terminal ? cdn_rt_console(o->console_socket, err) : -EBADF;
+    if (b->terminal && tty < 0) {
+        (void) rmdir(dir);
+        return tty;
+    }
+    sb.stdio_fd = tty;
     struct cdn_root_layers layers;
     r = cdn_rt_root_layers(b->spec.image, &layers, err);
     if (r > 0)
@@ -388,7 +451,8 @@ static int encode_process(const json_t *doc, uint8_t *buf, size_t size, struct c
     const char *cwd = json_string_value(json_object_get(doc, "cwd"));
     int n = cdn_exec_encode(buf, size,
                             &(struct cdn_exec_args){
-                                .flags = CDN_EXEC_SHUTDOWN_ON_EXIT | CDN_EXEC_STATUS | CDN_EXEC_PID,
+                                .flags = CDN_EXEC_SHUTDOWN_ON_EXIT | CDN_EXEC_STATUS | CDN_EXEC_PID |
+                                         (json_is_true(json_object_get(doc, "terminal")) ? CDN_EXEC_CTTY : 0),
                                 .cwd = cwd ? cwd : "/",
                                 .argv = argv,
                                 .envp = envp,
@@ -442,13 +506,16 @@ int cdn_rt_start(const char *root, const char *id, struct cdn_error *err)
         return cdn_error_set(err, errno, "cannot start an already running container");
     static uint8_t frame[CDN_FRAME_MAX];
     int n = encode_process(s.doc, frame, sizeof frame, err);
-    if (n < 0)
-        return n;
-    _cleanup_close_ int fd = connect_init(root, id, err);
-    if (fd < 0)
-        return fd;
-    if ((r = cdn_frame_send(fd, CDN_FRAME_EXEC, 1, frame, (uint32_t) n)) < 0)
-        return cdn_error_set(err, -r, "send the process to the container's init: %s", strerror(-r));
+    _cleanup_close_ int fd = n < 0 ? n : connect_init(root, id, err);
+    if (fd >= 0 && (r = cdn_frame_send(fd, CDN_FRAME_EXEC, 1, frame, (uint32_t) n)) < 0)
+        fd = safe_close(fd),
+        r = cdn_error_set(err, -r, "send the process to the container's init: %s", strerror(-r));
+    else if (fd < 0)
+        r = fd;
+    if (r < 0) { /* nothing was started: it may be started again */
+        (void) unlink(started);
+        return r;
+    }
     return await_started(fd, err);
 }
 
@@ -479,6 +546,16 @@ static void slot_cgroup(int slot, struct cdn_cgroup *cg)
     cdn_cgroup_init(cg, cdn_cgroup_detect(), name);
 }
 
+/* The container's cgroup: the engine's cgroupsPath, or its slot's. */
+static void rt_cgroup(const struct rt_state *s, struct cdn_cgroup *cg)
+{
+    const char *path = json_string_value(json_object_get(s->doc, "cgroup"));
+    if (path && path[0] == '/')
+        cdn_cgroup_init(cg, cdn_cgroup_detect(), path);
+    else
+        slot_cgroup(s->slot, cg);
+}
+
 /* A signal to the recorded init through a pidfd, so that a pid reused since cannot receive it. */
 static int signal_init(const struct rt_state *s, int sig)
 {
@@ -490,6 +567,36 @@ static int signal_init(const struct rt_state *s, int sig)
     return syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0) < 0 ? -errno : 0;
 }
 
+/* sig to each process its cgroup lists, through a pidfd (one that ended since is not signalled). */
+static void signal_cgroup(const struct rt_state *s, int sig)
+{
+    struct cdn_cgroup cg;
+    rt_cgroup(s, &cg);
+    char dir[4096];
+    if (cdn_cgroup_path(dir, sizeof dir - 16, cg.ops->version, "pids", cg.name) < 0)
+        return;
+    strcat(dir, "/cgroup.procs");
+    /* init alive after the read: the cgroup was still this container's when it was listed (a slot's
+     * cgroup is another sandbox's only once init has ended and the slot is taken again) */
+    _cleanup_close_ int initfd = (int) syscall(SYS_pidfd_open, s->pid, 0);
+    _cleanup_free_ char *procs = initfd >= 0 ? cdn_cgroup_read_procs(AT_FDCWD, dir) : NULL;
+    struct pollfd pfd = {.fd = initfd, .events = POLLIN};
+    unsigned long long now;
+    char st;
+    if (!procs || poll(&pfd, 1, 0) != 0 || proc_start(s->pid, &now, &st) < 0 || now != s->starttime)
+        return;
+    for (char *p = procs, *end; p && *p; p = end + 1) {
+        long pid = strtol(p, &end, 10);
+        if (*end != '\n')
+            break;
+        if (pid == s->pid)
+            continue;
+        _cleanup_close_ int fd = (int) syscall(SYS_pidfd_open, (pid_t) pid, 0);
+        if (fd >= 0)
+            (void) syscall(SYS_pidfd_send_signal, fd, sig, NULL, 0);
+    }
+}
+
 int cdn_rt_kill(const char *root, const char *id, int sig, bool all, struct cdn_error *err)
 {
     _cleanup_(rt_state_free) struct rt_state s = {0};
@@ -498,13 +605,18 @@ int cdn_rt_kill(const char *root, const char *id, int sig, bool all, struct cdn_
         return r;
     if (!s.alive)
         return cdn_error_set(err, ESRCH, "container not running");
-    if ((all || s.paused) && sig == SIGKILL) { /* kill_all thaws: a frozen process dies only then */
+    /* A frozen process dies only once thawed, which kill_all does. Only then, and never for --all:
+     * SIGKILL to init empties its pid namespace, and a cgroup emptied by name once init may have
+     * ended could be the next sandbox's of the slot (a frozen init cannot end meanwhile). */
+    if (s.paused && sig == SIGKILL) {
         struct cdn_cgroup cg;
-        slot_cgroup(s.slot, &cg);
+        rt_cgroup(&s, &cg);
         (void) cg.ops->kill_all(&cg);
     }
+    if (all && sig != SIGKILL) /* every process of its cgroup, init last */
+        signal_cgroup(&s, sig);
     r = signal_init(&s, sig);
-    if (r < 0 && !((all || s.paused) && sig == SIGKILL))
+    if (r < 0 && !(s.paused && sig == SIGKILL))
         return cdn_error_set(err, -r, r == -ESRCH ? "container not running" : "kill: %s", strerror(-r));
     return 0;
 }
@@ -551,14 +663,21 @@ int cdn_rt_delete(const char *root, const char *id, bool force, struct cdn_error
             return cdn_error_set(err, EBUSY, "cannot delete container %s that is not stopped: %s", id,
                                  status_of(&s));
         struct cdn_cgroup cg;
-        slot_cgroup(s.slot, &cg);
+        rt_cgroup(&s, &cg);
         (void) signal_init(&s, SIGKILL);
-        (void) cg.ops->kill_all(&cg); /* and thawed, if it was paused */
+        if (s.paused) /* thawed, so that it dies (see cdn_rt_kill) */
+            (void) cg.ops->kill_all(&cg);
         if (!wait_ended(&s))
             return cdn_error_set(err, EBUSY, "container %s: its init did not end after SIGKILL", id);
     }
-    if (r == 0)
+    if (r == 0 && json_is_string(json_object_get(s.doc, "cgroup"))) { /* the engine's path: ours alone */
+        struct cdn_cgroup cg;
+        rt_cgroup(&s, &cg);
+        (void) cg.ops->kill_all(&cg);
+        (void) cg.ops->destroy(&cg);
+    } else if (r == 0) {
         release_slot(s.slot);
+    }
     char dir[4096], p[4200];
     (void) dir_of(dir, sizeof dir, root, id, NULL);
     static const char *const files[] = {"s", "started", "paused", "state.json", "state.json.tmp"};
@@ -609,7 +728,7 @@ static json_t *exec_process(const json_t *bundle_process, const struct cdn_rt_ex
             p, "user",
             json_pack("{s:I, s:I}", "uid", (json_int_t) uid, "gid", (json_int_t) (n == 2 ? gid : uid)));
     }
-    (void) json_object_set_new(p, "terminal", json_false());
+    (void) json_object_set_new(p, "terminal", json_boolean(o->tty));
     return json_incref(p);
 }
 
@@ -632,9 +751,9 @@ static int exec_bundle(const struct rt_state *s, const struct cdn_rt_exec_opts *
     if (!text)
         return cdn_error_set(err, ENOMEM, "out of memory");
     int r = cdn_bundle_parse(text, strlen(text), dir, b, err);
-    if (r >= 0 && b->terminal)
-        r = cdn_error_field(err, EOPNOTSUPP, "process.terminal",
-                            "process.terminal: a terminal for the process is not supported yet");
+    if (r >= 0 && b->terminal && !o->console_socket)
+        r = cdn_error_field(err, EINVAL, "process.terminal",
+                            "process.terminal: a terminal needs --console-socket");
     return r;
 }
 
@@ -659,27 +778,35 @@ int cdn_rt_exec(const char *root, const char *id, const struct cdn_rt_exec_opts 
         return r;
     if (!s.alive)
         return cdn_error_set(err, EINVAL, "cannot exec in a stopped container");
-    struct cdn_bundle b;
+    struct cdn_bundle b = {0};
     if ((r = exec_bundle(&s, o, &b, err)) < 0) {
         cdn_bundle_free(&b);
         return r;
     }
-    char cg[32];
-    (void) snprintf(cg, sizeof cg, "slot-%d", s.slot);
+    struct cdn_cgroup cg;
+    rt_cgroup(&s, &cg);
     (void) setenv("CORDON_MONITOR", "off", 1); /* the container's filter: no host answers its notifications */
     /* Waiting for it ourselves: its parent exits, so it must come to us, not to the engine. */
     if (!o->detach && prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0)
         r = cdn_error_set(err, errno, "PR_SET_CHILD_SUBREAPER: %m");
     struct cdn_container_join j = {.init_pid = s.pid,
-                                   .cgroup_name = cg,
+                                   .cgroup_name = cg.name,
                                    .spec = &b.spec,
                                    .argv = b.args.v,
                                    .envp = b.env.v,
                                    .cwd = b.spec.workdir,
                                    .uid = b.uid,
                                    .gid = b.gid};
+    int tty = r >= 0 && b.terminal ? cdn_rt_console(o->console_socket, err) : -EBADF;
+    if (b.terminal && tty < 0)
+        r = tty;
+    j.tty_fd = tty;
+    struct rlimit rlimits[RLIM_NLIMITS];
+    bundle_rlimits(&b, rlimits);
+    j.rlimits = rlimits;
     pid_t pid = r < 0 ? r : cdn_container_join(&j, err);
-    if (pid < 0)
+    (void) safe_close(tty);
+    if (r >= 0 && pid < 0)
         r = exec_failed(b.args.v[0], pid, err);
     cdn_bundle_free(&b);
     if (r < 0)
@@ -718,7 +845,7 @@ int cdn_rt_pause(const char *root, const char *id, bool paused, struct cdn_error
     if (!s.alive)
         return cdn_error_set(err, ESRCH, "container not running");
     struct cdn_cgroup cg;
-    slot_cgroup(s.slot, &cg);
+    rt_cgroup(&s, &cg);
     /* The marker first when pausing, last when resuming: state never says running of a frozen one. */
     if (paused && (r = marker(root, id, "paused", true)) < 0)
         return cdn_error_set(err, -r, "mark it paused: %s", strerror(-r));
@@ -739,7 +866,7 @@ int cdn_rt_ps(const char *root, const char *id, char **ret_json, struct cdn_erro
     if (r < 0)
         return r;
     struct cdn_cgroup cg;
-    slot_cgroup(s.slot, &cg);
+    rt_cgroup(&s, &cg);
     char dir[4096];
     if ((r = cdn_cgroup_path(dir, sizeof dir, cg.ops->version, "pids", cg.name)) < 0)
         return cdn_error_set(err, -r, "cgroup path too long");
@@ -786,6 +913,6 @@ int cdn_rt_update(const char *root, const char *id, const char *resources_json, 
     if (quota > 0)
         l.cpus = quota / (period > 0 ? period : 100000), which |= CDN_CGROUP_SET_CPUS;
     struct cdn_cgroup cg;
-    slot_cgroup(s.slot, &cg);
+    rt_cgroup(&s, &cg);
     return which ? cg.ops->set_limits(&cg, &l, which, err) : 0;
 }

@@ -20,8 +20,9 @@
 #include "shared/error.h"
 
 struct cdn_rt_create_opts {
-    const char *bundle_dir; /* absolute */
-    const char *pid_file;   /* NULL: none */
+    const char *bundle_dir;     /* absolute */
+    const char *pid_file;       /* NULL: none */
+    const char *console_socket; /* process.terminal: where its terminal's master goes (console.h) */
 };
 
 /* The container id under root from the parsed bundle b (its spec is adjusted and used): made, its
@@ -45,6 +46,8 @@ struct cdn_rt_exec_opts {
     const struct cdn_strv *env; /* added to the bundle's */
     const char *user;           /* "uid[:gid]"; NULL: the bundle's */
     bool detach;                /* return once it runs (else wait for it, its status in *ret_status) */
+    bool tty;                   /* a terminal, sent to console_socket (also when --process asks one) */
+    const char *console_socket;
     const char *pid_file;
 };
 

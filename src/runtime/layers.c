@@ -101,6 +101,14 @@ static int super_options(const char *path, char *buf, size_t size)
     return found;
 }
 
+/* A layer that cannot be resolved. Not in the words the engines map to "command not found" (podman
+ * takes "no such file or directory" in a create's error for exit status 127). */
+static int unresolved(const char *dir, int errnum, struct cdn_error *err)
+{
+    return cdn_error_field(err, errnum, "root.path", "root.path: overlay layer %s %s", dir,
+                           errnum == ENOENT ? "is missing" : "cannot be resolved");
+}
+
 /* dir's real path, relative to base (which it must be under, on base's mount). */
 static int relative(const char *dir, const char *base, dev_t dev, char **ret, struct cdn_error *err)
 {
@@ -108,7 +116,7 @@ static int relative(const char *dir, const char *base, dev_t dev, char **ret, st
     struct stat st;
     size_t n = strlen(base);
     if (!realpath(dir, real) || stat(real, &st) < 0)
-        return cdn_error_field(err, errno, "root.path", "root.path: overlay layer %s: %m", dir);
+        return unresolved(dir, errno, err);
     if (strncmp(real, base, n) != 0 || real[n] != '/' || !S_ISDIR(st.st_mode) || st.st_dev != dev)
         return cdn_error_field(err, EXDEV, "root.path",
                                "root.path: overlay layer %s is not a directory of %s's file system", dir,
@@ -156,7 +164,16 @@ static void common_dir(char *a, const char *b)
     a[cut ? cut : 1] = 0;
 }
 
-static int split_layers(const struct cdn_rt_overlay *o, struct cdn_root_layers *ret, struct cdn_error *err)
+/* A layer path of the mount's options, absolute: containers/storage gives them relative to its
+ * overlay home (the parent of <id>/merged, the root) when absolute ones would not fit the page
+ * mount(2) takes. */
+static char *absolute(const char *d, const char *home)
+{
+    char *out = NULL;
+    return asprintf(&out, "%s%s%s", d[0] == '/' ? "" : home, d[0] == '/' ? "" : "/", d) < 0 ? NULL : out;
+}
+
+static int split_absolute(const struct cdn_rt_overlay *o, struct cdn_root_layers *ret, struct cdn_error *err)
 {
     char real[4096];
     char *dirs[CDN_ROOT_LAYERS_MAX + 2];
@@ -174,7 +191,7 @@ static int split_layers(const struct cdn_rt_overlay *o, struct cdn_root_layers *
     for (size_t i = 0; i < n + (o->upperdir ? 2 : 0); i++) {
         const char *d = i < n ? dirs[i] : i == n ? o->upperdir : o->workdir;
         if (!realpath(d, real))
-            return cdn_error_field(err, errno, "root.path", "root.path: overlay layer %s: %m", d);
+            return unresolved(d, errno, err);
         char *slash = strrchr(real, '/'); /* its parent: a layer is never the base itself */
         if (slash)
             *(slash == real ? slash + 1 : slash) = 0;
@@ -195,20 +212,57 @@ static int split_layers(const struct cdn_rt_overlay *o, struct cdn_root_layers *
     return r;
 }
 
+/* o's layer paths made absolute against home (absolute()). */
+static int absolute_options(const struct cdn_rt_overlay *o, const char *home, struct cdn_rt_overlay *ret)
+{
+    _cleanup_free_ char *lower = strdup(o->lowerdir);
+    size_t cap = strlen(o->lowerdir) * 2 + 4096, n = 0;
+    if (!lower || !(ret->lowerdir = calloc(1, cap)))
+        return -ENOMEM;
+    for (char *save = NULL, *d = strtok_r(lower, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        _cleanup_free_ char *a = absolute(d, home);
+        if (!a || n + strlen(a) + 2 > cap)
+            return -ENOMEM;
+        n += (size_t) snprintf(ret->lowerdir + n, cap - n, "%s%s", n ? ":" : "", a);
+    }
+    if (o->upperdir &&
+        (!(ret->upperdir = absolute(o->upperdir, home)) || !(ret->workdir = absolute(o->workdir, home))))
+        return -ENOMEM;
+    return 0;
+}
+
+static int split_layers(const struct cdn_rt_overlay *given, const char *home, struct cdn_root_layers *ret,
+                        struct cdn_error *err)
+{
+    struct cdn_rt_overlay abs = {0};
+    int r = absolute_options(given, home, &abs);
+    if (r >= 0)
+        r = split_absolute(&abs, ret, err);
+    cdn_rt_overlay_free(&abs);
+    return r;
+}
+
 int cdn_rt_root_layers(const char *root, struct cdn_root_layers *ret, struct cdn_error *err)
 {
     *ret = (struct cdn_root_layers){0};
     char real[4096];
     if (!realpath(root, real))
-        return cdn_error_field(err, errno, "root.path", "root.path '%s': %m", root);
+        return unresolved(root, errno, err);
     static char super[12288];
+    char home[4096]; /* containers/storage's overlay home: the parent of <id>/merged */
+    (void) snprintf(home, sizeof home, "%s", real);
+    for (int k = 0; k < 2; k++) {
+        char *slash = strrchr(home, '/');
+        if (slash)
+            *(slash == home ? slash + 1 : slash) = 0;
+    }
     int r = super_options(real, super, sizeof super);
     if (r <= 0)
         return r < 0 ? cdn_error_set(err, -r, "read /proc/self/mountinfo: %s", strerror(-r)) : 0;
     struct cdn_rt_overlay o;
     r = cdn_rt_overlay_options(super, &o, err);
     if (r >= 0)
-        r = split_layers(&o, ret, err);
+        r = split_layers(&o, home, ret, err);
     ret->volatile_upper = o.volatile_upper;
     memcpy(ret->metacopy, o.metacopy, sizeof o.metacopy);
     memcpy(ret->redirect_dir, o.redirect_dir, sizeof o.redirect_dir);

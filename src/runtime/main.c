@@ -10,8 +10,8 @@
  *
  * create, start, state, kill, delete, exec, pause, resume, ps and update act on a bundle run as a
  * cordon container (container.c); create refuses what cordon does not grant, naming the field. An
- * unknown id gets runc's "does not exist" (the engines match it). Terminals (create's
- * --console-socket, a process asking for one, exec --tty) are refused for now. */
+ * unknown id gets runc's "does not exist" (the engines match it). A terminal (process.terminal,
+ * exec --tty) goes to the engine's --console-socket (console.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -283,19 +283,19 @@ static int cmd_create(int argc, char **argv, int i)
             "cgroupfs)");
     if (no_pivot)
         log_line("warning", "create: --no-pivot: taken, and the root is pivoted all the same");
-    if (console)
-        return fail("create: --console-socket: a terminal for the container is not supported yet");
     if (cdn_rt_exists(g.root, id))
         return fail("container with id exists: %s", id);
     struct cdn_bundle b;
     char abs[4096];
     int r = read_bundle(bundle, &b, abs);
-    if (r == 0 && b.terminal)
-        r = fail("create: process.terminal: a terminal for the container is not supported yet");
+    if (r == 0 && b.terminal != (console != NULL))
+        r = fail(b.terminal ? "create: process.terminal: a terminal needs --console-socket"
+                            : "create: --console-socket: given for a process without a terminal");
     struct cdn_error err = {0};
-    if (r == 0 &&
-        cdn_rt_create(g.root, id, &b, &(struct cdn_rt_create_opts){.bundle_dir = abs, .pid_file = pid_file},
-                      &err) < 0)
+    if (r == 0 && cdn_rt_create(g.root, id, &b,
+                                &(struct cdn_rt_create_opts){
+                                    .bundle_dir = abs, .pid_file = pid_file, .console_socket = console},
+                                &err) < 0)
         r = fail("create: %s%s%s", err.field[0] ? err.field : "", err.field[0] ? ": " : "", err.msg);
     cdn_bundle_free(&b);
     return r;
@@ -451,8 +451,8 @@ static int cmd_exec(int argc, char **argv, int i)
     const char *id;
     if (parse_opts(argc, argv, &i, opts, "exec") != 0 || one_id(argc, argv, i, argc, "exec", &id) != 0)
         return 1;
-    if (tty || console)
-        return fail("exec: --tty: a terminal for the process is not supported yet");
+    if (tty != (console != NULL))
+        return fail(tty ? "exec: --tty needs --console-socket" : "exec: --console-socket without --tty");
     if (caps.n)
         return fail("exec: --cap: a cordon container's processes hold no capability");
     if (preserve && strcmp(preserve, "0") != 0)
@@ -467,6 +467,8 @@ static int cmd_exec(int argc, char **argv, int i)
                                  .env = &env,
                                  .user = user,
                                  .detach = detach,
+                                 .tty = tty,
+                                 .console_socket = console,
                                  .pid_file = pid_file};
     if (cdn_rt_exec(g.root, id, &o, &status, &err) < 0)
         return failed("exec", &err);

@@ -8,6 +8,7 @@ taken silently. Shown once: without bundle.c's devices check, the /dev/mem case 
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -160,13 +161,13 @@ def bb(tmp_path):
         with open(d / "config.json", "w") as f:
             json.dump(cfg, f)
 
-    def run(cid, *args, start=True):
+    def run(cid, *args, start=True, console=False):
         cfg["process"]["args"] = list(args)
         save()
         out = tmp_path / ("out-" + cid)
         os.makedirs(out)
         p = subprocess.Popen([sys.executable, SHIM, RUNTIME, root, str(d), cid, str(out)] +
-                             ([] if start else ["--no-start"]))
+                             ([] if start else ["--no-start"]) + (["--console"] if console else []))
         made.append((cid, p))
         wait_for(lambda: os.path.exists(out / "ready") or os.path.exists(out / "result.json"), timeout=30,
                  what="the container created")
@@ -329,3 +330,87 @@ def test_ps_pause_resume_and_update(bb):
     assert r.returncode == 1 and "resources" in r.stderr, r
     assert rt("kill", "c1", "KILL", root=root).returncode == 0
     assert result(out, p)["exit"] == {"signaled": 9}
+
+
+def test_a_terminal_goes_to_the_console_socket(bb):
+    """process.terminal with --console-socket, as conmon and the shim pass them: the master of a new
+    terminal arrives on the socket at create; the process started has it as stdin, stdout and
+    controlling terminal (what it reads was typed on the master); without the socket, create refuses."""
+    d, cfg, root, run = bb
+    cfg["process"]["terminal"] = True
+    out, p = run("c1", "sh", "-c", "test -t 0 && test -t 1 && echo on a terminal; read line; echo got $line;"
+                 " exec 0<&-; exit 3", console=True)
+    res = result(out, p)
+    assert res["create"] == 0 and res["console"] == 1 and res["exit"] == {"exited": 3}, res
+    text = open(out / "stdout", "rb").read().decode()
+    assert "on a terminal" in text and "got typed" in text, text
+    assert rt("delete", "c1", root=root).returncode == 0
+    r = rt("create", "--bundle", str(d), "c2", root=root)
+    assert r.returncode == 1 and "needs --console-socket" in r.stderr, r
+
+
+def test_the_engine_s_cgroups_path_is_the_container_s_cgroup(bb):
+    """linux.cgroupsPath (podman's, containerd's "/default/ID", a kubelet's pod cgroup) is where the
+    container's processes are, with its limits, made with its parents; delete removes it (its parents
+    are the engine's). A systemd slice is refused naming the field."""
+    d, cfg, root, run = bb
+    base = f"/cordon-rt-test-{os.getpid()}"
+    cfg["linux"]["cgroupsPath"] = f"{base}/c1"
+    cfg["linux"]["resources"] = {"pids": {"limit": 77}}
+    try:
+        out, p = run("c1", "sleep", "1000")
+        pid = int(open(out / "pid").read())
+        assert f":{base}/c1" in open(f"/proc/{pid}/cgroup").read(), open(f"/proc/{pid}/cgroup").read()
+        assert int(open(cgroup_file(pid, "pids", "pids.max")).read()) == 77
+        r = rt("ps", "--format", "json", "c1", root=root)
+        assert json.loads(r.stdout) == [pid] or pid in json.loads(r.stdout), r
+        pids_dir = os.path.dirname(cgroup_file(pid, "pids", "pids.max"))
+        assert rt("delete", "--force", "c1", root=root).returncode == 0
+        assert not os.path.exists(pids_dir)
+    finally:
+        for h in [""] + os.listdir("/sys/fs/cgroup"):
+            path = os.path.join("/sys/fs/cgroup", h, base.lstrip("/"))
+            if os.path.isdir(path):
+                os.rmdir(path)
+    cfg["linux"]["cgroupsPath"] = "system.slice:cri:c2"
+    out, p = run("c2", "true")
+    assert result(out, p)["create"] == 1 and "linux.cgroupsPath" in open(out / "stderr").read()
+
+
+@pytest.mark.parametrize("path", ["proc", "dev"])
+def test_an_image_whose_proc_or_dev_is_a_symlink_is_refused(bb, path):
+    """/proc -> /p in a hostile image: proc was mounted at /p while the masks, applied by path from
+    the host's root, named nothing there, so /proc/kcore, /proc/sys and the rest stood unmasked (a
+    red-team finding; this test failed with create succeeding before the fix)."""
+    d, cfg, root, run = bb
+    target = d / "rootfs" / path
+    os.rmdir(target)
+    os.makedirs(d / "rootfs" / "elsewhere")
+    os.symlink("/elsewhere", target)
+    out, p = run("c1", "true")
+    res = result(out, p)
+    assert res["create"] == 1 and f"/{path} is a symlink" in open(out / "stderr").read(), res
+
+
+def test_a_bind_is_recursive_only_when_the_engine_says_rbind(bb, tmp_path):
+    """An engine's "bind" leaves out what is mounted beneath its source, "rbind" takes it, as runc
+    does; "noexec" holds (a red-team finding: every bind was recursive and lost noexec)."""
+    d, cfg, root, run = bb
+    src = tmp_path / "hostdir"
+    os.makedirs(src / "sub")
+    shutil.copy("/bin/busybox", src / "bb")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "cordon-test", str(src / "sub")], check=True)
+    try:
+        (src / "sub" / "secret").write_text("beneath\n")
+        for i, (opts, seen) in enumerate([(["bind", "ro"], False), (["rbind", "ro"], True)]):
+            cfg["mounts"] = [m for m in cfg["mounts"] if m["destination"] != "/h"] + [
+                {"destination": "/h", "type": "bind", "source": str(src), "options": opts + ["noexec"]}]
+            out, p = run(f"c{i}", "sh", "-c", "cat /h/sub/secret; /h/bb true; echo rc=$?")
+            res = result(out, p)
+            text = open(out / "stdout").read()
+            assert res["exit"] == {"exited": 0}, (res, open(out / "stderr").read())
+            assert ("beneath" in text) == seen, (opts, text)
+            assert "rc=126" in text, text  # noexec: busybox from the bind cannot run
+            assert rt("delete", f"c{i}", root=root).returncode == 0
+    finally:
+        subprocess.run(["umount", str(src / "sub")], check=True)

@@ -127,6 +127,15 @@ def test_memory_and_pids_limits_are_enforced(podman):
     r = podman.run("--pids-limit", "20", "--network", "none", IMAGE, "sh", "-c",
                    "for i in $(seq 1 40); do sleep 5 & done; echo done")
     assert "can't fork" in r.stderr, r
+    # --ulimit lowers cordon's rlimits (never raises them): the process and an exec both get it
+    r = podman("run", "-d", "--name", "u1", "--ulimit", "nofile=300:300", "--network", "none", IMAGE, "sleep", "1000")
+    assert r.returncode == 0, r
+    try:
+        assert podman("exec", "u1", "sh", "-c", "ulimit -n").stdout == "300\n"
+        r = podman.run("--ulimit", "nofile=300:300", "--network", "none", IMAGE, "sh", "-c", "ulimit -n")
+        assert r.stdout == "300\n", r
+    finally:
+        podman("rm", "-f", "-t", "0", "u1")
 
 
 def test_network_none_and_podman_s_network(podman):
@@ -153,8 +162,8 @@ def test_exec_runs_confined_beside_the_command(podman):
         assert podman("exec", "x1", "no-such-program").returncode == 127
         r = podman("exec", "--user", "1000:1000", "-e", "FOO=bar", "x1", "sh", "-c", "echo $(id -u):$(id -g) $FOO")
         assert r.returncode == 0 and r.stdout == "1000:1000 bar\n", r
-        r = podman("exec", "-t", "x1", "true")
-        assert r.returncode != 0 and "terminal" in r.stderr, r  # not yet: refused, not ignored
+        r = podman("exec", "-t", "x1", "sh", "-c", "test -t 0 && test -t 1 && echo on a terminal; exit 4")
+        assert r.returncode == 4 and "on a terminal" in r.stdout, r
     finally:
         podman("rm", "-f", "-t", "0", "x1")
 
@@ -184,6 +193,14 @@ def podman_file(podman, name, path):
     return os.path.join(merged, path.lstrip("/"))
 
 
-def test_a_terminal_is_refused_clearly(podman):
-    r = podman("run", "--rm", "-t", "--network", "none", IMAGE, "true")
-    assert r.returncode != 0 and "terminal" in r.stderr, r
+def test_a_terminal_with_run_t_and_it(podman):
+    """podman run -t: the process's stdio is a terminal whose master conmon got through the console
+    socket, and it is the controlling terminal of the process's session (job control works); -it
+    under script(1), as a user types: input reaches the shell, its exit status comes back."""
+    r = podman("run", "--rm", "-t", "--network", "none", IMAGE, "sh", "-c",
+               "test -t 0 && test -t 1 && echo on a terminal; exit 3")
+    assert r.returncode == 3 and "on a terminal" in r.stdout, r
+    r = subprocess.run(["script", "-qec", " ".join(podman.base + ["run", "--rm", "-it", "--network", "none", IMAGE,
+                                                                    "sh"]), "/dev/null"],
+                       input="echo typed-$((6*7))\nexit 5\n", capture_output=True, text=True, timeout=120)
+    assert "typed-42" in r.stdout and r.returncode == 5, r

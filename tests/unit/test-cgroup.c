@@ -52,6 +52,11 @@ TEST(paths_and_quota)
     CHECK_EQ_INT(cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V2, NULL, "slot-3"), 0);
     CHECK_STREQ(p, "/sys/fs/cgroup/cordon/slot-3");
     CHECK_EQ_INT(cdn_cgroup_path(p, 10, CDN_CGROUP_V2, NULL, "slot-3"), -ENAMETOOLONG);
+    /* an engine's cgroupsPath (cordon-runtime): from the hierarchy's root, not under cordon/ */
+    CHECK_EQ_INT(cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V1, "pids", "/default/c1"), 0);
+    CHECK_STREQ(p, "/sys/fs/cgroup/pids/default/c1");
+    CHECK_EQ_INT(cdn_cgroup_path(p, sizeof p, CDN_CGROUP_V2, NULL, "/kubepods/pod1/c1"), 0);
+    CHECK_STREQ(p, "/sys/fs/cgroup/kubepods/pod1/c1");
     CHECK_EQ_INT(cdn_cgroup_cpu_quota(1.0, 100000), 100000);
     CHECK_EQ_INT(cdn_cgroup_cpu_quota(0.25, 100000), 25000);
     CHECK_EQ_INT(cdn_cgroup_cpu_quota(0.001, 100000), 1000); /* kernel minimum */
@@ -148,6 +153,41 @@ TEST(v1_create_reports_field_on_failure)
     struct cdn_cgroup_limits l = {.cpus = 1, .memory_bytes = 1 << 20, .pids = 2};
     CHECK(cg.ops->create(&cg, &l, &err) < 0);
     CHECK(err.msg[0]);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    CHECK_EQ_INT(system(cmd), 0);
+}
+
+/* An engine's path (cordon-runtime's cgroupsPath) is made with its parents, each of which enables
+ * the controllers for its children (the fake tree stands in for the kernel's knob files). */
+TEST(v2_makes_an_engine_s_path_with_its_parents)
+{
+    fake_root();
+    char dir[256];
+    /* the parents as a kubelet leaves them (the kernel makes their knob files: here, by hand) */
+    snprintf(dir, sizeof dir, "%s/kubepods/pod1", root);
+    CHECK_EQ_INT(cdn_mkdir_p(dir, 0755), 0);
+    touch(root, "cgroup.subtree_control", "");
+    touch(dir, "cgroup.subtree_control", "");
+    snprintf(dir, sizeof dir, "%s/kubepods", root);
+    touch(dir, "cgroup.subtree_control", "");
+    struct cdn_cgroup cg;
+    struct cdn_error err = {0};
+    cdn_cgroup_init(&cg, &cdn_cgroup_v2_ops, "/kubepods/pod1/c1");
+    struct cdn_cgroup_limits l = {.cpus = 1, .memory_bytes = 64 << 20, .pids = 10};
+    /* c1's knob files are the kernel's to make: the limits fail here, after the directory is made */
+    int r = cg.ops->create(&cg, &l, &err);
+    snprintf(dir, sizeof dir, "%s/kubepods", root);
+    CHECK_STREQ(slurp(root, "cgroup.subtree_control"), "+cpu +memory +pids");
+    CHECK_STREQ(slurp(dir, "cgroup.subtree_control"), "+cpu +memory +pids");
+    snprintf(dir, sizeof dir, "%s/kubepods/pod1", root);
+    CHECK_STREQ(slurp(dir, "cgroup.subtree_control"), "+cpu +memory +pids");
+    snprintf(dir, sizeof dir, "%s/kubepods/pod1/c1", root);
+    CHECK(r >= 0 || err.msg[0]);
+    struct stat st;
+    CHECK(stat(dir, &st) == 0 && S_ISDIR(st.st_mode));
+    if (cg.dirfd >= 0)
+        close(cg.dirfd);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     CHECK_EQ_INT(system(cmd), 0);

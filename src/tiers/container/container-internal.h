@@ -43,6 +43,7 @@ struct cdn_setup_args {
     uint32_t resolver_ip;            /* for /etc/resolv.conf; 0 = leave the image's */
     int writable_fd;                 /* >= 0: the writable layer's detached mount (writable.c); else tmpfs */
     bool root_in_place;              /* the image's directory is the root, written in place (sandbox.h) */
+    const struct rlimit *rlimits;    /* lowered rlimits, or NULL (sandbox.h) */
     bool restored; /* that layer is a checkpoint's: its upper/ is what a sandbox wrote (rootfs.c trusts none
                       of it) */
 };
@@ -76,6 +77,10 @@ int cdn_writable_attach(int fd, const char *scratch, struct cdn_error *err);
 struct cdn_root_layers;
 int cdn_root_layers_mount(pid_t pid, uint32_t uid_base, const struct cdn_root_layers *l, bool writable,
                           struct cdn_error *err);
+
+/* RLIM_NLIMITS rlimits (sandbox.h rlimits) on the calling process, each only lowering its own
+ * (setup.c). 0, or -errno with err naming process.rlimits. */
+int cdn_container_lower_rlimits(const struct rlimit *want, struct cdn_error *err);
 
 /* The sandbox's Landlock ruleset (setup.c), on the calling process, once it is in the sandbox's mount
  * namespace: what a container's commands may write. 0, or -errno with err. */

@@ -190,11 +190,13 @@ static int send_bind(int sock, const struct cdn_mount *m, size_t i, struct cdn_e
     char field[32];
     (void) snprintf(field, sizeof field, "mounts[%zu]", i);
     _cleanup_close_ int tree =
-        (int) syscall(SYS_open_tree, AT_FDCWD, m->source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+        (int) syscall(SYS_open_tree, AT_FDCWD, m->source,
+                      OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | (m->nonrecursive ? 0 : AT_RECURSIVE));
     if (tree < 0)
         return cdn_error_field(err, errno, field, "%s.source '%s': %m", field, m->source);
     struct mount_attr attr = {.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-                                          (m->readonly ? MOUNT_ATTR_RDONLY : 0)};
+                                          (m->readonly ? MOUNT_ATTR_RDONLY : 0) |
+                                          (m->noexec ? MOUNT_ATTR_NOEXEC : 0)};
     if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) < 0)
         return cdn_error_field(err, errno, field, "%s '%s': set its flags: %m", field, m->source);
     if (cdn_send_byte_fd(sock, 'b', tree, MSG_NOSIGNAL) < 0)
@@ -253,6 +255,7 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         .resolver_ip = sb->resolver_ip,
         .writable_fd = writable_fd,
         .root_in_place = sb->root_in_place,
+        .rlimits = sb->rlimits,
         .restored = sb->layer_from_fd >= 0,
     };
     /* A prepared network namespace (owned by the host's user namespace, so the
@@ -344,9 +347,9 @@ static int container_create(struct cdn_sandbox *sb, struct cdn_error *err)
     sb->uid_base = cdn_slot_uid_base(sb->slot);
     char name[32];
     (void) snprintf(name, sizeof name, "slot-%d", sb->slot);
-    cdn_cgroup_init(&sb->cgroup, prep.cgroup_ops, name);
+    cdn_cgroup_init(&sb->cgroup, prep.cgroup_ops, sb->cgroup_name ? sb->cgroup_name : name);
     /* A stale cgroup of this slot (its owner and reaper both died) is emptied and reused. */
-    if (sb->cgroup.ops->kill_all(&sb->cgroup) > 0)
+    if (!sb->cgroup_name && sb->cgroup.ops->kill_all(&sb->cgroup) > 0)
         (void) sb->cgroup.ops->destroy(&sb->cgroup);
     /* The writable layer on disk: the child takes its copy of the mount at clone, ours goes here. */
     _cleanup_close_ int writable = -EBADF;

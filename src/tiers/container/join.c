@@ -25,7 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,10 +61,16 @@ _noreturn_ static void confine_and_exec(const struct cdn_container_join *j,
 {
     struct cdn_error err = {0};
     int r = 0;
-    if (chdir(j->cwd) < 0)
+    /* cordon's rlimits, lowered by the process's own (as runc gives an exec its process's) */
+    if ((r = cdn_set_rlimits(j->spec->limits.nofile, j->spec->limits.disk_mb, &err)) < 0 ||
+        (r = cdn_container_lower_rlimits(j->rlimits, &err)) < 0)
+        ;
+    else if (j->tty_fd >= 0 && (setsid() < 0 || dup2(j->tty_fd, 0) < 0 || dup2(j->tty_fd, 1) < 0 ||
+                                dup2(j->tty_fd, 2) < 0 || ioctl(0, TIOCSCTTY, 0) < 0))
+        r = cdn_error_set(&err, errno, "take the terminal: %m");
+    else if (chdir(j->cwd) < 0)
         r = cdn_error_field(&err, errno, "process.cwd", "process.cwd '%s': %m", j->cwd);
-    else if ((r = cdn_set_rlimits(j->spec->limits.nofile, j->spec->limits.disk_mb, &err)) < 0 ||
-             (r = cdn_container_landlock(j->spec, &err)) < 0)
+    else if ((r = cdn_container_landlock(j->spec, &err)) < 0)
         ;
     /* The ids change with every capability kept (SECBIT_NO_SETUID_FIXUP), which
      * cdn_drop_capabilities() then drops, bounding set included, with no_new_privs. */

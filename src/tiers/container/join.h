@@ -4,6 +4,7 @@
 #pragma once
 
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include "core/spec.h"
@@ -17,6 +18,8 @@ struct cdn_container_join {
     char *const *envp;
     const char *cwd;
     uint32_t uid, gid; /* the sandbox's ids */
+    int tty_fd;        /* >= 0: a terminal's slave, its stdio and the controlling terminal of its session */
+    const struct rlimit *rlimits; /* RLIM_NLIMITS, lowering cordon's (sandbox.h rlimits), or NULL */
 };
 
 /* Run j->argv in the sandbox: in its cgroup and all its namespaces, as j->uid:gid, confined as the

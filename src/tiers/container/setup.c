@@ -59,6 +59,27 @@ static bool under_writable_top(const char *path, bool writable_system)
     return !cdn_read_only_top(top, writable_system);
 }
 
+/* The caller's rlimits, each clamped below what cordon set (this process may only lower them); at
+ * least 64 files stay open to init itself. */
+int cdn_container_lower_rlimits(const struct rlimit *want, struct cdn_error *err)
+{
+    for (int res = 0; want && res < RLIM_NLIMITS; res++) {
+        struct rlimit cur, l = want[res];
+        if (l.rlim_cur > l.rlim_max || getrlimit(res, &cur) < 0)
+            continue;
+        if (l.rlim_max > cur.rlim_max)
+            l.rlim_max = cur.rlim_max;
+        if (l.rlim_cur > l.rlim_max)
+            l.rlim_cur = l.rlim_max;
+        if (res == RLIMIT_NOFILE && l.rlim_cur < 64)
+            l.rlim_cur = l.rlim_max < 64 ? l.rlim_max : 64;
+        if (setrlimit(res, &l) < 0)
+            return cdn_error_field(err, errno, "process.rlimits", "process.rlimits: lower rlimit %d: %m",
+                                   res);
+    }
+    return 0;
+}
+
 int cdn_container_landlock(const struct cdn_spec *spec, struct cdn_error *err)
 {
     const char *dirs[64 + CDN_MAX_MOUNTS + 4];
@@ -223,6 +244,7 @@ static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
         return cdn_error_set(err, errno, "unshare cgroup namespace: %m");
     if ((r = cdn_rootfs_pivot(a, err)) < 0 || (r = check_user(a->spec, err)) < 0 ||
         (r = cdn_set_rlimits(a->spec->limits.nofile, a->spec->limits.disk_mb, err)) < 0 ||
+        (r = cdn_container_lower_rlimits(a->rlimits, err)) < 0 ||
         (r = cdn_container_landlock(a->spec, err)) < 0 ||
         (r = cdn_drop_capabilities_keep(CDN_INIT_CAPS, err)) < 0)
         return r;
