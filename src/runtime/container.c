@@ -120,6 +120,16 @@ static int load(const char *root, const char *id, struct rt_state *ret, struct c
     return 0;
 }
 
+/* load(), and the container's init must be alive: else -errnum with why (runc's words). */
+static int load_alive(const char *root, const char *id, struct rt_state *ret, int errnum, const char *why,
+                      struct cdn_error *err)
+{
+    int r = load(root, id, ret, err);
+    if (r >= 0 && !ret->alive)
+        r = cdn_error_set(err, errnum, "%s", why);
+    return r;
+}
+
 static const char *status_of(const struct rt_state *s)
 {
     return !s->alive ? "stopped" : s->paused ? "paused" : s->started ? "running" : "created";
@@ -492,11 +502,9 @@ static int await_started(int fd, struct cdn_error *err)
 int cdn_rt_start(const char *root, const char *id, struct cdn_error *err)
 {
     _cleanup_(rt_state_free) struct rt_state s = {0};
-    int r = load(root, id, &s, err);
+    int r = load_alive(root, id, &s, EINVAL, "cannot start a container that has stopped", err);
     if (r < 0)
         return r;
-    if (!s.alive)
-        return cdn_error_set(err, EINVAL, "cannot start a container that has stopped");
     if (s.started)
         return cdn_error_set(err, EINVAL, "cannot start an already running container");
     char started[4096];
@@ -600,11 +608,9 @@ static void signal_cgroup(const struct rt_state *s, int sig)
 int cdn_rt_kill(const char *root, const char *id, int sig, bool all, struct cdn_error *err)
 {
     _cleanup_(rt_state_free) struct rt_state s = {0};
-    int r = load(root, id, &s, err);
+    int r = load_alive(root, id, &s, ESRCH, "container not running", err);
     if (r < 0)
         return r;
-    if (!s.alive)
-        return cdn_error_set(err, ESRCH, "container not running");
     /* A frozen process dies only once thawed, which kill_all does. Only then, and never for --all:
      * SIGKILL to init empties its pid namespace, and a cgroup emptied by name once init may have
      * ended could be the next sandbox's of the slot (a frozen init cannot end meanwhile). */
@@ -773,11 +779,9 @@ int cdn_rt_exec(const char *root, const char *id, const struct cdn_rt_exec_opts 
                 struct cdn_error *err)
 {
     _cleanup_(rt_state_free) struct rt_state s = {0};
-    int r = load(root, id, &s, err);
+    int r = load_alive(root, id, &s, EINVAL, "cannot exec in a stopped container", err);
     if (r < 0)
         return r;
-    if (!s.alive)
-        return cdn_error_set(err, EINVAL, "cannot exec in a stopped container");
     struct cdn_bundle b = {0};
     if ((r = exec_bundle(&s, o, &b, err)) < 0) {
         cdn_bundle_free(&b);
@@ -839,11 +843,9 @@ static int marker(const char *root, const char *id, const char *name, bool on)
 int cdn_rt_pause(const char *root, const char *id, bool paused, struct cdn_error *err)
 {
     _cleanup_(rt_state_free) struct rt_state s = {0};
-    int r = load(root, id, &s, err);
+    int r = load_alive(root, id, &s, ESRCH, "container not running", err);
     if (r < 0)
         return r;
-    if (!s.alive)
-        return cdn_error_set(err, ESRCH, "container not running");
     struct cdn_cgroup cg;
     rt_cgroup(&s, &cg);
     /* The marker first when pausing, last when resuming: state never says running of a frozen one. */
@@ -889,11 +891,9 @@ int cdn_rt_ps(const char *root, const char *id, char **ret_json, struct cdn_erro
 int cdn_rt_update(const char *root, const char *id, const char *resources_json, struct cdn_error *err)
 {
     _cleanup_(rt_state_free) struct rt_state s = {0};
-    int r = load(root, id, &s, err);
+    int r = load_alive(root, id, &s, ESRCH, "container not running", err);
     if (r < 0)
         return r;
-    if (!s.alive)
-        return cdn_error_set(err, ESRCH, "container not running");
     json_error_t je;
     _cleanup_json_ json_t *res = json_loads(resources_json, JSON_DECODE_INT_AS_REAL, &je);
     if (!json_is_object(res))
