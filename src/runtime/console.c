@@ -27,19 +27,7 @@ static int send_master(const char *socket_path, int master, const char *name, st
     _cleanup_close_ int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s < 0 || connect(s, (struct sockaddr *) &a, sizeof a) < 0)
         return cdn_error_field(err, errno, "--console-socket", "--console-socket %s: %m", socket_path);
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u = {0};
-    struct iovec iov = {.iov_base = (void *) name, .iov_len = strlen(name)};
-    struct msghdr msg = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
-    struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
-    h->cmsg_level = SOL_SOCKET;
-    h->cmsg_type = SCM_RIGHTS;
-    h->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(h), &master, sizeof master);
-    if (sendmsg(s, &msg, MSG_NOSIGNAL) < 0)
+    if (cdn_send_fd(s, name, strlen(name), master, MSG_NOSIGNAL) < 0)
         return cdn_error_field(err, errno, "--console-socket", "send the terminal to %s: %m", socket_path);
     return 0;
 }

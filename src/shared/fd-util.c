@@ -177,7 +177,13 @@ union one_fd_cmsg {
 
 int cdn_send_byte_fd(int sock, char byte, int fd, int flags)
 {
-    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    ssize_t n = cdn_send_fd(sock, &byte, 1, fd, flags);
+    return n == 1 ? 0 : n < 0 ? (int) n : -EIO;
+}
+
+ssize_t cdn_send_fd(int sock, const void *data, size_t len, int fd, int flags)
+{
+    struct iovec iov = {.iov_base = (void *) data, .iov_len = len};
     union one_fd_cmsg u = {0};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
     if (fd >= 0) {
@@ -187,7 +193,7 @@ int cdn_send_byte_fd(int sock, char byte, int fd, int flags)
         memcpy(CMSG_DATA(h), &fd, sizeof fd);
     }
     ssize_t n = sendmsg(sock, &msg, flags);
-    return n == 1 ? 0 : n < 0 ? -errno : -EIO;
+    return n < 0 ? -errno : n;
 }
 
 int cdn_recv_byte_fd(int sock, char *byte, int *fd)

@@ -35,6 +35,8 @@ int cdn_openat2(int dirfd, const char *path, struct open_how *how);
 /* One byte and, when fd >= 0, a copy of fd (SCM_RIGHTS) on a unix socket; flags: sendmsg's (add
  * MSG_NOSIGNAL). 0, or -errno. */
 int cdn_send_byte_fd(int sock, char byte, int fd, int flags);
+/* len bytes of data and, when fd >= 0, a copy of fd: as one sendmsg. The bytes sent, or -errno. */
+ssize_t cdn_send_fd(int sock, const void *data, size_t len, int fd, int flags);
 /* One byte and at most one fd (received CLOEXEC: *fd, else -1): 1; 0 at EOF; -errno (EAGAIN after
  * SO_RCVTIMEO). More than one fd, or ancillary data cut short: -EBADMSG, nothing kept open. */
 int cdn_recv_byte_fd(int sock, char *byte, int *fd);
