@@ -14,7 +14,9 @@ name copied into Python.
 import functools
 import json
 import os
+import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -69,3 +71,37 @@ def hw_virt():
     """Whether KVM can run an unmodified guest here (/dev/kvm and the CPU's own VMX/SVM): a machine
     without it runs the VM tiers under TCG, which is a legitimate skip for KVM-only tests."""
     return vm_status().get("accel_possible") == "kvm"
+
+
+def _processes_naming(paths):
+    """PIDs whose command line names one of paths (podman, conmon and their cleanup commands carry
+    the storage's --root and --runroot)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        if any(p in argv for p in paths):
+            found.append(int(pid))
+    return found
+
+
+def release_podman_storage(root, runroot, timeout=60):
+    """End of a test's own podman storage (--root root, --runroot runroot): waits for the podman and
+    conmon processes that still name it (conmon runs `podman container cleanup` after a container
+    ends, and that command binds the storage's overlay directory on itself again), then undoes that
+    bind. Once, a cleanup that ran after the unmount left the bind behind, and a later session's leak
+    check failed on it. Fails if the storage stays mounted."""
+    deadline = time.monotonic() + timeout
+    while _processes_naming([root, runroot]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = _processes_naming([root, runroot])
+    overlay = os.path.join(root, "overlay")
+    while subprocess.run(["mountpoint", "-q", overlay]).returncode == 0:
+        subprocess.run(["umount", overlay], check=True)
+    shutil.rmtree(runroot, ignore_errors=True)
+    assert not left, f"podman processes of {root} still running after {timeout} s: {left}"

@@ -22,7 +22,7 @@ import time
 import pytest
 
 from cordonlib import CORDON_BIN, build_busybox_image
-from testenv import need
+from testenv import need, release_podman_storage
 
 RUNTIME = os.environ.get("CORDON_RUNTIME_BIN") or os.path.join(os.path.dirname(CORDON_BIN), "cordon-runtime")
 PODMAN = shutil.which("podman")
@@ -69,11 +69,8 @@ def podman(tmp_path_factory):
     yield p
     p("rm", "-af", "-t", "0")
     p("rmi", "-af")
-    storage = os.path.join(d, "storage", "overlay")
     # containers/storage binds its overlay directory on itself (private): ours to undo.
-    while subprocess.run(["mountpoint", "-q", storage]).returncode == 0:
-        subprocess.run(["umount", storage], check=True)
-    shutil.rmtree(runroot, ignore_errors=True)
+    release_podman_storage(os.path.join(d, "storage"), runroot)
 
 
 def test_run_rm_prints_and_exits_as_with_runc(podman):

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from testenv import need
+from testenv import need, release_podman_storage
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORDON_BIN = os.environ.get("CORDON_BIN") or os.path.join(REPO, "build", "cordon")
@@ -363,10 +363,7 @@ def test_all_contained_in_podman(host_env, tmp_path):
             runs[name] = run_probe(cmd + [image, "/probe"], dict(os.environ))
     finally:
         subprocess.run(base + ["rmi", "-af"], capture_output=True)
-        storage = str(tmp_path / "storage" / "overlay")
-        while subprocess.run(["mountpoint", "-q", storage]).returncode == 0:
-            subprocess.run(["umount", storage], check=True)
-        shutil.rmtree(runroot, ignore_errors=True)
+        release_podman_storage(str(tmp_path / "storage"), runroot)
     cordon, other = runs["cordon"], runs["runc"]
     assert len(cordon.probes) >= MIN_PROBES, cordon.report()
     assert not cordon.escaped(), f"{len(cordon.escaped())} probe(s) escaped podman + cordon-runtime:\n{cordon.report()}"
