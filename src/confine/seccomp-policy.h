@@ -63,6 +63,11 @@ int cdn_seccomp_compile_variant(struct cdn_seccomp_prog *ret, bool writes, struc
  * (pre-exec child). Returns the listener of the watched denials (a new fd,
  * CLOEXEC) for the supervisor, or -errno. */
 int cdn_seccomp_install(const struct cdn_seccomp_prog *prog);
+/* A further filter (an engine bundle's, sandbox.h seccomp_extra): insns is struct sock_filter[len];
+ * len 0 installs nothing. The kernel runs every filter and the strictest answer wins; of equal ones,
+ * the newest filter's: install this one before cdn_seccomp_install, with no_new_privs set or
+ * CAP_SYS_ADMIN held. 0 or -errno. */
+int cdn_seccomp_install_extra(const void *insns, uint16_t len);
 
 /* The supervisor's side: one pending notification from listener, answered
  * EPERM; *ev says what was attempted (pid in the caller's pid namespace view

@@ -130,6 +130,12 @@ int cdn_seccomp_install(const struct cdn_seccomp_prog *prog)
         (int) syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &first));
 }
 
+int cdn_seccomp_install_extra(const void *insns, uint16_t len)
+{
+    struct sock_fprog p = {.len = len, .filter = (struct sock_filter *) insns};
+    return len ? RET_NERRNO((int) syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &p)) : 0;
+}
+
 /* The kernel's structures may grow: their sizes, asked once. */
 static int notif_sizes(struct seccomp_notif_sizes *sz)
 {

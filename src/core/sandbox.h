@@ -19,6 +19,16 @@ struct cdn_tier_ops;
  * directory under base (all on base's mount), given relative to it; lower top first. Overlay
  * cannot be idmapped itself, its layers can (cdn_sandbox.root_layers). */
 #define CDN_ROOT_LAYERS_MAX 128
+/* A kernel file system an engine's bundle mounts (cordon-runtime; tiers/container/rootfs.c): tmpfs
+ * anywhere, sysfs at /sys (read-only), mqueue at /dev/mqueue, cgroup at /sys/fs/cgroup (cgroup v2
+ * hosts, read-only). proc, devpts and /dev's tmpfs are cordon's own and not repeated. options: the
+ * bundle's (flags and tmpfs's size=, mode=, nr_inodes=, uid=, gid=; others are left). index: its
+ * place in the bundle's mounts, for errors. */
+struct cdn_fs_mount {
+    const char *type, *destination;
+    char *const *options;
+    unsigned index;
+};
 struct cdn_root_layers {
     char base[4096];
     char *lower[CDN_ROOT_LAYERS_MAX];
@@ -97,6 +107,21 @@ struct cdn_sandbox {
      * starts, each only ever lowering cordon's (clamped to them; an entry with soft > hard is left as
      * cordon sets it). NULL: cordon's. Borrowed. */
     const struct rlimit *rlimits;
+    /* Set by the caller before create (container tier, cordon-runtime): an engine bundle's sysctls
+     * ("key=value", only of the sandbox's own namespaces: the caller checks), and the paths it masks
+     * and makes read-only on top of cordon's own. NULL-terminated; NULL: none. Borrowed. */
+    char *const *sysctls;
+    char *const *masked_paths;
+    char *const *readonly_paths;
+    /* Set by the caller before create (container tier, cordon-runtime): the bundle's kernel file
+     * systems, mounted in order once proc and /dev are, before the binds. Borrowed. */
+    const struct cdn_fs_mount *fs_mounts;
+    size_t n_fs_mounts;
+    /* Set by the caller before create (container tier, cordon-runtime): a seccomp filter (struct
+     * sock_filter[seccomp_extra_len]) stacked on cordon's for init and all it starts, so that they
+     * get what both allow. NULL: none. Borrowed. */
+    const void *seccomp_extra;
+    uint16_t seccomp_extra_len;
     /* With root_in_place, when that directory is an engine's overlay: its layers, idmapped each, under
      * a new overlay that is the root (tiers/container/root-layers.c). NULL: the directory itself is
      * idmapped. Borrowed. */

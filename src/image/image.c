@@ -213,7 +213,7 @@ static void ensure_dev(char *ret, size_t size)
     char tmp[4200];
     struct statvfs sv;
     ret[0] = 0;
-    (void) snprintf(tmp, sizeof tmp, "%s/dev.v1", cdn_state_dir());
+    (void) snprintf(tmp, sizeof tmp, "%s/dev.v2", cdn_state_dir());
     if (statvfs(cdn_state_dir(), &sv) < 0 || (sv.f_flag & ST_NODEV))
         return;
     if (access(tmp, F_OK) == 0) {
@@ -226,14 +226,14 @@ static void ensure_dev(char *ret, size_t size)
         return;
     _cleanup_close_ int d = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     bool ok = d >= 0 && mkdirat(d, "pts", 0755) == 0 && mkdirat(d, "shm", 01777) == 0 &&
-              fchmodat(d, "shm", 01777, 0) == 0;
+              mkdirat(d, "mqueue", 0755) == 0 && fchmodat(d, "shm", 01777, 0) == 0;
     for (size_t i = 0; ok && i < ELEMENTSOF(nodes); i++)
         ok = mknodat(d, nodes[i].name, S_IFCHR | 0666, makedev(nodes[i].maj, nodes[i].min)) == 0 &&
              fchmodat(d, nodes[i].name, 0666, 0) == 0;
     for (size_t i = 0; ok && i < ELEMENTSOF(links); i++)
         ok = symlinkat(links[i][0], d, links[i][1]) == 0;
     char final[4200];
-    (void) snprintf(final, sizeof final, "%s/dev.v1", cdn_state_dir());
+    (void) snprintf(final, sizeof final, "%s/dev.v2", cdn_state_dir());
     if (!ok || (rename(tmp, final) < 0 && errno != ENOTEMPTY && errno != EEXIST)) {
         (void) rm_rf(tmp);
         return;

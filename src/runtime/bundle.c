@@ -10,10 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/resource.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "core/json-util.h"
+#include "runtime/oci-seccomp.h"
 #include "shared/macro.h"
 
 #define MIB (1024ULL * 1024)
@@ -292,6 +295,8 @@ static bool option(const json_t *opts, const char *name)
 static int parse_mounts(const json_t *a, const char *bundle_dir, struct cdn_bundle *b, struct cdn_error *err)
 {
     static const char *const kernel[] = {"proc", "sysfs", "tmpfs", "devpts", "mqueue", "cgroup", "cgroup2"};
+    static const char *const places[] = {"/proc",          "/sys",          "", "/dev/pts", "/dev/mqueue",
+                                         "/sys/fs/cgroup", "/sys/fs/cgroup"};
     if (!a)
         return 0;
     if (!json_is_array(a))
@@ -335,9 +340,25 @@ static int parse_mounts(const json_t *a, const char *bundle_dir, struct cdn_bund
                        "%s.type: '%s' is refused: a cordon container mounts binds and the kernel's own "
                        "file systems (proc, sysfs, tmpfs, devpts, mqueue, cgroup) only",
                        type);
+        /* Each but tmpfs has its one place; there cordon makes its own proc, devpts and /dev. */
+        if (k != 2 && strcmp(dst, places[k]) != 0)
+            return cdn_error_field(err, EINVAL, field, "%s.destination: %s goes on %s only", field, type,
+                                   places[k]);
+        if (k == 5 || k == 6) {
+            struct statfs fs;
+            if (statfs("/sys/fs/cgroup", &fs) < 0 || (unsigned long) fs.f_type != CGROUP2_SUPER_MAGIC) {
+                int r = note(b, "%s: no cgroup file system: the host's cgroups are v1", field);
+                if (r < 0)
+                    return r;
+                continue;
+            }
+        }
+        if (k == 0 || k == 3 || (k == 2 && strcmp(dst, "/dev") == 0))
+            continue;
         if (b->n_mounts == CDN_BUNDLE_MOUNTS_MAX)
             return bad(err, field, "%s: too many mounts%s", NULL);
         struct cdn_bundle_mount *km = &b->mounts[b->n_mounts++];
+        km->index = (unsigned) i;
         if (!(km->destination = strdup(dst)) || !(km->type = strdup(type)))
             return -ENOMEM;
         char path[64];
@@ -519,6 +540,11 @@ static int parse_hooks(const json_t *o, struct cdn_bundle *b, struct cdn_error *
             const char *path = json_string_value(json_object_get(h, "path"));
             if (!path || !cdn_path_is_safe_absolute(path))
                 return bad(err, field, "%s.path: '%s' must be an absolute path", path);
+            if (k == CDN_HOOK_CREATE_CONTAINER)
+                return bad(err, field,
+                           "%s: refused: it would run a host program as the host's root in the container's "
+                           "namespaces (createRuntime runs on the host, startContainer inside, confined)%s",
+                           NULL);
             if (b->n_hooks == CDN_BUNDLE_HOOKS_MAX)
                 return bad(err, field, "%s: too many hooks%s", NULL);
             struct cdn_bundle_hook *hk = &b->hooks[b->n_hooks++];
@@ -570,7 +596,8 @@ static int parse_linux(const json_t *lx, struct cdn_bundle *b, struct cdn_error 
     if (sc) {
         if (!json_is_object(sc) || !json_is_string(json_object_get(sc, "defaultAction")))
             return bad(err, "linux.seccomp", "%s: an object with its defaultAction%s", NULL);
-        b->seccomp = true;
+        if ((r = cdn_oci_seccomp_compile(sc, &b->seccomp_insns, &b->seccomp_len, err)) < 0)
+            return r;
     }
     return 0;
 }
@@ -641,5 +668,6 @@ void cdn_bundle_free(struct cdn_bundle *b)
     cdn_strv_free(&b->sysctls);
     cdn_strv_free(&b->annotations);
     cdn_strv_free(&b->notes);
+    free(b->seccomp_insns);
     *b = (struct cdn_bundle){0};
 }

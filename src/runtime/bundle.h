@@ -26,12 +26,13 @@ struct cdn_bundle_rlimit {
     uint64_t soft, hard;
 };
 
-/* A mount of a kernel file system the runtime makes itself (proc, sysfs, tmpfs, devpts, mqueue,
- * cgroup): binds go to spec.mounts. */
+/* A mount of a kernel file system the runtime makes (sandbox.h cdn_fs_mount: tmpfs, sysfs, mqueue,
+ * cgroup); binds go to spec.mounts, and cordon's own proc, devpts and /dev are not repeated here. */
 struct cdn_bundle_mount {
     char *destination;
     char *type;
     struct cdn_strv options;
+    unsigned index; /* in the bundle's mounts */
 };
 
 enum cdn_bundle_hook_kind {
@@ -69,7 +70,8 @@ struct cdn_bundle {
     struct cdn_strv annotations; /* "key=value" */
     struct cdn_bundle_hook hooks[CDN_BUNDLE_HOOKS_MAX];
     size_t n_hooks;
-    bool seccomp;          /* linux.seccomp was given (stacked on cordon's own) */
+    void *seccomp_insns;   /* linux.seccomp compiled (oci-seccomp.h), stacked on cordon's own; NULL: none */
+    uint16_t seccomp_len;  /* its instructions */
     struct cdn_strv notes; /* what was reduced, one line each, for the log */
 };
 

@@ -6,6 +6,7 @@
  * is checked against what create recorded (init's start time) before a signal is sent. */
 #include "runtime/container.h"
 #include "runtime/console.h"
+#include "runtime/hooks.h"
 #include "runtime/layers.h"
 
 #include <errno.h>
@@ -38,6 +39,14 @@
 #include "tiers/tier.h"
 
 #define STATE_MAX (64u << 10)
+
+void (*cdn_rt_warn)(const char *msg);
+
+static void warn(const struct cdn_error *e)
+{
+    if (cdn_rt_warn)
+        cdn_rt_warn(e->msg);
+}
 
 /* What create recorded of a container, and what is true of it now. */
 struct rt_state {
@@ -353,6 +362,19 @@ static int create_sandbox(const char *root, const char *id, struct cdn_bundle *b
     static struct rlimit rlimits[RLIM_NLIMITS];
     bundle_rlimits(b, rlimits);
     sb->rlimits = rlimits;
+    sb->sysctls = b->sysctls.v;
+    sb->masked_paths = b->masked.v;
+    sb->readonly_paths = b->readonly.v;
+    static struct cdn_fs_mount fs[CDN_BUNDLE_MOUNTS_MAX];
+    for (size_t i = 0; i < b->n_mounts; i++)
+        fs[i] = (struct cdn_fs_mount){.type = b->mounts[i].type,
+                                      .destination = b->mounts[i].destination,
+                                      .options = b->mounts[i].options.v,
+                                      .index = b->mounts[i].index};
+    sb->fs_mounts = fs;
+    sb->n_fs_mounts = b->n_mounts;
+    sb->seccomp_extra = b->seccomp_insns;
+    sb->seccomp_extra_len = b->seccomp_len;
     /* No host stays to answer the seccomp monitor's notifications: the filter denies outright. */
     (void) setenv("CORDON_MONITOR", "off", 1);
     if ((r = sb->tier->create(sb, err)) < 0)
@@ -364,10 +386,17 @@ static int create_sandbox(const char *root, const char *id, struct cdn_bundle *b
     if (proc_start(sb->init_pid, &start, &st) < 0)
         return cdn_error_set(err, ESRCH, "the container's init ended as it started");
     _cleanup_json_ json_t *doc = state_doc(id, b, sb, o->bundle_dir, start);
-    if (!doc || (cgroup[0] && json_object_set_new(doc, "cgroup", json_string(cgroup)) < 0))
+    if (!doc || (cgroup[0] && json_object_set_new(doc, "cgroup", json_string(cgroup)) < 0) ||
+        (b->n_hooks && json_object_set_new(doc, "hooks", cdn_rt_hooks_json(b)) < 0))
         return cdn_error_set(err, ENOMEM, "out of memory");
     if ((r = write_state(root, id, doc, err)) < 0)
         return r;
+    /* The container exists, its command not yet: the hooks of the runtime's namespace at create. */
+    _cleanup_free_ char *state = b->n_hooks ? cdn_rt_hook_state(id, "creating", sb->init_pid, doc) : NULL;
+    const json_t *hooks = json_object_get(doc, "hooks");
+    if (b->n_hooks && (!state || (r = cdn_rt_hooks_run(hooks, "prestart", state, err)) < 0 ||
+                       (r = cdn_rt_hooks_run(hooks, "createRuntime", state, err)) < 0))
+        return state ? r : cdn_error_set(err, ENOMEM, "out of memory");
     return o->pid_file ? write_pid_file(o->pid_file, sb->init_pid, err) : 0;
 }
 
@@ -427,6 +456,23 @@ int cdn_rt_create(const char *root, const char *id, struct cdn_bundle *b, const 
 }
 
 /* ---- start ---- */
+
+static int start_hooks(const char *root, const char *id, const struct rt_state *s, struct cdn_error *err);
+
+/* Hooks whose failure is said and goes no further (poststart, poststop: the runtime spec's). */
+static void host_hooks(const char *id, const struct rt_state *s, const char *kind, const char *status,
+                       pid_t pid)
+{
+    const json_t *hooks = json_object_get(s->doc, "hooks");
+    if (!json_array_size(json_object_get(hooks, kind)))
+        return;
+    _cleanup_free_ char *state = cdn_rt_hook_state(id, status, pid, s->doc);
+    struct cdn_error e = {0};
+    if (!state)
+        cdn_error_set(&e, ENOMEM, "hooks.%s: out of memory", kind);
+    if (!state || cdn_rt_hooks_run(hooks, kind, state, &e) < 0)
+        warn(&e);
+}
 
 static int connect_init(const char *root, const char *id, struct cdn_error *err)
 {
@@ -513,7 +559,8 @@ int cdn_rt_start(const char *root, const char *id, struct cdn_error *err)
     if (mark < 0) /* two starts at once: one wins */
         return cdn_error_set(err, errno, "cannot start an already running container");
     static uint8_t frame[CDN_FRAME_MAX];
-    int n = encode_process(s.doc, frame, sizeof frame, err);
+    int n = start_hooks(root, id, &s, err);
+    n = n < 0 ? n : encode_process(s.doc, frame, sizeof frame, err);
     _cleanup_close_ int fd = n < 0 ? n : connect_init(root, id, err);
     if (fd >= 0 && (r = cdn_frame_send(fd, CDN_FRAME_EXEC, 1, frame, (uint32_t) n)) < 0)
         fd = safe_close(fd),
@@ -524,7 +571,10 @@ int cdn_rt_start(const char *root, const char *id, struct cdn_error *err)
         (void) unlink(started);
         return r;
     }
-    return await_started(fd, err);
+    if ((r = await_started(fd, err)) < 0)
+        return r;
+    host_hooks(id, &s, "poststart", "running", s.pid);
+    return 0;
 }
 
 /* ---- state, kill, delete ---- */
@@ -693,6 +743,8 @@ int cdn_rt_delete(const char *root, const char *id, bool force, struct cdn_error
     }
     if (rmdir(dir) < 0)
         return cdn_error_set(err, errno, "remove %s: %m", dir);
+    if (r == 0)
+        host_hooks(id, &s, "poststop", "stopped", 0);
     return 0;
 }
 
@@ -775,8 +827,9 @@ static int exec_failed(const char *arg0, int r, struct cdn_error *err)
     return r;
 }
 
-int cdn_rt_exec(const char *root, const char *id, const struct cdn_rt_exec_opts *o, int *ret_status,
-                struct cdn_error *err)
+/* The process of an exec, started: its pid, ours to reap unless o->detach. */
+static int exec_start(const char *root, const char *id, const struct cdn_rt_exec_opts *o, pid_t *ret_pid,
+                      struct cdn_error *err)
 {
     _cleanup_(rt_state_free) struct rt_state s = {0};
     int r = load_alive(root, id, &s, EINVAL, "cannot exec in a stopped container", err);
@@ -808,6 +861,8 @@ int cdn_rt_exec(const char *root, const char *id, const struct cdn_rt_exec_opts 
     struct rlimit rlimits[RLIM_NLIMITS];
     bundle_rlimits(&b, rlimits);
     j.rlimits = rlimits;
+    j.seccomp_extra = b.seccomp_insns;
+    j.seccomp_extra_len = b.seccomp_len;
     pid_t pid = r < 0 ? r : cdn_container_join(&j, err);
     (void) safe_close(tty);
     if (r >= 0 && pid < 0)
@@ -817,13 +872,70 @@ int cdn_rt_exec(const char *root, const char *id, const struct cdn_rt_exec_opts 
         return r;
     if (o->pid_file && (r = write_pid_file(o->pid_file, pid, err)) < 0)
         return r;
-    if (o->detach)
-        return 0;
+    *ret_pid = pid;
+    return 0;
+}
+
+int cdn_rt_exec(const char *root, const char *id, const struct cdn_rt_exec_opts *o, int *ret_status,
+                struct cdn_error *err)
+{
+    pid_t pid;
+    int r = exec_start(root, id, o, &pid, err);
+    if (r < 0 || o->detach)
+        return r;
     int status;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR)
             return cdn_error_set(err, errno, "wait for the process: %m");
     *ret_status = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+    return 0;
+}
+
+/* The startContainer hooks: each run inside the container as an exec is (confined as its commands),
+ * with the state on its stdin, and waited for within its timeout. */
+static int start_hooks(const char *root, const char *id, const struct rt_state *s, struct cdn_error *err)
+{
+    const json_t *list = json_object_get(json_object_get(s->doc, "hooks"), "startContainer"), *h;
+    if (!json_array_size(list))
+        return 0;
+    _cleanup_free_ char *state = cdn_rt_hook_state(id, "created", s->pid, s->doc);
+    if (!state)
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    size_t i;
+    json_array_foreach(list, i, h)
+    {
+        char field[64];
+        (void) snprintf(field, sizeof field, "hooks.startContainer[%zu]", i);
+        const json_t *args = json_object_get(h, "args"), *v;
+        struct cdn_strv argv = {0}, env = {0};
+        size_t k;
+        int r = cdn_strv_push(&argv, json_string_value(json_object_get(h, "path")));
+        json_array_foreach(args, k, v) if (k > 0 && r >= 0) r = cdn_strv_push(&argv, json_string_value(v));
+        json_array_foreach(json_object_get(h, "env"), k, v) if (r >= 0) r =
+            cdn_strv_push(&env, json_string_value(v));
+        /* Its stdin is ours for the while: the state, then EOF. */
+        _cleanup_close_pair_ int sv[2] = {-EBADF, -EBADF};
+        _cleanup_close_ int saved = r < 0 ? -EBADF : fcntl(0, F_DUPFD_CLOEXEC, 3);
+        pid_t pid = -1;
+        if (r < 0)
+            r = cdn_error_set(err, ENOMEM, "out of memory");
+        else if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0 || dup2(sv[1], 0) < 0)
+            r = cdn_error_field(err, errno, field, "%s: its stdin: %m", field);
+        else
+            r = exec_start(root, id, &(struct cdn_rt_exec_opts){.args = argv.v, .env = &env}, &pid, err);
+        if (saved >= 0)
+            (void) dup2(saved, 0);
+        cdn_strv_free(&argv);
+        cdn_strv_free(&env);
+        if (r < 0)
+            return err->field[0] ? r : cdn_error_prefix(err, r, "%s", field);
+        sv[1] = safe_close(sv[1]);
+        (void) send(sv[0], state, strlen(state), MSG_NOSIGNAL);
+        (void) shutdown(sv[0], SHUT_WR);
+        if ((r = cdn_rt_wait_hook(pid, (int) json_integer_value(json_object_get(h, "timeout")), field, err)) <
+            0)
+            return r;
+    }
     return 0;
 }
 

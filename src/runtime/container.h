@@ -19,6 +19,9 @@
 #include "runtime/bundle.h"
 #include "shared/error.h"
 
+/* Where what does not fail a call is said (a poststart or poststop hook that failed): main.c's log. */
+extern void (*cdn_rt_warn)(const char *msg);
+
 struct cdn_rt_create_opts {
     const char *bundle_dir;     /* absolute */
     const char *pid_file;       /* NULL: none */

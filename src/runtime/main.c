@@ -295,8 +295,11 @@ static int cmd_create(int argc, char **argv, int i)
     if (r == 0 && cdn_rt_create(g.root, id, &b,
                                 &(struct cdn_rt_create_opts){
                                     .bundle_dir = abs, .pid_file = pid_file, .console_socket = console},
-                                &err) < 0)
-        r = fail("create: %s%s%s", err.field[0] ? err.field : "", err.field[0] ? ": " : "", err.msg);
+                                &err) < 0) {
+        /* The field, unless the message starts with it already. */
+        bool named = !err.field[0] || strncmp(err.msg, err.field, strlen(err.field)) == 0;
+        r = fail("create: %s%s%s", named ? "" : err.field, named ? "" : ": ", err.msg);
+    }
     cdn_bundle_free(&b);
     return r;
 }
@@ -483,8 +486,15 @@ static void usage(FILE *f)
           f);
 }
 
+static void warn_line(const char *msg)
+{
+    fprintf(stderr, "cordon-runtime: warning: %s\n", msg);
+    log_line("warning", msg);
+}
+
 int main(int argc, char **argv)
 {
+    cdn_rt_warn = warn_line;
     const char *format = "text", *criu = NULL, *rootless = NULL;
     bool version = false, help = false;
     const struct opt globals[] = {

@@ -109,6 +109,8 @@ def test_options_are_parsed_as_the_engines_pass_them(tmp_path):
     (lambda c: c["linux"].__setitem__("sysctl", {"kernel.core_pattern": "|/tmp/x"}),
      "linux.sysctl.kernel.core_pattern"),
     (lambda c: c["mounts"].append({"destination": "/mnt", "type": "ext4", "source": "/dev/sda1"}), "mounts[3]"),
+    (lambda c: c["mounts"].append({"destination": "/proc/sys", "type": "sysfs", "source": "sysfs"}), "mounts[3]"),
+    (lambda c: c.__setitem__("hooks", {"createContainer": [{"path": "/bin/true"}]}), "hooks.createContainer[0]"),
 ])
 def test_a_bundle_asking_what_cordon_does_not_grant_is_refused(bundle, ask, field, tmp_path):
     d, cfg, save = bundle
@@ -414,3 +416,187 @@ def test_a_bind_is_recursive_only_when_the_engine_says_rbind(bb, tmp_path):
             assert rt("delete", f"c{i}", root=root).returncode == 0
     finally:
         subprocess.run(["umount", str(src / "sub")], check=True)
+
+
+# ---- what the bundle adds: sysctls, masked and read-only paths, kernel file systems, hooks ----
+
+def host_sysctl(key):
+    return open("/proc/sys/" + key.replace(".", "/")).read().strip()
+
+
+@pytest.fixture
+def named_netns():
+    """A network namespace the test made, as CNI makes podman's: its path (the host's user namespace
+    owns it, so the container's root cannot set its sysctls)."""
+    name = f"cdn-rt-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    yield f"/run/netns/{name}"
+    subprocess.run(["ip", "netns", "del", name], check=True)
+
+
+@pytest.mark.parametrize("given_netns", [False, True])
+def test_sysctls_masks_and_kernel_file_systems_of_the_bundle(bb, given_netns, request):
+    """What podman asks of every container: its sysctls (net.ipv4.ping_group_range "0 0": the
+    container's gid 0, whichever namespace the network is), masked and read-only paths on top of
+    cordon's, sysfs read-only, mqueue, a tmpfs of its size. Each in the container's namespaces only:
+    the host's values stay. Shown once: before this, each was parsed and left, and the container saw
+    the image's /opt/secret, "65534 65534" in a network namespace it was given, and no /scratch."""
+    d, cfg, root, run = bb
+    if given_netns:
+        cfg["linux"]["namespaces"] = [n for n in cfg["linux"]["namespaces"] if n["type"] != "network"] + [
+            {"type": "network", "path": request.getfixturevalue("named_netns")}]
+    host = {k: host_sysctl(k) for k in ("net.ipv4.ping_group_range", "kernel.shmmax", "net.ipv4.ip_forward")}
+    cfg["linux"]["sysctl"] = {"net.ipv4.ping_group_range": "0 0", "kernel.shmmax": "12345678",
+                              "net.ipv4.ip_forward": "1"}
+    os.makedirs(d / "rootfs" / "opt" / "dir")
+    os.makedirs(d / "rootfs" / "opt" / "ro")
+    (d / "rootfs" / "opt" / "secret").write_text("the answer\n")
+    (d / "rootfs" / "opt" / "dir" / "inside").write_text("hidden\n")
+    cfg["linux"]["maskedPaths"] = ["/opt/secret", "/opt/dir", "/no/such/path"]
+    cfg["linux"]["readonlyPaths"] = ["/opt/ro"]
+    cfg["mounts"] += [{"destination": "/sys", "type": "sysfs", "source": "sysfs", "options": ["nosuid", "ro"]},
+                      {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue"},
+                      {"destination": "/scratch", "type": "tmpfs", "source": "tmpfs",
+                       "options": ["size=1m", "mode=0700", "nosuid"]}]
+    out, p = run("c1", "sh", "-c",
+                 "for k in net/ipv4/ping_group_range kernel/shmmax net/ipv4/ip_forward; do "
+                 "echo \"$k=$(cat /proc/sys/$k)\"; done; echo \"secret=$(cat /opt/secret)\"; "
+                 "echo \"dir=$(ls /opt/dir)\"; touch /opt/ro/x 2>/dev/null; echo ro=$?; "
+                 "echo > /sys/kernel/uevent_helper 2>/dev/null; echo sysw=$?; ls -d /sys/kernel; "
+                 "grep -E ' /(dev/mqueue|scratch) ' /proc/self/mountinfo | cut -d' ' -f5,9-; "
+                 "dd if=/dev/zero of=/scratch/f bs=1k count=2048 2>/dev/null; echo full=$?")
+    res = result(out, p)
+    text = open(out / "stdout").read()
+    assert res["exit"] == {"exited": 0}, (res, open(out / "stderr").read())
+    assert "net/ipv4/ping_group_range=0\t0" in text and "kernel/shmmax=12345678" in text, text
+    assert "net/ipv4/ip_forward=1" in text, text
+    assert "secret=\n" in text and "dir=\n" in text and "ro=1" in text, text
+    assert "sysw=1" in text and "/sys/kernel" in text, text
+    assert "/dev/mqueue mqueue" in text and "/scratch tmpfs rw,size=1024k,mode=700" in text, text
+    assert "full=1" in text, text  # 2 MiB into a tmpfs of 1 MiB
+    assert {k: host_sysctl(k) for k in host} == host  # the host's own are untouched
+
+
+def test_sysfs_and_tmpfs_go_where_the_spec_says_only(bb, tmp_path):
+    """A destination reached through a symlink (a root written in place keeps what the container
+    left there) is refused, not followed: /scratch -> /proc would have covered cordon's /proc."""
+    d, cfg, root, run = bb
+    os.symlink("/proc", d / "rootfs" / "scratch")
+    cfg["mounts"].append({"destination": "/scratch/x", "type": "tmpfs", "source": "tmpfs"})
+    out, p = run("c1", "true")
+    res = result(out, p)
+    assert res["create"] == 1 and "mounts[3]: tmpfs /scratch/x is reached through a symlink" in \
+        open(out / "stderr").read(), res
+    assert not os.path.exists(os.path.join(root, "c1"))
+
+
+def hook_script(tmp_path, name, body):
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_hooks_run_where_and_when_the_spec_says(bb, tmp_path):
+    """prestart and createRuntime at create, poststart once the process runs, poststop after delete:
+    on the host, each with the state on its stdin. startContainer inside the container, confined as
+    its commands are (no capability, its own hostname), before the process."""
+    d, cfg, root, run = bb
+    log = tmp_path / "hooks.log"
+    hook = hook_script(tmp_path, "hook.sh", f'echo "$1 $(cat)" >> {log}\n')
+    cfg["hooks"] = {k: [{"path": hook, "args": ["hook.sh", k], "timeout": 10}]
+                    for k in ("prestart", "createRuntime", "poststart", "poststop")}
+    cfg["hooks"]["startContainer"] = [{"path": "/bin/sh", "args": [
+        "sh", "-c", "cat > /start-state; hostname > /start-host; grep CapEff /proc/self/status > /start-caps"],
+        "env": ["PATH=/bin"]}]
+    out, p = run("c1", "sh", "-c", "cat /start-host; sleep 1000", start=False)
+    lines = log.read_text().splitlines()
+    assert [x.split()[0] for x in lines] == ["prestart", "createRuntime"], lines
+    created = json.loads(lines[0].split(" ", 1)[1])
+    assert created["id"] == "c1" and created["status"] == "creating" and created["pid"] == int(open(out / "pid").read())
+    assert created["bundle"] == str(d), created
+    assert not (d / "rootfs" / "start-state").exists()  # not before start
+    assert rt("start", "c1", root=root).returncode == 0
+    assert json.loads((d / "rootfs" / "start-state").read_text())["status"] == "created"
+    assert (d / "rootfs" / "start-host").read_text() == "cordon\n"
+    assert (d / "rootfs" / "start-caps").read_text() == "CapEff:\t0000000000000000\n"
+    lines = log.read_text().splitlines()
+    assert [x.split()[0] for x in lines] == ["prestart", "createRuntime", "poststart"], lines
+    assert json.loads(lines[2].split(" ", 1)[1])["status"] == "running"
+    assert rt("kill", "c1", "KILL", root=root).returncode == 0
+    result(out, p)
+    assert rt("delete", "c1", root=root).returncode == 0
+    lines = log.read_text().splitlines()
+    assert lines[-1].split()[0] == "poststop" and json.loads(lines[-1].split(" ", 1)[1])["status"] == "stopped"
+
+
+@pytest.mark.parametrize("kind, body, timeout, why", [
+    ("createRuntime", "exit 3\n", 0, "hooks.createRuntime[0] ({}): exited 3"),
+    ("prestart", "sleep 60\n", 1, "hooks.prestart[0] ({}): did not end within its timeout of 1 s: killed"),
+])
+def test_a_create_hook_that_fails_fails_create_and_leaves_nothing(bb, tmp_path, kind, body, timeout, why):
+    d, cfg, root, run = bb
+    hook = hook_script(tmp_path, "hook.sh", body)
+    cfg["hooks"] = {kind: [{"path": hook, "timeout": timeout}]}
+    out, p = run("c1", "true")
+    res = result(out, p)
+    assert res["create"] == 1 and why.format(hook) in open(out / "stderr").read(), res
+    assert not os.path.exists(os.path.join(root, "c1"))  # and the leak check: no process, no cgroup
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and hook in _cmdline(pid)]
+
+
+def _cmdline(pid):
+    try:
+        return open(f"/proc/{pid}/cmdline").read()
+    except OSError:
+        return ""
+
+
+def test_a_failed_poststart_hook_is_said_and_the_container_runs_on(bb, tmp_path):
+    d, cfg, root, run = bb
+    cfg["hooks"] = {"poststart": [{"path": hook_script(tmp_path, "hook.sh", "exit 4\n")}]}
+    out, p = run("c1", "sh", "-c", "echo ran")
+    res = result(out, p)
+    assert res["start"] == 0 and "warning: hooks.poststart[0]" in res["start_stderr"], res
+    assert res["exit"] == {"exited": 0} and open(out / "stdout").read().endswith("ran\n"), res
+
+
+def test_the_bundle_s_seccomp_filter_stacks_on_cordon_s(bb, tmp_path):
+    """The bundle's filter narrows what its processes may call (mkdir fails with the errno it names,
+    in the first process and in an exec) and cannot widen cordon's: with defaultAction ALLOW, a new
+    user namespace stays refused. Shown once: before this the filter was parsed and left, and mkdir
+    made its directory."""
+    d, cfg, root, run = bb
+    cfg["linux"]["seccomp"] = {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [
+        {"names": ["mkdir", "mkdirat", "no_such_call_here"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38},
+        {"names": ["personality"], "action": "SCMP_ACT_ERRNO",
+         "args": [{"index": 0, "value": 8, "op": "SCMP_CMP_EQ"}]}]}
+    out, p = run("c1", "sh", "-c", "mkdir /made; echo mkdir=$?; unshare -U true; echo unshare=$?; "
+                 "grep Seccomp_filters /proc/self/status; sleep 1000")
+    wait_for(lambda: "Seccomp_filters" in open(out / "stdout").read(), timeout=30, what="the first process")
+    text = open(out / "stdout").read()
+    assert "mkdir=1" in text and "unshare=1" in text, (text, open(out / "stderr").read())
+    assert "Function not implemented" in open(out / "stderr").read()  # errnoRet 38: ENOSYS
+    assert not (d / "rootfs" / "made").exists()
+    filters = int(text.split("Seccomp_filters:")[1].split()[0])
+    r = rt("exec", "c1", "sh", "-c", "mkdir /made2; echo mkdir=$?; grep Seccomp_filters /proc/self/status",
+           root=root)
+    assert r.returncode == 0 and "mkdir=1" in r.stdout and f"Seccomp_filters:\t{filters}" in r.stdout, r
+    assert not (d / "rootfs" / "made2").exists()
+
+
+@pytest.mark.parametrize("seccomp, field", [
+    ({"defaultAction": "SCMP_ACT_NOTIFY"}, "linux.seccomp.defaultAction"),
+    ({"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/run/agent.sock"}, "linux.seccomp.listenerPath"),
+    ({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_NOTIFY"}]},
+     "linux.seccomp.syscalls[0]"),
+    ({"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ERRNO",
+                                                       "args": [{"index": 7, "value": 1, "op": "SCMP_CMP_EQ"}]}]},
+     "linux.seccomp.syscalls[0]"),
+])
+def test_a_seccomp_filter_cordon_cannot_run_is_refused(bundle, tmp_path, seccomp, field):
+    d, cfg, save = bundle
+    cfg["linux"]["seccomp"] = seccomp
+    save()
+    r = rt("create", "--bundle", str(d), "c1", root=str(tmp_path / "root"))
+    assert r.returncode == 1 and f"config.json: {field}" in r.stderr, r

@@ -330,7 +330,10 @@ def test_all_contained_in_podman(host_env, tmp_path):
     with the limits podman is given (--memory, --pids-limit, cordon's io.cordon.disk-mb for the
     largest file) and --network none. In the same run, podman with runc and the same flags lets some
     through (user namespaces, capabilities, no_new_privs, the host's uid 0, keyctl…): the suite can
-    fail, and the gap is the one the runtime closes."""
+    fail, and the gap is the one the runtime closes. Shown once inside cordon-runtime too: with
+    podman's seccomp profile stacked above cordon's filter, its EINVAL for a NETLINK_AUDIT socket
+    answered before cordon's EPERM and read as the kernel's (netlink_audit escaped); the bundle's
+    filter now goes beneath."""
     _require_probe()
     import sys
     import tarfile

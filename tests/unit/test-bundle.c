@@ -72,9 +72,11 @@ TEST(a_podman_bundle_becomes_a_sandbox_spec)
     CHECK_EQ_INT(b.spec.limits.memory_mb, 256);
     CHECK_EQ_INT(b.spec.limits.pids, 100);
     CHECK(b.cpu_limited && b.spec.limits.cpus == 0.5);
-    /* the kernel's file systems are the runtime's to make; the binds are the spec's */
-    CHECK_EQ_INT(b.n_mounts, 4);
-    CHECK_STREQ(b.mounts[3].type, "sysfs");
+    /* the kernel's file systems are the runtime's to make (proc, devpts and /dev are cordon's own);
+     * the binds are the spec's */
+    CHECK_EQ_INT(b.n_mounts, 1);
+    CHECK_STREQ(b.mounts[0].type, "sysfs");
+    CHECK_EQ_INT(b.mounts[0].index, 3);
     CHECK_EQ_INT(b.spec.n_mounts, 2);
     CHECK_STREQ(b.spec.mounts[0].source, "/var/lib/c/hosts");
     CHECK(b.spec.mounts[0].readonly);
@@ -84,7 +86,7 @@ TEST(a_podman_bundle_becomes_a_sandbox_spec)
     CHECK_EQ_INT(b.hooks[0].kind, CDN_HOOK_POSTSTOP);
     CHECK_EQ_INT(b.hooks[0].timeout_s, 5);
     CHECK_EQ_INT(b.sysctls.n, 1);
-    CHECK(b.seccomp);
+    CHECK(b.seccomp_insns != NULL && b.seccomp_len > 0);
     CHECK_EQ_INT(b.masked.n, 2);
     /* cordon's annotations turn on its features */
     CHECK_EQ_INT(b.spec.net_mode, CDN_NET_ALLOWLIST);
@@ -143,6 +145,8 @@ TEST(what_cordon_does_not_grant_is_refused_naming_the_field)
         {"\"net.ipv4.ping_group_range\"", "\"kernel.hostnamex\"", "linux.sysctl.kernel.hostnamex"},
         {"\"type\": \"sysfs\", \"source\": \"sysfs\"", "\"type\": \"ext4\", \"source\": \"/dev/sda1\"",
          "mounts[3]"},
+        {"\"/sys\", \"type\": \"sysfs\"", "\"/proc/x\", \"type\": \"sysfs\"", "mounts[3]"},
+        {"\"/dev/pts\", \"type\": \"devpts\"", "\"/tmp/pts\", \"type\": \"devpts\"", "mounts[2]"},
         {"\"org.x\"", "\"io.cordon.protected\"", "annotations.io.cordon.protected"},
         {"\"kill\"", "\"maybe\"", "annotations.io.cordon.on-violation"},
         {"\"1.0.2-dev\"", "\"0.5\"", "ociVersion"},

@@ -10,6 +10,7 @@
 
 #include "proto/fds.h"
 #include "core/cgroup.h"
+#include "core/sandbox.h"
 #include "core/spec.h"
 #include "image/image.h"
 #include "confine/privileges.h"
@@ -44,6 +45,11 @@ struct cdn_setup_args {
     int writable_fd;                 /* >= 0: the writable layer's detached mount (writable.c); else tmpfs */
     bool root_in_place;              /* the image's directory is the root, written in place (sandbox.h) */
     const struct rlimit *rlimits;    /* lowered rlimits, or NULL (sandbox.h) */
+    char *const *sysctls, *const *masked_paths, *const *readonly_paths; /* the engine's (sandbox.h) */
+    const struct cdn_fs_mount *fs_mounts;
+    size_t n_fs_mounts;
+    const void *seccomp_extra; /* sandbox.h */
+    uint16_t seccomp_extra_len;
     bool restored; /* that layer is a checkpoint's: its upper/ is what a sandbox wrote (rootfs.c trusts none
                       of it) */
 };
@@ -52,6 +58,29 @@ struct cdn_setup_args {
  * ipc, uts and time namespaces (pid 1 there) and ends by exec'ing cordon-init.
  * Never returns; reports failure through err_fd and exits 1. */
 _noreturn_ void cdn_container_setup(const struct cdn_setup_args *a);
+
+/* The sysctls an engine's bundle sets (engine-bundle.c, cdn_sandbox.sysctls): "key=value" each, written
+ * under /proc/sys in the calling process's own namespaces. The host writes the net.* ones into a
+ * network namespace it was given (owned by the host's user namespace, so the sandbox's root cannot),
+ * the setup child writes the others, and the net.* ones too in a namespace of its own. id_base: the
+ * host's, for the gids of net.ipv4.ping_group_range (the sandbox's uid_base); 0 in the setup child,
+ * whose user namespace maps them itself. 0, or -errno
+ * with err naming linux.sysctl.<key>. */
+enum cdn_engine_sysctls { CDN_SYSCTLS_ALL, CDN_SYSCTLS_NET, CDN_SYSCTLS_NOT_NET };
+int cdn_engine_sysctls(char *const *kv, enum cdn_engine_sysctls which, uint32_t id_base,
+                       struct cdn_error *err);
+/* Whether the engine's bundle mounts a file system of type (sandbox.h fs_mounts). */
+bool cdn_engine_wants(const struct cdn_fs_mount *m, size_t n, const char *type);
+/* A sysfs of the network namespace this process is in, as a detached read-only mount (the host makes
+ * it for a namespace it gave, which the sandbox's root may not mount sysfs of): its fd, or -errno. */
+int cdn_engine_sysfs(void);
+/* The bundle's cgroup file systems (sandbox.h fs_mounts), in the setup child once it has its cgroup
+ * namespace and its root: cgroup2, read-only, on a cgroup v2 host; none on v1. */
+int cdn_engine_cgroup(const struct cdn_setup_args *a, struct cdn_error *err);
+/* The bundle's read-only, then masked paths (cdn_sandbox.readonly_paths, masked_paths), in the setup
+ * child once the root is pivoted: a read-only bind of each path on itself; an empty read-only tmpfs
+ * on a masked directory, /dev/null on a masked file. A path the root lacks, or a symlink, is left. */
+int cdn_engine_paths(char *const *readonly, char *const *masked, struct cdn_error *err);
 
 /* The writable layer on disk (writable.c). Host side, root in the initial namespaces: a detached
  * mount of a fresh filesystem of spec->limits.disk_mb whose root belongs to uid_base, on a loop
@@ -87,9 +116,10 @@ int cdn_container_lower_rlimits(const struct rlimit *want, struct cdn_error *err
 int cdn_container_landlock(const struct cdn_spec *spec, struct cdn_error *err);
 
 /* Build the sandbox's root under a->scratch (rootfs.c); bind_fds: the binds the host cloned (a
- * root in place), or NULL: the child opens the sources itself.; then pivot into it. lower_fd is the
- * image's root as a detached mount idmapped through the sandbox's user namespace, or -1 (then
- * the image's files are nobody's inside, and the writable directories are made for the sandbox). */
-int cdn_rootfs_prepare(const struct cdn_setup_args *a, int lower_fd, const int *bind_fds,
+ * root in place), or NULL: the child opens the sources itself; sysfs_fd: the sysfs the host made of a
+ * network namespace it gave (cdn_engine_sysfs), or -1: the child mounts its own. Then pivot into it. lower_fd
+ * is the image's root as a detached mount idmapped through the sandbox's user namespace, or -1 (then the
+ * image's files are nobody's inside, and the writable directories are made for the sandbox). */
+int cdn_rootfs_prepare(const struct cdn_setup_args *a, int lower_fd, const int *bind_fds, int sysfs_fd,
                        struct cdn_error *err);
 int cdn_rootfs_pivot(const struct cdn_setup_args *a, struct cdn_error *err);

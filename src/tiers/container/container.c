@@ -256,16 +256,32 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         .writable_fd = writable_fd,
         .root_in_place = sb->root_in_place,
         .rlimits = sb->rlimits,
+        .sysctls = sb->sysctls,
+        .masked_paths = sb->masked_paths,
+        .readonly_paths = sb->readonly_paths,
+        .fs_mounts = sb->fs_mounts,
+        .n_fs_mounts = sb->n_fs_mounts,
+        .seccomp_extra = sb->seccomp_extra,
+        .seccomp_extra_len = sb->seccomp_extra_len,
         .restored = sb->layer_from_fd >= 0,
     };
     /* A prepared network namespace (owned by the host's user namespace, so the
      * sandbox's root has no power over it) is entered here for the clone only:
      * the child is born in it. */
-    _cleanup_close_ int host_net = -EBADF;
+    _cleanup_close_ int host_net = -EBADF, sysfs = -EBADF;
     if (sb->netns_fd >= 0) {
         host_net = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
         if (host_net < 0 || setns(sb->netns_fd, CLONE_NEWNET) < 0)
             return cdn_error_set(err, errno, "enter the sandbox's network namespace: %m");
+        r = cdn_engine_sysctls(sb->sysctls, CDN_SYSCTLS_NET, sb->uid_base, err);
+        if (r >= 0 && cdn_engine_wants(sb->fs_mounts, sb->n_fs_mounts, "sysfs") &&
+            (sysfs = cdn_engine_sysfs()) < 0)
+            r = cdn_error_field(err, -sysfs, "mounts", "mounts: sysfs of the network namespace: %s",
+                                strerror(-sysfs));
+        if (r < 0 && setns(host_net, CLONE_NEWNET) < 0)
+            abort(); /* never go on in the sandbox's namespace */
+        if (r < 0)
+            return r;
     }
     struct clone_owner owner;
     pid_t pid = -1;
@@ -306,7 +322,10 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
     for (size_t i = 0; sb->root_in_place && i < sb->spec->n_mounts; i++)
         if ((r = send_bind(go[1], &sb->spec->mounts[i], i, err)) < 0)
             return r;
+    if (sysfs >= 0 && cdn_send_byte_fd(go[1], 's', sysfs, MSG_NOSIGNAL) < 0)
+        return child_failed(rep[0], errno, err);
     lower = safe_close(lower);
+    sysfs = safe_close(sysfs);
     if (!v2 && ((r = start_reaper(sb, err)) < 0 || (r = cdn_slot_make_cgroup(sb, err)) < 0 ||
                 (r = sb->cgroup.ops->delegate_self(&sb->cgroup, sb->uid_base, sb->uid_base)) < 0))
         return err->msg[0] ? r : cdn_error_set(err, r, "delegate cgroup: %s", strerror(-r));

@@ -79,6 +79,9 @@ _noreturn_ static void confine_and_exec(const struct cdn_container_join *j,
         r = cdn_error_field(&err, errno, "process.user", "become %u:%u: %m", j->uid, j->gid);
     else if ((r = cdn_drop_capabilities(0, &err)) < 0)
         ;
+    /* The bundle's beneath cordon's, as setup.c installs them */
+    else if ((r = cdn_seccomp_install_extra(j->seccomp_extra, j->seccomp_extra_len)) < 0)
+        cdn_error_field(&err, r, "linux.seccomp", "linux.seccomp: install the filter: %s", strerror(-r));
     else if ((r = cdn_seccomp_install(prog)) < 0)
         cdn_error_set(&err, r, "install seccomp filter: %s", strerror(-r));
     if (r >= 0) {

@@ -20,6 +20,8 @@ struct cdn_container_join {
     uint32_t uid, gid; /* the sandbox's ids */
     int tty_fd;        /* >= 0: a terminal's slave, its stdio and the controlling terminal of its session */
     const struct rlimit *rlimits; /* RLIM_NLIMITS, lowering cordon's (sandbox.h rlimits), or NULL */
+    const void *seccomp_extra;    /* a filter stacked on cordon's (sandbox.h seccomp_extra), or NULL */
+    uint16_t seccomp_extra_len;
 };
 
 /* Run j->argv in the sandbox: in its cgroup and all its namespaces, as j->uid:gid, confined as the

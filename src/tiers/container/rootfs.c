@@ -436,9 +436,68 @@ static int mount_dev(const struct cdn_setup_args *a, int rootfd, const char *roo
         (void) snprintf(p, sizeof p, "%s/%s", dev, links[i][1]);
         CHECK(symlink(links[i][0], p), "symlink %s: %m", p);
     }
+    /* Where an engine's mqueue goes (mount_engine_fs), once /dev is read-only; as the prepared /dev. */
+    (void) snprintf(p, sizeof p, "%s/mqueue", dev);
+    CHECK(mkdir(p, 0755), "mkdir /dev/mqueue: %m");
     /* No new nodes or files in /dev; the device binds on top keep their own flags. */
     CHECK(mount(NULL, dev, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL),
           "remount /dev read-only: %m");
+    return 0;
+}
+
+/* tmpfs's options from a bundle's: its flags, and what goes to the file system (size=, mode=, …). */
+static unsigned long tmpfs_options(char *const *opts, char *data, size_t size)
+{
+    static const char *const keys[] = {"size=", "mode=", "nr_inodes=", "nr_blocks=", "uid=", "gid="};
+    static const struct {
+        const char *name;
+        unsigned long flag;
+    } flags[] = {{"ro", MS_RDONLY},         {"nosuid", MS_NOSUID},           {"nodev", MS_NODEV},
+                 {"noexec", MS_NOEXEC},     {"noatime", MS_NOATIME},         {"nodiratime", MS_NODIRATIME},
+                 {"relatime", MS_RELATIME}, {"strictatime", MS_STRICTATIME}, {"sync", MS_SYNCHRONOUS}};
+    unsigned long f = MS_NODEV; /* nothing of a bundle's makes devices */
+    size_t used = 0;
+    data[0] = 0;
+    for (size_t i = 0; opts && opts[i]; i++) {
+        for (size_t k = 0; k < ELEMENTSOF(flags); k++)
+            if (strcmp(opts[i], flags[k].name) == 0)
+                f |= flags[k].flag;
+        for (size_t k = 0; k < ELEMENTSOF(keys); k++)
+            if (strncmp(opts[i], keys[k], strlen(keys[k])) == 0 && used + strlen(opts[i]) + 2 < size)
+                used += (size_t) snprintf(data + used, size - used, "%s%s", used ? "," : "", opts[i]);
+    }
+    return f;
+}
+
+/* The bundle's kernel file systems (sandbox.h fs_mounts) but cgroup's, which waits for the cgroup
+ * namespace (cdn_engine_cgroup). Each destination is reached (and made) without following a symlink:
+ * a root written in place holds what an earlier run of the container left there. */
+static int mount_engine_fs(const struct cdn_setup_args *a, int rootfd, int sysfs_fd, struct cdn_error *err)
+{
+    for (size_t i = 0; i < a->n_fs_mounts; i++) {
+        const struct cdn_fs_mount *m = &a->fs_mounts[i];
+        char field[32], fdp[64], data[512];
+        (void) snprintf(field, sizeof field, "mounts[%u]", m->index);
+        if (strcmp(m->type, "cgroup") == 0 || strcmp(m->type, "cgroup2") == 0)
+            continue;
+        _cleanup_close_ int fd = open_no_symlinks(rootfd, m->destination, 0755);
+        if (fd < 0)
+            return cdn_error_field(err, -fd, field, "%s: %s %s%s: %s", field, m->type, m->destination,
+                                   fd == -ELOOP ? " is reached through a symlink" : "", strerror(-fd));
+        (void) fd_path(fdp, fd);
+        int r;
+        if (strcmp(m->type, "sysfs") == 0 && sysfs_fd >= 0)
+            r = (int) syscall(SYS_move_mount, sysfs_fd, "", fd, "",
+                              MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH);
+        else if (strcmp(m->type, "sysfs") == 0)
+            r = mount("sysfs", fdp, "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+        else if (strcmp(m->type, "mqueue") == 0)
+            r = mount("mqueue", fdp, "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+        else
+            r = mount("tmpfs", fdp, "tmpfs", tmpfs_options(m->options, data, sizeof data), data);
+        if (r < 0)
+            return cdn_error_field(err, errno, field, "%s: %s on %s: %m", field, m->type, m->destination);
+    }
     return 0;
 }
 
@@ -562,7 +621,7 @@ static int pivot(const char *root, struct cdn_error *err)
     return 0;
 }
 
-int cdn_rootfs_prepare(const struct cdn_setup_args *a, int lower_fd, const int *bind_fds,
+int cdn_rootfs_prepare(const struct cdn_setup_args *a, int lower_fd, const int *bind_fds, int sysfs_fd,
                        struct cdn_error *err)
 {
     char root[4200];
@@ -579,6 +638,7 @@ int cdn_rootfs_prepare(const struct cdn_setup_args *a, int lower_fd, const int *
     if (a->image->host && (r = mount_host_usr(root, err)) < 0)
         return r;
     if ((r = mount_proc(a, rootfd, root, err)) < 0 || (r = mount_dev(a, rootfd, root, err)) < 0 ||
+        (r = mount_engine_fs(a, rootfd, sysfs_fd, err)) < 0 ||
         (r = mount_binds(a, rootfd, bind_fds, err)) < 0)
         return r;
     r = a->root_in_place ? 0 : make_writable_dirs(a, rootfd, idmapped, err);

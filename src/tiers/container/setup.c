@@ -223,6 +223,11 @@ static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
         if (cdn_recv_byte_fd(CDN_FD_SETUP_GO, &c, &bind_fds[i]) != 1 || c != 'b' || bind_fds[i] < 0)
             _exit(1); /* the parent failed: it says why */
     }
+    _cleanup_close_ int sysfs = -EBADF; /* of a network namespace the host gave (cdn_engine_sysfs) */
+    char c;
+    if (a->netns_given && cdn_engine_wants(a->fs_mounts, a->n_fs_mounts, "sysfs") &&
+        (cdn_recv_byte_fd(CDN_FD_SETUP_GO, &c, &sysfs) != 1 || c != 's' || sysfs < 0))
+        _exit(1);
     if (setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0 || setgroups(0, NULL) < 0)
         return cdn_error_set(err, errno, "become root of the user namespace: %m");
     /* After the id change, which would reset it; if the parent is already gone
@@ -231,9 +236,15 @@ static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
         return cdn_error_set(err, errno, "PR_SET_PDEATHSIG: %m");
     if (sethostname(a->spec->hostname, strlen(a->spec->hostname)) < 0)
         return cdn_error_set(err, errno, "sethostname: %m");
-    if ((r = cdn_rootfs_prepare(a, lower, a->root_in_place ? bind_fds : NULL, err)) < 0)
+    /* The host's /proc is still in view; which instance a file under /proc/sys is follows this
+     * process's namespaces. The host set the net.* ones of a namespace it gave. */
+    if ((r = cdn_engine_sysctls(a->sysctls, a->netns_given ? CDN_SYSCTLS_NOT_NET : CDN_SYSCTLS_ALL, 0, err)) <
+        0)
+        return r;
+    if ((r = cdn_rootfs_prepare(a, lower, a->root_in_place ? bind_fds : NULL, sysfs, err)) < 0)
         return r;
     lower = safe_close(lower);
+    sysfs = safe_close(sysfs);
     /* The parent made the cgroup meanwhile; join it while the host's cgroup
      * tree is still in view, then give the sandbox a cgroup namespace rooted there. */
     (void) wait_parent('c');
@@ -242,15 +253,26 @@ static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
         return cdn_error_set(err, r, "join cgroup %s: %s", a->cgroup->name, strerror(-r));
     if (unshare(CLONE_NEWCGROUP) < 0)
         return cdn_error_set(err, errno, "unshare cgroup namespace: %m");
-    if ((r = cdn_rootfs_pivot(a, err)) < 0 || (r = check_user(a->spec, err)) < 0 ||
+    if ((r = cdn_rootfs_pivot(a, err)) < 0 || (r = cdn_engine_cgroup(a, err)) < 0 ||
+        (r = cdn_engine_paths(a->readonly_paths, a->masked_paths, err)) < 0 ||
+        (r = check_user(a->spec, err)) < 0 ||
         (r = cdn_set_rlimits(a->spec->limits.nofile, a->spec->limits.disk_mb, err)) < 0 ||
         (r = cdn_container_lower_rlimits(a->rlimits, err)) < 0 ||
         (r = cdn_container_landlock(a->spec, err)) < 0 ||
         (r = cdn_drop_capabilities_keep(CDN_INIT_CAPS, err)) < 0)
         return r;
+    /* Beneath cordon's: the kernel asks the newest filter first, and of two that deny a call the first
+     * asked gives its errno, so cordon's own answers stand (EPERM, not a bundle's EINVAL that reads as
+     * the kernel's). */
+    r = cdn_seccomp_install_extra(a->seccomp_extra, a->seccomp_extra_len);
+    if (r < 0)
+        return cdn_error_field(err, -r, "linux.seccomp", "linux.seccomp: install the filter: %s",
+                               strerror(-r));
     r = cdn_seccomp_install(a->seccomp);
     if (r < 0)
-        return cdn_error_set(err, r, "install seccomp filter: %s", strerror(-r));
+        return cdn_error_set(err, r, "install seccomp filter%s: %s",
+                             a->seccomp_extra_len ? " (does linux.seccomp allow seccomp(2)?)" : "",
+                             strerror(-r));
     /* The listener of the watched denials: init keeps it at CDN_FD_MONITOR (CLOEXEC
      * from its first instruction on, init.c), the host takes a copy from
      * there (pidfd_getfd) and supervises. */
