@@ -210,6 +210,62 @@ static void route_create(struct evhttp_request *req)
     cdn_box_create(&spec, (struct cdn_box_waiter){.done = create_answered, .arg = req});
 }
 
+/* POST /v1/sandboxes/attach (cordon-runtime, docs/runtime.md): a container an OCI runtime made on this
+ * host, supervised from now on. Its body names host processes and paths: only root's unix socket
+ * takes it, never TCP. */
+static void route_attach(struct evhttp_request *req, bool tcp)
+{
+    if (tcp)
+        return cdn_api_reply_error(req, 403, "forbidden", NULL,
+                                   "attach names host processes: only cordond's unix socket takes it");
+    size_t n;
+    _cleanup_free_ char *body = body_string(req, &n);
+    json_error_t je;
+    _cleanup_json_ json_t *o = body ? json_loadb(body, n, JSON_REJECT_DUPLICATES, &je) : NULL;
+    int pid = 0, slot = -1;
+    json_int_t start = 0;
+    const char *cgroup = NULL, *socket = NULL;
+    json_t *js = NULL;
+    if (!o ||
+        json_unpack_ex(o, &je, JSON_STRICT, "{s:i, s:I, s:i, s?s, s:s, s:o}", "init_pid", &pid, "init_start",
+                       &start, "slot", &slot, "cgroup", &cgroup, "socket", &socket, "spec", &js) < 0)
+        return cdn_api_reply_error(req, 400, "invalid_request", "body",
+                                   "body: {init_pid, init_start, slot, cgroup?, socket, spec}: %s",
+                                   o ? je.text : "not JSON");
+    if (pid <= 1 || start <= 0 || slot < 0)
+        return cdn_api_reply_error(req, 400, "invalid_request", "init_pid",
+                                   "init_pid, init_start and slot: a running init's");
+    if (socket[0] != '/' || strlen(socket) >= 108)
+        return cdn_api_reply_error(req, 400, "invalid_request", "socket",
+                                   "socket: an absolute path under 108 bytes");
+    if (cgroup && (cgroup[0] != '/' || strstr(cgroup, "..") || strlen(cgroup) >= CDN_CGROUP_NAME_MAX))
+        return cdn_api_reply_error(req, 400, "invalid_request", "cgroup",
+                                   "cgroup: an absolute path without '..'");
+    _cleanup_free_ char *text = json_dumps(js, JSON_COMPACT);
+    struct cdn_spec spec;
+    struct cdn_error err = {0};
+    if (!text || cdn_spec_init(&spec) < 0)
+        return cdn_api_reply_error(req, 500, "internal", NULL, "out of memory");
+    /* The runtime's own, checked as its bundle was (as a record's is on adoption): not a client's
+     * spec, whose checks assume what cordond makes (a workdir below /, its own root). */
+    int r = cdn_spec_from_json(&spec, text, strlen(text), &err);
+    if (r >= 0 && spec.tier != CDN_TIER_CONTAINER)
+        r = cdn_error_field(&err, EINVAL, "tier", "tier: only container-tier sandboxes are attached");
+    if (r < 0) {
+        cdn_spec_free(&spec);
+        return cdn_api_reply_cdn_error(req, 400, "invalid_spec", &err);
+    }
+    struct box *b = cdn_box_attach(&(struct cdn_box_attach){.init_pid = pid,
+                                                            .init_start = (uint64_t) start,
+                                                            .slot = slot,
+                                                            .cgroup = cgroup,
+                                                            .socket = socket},
+                                   &spec, &err);
+    if (!b)
+        return cdn_api_reply_cdn_error(req, err.field[0] ? 400 : 503, "attach_failed", &err);
+    cdn_api_reply_json(req, 201, cdn_box_to_json(b));
+}
+
 /* GET /v1/trajectories/{id}: the steps of a trajectory (trajectory.h); its id may hold '/'. */
 static void route_trajectory(struct evhttp_request *req, const char *id)
 {
@@ -1084,6 +1140,11 @@ static void route(struct evhttp_request *req, void *arg)
             return cdn_api_reply_error(req, 405, "method_not_allowed", NULL, "%.64s takes GET", path);
         return route_trajectory(req, path + 17);
     }
+    if (strcmp(path, "/v1/sandboxes/attach") == 0) {
+        if (m != EVHTTP_REQ_POST)
+            return cdn_api_reply_error(req, 405, "method_not_allowed", NULL, "%s takes POST", path);
+        return route_attach(req, tcp);
+    }
     if (strcmp(path, "/v1/sandboxes") == 0) {
         if (m == EVHTTP_REQ_POST)
             return route_create(req);
@@ -1127,6 +1188,7 @@ static void route(struct evhttp_request *req, void *arg)
     } sub[] = {
         {"exec", EVHTTP_REQ_POST, cdn_api_exec},
         {"call", EVHTTP_REQ_POST, cdn_api_call},
+        {"oci-start", EVHTTP_REQ_POST, cdn_api_oci_start},
         {"files", EVHTTP_REQ_PUT, cdn_api_files},
         {"files", EVHTTP_REQ_GET, cdn_api_files},
         {"files", EVHTTP_REQ_DELETE, cdn_api_files},

@@ -38,8 +38,9 @@ void cdn_api_exec_begin(struct evhttp_request *req, struct box *b, struct exec_a
                         void (*done)(void *arg), void *done_arg);
 /* POST …/exec with "verifier": {"mode": "sibling", "copy": […]} (api-sibling.c): args moved out. */
 void cdn_api_sibling_start(struct evhttp_request *req, struct box *b, struct exec_args *args);
-void cdn_api_call(struct evhttp_request *req, struct box *b); /* api-call.c: the process tier */
-void cdn_api_throttle_end(struct box *b);                     /* the box is going */
+void cdn_api_call(struct evhttp_request *req, struct box *b);      /* api-call.c: the process tier */
+void cdn_api_oci_start(struct evhttp_request *req, struct box *b); /* api-oci.c: cordon-runtime's start */
+void cdn_api_throttle_end(struct box *b);                          /* the box is going */
 /* One NDJSON line (body taken) as a chunk of a streaming reply. */
 void cdn_api_send_line(struct evhttp_request *req, json_t *body);
 void cdn_api_stream_timeout(struct evhttp_request *req); /* after evhttp_send_reply_start */

@@ -1266,6 +1266,74 @@ static void kill_if_ours(pid_t pid, uint64_t start)
     }
 }
 
+/* A box for the running sandbox rec describes (a restart's adoption, a runtime's attach): its
+ * fields, not yet its sandbox (take_sandbox). NULL, with *ret_r: out of memory (-ENOMEM) or not a
+ * sandbox record (-EBADMSG); rec's spec is taken either way. */
+static struct box *box_from_record(struct record *rec, const json_t *rec_json, int *ret_r)
+{
+    struct box *b = calloc(1, sizeof *b);
+    *ret_r = -ENOMEM;
+    if (!b || !(b->events = evbuffer_new())) {
+        free(b);
+        cdn_spec_free(&rec->spec);
+        return NULL;
+    }
+    b->spec = rec->spec;
+    rec->spec = (struct cdn_spec){0};
+    hold(b); /* adopted past the budget too: its sandbox exists already */
+    b->fanotify_fd = -1;
+    b->layer_mnt = -1;
+    b->old_layer = -1;
+    LIST_INIT(&b->followers);
+    cdn_sandbox_init(&b->sb, &b->spec);
+    cdn_session_init(&b->session, &b->sb, &cdn_box_session_ops, b);
+    (void) snprintf(b->sb.id, sizeof b->sb.id, "%s", rec->id);
+    cdn_record_path(b->sb.id, "qmp", b->qmp_socket, sizeof b->qmp_socket);
+    b->sb.qmp_socket = b->qmp_socket;
+    b->sb.tier = cdn_tier_lookup(b->spec.tier);
+    /* What the tier wrote into the record (a VM's: what runs the guest, how it started). */
+    if (b->sb.tier && b->sb.tier->restore && b->sb.tier->restore(&b->sb, rec_json) < 0) {
+        box_free(b);
+        *ret_r = -EBADMSG;
+        return NULL;
+    }
+    b->sb.persistent = true;
+    b->sb.slot = rec->slot;
+    b->sb.init_pid = rec->init_pid;
+    b->created_unix = rec->created_unix;
+    b->sb.oom_base = rec->oom_base, b->sb.cpu_base = rec->cpu_base;
+    b->init_start = rec->init_start;
+    b->state = BOX_RUNNING;
+    b->netns = (struct cdn_netns) CDN_NETNS_INIT;
+    /* A runtime's container (cdn_box_attach): its cgroup is the engine's */
+    (void) snprintf(b->cgroup_name, sizeof b->cgroup_name, "%s", rec->cgroup);
+    b->sb.cgroup_name = b->cgroup_name[0] ? b->cgroup_name : NULL;
+    b->attached = rec->attached;
+    *ret_r = 0;
+    return b;
+}
+
+/* The running sandbox of b's record: its init (the same process: its start time), slot lock, agent
+ * connection and network lease. 0, or -errno with err. */
+static int take_sandbox(struct box *b, const struct record *rec, struct cdn_error *err)
+{
+    int r = -ESRCH;
+    if (rec->pooled)
+        (void) snprintf(err->msg, sizeof err->msg, "it was in a warm pool");
+    else if (b->sb.tier && cdn_record_start_time(rec->init_pid) == rec->init_start &&
+             b->sb.tier->adopt(&b->sb, err) >= 0 &&
+             cdn_record_start_time(rec->init_pid) ==
+                 rec->init_start) /* checked again: the pidfd pins the process now */
+        r = b->sb.agent_fd = cdn_record_connect(rec->id);
+    /* A pause is this cordond's, not the record's: one paused when the last cordond went runs on
+     * (its cgroup is the tier's once adopt() has run). */
+    if (b->sb.cgroup.ops && b->sb.cgroup.ops->freeze)
+        (void) b->sb.cgroup.ops->freeze(&b->sb.cgroup, false);
+    if (r >= 0 && b->spec.net_mode != CDN_NET_NONE && (r = cdn_egress_adopt(b, rec->net_lease, err)) < 0)
+        b->sb.agent_fd = safe_close(b->sb.agent_fd);
+    return r < 0 ? r : 0;
+}
+
 static void adopt_one(const char *id, const char *path)
 {
     struct record rec;
@@ -1276,54 +1344,16 @@ static void adopt_one(const char *id, const char *path)
         return;
     }
     _cleanup_json_ json_t *rec_json = TAKE_PTR(rec.json);
-    struct box *b = calloc(1, sizeof *b);
-    if (!b || !(b->events = evbuffer_new())) {
-        free(b);
-        cdn_spec_free(&rec.spec);
+    int r;
+    struct box *b = box_from_record(&rec, rec_json, &r);
+    if (!b) {
+        if (r == -EBADMSG) {
+            fprintf(stderr, "cordond: %s: not a sandbox record; removing it\n", path);
+            cdn_record_remove(id);
+        }
         return;
     }
-    b->spec = rec.spec;
-    hold(b); /* adopted past the budget too: its sandbox exists already */
-    b->fanotify_fd = -1;
-    b->layer_mnt = -1;
-    b->old_layer = -1;
-    LIST_INIT(&b->followers);
-    cdn_sandbox_init(&b->sb, &b->spec);
-    cdn_session_init(&b->session, &b->sb, &cdn_box_session_ops, b);
-    (void) snprintf(b->sb.id, sizeof b->sb.id, "%s", rec.id);
-    cdn_record_path(b->sb.id, "qmp", b->qmp_socket, sizeof b->qmp_socket);
-    b->sb.qmp_socket = b->qmp_socket;
-    b->sb.tier = cdn_tier_lookup(b->spec.tier);
-    /* What the tier wrote into the record (a VM's: what runs the guest, how it started). */
-    int r = b->sb.tier && b->sb.tier->restore ? b->sb.tier->restore(&b->sb, rec_json) : 0;
-    if (r < 0) {
-        fprintf(stderr, "cordond: %s: not a sandbox record; removing it\n", path);
-        cdn_record_remove(id);
-        box_free(b);
-        return;
-    }
-    b->sb.persistent = true;
-    b->sb.slot = rec.slot;
-    b->sb.init_pid = rec.init_pid;
-    b->created_unix = rec.created_unix;
-    b->sb.oom_base = rec.oom_base, b->sb.cpu_base = rec.cpu_base;
-    b->init_start = rec.init_start;
-    b->state = BOX_RUNNING;
-    r = -ESRCH;
-    b->netns = (struct cdn_netns) CDN_NETNS_INIT;
-    if (rec.pooled)
-        (void) snprintf(err.msg, sizeof err.msg, "it was in a warm pool");
-    else if (b->sb.tier && cdn_record_start_time(rec.init_pid) == rec.init_start &&
-             b->sb.tier->adopt(&b->sb, &err) >= 0 &&
-             cdn_record_start_time(rec.init_pid) ==
-                 rec.init_start) /* checked again: the pidfd pins the process now */
-        r = b->sb.agent_fd = cdn_record_connect(id);
-    /* A pause is this cordond's, not the record's: one paused when the last cordond went runs on
-     * (its cgroup is the tier's once adopt() has run). */
-    if (b->sb.cgroup.ops && b->sb.cgroup.ops->freeze)
-        (void) b->sb.cgroup.ops->freeze(&b->sb.cgroup, false);
-    if (r >= 0 && b->spec.net_mode != CDN_NET_NONE && (r = cdn_egress_adopt(b, rec.net_lease, &err)) < 0)
-        b->sb.agent_fd = safe_close(b->sb.agent_fd);
+    r = take_sandbox(b, &rec, &err);
     if (r >= 0) {
         LIST_INSERT_HEAD(&cdn_daemon->boxes, b, link);
         cdn_daemon->n_boxes++;
@@ -1374,6 +1404,89 @@ static void adopt_one(const char *id, const char *path)
     }
     cdn_record_remove(id);
     box_free(b);
+}
+
+/* An attach that failed before the box was listed: what it took of the sandbox is let go, nothing of
+ * the sandbox is touched (the runtime ends its create with the error). */
+static struct box *attach_failed(struct box *b, const char *id)
+{
+    b->sb.init_pidfd = safe_close(b->sb.init_pidfd);
+    b->sb.slot_fd = safe_close(b->sb.slot_fd);
+    b->sb.agent_fd = safe_close(b->sb.agent_fd);
+    cdn_record_remove(id);
+    box_free(b);
+    return NULL;
+}
+
+struct box *cdn_box_attach(const struct cdn_box_attach *a, struct cdn_spec *spec, struct cdn_error *err)
+{
+    struct record rec = {.slot = a->slot,
+                         .init_pid = a->init_pid,
+                         .init_start = a->init_start,
+                         .created_unix = now_unix(),
+                         .net_lease = -1,
+                         .attached = true,
+                         .spec = *spec};
+    *spec = (struct cdn_spec){0};
+    cdn_sandbox_new_id(rec.id);
+    (void) snprintf(rec.cgroup, sizeof rec.cgroup, "%s", a->cgroup ? a->cgroup : "");
+    /* The allowlist goes on once the box holds the sandbox (its namespace gets cordon's network). */
+    enum cdn_net_mode want = rec.spec.net_mode;
+    struct cdn_strv allow = rec.spec.net_allow;
+    rec.spec.net_mode = CDN_NET_NONE;
+    rec.spec.net_allow = (struct cdn_strv){0};
+    if (!fds_left(&rec.spec, err)) {
+        cdn_strv_free(&allow);
+        cdn_spec_free(&rec.spec);
+        return NULL;
+    }
+    /* Its init listens where the runtime put it: the record's socket leads there. */
+    char link[512];
+    cdn_record_path(rec.id, "sock", link, sizeof link);
+    if (symlink(a->socket, link) < 0) {
+        cdn_strv_free(&allow);
+        cdn_spec_free(&rec.spec);
+        return cdn_error_field(err, errno, "socket", "socket: %m"), NULL;
+    }
+    int r;
+    struct box *b = box_from_record(&rec, NULL, &r);
+    if (!b) {
+        cdn_strv_free(&allow);
+        (void) unlink(link);
+        return cdn_error_set(err, -r, "out of memory"), NULL;
+    }
+    if ((r = take_sandbox(b, &rec, err)) < 0) {
+        cdn_strv_free(&allow);
+        if (!err->msg[0])
+            cdn_error_field(err, -r, "init_pid", "init_pid: %d is not the running init of a cordon container",
+                            (int) a->init_pid);
+        return attach_failed(b, rec.id);
+    }
+    LIST_INSERT_HEAD(&cdn_daemon->boxes, b, link);
+    cdn_daemon->n_boxes++;
+    const char *fail = NULL;
+    if (watch(b) < 0)
+        fail = "could not be watched";
+    if (!fail) {
+        rebase_limits(b);
+        monitor_start(b);
+    }
+    if (!fail && b->spec.protect.n && cdn_box_fanotify_adopt(b, err) < 0)
+        fail = "its protected paths could not be guarded";
+    if (!fail && want != CDN_NET_NONE && cdn_egress_set(b, want, &allow, err) < 0)
+        fail = "its network could not be given";
+    else if (want == CDN_NET_NONE || fail)
+        cdn_strv_free(&allow);
+    if (!fail && cdn_record_write(b) < 0)
+        fail = "its record could not be written";
+    if (fail) {
+        if (!err->msg[0])
+            cdn_error_set(err, EIO, "the container %s", fail);
+        cdn_box_delete(b, fail);
+        return NULL;
+    }
+    cdn_box_event(b, "attached", json_pack("{s:i}", "init_pid", (int) a->init_pid));
+    return b;
 }
 
 static int adopted;
@@ -1455,7 +1568,8 @@ void cdn_box_release_all(void)
 {
     while (!LIST_EMPTY(&cdn_daemon->boxes)) {
         struct box *b = LIST_FIRST(&cdn_daemon->boxes);
-        if (cdn_daemon->cfg.stop_sandboxes) {
+        /* An OCI runtime's container is the engine's to end: it is left as on a restart. */
+        if (cdn_daemon->cfg.stop_sandboxes && !b->attached) {
             cdn_box_delete(b, "cordond stopped");
             continue;
         }

@@ -69,6 +69,8 @@ int cdn_record_write(const struct box *b)
     if (o) /* a reused cgroup directory's counts before it (slot.c): what it used is the rest */
         (void) json_object_update_new(o, json_pack("{s:I, s:I}", "oom_base", (json_int_t) b->sb.oom_base,
                                                    "cpu_base", (json_int_t) b->sb.cpu_base));
+    if (o && b->attached) /* a runtime's container (cdn_box_attach) */
+        (void) json_object_update_new(o, json_pack("{s:b, s:s}", "attached", true, "cgroup", b->cgroup_name));
     if (o && b->sb.tier->describe) /* a VM's: what runs the guest, how it started */
         b->sb.tier->describe(&b->sb, o, CDN_DESCRIBE_RECORD);
     int r = o ? json_dump_file(o, tmp, JSON_COMPACT) : -1;
@@ -156,6 +158,11 @@ int cdn_record_load(const char *path, struct record *ret, struct cdn_error *err)
         return cdn_error_set(err, EBADMSG, "%s: not a sandbox record", path);
     json_int_t oom_base = 0, cpu_base = 0; /* absent in a record of an older cordond: 0 */
     (void) json_unpack(o, "{s?I, s?I}", "oom_base", &oom_base, "cpu_base", &cpu_base);
+    const char *cgroup = "";
+    int attached = 0;
+    if (json_unpack(o, "{s?b, s?s}", "attached", &attached, "cgroup", &cgroup) < 0 ||
+        strlen(cgroup) >= CDN_CGROUP_NAME_MAX || (cgroup[0] && cgroup[0] != '/') || strstr(cgroup, ".."))
+        return cdn_error_set(err, EBADMSG, "%s: not a sandbox record (cgroup)", path);
     *ret = (struct record){.slot = slot,
                            .oom_base = oom_base > 0 ? (uint64_t) oom_base : 0,
                            .cpu_base = cpu_base > 0 ? (uint64_t) cpu_base : 0,
@@ -163,7 +170,9 @@ int cdn_record_load(const char *path, struct record *ret, struct cdn_error *err)
                            .init_start = (uint64_t) start,
                            .created_unix = created,
                            .pooled = pooled,
-                           .net_lease = lease};
+                           .net_lease = lease,
+                           .attached = attached};
+    (void) snprintf(ret->cgroup, sizeof ret->cgroup, "%s", cgroup);
     (void) snprintf(ret->id, sizeof ret->id, "%s", id);
     _cleanup_free_ char *s = json_dumps(spec, JSON_COMPACT);
     if (!s || cdn_spec_init(&ret->spec) < 0)

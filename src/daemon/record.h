@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 
+#include "core/cgroup.h"
 #include "core/sandbox.h"
 #include "core/spec.h"
 #include "shared/error.h"
@@ -19,11 +20,14 @@ struct record {
     pid_t init_pid;
     uint64_t init_start;
     double created_unix;
-    bool pooled;                 /* it was waiting in a warm pool: not adopted, ended */
-    int net_lease;               /* its network namespace's lease (net/netns.h), -1 for none */
-    uint64_t oom_base, cpu_base; /* its cgroup's counts when it was made (a reused directory's) */
-    struct cdn_spec spec;        /* owned */
-    json_t *json;                /* owned: the whole record, for the tier's restore() */
+    bool pooled;                      /* it was waiting in a warm pool: not adopted, ended */
+    int net_lease;                    /* its network namespace's lease (net/netns.h), -1 for none */
+    uint64_t oom_base, cpu_base;      /* its cgroup's counts when it was made (a reused directory's) */
+    char cgroup[CDN_CGROUP_NAME_MAX]; /* a runtime's container (cdn_box_attach): the engine's; "": the slot's
+                                       */
+    bool attached;                    /* a runtime's container: its init and socket are the runtime's */
+    struct cdn_spec spec;             /* owned */
+    json_t *json;                     /* owned: the whole record, for the tier's restore() */
 };
 
 void cdn_record_path(const char *id, const char *ext, char *buf, size_t size);

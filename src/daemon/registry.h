@@ -202,6 +202,10 @@ struct box {
     unsigned holding;                    /* its fds counted in fd_used (cdn_box_fds), 0: not counted */
     bool cleaned;                        /* cleanup() ran: init reaped, tier resources released */
     char image_manifest[CDN_DIGEST_MAX]; /* its OCI image's manifest digest, else "" (images.c) */
+    /* A container an OCI runtime made and attached (cdn_box_attach): its init is the engine's child,
+     * its socket the runtime's; its cgroup the engine's (sb.cgroup_name), else "". */
+    bool attached;
+    char cgroup_name[CDN_CGROUP_NAME_MAX];
     struct evbuffer *events;             /* NDJSON lines, oldest dropped past a cap (box-events.c) */
     uint64_t events_seq, events_dropped; /* lines logged, and dropped from the ring's front */
     struct pinned_event pinned[EVENTS_PINNED];
@@ -295,6 +299,18 @@ void cdn_pool_drain(void);
 /* Take over the sandboxes a previous cordond left (their records); clean up
  * those that cannot be taken over. Returns how many were adopted. */
 int cdn_box_adopt_all(void);
+/* A container an OCI runtime made (cordon-runtime's create; docs/runtime.md), attached: supervised as
+ * a box (its violations, events, egress and metrics are cordond's) while its init stays the engine's
+ * child. spec is taken. The box, or NULL with err; nothing of the container is touched on failure
+ * before it is listed. */
+struct cdn_box_attach {
+    pid_t init_pid;
+    uint64_t init_start; /* its start time (clock ticks since boot, /proc/PID/stat) */
+    int slot;
+    const char *cgroup; /* the engine's cgroup path; NULL: the slot's */
+    const char *socket; /* where its init listens */
+};
+struct box *cdn_box_attach(const struct cdn_box_attach *a, struct cdn_spec *spec, struct cdn_error *err);
 /* At stop: forget every box without ending it (its init waits for the next
  * cordond), or end them all when configured so. */
 void cdn_box_release_all(void);

@@ -5,6 +5,7 @@
  * decoded as hostile, and what a container's processes can change (their /proc entries, their pids)
  * is checked against what create recorded (init's start time) before a signal is sent. */
 #include "runtime/container.h"
+#include "runtime/attach.h"
 #include "runtime/console.h"
 #include "runtime/hooks.h"
 #include "runtime/layers.h"
@@ -338,6 +339,22 @@ static int cgroup_name(const struct cdn_bundle *b, char ret[CDN_CGROUP_NAME_MAX]
     return 0;
 }
 
+/* The first of the bundle's annotations that only cordond enforces (attach.h), as a field; NULL: none. */
+static const char *supervised_annotation(const struct cdn_bundle *b)
+{
+    static const char *const keys[] = {"io.cordon.protect", "io.cordon.network.allow",
+                                       "io.cordon.on-violation"};
+    static char field[64];
+    for (size_t i = 0; i < b->annotations.n; i++)
+        for (size_t k = 0; k < ELEMENTSOF(keys); k++)
+            if (strncmp(b->annotations.v[i], keys[k], strlen(keys[k])) == 0 &&
+                b->annotations.v[i][strlen(keys[k])] == '=') {
+                (void) snprintf(field, sizeof field, "annotations.%s", keys[k]);
+                return field;
+            }
+    return NULL;
+}
+
 static int create_sandbox(const char *root, const char *id, struct cdn_bundle *b,
                           const struct cdn_rt_create_opts *o, struct cdn_sandbox *sb, struct cdn_error *err)
 {
@@ -346,14 +363,21 @@ static int create_sandbox(const char *root, const char *id, struct cdn_bundle *b
     if (r < 0)
         return r;
     sb->cgroup_name = cgroup[0] ? cgroup : NULL;
-    /* Asked for and not yet done here: refused rather than a container without the guard asked for. */
-    if (b->spec.protect.n || b->spec.net_mode == CDN_NET_ALLOWLIST)
-        return cdn_error_field(err, EOPNOTSUPP,
-                               b->spec.protect.n ? "annotations.io.cordon.protect"
-                                                 : "annotations.io.cordon.network.allow",
-                               "%s: not enforced by this build of cordon-runtime yet",
-                               b->spec.protect.n ? "io.cordon.protect" : "io.cordon.network.allow");
-    if (b->netns_path && (sb->netns_fd = open(b->netns_path, O_RDONLY | O_CLOEXEC)) < 0)
+    /* cordond supervises the container when it runs here; what only it enforces needs it. */
+    const bool attach = cdn_rt_cordond_present();
+    const char *needs = supervised_annotation(b);
+    if (needs && !attach)
+        return cdn_error_field(err, EHOSTUNREACH, needs,
+                               "%s: needs cordond, which supervises it, and none answers at $CORDON_SOCKET "
+                               "or /run/cordon/cordond.sock",
+                               needs);
+    /* An allowlist is cordond's egress: the container gets a namespace of its own, which cordond
+     * wires to its proxy, rather than the engine's. */
+    if (b->spec.net_mode == CDN_NET_ALLOWLIST && b->netns_path && cdn_rt_warn)
+        cdn_rt_warn("linux.namespaces: the engine's network namespace is left for cordon's egress "
+                    "(annotations.io.cordon.network.allow)");
+    if (b->netns_path && b->spec.net_mode != CDN_NET_ALLOWLIST &&
+        (sb->netns_fd = open(b->netns_path, O_RDONLY | O_CLOEXEC)) < 0)
         return cdn_error_field(err, errno, "linux.namespaces", "network namespace %s: %m", b->netns_path);
     if ((r = cdn_tier_check_spec(sb->tier, &b->spec, err)) < 0)
         return r;
@@ -375,8 +399,10 @@ static int create_sandbox(const char *root, const char *id, struct cdn_bundle *b
     sb->n_fs_mounts = b->n_mounts;
     sb->seccomp_extra = b->seccomp_insns;
     sb->seccomp_extra_len = b->seccomp_len;
-    /* No host stays to answer the seccomp monitor's notifications: the filter denies outright. */
-    (void) setenv("CORDON_MONITOR", "off", 1);
+    /* Without cordond no host stays to answer the seccomp monitor's notifications: the filter denies
+     * outright. With it, cordond takes init's listener when it attaches, before start. */
+    if (!attach)
+        (void) setenv("CORDON_MONITOR", "off", 1);
     if ((r = sb->tier->create(sb, err)) < 0)
         return r;
     if ((r = wait_setup(sb, err)) < 0 || (r = check_executable(sb->init_pid, b, err)) < 0)
@@ -389,8 +415,26 @@ static int create_sandbox(const char *root, const char *id, struct cdn_bundle *b
     if (!doc || (cgroup[0] && json_object_set_new(doc, "cgroup", json_string(cgroup)) < 0) ||
         (b->n_hooks && json_object_set_new(doc, "hooks", cdn_rt_hooks_json(b)) < 0))
         return cdn_error_set(err, ENOMEM, "out of memory");
-    if ((r = write_state(root, id, doc, err)) < 0)
+    char box[CDN_RT_BOX_ID_MAX], sock[4096], label[512];
+    (void) dir_of(sock, sizeof sock, root, id, "s");
+    (void) snprintf(label, sizeof label, "oci.container-id=%s", id); /* its name in cordond's records */
+    if (attach && (r = cdn_strv_push(&b->spec.labels, label)) < 0)
+        return cdn_error_set(err, -r, "out of memory");
+    if (attach && ((r = cdn_rt_attach(&(struct cdn_rt_attach){.container_id = id,
+                                                              .spec = &b->spec,
+                                                              .init_pid = sb->init_pid,
+                                                              .init_start = start,
+                                                              .slot = sb->slot,
+                                                              .cgroup = cgroup[0] ? cgroup : NULL,
+                                                              .socket = sock},
+                                      box, err)) < 0 ||
+                   json_object_set_new(doc, "cordond", json_string(box)) < 0))
+        return r < 0 ? r : cdn_error_set(err, ENOMEM, "out of memory");
+    if ((r = write_state(root, id, doc, err)) < 0) {
+        if (attach)
+            cdn_rt_detach(box);
         return r;
+    }
     /* The container exists, its command not yet: the hooks of the runtime's namespace at create. */
     _cleanup_free_ char *state = b->n_hooks ? cdn_rt_hook_state(id, "creating", sb->init_pid, doc) : NULL;
     const json_t *hooks = json_object_get(doc, "hooks");
@@ -561,6 +605,15 @@ int cdn_rt_start(const char *root, const char *id, struct cdn_error *err)
     static uint8_t frame[CDN_FRAME_MAX];
     int n = start_hooks(root, id, &s, err);
     n = n < 0 ? n : encode_process(s.doc, frame, sizeof frame, err);
+    const char *box = json_string_value(json_object_get(s.doc, "cordond"));
+    if (box && n >= 0) { /* cordond's connection is init's one: through it */
+        if ((r = cdn_rt_attached_start(box, frame, (size_t) n, err)) < 0) {
+            (void) unlink(started);
+            return r;
+        }
+        host_hooks(id, &s, "poststart", "running", s.pid);
+        return 0;
+    }
     _cleanup_close_ int fd = n < 0 ? n : connect_init(root, id, err);
     if (fd >= 0 && (r = cdn_frame_send(fd, CDN_FRAME_EXEC, 1, frame, (uint32_t) n)) < 0)
         fd = safe_close(fd),
@@ -714,10 +767,14 @@ int cdn_rt_delete(const char *root, const char *id, bool force, struct cdn_error
     int r = load(root, id, &s, err);
     if (r < 0 && !(force && r == -EIO))
         return r;
+    if (r == 0 && s.alive && !force)
+        return cdn_error_set(err, EBUSY, "cannot delete container %s that is not stopped: %s", id,
+                             status_of(&s));
+    /* cordond lets it go first (and ends it, if it still runs): it stops supervising what goes now */
+    const char *box = r == 0 ? json_string_value(json_object_get(s.doc, "cordond")) : NULL;
+    if (box)
+        cdn_rt_detach(box);
     if (r == 0 && s.alive) {
-        if (!force)
-            return cdn_error_set(err, EBUSY, "cannot delete container %s that is not stopped: %s", id,
-                                 status_of(&s));
         struct cdn_cgroup cg;
         rt_cgroup(&s, &cg);
         (void) signal_init(&s, SIGKILL);

@@ -18,16 +18,20 @@ import pytest
 from cordonlib import CORDON_BIN, build_busybox_image, wait_for
 
 RUNTIME = os.environ.get("CORDON_RUNTIME_BIN") or os.path.join(os.path.dirname(CORDON_BIN), "cordon-runtime")
+# The runtime attaches its containers to a cordond that answers on $CORDON_SOCKET (attach.h): these
+# tests name one that none listens on, unless a test gives its own.
+NO_CORDOND = {"CORDON_SOCKET": "/nonexistent/cordond.sock"}
 
 
-def rt(*args, root=None, log=None):
+def rt(*args, root=None, log=None, env=None):
     """The runtime's result, its output read from files: a container's init inherits create's stdio,
     so a pipe would not end while the container lives."""
     argv = [RUNTIME, "--root", root] if root else [RUNTIME]
     if log:
         argv += ["--log", log, "--log-format", "json"]
     with tempfile.TemporaryFile() as so, tempfile.TemporaryFile() as se:
-        r = subprocess.run(argv + list(args), stdin=subprocess.DEVNULL, stdout=so, stderr=se, timeout=30)
+        r = subprocess.run(argv + list(args), stdin=subprocess.DEVNULL, stdout=so, stderr=se, timeout=30,
+                           env=dict(os.environ, **(env or NO_CORDOND)))
         so.seek(0)
         se.seek(0)
         return subprocess.CompletedProcess(r.args, r.returncode, so.read().decode(), se.read().decode())
@@ -163,13 +167,14 @@ def bb(tmp_path):
         with open(d / "config.json", "w") as f:
             json.dump(cfg, f)
 
-    def run(cid, *args, start=True, console=False):
+    def run(cid, *args, start=True, console=False, env=None):
         cfg["process"]["args"] = list(args)
         save()
         out = tmp_path / ("out-" + cid)
         os.makedirs(out)
         p = subprocess.Popen([sys.executable, SHIM, RUNTIME, root, str(d), cid, str(out)] +
-                             ([] if start else ["--no-start"]) + (["--console"] if console else []))
+                             ([] if start else ["--no-start"]) + (["--console"] if console else []),
+                             env=dict(os.environ, **(env or NO_CORDOND)))
         made.append((cid, p))
         wait_for(lambda: os.path.exists(out / "ready") or os.path.exists(out / "result.json"), timeout=30,
                  what="the container created")

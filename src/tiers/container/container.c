@@ -432,7 +432,7 @@ static int container_adopt(struct cdn_sandbox *sb, struct cdn_error *err)
     sb->uid_base = cdn_slot_uid_base(sb->slot);
     char name[32];
     (void) snprintf(name, sizeof name, "slot-%d", sb->slot);
-    cdn_cgroup_init(&sb->cgroup, prep.cgroup_ops, name);
+    cdn_cgroup_init(&sb->cgroup, prep.cgroup_ops, sb->cgroup_name ? sb->cgroup_name : name);
     int fd = (int) syscall(SYS_pidfd_open, sb->init_pid, 0);
     if (fd < 0) {
         r = cdn_error_set(err, errno, "adopt: init %d: %m", (int) sb->init_pid);
