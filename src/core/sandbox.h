@@ -38,6 +38,9 @@ struct cdn_root_layers {
      * "volatile" refuses a mount without it): its flag, and metacopy= and redirect_dir= ("": none). */
     bool volatile_upper;
     char metacopy[8], redirect_dir[16];
+    /* The engine idmapped the lower layers itself (containers/storage's <id>/mapped/N, a container
+     * with its own id range): their files are owned from 0 on disk, the upper's from the range. */
+    bool lowers_from_zero;
 };
 
 /* A checkpointable writable layer made ahead of a create (a rollback's standby): the root of its
@@ -122,6 +125,11 @@ struct cdn_sandbox {
      * get what both allow. NULL: none. Borrowed. */
     const void *seccomp_extra;
     uint16_t seccomp_extra_len;
+    /* With root_in_place (cordon-runtime, a bundle's linux.uidMappings): the engine's range of host
+     * ids for the container (root_ids_count from root_ids_from), whose ids its root's files have on
+     * disk, is the sandbox's own in place of its slot's: its root's files need no idmap (but lower
+     * layers the engine idmapped itself, cdn_root_layers.lowers_from_zero). 0: the slot's. */
+    uint32_t root_ids_from, root_ids_count;
     /* With root_in_place, when that directory is an engine's overlay: its layers, idmapped each, under
      * a new overlay that is the root (tiers/container/root-layers.c). NULL: the directory itself is
      * idmapped. Borrowed. */

@@ -226,12 +226,18 @@ static void route_attach(struct evhttp_request *req, bool tcp)
     json_int_t start = 0;
     const char *cgroup = NULL, *socket = NULL;
     json_t *js = NULL;
-    if (!o ||
-        json_unpack_ex(o, &je, JSON_STRICT, "{s:i, s:I, s:i, s?s, s:s, s:o}", "init_pid", &pid, "init_start",
-                       &start, "slot", &slot, "cgroup", &cgroup, "socket", &socket, "spec", &js) < 0)
+    json_int_t ids_from = 0, ids_count = 0;
+    if (!o || json_unpack_ex(o, &je, JSON_STRICT, "{s:i, s:I, s:i, s?s, s:s, s:o, s?I, s?I}", "init_pid",
+                             &pid, "init_start", &start, "slot", &slot, "cgroup", &cgroup, "socket", &socket,
+                             "spec", &js, "ids_from", &ids_from, "ids_count", &ids_count) < 0)
         return cdn_api_reply_error(req, 400, "invalid_request", "body",
-                                   "body: {init_pid, init_start, slot, cgroup?, socket, spec}: %s",
+                                   "body: {init_pid, init_start, slot, cgroup?, socket, spec, ids_from?, "
+                                   "ids_count?}: %s",
                                    o ? je.text : "not JSON");
+    if (ids_from < 0 || ids_from >= (1 << 30) || ids_count < 0 || ids_count > 65536 ||
+        (ids_from > 0) != (ids_count > 0))
+        return cdn_api_reply_error(req, 400, "invalid_request", "ids_from",
+                                   "ids_from, ids_count: a range of at most 65536 host ids below 2^30");
     if (pid <= 1 || start <= 0 || slot < 0)
         return cdn_api_reply_error(req, 400, "invalid_request", "init_pid",
                                    "init_pid, init_start and slot: a running init's");
@@ -259,7 +265,9 @@ static void route_attach(struct evhttp_request *req, bool tcp)
                                                             .init_start = (uint64_t) start,
                                                             .slot = slot,
                                                             .cgroup = cgroup,
-                                                            .socket = socket},
+                                                            .socket = socket,
+                                                            .ids_from = (uint32_t) ids_from,
+                                                            .ids_count = (uint32_t) ids_count},
                                    &spec, &err);
     if (!b)
         return cdn_api_reply_cdn_error(req, err.field[0] ? 400 : 503, "attach_failed", &err);

@@ -1309,6 +1309,8 @@ static struct box *box_from_record(struct record *rec, const json_t *rec_json, i
     (void) snprintf(b->cgroup_name, sizeof b->cgroup_name, "%s", rec->cgroup);
     b->sb.cgroup_name = b->cgroup_name[0] ? b->cgroup_name : NULL;
     b->attached = rec->attached;
+    b->sb.root_ids_from = rec->ids_from;
+    b->sb.root_ids_count = rec->ids_count;
     *ret_r = 0;
     return b;
 }
@@ -1421,6 +1423,8 @@ static struct box *attach_failed(struct box *b, const char *id)
 struct box *cdn_box_attach(const struct cdn_box_attach *a, struct cdn_spec *spec, struct cdn_error *err)
 {
     struct record rec = {.slot = a->slot,
+                         .ids_from = a->ids_from,
+                         .ids_count = a->ids_count,
                          .init_pid = a->init_pid,
                          .init_start = a->init_start,
                          .created_unix = now_unix(),

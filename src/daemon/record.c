@@ -70,7 +70,9 @@ int cdn_record_write(const struct box *b)
         (void) json_object_update_new(o, json_pack("{s:I, s:I}", "oom_base", (json_int_t) b->sb.oom_base,
                                                    "cpu_base", (json_int_t) b->sb.cpu_base));
     if (o && b->attached) /* a runtime's container (cdn_box_attach) */
-        (void) json_object_update_new(o, json_pack("{s:b, s:s}", "attached", true, "cgroup", b->cgroup_name));
+        (void) json_object_update_new(
+            o, json_pack("{s:b, s:s, s:I, s:I}", "attached", true, "cgroup", b->cgroup_name, "ids_from",
+                         (json_int_t) b->sb.root_ids_from, "ids_count", (json_int_t) b->sb.root_ids_count));
     if (o && b->sb.tier->describe) /* a VM's: what runs the guest, how it started */
         b->sb.tier->describe(&b->sb, o, CDN_DESCRIBE_RECORD);
     int r = o ? json_dump_file(o, tmp, JSON_COMPACT) : -1;
@@ -160,7 +162,10 @@ int cdn_record_load(const char *path, struct record *ret, struct cdn_error *err)
     (void) json_unpack(o, "{s?I, s?I}", "oom_base", &oom_base, "cpu_base", &cpu_base);
     const char *cgroup = "";
     int attached = 0;
-    if (json_unpack(o, "{s?b, s?s}", "attached", &attached, "cgroup", &cgroup) < 0 ||
+    json_int_t ids_from = 0, ids_count = 0;
+    if (json_unpack(o, "{s?b, s?s, s?I, s?I}", "attached", &attached, "cgroup", &cgroup, "ids_from",
+                    &ids_from, "ids_count", &ids_count) < 0 ||
+        ids_from < 0 || ids_from >= (1 << 30) || ids_count < 0 || ids_count > 65536 ||
         strlen(cgroup) >= CDN_CGROUP_NAME_MAX || (cgroup[0] && cgroup[0] != '/') || strstr(cgroup, ".."))
         return cdn_error_set(err, EBADMSG, "%s: not a sandbox record (cgroup)", path);
     *ret = (struct record){.slot = slot,
@@ -171,7 +176,9 @@ int cdn_record_load(const char *path, struct record *ret, struct cdn_error *err)
                            .created_unix = created,
                            .pooled = pooled,
                            .net_lease = lease,
-                           .attached = attached};
+                           .attached = attached,
+                           .ids_from = (uint32_t) ids_from,
+                           .ids_count = (uint32_t) ids_count};
     (void) snprintf(ret->cgroup, sizeof ret->cgroup, "%s", cgroup);
     (void) snprintf(ret->id, sizeof ret->id, "%s", id);
     _cleanup_free_ char *s = json_dumps(spec, JSON_COMPACT);

@@ -26,8 +26,9 @@ struct record {
     char cgroup[CDN_CGROUP_NAME_MAX]; /* a runtime's container (cdn_box_attach): the engine's; "": the slot's
                                        */
     bool attached;                    /* a runtime's container: its init and socket are the runtime's */
-    struct cdn_spec spec;             /* owned */
-    json_t *json;                     /* owned: the whole record, for the tier's restore() */
+    uint32_t ids_from, ids_count; /* a runtime's container: the engine's id range (sandbox.h root_ids_from) */
+    struct cdn_spec spec;         /* owned */
+    json_t *json;                 /* owned: the whole record, for the tier's restore() */
 };
 
 void cdn_record_path(const char *id, const char *ext, char *buf, size_t size);

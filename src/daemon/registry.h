@@ -307,8 +307,9 @@ struct cdn_box_attach {
     pid_t init_pid;
     uint64_t init_start; /* its start time (clock ticks since boot, /proc/PID/stat) */
     int slot;
-    const char *cgroup; /* the engine's cgroup path; NULL: the slot's */
-    const char *socket; /* where its init listens */
+    const char *cgroup;           /* the engine's cgroup path; NULL: the slot's */
+    const char *socket;           /* where its init listens */
+    uint32_t ids_from, ids_count; /* the engine's id range for it, if it has one (sandbox.h root_ids_from) */
 };
 struct box *cdn_box_attach(const struct cdn_box_attach *a, struct cdn_spec *spec, struct cdn_error *err);
 /* At stop: forget every box without ending it (its init waits for the next

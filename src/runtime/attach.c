@@ -50,6 +50,10 @@ int cdn_rt_attach(const struct cdn_rt_attach *a, char ret_id[CDN_RT_BOX_ID_MAX],
              : NULL;
     if (o && a->cgroup && json_object_set_new(o, "cgroup", json_string(a->cgroup)) < 0)
         o = (json_decref(o), NULL);
+    if (o && a->ids_from &&
+        json_object_update_new(o, json_pack("{s:I, s:I}", "ids_from", (json_int_t) a->ids_from, "ids_count",
+                                            (json_int_t) a->ids_count)) < 0)
+        o = (json_decref(o), NULL);
     _cleanup_free_ char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
     _cleanup_(client_freep) cordon_client *c = cordon_client_new(socket_path());
     if (!body || !c)

@@ -22,8 +22,9 @@ struct cdn_rt_attach {
     pid_t init_pid;
     unsigned long long init_start;
     int slot;
-    const char *cgroup; /* the engine's, or NULL */
-    const char *socket; /* where init listens */
+    const char *cgroup;           /* the engine's, or NULL */
+    const char *socket;           /* where init listens */
+    uint32_t ids_from, ids_count; /* the engine's id range (sandbox.h root_ids_from), or 0 */
 };
 /* Attach; the sandbox's id in cordond in ret_id. 0, or -errno with err (cordond's error, its field). */
 int cdn_rt_attach(const struct cdn_rt_attach *a, char ret_id[CDN_RT_BOX_ID_MAX], struct cdn_error *err);

@@ -15,6 +15,7 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include "confine/slot.h"
 #include "core/json-util.h"
 #include "runtime/oci-seccomp.h"
 #include "shared/macro.h"
@@ -566,6 +567,40 @@ static int parse_hooks(const json_t *o, struct cdn_bundle *b, struct cdn_error *
     return 0;
 }
 
+/* linux.uidMappings and gidMappings: the range the engine gave the container (podman --uidmap,
+ * --userns=auto; a pod's hostUsers: false), whose ids the root's files have on disk. The container's
+ * user namespace stays cordon's own (its slot's range, never shared); the root's files are idmapped
+ * from the engine's range onto it. One range each, from the container's 0, the same for uids and
+ * gids, never the host's root nor cordon's own ranges. */
+static int parse_mappings(const json_t *lx, struct cdn_bundle *b, struct cdn_error *err)
+{
+    const json_t *u = json_object_get(lx, "uidMappings"), *g = json_object_get(lx, "gidMappings");
+    if (!json_array_size(u) && !json_array_size(g))
+        return 0;
+    int64_t v[2][3];
+    const json_t *m[2] = {u, g};
+    static const char *const names[2] = {"linux.uidMappings", "linux.gidMappings"};
+    for (int k = 0; k < 2; k++) {
+        const json_t *e = json_array_get(m[k], 0);
+        if (json_array_size(m[k]) != 1 || !integer(json_object_get(e, "containerID"), &v[k][0]) ||
+            !integer(json_object_get(e, "hostID"), &v[k][1]) ||
+            !integer(json_object_get(e, "size"), &v[k][2]))
+            return bad(err, names[k], "%s: one range, {containerID, hostID, size}, for uids and for gids%s",
+                       NULL);
+        if (v[k][0] != 0 || v[k][1] <= 0 || v[k][2] <= 0 || v[k][2] > (int64_t) CDN_UID_RANGE ||
+            v[k][1] + v[k][2] > (int64_t) CDN_UID_BASE)
+            return bad(err, names[k],
+                       "%s: from the container's 0, at most 65536 ids, on host ids above 0 and below "
+                       "cordon's own (2^30)%s",
+                       NULL);
+    }
+    if (v[0][1] != v[1][1] || v[0][2] != v[1][2])
+        return bad(err, "linux.gidMappings", "%s: the same range as linux.uidMappings%s", NULL);
+    b->spec_ids_from = (uint32_t) v[0][1];
+    b->spec_ids_count = (uint32_t) v[0][2];
+    return 0;
+}
+
 static int parse_linux(const json_t *lx, struct cdn_bundle *b, struct cdn_error *err)
 {
     if (!json_is_object(lx))
@@ -573,13 +608,8 @@ static int parse_linux(const json_t *lx, struct cdn_bundle *b, struct cdn_error 
     int r = parse_namespaces(json_object_get(lx, "namespaces"), b, err);
     if (r < 0)
         return r;
-    if (json_array_size(json_object_get(lx, "uidMappings")) ||
-        json_array_size(json_object_get(lx, "gidMappings")))
-        return bad(err,
-                   json_array_size(json_object_get(lx, "uidMappings")) ? "linux.uidMappings"
-                                                                       : "linux.gidMappings",
-                   "%s: refused: cordon maps the container's ids onto a range of its own%s", NULL);
-    if ((r = parse_devices(json_object_get(lx, "devices"), err)) < 0 ||
+    if ((r = parse_mappings(lx, b, err)) < 0 ||
+        (r = parse_devices(json_object_get(lx, "devices"), err)) < 0 ||
         (r = parse_sysctls(json_object_get(lx, "sysctl"), b, err)) < 0 ||
         (r = parse_resources(json_object_get(lx, "resources"), b, err)) < 0 ||
         (r = strings(json_object_get(lx, "maskedPaths"), "linux.maskedPaths", true, &b->masked, err)) < 0 ||

@@ -60,7 +60,10 @@ struct cdn_bundle {
     uint32_t uid, gid;
     struct cdn_bundle_rlimit rlimits[CDN_BUNDLE_RLIMITS_MAX];
     size_t n_rlimits;
-    char *netns_path;   /* the network namespace to join (CNI's); NULL: a new one */
+    char *netns_path; /* the network namespace to join (CNI's); NULL: a new one */
+    /* linux.uidMappings/gidMappings: the engine's range, whose ids the root's files have on disk
+     * (sandbox.h root_ids_from); 0: none */
+    uint32_t spec_ids_from, spec_ids_count;
     char *cgroups_path; /* linux.cgroupsPath; NULL: the runtime's default */
     bool cpu_limited;   /* linux.resources.cpu set a quota (spec.limits.cpus); else the host's CPUs */
     struct cdn_bundle_mount mounts[CDN_BUNDLE_MOUNTS_MAX];

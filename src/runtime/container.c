@@ -397,6 +397,8 @@ static int create_sandbox(const char *root, const char *id, struct cdn_bundle *b
                                       .index = b->mounts[i].index};
     sb->fs_mounts = fs;
     sb->n_fs_mounts = b->n_mounts;
+    sb->root_ids_from = b->spec_ids_from;
+    sb->root_ids_count = b->spec_ids_count;
     sb->seccomp_extra = b->seccomp_insns;
     sb->seccomp_extra_len = b->seccomp_len;
     /* Without cordond no host stays to answer the seccomp monitor's notifications: the filter denies
@@ -426,7 +428,9 @@ static int create_sandbox(const char *root, const char *id, struct cdn_bundle *b
                                                               .init_start = start,
                                                               .slot = sb->slot,
                                                               .cgroup = cgroup[0] ? cgroup : NULL,
-                                                              .socket = sock},
+                                                              .socket = sock,
+                                                              .ids_from = b->spec_ids_from,
+                                                              .ids_count = b->spec_ids_count},
                                       box, err)) < 0 ||
                    json_object_set_new(doc, "cordond", json_string(box)) < 0))
         return r < 0 ? r : cdn_error_set(err, ENOMEM, "out of memory");
@@ -474,6 +478,13 @@ int cdn_rt_create(const char *root, const char *id, struct cdn_bundle *b, const 
     r = cdn_rt_root_layers(b->spec.image, &layers, err);
     if (r > 0)
         sb.root_layers = &layers;
+    /* The new overlay's work directory is its upper's kind: the engine's range's root owns it (the overlay is
+     * mounted with that uid: root-layers.c). */
+    char work[8400];
+    if (r > 0 && layers.work && b->spec_ids_from &&
+        (snprintf(work, sizeof work, "%s/%s", layers.base, layers.work) < 0 ||
+         chown(work, b->spec_ids_from, b->spec_ids_from) < 0))
+        r = cdn_error_field(err, errno, "root.path", "root.path: give %s to the container's range: %m", work);
     if (r >= 0)
         r = sb.tier ? create_sandbox(root, id, b, o, &sb, err)
                     : cdn_error_set(err, EOPNOTSUPP, "this build has no container tier");

@@ -212,7 +212,23 @@ static int split_absolute(const struct cdn_rt_overlay *o, struct cdn_root_layers
     return r;
 }
 
-/* o's layer paths made absolute against home (absolute()). */
+/* A layer that was one of containers/storage's idmapped views (a container with its own id range, on
+ * a kernel with idmapped mounts): <home>/<id>/mapped/<n>/<rest> is <home>/<rest> seen through an
+ * idmapped mount it took away once its overlay held the layers. *ret: that path; NULL if a is not one. */
+static int unmapped(const char *a, const char *home, char **ret)
+{
+    size_t hl = strlen(home);
+    const char *m = strncmp(a, home, hl) == 0 && a[hl] == '/' ? strstr(a + hl + 1, "/mapped/") : NULL;
+    const char *slash = m ? strchr(a + hl + 1, '/') : NULL;
+    size_t digits = m ? strspn(m + 8, "0123456789") : 0;
+    *ret = NULL;
+    if (!m || slash != m || !digits || m[8 + digits] != '/' || access(a, F_OK) == 0)
+        return 0;
+    return asprintf(ret, "%s/%s", home, m + 8 + digits + 1) < 0 ? (*ret = NULL, -ENOMEM) : 1;
+}
+
+/* o's layer paths made absolute against home (absolute()), and the engine's idmapped views of them
+ * undone (unmapped()). */
 static int absolute_options(const struct cdn_rt_overlay *o, const char *home, struct cdn_rt_overlay *ret)
 {
     _cleanup_free_ char *lower = strdup(o->lowerdir);
@@ -220,7 +236,15 @@ static int absolute_options(const struct cdn_rt_overlay *o, const char *home, st
     if (!lower || !(ret->lowerdir = calloc(1, cap)))
         return -ENOMEM;
     for (char *save = NULL, *d = strtok_r(lower, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-        _cleanup_free_ char *a = absolute(d, home);
+        _cleanup_free_ char *a = absolute(d, home), *real = NULL;
+        int u = a ? unmapped(a, home, &real) : -ENOMEM;
+        if (u < 0)
+            return u;
+        if (u > 0) {
+            free(a);
+            a = TAKE_PTR(real);
+            ret->lowers_from_zero = true;
+        }
         if (!a || n + strlen(a) + 2 > cap)
             return -ENOMEM;
         n += (size_t) snprintf(ret->lowerdir + n, cap - n, "%s%s", n ? ":" : "", a);
@@ -238,6 +262,7 @@ static int split_layers(const struct cdn_rt_overlay *given, const char *home, st
     int r = absolute_options(given, home, &abs);
     if (r >= 0)
         r = split_absolute(&abs, ret, err);
+    ret->lowers_from_zero = abs.lowers_from_zero;
     cdn_rt_overlay_free(&abs);
     return r;
 }

@@ -15,6 +15,7 @@ struct cdn_rt_overlay {
     char *upperdir, *workdir;
     bool volatile_upper;
     char metacopy[8], redirect_dir[16]; /* "": not given */
+    bool lowers_from_zero;              /* sandbox.h cdn_root_layers */
 };
 
 /* Parse a super options string ("rw,lowerdir=…,upperdir=…,workdir=…,…"): 0, or -errno with err

@@ -16,8 +16,9 @@ int cdn_idmapped_tree(const char *dir, int userns_fd, uint64_t attrs)
         (int) syscall(SYS_open_tree, AT_FDCWD, dir, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
     if (tree < 0)
         return -errno;
-    struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP | attrs, .userns_fd = (uint64_t) userns_fd};
-    if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0)
+    struct mount_attr attr = {.attr_set = (userns_fd >= 0 ? MOUNT_ATTR_IDMAP : 0) | attrs,
+                              .userns_fd = userns_fd >= 0 ? (uint64_t) userns_fd : 0};
+    if (attr.attr_set && syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0)
         return -errno;
     return TAKE_FD(tree);
 }

@@ -5,9 +5,9 @@
 #include <stdint.h>
 
 /* A detached copy of dir's mount, idmapped through the user namespace userns_fd (a file on disk
- * owned by uid N shows as the namespace's N), with the mount attributes attrs (MOUNT_ATTR_RDONLY,
- * _NOSUID, _NODEV…) added. Its fd (close-on-exec), or -errno: -EINVAL when the kernel or the file
- * system cannot idmap. Nothing is mounted anywhere until the fd is moved (move_mount). */
+ * owned by uid N shows as the namespace's N; userns_fd < 0: not idmapped), with the mount attributes attrs
+ * (MOUNT_ATTR_RDONLY, _NOSUID, _NODEV…) added. Its fd (close-on-exec), or -errno: -EINVAL when the kernel or
+ * the file system cannot idmap. Nothing is mounted anywhere until the fd is moved (move_mount). */
 int cdn_idmapped_tree(const char *dir, int userns_fd, uint64_t attrs);
 
 /* Bind what fd (O_PATH) names on itself, with what is mounted beneath it (as mount --rbind PATH

@@ -108,6 +108,12 @@ def test_options_are_parsed_as_the_engines_pass_them(tmp_path):
      "linux.namespaces[2]"),
     (lambda c: c["linux"].__setitem__("uidMappings", [{"containerID": 0, "hostID": 0, "size": 65536}]),
      "linux.uidMappings"),
+    (lambda c: c["linux"].update(uidMappings=[{"containerID": 0, "hostID": 2 ** 30, "size": 65536}],
+                                 gidMappings=[{"containerID": 0, "hostID": 2 ** 30, "size": 65536}]),
+     "linux.uidMappings"),  # cordon's own ranges: another sandbox's ids
+    (lambda c: c["linux"].update(uidMappings=[{"containerID": 0, "hostID": 300000, "size": 65536}],
+                                 gidMappings=[{"containerID": 0, "hostID": 500000, "size": 65536}]),
+     "linux.gidMappings"),
     (lambda c: c["linux"].__setitem__("devices", [{"path": "/dev/mem", "type": "c", "major": 1, "minor": 1}]),
      "linux.devices[0]"),
     (lambda c: c["linux"].__setitem__("sysctl", {"kernel.core_pattern": "|/tmp/x"}),
@@ -279,6 +285,24 @@ def test_the_process_is_confined_and_its_root_written_in_place(bb):
     made = d / "rootfs" / "made-inside"
     assert made.read_text() == "made\n" and os.stat(made).st_uid == 0, os.stat(made)
     assert (d / "rootfs" / "var" / "x").is_dir()
+
+
+def test_a_bundle_s_id_range_is_the_container_s(bb):
+    """linux.uidMappings (an engine's range for the container, its root's files already owned from it
+    on disk): the container's ids are that range, its files need no idmap, and what it writes is owned
+    from the range. One that would give the host's root, or cordon's own ranges, is refused."""
+    d, cfg, root, run = bb
+    base = 400000
+    for dirpath, dirs, files in os.walk(d / "rootfs"):
+        for n in [dirpath] + [os.path.join(dirpath, f) for f in dirs + files]:
+            st = os.lstat(n)
+            os.lchown(n, base + st.st_uid, base + st.st_gid)
+    cfg["linux"]["uidMappings"] = cfg["linux"]["gidMappings"] = [{"containerID": 0, "hostID": base, "size": 65536}]
+    out, p = run("c1", "sh", "-c", "cat /proc/self/uid_map; stat -c %u /bin/busybox; echo made > /made-inside")
+    res = result(out, p)
+    assert res["exit"] == {"exited": 0}, (res, open(out / "stderr").read())
+    assert open(out / "stdout").read().split() == ["0", str(base), "65536", "0"]
+    assert os.stat(d / "rootfs" / "made-inside").st_uid == base
 
 
 def test_a_read_only_root_stays_unwritten(bb):

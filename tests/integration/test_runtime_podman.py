@@ -201,3 +201,30 @@ def test_a_terminal_with_run_t_and_it(podman):
                                                                     "sh"]), "/dev/null"],
                        input="echo typed-$((6*7))\nexit 5\n", capture_output=True, text=True, timeout=120)
     assert "typed-42" in r.stdout and r.returncode == 5, r
+
+
+def test_a_container_with_its_own_id_range(podman):
+    """podman --uidmap (a pod's hostUsers: false is the same to the runtime): the container's ids are
+    the range podman gave it, not cordon's slot's, so what it writes is owned on disk as podman expects
+    and podman cp, exec and the layer ids agree. Shown once: before this the bundle's mappings were
+    refused; with the range idmapped onto the slot's, podman cp failed ("host ID … cannot be mapped").
+    podman's layers are its own idmapped views (<id>/mapped/0, gone after its mount): read from 0."""
+    m = ["--uidmap", "0:300000:65536", "--gidmap", "0:300000:65536"]
+    r = podman.run(*m, IMAGE, "sh", "-c", "cat /proc/self/uid_map; stat -c %u /bin/busybox")
+    assert r.returncode == 0 and r.stdout.split() == ["0", "300000", "65536", "0"], r
+    r = podman("run", "-d", *m, "--name", "ranged", "--network", "none", IMAGE, "sh", "-c",
+               "echo hi > /etc/hello; sleep 1000")
+    assert r.returncode == 0, r
+    try:
+        root = podman("mount", "ranged").stdout.strip()
+        wait_for_file = os.path.join(root, "etc", "hello")
+        deadline = time.monotonic() + 30
+        while not os.path.exists(wait_for_file) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.stat(wait_for_file).st_uid == 300000  # the range's root, on disk
+        r = podman("exec", "ranged", "sh", "-c", "cat /etc/hello; grep -c 300000 /proc/self/uid_map")
+        assert r.returncode == 0 and r.stdout.split() == ["hi", "1"], r
+        r = podman("cp", "ranged:/etc/hello", "-")
+        assert r.returncode == 0 and "hi" in r.stdout, r
+    finally:
+        podman("rm", "-f", "-t", "0", "ranged")

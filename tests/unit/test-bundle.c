@@ -178,6 +178,24 @@ TEST(what_cordon_does_not_grant_is_refused_naming_the_field)
     }
 }
 
+/* An engine's id range for the container (podman --uidmap): taken as the sandbox's (sandbox.h). */
+TEST(an_id_range_is_taken)
+{
+    static const char map[] = "\"uidMappings\": [{\"containerID\": 0, \"hostID\": 300000, \"size\": 65536}], "
+                              "\"gidMappings\": [{\"containerID\": 0, \"hostID\": 300000, \"size\": 65536}], "
+                              "\"cgroupsPath\"";
+    char json[8192];
+    const char *at = strstr(PODMAN, "\"cgroupsPath\"");
+    (void) snprintf(json, sizeof json, "%.*s%s%s", (int) (at - PODMAN), PODMAN, map,
+                    at + strlen("\"cgroupsPath\""));
+    struct cdn_bundle b;
+    struct cdn_error err;
+    CHECK_EQ_INT(parse(json, &b, &err), 0);
+    CHECK_EQ_INT(b.spec_ids_from, 300000);
+    CHECK_EQ_INT(b.spec_ids_count, 65536);
+    cdn_bundle_free(&b);
+}
+
 /* podman writes an unlimited rlimit (--ulimit memlock=-1:-1) as 2^64-1, beyond jansson's integers. */
 TEST(an_unlimited_rlimit_as_podman_writes_it)
 {

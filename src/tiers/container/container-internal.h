@@ -91,6 +91,9 @@ int cdn_writable_make(struct cdn_sandbox *sb, struct cdn_error *err);
 /* A free loop device bound to file_fd (LO_FLAGS_AUTOCLEAR and flags), named name (LOOP_GET_STATUS64,
  * for leak checks and operators); its number in *ret_nr; returns its fd. */
 int cdn_loop_attach(int file_fd, const char *name, uint32_t flags, int *ret_nr, struct cdn_error *err);
+/* A user namespace whose uid and gid maps take count ids from `from` to `to` (an idmapping: files
+ * owned on disk by from+i are to+i through it); its fd, or -errno. */
+int cdn_userns_mapping(uint32_t from, uint32_t to, uint32_t count);
 /* Whether /dev/loop<nr> is bound to the file of st. */
 bool cdn_loop_backs(int nr, const struct stat *st);
 /* Whether the writable layer on disk, of statfs fs, is full: ext4 refuses a large write with
@@ -100,12 +103,14 @@ bool cdn_writable_full(const struct statfs *fs);
 int cdn_writable_attach(int fd, const char *scratch, struct cdn_error *err);
 
 /* The root of a container whose engine mounted it as an overlay (root-layers.c): a new overlay of
- * the same layers, each idmapped through init pid's user namespace, read-only unless writable. Its
+ * the same layers, each idmapped through userns (the sandbox's, or one from the engine's ids onto
+ * its own; lower_userns >= 0: the lower layers' own, sandbox.h lowers_from_zero), read-only unless
+ * writable. Its
  * detached mount's fd, or -errno with err naming root.path. Host side, root in the initial
  * namespaces. */
 struct cdn_root_layers;
-int cdn_root_layers_mount(pid_t pid, uint32_t uid_base, const struct cdn_root_layers *l, bool writable,
-                          struct cdn_error *err);
+int cdn_root_layers_mount(int userns, int lower_userns, uint32_t uid_base, const struct cdn_root_layers *l,
+                          bool writable, struct cdn_error *err);
 
 /* RLIM_NLIMITS rlimits (sandbox.h rlimits) on the calling process, each only lowering its own
  * (setup.c). 0, or -errno with err naming process.rlimits. */

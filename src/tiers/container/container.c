@@ -77,10 +77,10 @@ static int prepare(struct cdn_error *err)
     return 0;
 }
 
-static int write_id_maps(pid_t pid, uint32_t base, struct cdn_error *err)
+static int write_id_maps(pid_t pid, uint32_t base, uint32_t count, struct cdn_error *err)
 {
     char path[64], map[64];
-    (void) snprintf(map, sizeof map, "0 %u %u\n", base, CDN_UID_RANGE);
+    (void) snprintf(map, sizeof map, "0 %u %u\n", base, count);
     const char *files[] = {"uid_map", "gid_map"};
     for (size_t i = 0; i < ELEMENTSOF(files); i++) {
         (void) snprintf(path, sizeof path, "/proc/%d/%s", (int) pid, files[i]);
@@ -99,15 +99,26 @@ static int write_id_maps(pid_t pid, uint32_t base, struct cdn_error *err)
  * overlay holds it. Returns the detached mount's fd; a file system that cannot be idmapped gives
  * -EINVAL and the sandbox keeps the image's files as nobody's (the fallback of rootfs.c). The host
  * image is never idmapped: its skeleton is cordon's, and /usr is the host's own. */
-static int idmapped_lower(pid_t pid, const struct cdn_image *image, bool writable)
+/* The idmapping of the root's files owned from 0 on disk: the sandbox's user namespace. An fd, or
+ * -errno. */
+static int root_userns(pid_t pid)
+{
+    char path[64];
+    (void) snprintf(path, sizeof path, "/proc/%d/ns/user", (int) pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
+static int idmapped_lower(const struct cdn_sandbox *sb, pid_t pid, const struct cdn_image *image,
+                          bool writable)
 {
     if (image->host)
         return -EOPNOTSUPP;
-    char path[64];
-    (void) snprintf(path, sizeof path, "/proc/%d/ns/user", (int) pid);
-    _cleanup_close_ int userns = open(path, O_RDONLY | O_CLOEXEC);
-    if (userns < 0)
-        return -errno;
+    /* Files of the engine's range for the container (sandbox.h root_ids_from): the sandbox's own ids
+     * already, no idmap. */
+    _cleanup_close_ int userns = sb->root_ids_from ? -EBADF : root_userns(pid);
+    if (!sb->root_ids_from && userns < 0)
+        return userns;
     return cdn_idmapped_tree(image->lower, userns, (writable ? 0 : MOUNT_ATTR_RDONLY) | MOUNT_ATTR_NODEV);
 }
 
@@ -309,12 +320,23 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
      * v1, the reaper is forked and the cgroup made here, and the child joins it
      * itself (cdn_cgroup_ops.attach_self) once told it is ready ('c'). The reaper
      * comes first: a cgroup must never exist without someone to remove it. */
-    if ((r = write_id_maps(pid, sb->uid_base, err)) < 0)
+    if ((r = write_id_maps(pid, sb->uid_base, sb->root_ids_from ? sb->root_ids_count : CDN_UID_RANGE, err)) <
+        0)
         return r;
     const bool in_place_rw = sb->root_in_place && !sb->spec->read_only_root;
-    _cleanup_close_ int lower =
-        sb->root_layers ? cdn_root_layers_mount(pid, sb->uid_base, sb->root_layers, in_place_rw, err)
-                        : idmapped_lower(pid, image, in_place_rw);
+    /* Layers owned from 0 on disk are idmapped through the sandbox's user namespace; with the engine's
+     * range as the sandbox's (sandbox.h root_ids_from) the upper is not, nor are lowers the engine
+     * shifted itself; lowers it idmapped itself are owned from 0 (lowers_from_zero). */
+    const struct cdn_root_layers *rl = sb->root_layers;
+    const bool from_zero = rl && (!sb->root_ids_from || rl->lowers_from_zero);
+    _cleanup_close_ int userns = rl && !sb->root_ids_from ? root_userns(pid) : -EBADF;
+    _cleanup_close_ int lower_userns = rl && sb->root_ids_from && from_zero ? root_userns(pid) : -EBADF;
+    if ((rl && !sb->root_ids_from && userns < 0) ||
+        (rl && sb->root_ids_from && from_zero && lower_userns < 0))
+        return cdn_error_field(err, ENOENT, "root.path", "root.path: the sandbox's user namespace is gone");
+    _cleanup_close_ int lower = sb->root_layers ? cdn_root_layers_mount(userns, lower_userns, sb->uid_base,
+                                                                        sb->root_layers, in_place_rw, err)
+                                                : idmapped_lower(sb, pid, image, in_place_rw);
     if (sb->root_layers && lower < 0)
         return lower;
     if (send_go_maps(go[1], lower) < 0)
@@ -363,7 +385,8 @@ static int container_create(struct cdn_sandbox *sb, struct cdn_error *err)
     } else if ((r = cdn_slot_acquire(cdn_run_dir(), sb->slot_hint, &sb->slot, &sb->slot_fd, err)) < 0) {
         return r;
     }
-    sb->uid_base = cdn_slot_uid_base(sb->slot);
+    /* The engine's range for the container (sandbox.h root_ids_from), else the slot's */
+    sb->uid_base = sb->root_ids_from ? sb->root_ids_from : cdn_slot_uid_base(sb->slot);
     char name[32];
     (void) snprintf(name, sizeof name, "slot-%d", sb->slot);
     cdn_cgroup_init(&sb->cgroup, prep.cgroup_ops, sb->cgroup_name ? sb->cgroup_name : name);
@@ -429,7 +452,7 @@ static int container_adopt(struct cdn_sandbox *sb, struct cdn_error *err)
         return r;
     if (sb->slot < 0)
         return cdn_error_set(err, EINVAL, "adopt: no slot");
-    sb->uid_base = cdn_slot_uid_base(sb->slot);
+    sb->uid_base = sb->root_ids_from ? sb->root_ids_from : cdn_slot_uid_base(sb->slot);
     char name[32];
     (void) snprintf(name, sizeof name, "slot-%d", sb->slot);
     cdn_cgroup_init(&sb->cgroup, prep.cgroup_ops, sb->cgroup_name ? sb->cgroup_name : name);

@@ -67,7 +67,9 @@ static int as_sandbox_root(uint32_t base, bool on)
     return (uint32_t) syscall(SYS_setfsuid, -1) == (on ? base : 0) ? 0 : -EPERM;
 }
 
-static int create_overlay(int fs, int tree, const struct cdn_root_layers *l, bool writable,
+/* tree: the layers' idmapped view; lower_tree: the lower layers' when they need another (sandbox.h
+ * lowers_from_zero), else tree. */
+static int create_overlay(int fs, int tree, int lower_tree, const struct cdn_root_layers *l, bool writable,
                           struct cdn_error *err)
 {
     int r = set(fs, "index", "off", err);
@@ -82,7 +84,7 @@ static int create_overlay(int fs, int tree, const struct cdn_root_layers *l, boo
     if (r >= 0 && l->upper && !writable)
         r = layer(fs, "lowerdir+", tree, l->upper, err);
     for (size_t i = 0; r >= 0 && i < l->n_lower; i++)
-        r = layer(fs, "lowerdir+", tree, l->lower[i], err);
+        r = layer(fs, "lowerdir+", lower_tree, l->lower[i], err);
     if (r >= 0 && l->upper && writable && (r = layer(fs, "upperdir", tree, l->upper, err)) >= 0)
         r = layer(fs, "workdir", tree, l->work, err);
     if (r < 0)
@@ -92,15 +94,15 @@ static int create_overlay(int fs, int tree, const struct cdn_root_layers *l, boo
     return 0;
 }
 
-int cdn_root_layers_mount(pid_t pid, uint32_t uid_base, const struct cdn_root_layers *l, bool writable,
-                          struct cdn_error *err)
+int cdn_root_layers_mount(int userns, int lower_userns, uint32_t uid_base, const struct cdn_root_layers *l,
+                          bool writable, struct cdn_error *err)
 {
-    char ns[64];
-    (void) snprintf(ns, sizeof ns, "/proc/%d/ns/user", (int) pid);
-    _cleanup_close_ int userns = open(ns, O_RDONLY | O_CLOEXEC);
-    if (userns < 0)
-        return cdn_error_set(err, errno, "open %s: %m", ns);
-    _cleanup_close_ int tree = cdn_idmapped_tree(l->base, userns, MOUNT_ATTR_NODEV);
+    _cleanup_close_ int tree =
+        cdn_idmapped_tree(l->base, userns, MOUNT_ATTR_NODEV); /* userns < 0: a plain clone */
+    _cleanup_close_ int lower_tree =
+        tree >= 0 && lower_userns >= 0 ? cdn_idmapped_tree(l->base, lower_userns, MOUNT_ATTR_NODEV) : -EBADF;
+    if (tree >= 0 && lower_userns >= 0 && lower_tree < 0)
+        tree = safe_close(tree), tree = lower_tree;
     if (tree < 0)
         return cdn_error_field(err, -tree, "root.path", "root.path: idmap the overlay's layers under %s: %s",
                                l->base, strerror(-tree));
@@ -111,7 +113,7 @@ int cdn_root_layers_mount(pid_t pid, uint32_t uid_base, const struct cdn_root_la
     else if (r < 0)
         cdn_error_set(err, -r, "take the sandbox root's ids to mount its overlay: %s", strerror(-r));
     if (r >= 0)
-        r = create_overlay(fs, tree, l, writable, err);
+        r = create_overlay(fs, tree, lower_tree >= 0 ? lower_tree : tree, l, writable, err);
     if (as_sandbox_root(0, false) < 0)
         abort(); /* never go on with another fsuid */
     if (r < 0)

@@ -516,7 +516,7 @@ static int userns_child(void *arg)
     return 0;
 }
 
-static int userns_mapping(uint32_t from, uint32_t to)
+int cdn_userns_mapping(uint32_t from, uint32_t to, uint32_t count)
 {
     static char stack[16384] __attribute__((aligned(16)));
     int ready[2];
@@ -531,7 +531,7 @@ static int userns_mapping(uint32_t from, uint32_t to)
     }
     char path[64], map[64];
     int fd = -1, r = 0;
-    (void) snprintf(map, sizeof map, "%u %u %u\n", from, to, CDN_UID_RANGE);
+    (void) snprintf(map, sizeof map, "%u %u %u\n", from, to, count);
     const char *files[] = {"uid_map", "gid_map"};
     for (size_t i = 0; i < ELEMENTSOF(files) && r == 0; i++) {
         (void) snprintf(path, sizeof path, "/proc/%d/%s", (int) pid, files[i]);
@@ -686,7 +686,7 @@ static int layer_clone(int store, int in, bool from, uint32_t base, int slot, ui
             *ret_file = TAKE_FD(file);
         return r;
     }
-    _cleanup_close_ int userns = userns_mapping(base, uid_base);
+    _cleanup_close_ int userns = cdn_userns_mapping(base, uid_base, CDN_UID_RANGE);
     struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (uint64_t) userns};
     if (userns < 0 || syscall(SYS_mount_setattr, mnt, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0) {
         int e = userns < 0 ? -userns : errno;
