@@ -1,4 +1,4 @@
-/* cordond's sandboxes ("boxes"): create, watch, time out, delete, adopt.
+/* cordond's sandboxes ("boxes"): create, watch, time out, delete (adopt: box-adopt.c).
  *
  * A box wraps the tier's struct cdn_sandbox with what the daemon adds: the
  * agent connection, its state, its event log and lifetime timer. Creating
@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "box-internal.h"
 #include "registry.h"
 #include "api.h"
 #include "core/json-util.h"
@@ -43,7 +44,7 @@ const char *cdn_box_state_name(enum box_state s)
     return state_names[s];
 }
 
-static double now_unix(void)
+double box_now_unix(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
@@ -100,7 +101,7 @@ static void on_monitor(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Once init runs: supervise its watched denials. Without it they would block. */
-static void monitor_start(struct box *b)
+void box_monitor_start(struct box *b)
 {
     if (b->monitor_ev || !b->sb.tier->monitor_fd)
         return;
@@ -121,7 +122,7 @@ static void monitor_start(struct box *b)
 
 /* A new cgroup (a create's, a rollback's), reused or not, counts OOM kills and pids-limit hits from
  * where it stands: only those from here on are the box's violations. */
-static void rebase_limits(struct box *b)
+void box_rebase_limits(struct box *b)
 {
     struct cdn_usage u0;
     if (b->sb.tier->usage(&b->sb, &u0) == 0) {
@@ -225,7 +226,7 @@ json_t *cdn_box_usage_json(struct box *b)
     if (b->sb.tier->usage(&b->sb, &u) < 0)
         return NULL;
     return json_pack(
-        "{s:f, s:o, s:o, s:I, s:o, s:o, s:o, s:I, s:I, s:o, s:o}", "time", now_unix(), "cpu_ms",
+        "{s:f, s:o, s:o, s:I, s:o, s:o, s:o, s:I, s:I, s:o, s:o}", "time", box_now_unix(), "cpu_ms",
         u.cpu_known ? json_real((double) u.cpu_usec / 1e3) : json_null(), "memory_bytes",
         known(u.memory_known, u.memory_bytes), "memory_peak_bytes", (json_int_t) u.memory_peak_bytes, "pids",
         known(u.pids_known, u.pids), "disk_used_bytes", known(u.disk_known, u.disk_used_bytes),
@@ -236,7 +237,7 @@ json_t *cdn_box_usage_json(struct box *b)
 }
 
 /* The end of a create, told once to whoever waits for it (the API: its HTTP answer). */
-static void created(struct box *b, enum cdn_box_created how, const struct cdn_error *err)
+void box_created(struct box *b, enum cdn_box_created how, const struct cdn_error *err)
 {
     struct cdn_box_waiter w = b->waiter;
     b->waiter = (struct cdn_box_waiter){0};
@@ -262,7 +263,7 @@ unsigned cdn_box_fds(const struct cdn_spec *spec)
 }
 
 /* The fd budget's count (registry.h): from the box's making until its tier let go. */
-static void hold(struct box *b)
+void box_hold(struct box *b)
 {
     b->holding = cdn_box_fds(&b->spec);
     cdn_daemon->n_holding++;
@@ -279,7 +280,7 @@ static void unhold(struct box *b)
 }
 
 /* Whether a sandbox of spec fits cordond's fds; else err says why. */
-static bool fds_left(const struct cdn_spec *spec, struct cdn_error *err)
+bool box_fds_left(const struct cdn_spec *spec, struct cdn_error *err)
 {
     const struct daemon *d = cdn_daemon;
     if (d->fd_used + cdn_box_fds(spec) <= d->fd_budget)
@@ -293,7 +294,7 @@ static bool fds_left(const struct cdn_spec *spec, struct cdn_error *err)
     return false;
 }
 
-static void box_free(struct box *b)
+void box_free(struct box *b)
 {
     unhold(b);
     if (b->step && cdn_daemon->listener)
@@ -411,7 +412,7 @@ void cdn_box_stop(struct box *b, const char *reason)
     if (b->waiter.done) {
         struct cdn_error e = {0};
         (void) snprintf(e.msg, sizeof e.msg, "the sandbox ended while starting: %s", reason);
-        created(b, CDN_BOX_FAILED, &e);
+        box_created(b, CDN_BOX_FAILED, &e);
     }
     cdn_box_event(b, "exited", json_pack("{s:s}", "reason", reason));
     if (b->step && cdn_daemon->listener)
@@ -470,14 +471,14 @@ static bool read_setup_failure(struct box *b, int fd)
         cdn_daemon->listener->step_gone(b, err.msg);
     if (b->pool)
         fprintf(stderr, "cordond: a pooled sandbox failed to start: %s\n", err.msg);
-    created(b, err.field[0] ? CDN_BOX_INVALID_SPEC : CDN_BOX_FAILED, &err);
+    box_created(b, err.field[0] ? CDN_BOX_INVALID_SPEC : CDN_BOX_FAILED, &err);
     return true;
 }
 
 static void box_started(struct box *b);
 static void box_ended(struct box *b);
 static void on_idle(evutil_socket_t fd, short what, void *arg);
-static int arm(struct event **ev, event_callback_fn fn, struct box *b, uint64_t ms);
+int box_arm(struct event **ev, event_callback_fn fn, struct box *b, uint64_t ms);
 
 static void on_setup(evutil_socket_t fd, short what, void *arg)
 {
@@ -513,7 +514,7 @@ static void start_answer(struct box *b, uint16_t type, const uint8_t *p, uint32_
     (void) snprintf(why.field, sizeof why.field, "%s", spec ? "protect" : user ? "user" : "");
     (void) snprintf(why.msg, sizeof why.msg, "%s%s", spec ? "protect: " : user ? "" : "the guest: ", msg);
     spec = spec || user;
-    created(b, spec ? CDN_BOX_INVALID_SPEC : CDN_BOX_FAILED, &why);
+    box_created(b, spec ? CDN_BOX_INVALID_SPEC : CDN_BOX_FAILED, &why);
     cdn_box_delete(b, "the guest could not set itself up");
 }
 
@@ -558,12 +559,12 @@ static void box_started(struct box *b)
     cdn_grave_layer(TAKE_FD(b->old_layer));
     if (b->start_ev)
         event_del(b->start_ev);
-    monitor_start(b);
+    box_monitor_start(b);
     struct cdn_error gerr = {0};
     if (cdn_box_fanotify_start(b, &gerr) < 0) {
         if (b->spec.protect.n) { /* unguarded, a protected path would be readable */
             cdn_daemon->create_errors++;
-            created(b, CDN_BOX_FAILED, &gerr);
+            box_created(b, CDN_BOX_FAILED, &gerr);
             cdn_box_delete(b, "protected paths could not be guarded");
             return;
         }
@@ -573,7 +574,7 @@ static void box_started(struct box *b)
     cdn_box_event(b, "running", NULL);
     if (b->pool && (!b->sb.tier->warm_exec || warm_start(b) < 0))
         cdn_pool_box_ready(b);
-    created(b, CDN_BOX_CREATED, NULL);
+    box_created(b, CDN_BOX_CREATED, NULL);
     if (b->step && cdn_daemon->listener)
         cdn_daemon->listener->step_ready(b);
 }
@@ -707,7 +708,7 @@ static void on_lifetime(evutil_socket_t fd, short what, void *arg)
         cdn_box_end(b, "lifetime (limits.timeout_s) reached");
 }
 
-static int arm(struct event **ev, event_callback_fn fn, struct box *b, uint64_t ms)
+int box_arm(struct event **ev, event_callback_fn fn, struct box *b, uint64_t ms)
 {
     struct timeval tv = {.tv_sec = (time_t) (ms / 1000), .tv_usec = (suseconds_t) (ms % 1000) * 1000};
     if (!*ev && !(*ev = evtimer_new(cdn_daemon->base, fn, b)))
@@ -728,7 +729,7 @@ static void on_idle(evutil_socket_t fd, short what, void *arg)
     struct box *b = arg;
     uint64_t idle = b->spec.limits.idle_timeout_ms;
     if (b->state == BOX_STARTING && idle) /* a slow start (a VM's boot) is not idleness */
-        (void) arm(&b->idle_ev, on_idle, b, idle);
+        (void) box_arm(&b->idle_ev, on_idle, b, idle);
     if (b->state != BOX_RUNNING || !idle)
         return;
     struct timespec now;
@@ -739,7 +740,7 @@ static void on_idle(evutil_socket_t fd, short what, void *arg)
     bool busy = !LIST_EMPTY(&b->agent.reqs) || b->step || b->verifier != VERIFIER_NONE;
     uint64_t wait = busy ? idle : since >= 0 && (uint64_t) since < idle ? idle - (uint64_t) since : 0;
     if (wait) {
-        (void) arm(&b->idle_ev, on_idle, b, wait);
+        (void) box_arm(&b->idle_ev, on_idle, b, wait);
         return;
     }
     cdn_box_event(b, "idle", json_pack("{s:I}", "idle_timeout_ms", (json_int_t) idle));
@@ -756,7 +757,7 @@ int cdn_box_set_idle(struct box *b, uint64_t ms)
     if (!ms) {
         if (b->idle_ev)
             evtimer_del(b->idle_ev);
-    } else if (!b->paused && arm(&b->idle_ev, on_idle, b, ms) < 0)
+    } else if (!b->paused && box_arm(&b->idle_ev, on_idle, b, ms) < 0)
         return -ENOMEM;
     return cdn_record_write(b);
 }
@@ -765,7 +766,7 @@ int cdn_box_set_lifetime(struct box *b, uint64_t ms)
 {
     /* A spec's lifetime ends at most 7 days after the creation (a record past that would not load
      * again after a restart): a later end is cut to it (the API refuses one asked for). */
-    double from = b->paused ? b->paused_unix : now_unix();
+    double from = b->paused ? b->paused_unix : box_now_unix();
     double age_ms = from > b->created_unix ? (from - b->created_unix) * 1e3 : 0;
     if (ms && age_ms + (double) ms > (double) CDN_TIMEOUT_MS_MAX)
         ms = age_ms < (double) CDN_TIMEOUT_MS_MAX ? (uint64_t) ((double) CDN_TIMEOUT_MS_MAX - age_ms) : 1;
@@ -781,9 +782,9 @@ int cdn_box_set_lifetime(struct box *b, uint64_t ms)
             evtimer_del(b->lifetime_ev);
     } else {
         /* The spec's lifetime counts from the creation (a restarted cordond takes what is left). */
-        double age = now_unix() - b->created_unix; /* a clock stepped back: 0 */
+        double age = box_now_unix() - b->created_unix; /* a clock stepped back: 0 */
         b->spec.limits.timeout_ms = (uint64_t) (age > 0 ? age * 1e3 : 0) + ms;
-        if (arm(&b->lifetime_ev, on_lifetime, b, ms) < 0)
+        if (box_arm(&b->lifetime_ev, on_lifetime, b, ms) < 0)
             return -ENOMEM;
     }
     return cdn_record_write(b);
@@ -807,7 +808,7 @@ int cdn_box_pause(struct box *b, struct cdn_error *err)
                              r == -ENOTSUP ? "no cgroup freezer on this host" : strerror(-r));
     }
     b->paused = true;
-    b->paused_unix = now_unix();
+    b->paused_unix = box_now_unix();
     b->pause_left_ms = 0;
     if (b->spec.limits.timeout_ms) { /* its lifetime stops while it is paused */
         double left = b->created_unix + (double) b->spec.limits.timeout_ms / 1e3 - b->paused_unix;
@@ -829,19 +830,19 @@ int cdn_box_resume(struct box *b, uint64_t lifetime_ms, struct cdn_error *err)
     if (r < 0)
         return cdn_error_set(err, -r, "its processes could not be thawed: %s", strerror(-r));
     b->paused = false;
-    double paused_s = now_unix() - b->paused_unix;
+    double paused_s = box_now_unix() - b->paused_unix;
     uint64_t ms = lifetime_ms ? lifetime_ms : b->pause_left_ms;
     if (ms && cdn_box_set_lifetime(b, ms) < 0)
         return cdn_error_set(err, ENOMEM, "out of memory");
     cdn_box_touch(b);
     if (b->spec.limits.idle_timeout_ms)
-        (void) arm(&b->idle_ev, on_idle, b, b->spec.limits.idle_timeout_ms);
+        (void) box_arm(&b->idle_ev, on_idle, b, b->spec.limits.idle_timeout_ms);
     cdn_box_event(b, "resumed",
                   json_pack("{s:I}", "paused_ms", (json_int_t) (paused_s > 0 ? paused_s * 1e3 : 0)));
     return 0;
 }
 
-static void on_retention(evutil_socket_t fd, short what, void *arg)
+void box_on_retention(evutil_socket_t fd, short what, void *arg)
 {
     (void) fd, (void) what;
     cdn_box_delete(arg, "its retention ended");
@@ -853,7 +854,7 @@ static void on_retention(evutil_socket_t fd, short what, void *arg)
  * this returns. */
 static void box_ended(struct box *b)
 {
-    b->ended_unix = now_unix();
+    b->ended_unix = box_now_unix();
     b->sb.image_fd = safe_close(b->sb.image_fd); /* it runs nothing on its image any more */
     if (b->idle_ev)
         evtimer_del(b->idle_ev);
@@ -869,7 +870,7 @@ static void box_ended(struct box *b)
         cdn_daemon->n_ended++;
     }
     unsigned keep = cdn_daemon->cfg.retention_s;
-    if (!keep || arm(&b->lifetime_ev, on_retention, b, (uint64_t) keep * 1000) < 0) {
+    if (!keep || box_arm(&b->lifetime_ev, box_on_retention, b, (uint64_t) keep * 1000) < 0) {
         cdn_box_delete(b, keep ? "out of memory for its retention" : "ended (retention 0)");
         return;
     }
@@ -922,7 +923,7 @@ static void on_start_timeout(evutil_socket_t fd, short what, void *arg)
 
 /* Events of a box: setup report (new boxes only), init's exit, the agent
  * connection, the lifetime timer (what is left of it for an adopted box), a VM guest's start timer. */
-static int watch(struct box *b)
+int box_watch(struct box *b)
 {
     struct event_base *base = cdn_daemon->base;
     if (b->sb.setup_fd >= 0) {
@@ -947,7 +948,7 @@ static int watch(struct box *b)
             return -ENOMEM;
     }
     if (b->spec.limits.timeout_ms && !b->pool) {
-        double left_ms = (double) b->spec.limits.timeout_ms - (now_unix() - b->created_unix) * 1e3;
+        double left_ms = (double) b->spec.limits.timeout_ms - (box_now_unix() - b->created_unix) * 1e3;
         if (left_ms < 0)
             left_ms = 0;
         struct timeval tv = {.tv_sec = (time_t) (left_ms / 1000),
@@ -958,7 +959,7 @@ static int watch(struct box *b)
     }
     cdn_box_touch(b); /* an adopted box's idle time starts again with this cordond */
     if (b->spec.limits.idle_timeout_ms && !b->pool &&
-        arm(&b->idle_ev, on_idle, b, b->spec.limits.idle_timeout_ms) < 0)
+        box_arm(&b->idle_ev, on_idle, b, b->spec.limits.idle_timeout_ms) < 0)
         return -ENOMEM;
     return 0;
 }
@@ -975,7 +976,7 @@ static int spawned(struct cdn_sandbox *sb, void *arg)
 
 struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_error *err)
 {
-    if (!fds_left(spec, err)) {
+    if (!box_fds_left(spec, err)) {
         cdn_spec_free(spec);
         return NULL;
     }
@@ -988,7 +989,7 @@ struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_e
     }
     b->spec = *spec;
     *spec = (struct cdn_spec){0};
-    hold(b);
+    box_hold(b);
     b->fanotify_fd = -1;
     b->layer_mnt = -1;
     b->old_layer = -1;
@@ -1000,7 +1001,7 @@ struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_e
     b->sb.qmp_socket = b->qmp_socket;
     b->sb.stdio_fd = cdn_daemon->devnull;
     b->sb.tier = cdn_tier_lookup(b->spec.tier);
-    b->created_unix = now_unix();
+    b->created_unix = box_now_unix();
     b->sb.persistent = true;
     b->sb.on_spawned = spawned;
     b->sb.on_spawned_arg = b;
@@ -1024,7 +1025,7 @@ struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_e
         /* What a verifier's sibling will bind of its read-write binds, before the agent runs. */
         if (b->spec.protect.n && b->spec.n_mounts)
             (void) cdn_sibling_sources_note(b);
-        rebase_limits(b);
+        box_rebase_limits(b);
         /* The hint's lock can be busy for a moment (a just-cloned setup child
          * holds copies of our fds until it closes them): keep it for later. */
         if (b->sb.slot_hint >= 0 && b->sb.slot_hint != b->sb.slot)
@@ -1040,7 +1041,7 @@ struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_e
             cdn_daemon->n_boxes++;
         }
         cdn_box_event(b, "created", json_pack("{s:s}", "tier", b->sb.tier->name));
-        int r = watch(b);
+        int r = box_watch(b);
         if (r < 0) {
             cdn_error_set(err, -r, "recording or watching the sandbox: %s", strerror(-r));
             cdn_box_delete(b, "internal error");
@@ -1069,7 +1070,7 @@ void cdn_box_hand_over(struct box *b, struct cdn_spec *spec)
     b->spec = *spec;
     *spec = (struct cdn_spec){0};
     b->pool = NULL;
-    b->created_unix = now_unix();
+    b->created_unix = box_now_unix();
     LIST_INSERT_HEAD(&cdn_daemon->boxes, b, link);
     cdn_daemon->n_boxes++;
     (void) cdn_record_write(b);
@@ -1083,7 +1084,7 @@ void cdn_box_hand_over(struct box *b, struct cdn_spec *spec)
     }
     cdn_box_touch(b);
     if (b->spec.limits.idle_timeout_ms)
-        (void) arm(&b->idle_ev, on_idle, b, b->spec.limits.idle_timeout_ms);
+        (void) box_arm(&b->idle_ev, on_idle, b, b->spec.limits.idle_timeout_ms);
 }
 
 /* Refused now, before any pull: cordond stops, or the maximum of sandboxes exists. */
@@ -1098,7 +1099,7 @@ static bool create_refused(struct cdn_spec *spec, struct cdn_box_waiter w)
         (void) snprintf(err.msg, sizeof err.msg, "%u sandboxes exist, the configured maximum",
                         cdn_daemon->n_boxes);
         how = CDN_BOX_TOO_MANY;
-    } else if (!fds_left(spec, &err)) {
+    } else if (!box_fds_left(spec, &err)) {
         how = CDN_BOX_TOO_MANY;
     } else {
         return false;
@@ -1180,9 +1181,9 @@ int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, int memory_fd, s
         event_free(b->setup_ev);
     if (b->pidfd_ev)
         event_free(b->pidfd_ev);
-    if (b->lifetime_ev) /* watch() arms it again with what is left of it */
+    if (b->lifetime_ev) /* box_watch() arms it again with what is left of it */
         event_free(b->lifetime_ev);
-    if (b->start_ev) /* a guest's start timer: watch() makes a new one */
+    if (b->start_ev) /* a guest's start timer: box_watch() makes a new one */
         event_free(b->start_ev);
     b->setup_ev = b->pidfd_ev = b->lifetime_ev = b->start_ev = NULL;
     /* The old layer stays mounted by cordond until the new init runs: the old init's end then only
@@ -1228,9 +1229,9 @@ int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, int memory_fd, s
         cdn_box_keep_slot(slot);
     if (r >= 0) {
         b->sb.keep_cgroup = true;
-        rebase_limits(b);
+        box_rebase_limits(b);
         b->waiter = w;
-        if ((r = watch(b)) < 0)
+        if ((r = box_watch(b)) < 0)
             cdn_error_set(err, -r, "watching the sandbox: %s", strerror(-r));
     }
     if (r < 0) { /* it has no init any more: it ends, with the reason */
@@ -1241,361 +1242,4 @@ int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, int memory_fd, s
         return r;
     }
     return 0;
-}
-
-/* ---- restarts ---- */
-
-static bool is_sibling(const struct cdn_spec *spec)
-{
-    size_t n = strlen(SIBLING_LABEL);
-    for (size_t i = 0; i < spec->labels.n; i++)
-        if (strncmp(spec->labels.v[i], SIBLING_LABEL, n) == 0 && spec->labels.v[i][n] == '=')
-            return true;
-    return false;
-}
-
-/* A live init that is ours (pid and start time match: a pooled one, or one we could not connect
- * to) is killed, and its whole pid namespace waited for; never a stranger that reuses the pid. */
-static void kill_if_ours(pid_t pid, uint64_t start)
-{
-    _cleanup_close_ int fd = (int) syscall(SYS_pidfd_open, pid, 0);
-    if (fd >= 0 && cdn_record_start_time(pid) == start &&
-        syscall(SYS_pidfd_send_signal, fd, SIGKILL, NULL, 0) == 0) {
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        (void) poll(&p, 1, 5000);
-    }
-}
-
-/* A box for the running sandbox rec describes (a restart's adoption, a runtime's attach): its
- * fields, not yet its sandbox (take_sandbox). NULL, with *ret_r: out of memory (-ENOMEM) or not a
- * sandbox record (-EBADMSG); rec's spec is taken either way. */
-static struct box *box_from_record(struct record *rec, const json_t *rec_json, int *ret_r)
-{
-    struct box *b = calloc(1, sizeof *b);
-    *ret_r = -ENOMEM;
-    if (!b || !(b->events = evbuffer_new())) {
-        free(b);
-        cdn_spec_free(&rec->spec);
-        return NULL;
-    }
-    b->spec = rec->spec;
-    rec->spec = (struct cdn_spec){0};
-    hold(b); /* adopted past the budget too: its sandbox exists already */
-    b->fanotify_fd = -1;
-    b->layer_mnt = -1;
-    b->old_layer = -1;
-    LIST_INIT(&b->followers);
-    cdn_sandbox_init(&b->sb, &b->spec);
-    cdn_session_init(&b->session, &b->sb, &cdn_box_session_ops, b);
-    (void) snprintf(b->sb.id, sizeof b->sb.id, "%s", rec->id);
-    cdn_record_path(b->sb.id, "qmp", b->qmp_socket, sizeof b->qmp_socket);
-    b->sb.qmp_socket = b->qmp_socket;
-    b->sb.tier = cdn_tier_lookup(b->spec.tier);
-    /* What the tier wrote into the record (a VM's: what runs the guest, how it started). */
-    if (b->sb.tier && b->sb.tier->restore && b->sb.tier->restore(&b->sb, rec_json) < 0) {
-        box_free(b);
-        *ret_r = -EBADMSG;
-        return NULL;
-    }
-    b->sb.persistent = true;
-    b->sb.slot = rec->slot;
-    b->sb.init_pid = rec->init_pid;
-    b->created_unix = rec->created_unix;
-    b->sb.oom_base = rec->oom_base, b->sb.cpu_base = rec->cpu_base;
-    b->init_start = rec->init_start;
-    b->state = BOX_RUNNING;
-    b->netns = (struct cdn_netns) CDN_NETNS_INIT;
-    /* A runtime's container (cdn_box_attach): its cgroup is the engine's */
-    (void) snprintf(b->cgroup_name, sizeof b->cgroup_name, "%s", rec->cgroup);
-    b->sb.cgroup_name = b->cgroup_name[0] ? b->cgroup_name : NULL;
-    b->attached = rec->attached;
-    b->sb.root_ids_from = rec->ids_from;
-    b->sb.root_ids_count = rec->ids_count;
-    *ret_r = 0;
-    return b;
-}
-
-/* The running sandbox of b's record: its init (the same process: its start time), slot lock, agent
- * connection and network lease. 0, or -errno with err. */
-static int take_sandbox(struct box *b, const struct record *rec, struct cdn_error *err)
-{
-    int r = -ESRCH;
-    if (rec->pooled)
-        (void) snprintf(err->msg, sizeof err->msg, "it was in a warm pool");
-    else if (b->sb.tier && cdn_record_start_time(rec->init_pid) == rec->init_start &&
-             b->sb.tier->adopt(&b->sb, err) >= 0 &&
-             cdn_record_start_time(rec->init_pid) ==
-                 rec->init_start) /* checked again: the pidfd pins the process now */
-        r = b->sb.agent_fd = cdn_record_connect(rec->id);
-    /* A pause is this cordond's, not the record's: one paused when the last cordond went runs on
-     * (its cgroup is the tier's once adopt() has run). */
-    if (b->sb.cgroup.ops && b->sb.cgroup.ops->freeze)
-        (void) b->sb.cgroup.ops->freeze(&b->sb.cgroup, false);
-    if (r >= 0 && b->spec.net_mode != CDN_NET_NONE && (r = cdn_egress_adopt(b, rec->net_lease, err)) < 0)
-        b->sb.agent_fd = safe_close(b->sb.agent_fd);
-    return r < 0 ? r : 0;
-}
-
-static void adopt_one(const char *id, const char *path)
-{
-    struct record rec;
-    struct cdn_error err = {0};
-    if (cdn_record_load(path, &rec, &err) < 0) {
-        fprintf(stderr, "cordond: %s; removing it\n", err.msg);
-        cdn_record_remove(id);
-        return;
-    }
-    _cleanup_json_ json_t *rec_json = TAKE_PTR(rec.json);
-    int r;
-    struct box *b = box_from_record(&rec, rec_json, &r);
-    if (!b) {
-        if (r == -EBADMSG) {
-            fprintf(stderr, "cordond: %s: not a sandbox record; removing it\n", path);
-            cdn_record_remove(id);
-        }
-        return;
-    }
-    r = take_sandbox(b, &rec, &err);
-    if (r >= 0) {
-        LIST_INSERT_HEAD(&cdn_daemon->boxes, b, link);
-        cdn_daemon->n_boxes++;
-        /* Its image is held again; one removed while no cordond ran is this sandbox's loss only. */
-        struct cdn_error held = {0};
-        if (cdn_tier_hold_image(&b->sb, &held) < 0)
-            fprintf(stderr, "cordond: sandbox %s: %s\n", id, held.msg);
-        if (watch(b) >= 0) {
-            if (b->spec.checkpoints && b->sb.tier->save_memory) { /* a guest the last one held, let go */
-                uint8_t off = CDN_HOLD_OFF;
-                (void) cdn_agent_conn_send(&b->agent, CDN_FRAME_HOLD, 0, 0, &off, 1);
-            }
-            if (is_sibling(&b->spec)) { /* its step ended with the last cordond: nobody wants it */
-                cdn_box_delete(b, "a verifier's sibling left by the last cordond");
-                return;
-            }
-            /* What its cgroup counted so far the last cordond saw (or an earlier tenant's): the
-             * violations count on from here, not again (in kill mode that would end it). */
-            struct cdn_usage u0;
-            if (b->sb.tier->usage(&b->sb, &u0) == 0)
-                b->viol.oom_seen = u0.oom_kills, b->viol.pids_seen = u0.pids_max_hits;
-            monitor_start(b);
-            if (cdn_box_fanotify_adopt(b, &err) < 0 && b->spec.protect.n) {
-                fprintf(stderr, "cordond: sandbox %s: %s; ending it\n", id, err.msg);
-                cdn_box_delete(b, "protected paths could not be guarded after a restart");
-                return;
-            }
-            cdn_box_event(b, "adopted", json_pack("{s:i}", "init_pid", (int) rec.init_pid));
-            return;
-        }
-        cdn_box_delete(b, "could not be watched after a restart");
-        return;
-    }
-    /* init is gone (or is not ours): kill what may be left in its slot, free it */
-    fprintf(stderr, "cordond: sandbox %s could not be adopted (%s); cleaning up\n", id,
-            err.msg[0] ? err.msg : "init is gone");
-    if (b->sb.tier) {
-        kill_if_ours(rec.init_pid, rec.init_start);
-        b->sb.agent_fd = safe_close(b->sb.agent_fd);
-        b->sb.init_pidfd = safe_close(b->sb.init_pidfd);
-        b->sb.slot_fd = safe_close(b->sb.slot_fd);
-        /* Its cgroup, under the slot's lock: if another sandbox took the slot
-         * while no cordond ran, the cgroup is that one's and stays. */
-        if (b->sb.tier->drop_slot && rec.slot >= 0)
-            b->sb.tier->drop_slot(rec.slot);
-        if (b->sb.tier->forget)
-            b->sb.tier->forget(&b->sb);
-    }
-    cdn_record_remove(id);
-    box_free(b);
-}
-
-/* An attach that failed before the box was listed: what it took of the sandbox is let go, nothing of
- * the sandbox is touched (the runtime ends its create with the error). */
-static struct box *attach_failed(struct box *b, const char *id)
-{
-    b->sb.init_pidfd = safe_close(b->sb.init_pidfd);
-    b->sb.slot_fd = safe_close(b->sb.slot_fd);
-    b->sb.agent_fd = safe_close(b->sb.agent_fd);
-    cdn_record_remove(id);
-    box_free(b);
-    return NULL;
-}
-
-struct box *cdn_box_attach(const struct cdn_box_attach *a, struct cdn_spec *spec, struct cdn_error *err)
-{
-    struct record rec = {.slot = a->slot,
-                         .ids_from = a->ids_from,
-                         .ids_count = a->ids_count,
-                         .init_pid = a->init_pid,
-                         .init_start = a->init_start,
-                         .created_unix = now_unix(),
-                         .net_lease = -1,
-                         .attached = true,
-                         .spec = *spec};
-    *spec = (struct cdn_spec){0};
-    cdn_sandbox_new_id(rec.id);
-    (void) snprintf(rec.cgroup, sizeof rec.cgroup, "%s", a->cgroup ? a->cgroup : "");
-    /* The allowlist goes on once the box holds the sandbox (its namespace gets cordon's network). */
-    enum cdn_net_mode want = rec.spec.net_mode;
-    struct cdn_strv allow = rec.spec.net_allow;
-    rec.spec.net_mode = CDN_NET_NONE;
-    rec.spec.net_allow = (struct cdn_strv){0};
-    if (!fds_left(&rec.spec, err)) {
-        cdn_strv_free(&allow);
-        cdn_spec_free(&rec.spec);
-        return NULL;
-    }
-    /* Its init listens where the runtime put it: the record's socket leads there. */
-    char link[512];
-    cdn_record_path(rec.id, "sock", link, sizeof link);
-    if (symlink(a->socket, link) < 0) {
-        cdn_strv_free(&allow);
-        cdn_spec_free(&rec.spec);
-        return cdn_error_field(err, errno, "socket", "socket: %m"), NULL;
-    }
-    int r;
-    struct box *b = box_from_record(&rec, NULL, &r);
-    if (!b) {
-        cdn_strv_free(&allow);
-        (void) unlink(link);
-        return cdn_error_set(err, -r, "out of memory"), NULL;
-    }
-    if ((r = take_sandbox(b, &rec, err)) < 0) {
-        cdn_strv_free(&allow);
-        if (!err->msg[0])
-            cdn_error_field(err, -r, "init_pid", "init_pid: %d is not the running init of a cordon container",
-                            (int) a->init_pid);
-        return attach_failed(b, rec.id);
-    }
-    LIST_INSERT_HEAD(&cdn_daemon->boxes, b, link);
-    cdn_daemon->n_boxes++;
-    const char *fail = NULL;
-    if (watch(b) < 0)
-        fail = "could not be watched";
-    if (!fail) {
-        rebase_limits(b);
-        monitor_start(b);
-    }
-    if (!fail && b->spec.protect.n && cdn_box_fanotify_adopt(b, err) < 0)
-        fail = "its protected paths could not be guarded";
-    if (!fail && want != CDN_NET_NONE && cdn_egress_set(b, want, &allow, err) < 0)
-        fail = "its network could not be given";
-    else if (want == CDN_NET_NONE || fail)
-        cdn_strv_free(&allow);
-    if (!fail && cdn_record_write(b) < 0)
-        fail = "its record could not be written";
-    if (fail) {
-        if (!err->msg[0])
-            cdn_error_set(err, EIO, "the container %s", fail);
-        cdn_box_delete(b, fail);
-        return NULL;
-    }
-    cdn_box_event(b, "attached", json_pack("{s:i}", "init_pid", (int) a->init_pid));
-    return b;
-}
-
-static int adopted;
-
-static void adopt_counted(const char *id, const char *path)
-{
-    unsigned before = cdn_daemon->n_boxes;
-    adopt_one(id, path);
-    adopted += cdn_daemon->n_boxes > before;
-}
-
-/* An ended sandbox an earlier cordond kept (cdn_record_write_ended), for the rest of its retention:
- * listed, its GET, events and violations answered as before, 410 for what needs it running. */
-static void restore_ended(const char *id, const char *path)
-{
-    _cleanup_json_ json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
-    json_t *spec = json_object_get(o, "spec"), *viol = json_object_get(o, "violations");
-    double ended = json_number_value(json_object_get(o, "ended_at"));
-    double left = ended + cdn_daemon->cfg.retention_s - now_unix();
-    const char *events = json_string_value(json_object_get(o, "events"));
-    const char *reason = json_string_value(json_object_get(o, "exit_reason"));
-    _cleanup_free_ char *spec_text = spec ? json_dumps(spec, JSON_COMPACT) : NULL;
-    struct box *b = calloc(1, sizeof *b);
-    struct cdn_error err = {0};
-    if (!b || !(b->events = evbuffer_new()) || cdn_spec_init(&b->spec) < 0) {
-        if (b && b->events)
-            evbuffer_free(b->events);
-        free(b);
-        return;
-    }
-    bool ok = o && spec_text && events && reason && ended > 0 && left > 0 &&
-              strcmp(json_string_value(json_object_get(o, "id")) ?: "", id) == 0 &&
-              cdn_spec_from_json(&b->spec, spec_text, strlen(spec_text), &err) >= 0 &&
-              cdn_tier_lookup(b->spec.tier) && cdn_daemon->n_ended < cdn_daemon->cfg.max_sandboxes;
-    if (!ok) { /* past its retention, or not what a cordond wrote */
-        cdn_record_remove_ended(id);
-        cdn_spec_free(&b->spec);
-        evbuffer_free(b->events);
-        free(b);
-        return;
-    }
-    b->fanotify_fd = -1;
-    b->layer_mnt = -1;
-    b->old_layer = -1;
-    LIST_INIT(&b->followers);
-    cdn_sandbox_init(&b->sb, &b->spec);
-    cdn_session_init(&b->session, &b->sb, &cdn_box_session_ops, b);
-    (void) snprintf(b->sb.id, sizeof b->sb.id, "%s", id);
-    b->sb.tier = cdn_tier_lookup(b->spec.tier);
-    b->state = BOX_EXITED;
-    b->cleaned = b->uncounted = b->restored = true;
-    b->created_unix = json_number_value(json_object_get(o, "created_at"));
-    b->ended_unix = ended;
-    b->execs = (uint64_t) json_integer_value(json_object_get(o, "execs"));
-    (void) snprintf(b->exit_reason, sizeof b->exit_reason, "%s", reason);
-    json_t *usage = json_object_get(o, "usage");
-    b->final_usage = json_is_object(usage) ? json_incref(usage) : NULL;
-    json_t *counts = json_object_get(viol, "counts");
-    for (int k = 0; k < _CDN_VK_MAX; k++)
-        b->session.counts[k] = (uint64_t) json_integer_value(json_object_get(counts, cdn_vk_name(k)));
-    b->session.first = json_number_value(json_object_get(viol, "first"));
-    b->session.last = json_number_value(json_object_get(viol, "last"));
-    (void) evbuffer_add(b->events, events, strlen(events));
-    LIST_INSERT_HEAD(&cdn_daemon->boxes, b, link);
-    cdn_daemon->n_ended++;
-    if (arm(&b->lifetime_ev, on_retention, b, (uint64_t) (left * 1000) + 1) < 0)
-        cdn_box_delete(b, "out of memory for its retention");
-}
-
-int cdn_box_adopt_all(void)
-{
-    adopted = 0;
-    (void) cdn_record_scan(adopt_counted);
-    (void) cdn_record_scan_ended(restore_ended);
-    return adopted;
-}
-
-void cdn_box_release_all(void)
-{
-    while (!LIST_EMPTY(&cdn_daemon->boxes)) {
-        struct box *b = LIST_FIRST(&cdn_daemon->boxes);
-        /* An OCI runtime's container is the engine's to end: it is left as on a restart. */
-        if (cdn_daemon->cfg.stop_sandboxes && !b->attached) {
-            cdn_box_delete(b, "cordond stopped");
-            continue;
-        }
-        /* Left running for the next cordond: only our side goes. */
-        if (b->waiter.done) {
-            struct cdn_error e = {0};
-            (void) snprintf(e.msg, sizeof e.msg, "cordond is stopping");
-            created(b, CDN_BOX_STOPPING, &e);
-        }
-        b->agent.on_close = NULL;
-        cdn_agent_conn_close(&b->agent);
-        if (cdn_daemon->listener)
-            cdn_daemon->listener->ended(b);
-        LIST_REMOVE(b, link);
-        if (b->uncounted)
-            cdn_daemon->n_ended--;
-        else
-            cdn_daemon->n_boxes--;
-        b->sb.agent_fd = safe_close(b->sb.agent_fd);
-        b->sb.init_pidfd = safe_close(b->sb.init_pidfd);
-        b->sb.setup_fd = safe_close(b->sb.setup_fd);
-        cdn_egress_release(b);
-        box_free(b);
-    }
 }

@@ -368,6 +368,9 @@ def test_all_contained_in_podman(host_env, tmp_path):
         subprocess.run(base + ["rmi", "-af"], capture_output=True)
         release_podman_storage(str(tmp_path / "storage"), runroot)
     cordon, other = runs["cordon"], runs["runc"]
+    for name, run in runs.items():  # the figures of docs/runtime.md (pytest -s shows them)
+        print(f"podman + {name}: {len(run.escaped())} of {len(run.probes)} escaped:",
+              " ".join(sorted(p.name for p in run.escaped())))
     assert len(cordon.probes) >= MIN_PROBES, cordon.report()
     assert not cordon.escaped(), f"{len(cordon.escaped())} probe(s) escaped podman + cordon-runtime:\n{cordon.report()}"
     assert cordon.returncode == 0, cordon.report()
