@@ -54,12 +54,7 @@ static struct box *box_from_record(struct record *rec, const json_t *rec_json, i
     b->spec = rec->spec;
     rec->spec = (struct cdn_spec){0};
     box_hold(b); /* adopted past the budget too: its sandbox exists already */
-    b->fanotify_fd = -1;
-    b->layer_mnt = -1;
-    b->old_layer = -1;
-    LIST_INIT(&b->followers);
-    cdn_sandbox_init(&b->sb, &b->spec);
-    cdn_session_init(&b->session, &b->sb, &cdn_box_session_ops, b);
+    box_init(b);
     (void) snprintf(b->sb.id, sizeof b->sb.id, "%s", rec->id);
     cdn_record_path(b->sb.id, "qmp", b->qmp_socket, sizeof b->qmp_socket);
     b->sb.qmp_socket = b->qmp_socket;
@@ -305,12 +300,7 @@ static void restore_ended(const char *id, const char *path)
         free(b);
         return;
     }
-    b->fanotify_fd = -1;
-    b->layer_mnt = -1;
-    b->old_layer = -1;
-    LIST_INIT(&b->followers);
-    cdn_sandbox_init(&b->sb, &b->spec);
-    cdn_session_init(&b->session, &b->sb, &cdn_box_session_ops, b);
+    box_init(b);
     (void) snprintf(b->sb.id, sizeof b->sb.id, "%s", id);
     b->sb.tier = cdn_tier_lookup(b->spec.tier);
     b->state = BOX_EXITED;

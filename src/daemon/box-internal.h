@@ -9,6 +9,8 @@
 #include "registry.h"
 
 double box_now_unix(void);
+/* The fields of a new box (calloc'd, its spec in place): no fds yet, its sandbox and session. */
+void box_init(struct box *b);
 /* Its hold on cordond's fds (cdn_box_fds); whether a spec's sandbox fits them (else err says why). */
 void box_hold(struct box *b);
 bool box_fds_left(const struct cdn_spec *spec, struct cdn_error *err);

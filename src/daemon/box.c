@@ -974,6 +974,16 @@ static int spawned(struct cdn_sandbox *sb, void *arg)
     return cdn_record_write(b);
 }
 
+void box_init(struct box *b)
+{
+    b->fanotify_fd = -1;
+    b->layer_mnt = -1;
+    b->old_layer = -1;
+    LIST_INIT(&b->followers);
+    cdn_sandbox_init(&b->sb, &b->spec);
+    cdn_session_init(&b->session, &b->sb, &cdn_box_session_ops, b);
+}
+
 struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_error *err)
 {
     if (!box_fds_left(spec, err)) {
@@ -990,13 +1000,8 @@ struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_e
     b->spec = *spec;
     *spec = (struct cdn_spec){0};
     box_hold(b);
-    b->fanotify_fd = -1;
-    b->layer_mnt = -1;
-    b->old_layer = -1;
     b->pool = pool;
-    LIST_INIT(&b->followers);
-    cdn_sandbox_init(&b->sb, &b->spec);
-    cdn_session_init(&b->session, &b->sb, &cdn_box_session_ops, b);
+    box_init(b);
     cdn_record_path(b->sb.id, "qmp", b->qmp_socket, sizeof b->qmp_socket);
     b->sb.qmp_socket = b->qmp_socket;
     b->sb.stdio_fd = cdn_daemon->devnull;
