@@ -48,6 +48,29 @@ static void start_frame(struct agent_req *r, uint16_t type, const uint8_t *p, ui
     free(s);
 }
 
+/* POST /v1/sandboxes/{id}/oci-listener {"pid", "fd"}: the seccomp listener of a process the runtime
+ * starts with exec, taken from it before it execs (cdn_box_take_listener). Root's unix socket only:
+ * it names a host process. */
+void cdn_api_oci_listener(struct evhttp_request *req, struct box *b)
+{
+    if (!b->attached)
+        return cdn_api_reply_error(req, 400, "not_attached", NULL, "sandbox %s is cordond's own", b->sb.id);
+    if (cdn_api_over_tcp(req))
+        return cdn_api_reply_error(req, 403, "forbidden", NULL, "it names host processes: unix socket only");
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    json_error_t je;
+    size_t n = evbuffer_get_length(in);
+    _cleanup_json_ json_t *o = n ? json_loadb((const char *) evbuffer_pullup(in, -1), n, 0, &je) : NULL;
+    int pid = 0, fd = -1;
+    if (!o || json_unpack_ex(o, &je, JSON_STRICT, "{s:i, s:i}", "pid", &pid, "fd", &fd) < 0 || pid <= 1 ||
+        fd < 0)
+        return cdn_api_reply_error(req, 400, "invalid_request", "body", "body: {\"pid\", \"fd\"}");
+    struct cdn_error err = {0};
+    if (cdn_box_take_listener(b, pid, fd, &err) < 0)
+        return cdn_api_reply_cdn_error(req, 400, "invalid_request", &err);
+    cdn_api_reply_json(req, 200, json_pack("{s:b}", "taken", 1));
+}
+
 void cdn_api_oci_start(struct evhttp_request *req, struct box *b)
 {
     if (!b->attached)

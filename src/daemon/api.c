@@ -1110,9 +1110,19 @@ static bool authorized(struct evhttp_request *req, bool tcp)
     return diff == 0;
 }
 
+/* Whether the request route() serves now came over TCP (routes are answered or handed on within it). */
+static bool serving_tcp;
+
+bool cdn_api_over_tcp(struct evhttp_request *req)
+{
+    (void) req;
+    return serving_tcp;
+}
+
 static void route(struct evhttp_request *req, void *arg)
 {
     bool tcp = arg != NULL;
+    serving_tcp = tcp;
     const char *e2b = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
     if (e2b && cdn_e2b_path(e2b)) /* its own credentials (e2b.c) */
         return cdn_e2b_route(req, e2b, tcp);
@@ -1197,6 +1207,7 @@ static void route(struct evhttp_request *req, void *arg)
         {"exec", EVHTTP_REQ_POST, cdn_api_exec},
         {"call", EVHTTP_REQ_POST, cdn_api_call},
         {"oci-start", EVHTTP_REQ_POST, cdn_api_oci_start},
+        {"oci-listener", EVHTTP_REQ_POST, cdn_api_oci_listener},
         {"files", EVHTTP_REQ_PUT, cdn_api_files},
         {"files", EVHTTP_REQ_GET, cdn_api_files},
         {"files", EVHTTP_REQ_DELETE, cdn_api_files},

@@ -40,7 +40,10 @@ void cdn_api_exec_begin(struct evhttp_request *req, struct box *b, struct exec_a
 void cdn_api_sibling_start(struct evhttp_request *req, struct box *b, struct exec_args *args);
 void cdn_api_call(struct evhttp_request *req, struct box *b);      /* api-call.c: the process tier */
 void cdn_api_oci_start(struct evhttp_request *req, struct box *b); /* api-oci.c: cordon-runtime's start */
-void cdn_api_throttle_end(struct box *b);                          /* the box is going */
+/* Whether req (the one being routed now) came over the TCP listener, not the unix socket. */
+bool cdn_api_over_tcp(struct evhttp_request *req);
+void cdn_api_oci_listener(struct evhttp_request *req, struct box *b); /* api-oci.c: …and its exec */
+void cdn_api_throttle_end(struct box *b);                             /* the box is going */
 /* One NDJSON line (body taken) as a chunk of a streaming reply. */
 void cdn_api_send_line(struct evhttp_request *req, json_t *body);
 void cdn_api_stream_timeout(struct evhttp_request *req); /* after evhttp_send_reply_start */

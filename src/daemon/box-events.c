@@ -289,6 +289,7 @@ static void resume(evutil_socket_t fd, short what, void *arg)
     b->budget.paused = false;
     if (b->monitor_ev)
         (void) event_add(b->monitor_ev, NULL);
+    cdn_box_listeners_pause(b, false);
     cdn_box_fanotify_resume(b);
 }
 
@@ -314,6 +315,7 @@ void cdn_box_supervised(struct box *b, uint64_t t0_ns)
     g->paused = true;
     if (b->monitor_ev)
         (void) event_del(b->monitor_ev);
+    cdn_box_listeners_pause(b, true);
     cdn_box_fanotify_pause(b);
 }
 

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
@@ -72,32 +73,113 @@ static void monitor_stop(struct box *b)
     (void) close(fd);
 }
 
-/* At most 16 notifications per call (the loop serves every other event between two calls), and
- * what they cost is charged to the box's budget (box-events.c), which stops this event when spent.
- * The session (supervise/session.h) decides and answers each. */
-static void on_monitor(evutil_socket_t fd, short what, void *arg)
+/* At most 16 notifications of listener fd per call (the loop serves every other event between two
+ * calls), and what they cost is charged to the box's budget (box-events.c), which stops the events when
+ * spent. The session (supervise/session.h) decides and answers each. false: fd hung up (nothing that
+ * it supervises can call any more). */
+static bool serve_listener(struct box *b, int fd)
 {
-    (void) what;
-    struct box *b = arg;
     uint64_t t0 = cdn_box_supervise_start();
-    for (int i = 0; i < 16 && b->monitor_ev && !b->budget.paused; i++) {
+    for (int i = 0; i < 16 && !b->budget.paused; i++) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, 0) <= 0)
             break;
-        if (!(p.revents & POLLIN)) { /* HUP: nothing in the sandbox can call any more */
-            monitor_stop(b);
-            return;
-        }
+        if (!(p.revents & POLLIN))
+            return false;
         int r = cdn_session_seccomp(&b->session, fd);
         if (r == -ENOENT)
             continue;
         if (r < 0)
             break;
         if (b->state != BOX_RUNNING)
-            return; /* killed on it */
+            return true; /* killed on it */
     }
-    if (b->monitor_ev)
-        cdn_box_supervised(b, t0);
+    cdn_box_supervised(b, t0);
+    return true;
+}
+
+static void on_monitor(evutil_socket_t fd, short what, void *arg)
+{
+    (void) what;
+    if (!serve_listener(arg, fd))
+        monitor_stop(arg);
+}
+
+struct box_listener {
+    struct box *b;
+    struct event *ev;
+    LIST_ENTRY(box_listener) link;
+};
+
+static void listener_free(struct box_listener *l)
+{
+    LIST_REMOVE(l, link);
+    int fd = event_get_fd(l->ev);
+    event_free(l->ev);
+    (void) close(fd);
+    free(l);
+}
+
+static void on_exec_monitor(evutil_socket_t fd, short what, void *arg)
+{
+    (void) what;
+    struct box_listener *l = arg;
+    if (!serve_listener(l->b, fd))
+        listener_free(l);
+}
+
+void cdn_box_listeners_pause(struct box *b, bool pause)
+{
+    struct box_listener *l;
+    LIST_FOREACH(l, &b->listeners, link)
+    (void) (pause ? event_del(l->ev) : event_add(l->ev, NULL));
+}
+
+static void listeners_stop(struct box *b)
+{
+    while (!LIST_EMPTY(&b->listeners))
+        listener_free(LIST_FIRST(&b->listeners));
+}
+
+/* Whether pid is in the box's sandbox: its pid namespace is init's (it was born there). */
+static bool in_sandbox(const struct box *b, pid_t pid)
+{
+    char a[64], c[64];
+    struct stat sa, sc;
+    (void) snprintf(a, sizeof a, "/proc/%d/ns/pid", (int) pid);
+    (void) snprintf(c, sizeof c, "/proc/%d/ns/pid", (int) b->sb.init_pid);
+    return stat(a, &sa) == 0 && stat(c, &sc) == 0 && sa.st_ino == sc.st_ino && sa.st_dev == sc.st_dev;
+}
+
+int cdn_box_take_listener(struct box *b, pid_t pid, int fd, struct cdn_error *err)
+{
+    _cleanup_close_ int pidfd = (int) syscall(SYS_pidfd_open, pid, 0); /* pinned before it is checked */
+    if (pidfd < 0 || b->state != BOX_RUNNING || !in_sandbox(b, pid))
+        return cdn_error_field(err, ESRCH, "pid", "pid: %d is not a process of sandbox %s", (int) pid,
+                               b->sb.id);
+    _cleanup_close_ int got = (int) syscall(SYS_pidfd_getfd, pidfd, fd, 0);
+    if (got < 0)
+        return cdn_error_field(err, pidfd < 0 ? -pidfd : errno, "fd", "fd: %d of process %d: %m", fd,
+                               (int) pid);
+    char link[64], what[64] = {0};
+    (void) snprintf(link, sizeof link, "/proc/self/fd/%d", got);
+    if (readlink(link, what, sizeof what - 1) < 0 || strcmp(what, "anon_inode:seccomp notify") != 0)
+        return cdn_error_field(err, EINVAL, "fd", "fd: %d of process %d is not a seccomp listener", fd,
+                               (int) pid);
+    struct box_listener *l = calloc(1, sizeof *l);
+    if (!l || !(l->ev = event_new(cdn_daemon->base, got, EV_READ | EV_PERSIST, on_exec_monitor, l))) {
+        free(l);
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    }
+    l->b = b;
+    if (!b->budget.paused && event_add(l->ev, NULL) < 0) {
+        event_free(l->ev);
+        free(l);
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    }
+    TAKE_FD(got); /* listener_free() closes it */
+    LIST_INSERT_HEAD(&b->listeners, l, link);
+    return 0;
 }
 
 /* Once init runs: supervise its watched denials. Without it they would block. */
@@ -365,6 +447,7 @@ static void cleanup(struct box *b)
     b->cleaned = true;
     unhold(b);
     monitor_stop(b);
+    listeners_stop(b);
     cdn_box_fanotify_stop(b);
     if (b->pidfd_ev)
         event_del(b->pidfd_ev);
@@ -980,6 +1063,7 @@ void box_init(struct box *b)
     b->layer_mnt = -1;
     b->old_layer = -1;
     LIST_INIT(&b->followers);
+    LIST_INIT(&b->listeners);
     cdn_sandbox_init(&b->sb, &b->spec);
     cdn_session_init(&b->session, &b->sb, &cdn_box_session_ops, b);
 }
@@ -1181,6 +1265,7 @@ int cdn_box_respawn(struct box *b, int layer_fd, uint32_t base, int memory_fd, s
         cdn_daemon->listener->freed(b);
     cdn_agent_conn_close(&b->agent);
     monitor_stop(b);
+    listeners_stop(b);
     cdn_box_fanotify_stop(b);
     if (b->setup_ev)
         event_free(b->setup_ev);

@@ -206,6 +206,9 @@ struct box {
      * its socket the runtime's; its cgroup the engine's (sb.cgroup_name), else "". */
     bool attached;
     char cgroup_name[CDN_CGROUP_NAME_MAX];
+    /* The seccomp listeners of processes an OCI runtime started in it with exec (box.c
+     * cdn_box_take_listener): watched beside init's, paused with it by the budget. */
+    LIST_HEAD(, box_listener) listeners;
     struct evbuffer *events;             /* NDJSON lines, oldest dropped past a cap (box-events.c) */
     uint64_t events_seq, events_dropped; /* lines logged, and dropped from the ring's front */
     struct pinned_event pinned[EVENTS_PINNED];
@@ -312,6 +315,12 @@ struct cdn_box_attach {
     uint32_t ids_from, ids_count; /* the engine's id range for it, if it has one (sandbox.h root_ids_from) */
 };
 struct box *cdn_box_attach(const struct cdn_box_attach *a, struct cdn_spec *spec, struct cdn_error *err);
+/* An attached container's exec (cordon-runtime): the seccomp listener fd holds in process pid, which
+ * must be one of the container's and waits, not yet exec'd, for this to return. Taken (pidfd_getfd)
+ * and watched as init's is. 0, or -errno with err naming the field. */
+int cdn_box_take_listener(struct box *b, pid_t pid, int fd, struct cdn_error *err);
+/* Stop or go on reading those listeners (the supervision budget, box-events.c). */
+void cdn_box_listeners_pause(struct box *b, bool pause);
 /* At stop: forget every box without ending it (its init waits for the next
  * cordond), or end them all when configured so. */
 void cdn_box_release_all(void);

@@ -119,3 +119,26 @@ int cdn_rt_attached_start(const char *id, const void *payload, size_t len, struc
     msg = json_string_value(json_object_get(json_object_get(reply, "error"), "message"));
     return cdn_error_set(err, EIO, "start through cordond (HTTP %ld): %s", status, msg ? msg : "no answer");
 }
+
+int cdn_rt_hand_listener(const char *id, pid_t pid, int fd, struct cdn_error *err)
+{
+    _cleanup_(client_freep) cordon_client *c = cordon_client_new(socket_path());
+    char path[128], body[64];
+    (void) snprintf(path, sizeof path, "/v1/sandboxes/%s/oci-listener", id);
+    (void) snprintf(body, sizeof body, "{\"pid\": %d, \"fd\": %d}", (int) pid, fd);
+    long status = 0;
+    _cleanup_free_ char *answer = NULL;
+    size_t n = 0;
+    int r = c ? cordon_request(c, "POST", path, body, strlen(body), "application/json", &status, &answer, &n)
+              : -ENOMEM;
+    if (r < 0 && r != -EPROTO)
+        return cdn_error_set(err, -r, "hand the exec's seccomp listener to cordond at %s: %s", socket_path(),
+                             strerror(-r));
+    if (status == 200)
+        return 0;
+    json_error_t je;
+    _cleanup_json_ json_t *reply = answer ? json_loadb(answer, n, 0, &je) : NULL;
+    const char *msg = json_string_value(json_object_get(json_object_get(reply, "error"), "message"));
+    return cdn_error_set(err, EIO, "cordond did not take the exec's seccomp listener (HTTP %ld): %s", status,
+                         msg ? msg : "no answer");
+}

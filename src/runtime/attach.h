@@ -31,5 +31,8 @@ int cdn_rt_attach(const struct cdn_rt_attach *a, char ret_id[CDN_RT_BOX_ID_MAX],
 /* Start the container's process (payload: its EXEC, CDN_EXEC_STATUS) through cordond, which holds the
  * only connection init keeps: 0 once it runs, or -errno with err as runc words it. */
 int cdn_rt_attached_start(const char *id, const void *payload, size_t len, struct cdn_error *err);
+/* An exec's process pid holds its seccomp listener at fd, waiting: cordond takes it (so that its watched
+ * calls are counted as init's are). 0, or -errno with err. */
+int cdn_rt_hand_listener(const char *id, pid_t pid, int fd, struct cdn_error *err);
 /* Let cordond end and forget the sandbox id (gone already: nothing). */
 void cdn_rt_detach(const char *id);

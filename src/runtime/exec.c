@@ -2,6 +2,7 @@
  * started from the host inside a running container (tiers/container/join.c), the engine's to reap. */
 #include "runtime/container-internal.h"
 #include "runtime/container.h"
+#include "runtime/attach.h"
 #include "runtime/console.h"
 #include "runtime/hooks.h"
 
@@ -97,6 +98,11 @@ static int exec_failed(const char *arg0, int r, struct cdn_error *err)
     return r;
 }
 
+static int hand_to_cordond(pid_t pid, int fd, void *arg, struct cdn_error *err)
+{
+    return cdn_rt_hand_listener(arg, pid, fd, err);
+}
+
 /* The process of an exec, started: its pid, ours to reap unless o->detach. */
 static int exec_start(const char *root, const char *id, const struct cdn_rt_exec_opts *o, pid_t *ret_pid,
                       struct cdn_error *err)
@@ -112,7 +118,11 @@ static int exec_start(const char *root, const char *id, const struct cdn_rt_exec
     }
     struct cdn_cgroup cg;
     rt_cgroup(&s, &cg);
-    (void) setenv("CORDON_MONITOR", "off", 1); /* the container's filter: no host answers its notifications */
+    /* Attached to cordond, the process hands it its seccomp listener before it execs, as init did at
+     * create; else no host answers its notifications, and its filter denies outright. */
+    const char *box = json_string_value(json_object_get(s.doc, "cordond"));
+    if (!box)
+        (void) setenv("CORDON_MONITOR", "off", 1);
     /* Waiting for it ourselves: its parent exits, so it must come to us, not to the engine. */
     if (!o->detach && prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0)
         r = cdn_error_set(err, errno, "PR_SET_CHILD_SUBREAPER: %m");
@@ -133,6 +143,10 @@ static int exec_start(const char *root, const char *id, const struct cdn_rt_exec
     j.rlimits = rlimits;
     j.seccomp_extra = b.seccomp_insns;
     j.seccomp_extra_len = b.seccomp_len;
+    if (box) {
+        j.hand = hand_to_cordond;
+        j.hand_arg = (void *) box;
+    }
     pid_t pid = r < 0 ? r : cdn_container_join(&j, err);
     (void) safe_close(tty);
     if (r >= 0 && pid < 0)

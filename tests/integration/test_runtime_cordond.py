@@ -71,6 +71,30 @@ def test_an_attached_container_s_violations_are_cordond_s(bb, cordond):
     assert box_of(cordond, "c1") == []
 
 
+def test_an_exec_s_violations_are_counted_too(bb, cordond):
+    """A harness runs most commands with exec (podman exec, kubectl exec): the process hands cordond its
+    seccomp listener before it runs, so its watched calls are counted as the first process's are, and
+    answered as on_violation says. Shown once: before the hand-over an exec's unshare failed with EPERM
+    and the count stayed 0."""
+    d, cfg, root, run = bb
+    cfg["annotations"] = {"io.cordon.on-violation": "log"}
+    out, p = run("c1", "sleep", "1000", env=cordond.env)
+    box = box_of(cordond, "c1")[0]["id"]
+    r = rt("exec", "c1", "sh", "-c", "unshare -U true; echo unshare=$?", root=root, env=cordond.env)
+    assert r.returncode == 0 and "unshare=1" in r.stdout, r
+    st, v = cordond.http("GET", f"/v1/sandboxes/{box}/violations")
+    assert v["counts"]["syscall"] == 1, v
+    st, ev = cordond.http("GET", f"/v1/sandboxes/{box}/events")
+    assert any(json.loads(x).get("syscall") == "unshare" for x in ev.decode().splitlines()), ev
+    # a detached exec (conmon's) the same
+    r = rt("exec", "--detach", "c1", "sh", "-c", "unshare -U true", root=root, env=cordond.env)
+    assert r.returncode == 0, r
+    wait_for(lambda: cordond.http("GET", f"/v1/sandboxes/{box}/violations")[1]["counts"]["syscall"] == 2,
+             timeout=10, what="the detached exec's violation")
+    assert rt("delete", "--force", "c1", root=root, env=cordond.env).returncode == 0
+    result(out, p)
+
+
 def test_on_violation_kill_ends_the_container_the_engine_sees(bb, cordond):
     d, cfg, root, run = bb
     cfg["annotations"] = {"io.cordon.on-violation": "kill"}

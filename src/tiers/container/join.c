@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -56,8 +57,18 @@ static int open_namespaces(pid_t pid, int fds[N_NS], struct cdn_error *err)
 }
 
 /* The grandchild: confined, then exec. Reports through errfd and exits on failure. */
+/* The listener at fd to the supervisor, through the caller (cdn_container_join): its number, then
+ * the caller's 'g' once taken. 0, or -errno. */
+static int hand_listener(int handfd, int fd)
+{
+    char go = 0;
+    if (cdn_write_all(handfd, &fd, sizeof fd) < 0 || cdn_read_full(handfd, &go, 1) != 1 || go != 'g')
+        return -EPIPE;
+    return 0;
+}
+
 _noreturn_ static void confine_and_exec(const struct cdn_container_join *j,
-                                        const struct cdn_seccomp_prog *prog, int errfd)
+                                        const struct cdn_seccomp_prog *prog, int errfd, int handfd)
 {
     struct cdn_error err = {0};
     int r = 0;
@@ -84,6 +95,8 @@ _noreturn_ static void confine_and_exec(const struct cdn_container_join *j,
         cdn_error_field(&err, r, "linux.seccomp", "linux.seccomp: install the filter: %s", strerror(-r));
     else if ((r = cdn_seccomp_install(prog)) < 0)
         cdn_error_set(&err, r, "install seccomp filter: %s", strerror(-r));
+    else if (handfd >= 0 && (r = hand_listener(handfd, r)) < 0)
+        cdn_error_set(&err, -r, "hand the seccomp listener to the supervisor: %s", strerror(-r));
     if (r >= 0) {
         extern char **environ;
         environ = (char **) j->envp; /* execvp searches PATH in the process's own environment */
@@ -96,7 +109,7 @@ _noreturn_ static void confine_and_exec(const struct cdn_container_join *j,
 
 /* The child: into the cgroup and the namespaces, then the grandchild. */
 _noreturn_ static void join_child(const struct cdn_container_join *j, const int fds[N_NS],
-                                  const struct cdn_seccomp_prog *prog, int pidfd_w, int errfd)
+                                  const struct cdn_seccomp_prog *prog, int pidfd_w, int errfd, int handfd)
 {
     struct cdn_error err = {0};
     struct cdn_cgroup cg;
@@ -115,7 +128,7 @@ _noreturn_ static void join_child(const struct cdn_container_join *j, const int 
         r = cdn_error_set(&err, errno, "fork in the sandbox: %m");
     if (pid == 0) {
         (void) close(pidfd_w);
-        confine_and_exec(j, prog, errfd);
+        confine_and_exec(j, prog, errfd, handfd);
     }
     if (r < 0) {
         (void) cdn_write_all(errfd, &err, sizeof err);
@@ -133,8 +146,11 @@ int cdn_container_join(const struct cdn_container_join *j, struct cdn_error *err
     struct cdn_seccomp_prog prog = {0};
     char cache[4096];
     cdn_cache_dir(cache, sizeof cache);
-    _cleanup_close_pair_ int pids[2] = {-EBADF, -EBADF}, errs[2] = {-EBADF, -EBADF};
+    _cleanup_close_pair_ int pids[2] = {-EBADF, -EBADF}, errs[2] = {-EBADF, -EBADF},
+                             hand[2] = {-EBADF, -EBADF};
     int r = open_namespaces(j->init_pid, fds, err);
+    if (r >= 0 && j->hand && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, hand) < 0)
+        r = cdn_error_set(err, errno, "socketpair: %m");
     if (r >= 0)
         r = cdn_seccomp_load_cached(cache, &prog, err);
     if (r >= 0 && (pipe2(pids, O_CLOEXEC) < 0 || pipe2(errs, O_CLOEXEC) < 0))
@@ -142,8 +158,11 @@ int cdn_container_join(const struct cdn_container_join *j, struct cdn_error *err
     pid_t child = r >= 0 ? fork() : -1;
     if (r >= 0 && child < 0)
         r = cdn_error_set(err, errno, "fork: %m");
-    if (child == 0)
-        join_child(j, fds, &prog, pids[1], errs[1]);
+    if (child == 0) {
+        if (hand[0] >= 0) /* ours alone: its close without 'g' must read as EOF there */
+            (void) close(hand[0]);
+        join_child(j, fds, &prog, pids[1], errs[1], hand[1]);
+    }
     for (size_t i = 0; i < N_NS; i++)
         (void) safe_close(fds[i]);
     cdn_seccomp_prog_free(&prog);
@@ -151,13 +170,28 @@ int cdn_container_join(const struct cdn_container_join *j, struct cdn_error *err
         return r;
     pids[1] = safe_close(pids[1]);
     errs[1] = safe_close(errs[1]);
+    hand[1] = safe_close(hand[1]);
     pid_t pid = -1;
     int status = 0;
     bool got = cdn_read_full(pids[0], &pid, sizeof pid) == (ssize_t) sizeof pid && pid > 0;
     while (waitpid(child, &status, 0) < 0 && errno == EINTR)
         ;
+    /* The process waits, confined and not yet exec'd, while its listener is taken: then 'g'. EOF
+     * instead: it failed before (its error follows). */
+    int lfd = -1;
+    struct cdn_error hand_err = {0};
+    if (got && j->hand && cdn_read_full(hand[0], &lfd, sizeof lfd) == (ssize_t) sizeof lfd) {
+        if ((r = j->hand(pid, lfd, j->hand_arg, &hand_err)) >= 0 && send(hand[0], "g", 1, MSG_NOSIGNAL) != 1)
+            r = cdn_error_set(&hand_err, EPIPE, "the process in the sandbox went before it ran");
+        hand[0] = safe_close(hand[0]); /* without 'g', it ends */
+    }
     struct cdn_error child_err = {0};
-    if (cdn_read_full(errs[0], &child_err, sizeof child_err) == (ssize_t) sizeof child_err) {
+    bool failed = cdn_read_full(errs[0], &child_err, sizeof child_err) == (ssize_t) sizeof child_err;
+    if (hand_err.msg[0]) { /* the supervisor's refusal, rather than the process's EOF on it */
+        *err = hand_err;
+        return -(hand_err.errnum ?: EIO);
+    }
+    if (failed) {
         child_err.msg[sizeof child_err.msg - 1] = child_err.field[sizeof child_err.field - 1] = 0;
         *err = child_err;
         return -(child_err.errnum ?: EIO);

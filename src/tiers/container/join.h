@@ -22,6 +22,12 @@ struct cdn_container_join {
     const struct rlimit *rlimits; /* RLIM_NLIMITS, lowering cordon's (sandbox.h rlimits), or NULL */
     const void *seccomp_extra;    /* a filter stacked on cordon's (sandbox.h seccomp_extra), or NULL */
     uint16_t seccomp_extra_len;
+    /* Set: the process hands its seccomp listener to a supervisor before it execs (cordon-runtime to
+     * cordond): hand(pid, fd, arg) is called with its pid and the number the listener has in it,
+     * which the supervisor takes (pidfd_getfd) meanwhile; then the process closes it and execs. A
+     * negative return fails the join. NULL: the listener goes at exec. */
+    int (*hand)(pid_t pid, int fd, void *arg, struct cdn_error *err);
+    void *hand_arg;
 };
 
 /* Run j->argv in the sandbox: in its cgroup and all its namespaces, as j->uid:gid, confined as the
