@@ -345,6 +345,26 @@ static const char *supervised_annotation(const struct cdn_bundle *b)
     return NULL;
 }
 
+/* The end of a create once the container exists: its state (with cordond's id for it, box), the hooks
+ * of the runtime's namespace, the pid file. */
+static int finish_create(const char *root, const char *id, const struct cdn_bundle *b,
+                         const struct cdn_rt_create_opts *o, const struct cdn_sandbox *sb, json_t *doc,
+                         const char *box, struct cdn_error *err)
+{
+    if (box && json_object_set_new(doc, "cordond", json_string(box)) < 0)
+        return cdn_error_set(err, ENOMEM, "out of memory");
+    int r = write_state(root, id, doc, err);
+    if (r < 0)
+        return r;
+    /* The container exists, its command not yet: the hooks of the runtime's namespace at create. */
+    _cleanup_free_ char *state = b->n_hooks ? cdn_rt_hook_state(id, "creating", sb->init_pid, doc) : NULL;
+    const json_t *hooks = json_object_get(doc, "hooks");
+    if (b->n_hooks && (!state || (r = cdn_rt_hooks_run(hooks, "prestart", state, err)) < 0 ||
+                       (r = cdn_rt_hooks_run(hooks, "createRuntime", state, err)) < 0))
+        return state ? r : cdn_error_set(err, ENOMEM, "out of memory");
+    return o->pid_file ? rt_write_pid_file(o->pid_file, sb->init_pid, err) : 0;
+}
+
 static int create_sandbox(const char *root, const char *id, struct cdn_bundle *b,
                           const struct cdn_rt_create_opts *o, struct cdn_sandbox *sb, struct cdn_error *err)
 {
@@ -412,30 +432,21 @@ static int create_sandbox(const char *root, const char *id, struct cdn_bundle *b
     (void) snprintf(label, sizeof label, "oci.container-id=%s", id); /* its name in cordond's records */
     if (attach && (r = cdn_strv_push(&b->spec.labels, label)) < 0)
         return cdn_error_set(err, -r, "out of memory");
-    if (attach && ((r = cdn_rt_attach(&(struct cdn_rt_attach){.container_id = id,
-                                                              .spec = &b->spec,
-                                                              .init_pid = sb->init_pid,
-                                                              .init_start = start,
-                                                              .slot = sb->slot,
-                                                              .cgroup = cgroup[0] ? cgroup : NULL,
-                                                              .socket = sock,
-                                                              .ids_from = b->spec_ids_from,
-                                                              .ids_count = b->spec_ids_count},
-                                      box, err)) < 0 ||
-                   json_object_set_new(doc, "cordond", json_string(box)) < 0))
-        return r < 0 ? r : cdn_error_set(err, ENOMEM, "out of memory");
-    if ((r = write_state(root, id, doc, err)) < 0) {
-        if (attach)
-            cdn_rt_detach(box);
+    if (attach && (r = cdn_rt_attach(&(struct cdn_rt_attach){.container_id = id,
+                                                             .spec = &b->spec,
+                                                             .init_pid = sb->init_pid,
+                                                             .init_start = start,
+                                                             .slot = sb->slot,
+                                                             .cgroup = cgroup[0] ? cgroup : NULL,
+                                                             .socket = sock,
+                                                             .ids_from = b->spec_ids_from,
+                                                             .ids_count = b->spec_ids_count},
+                                     box, err)) < 0)
         return r;
-    }
-    /* The container exists, its command not yet: the hooks of the runtime's namespace at create. */
-    _cleanup_free_ char *state = b->n_hooks ? cdn_rt_hook_state(id, "creating", sb->init_pid, doc) : NULL;
-    const json_t *hooks = json_object_get(doc, "hooks");
-    if (b->n_hooks && (!state || (r = cdn_rt_hooks_run(hooks, "prestart", state, err)) < 0 ||
-                       (r = cdn_rt_hooks_run(hooks, "createRuntime", state, err)) < 0))
-        return state ? r : cdn_error_set(err, ENOMEM, "out of memory");
-    return o->pid_file ? rt_write_pid_file(o->pid_file, sb->init_pid, err) : 0;
+    /* Whatever fails from here on lets cordond go too: the container is destroyed (cdn_rt_create). */
+    if ((r = finish_create(root, id, b, o, sb, doc, attach ? box : NULL, err)) < 0 && attach)
+        cdn_rt_detach(box);
+    return r;
 }
 
 int cdn_rt_create(const char *root, const char *id, struct cdn_bundle *b, const struct cdn_rt_create_opts *o,

@@ -176,3 +176,19 @@ def test_attach_is_root_s_unix_socket_only_and_checks_its_init(cordond, tmp_path
                                                             "socket": "/tmp/x", "spec": {"tier": "process"}})
     assert st == 400 and body["error"]["field"] == "tier", body
     assert cordond.http("GET", "/v1/sandboxes")[1]["sandboxes"] == []
+
+
+def test_a_create_that_fails_after_the_attach_lets_cordond_go(bb, cordond, tmp_path):
+    """A createRuntime hook that fails ends the create after cordond took the container: cordond lets it
+    go as well. Shown once: before the create's tail detached on failure, the box stayed in cordond's
+    list (exited) for its retention."""
+    d, cfg, root, run = bb
+    hook = tmp_path / "fail.sh"
+    hook.write_text("#!/bin/sh\nexit 3\n")
+    hook.chmod(0o755)
+    cfg["hooks"] = {"createRuntime": [{"path": str(hook)}]}
+    out, p = run("c1", "true", env=cordond.env)
+    res = result(out, p)
+    assert res["create"] == 1 and "hooks.createRuntime[0]" in open(out / "stderr").read(), res
+    assert box_of(cordond, "c1") == []
+    assert not os.path.exists(os.path.join(root, "c1"))
