@@ -57,6 +57,25 @@ static int write_knob(const struct cdn_cgroup *cg, const char *ctrl, const char 
     return r < 0 ? r : cdn_write_file_at(AT_FDCWD, p, value);
 }
 
+/* A write of a CPU bandwidth knob makes the kernel check the bandwidth of every task group of the
+ * host (tg_set_cfs_bandwidth): a cost that grows with the number of live sandboxes. It is skipped
+ * when the knob already says value (a new cgroup's period, a kept cgroup reused with the same
+ * limit). */
+static int write_knob_changed(const struct cdn_cgroup *cg, const char *ctrl, const char *file,
+                              const char *value)
+{
+    char p[600], buf[64];
+    int r = knob(cg, ctrl, file, p, sizeof p);
+    if (r < 0)
+        return r;
+    ssize_t n = cdn_read_file_at(AT_FDCWD, p, buf, sizeof buf);
+    if (n > 0 && buf[n - 1] == '\n')
+        buf[n - 1] = 0;
+    if (n > 0 && strcmp(buf, value) == 0)
+        return 0;
+    return cdn_write_file_at(AT_FDCWD, p, value);
+}
+
 static int set_memory(struct cdn_cgroup *cg, uint64_t bytes, struct cdn_error *err)
 {
     char v[32];
@@ -86,9 +105,9 @@ static int v1_set_limits(struct cdn_cgroup *cg, const struct cdn_cgroup_limits *
         return r;
     if (which & CDN_CGROUP_SET_CPUS) {
         (void) snprintf(v, sizeof v, "%" PRIu64, cdn_cgroup_cpu_quota(l->cpus, 100000));
-        r = write_knob(cg, "cpu", "cpu.cfs_period_us", "100000");
+        r = write_knob_changed(cg, "cpu", "cpu.cfs_period_us", "100000");
         if (r >= 0)
-            r = write_knob(cg, "cpu", "cpu.cfs_quota_us", v);
+            r = write_knob_changed(cg, "cpu", "cpu.cfs_quota_us", v);
         if (r < 0)
             return cdn_error_field(err, r, "limits.cpus", "cgroup v1: set cpu.cfs_quota_us=%s: %s", v,
                                    strerror(-r));

@@ -329,10 +329,12 @@ void box_created(struct box *b, enum cdn_box_created how, const struct cdn_error
 
 unsigned cdn_box_fds(const struct cdn_spec *spec)
 {
-    /* Measured (a sandbox's share of cordond's open fds, 60 at a time): 4.8-4.9 for a container or
-     * a process-tier sandbox, 7.0 with an egress policy, one more with checkpoints (its layer's
-     * mount). A guard (protect, watch_writes) holds a listener; a VM's QEMU its sockets and pidfd. */
-    unsigned n = 5;
+    /* Measured (a sandbox's share of cordond's open fds, 60 at a time): 4.0 for a container or a
+     * process-tier sandbox (agent socket, seccomp listener, init's pidfd, slot lock; the setup pipe
+     * is closed once init runs), two more with an egress policy, one more with checkpoints (its
+     * layer's mount). A guard (protect, watch_writes) holds a listener; a VM's QEMU its sockets and
+     * pidfd. */
+    unsigned n = 4;
     if (spec->net_mode != CDN_NET_NONE)
         n += 2;
     if (spec->checkpoints) /* and a container's standby layer: its image, mount, file, slot lock */
@@ -572,7 +574,12 @@ static void on_setup(evutil_socket_t fd, short what, void *arg)
         cdn_box_delete(b, "setup failed");
         return;
     }
-    box_started(b); /* EOF: the setup pipe is CLOEXEC, so cordon-init runs */
+    /* EOF: the setup pipe is CLOEXEC, so cordon-init runs. The pipe has said all it will: its fd
+     * goes, one less of cordond's for each live sandbox (cdn_box_fds). */
+    event_free(b->setup_ev);
+    b->setup_ev = NULL;
+    b->sb.setup_fd = safe_close(b->sb.setup_fd);
+    box_started(b);
 }
 
 /* init's answers on channel 0 while it sets itself up (a VM guest's to IDENTITY and POLICY,
