@@ -10,6 +10,8 @@
  *                                                     no sandbox, no daemon: the fork+exec floor
  *   load cpuid   COUNT ROUNDS                         ns per `cpuid` (x86-64; a VM exit under a hypervisor)
  *   load cpuid-count PATH [ARG...]                    how many `cpuid` PATH executes from exec to exit
+ *   load fill    SOCKET CLIENTS COUNT SPEC            COUNT sandboxes made and left alive (run-density)
+ *   load nsclone WORKERS SECONDS                      clone() into seven new namespaces, child exits: a floor
  *
  * Prints one JSON object on stdout: counts, errors and every sample in ms.
  * Each thread has its own client (its own keep-alive connection). */
@@ -18,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
@@ -334,6 +337,147 @@ static int run_health(int argc, char **argv)
     return rc;
 }
 
+/* fill: COUNT sandboxes of SPEC made by CLIENTS threads and left alive (bench/run-density);
+ * the create samples, and the made ones' ids on stderr one a line when $LOAD_IDS is set. */
+struct filler {
+    pthread_t t;
+    const char *socket, *spec;
+    atomic_int *left;
+    struct samples create;
+    long errors;
+    char first_error[256];
+};
+
+static void *fill_main(void *arg)
+{
+    struct filler *w = arg;
+    cordon_client *c = cordon_client_new(w->socket);
+    if (!c)
+        return NULL;
+    while (!atomic_load(&go))
+        ;
+    while (atomic_fetch_sub(w->left, 1) > 0) {
+        char *id = NULL;
+        double t0 = now_ms();
+        if (cordon_create(c, w->spec, &id) < 0) {
+            if (!w->errors++)
+                snprintf(w->first_error, sizeof w->first_error, "create: %s", cordon_last_error(c)->message);
+            if (w->errors > 8) /* the daemon refuses: no point going on */
+                break;
+            continue;
+        }
+        add(&w->create, now_ms() - t0);
+        if (getenv("LOAD_IDS"))
+            fprintf(stderr, "%s\n", id);
+        free(id);
+    }
+    cordon_client_free(c);
+    return NULL;
+}
+
+static int run_fill(int argc, char **argv)
+{
+    if (argc < 6)
+        return 2;
+    int n = atoi(argv[3]);
+    atomic_int left = atoi(argv[4]);
+    struct filler *w = calloc((size_t) (n > 0 ? n : 1), sizeof *w);
+    if (n < 1 || !w)
+        return 2;
+    for (int i = 0; i < n; i++) {
+        w[i] = (struct filler){.socket = argv[2], .spec = argv[5], .left = &left};
+        if (pthread_create(&w[i].t, NULL, fill_main, &w[i]) != 0)
+            return 1;
+    }
+    double start = now_ms();
+    atomic_store(&go, true);
+    struct samples all = {0};
+    long errors = 0;
+    const char *first = "";
+    for (int i = 0; i < n; i++) {
+        pthread_join(w[i].t, NULL);
+        for (size_t j = 0; j < w[i].create.n; j++)
+            add(&all, w[i].create.v[j]);
+        errors += w[i].errors;
+        if (w[i].errors && !*first)
+            first = w[i].first_error;
+    }
+    print_head(n, now_ms() - start, "made", all.n, errors, first);
+    print_samples("create", &all, true);
+    printf("}\n");
+    return errors ? 1 : 0;
+}
+
+/* nsclone: the floor of a sandbox's making. WORKERS threads each clone() a child into seven new
+ * namespaces (user, mount, pid, net, uts, ipc, cgroup) that exits at once, and wait for it, for
+ * SECONDS; the children made per second. */
+struct cloner {
+    pthread_t t;
+    double deadline;
+    long made, errors;
+    int first_errno;
+    char stack[16384] __attribute__((aligned(16)));
+};
+
+static int clone_child(void *arg)
+{
+    (void) arg;
+    return 0;
+}
+
+static void *clone_main(void *arg)
+{
+    struct cloner *w = arg;
+    const int flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWUTS |
+                      CLONE_NEWIPC | CLONE_NEWCGROUP | SIGCHLD;
+    while (!atomic_load(&go))
+        ;
+    while (now_ms() < w->deadline) {
+        pid_t pid = clone(clone_child, w->stack + sizeof w->stack, flags, NULL);
+        int status;
+        if (pid < 0) {
+            if (!w->errors++)
+                w->first_errno = errno;
+            continue;
+        }
+        while (waitpid(pid, &status, __WALL) < 0 && errno == EINTR)
+            ;
+        w->made++;
+    }
+    return NULL;
+}
+
+static int run_nsclone(int argc, char **argv)
+{
+    if (argc < 4)
+        return 2;
+    int n = atoi(argv[2]);
+    double secs = atof(argv[3]);
+    struct cloner *w = calloc((size_t) (n > 0 ? n : 1), sizeof *w);
+    if (n < 1 || !w)
+        return 2;
+    double start = now_ms();
+    for (int i = 0; i < n; i++) {
+        w[i].deadline = start + secs * 1e3;
+        if (pthread_create(&w[i].t, NULL, clone_main, &w[i]) != 0)
+            return 1;
+    }
+    atomic_store(&go, true);
+    long made = 0, errors = 0;
+    int first = 0;
+    for (int i = 0; i < n; i++) {
+        pthread_join(w[i].t, NULL);
+        made += w[i].made;
+        errors += w[i].errors;
+        if (w[i].errors && !first)
+            first = w[i].first_errno;
+    }
+    double elapsed = now_ms() - start;
+    print_head(n, elapsed, "made", (size_t) made, errors, first ? strerror(first) : "");
+    printf("\"rate_per_s\":%.1f}\n", (double) made * 1e3 / elapsed);
+    return errors ? 1 : 0;
+}
+
 /* argv[i..] as a NULL-terminated vector (argv itself is one). */
 static int run_spawn(int argc, char **argv)
 {
@@ -516,9 +660,15 @@ int main(int argc, char **argv)
     static const struct {
         const char *name;
         int (*run)(int, char **);
-    } modes[] = {
-        {"cycle", run_cycle}, {"rate", run_rate},   {"latency", run_latency},        {"health", run_health},
-        {"spawn", run_spawn}, {"cpuid", run_cpuid}, {"cpuid-count", run_cpuid_count}};
+    } modes[] = {{"cycle", run_cycle},
+                 {"rate", run_rate},
+                 {"latency", run_latency},
+                 {"health", run_health},
+                 {"spawn", run_spawn},
+                 {"cpuid", run_cpuid},
+                 {"cpuid-count", run_cpuid_count},
+                 {"fill", run_fill},
+                 {"nsclone", run_nsclone}};
     for (size_t i = 0; argc > 1 && i < sizeof modes / sizeof *modes; i++)
         if (strcmp(argv[1], modes[i].name) == 0) {
             int r = modes[i].run(argc, argv);
@@ -530,6 +680,7 @@ int main(int argc, char **argv)
             "usage: load cycle SOCKET CLIENTS SECONDS [SPEC] | rate SOCKET CLIENTS SECONDS SPEC BODY |\n"
             "       latency SOCKET COUNT WARMUP CMD... |\n"
             "       health SOCKET COUNT WARMUP | spawn COUNT WARMUP PATH [ARG...] |\n"
-            "       cpuid COUNT ROUNDS | cpuid-count PATH [ARG...]\n");
+            "       cpuid COUNT ROUNDS | cpuid-count PATH [ARG...] |\n"
+            "       fill SOCKET CLIENTS COUNT SPEC | nsclone WORKERS SECONDS\n");
     return 2;
 }
