@@ -198,15 +198,16 @@ static void route_create(struct evhttp_request *req)
         return;
     }
     struct box *b;
-    LIST_FOREACH(b, &cdn_daemon->boxes, link)
-    if (spec.trajectory && b->spec.trajectory && strcmp(b->spec.trajectory, spec.trajectory) == 0 &&
-        b->state != BOX_EXITED && !b->dying) {
-        cdn_api_reply_error(req, 409, "trajectory_in_use", "trajectory",
-                            "trajectory '%s' is sandbox %s's: one sandbox records a trajectory at a time",
-                            spec.trajectory, b->sb.id);
-        cdn_spec_free(&spec);
-        return;
-    }
+    /* Only with a trajectory: a walk of every box would make each create cost more with each one. */
+    for (b = spec.trajectory ? LIST_FIRST(&cdn_daemon->boxes) : NULL; b; b = LIST_NEXT(b, link))
+        if (b->spec.trajectory && strcmp(b->spec.trajectory, spec.trajectory) == 0 &&
+            b->state != BOX_EXITED && !b->dying) {
+            cdn_api_reply_error(req, 409, "trajectory_in_use", "trajectory",
+                                "trajectory '%s' is sandbox %s's: one sandbox records a trajectory at a time",
+                                spec.trajectory, b->sb.id);
+            cdn_spec_free(&spec);
+            return;
+        }
     cdn_box_create(&spec, (struct cdn_box_waiter){.done = create_answered, .arg = req});
 }
 
@@ -820,9 +821,10 @@ static void route_list(struct evhttp_request *req)
 static void route_health(struct evhttp_request *req)
 {
     cdn_api_reply_json(req, 200,
-                       json_pack("{s:s, s:s, s:i, s:{s:I, s:I, s:I, s:i}}", "status", "ok", "version",
+                       json_pack("{s:s, s:s, s:i, s:{s:I, s:I, s:I, s:I, s:i}}", "status", "ok", "version",
                                  CORDON_VERSION, "sandboxes", (int) cdn_daemon->n_boxes, "fds", "limit",
-                                 (json_int_t) cdn_daemon->fd_limit, "budget",
+                                 (json_int_t) cdn_daemon->fd_limit, "standing",
+                                 (json_int_t) cdn_daemon->fd_standing, "budget",
                                  (json_int_t) cdn_daemon->fd_budget, "used", (json_int_t) cdn_daemon->fd_used,
                                  "holding", (int) cdn_daemon->n_holding));
 }

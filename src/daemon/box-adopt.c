@@ -125,7 +125,7 @@ static void adopt_one(const char *id, const char *path)
     }
     r = take_sandbox(b, &rec, &err);
     if (r >= 0) {
-        LIST_INSERT_HEAD(&cdn_daemon->boxes, b, link);
+        box_list(b);
         cdn_daemon->n_boxes++;
         /* Its image is held again; one removed while no cordond ran is this sandbox's loss only. */
         struct cdn_error held = {0};
@@ -234,7 +234,7 @@ struct box *cdn_box_attach(const struct cdn_box_attach *a, struct cdn_spec *spec
                             (int) a->init_pid);
         return attach_failed(b, rec.id);
     }
-    LIST_INSERT_HEAD(&cdn_daemon->boxes, b, link);
+    box_list(b);
     cdn_daemon->n_boxes++;
     const char *fail = NULL;
     if (box_watch(b) < 0)
@@ -317,7 +317,7 @@ static void restore_ended(const char *id, const char *path)
     b->session.first = json_number_value(json_object_get(viol, "first"));
     b->session.last = json_number_value(json_object_get(viol, "last"));
     (void) evbuffer_add(b->events, events, strlen(events));
-    LIST_INSERT_HEAD(&cdn_daemon->boxes, b, link);
+    box_list(b);
     cdn_daemon->n_ended++;
     if (box_arm(&b->lifetime_ev, box_on_retention, b, (uint64_t) (left * 1000) + 1) < 0)
         cdn_box_delete(b, "out of memory for its retention");
@@ -350,7 +350,7 @@ void cdn_box_release_all(void)
         cdn_agent_conn_close(&b->agent);
         if (cdn_daemon->listener)
             cdn_daemon->listener->ended(b);
-        LIST_REMOVE(b, link);
+        box_unlist(b);
         if (b->uncounted)
             cdn_daemon->n_ended--;
         else

@@ -26,5 +26,8 @@ void box_created(struct box *b, enum cdn_box_created how, const struct cdn_error
 int box_arm(struct event **ev, event_callback_fn fn, struct box *b, uint64_t ms);
 /* An ended box's retention is over: it goes. */
 void box_on_retention(evutil_socket_t fd, short what, void *arg);
+/* Onto cdn_daemon->boxes, where cdn_box_find finds it by id (box-index.c); off any list. */
+void box_list(struct box *b);
+void box_unlist(struct box *b);
 /* Everything of b (its sandbox must be let go or cleaned up first). */
 void box_free(struct box *b);

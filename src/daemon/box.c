@@ -52,15 +52,6 @@ double box_now_unix(void)
     return (double) t.tv_sec + (double) t.tv_nsec / 1e9;
 }
 
-struct box *cdn_box_find(const char *id)
-{
-    struct box *b;
-    LIST_FOREACH(b, &cdn_daemon->boxes, link)
-    if (!b->sibling && strcmp(b->sb.id, id) == 0)
-        return b;
-    return NULL;
-}
-
 /* ---- the seccomp supervisor: watched denials become violations ---- */
 
 static void monitor_stop(struct box *b)
@@ -380,6 +371,8 @@ bool box_fds_left(const struct cdn_spec *spec, struct cdn_error *err)
 
 void box_free(struct box *b)
 {
+    if (b->indexed) /* never left behind in the table of ids */
+        box_unlist(b);
     unhold(b);
     if (b->step && cdn_daemon->listener)
         cdn_daemon->listener->step_gone(b, "cordond let it go");
@@ -519,7 +512,7 @@ void cdn_box_delete(struct box *b, const char *reason)
     cdn_box_event(b, "deleted", json_pack("{s:s}", "reason", reason));
     if (cdn_daemon->listener)
         cdn_daemon->listener->ended(b);
-    LIST_REMOVE(b, link);
+    box_unlist(b);
     if (b->uncounted)
         cdn_record_remove_ended(b->sb.id);
     if (b->pool)
@@ -687,7 +680,7 @@ static void on_init_exit(evutil_socket_t fd, short what, void *arg)
         return;
     }
     if (b->dying) {
-        LIST_REMOVE(b, link);
+        box_unlist(b);
         cleanup(b);
         box_free(b);
         maybe_finish_stop();
@@ -710,7 +703,7 @@ static void on_init_exit(evutil_socket_t fd, short what, void *arg)
     cdn_box_stop(b, reason);
     cleanup(b);
     if (b->pool || !started) { /* nobody knows its id (or it was pooled): forget it now */
-        LIST_REMOVE(b, link);
+        box_unlist(b);
         if (b->pool)
             cdn_pool_box_gone(b);
         else
@@ -1133,7 +1126,7 @@ struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_e
         if (pool) {
             cdn_pool_box_add(pool, b);
         } else {
-            LIST_INSERT_HEAD(&cdn_daemon->boxes, b, link);
+            box_list(b);
             cdn_daemon->n_boxes++;
         }
         cdn_box_event(b, "created", json_pack("{s:s}", "tier", b->sb.tier->name));
@@ -1167,7 +1160,7 @@ void cdn_box_hand_over(struct box *b, struct cdn_spec *spec)
     *spec = (struct cdn_spec){0};
     b->pool = NULL;
     b->created_unix = box_now_unix();
-    LIST_INSERT_HEAD(&cdn_daemon->boxes, b, link);
+    box_list(b);
     cdn_daemon->n_boxes++;
     (void) cdn_record_write(b);
     cdn_box_event(b, "handed_over", json_pack("{s:b}", "pooled", 1));

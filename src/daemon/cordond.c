@@ -3,6 +3,7 @@
  * Runs as root on the host (the container tier maps uid ranges and makes
  * cgroups). Listens on a unix socket (mode 0600) and, when asked, on TCP with
  * a bearer token. SIGTERM/SIGINT stop it: every sandbox is ended first. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -397,6 +398,18 @@ static void on_child(evutil_socket_t sig, short what, void *arg)
 /* cordond's own fds: RLIMIT_NOFILE raised to what max_sandboxes needs (it is root: up to
  * fs.nr_open), and how many sandboxes what it got serves (d->fd_sandboxes; a create past them is
  * refused, box.c), so that no fd runs out under a sandbox, a client or a pull. */
+/* How many fds this process has open. */
+static unsigned open_fds(void)
+{
+    unsigned n = 0;
+    DIR *dir = opendir("/proc/self/fd");
+    for (struct dirent *e; dir && (e = readdir(dir));)
+        n += e->d_name[0] != '.';
+    if (dir)
+        (void) closedir(dir);
+    return n ? n - 1 : 0; /* not the directory's own */
+}
+
 static void fd_budget(struct daemon *d)
 {
     struct rlimit nofile;
@@ -423,12 +436,18 @@ static void fd_budget(struct daemon *d)
         if (setrlimit(RLIMIT_NOFILE, &nofile) < 0)
             (void) getrlimit(RLIMIT_NOFILE, &nofile);
     }
-    /* What clients, exec pipes and pulls take beside the sandboxes': a sixteenth, 64 to 4,096 fds. */
+    /* What clients, exec pipes and pulls take beside the sandboxes': a sixteenth, 64 to 4,096 fds;
+     * and what cordond holds for itself: what is open now (the setup children's fd window, …), its
+     * stocks of network namespaces and writable layers (of four sizes at most: writable.c
+     * STOCK_SIZES), and its sockets, log and event loop. */
     rlim_t reserve = nofile.rlim_cur / 16 < 64                ? 64
                      : nofile.rlim_cur / 16 > CDN_FDS_RESERVE ? CDN_FDS_RESERVE
                                                               : nofile.rlim_cur / 16;
+    d->fd_standing = open_fds() + 2 * d->cfg.net_pool + 4 * d->cfg.writable_stock + 24;
     d->fd_limit = (uint64_t) nofile.rlim_cur;
-    d->fd_budget = nofile.rlim_cur > reserve ? (uint64_t) (nofile.rlim_cur - reserve) : 0;
+    d->fd_budget = nofile.rlim_cur > reserve + d->fd_standing
+                       ? (uint64_t) (nofile.rlim_cur - reserve - d->fd_standing)
+                       : 0;
     uint64_t fit = d->fd_budget / CDN_FDS_TYPICAL;
     if (fit < d->cfg.max_sandboxes)
         fprintf(stderr,
@@ -504,9 +523,36 @@ static void stock_fill(evutil_socket_t fd, short what, void *arg)
         stock_arm(STOCK_NEXT_US);
 }
 
+static struct event *ev_makers[CDN_LAYER_MAKERS]; /* the layer makers' answers (writable.c), while they run */
+static unsigned n_makers;
+
 static void stock_wanted(void)
 {
-    stock_arm(STOCK_QUIET_US);
+    /* With the maker a fill only sends a request: asked at once, not by the timer, which runs at the
+     * loop's lowest priority and so not at all while requests keep coming. */
+    if (n_makers && !cdn_daemon->stopping)
+        stock_fill(-1, 0, NULL);
+    else
+        stock_arm(STOCK_QUIET_US);
+}
+
+static void maker_answer(evutil_socket_t fd, short what, void *arg)
+{
+    (void) what;
+    struct event **ev = arg;
+    struct cdn_error err = {0};
+    int r = cdn_writable_maker_answer(fd, &err);
+    if (r == -EPIPE) {
+        fprintf(stderr, "cordond: %s\n", err.msg);
+        event_free(*ev);
+        *ev = NULL;
+        n_makers--;
+    } else if (r < 0 && !stock_failing) {
+        fprintf(stderr, "cordond: a writable layer made ahead: %s (creates make their own)\n", err.msg);
+    }
+    stock_failing = r < 0 && r != -EPIPE;
+    if (!cdn_daemon->stopping)
+        stock_fill(-1, 0, NULL); /* the next one, if the stock wants one */
 }
 
 /* "<socket>.layers": `cordon run` on this host takes a layer of the stock (writable.c). */
@@ -587,11 +633,27 @@ static void stock_start(void)
     (void) event_priority_set(ev_stock, 2);
     cdn_writable_stock_enable(cdn_daemon->cfg.writable_stock, def.limits.disk_mb, stock_wanted);
     cdn_spec_free(&def);
+    int fds[CDN_LAYER_MAKERS];
+    size_t n = cdn_writable_maker_start(fds);
+    if (!n)
+        fprintf(stderr, "cordond: no layer maker could start: the stock's layers are made in cordond\n");
+    for (size_t i = 0; i < n; i++) {
+        struct event **ev = &ev_makers[n_makers];
+        if ((*ev = event_new(cdn_daemon->base, fds[i], EV_READ | EV_PERSIST, maker_answer, ev)) &&
+            event_add(*ev, NULL) == 0)
+            n_makers++;
+        else if (*ev) {
+            event_free(*ev);
+            *ev = NULL;
+        }
+    }
     stock_arm(0);
 }
 
 int main(int argc, char **argv)
 {
+    /* First, while the lowest fds are free: a create's setup child copies only those (fd-window.c). */
+    int window = cdn_container_fd_window();
     cdn_oci_install_resolver(); /* OCI references as images (oci/resolve.h) */
     struct daemon *d = cdn_daemon = &the_daemon;
     d->listener = &cdn_api_box_listener; /* before any box exists (adoption makes events) */
@@ -621,6 +683,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "cordond: must run as root (it maps uid ranges and makes cgroups)\n");
         return 1;
     }
+    if (window < 0)
+        fprintf(stderr,
+                "cordond: note: no fd window for setup children (%s): each create copies cordond's fds\n",
+                strerror(-window));
     if (d->cfg.listen[0] && read_token(d) < 0)
         return 1;
     (void) setenv("CORDON_STATE_DIR", d->cfg.state_dir, 1); /* the core reads it */

@@ -223,6 +223,8 @@ struct box {
     LIST_HEAD(, tunnel) tunnels; /* connections to its ports (api-ports.c) */
     unsigned n_tunnels;
     LIST_ENTRY(box) link;
+    struct box *id_next; /* its chain in the table of listed boxes by id (box-index.c) */
+    bool indexed;        /* … which holds it */
 };
 
 /* What the HTTP layer hears of the boxes (api.h: cdn_api_box_listener; NULL in struct daemon:
@@ -251,7 +253,7 @@ struct daemon {
      * (made, pooled, adopted, deleted and not yet cleaned up), the fds they hold by cdn_box_fds, and
      * what the sandboxes may have of RLIMIT_NOFILE (fd_limit): the rest is kept for the others. */
     unsigned n_holding;
-    uint64_t fd_used, fd_budget, fd_limit;
+    uint64_t fd_used, fd_budget, fd_limit, fd_standing;
     bool stopping;
     int *kept_slots; /* slots whose emptied cgroups wait for the next sandbox (box.c) */
     size_t n_kept, cap_kept;

@@ -171,6 +171,11 @@ const struct cdn_tier_ops *cdn_tier_by_name(const char *name);
 void cdn_tier_drop_slot(int slot);
 /* sweep_slots() of every tier. */
 void cdn_tier_sweep_slots(void);
+/* Reserve a window of low fds through which the container tier hands a setup child its fds, so that
+ * the child does not copy and close this process's whole fd table (tiers/container/fd-window.c): for
+ * a process with many fds (cordond), called first thing, while the lowest fds are free. 0, or a
+ * negative errno (then creates copy the table as before). */
+int cdn_container_fd_window(void);
 /* The container tier's stock of writable layers made ahead (tiers/container/writable.c), for a
  * long-lived process (cordond): up to target ready layers of each of the last few disk_mb sizes
  * asked for, first_mb's from the start. A create takes one when there is one (and calls wanted(),
@@ -178,6 +183,16 @@ void cdn_tier_sweep_slots(void);
  * Fill makes one layer: 1 when it did, 0 when the stock is full, a negative errno with err. */
 void cdn_writable_stock_enable(unsigned target, uint64_t first_mb, void (*wanted)(void));
 int cdn_writable_stock_fill(struct cdn_error *err);
+/* Helper processes that make the stock's layers (tiers/container/layer-maker.c), so that this one
+ * does not wait on their disk I/O: start forks CDN_LAYER_MAKERS of them (early: each keeps nothing of
+ * this process but its socket) and puts the sockets' fds in fds, which the caller watches; it returns
+ * how many. From then on a fill only asks them. answer, when fd is readable: 1 a layer was stocked,
+ * 0 nothing to do, -1 with err the helper could not make one (that size is left until a create asks
+ * for it again), -EPIPE with err the helper is gone (stop watching fd; with none left, fills make
+ * layers here again). */
+#define CDN_LAYER_MAKERS 3
+size_t cdn_writable_maker_start(int *fds);
+int cdn_writable_maker_answer(int fd, struct cdn_error *err);
 unsigned cdn_writable_stock_ready(void);
 void cdn_writable_stock_drop(void);
 /* The stock handed over to `cordon run` (writable.c): one request answered on a connection accepted

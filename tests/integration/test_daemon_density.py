@@ -25,8 +25,17 @@ def fds_of(pid):
 
 
 def inits_of(pid):
-    return [int(c) for t in os.listdir(f"/proc/{pid}/task")
+    """cordond's children but its layer maker (writable.c): the sandboxes' inits."""
+    kids = [int(c) for t in os.listdir(f"/proc/{pid}/task")
             for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
+    return [k for k in kids if comm(k) != "cordon-layers"]
+
+
+def comm(pid):
+    try:
+        return open(f"/proc/{pid}/comm").read().strip()
+    except OSError:
+        return None
 
 
 def test_thousands_of_live_sandboxes_then_all_deleted_leave_nothing(shared_dir):

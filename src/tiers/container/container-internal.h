@@ -52,7 +52,24 @@ struct cdn_setup_args {
     uint16_t seccomp_extra_len;
     bool restored; /* that layer is a checkpoint's: its upper/ is what a sandbox wrote (rootfs.c trusts none
                       of it) */
+    int unshare_from; /* >= 0: cloned with CLONE_FILES; the child's fds are below this (fd-window.c) */
 };
+
+/* The window of low fds the setup child's fds go through (fd-window.c), when the process reserved one
+ * (cdn_container_fd_window). place: dup each of the n fds >= 0 into the window, in order, and point
+ * it there; returns the args' unshare_from, -1 without a window (fds untouched), or -errno. unshare:
+ * the child's first call. release: once the child has a table of its own (or none: child <= 0),
+ * the window holds placeholders again. */
+#define CDN_FD_WINDOW 9
+
+/* A new writable layer of disk_mb, named name, its first directory read (writable.c): its detached
+ * mount's fd, or -errno with err. The layer maker (layer-maker.c) makes the stock's so; fork starts
+ * it and returns its socket, or -errno. */
+int cdn_layer_new_warm(uint64_t disk_mb, const char *name, struct cdn_error *err);
+int cdn_layer_maker_fork(void);
+int cdn_fd_window_place(int *const fds[], size_t n);
+int cdn_fd_window_unshare(int from);
+void cdn_fd_window_release(pid_t child);
 
 /* The setup child: runs right after clone3 in the new user, pid, mount, net,
  * ipc, uts and time namespaces (pid 1 there) and ends by exec'ing cordon-init.

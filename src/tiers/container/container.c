@@ -297,7 +297,16 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
     struct clone_owner owner;
     pid_t pid = -1;
     int clone_errno = 0;
-    if ((r = own_as(sb->uid_base, &owner, err)) >= 0) {
+    /* The child's fds through the window of low fds, when this process has one (fd-window.c). */
+    int *const mine[] = {&args.go_fd,     &args.err_fd,  &args.agent_fd,    &args.init_fd,    &args.stdio_fd,
+                         &args.listen_fd, &args.slot_fd, &args.fanotify_fd, &args.writable_fd};
+    args.unshare_from = cdn_fd_window_place(mine, ELEMENTSOF(mine));
+    if (args.unshare_from < -1)
+        r = cdn_error_set(err, -args.unshare_from, "place the setup child's fds: %s",
+                          strerror(-args.unshare_from));
+    else if ((r = own_as(sb->uid_base, &owner, err)) >= 0) {
+        if (args.unshare_from >= 0)
+            ca.flags |= CLONE_FILES;
         pid = (pid_t) syscall(SYS_clone3, &ca, sizeof ca);
         clone_errno = errno;
         if (pid == 0)
@@ -305,7 +314,8 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         own_as_root(&owner);
     }
     if (host_net >= 0 && setns(host_net, CLONE_NEWNET) < 0)
-        abort(); /* never go on in the sandbox's namespace */
+        abort();                /* never go on in the sandbox's namespace */
+    cdn_fd_window_release(pid); /* before anything waits for EOF on the child's ends */
     if (r < 0)
         return r;
     if (pid < 0)

@@ -316,6 +316,30 @@ static bool stock_owner; /* a process with a stock of its own, even of 0: never 
 static uint64_t stock_clock;
 static void (*stock_wanted)(void);
 
+/* The stock's makers (layer-maker.c), when this process started them: a fill asks a free one for a
+ * layer, and its answer (cdn_writable_maker_answer) stocks it. Each makes one at a time; most of a
+ * layer's making is waiting on the disk, so several overlap. */
+static struct maker {
+    int fd;             /* its socket, or -1 */
+    struct stock *want; /* the entry its request is for, or NULL: free */
+    uint64_t want_mb;   /* … and its size (the entry may go meanwhile) */
+} makers[CDN_LAYER_MAKERS] = {[0 ... CDN_LAYER_MAKERS - 1] = {.fd = -1}};
+
+static void maker_gone(struct maker *m)
+{
+    m->fd = safe_close(m->fd);
+    m->want = NULL;
+}
+
+/* Requests out for s. */
+static unsigned asked_for(const struct stock *s)
+{
+    unsigned n = 0;
+    for (const struct maker *m = makers; m < makers + CDN_LAYER_MAKERS; m++)
+        n += m->want == s && m->want_mb == s->mb;
+    return n;
+}
+
 static void stock_clear(struct stock *s)
 {
     for (unsigned i = 0; i < s->n; i++)
@@ -352,6 +376,8 @@ void cdn_writable_stock_enable(unsigned target, uint64_t first_mb, void (*wanted
 
 void cdn_writable_stock_drop(void)
 {
+    for (struct maker *m = makers; m < makers + CDN_LAYER_MAKERS; m++)
+        maker_gone(m); /* a forked child's copies: only cordond asks */
     for (struct stock *s = stock; s < stock + STOCK_SIZES; s++)
         stock_clear(s);
     stock_target = 0;
@@ -365,12 +391,85 @@ unsigned cdn_writable_stock_ready(void)
     return n;
 }
 
-int cdn_writable_stock_fill(struct cdn_error *err)
+int cdn_layer_new_warm(uint64_t disk_mb, const char *name, struct cdn_error *err)
+{
+    int fd = layer_new(disk_mb, name, err);
+    if (fd >= 0)
+        warm(fd);
+    return fd;
+}
+
+size_t cdn_writable_maker_start(int *fds)
+{
+    size_t n = 0;
+    for (struct maker *m = makers; m < makers + CDN_LAYER_MAKERS; m++) {
+        if (m->fd < 0)
+            m->fd = cdn_layer_maker_fork();
+        if (m->fd >= 0)
+            fds[n++] = m->fd;
+    }
+    return n;
+}
+
+int cdn_writable_maker_answer(int fd, struct cdn_error *err)
+{
+    struct maker *m = makers;
+    while (m < makers + CDN_LAYER_MAKERS && m->fd != fd)
+        m++;
+    if (m == makers + CDN_LAYER_MAKERS)
+        return cdn_error_set(err, EPIPE, "not a layer maker's socket");
+    char c;
+    int layer = -1;
+    int r = cdn_recv_byte_fd(m->fd, &c, &layer);
+    if (r == -EAGAIN || r == -EINTR)
+        return 0;
+    if (r <= 0 || (c != 'L' && c != 'E') || (c == 'L' && layer < 0)) {
+        safe_close(layer);
+        maker_gone(m);
+        return cdn_error_set(err, EPIPE, "a layer maker is gone: the others (or cordond) make layers");
+    }
+    struct stock *s = m->want && m->want->mb == m->want_mb ? m->want : NULL; /* it may have gone since */
+    m->want = NULL;
+    if (c == 'E') {
+        if (recv(m->fd, err, sizeof *err, MSG_DONTWAIT) != (ssize_t) sizeof *err)
+            cdn_error_set(err, EIO, "a layer maker's answer was cut short");
+        err->msg[sizeof err->msg - 1] = err->field[sizeof err->field - 1] = 0;
+        if (s)
+            s->failing = true; /* the other sizes still fill */
+        return -1;
+    }
+    if (!s || s->n >= stock_target) {
+        (void) close(layer);
+        return 0;
+    }
+    s->fds[s->n++] = layer;
+    return 1;
+}
+
+/* The entry most recently asked for that wants more than it has and is asked for. */
+static struct stock *to_fill(void)
 {
     struct stock *s = NULL;
     for (struct stock *t = stock; t < stock + STOCK_SIZES && stock_target; t++)
-        if (t->mb && !t->failing && t->n < stock_target && (!s || t->used > s->used))
+        if (t->mb && !t->failing && t->n + asked_for(t) < stock_target && (!s || t->used > s->used))
             s = t;
+    return s;
+}
+
+int cdn_writable_stock_fill(struct cdn_error *err)
+{
+    bool makers_on = false;
+    for (struct maker *m = makers; m < makers + CDN_LAYER_MAKERS; m++) {
+        makers_on |= m->fd >= 0;
+        struct stock *s = m->fd >= 0 && !m->want ? to_fill() : NULL;
+        if (!s)
+            continue;
+        if (send(m->fd, &s->mb, sizeof s->mb, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t) sizeof s->mb)
+            m->want = s, m->want_mb = s->mb;
+        else
+            maker_gone(m);
+    }
+    struct stock *s = makers_on ? NULL : to_fill(); /* without makers: one made here */
     if (!s)
         return 0;
     /* Its name says whose it is until it is used (a sandbox that takes it keeps the name). */
