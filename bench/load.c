@@ -175,6 +175,18 @@ static int run_cycle(int argc, char **argv)
     return errors ? 1 : 0;
 }
 
+/* A worker thread's end: its samples into all, its errors counted, the first one's text kept. */
+static void join_worker(pthread_t t, const struct samples *mine, long mine_errors, const char *mine_first,
+                        struct samples *all, long *errors, const char **first)
+{
+    pthread_join(t, NULL);
+    for (size_t j = 0; j < mine->n; j++)
+        add(all, mine->v[j]);
+    *errors += mine_errors;
+    if (mine_errors && !**first)
+        *first = mine_first;
+}
+
 /* rate: each client its own sandbox of SPEC, then calls (BODY: a call's JSON) or execs of
  * `true` (BODY "exec") back to back until the deadline. */
 struct rater {
@@ -254,14 +266,8 @@ static int run_rate(int argc, char **argv)
     struct samples all = {0};
     long errors = 0;
     const char *first = "";
-    for (int i = 0; i < n; i++) {
-        pthread_join(w[i].t, NULL);
-        for (size_t j = 0; j < w[i].op.n; j++)
-            add(&all, w[i].op.v[j]);
-        errors += w[i].errors;
-        if (w[i].errors && !*first)
-            first = w[i].first_error;
-    }
+    for (int i = 0; i < n; i++)
+        join_worker(w[i].t, &w[i].op, w[i].errors, w[i].first_error, &all, &errors, &first);
     print_head(n, now_ms() - start, "ops", all.n, errors, first);
     print_samples("op", &all, true);
     printf("}\n");
@@ -394,14 +400,8 @@ static int run_fill(int argc, char **argv)
     struct samples all = {0};
     long errors = 0;
     const char *first = "";
-    for (int i = 0; i < n; i++) {
-        pthread_join(w[i].t, NULL);
-        for (size_t j = 0; j < w[i].create.n; j++)
-            add(&all, w[i].create.v[j]);
-        errors += w[i].errors;
-        if (w[i].errors && !*first)
-            first = w[i].first_error;
-    }
+    for (int i = 0; i < n; i++)
+        join_worker(w[i].t, &w[i].create, w[i].errors, w[i].first_error, &all, &errors, &first);
     print_head(n, now_ms() - start, "made", all.n, errors, first);
     print_samples("create", &all, true);
     printf("}\n");
