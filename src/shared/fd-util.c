@@ -198,8 +198,14 @@ ssize_t cdn_send_fd(int sock, const void *data, size_t len, int fd, int flags)
 
 int cdn_recv_byte_fd(int sock, char *byte, int *fd)
 {
+    ssize_t n = cdn_recv_fd(sock, byte, 1, fd);
+    return n < 0 ? (int) n : n > 0;
+}
+
+ssize_t cdn_recv_fd(int sock, void *data, size_t len, int *fd)
+{
     *fd = -1;
-    struct iovec iov = {.iov_base = byte, .iov_len = 1};
+    struct iovec iov = {.iov_base = data, .iov_len = len};
     union one_fd_cmsg u;
     struct msghdr msg = {
         .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
@@ -217,5 +223,5 @@ int cdn_recv_byte_fd(int sock, char *byte, int *fd)
         return -EBADMSG;
     }
     *fd = got;
-    return 1;
+    return n;
 }

@@ -40,3 +40,6 @@ ssize_t cdn_send_fd(int sock, const void *data, size_t len, int fd, int flags);
 /* One byte and at most one fd (received CLOEXEC: *fd, else -1): 1; 0 at EOF; -errno (EAGAIN after
  * SO_RCVTIMEO). More than one fd, or ancillary data cut short: -EBADMSG, nothing kept open. */
 int cdn_recv_byte_fd(int sock, char *byte, int *fd);
+/* Up to len bytes of data and at most one fd (the counterpart of cdn_send_fd; the fd as above): the
+ * bytes received, 0 at EOF, or -errno. */
+ssize_t cdn_recv_fd(int sock, void *data, size_t len, int *fd);

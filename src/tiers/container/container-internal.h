@@ -67,6 +67,12 @@ struct cdn_setup_args {
  * it and returns its socket, or -errno. */
 int cdn_layer_new_warm(uint64_t disk_mb, const char *name, struct cdn_error *err);
 int cdn_layer_maker_fork(void);
+/* The maker's answer to a request (a uint64_t disk_mb): one message, 'L' with the layer's mount fd, or
+ * 'E' and why not. */
+struct cdn_layer_answer {
+    char kind;
+    struct cdn_error err;
+};
 int cdn_fd_window_place(int *const fds[], size_t n);
 int cdn_fd_window_unshare(int from);
 void cdn_fd_window_release(pid_t child);

@@ -9,8 +9,8 @@
  * of its own, the waits overlap cordond's work, and the layers come back as mount fds over a
  * SOCK_SEQPACKET socket (the same SCM_RIGHTS hand-over `cordon run` gets them by).
  *
- * Requests: a uint64_t, the layer's disk_mb. Answers, one per request: 'L' with the layer's mount
- * fd, or 'E' followed by a message holding its struct cdn_error. It ends when cordond does
+ * Requests: a uint64_t, the layer's disk_mb. Answers, one message per request (struct
+ * cdn_layer_answer): 'L' with the layer's mount fd, or 'E' and why not. It ends when cordond does
  * (PR_SET_PDEATHSIG) or closes its socket. */
 #include "container-internal.h"
 #include "shared/fd-util.h"
@@ -40,15 +40,14 @@ static _noreturn_ void maker_main(int sock, pid_t owner)
         uint64_t mb;
         if (recv(3, &mb, sizeof mb, 0) != (ssize_t) sizeof mb)
             _exit(0);
-        struct cdn_error err = {0};
-        int fd = cdn_layer_new_warm(mb, name, &err);
-        int r = fd >= 0                                          ? cdn_send_byte_fd(3, 'L', fd, MSG_NOSIGNAL)
-                : cdn_send_byte_fd(3, 'E', -1, MSG_NOSIGNAL) < 0 ? -EPIPE
-                : send(3, &err, sizeof err, MSG_NOSIGNAL) == (ssize_t) sizeof err ? 0
-                                                                                  : -errno;
+        struct cdn_layer_answer ans = {.kind = 'L'};
+        int fd = cdn_layer_new_warm(mb, name, &ans.err);
+        if (fd < 0)
+            ans.kind = 'E';
+        ssize_t r = cdn_send_fd(3, &ans, sizeof ans, fd, MSG_NOSIGNAL);
         if (fd >= 0)
             (void) close(fd); /* cordond has its copy */
-        if (r < 0)
+        if (r != (ssize_t) sizeof ans)
             _exit(0);
     }
 }

@@ -418,21 +418,24 @@ int cdn_writable_maker_answer(int fd, struct cdn_error *err)
         m++;
     if (m == makers + CDN_LAYER_MAKERS)
         return cdn_error_set(err, EPIPE, "not a layer maker's socket");
-    char c;
+    struct cdn_layer_answer ans;
     int layer = -1;
-    int r = cdn_recv_byte_fd(m->fd, &c, &layer);
+    ssize_t r = cdn_recv_fd(m->fd, &ans, sizeof ans, &layer);
     if (r == -EAGAIN || r == -EINTR)
         return 0;
-    if (r <= 0 || (c != 'L' && c != 'E') || (c == 'L' && layer < 0)) {
+    char c = r == (ssize_t) sizeof ans ? ans.kind : 0;
+    if (c != 'L' && c != 'E') {
         safe_close(layer);
         maker_gone(m);
         return cdn_error_set(err, EPIPE, "a layer maker is gone: the others (or cordond) make layers");
     }
     struct stock *s = m->want && m->want->mb == m->want_mb ? m->want : NULL; /* it may have gone since */
     m->want = NULL;
-    if (c == 'E') {
-        if (recv(m->fd, err, sizeof *err, MSG_DONTWAIT) != (ssize_t) sizeof *err)
-            cdn_error_set(err, EIO, "a layer maker's answer was cut short");
+    if (c == 'E' || layer < 0) {
+        safe_close(layer);
+        *err = ans.err;
+        if (c == 'L')
+            cdn_error_set(err, EBADMSG, "a layer maker's answer came without its layer");
         err->msg[sizeof err->msg - 1] = err->field[sizeof err->field - 1] = 0;
         if (s)
             s->failing = true; /* the other sizes still fill */
