@@ -395,9 +395,6 @@ static void on_child(evutil_socket_t sig, short what, void *arg)
 
 /* The bind sources the API accepts (core/bind-policy.h): the configured allowlist, and besides
  * the core's refusals what is this daemon's own — its records and sockets, its token. */
-/* cordond's own fds: RLIMIT_NOFILE raised to what max_sandboxes needs (it is root: up to
- * fs.nr_open), and how many sandboxes what it got serves (d->fd_sandboxes; a create past them is
- * refused, box.c), so that no fd runs out under a sandbox, a client or a pull. */
 /* How many fds this process has open. */
 static unsigned open_fds(void)
 {
@@ -410,6 +407,9 @@ static unsigned open_fds(void)
     return n ? n - 1 : 0; /* not the directory's own */
 }
 
+/* cordond's own fds: RLIMIT_NOFILE raised to what max_sandboxes needs (it is root: up to
+ * fs.nr_open), and how much of what it got the sandboxes may hold (d->fd_budget; a create past it is
+ * refused, box.c), so that no fd runs out under a sandbox, a client or a pull. */
 static void fd_budget(struct daemon *d)
 {
     struct rlimit nofile;
