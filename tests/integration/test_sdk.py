@@ -20,6 +20,7 @@ import asyncio
 import glob
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -177,7 +178,11 @@ def test_an_unreachable_cordond_is_unavailable(tmp_path):
 
 class _Liar:
     """A unix-socket server that reads a request and answers with `answer` (bytes), then closes:
-    cordond dying in the middle of its answer."""
+    cordond dying in the middle of its answer.
+
+    It reads the whole request, body too: http.client sends the body in a second send(), and a
+    close with that body unread (or not yet sent) resets the connection, so the client saw
+    ECONNRESET or EPIPE before the answer now and then rather than the cut answer under test."""
 
     def __init__(self, path, answer):
         self.path, self.answer = path, answer
@@ -198,7 +203,7 @@ class _Liar:
                 c.settimeout(5)
                 data = b""
                 try:
-                    while b"\r\n\r\n" not in data:
+                    while b"\r\n\r\n" not in data or len(data) < _request_length(data):
                         chunk = c.recv(65536)
                         if not chunk:
                             break
@@ -212,6 +217,13 @@ class _Liar:
         self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
         self.thread.join(5)
+
+
+def _request_length(data):
+    """The length of the request whose head `data` holds: head and Content-Length body."""
+    head, _, _ = data.partition(b"\r\n\r\n")
+    m = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    return len(head) + 4 + (int(m.group(1)) if m else 0)
 
 
 CUT_ANSWERS = {
