@@ -892,7 +892,7 @@ static int vm_harden(void)
         return -errno;
     (void) close(fd);
     struct cdn_error err = {0};
-    int r = cdn_proc_mask("", mask, &err);
+    int r = cdn_proc_mask("", mask, NULL, &err); /* a guest's own kernel: tmpfs masks cost no host memory */
     if (r < 0)
         return r;
     /* The whole sysfs read-only (an agent's: its own mount of it, vm_agent_setup). */

@@ -256,9 +256,10 @@ static int make_mounts(const struct cdn_worker_req *q, struct cdn_error *err)
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible") < 0)
         return cdn_error_set(err, errno, "mount a /proc with hidepid=invisible: %m");
     /* The container tier's masks on it (its kernel files: reads are violations, fanotify.h). */
-    char mask[300];
+    char mask[300], mask_dir[300];
     (void) snprintf(mask, sizeof mask, "%s/mask", q->dir);
-    return cdn_proc_mask("", mask, err);
+    (void) snprintf(mask_dir, sizeof mask_dir, "%s/mask.d", q->dir);
+    return cdn_proc_mask("", mask, mask_dir, err);
 }
 
 static int set_environment(void)

@@ -41,8 +41,8 @@ const char *const cdn_proc_readonly_paths[] = {
 /* A masked file gets an empty, read-only regular file bound on it, one per
  * sandbox (in its scratch): not /dev/null, because fanotify reports opens of
  * regular files only, and the monitor records reads of masked kernel files
- * (src/monitor/fanotify.h). */
-static int mask_file(const char *mask, const char *p, const char *what, struct cdn_error *err)
+ * (src/monitor/fanotify.h). A masked directory gets an empty directory so bound. */
+static int mask_bind(const char *mask, const char *p, const char *what, struct cdn_error *err)
 {
     CHECK(mount(mask, p, NULL, MS_BIND, NULL), "mask %s: %m", what);
     _cleanup_close_ int fd = open(p, O_PATH | O_CLOEXEC);
@@ -57,7 +57,7 @@ static int mask_file(const char *mask, const char *p, const char *what, struct c
     return 0;
 }
 
-int cdn_proc_mask(const char *root, const char *mask, struct cdn_error *err)
+int cdn_proc_mask(const char *root, const char *mask, const char *mask_dir, struct cdn_error *err)
 {
     char p[4200];
     int r;
@@ -66,11 +66,11 @@ int cdn_proc_mask(const char *root, const char *mask, struct cdn_error *err)
         (void) snprintf(p, sizeof p, "%s%s", root, cdn_proc_masked_paths[i]);
         if (lstat(p, &st) < 0)
             continue;
-        if (S_ISDIR(st.st_mode))
+        if (S_ISDIR(st.st_mode) && !mask_dir)
             CHECK(mount("cordon-mask", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                         "size=0,mode=0555"),
                   "mask %s: %m", cdn_proc_masked_paths[i]);
-        else if ((r = mask_file(mask, p, cdn_proc_masked_paths[i], err)) < 0)
+        else if ((r = mask_bind(S_ISDIR(st.st_mode) ? mask_dir : mask, p, cdn_proc_masked_paths[i], err)) < 0)
             return r;
     }
     for (size_t i = 0; cdn_proc_readonly_paths[i]; i++) {

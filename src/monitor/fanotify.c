@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 /* The file masks of the container tier (rootfs.c); directories are masked by
- * an empty tmpfs, which has nothing to open. */
+ * an empty read-only directory, which has nothing to open. */
 static const char *const kernel_files[] = {
     "/proc/kcore",       "/proc/kallsyms",      "/proc/keys",        "/proc/timer_list",
     "/proc/sched_debug", "/proc/latency_stats", "/proc/timer_stats", "/proc/sysrq-trigger",

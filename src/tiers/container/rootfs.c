@@ -340,12 +340,17 @@ static int mount_host_usr(const char *root, struct cdn_error *err)
 
 static int mount_proc(const struct cdn_setup_args *a, int rootfd, const char *root, struct cdn_error *err)
 {
-    char fdp[64], mask[4200];
+    char fdp[64], mask[4200], mask_dir[4200];
     int r;
     (void) snprintf(mask, sizeof mask, "%s/mask", a->scratch);
     _cleanup_close_ int mfd = open(mask, O_CREAT | O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0444);
     if (mfd < 0)
         return cdn_error_set(err, errno, "create the mask file: %m");
+    /* Made anew, so empty (a layer from a checkpoint has one already: rmdir fails on a full one, and
+     * then so does mkdir). */
+    (void) snprintf(mask_dir, sizeof mask_dir, "%s/mask.d", a->scratch);
+    (void) rmdir(mask_dir);
+    CHECK(mkdir(mask_dir, 0555), "create the mask directory: %m");
     /* No symlink on the way: the masks below go by path from our root, where an image's /proc -> /p
      * would name nothing, and proc would stand unmasked at /p. */
     int fd = open_no_symlinks(rootfd, "/proc", 0555);
@@ -356,7 +361,7 @@ static int mount_proc(const struct cdn_setup_args *a, int rootfd, const char *ro
     r = mount("proc", fdp, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
     (void) close(fd);
     CHECK(r, "mount /proc: %m");
-    return cdn_proc_mask(root, mask, err);
+    return cdn_proc_mask(root, mask, mask_dir, err);
 }
 
 /* The sandbox's own devpts instance, of at most limits.ptys terminals: the kernel's pool

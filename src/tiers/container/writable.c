@@ -686,12 +686,12 @@ int cdn_layer_loop(int file)
 }
 
 /* A restored layer's root as a new sandbox's setup expects it (rootfs.c): what setup makes there for
- * one sandbox (mount points, the image's layer links, the masks' file, resolv.conf) goes; upper/,
- * work/ and the rwN directories of a read-only root (the sandbox's files) stay. The layer's root is
+ * one sandbox (mount points, the image's layer links, the masks' file and directory, resolv.conf) goes;
+ * upper/, work/ and the rwN directories of a read-only root (the sandbox's files) stay. The layer's root is
  * cordon's: a sandbox never sees it. */
 static void layer_refresh(int mnt)
 {
-    static const char *const files[] = {"resolv.conf", "mask"}, *const dirs[] = {"lower", "root"};
+    static const char *const files[] = {"resolv.conf", "mask"}, *const dirs[] = {"lower", "root", "mask.d"};
     for (size_t i = 0; i < ELEMENTSOF(files); i++)
         (void) unlinkat(mnt, files[i], 0);
     for (size_t i = 0; i < ELEMENTSOF(dirs); i++)

@@ -145,6 +145,9 @@ static int make_dir(struct cdn_sandbox *sb, struct cdn_error *err)
     if (fd < 0)
         return cdn_error_set(err, errno, "make %s: %m", sub);
     (void) close(fd);
+    (void) snprintf(sub, sizeof sub, "%s/mask.d", dir);
+    if (mkdir(sub, 0555) < 0)
+        return cdn_error_set(err, errno, "make %s: %m", sub);
     for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
         (void) snprintf(sub, sizeof sub, "%s/%s", dir, subs[i].name);
         if (mkdir(sub, subs[i].mode) < 0 || chown(sub, uid, uid) < 0 || chmod(sub, subs[i].mode) < 0)
