@@ -54,6 +54,18 @@ static void pin(struct box *b, const char *key, const char *line, size_t len)
             return;
     if (b->n_pinned == EVENTS_PINNED)
         return;
+    if (b->n_pinned == b->cap_pinned) {
+        /* Grown rather than a fixed array in each box: 2 KiB a sandbox that cordond's every fork
+         * copies (docs/performance.md). */
+        size_t cap = b->cap_pinned ? b->cap_pinned * 2 : 4;
+        if (cap > EVENTS_PINNED)
+            cap = EVENTS_PINNED;
+        struct pinned_event *grown = reallocarray(b->pinned, cap, sizeof *grown);
+        if (!grown)
+            return;
+        b->pinned = grown;
+        b->cap_pinned = cap;
+    }
     struct pinned_event *p = &b->pinned[b->n_pinned];
     if (!(p->line = malloc(len)))
         return;
@@ -328,7 +340,9 @@ void cdn_box_events_free(struct box *b)
 {
     for (size_t i = 0; i < b->n_pinned; i++)
         free(b->pinned[i].line);
-    b->n_pinned = 0;
+    free(b->pinned);
+    b->pinned = NULL;
+    b->n_pinned = b->cap_pinned = 0;
     if (b->viol.flush_ev)
         event_free(b->viol.flush_ev);
     b->viol.flush_ev = NULL;

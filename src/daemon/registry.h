@@ -211,8 +211,8 @@ struct box {
     LIST_HEAD(, box_listener) listeners;
     struct evbuffer *events;             /* NDJSON lines, oldest dropped past a cap (box-events.c) */
     uint64_t events_seq, events_dropped; /* lines logged, and dropped from the ring's front */
-    struct pinned_event pinned[EVENTS_PINNED];
-    size_t n_pinned;
+    struct pinned_event *pinned; /* up to EVENTS_PINNED, grown as kinds come: most sandboxes log a few */
+    size_t n_pinned, cap_pinned;
     struct box_budget budget;
     LIST_HEAD(, follower) followers; /* GET …/events?follow=true (api.c) */
     LIST_HEAD(, bproc) procs;        /* its background processes (api-proc.c) */
