@@ -346,8 +346,8 @@ static int mount_proc(const struct cdn_setup_args *a, int rootfd, const char *ro
     _cleanup_close_ int mfd = open(mask, O_CREAT | O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0444);
     if (mfd < 0)
         return cdn_error_set(err, errno, "create the mask file: %m");
-    /* Made anew, so empty (a layer from a checkpoint has one already: rmdir fails on a full one, and
-     * then so does mkdir). */
+    /* Made anew, so empty: a restored layer's went in layer_refresh (writable.c); any other left one is
+     * removed here, and were it not empty, rmdir and then mkdir would fail. */
     (void) snprintf(mask_dir, sizeof mask_dir, "%s/mask.d", a->scratch);
     (void) rmdir(mask_dir);
     CHECK(mkdir(mask_dir, 0555), "create the mask directory: %m");
