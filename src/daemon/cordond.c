@@ -393,8 +393,6 @@ static void on_child(evutil_socket_t sig, short what, void *arg)
         ;
 }
 
-/* The bind sources the API accepts (core/bind-policy.h): the configured allowlist, and besides
- * the core's refusals what is this daemon's own — its records and sockets, its token. */
 /* How many fds this process has open. */
 static unsigned open_fds(void)
 {
@@ -458,6 +456,8 @@ static void fd_budget(struct daemon *d)
                 CDN_FDS_TYPICAL, d->cfg.max_sandboxes);
 }
 
+/* The bind sources the API accepts (core/bind-policy.h): the configured allowlist, and besides
+ * the core's refusals what is this daemon's own — its records and sockets, its token. */
 static int bind_policy_setup(struct daemon *d)
 {
     struct cdn_bind_policy *p = &d->bind_policy;
