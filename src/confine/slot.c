@@ -1,4 +1,5 @@
 #include "slot.h"
+#include "core/paths.h"
 #include "core/sandbox.h"
 #include "shared/fd-util.h"
 #include "shared/macro.h"
@@ -7,6 +8,7 @@
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
@@ -15,6 +17,36 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+/* The byte of <run>/slots/held that is slot's, for fcntl. */
+static struct flock held_range(int slot, short type)
+{
+    return (struct flock){.l_type = type, .l_whence = SEEK_SET, .l_start = slot, .l_len = 1};
+}
+
+/* Whether an open file description other than held_fd's own holds slot's byte. */
+static bool held_elsewhere(int slots_dir, int slot)
+{
+    _cleanup_close_ int fd = openat(slots_dir, "held", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    struct flock l = held_range(slot, F_WRLCK);
+    if (fd < 0 || fcntl(fd, F_OFD_GETLK, &l) < 0)
+        return true; /* unknown: not free */
+    return l.l_type != F_UNLCK;
+}
+
+int cdn_slot_lock(int slots_dir, int slot)
+{
+    char name[16];
+    (void) snprintf(name, sizeof name, "%d", slot);
+    int fd = openat(slots_dir, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return -errno;
+    /* Under the file's lock nobody else can take the byte (cdn_slot_hold takes it with the lock). */
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && !held_elsewhere(slots_dir, slot))
+        return fd;
+    (void) close(fd);
+    return -EBUSY;
+}
 
 int cdn_slot_acquire(const char *run_dir, int hint, int *ret_slot, int *ret_fd, struct cdn_error *err)
 {
@@ -34,17 +66,14 @@ int cdn_slot_acquire(const char *run_dir, int hint, int *ret_slot, int *ret_fd, 
         start = (uint32_t) getpid(); /* the pool not yet seeded: any start will do */
     for (int i = hint >= 0 && hint < CDN_SLOT_COUNT ? -1 : 0; i < CDN_SLOT_COUNT; i++) {
         int slot = i < 0 ? hint : (int) ((start + (uint32_t) i) % CDN_SLOT_COUNT);
-        char name[16];
-        (void) snprintf(name, sizeof name, "%d", slot);
-        int fd = openat(dfd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-        if (fd < 0)
-            return cdn_error_set(err, errno, "open slot lock %s/%s: %m", dir, name);
-        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        int fd = cdn_slot_lock(dfd, slot);
+        if (fd >= 0) {
             *ret_slot = slot;
             *ret_fd = fd;
             return 0;
         }
-        (void) close(fd);
+        if (fd != -EBUSY)
+            return cdn_error_set(err, -fd, "open slot lock %s/%d: %s", dir, slot, strerror(-fd));
     }
     return cdn_error_set(err, EBUSY, "all %d sandbox slots are in use", CDN_SLOT_COUNT);
 }
@@ -114,6 +143,35 @@ void cdn_reaper_release(int *fd)
     if (*fd >= 0)
         (void) !write(*fd, "d", 1);
     *fd = safe_close(*fd);
+}
+
+/* This process's open file description of <run>/slots/held: the bytes of the slots it holds. */
+static int held_fd = -EBADF;
+
+void cdn_slot_hold(struct cdn_sandbox *sb)
+{
+    if (sb->slot_fd < 0 || sb->slot_held)
+        return;
+    if (held_fd < 0) {
+        char path[4200];
+        (void) snprintf(path, sizeof path, "%s/slots/held", cdn_run_dir());
+        held_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    }
+    struct flock l = held_range(sb->slot, F_WRLCK);
+    if (held_fd < 0 || fcntl(held_fd, F_OFD_SETLK, &l) < 0)
+        return; /* kept as it was: its own fd (another cordond's description still holds the byte) */
+    sb->slot_held = true;
+    sb->slot_fd = safe_close(sb->slot_fd);
+}
+
+void cdn_slot_let_go(struct cdn_sandbox *sb)
+{
+    sb->slot_fd = safe_close(sb->slot_fd);
+    if (!sb->slot_held)
+        return;
+    struct flock l = held_range(sb->slot, F_UNLCK);
+    (void) fcntl(held_fd, F_OFD_SETLK, &l);
+    sb->slot_held = false;
 }
 
 int cdn_slot_make_cgroup(struct cdn_sandbox *sb, struct cdn_error *err)
@@ -195,12 +253,12 @@ int cdn_slot_destroy(struct cdn_sandbox *sb, void (*release)(struct cdn_sandbox 
         sb->cgroup.ops = NULL;
     }
     sb->cgroup.dirfd = safe_close(sb->cgroup.dirfd); /* v2's, kept or not */
-    if (release && sb->slot_fd >= 0)
+    if (release && (sb->slot_fd >= 0 || sb->slot_held))
         release(sb);
     if (ret == 0)
         cdn_reaper_release(&sb->reaper_fd);
     else
         sb->reaper_fd = safe_close(sb->reaper_fd); /* the reaper retries from its side */
-    sb->slot_fd = safe_close(sb->slot_fd);
+    cdn_slot_let_go(sb);
     return ret;
 }

@@ -1,7 +1,8 @@
 /* Per-sandbox host resources that must be unique among live sandboxes: an
  * unprivileged uid/gid range and a cgroup name. A slot is owned by whoever
  * holds the flock on <run>/slots/<n>; the kernel drops it when the holder
- * dies, so a crash never strands a slot. */
+ * dies, so a crash never strands a slot. A slot is also taken while its byte
+ * of <run>/slots/held is locked (cdn_slot_hold). */
 #pragma once
 
 #include <stdint.h>
@@ -18,6 +19,8 @@
 /* Lock a free slot, trying hint first when it is >= 0 (a slot whose cgroup
  * directories the caller kept for reuse). ret_fd holds the lock (CLOEXEC). */
 int cdn_slot_acquire(const char *run_dir, int hint, int *ret_slot, int *ret_fd, struct cdn_error *err);
+/* slot's lock (an fd, CLOEXEC) when it is free, from the directory <run>/slots; -EBUSY when taken. */
+int cdn_slot_lock(int slots_dir, int slot);
 static inline uint32_t cdn_slot_uid_base(int slot)
 {
     return CDN_UID_BASE + (uint32_t) slot * CDN_UID_RANGE;
@@ -48,3 +51,11 @@ int cdn_slot_signal(struct cdn_sandbox *sb, int sig);
  * call release (when not NULL: what the tier made in the slot's name, while the slot is still
  * ours), release the reaper, unlock the slot. Returns the cgroup removal's error. Idempotent. */
 int cdn_slot_destroy(struct cdn_sandbox *sb, void (*release)(struct cdn_sandbox *sb));
+/* cordond's hold on a slot whose init keeps the lock itself (persistent: fd 8), without an fd of
+ * its own per slot: the slot's byte of <run>/slots/held, locked through one open file description
+ * of this process (F_OFD_SETLK) for all the slots it holds; sb->slot_fd is then closed and
+ * sb->slot_held set. The slot stays taken after init's end, until cdn_slot_let_go. When the byte
+ * cannot be locked (another cordond's description still holds it) sb->slot_fd is kept instead. */
+void cdn_slot_hold(struct cdn_sandbox *sb);
+/* The slot let go: sb->slot_fd closed, sb->slot_held's byte unlocked. */
+void cdn_slot_let_go(struct cdn_sandbox *sb);

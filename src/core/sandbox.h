@@ -146,8 +146,9 @@ struct cdn_sandbox {
     void *tier_data;
 
     /* host resources held for the sandbox's lifetime */
-    int slot;    /* index of the uid range and cgroup name */
-    int slot_fd; /* flock'd lock file: the slot is ours while this is open */
+    int slot;       /* index of the uid range and cgroup name */
+    int slot_fd;    /* flock'd lock file: the slot is ours while this is open */
+    bool slot_held; /* or its byte of <run>/slots/held is ours (confine/slot.h cdn_slot_hold) */
     uint32_t uid_base;
     struct cdn_cgroup cgroup;
     uint64_t oom_base; /* oom_kill count of a reused cgroup at creation */

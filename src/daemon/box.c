@@ -32,6 +32,7 @@
 #include "registry.h"
 #include "api.h"
 #include "core/json-util.h"
+#include "confine/slot.h"
 #include "core/paths.h"
 #include "images.h"
 #include "record.h"
@@ -320,12 +321,13 @@ void box_created(struct box *b, enum cdn_box_created how, const struct cdn_error
 
 unsigned cdn_box_fds(const struct cdn_spec *spec)
 {
-    /* Measured (a sandbox's share of cordond's open fds, 60 at a time): 4.0 for a container or a
-     * process-tier sandbox (agent socket, seccomp listener, init's pidfd, slot lock; the setup pipe
-     * is closed once init runs), two more with an egress policy, one more with checkpoints (its
+    /* Measured (a sandbox's share of cordond's open fds, 60 at a time): 3.0 for a container (agent
+     * socket, seccomp listener, init's pidfd; the setup pipe is closed once init runs, and the slot
+     * is held without an fd: confine/slot.h cdn_slot_hold), 4.0 for a process-tier sandbox (its slot
+     * lock), two more with an egress policy, one more with checkpoints (its
      * layer's mount). A guard (protect, watch_writes) holds a listener; a VM's QEMU its sockets and
      * pidfd. */
-    unsigned n = 4;
+    unsigned n = spec->tier == CDN_TIER_CONTAINER ? 3 : 4;
     if (spec->net_mode != CDN_NET_NONE)
         n += 2;
     if (spec->checkpoints) /* and a container's standby layer: its image, mount, file, slot lock */
@@ -572,6 +574,9 @@ static void on_setup(evutil_socket_t fd, short what, void *arg)
     event_free(b->setup_ev);
     b->setup_ev = NULL;
     b->sb.setup_fd = safe_close(b->sb.setup_fd);
+    /* init holds its slot's lock (fd 8): cordond's own hold needs no fd per sandbox (cdn_slot_hold). */
+    if (b->sb.persistent && b->sb.tier->slot_in_record)
+        cdn_slot_hold(&b->sb);
     box_started(b);
 }
 

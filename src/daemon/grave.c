@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "registry.h"
+#include "confine/slot.h"
 #include "shared/fd-util.h"
 #include "tiers/tier.h"
 
@@ -84,6 +85,7 @@ int cdn_grave_add(struct cdn_sandbox *sb)
     /* What is the grave's now leaves sb; the rest (its netns, image hold, fanotify) stays the box's. */
     sb->init_pid = 0;
     sb->init_pidfd = sb->agent_fd = sb->setup_fd = sb->slot_fd = sb->reaper_fd = -EBADF;
+    sb->slot_held = false;
     sb->cgroup.ops = NULL;
     sb->cgroup.dirfd = -EBADF;
     sb->slot = -1;
@@ -110,7 +112,7 @@ void cdn_grave_flush(void)
         LIST_REMOVE(g, link);
         event_free(g->ev);
         g->sb.init_pidfd = safe_close(g->sb.init_pidfd);
-        g->sb.slot_fd = safe_close(g->sb.slot_fd);
+        cdn_slot_let_go(&g->sb);
         g->sb.cgroup.dirfd = safe_close(g->sb.cgroup.dirfd);
         free(g);
     }

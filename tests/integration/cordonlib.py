@@ -405,12 +405,15 @@ def pid_alive(pid):
 
 
 SLOT_LOCK = re.compile(r"/slots/(\d+)$")
+HELD_BYTE = re.compile(r"^lock:\s+\d+: OFDLCK\s+\S+\s+WRITE\s+\S+\s+\S+\s+(\d+)\s+(\d+)$", re.M)
 
 
 def slot_holders(procs):
     """slot number → processes holding a slot lock file (<run dir>/slots/N)
-    open. Any run dir counts: slot numbers name one host-wide uid range and
-    cgroup whichever run dir a cordon was started with."""
+    open, or its byte of <run dir>/slots/held locked (cordond's hold of the
+    slots its sandboxes' inits lock: confine/slot.h cdn_slot_hold). Any run
+    dir counts: slot numbers name one host-wide uid range and cgroup whichever
+    run dir a cordon was started with."""
     out = {}
     for p in procs:
         try:
@@ -419,11 +422,16 @@ def slot_holders(procs):
             continue
         for fd in fds:
             try:
-                m = SLOT_LOCK.search(os.readlink(f"/proc/{p.pid}/fd/{fd}"))
+                link = os.readlink(f"/proc/{p.pid}/fd/{fd}")
+                m = SLOT_LOCK.search(link)
+                held = [] if m or not link.endswith("/slots/held") else HELD_BYTE.findall(
+                    open(f"/proc/{p.pid}/fdinfo/{fd}").read())
             except OSError:
                 continue
-            if m:
-                out.setdefault(int(m.group(1)), []).append(p)
+            # one lock line may cover several slots: the kernel merges a holder's adjacent bytes
+            slots = [int(m.group(1))] if m else [s for a, b in held for s in range(int(a), int(b) + 1)]
+            for s in slots:
+                out.setdefault(s, []).append(p)
     return out
 
 

@@ -11,12 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from cordonlib import Daemon, wait_for
+from cordonlib import Daemon, all_procs, slot_holders, wait_for
 
 pytestmark = pytest.mark.serial  # thousands of sandboxes: no other pass runs beside it
 
 N = 2000
-FDS = 4  # box.c cdn_box_fds for this spec: agent socket, seccomp listener, init's pidfd, slot lock
+FDS = 3  # box.c cdn_box_fds for this spec: agent socket, seccomp listener, init's pidfd
+# (the slot is held by a locked byte of one shared file instead: confine/slot.h cdn_slot_hold)
 SPEC = {"limits": {"memory_mb": 64}, "labels": {"suite": "density"}}
 
 
@@ -58,6 +59,10 @@ def test_thousands_of_live_sandboxes_then_all_deleted_leave_nothing(shared_dir):
         # and network namespaces may have grown meanwhile: a few more, not one per sandbox)
         per = (fds_of(d.proc.pid) - before) / N
         assert FDS - 0.1 < per <= FDS + 0.02, per
+        # every sandbox's slot held by cordond (its byte), no two alike; and the stock of ready layers'
+        # (each holds its slot's lock file)
+        held = slot_holders([p for p in all_procs() if p.pid == d.proc.pid])
+        assert N <= len(held) <= N + 16, len(held)
         listed = d.endpoint.json("GET", "/v1/sandboxes?label=suite=density")["sandboxes"]
         assert len(listed) == N and all(x["state"] == "running" for x in listed)
         for i in (0, N // 2, N - 1):  # the first, the middle and the last still answer
@@ -71,5 +76,8 @@ def test_thousands_of_live_sandboxes_then_all_deleted_leave_nothing(shared_dir):
                  what="every teardown")
         assert d.endpoint.json("GET", "/v1/sandboxes")["sandboxes"] == []
         assert fds_of(d.proc.pid) <= before + 16, (before, fds_of(d.proc.pid))
+        # every slot let go but the stock of ready layers' (each holds its slot's lock file)
+        held = slot_holders([p for p in all_procs() if p.pid == d.proc.pid])
+        assert len(held) <= 16, held
     finally:
         assert d.stop() == 0, d.output()

@@ -16,7 +16,7 @@ from cordonlib import Daemon, wait_for
 
 LIMIT = 600
 RESERVE = 64  # a sixteenth of the limit, 64 at least (cordond.c fd_budget)
-FDS = 4  # what box.c cdn_box_fds counts for these sandboxes' spec (measured: 4.0)
+FDS = 3  # what box.c cdn_box_fds counts for these sandboxes' spec (measured: 3.0)
 
 
 def test_a_create_past_the_fd_budget_is_a_clear_429(shared_dir):

@@ -29,7 +29,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/fsuid.h>
 #include <sys/prctl.h>
@@ -451,7 +450,7 @@ static void container_detach(struct cdn_sandbox *sb)
     sb->agent_fd = safe_close(sb->agent_fd);
     sb->setup_fd = safe_close(sb->setup_fd);
     sb->reaper_fd = safe_close(sb->reaper_fd); /* EOF without "done": the reaper cleans up */
-    sb->slot_fd = safe_close(sb->slot_fd);
+    cdn_slot_let_go(sb);
     sb->cgroup.ops = NULL;
 }
 
@@ -478,6 +477,7 @@ static int container_adopt(struct cdn_sandbox *sb, struct cdn_error *err)
     sb->slot_fd = (int) syscall(SYS_pidfd_getfd, fd, 8, 0);
     if (sb->slot_fd < 0)
         return cdn_error_set(err, errno, "adopt: the slot lock of init %d: %m", (int) sb->init_pid);
+    cdn_slot_hold(sb);
     return 0;
 }
 
@@ -487,9 +487,10 @@ static void container_drop_slot(int slot)
     if (prepare(&err) < 0)
         return;
     char path[4096];
-    (void) snprintf(path, sizeof path, "%s/slots/%d", cdn_run_dir(), slot);
-    _cleanup_close_ int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0)
+    (void) snprintf(path, sizeof path, "%s/slots", cdn_run_dir());
+    _cleanup_close_ int dir = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    _cleanup_close_ int fd = dir < 0 ? -EBADF : cdn_slot_lock(dir, slot);
+    if (fd < 0)
         return; /* taken: its owner reuses or removes the cgroup */
     struct cdn_cgroup cg;
     char name[32];

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -353,15 +352,16 @@ static void process_sweep_slots(void)
     DIR *d = opendir(dir);
     if (!d)
         return;
+    (void) snprintf(dir, sizeof dir, "%s/slots", cdn_run_dir());
+    _cleanup_close_ int slots = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     struct dirent *de;
     while ((de = readdir(d))) {
         int slot;
-        char tail, lock[4200];
-        if (sscanf(de->d_name, "%d%c", &slot, &tail) != 1 || slot < 0)
+        char tail;
+        if (sscanf(de->d_name, "%d%c", &slot, &tail) != 1 || slot < 0 || slots < 0)
             continue;
-        (void) snprintf(lock, sizeof lock, "%s/slots/%d", cdn_run_dir(), slot);
-        int fd = open(lock, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0)
+        int fd = cdn_slot_lock(slots, slot);
+        if (fd >= 0)
             remove_dir(slot);
         if (fd >= 0)
             (void) close(fd);
