@@ -24,13 +24,14 @@ static struct flock held_range(int slot, short type)
     return (struct flock){.l_type = type, .l_whence = SEEK_SET, .l_start = slot, .l_len = 1};
 }
 
-/* Whether an open file description other than held_fd's own holds slot's byte. */
-static bool held_elsewhere(int slots_dir, int slot)
+/* Whether any open file description holds slot's byte (this process's too: another description's
+ * lock conflicts whoever holds it): 1, 0, or -errno. */
+static int held_anywhere(int slots_dir, int slot)
 {
     _cleanup_close_ int fd = openat(slots_dir, "held", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     struct flock l = held_range(slot, F_WRLCK);
     if (fd < 0 || fcntl(fd, F_OFD_GETLK, &l) < 0)
-        return true; /* unknown: not free */
+        return -errno;
     return l.l_type != F_UNLCK;
 }
 
@@ -42,10 +43,11 @@ int cdn_slot_lock(int slots_dir, int slot)
     if (fd < 0)
         return -errno;
     /* Under the file's lock nobody else can take the byte (cdn_slot_hold takes it with the lock). */
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && !held_elsewhere(slots_dir, slot))
+    int r = flock(fd, LOCK_EX | LOCK_NB) < 0 ? -EBUSY : held_anywhere(slots_dir, slot);
+    if (r == 0)
         return fd;
     (void) close(fd);
-    return -EBUSY;
+    return r > 0 ? -EBUSY : r;
 }
 
 int cdn_slot_acquire(const char *run_dir, int hint, int *ret_slot, int *ret_fd, struct cdn_error *err)
@@ -73,7 +75,7 @@ int cdn_slot_acquire(const char *run_dir, int hint, int *ret_slot, int *ret_fd, 
             return 0;
         }
         if (fd != -EBUSY)
-            return cdn_error_set(err, -fd, "open slot lock %s/%d: %s", dir, slot, strerror(-fd));
+            return cdn_error_set(err, -fd, "slot lock %s/%d: %s", dir, slot, strerror(-fd));
     }
     return cdn_error_set(err, EBUSY, "all %d sandbox slots are in use", CDN_SLOT_COUNT);
 }
@@ -145,13 +147,30 @@ void cdn_reaper_release(int *fd)
     *fd = safe_close(*fd);
 }
 
-/* This process's open file description of <run>/slots/held: the bytes of the slots it holds. */
+/* This process's open file description of <run>/slots/held, and the bytes it holds: a byte is
+ * one sandbox's, never two (two holders of one byte would share one lock, and the first to let go
+ * would free the slot under the other). */
 static int held_fd = -EBADF;
+static uint8_t held_bits[(CDN_SLOT_COUNT + 7) / 8];
 
-void cdn_slot_hold(struct cdn_sandbox *sb)
+/* Whether fd is slot's lock file (what adopt takes from an init is checked, not trusted). */
+static bool is_slot_file(int fd, int slot)
 {
-    if (sb->slot_fd < 0 || sb->slot_held)
-        return;
+    char path[4200];
+    struct stat a, b;
+    (void) snprintf(path, sizeof path, "%s/slots/%d", cdn_run_dir(), slot);
+    return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+int cdn_slot_hold(struct cdn_sandbox *sb)
+{
+    const int s = sb->slot;
+    if (sb->slot_held)
+        return 0;
+    if (sb->slot_fd < 0 || s < 0 || s >= CDN_SLOT_COUNT || !is_slot_file(sb->slot_fd, s))
+        return -EINVAL;
+    if (held_bits[s / 8] & (1u << (s % 8)))
+        return 1;
     if (held_fd < 0) {
         char path[4200];
         (void) snprintf(path, sizeof path, "%s/slots/held", cdn_run_dir());
@@ -159,9 +178,11 @@ void cdn_slot_hold(struct cdn_sandbox *sb)
     }
     struct flock l = held_range(sb->slot, F_WRLCK);
     if (held_fd < 0 || fcntl(held_fd, F_OFD_SETLK, &l) < 0)
-        return; /* kept as it was: its own fd (another cordond's description still holds the byte) */
+        return 1; /* kept as it was: its own fd (another cordond's description still holds the byte) */
+    held_bits[s / 8] |= (uint8_t) (1u << (s % 8));
     sb->slot_held = true;
     sb->slot_fd = safe_close(sb->slot_fd);
+    return 0;
 }
 
 void cdn_slot_let_go(struct cdn_sandbox *sb)
@@ -171,6 +192,7 @@ void cdn_slot_let_go(struct cdn_sandbox *sb)
         return;
     struct flock l = held_range(sb->slot, F_UNLCK);
     (void) fcntl(held_fd, F_OFD_SETLK, &l);
+    held_bits[sb->slot / 8] &= (uint8_t) ~(1u << (sb->slot % 8));
     sb->slot_held = false;
 }
 

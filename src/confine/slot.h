@@ -54,8 +54,10 @@ int cdn_slot_destroy(struct cdn_sandbox *sb, void (*release)(struct cdn_sandbox 
 /* cordond's hold on a slot whose init keeps the lock itself (persistent: fd 8), without an fd of
  * its own per slot: the slot's byte of <run>/slots/held, locked through one open file description
  * of this process (F_OFD_SETLK) for all the slots it holds; sb->slot_fd is then closed and
- * sb->slot_held set. The slot stays taken after init's end, until cdn_slot_let_go. When the byte
- * cannot be locked (another cordond's description still holds it) sb->slot_fd is kept instead. */
-void cdn_slot_hold(struct cdn_sandbox *sb);
+ * sb->slot_held set. The slot stays taken after init's end, until cdn_slot_let_go. Returns 0; 1
+ * when sb->slot_fd is kept instead (the byte is another sandbox's of this process, or another
+ * description, a former cordond's, still holds it); -EINVAL when sb->slot_fd is not sb->slot's lock
+ * file (nothing changed). */
+int cdn_slot_hold(struct cdn_sandbox *sb);
 /* The slot let go: sb->slot_fd closed, sb->slot_held's byte unlocked. */
 void cdn_slot_let_go(struct cdn_sandbox *sb);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "box-internal.h"
+#include "confine/slot.h"
 #include "core/json-util.h"
 #include "record.h"
 #include "shared/fd-util.h"
@@ -164,7 +165,7 @@ static void adopt_one(const char *id, const char *path)
         kill_if_ours(rec.init_pid, rec.init_start);
         b->sb.agent_fd = safe_close(b->sb.agent_fd);
         b->sb.init_pidfd = safe_close(b->sb.init_pidfd);
-        b->sb.slot_fd = safe_close(b->sb.slot_fd);
+        cdn_slot_let_go(&b->sb); /* adopt() may have taken it (its byte, confine/slot.h) */
         /* Its cgroup, under the slot's lock: if another sandbox took the slot
          * while no cordond ran, the cgroup is that one's and stays. */
         if (b->sb.tier->drop_slot && rec.slot >= 0)
@@ -181,7 +182,7 @@ static void adopt_one(const char *id, const char *path)
 static struct box *attach_failed(struct box *b, const char *id)
 {
     b->sb.init_pidfd = safe_close(b->sb.init_pidfd);
-    b->sb.slot_fd = safe_close(b->sb.slot_fd);
+    cdn_slot_let_go(&b->sb);
     b->sb.agent_fd = safe_close(b->sb.agent_fd);
     cdn_record_remove(id);
     box_free(b);

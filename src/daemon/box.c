@@ -576,7 +576,7 @@ static void on_setup(evutil_socket_t fd, short what, void *arg)
     b->sb.setup_fd = safe_close(b->sb.setup_fd);
     /* init holds its slot's lock (fd 8): cordond's own hold needs no fd per sandbox (cdn_slot_hold). */
     if (b->sb.persistent && b->sb.tier->slot_in_record)
-        cdn_slot_hold(&b->sb);
+        (void) cdn_slot_hold(&b->sb);
     box_started(b);
 }
 

@@ -2,13 +2,14 @@
 or killed daemon, and the next one adopts them from its sandbox directory or,
 when it cannot, cleans them up. The autouse leak check runs after each test."""
 
+import json
 import os
 import signal
 import time
 
 import pytest
 
-from cordonlib import Daemon, all_procs, sandbox_procs, wait_for
+from cordonlib import Daemon, all_procs, cgroup_dirs, cgroup_slot, sandbox_procs, slot_holders, wait_for
 
 import cordon
 from cordon import Sandbox
@@ -108,6 +109,27 @@ def test_sandbox_that_died_while_no_daemon_ran_is_cleaned_up(workdir, tier):
     finally:
         assert d2.stop() == 0
     # the autouse leak check: its cgroup is gone too
+
+
+def test_a_sandbox_adopted_half_way_is_cleaned_up_and_its_slot_freed(workdir):
+    # adopt() takes init's slot lock and holds the slot's byte of <run>/slots/held (confine/slot.h);
+    # then the connection to init's socket fails. Seen failing when that path closed only the lock's
+    # fd: the byte stayed cordond's, so its sweep found the slot taken and left the cgroup behind
+    # (and no other sandbox could have the slot while that cordond ran).
+    d = Daemon(workdir, keep=True)
+    sb = Sandbox.create(endpoint=d.endpoint)
+    sdir = os.path.join(workdir, "sandboxes")
+    slot = json.load(open(os.path.join(sdir, f"{sb.id}.json")))["slot"]
+    d.kill9()
+    os.unlink(os.path.join(sdir, f"{sb.id}.sock"))
+    d2 = Daemon(workdir)
+    try:
+        assert "could not be adopted" in d2.output()
+        wait_for(lambda: not inits(), what="init's end")
+        assert slot not in slot_holders([p for p in all_procs() if p.pid == d2.proc.pid])
+        assert not [c for c in cgroup_dirs() if cgroup_slot(c) == slot]
+    finally:
+        assert d2.stop() == 0
 
 
 def test_damaged_record_is_dropped(workdir):

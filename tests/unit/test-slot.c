@@ -68,7 +68,13 @@ TEST(slot_held_is_taken)
     CHECK(sb.slot_fd >= 0);
     /* init's copy of the lock (fd 8), which it drops when it ends */
     int init_copy = dup(sb.slot_fd);
-    cdn_slot_hold(&sb);
+    /* a second holder of the byte (the same init attached twice) keeps its own fd: the first one's
+     * let-go must not free the slot under it */
+    struct cdn_sandbox twin = {.slot = 11, .slot_fd = dup(sb.slot_fd)};
+    CHECK_EQ_INT(cdn_slot_hold(&sb), 0);
+    CHECK_EQ_INT(cdn_slot_hold(&twin), 1);
+    CHECK(!twin.slot_held && twin.slot_fd >= 0);
+    cdn_slot_let_go(&twin);
     CHECK(sb.slot_held);
     CHECK_EQ_INT(sb.slot_fd, -EBADF);
     (void) close(init_copy);
@@ -92,7 +98,11 @@ TEST(slot_acquire_skips_held)
     int dir = slots_dir();
     struct cdn_sandbox sb = {.slot = 3, .slot_fd = cdn_slot_lock(dir, 3)};
     CHECK(sb.slot_fd >= 0);
-    cdn_slot_hold(&sb);
+    /* what an adopted init's fd 8 must be: the lock file of its record's slot */
+    struct cdn_sandbox wrong = {.slot = 4, .slot_fd = sb.slot_fd};
+    CHECK_EQ_INT(cdn_slot_hold(&wrong), -EINVAL);
+    CHECK(!wrong.slot_held && wrong.slot_fd == sb.slot_fd);
+    CHECK_EQ_INT(cdn_slot_hold(&sb), 0);
     CHECK(sb.slot_held);
     int slot = -1, fd = -EBADF;
     struct cdn_error err = {0};
