@@ -478,8 +478,8 @@ static int container_adopt(struct cdn_sandbox *sb, struct cdn_error *err)
     if (sb->slot_fd < 0)
         return cdn_error_set(err, errno, "adopt: the slot lock of init %d: %m", (int) sb->init_pid);
     if (cdn_slot_hold(sb) < 0)
-        return cdn_error_set(err, EINVAL, "adopt: fd 8 of init %d is not the lock of slot %d", (int) sb->init_pid,
-                             sb->slot);
+        return cdn_error_set(err, EINVAL, "adopt: fd 8 of init %d is not the lock of slot %d",
+                             (int) sb->init_pid, sb->slot);
     return 0;
 }
 
