@@ -2,7 +2,7 @@
  * unprivileged uid/gid range and a cgroup name. A slot is owned by whoever
  * holds the flock on <run>/slots/<n>; the kernel drops it when the holder
  * dies, so a crash never strands a slot. A slot is also taken while its byte
- * of <run>/slots/held is locked (cdn_slot_hold). */
+ * of <run>/slots/held-<slot / 128> is locked (cdn_slot_hold). */
 #pragma once
 
 #include <stdint.h>
@@ -52,8 +52,8 @@ int cdn_slot_signal(struct cdn_sandbox *sb, int sig);
  * ours), release the reaper, unlock the slot. Returns the cgroup removal's error. Idempotent. */
 int cdn_slot_destroy(struct cdn_sandbox *sb, void (*release)(struct cdn_sandbox *sb));
 /* cordond's hold on a slot whose init keeps the lock itself (persistent: fd 8), without an fd of
- * its own per slot: the slot's byte of <run>/slots/held, locked through one open file description
- * of this process (F_OFD_SETLK) for all the slots it holds; sb->slot_fd is then closed and
+ * its own per slot: the slot's byte of <run>/slots/held-<slot / 128>, locked through one open file
+ * description per such file for all the slots of it this process holds (F_OFD_SETLK); sb->slot_fd is then closed and
  * sb->slot_held set. The slot stays taken after init's end, until cdn_slot_let_go. Returns 0; 1
  * when sb->slot_fd is kept instead (the byte is another sandbox's of this process, or another
  * description, a former cordond's, still holds it); -EINVAL when sb->slot_fd is not sb->slot's lock

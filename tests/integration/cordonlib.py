@@ -405,13 +405,15 @@ def pid_alive(pid):
 
 
 SLOT_LOCK = re.compile(r"/slots/(\d+)$")
+HELD_FILE = re.compile(r"/slots/held-(\d+)$")
+HELD_PER_FILE = 128  # confine/slot.c
 HELD_BYTE = re.compile(r"^lock:\s+\d+: OFDLCK\s+\S+\s+WRITE\s+\S+\s+\S+\s+(\d+)\s+(\d+)$", re.M)
 
 
 def slot_holders(procs):
     """slot number → processes holding a slot lock file (<run dir>/slots/N)
-    open, or its byte of <run dir>/slots/held locked (cordond's hold of the
-    slots its sandboxes' inits lock: confine/slot.h cdn_slot_hold). Any run
+    open, or its byte of <run dir>/slots/held-<slot // 128> locked (cordond's
+    hold of the slots its sandboxes' inits lock: confine/slot.h cdn_slot_hold). Any run
     dir counts: slot numbers name one host-wide uid range and cgroup whichever
     run dir a cordon was started with."""
     out = {}
@@ -424,12 +426,13 @@ def slot_holders(procs):
             try:
                 link = os.readlink(f"/proc/{p.pid}/fd/{fd}")
                 m = SLOT_LOCK.search(link)
-                held = [] if m or not link.endswith("/slots/held") else HELD_BYTE.findall(
-                    open(f"/proc/{p.pid}/fdinfo/{fd}").read())
+                h = None if m else HELD_FILE.search(link)
+                held = HELD_BYTE.findall(open(f"/proc/{p.pid}/fdinfo/{fd}").read()) if h else []
             except OSError:
                 continue
             # one lock line may cover several slots: the kernel merges a holder's adjacent bytes
-            slots = [int(m.group(1))] if m else [s for a, b in held for s in range(int(a), int(b) + 1)]
+            base = int(h.group(1)) * HELD_PER_FILE if h else 0
+            slots = [int(m.group(1))] if m else [base + s for a, b in held for s in range(int(a), int(b) + 1)]
             for s in slots:
                 out.setdefault(s, []).append(p)
     return out

@@ -112,7 +112,7 @@ def test_sandbox_that_died_while_no_daemon_ran_is_cleaned_up(workdir, tier):
 
 
 def test_a_sandbox_adopted_half_way_is_cleaned_up_and_its_slot_freed(workdir):
-    # adopt() takes init's slot lock and holds the slot's byte of <run>/slots/held (confine/slot.h);
+    # adopt() takes init's slot lock and holds the slot's byte of <run>/slots/held-K (confine/slot.h);
     # then the connection to init's socket fails. Seen failing when that path closed only the lock's
     # fd: the byte stayed cordond's, so its sweep found the slot taken and left the cgroup behind
     # (and no other sandbox could have the slot while that cordond ran).

@@ -1,9 +1,9 @@
 /* Slot locks (confine/slot.h) in a temporary run directory: cordond's hold of a slot without an fd
  * of its own keeps the slot taken after the lock file's last holder (init) is gone.
  *
- * What it catches: with the check of <run>/slots/held left out of cdn_slot_lock, slot_held_is_taken
- * fails at its first -EBUSY check: the slot of a sandbox whose init has ended would be given to a new
- * sandbox (its uids and cgroup shared) while cordond still cleans the old one up. */
+ * What it catches: with the check of the held files (<run>/slots/held-K) left out of cdn_slot_lock,
+ * slot_held_is_taken fails at its first -EBUSY check: the slot of a sandbox whose init has ended would
+ * be given to a new sandbox (its uids and cgroup shared) while cordond still cleans the old one up. */
 #include "confine/slot.h"
 #include "core/sandbox.h"
 #include "shared/fd-util.h"
@@ -89,6 +89,29 @@ TEST(slot_held_is_taken)
     cdn_slot_let_go(&sb);
     CHECK(!sb.slot_held);
     int again = cdn_slot_lock(dir, 11);
+    CHECK(again >= 0);
+    (void) close(again);
+}
+
+/* Slots of other held files (128 to a file) are held and told apart the same way. */
+TEST(slot_held_in_other_files)
+{
+    int dir = slots_dir();
+    struct cdn_sandbox a = {.slot = 300, .slot_fd = cdn_slot_lock(dir, 300)};
+    struct cdn_sandbox b = {.slot = CDN_SLOT_COUNT - 1, .slot_fd = cdn_slot_lock(dir, CDN_SLOT_COUNT - 1)};
+    CHECK_EQ_INT(cdn_slot_hold(&a), 0);
+    CHECK_EQ_INT(cdn_slot_hold(&b), 0);
+    CHECK_EQ_INT(cdn_slot_lock(dir, 300), -EBUSY);
+    CHECK_EQ_INT(cdn_slot_lock(dir, CDN_SLOT_COUNT - 1), -EBUSY);
+    CHECK(taken_elsewhere(300));
+    /* the same byte of the first file, and the next slot, are not held */
+    int same_byte = cdn_slot_lock(dir, 300 % 128), next = cdn_slot_lock(dir, 301);
+    CHECK(same_byte >= 0 && next >= 0);
+    (void) close(same_byte);
+    (void) close(next);
+    cdn_slot_let_go(&a);
+    cdn_slot_let_go(&b);
+    int again = cdn_slot_lock(dir, 300);
     CHECK(again >= 0);
     (void) close(again);
 }
