@@ -22,7 +22,8 @@
  * walks a file's whole list of locks at each lock and test, which one file for all would make
  * linear in the live sandboxes (0.4 ms a create with 5,000). */
 #define HELD_PER_FILE 128
-#define HELD_FILES    ((CDN_SLOT_COUNT + HELD_PER_FILE - 1) / HELD_PER_FILE)
+#define HELD_FILES    CDN_SLOT_HELD_FILES
+_Static_assert(HELD_FILES == (CDN_SLOT_COUNT + HELD_PER_FILE - 1) / HELD_PER_FILE, "held files");
 
 static void held_name(char *buf, size_t size, int slot)
 {

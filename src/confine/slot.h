@@ -15,6 +15,8 @@
 #define CDN_UID_BASE   0x40000000u /* host uids 2^30 … 2^31-1: above any distribution's allocations */
 #define CDN_UID_RANGE  65536u
 #define CDN_SLOT_COUNT 16383
+/* The files the holds of cdn_slot_hold are in (128 slots each): as many fds of its own, at most. */
+#define CDN_SLOT_HELD_FILES 128
 
 /* Lock a free slot, trying hint first when it is >= 0 (a slot whose cgroup
  * directories the caller kept for reuse). ret_fd holds the lock (CLOEXEC). */
@@ -53,8 +55,8 @@ int cdn_slot_signal(struct cdn_sandbox *sb, int sig);
 int cdn_slot_destroy(struct cdn_sandbox *sb, void (*release)(struct cdn_sandbox *sb));
 /* cordond's hold on a slot whose init keeps the lock itself (persistent: fd 8), without an fd of
  * its own per slot: the slot's byte of <run>/slots/held-<slot / 128>, locked through one open file
- * description per such file for all the slots of it this process holds (F_OFD_SETLK); sb->slot_fd is then closed and
- * sb->slot_held set. The slot stays taken after init's end, until cdn_slot_let_go. Returns 0; 1
+ * description per such file for all the slots of it this process holds (F_OFD_SETLK); sb->slot_fd is then
+ * closed and sb->slot_held set. The slot stays taken after init's end, until cdn_slot_let_go. Returns 0; 1
  * when sb->slot_fd is kept instead (the byte is another sandbox's of this process, or another
  * description, a former cordond's, still holds it); -EINVAL when sb->slot_fd is not sb->slot's lock
  * file (nothing changed). */

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "oci/resolve.h"
+#include "confine/slot.h"
 #include "core/paths.h"
 #include "api.h"
 #include "e2b.h"
@@ -437,11 +438,14 @@ static void fd_budget(struct daemon *d)
     /* What clients, exec pipes and pulls take beside the sandboxes': a sixteenth, 64 to 4,096 fds;
      * and what cordond holds for itself: what is open now (the setup children's fd window, …), its
      * stocks of network namespaces and writable layers (of four sizes at most: writable.c
-     * STOCK_SIZES), and its sockets, log and event loop. */
+     * STOCK_SIZES), the files of its holds of slots (confine/slot.h), and its sockets, log and event
+     * loop. */
     rlim_t reserve = nofile.rlim_cur / 16 < 64                ? 64
                      : nofile.rlim_cur / 16 > CDN_FDS_RESERVE ? CDN_FDS_RESERVE
                                                               : nofile.rlim_cur / 16;
-    d->fd_standing = open_fds() + 2 * d->cfg.net_pool + 4 * d->cfg.writable_stock + 24;
+    const unsigned held =
+        d->cfg.max_sandboxes < CDN_SLOT_HELD_FILES ? d->cfg.max_sandboxes : CDN_SLOT_HELD_FILES;
+    d->fd_standing = open_fds() + 2 * d->cfg.net_pool + 4 * d->cfg.writable_stock + held + 24;
     d->fd_limit = (uint64_t) nofile.rlim_cur;
     d->fd_budget = nofile.rlim_cur > reserve + d->fd_standing
                        ? (uint64_t) (nofile.rlim_cur - reserve - d->fd_standing)
