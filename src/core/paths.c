@@ -78,6 +78,11 @@ int cdn_init_path(char *buf, unsigned size)
     return helper_path("CORDON_INIT", "cordon-init", buf, size);
 }
 
+int cdn_setup_path(char *buf, unsigned size)
+{
+    return helper_path("CORDON_SETUP", "cordon-setup", buf, size);
+}
+
 int cdn_worker_path(char *buf, unsigned size)
 {
     return helper_path("CORDON_WORKER", "cordon-worker", buf, size);

@@ -16,6 +16,8 @@ const char *cdn_vm_dir(void);
 int cdn_libexec_path(const char *name, char *buf, unsigned size);
 /* The cordon-init binary: $CORDON_INIT, else cdn_libexec_path(). */
 int cdn_init_path(char *buf, unsigned size);
+/* The same for the container tier's cordon-setup ($CORDON_SETUP, tiers/container/setup-main.c). */
+int cdn_setup_path(char *buf, unsigned size);
 /* The same for the process tier's cordon-worker ($CORDON_WORKER). */
 int cdn_worker_path(char *buf, unsigned size);
 /* The first directory on the way to path (its ancestors, then path itself when it is a directory)

@@ -436,10 +436,9 @@ static void fd_budget(struct daemon *d)
             (void) getrlimit(RLIMIT_NOFILE, &nofile);
     }
     /* What clients, exec pipes and pulls take beside the sandboxes': a sixteenth, 64 to 4,096 fds;
-     * and what cordond holds for itself: what is open now (the setup children's fd window, …), its
-     * stocks of network namespaces and writable layers (of four sizes at most: writable.c
-     * STOCK_SIZES), the files of its holds of slots (confine/slot.h), and its sockets, log and event
-     * loop. */
+     * and what cordond holds for itself: what is open now, its stocks of network namespaces and
+     * writable layers (of four sizes at most: writable.c STOCK_SIZES), the files of its holds of
+     * slots (confine/slot.h), cordon-setup's socket, and its sockets, log and event loop. */
     rlim_t reserve = nofile.rlim_cur / 16 < 64                ? 64
                      : nofile.rlim_cur / 16 > CDN_FDS_RESERVE ? CDN_FDS_RESERVE
                                                               : nofile.rlim_cur / 16;
@@ -656,8 +655,6 @@ static void stock_start(void)
 
 int main(int argc, char **argv)
 {
-    /* First, while the lowest fds are free: a create's setup child copies only those (fd-window.c). */
-    int window = cdn_container_fd_window();
     cdn_oci_install_resolver(); /* OCI references as images (oci/resolve.h) */
     struct daemon *d = cdn_daemon = &the_daemon;
     d->listener = &cdn_api_box_listener; /* before any box exists (adoption makes events) */
@@ -687,10 +684,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "cordond: must run as root (it maps uid ranges and makes cgroups)\n");
         return 1;
     }
-    if (window < 0)
-        fprintf(stderr,
-                "cordond: note: no fd window for setup children (%s): each create copies cordond's fds\n",
-                strerror(-window));
     if (d->cfg.listen[0] && read_token(d) < 0)
         return 1;
     (void) setenv("CORDON_STATE_DIR", d->cfg.state_dir, 1); /* the core reads it */

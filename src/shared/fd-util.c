@@ -170,30 +170,59 @@ int cdn_openat2(int dirfd, const char *path, struct open_how *how)
     }
 }
 
-union one_fd_cmsg {
+union fds_cmsg {
     struct cmsghdr h;
-    char buf[CMSG_SPACE(sizeof(int))];
+    char buf[CMSG_SPACE(sizeof(int) * CDN_FDS_MAX)];
 };
+
+ssize_t cdn_send_fds(int sock, const void *data, size_t len, const int *fds, int n, int flags)
+{
+    if (n < 0 || n > CDN_FDS_MAX)
+        return -EINVAL;
+    struct iovec iov = {.iov_base = (void *) data, .iov_len = len};
+    union fds_cmsg u = {0};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (n > 0) {
+        msg.msg_control = u.buf, msg.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t) n);
+        struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
+        h->cmsg_level = SOL_SOCKET, h->cmsg_type = SCM_RIGHTS,
+        h->cmsg_len = CMSG_LEN(sizeof(int) * (size_t) n);
+        memcpy(CMSG_DATA(h), fds, sizeof(int) * (size_t) n);
+    }
+    ssize_t r = sendmsg(sock, &msg, flags);
+    return r < 0 ? -errno : r;
+}
+
+ssize_t cdn_recv_fds(int sock, void *data, size_t len, int *fds, int max, int *ret_n)
+{
+    *ret_n = 0;
+    struct iovec iov = {.iov_base = data, .iov_len = len};
+    union fds_cmsg u;
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    if (n <= 0)
+        return n < 0 ? -errno : 0;
+    int got[CDN_FDS_MAX], k = 0;
+    struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
+    if (h && h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS && h->cmsg_len >= CMSG_LEN(0)) {
+        k = (int) ((h->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        memcpy(got, CMSG_DATA(h), sizeof(int) * (size_t) k);
+    }
+    if ((msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) || k > max) {
+        for (int i = 0; i < k; i++)
+            (void) close(got[i]);
+        return -EBADMSG;
+    }
+    memcpy(fds, got, sizeof(int) * (size_t) k);
+    *ret_n = k;
+    return n;
+}
 
 int cdn_send_byte_fd(int sock, char byte, int fd, int flags)
 {
     ssize_t n = cdn_send_fd(sock, &byte, 1, fd, flags);
     return n == 1 ? 0 : n < 0 ? (int) n : -EIO;
-}
-
-ssize_t cdn_send_fd(int sock, const void *data, size_t len, int fd, int flags)
-{
-    struct iovec iov = {.iov_base = (void *) data, .iov_len = len};
-    union one_fd_cmsg u = {0};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (fd >= 0) {
-        msg.msg_control = u.buf, msg.msg_controllen = sizeof u.buf;
-        struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
-        h->cmsg_level = SOL_SOCKET, h->cmsg_type = SCM_RIGHTS, h->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(h), &fd, sizeof fd);
-    }
-    ssize_t n = sendmsg(sock, &msg, flags);
-    return n < 0 ? -errno : n;
 }
 
 int cdn_recv_byte_fd(int sock, char *byte, int *fd)
@@ -202,26 +231,14 @@ int cdn_recv_byte_fd(int sock, char *byte, int *fd)
     return n < 0 ? (int) n : n > 0;
 }
 
+ssize_t cdn_send_fd(int sock, const void *data, size_t len, int fd, int flags)
+{
+    return cdn_send_fds(sock, data, len, &fd, fd >= 0, flags);
+}
+
 ssize_t cdn_recv_fd(int sock, void *data, size_t len, int *fd)
 {
+    int n = 0;
     *fd = -1;
-    struct iovec iov = {.iov_base = data, .iov_len = len};
-    union one_fd_cmsg u;
-    struct msghdr msg = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
-    ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-    if (n <= 0)
-        return n < 0 ? -errno : 0;
-    int got = -1;
-    struct cmsghdr *h = CMSG_FIRSTHDR(&msg);
-    if (h && h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS &&
-        h->cmsg_len == CMSG_LEN(sizeof(int)))
-        memcpy(&got, CMSG_DATA(h), sizeof got);
-    if (msg.msg_flags & MSG_CTRUNC) {
-        if (got >= 0)
-            (void) close(got);
-        return -EBADMSG;
-    }
-    *fd = got;
-    return n;
+    return cdn_recv_fds(sock, data, len, fd, 1, &n);
 }

@@ -43,3 +43,9 @@ int cdn_recv_byte_fd(int sock, char *byte, int *fd);
 /* Up to len bytes of data and at most one fd (the counterpart of cdn_send_fd; the fd as above): the
  * bytes received, 0 at EOF, or -errno. */
 ssize_t cdn_recv_fd(int sock, void *data, size_t len, int *fd);
+/* The same with up to 16 fds, as one message: n of them from fds (send); at most max into fds,
+ * *ret_n of them (receive; received CLOEXEC). A message or ancillary data cut short: -EBADMSG,
+ * nothing kept open. */
+#define CDN_FDS_MAX 16
+ssize_t cdn_send_fds(int sock, const void *data, size_t len, const int *fds, int n, int flags);
+ssize_t cdn_recv_fds(int sock, void *data, size_t len, int *fds, int max, int *ret_n);

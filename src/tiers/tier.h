@@ -171,11 +171,6 @@ const struct cdn_tier_ops *cdn_tier_by_name(const char *name);
 void cdn_tier_drop_slot(int slot);
 /* sweep_slots() of every tier. */
 void cdn_tier_sweep_slots(void);
-/* Reserve a window of low fds through which the container tier hands a setup child its fds, so that
- * the child does not copy and close this process's whole fd table (tiers/container/fd-window.c): for
- * a process with many fds (cordond), called first thing, while the lowest fds are free. 0, or a
- * negative errno (then creates copy the table as before). */
-int cdn_container_fd_window(void);
 /* The container tier's stock of writable layers made ahead (tiers/container/writable.c), for a
  * long-lived process (cordond): up to target ready layers of each of the last few disk_mb sizes
  * asked for, first_mb's from the start. A create takes one when there is one (and calls wanted(),

@@ -37,10 +37,11 @@ def held_files_of(pid):
 
 
 def inits_of(pid):
-    """cordond's children but its layer maker (writable.c): the sandboxes' inits."""
+    """cordond's children but its layer makers (layer-maker.c) and cordon-setup (setup-main.c): the
+    sandboxes' inits."""
     kids = [int(c) for t in os.listdir(f"/proc/{pid}/task")
             for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
-    return [k for k in kids if comm(k) != "cordon-layers"]
+    return [k for k in kids if comm(k) not in ("cordon-layers", "cordon-setup")]
 
 
 def comm(pid):

@@ -52,8 +52,9 @@ def test_the_installer_puts_the_runtime_where_containerd_looks():
         "BinaryName"]
     script = install_script()
     assert re.search(r"install .*/opt/cordon/sbin/cordon-runtime /host" + re.escape(binary) + r"\b", script), script
-    # cordon-runtime finds cordon-init in the libexec directory of its prefix (/usr/local)
+    # cordon-runtime finds cordon-init and cordon-setup in the libexec directory of its prefix (/usr/local)
     assert "/host/usr/local/libexec/cordon/cordon-init" in script
+    assert "/host/usr/local/libexec/cordon/cordon-setup" in script
     with open(os.path.join(DIST, "Containerfile")) as f:
         containerfile = f.read()
     for src in re.findall(r"/opt/cordon/[\w/.-]+", script):

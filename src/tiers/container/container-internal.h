@@ -52,15 +52,46 @@ struct cdn_setup_args {
     uint16_t seccomp_extra_len;
     bool restored; /* that layer is a checkpoint's: its upper/ is what a sandbox wrote (rootfs.c trusts none
                       of it) */
-    int unshare_from; /* >= 0: cloned with CLONE_FILES; the child's fds are below this (fd-window.c) */
+    /* For cordon-setup, which makes the setup child (setup-main.c): the slot's uid that owns the
+     * child's user namespace; the cgroup v2 directory it is born in (CLONE_INTO_CGROUP) or -EBADF; a
+     * network namespace given to be born in, or -EBADF; the host's blocked signals (bit n-1: signal
+     * n), the setup child's too. */
+    uint32_t uid_base;
+    int into_cgroup_fd, netns_fd;
+    uint64_t sigmask;
 };
 
-/* The window of low fds the setup child's fds go through (fd-window.c), when the process reserved one
- * (cdn_container_fd_window). place: dup each of the n fds >= 0 into the window, in order, and point
- * it there; returns the args' unshare_from, -1 without a window (fds untouched), or -errno. unshare:
- * the child's first call. release: once the child has a table of its own (or none: child <= 0),
- * the window holds placeholders again. */
-#define CDN_FD_WINDOW 9
+/* The setup child is made by cordon-setup (setup-main.c), a small program each process that makes
+ * container sandboxes starts once, rather than by that process forking itself (issue 25: a fork of
+ * cordond copied its page tables, ~1 ms of a create with thousands of sandboxes alive). A request
+ * is one message on a SOCK_SEQPACKET socket (cordon-setup's fd 3): the args packed
+ * (cdn_setup_args_pack), and their fds (cdn_setup_args_fds: those >= 0, in that order); the answer
+ * is one message, a struct cdn_setup_answer and, when pid > 0, the setup child's pidfd. The setup
+ * child is the requester's own (CLONE_PARENT). */
+#define CDN_SETUP_ARGS_MAX (256 << 10)
+#define CDN_SETUP_FDS      11
+struct cdn_setup_answer {
+    int32_t pid; /* > 0: the setup child; else err says why */
+    struct cdn_error err;
+};
+/* The args' fds, in the order a request carries them: pointers into a. */
+void cdn_setup_args_fds(struct cdn_setup_args *a, int *ret[CDN_SETUP_FDS]);
+/* The args as bytes (setup-args.c): *ret (malloc'd) and *ret_len, 0; or -ENOMEM. */
+int cdn_setup_args_pack(const struct cdn_setup_args *a, void **ret, size_t *ret_len);
+/* Read back, into u (its pointers into memory of its own, until cdn_setup_args_free). Each fd that
+ * the request carries is 0 (the requester had it), the others -EBADF. 0, or -EINVAL for bytes that
+ * are not such args. */
+struct cdn_setup_unpacked {
+    struct cdn_setup_args args;
+    struct cdn_spec spec;
+    struct cdn_seccomp_prog seccomp;
+    struct cdn_cgroup cgroup;
+};
+int cdn_setup_args_unpack(const void *buf, size_t len, struct cdn_setup_unpacked *u);
+void cdn_setup_args_free(struct cdn_setup_unpacked *u);
+/* A setup child for args, from this process's cordon-setup (spawner.c), started when it is not (or
+ * no more): the child's pid and *ret_pidfd, or -errno with err. Sets args->sigmask. */
+pid_t cdn_spawner_request(struct cdn_setup_args *args, struct cdn_error *err, int *ret_pidfd);
 
 /* A new writable layer of disk_mb, named name, its first directory read (writable.c): its detached
  * mount's fd, or -errno with err. The layer maker (layer-maker.c) makes the stock's so; fork starts
@@ -73,13 +104,10 @@ struct cdn_layer_answer {
     char kind;
     struct cdn_error err;
 };
-int cdn_fd_window_place(int *const fds[], size_t n);
-int cdn_fd_window_unshare(int from);
-void cdn_fd_window_release(pid_t child);
 
-/* The setup child: runs right after clone3 in the new user, pid, mount, net,
- * ipc, uts and time namespaces (pid 1 there) and ends by exec'ing cordon-init.
- * Never returns; reports failure through err_fd and exits 1. */
+/* The setup child: cordon-setup's child, made with clone3 in the new user, pid, mount, net, ipc,
+ * uts and time namespaces (pid 1 there); it puts its fds in place (proto/fds.h), closes the rest and
+ * ends by exec'ing cordon-init. Never returns; reports failure through err_fd and exits 1. */
 _noreturn_ void cdn_container_setup(const struct cdn_setup_args *a);
 
 /* The sysctls an engine's bundle sets (engine-bundle.c, cdn_sandbox.sysctls): "key=value" each, written

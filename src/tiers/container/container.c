@@ -127,52 +127,6 @@ static int send_go_maps(int sock, int lower_fd)
     return cdn_send_byte_fd(sock, 'm', lower_fd, MSG_NOSIGNAL) < 0 ? -1 : 0;
 }
 
-/* The user namespace clone3 makes is owned by the calling thread's effective uid, and the kernel
- * charges what it counts per user (inotify instances and watches, queued signals, message queue
- * bytes, user namespaces, processes) both to the user inside and, up the chain, to that owner in
- * the initial namespace. Owned by root, every sandbox's counts were host root's: one sandbox could
- * take all of root's inotify instances or pending signals, for the host and every other sandbox.
- * So the thread that clones takes the slot's uid as its effective uid for the clone only: raw
- * syscalls, so that no other thread of the process changes (glibc's and musl's wrappers change
- * all of them); the real and saved uids stay 0, so the permitted capabilities stay too and the
- * effective ones are raised again at once (CLONE_INTO_CGROUP, and hosts that let only
- * CAP_SYS_ADMIN make user namespaces, still see them). What a change of euid resets on the thread
- * as a side effect — the process's dumpable flag, the thread's parent-death signal — is put back. */
-struct clone_owner {
-    int dumpable, pdeathsig;
-};
-
-static int own_as(uid_t uid, struct clone_owner *saved, struct cdn_error *err)
-{
-    saved->dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
-    saved->pdeathsig = 0;
-    (void) prctl(PR_GET_PDEATHSIG, &saved->pdeathsig, 0, 0, 0);
-    if (syscall(SYS_setresuid, -1, uid, -1) < 0)
-        return cdn_error_set(err, errno, "take the slot's uid %u to clone: %m", (unsigned) uid);
-    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
-    struct __user_cap_data_struct caps[2];
-    if (syscall(SYS_capget, &h, caps) == 0) {
-        caps[0].effective = caps[0].permitted;
-        caps[1].effective = caps[1].permitted;
-        if (syscall(SYS_capset, &h, caps) == 0)
-            return 0;
-    }
-    int e = errno;
-    if (syscall(SYS_setresuid, -1, 0, -1) < 0)
-        abort(); /* never go on as another uid */
-    return cdn_error_set(err, e, "keep capabilities as uid %u: %s", (unsigned) uid, strerror(e));
-}
-
-static void own_as_root(const struct clone_owner *saved)
-{
-    if (syscall(SYS_setresuid, -1, 0, -1) < 0) /* effective capabilities come back with euid 0 */
-        abort();
-    if (saved->dumpable == 1)
-        (void) prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
-    if (saved->pdeathsig > 0)
-        (void) prctl(PR_SET_PDEATHSIG, saved->pdeathsig, 0, 0, 0);
-}
-
 /* The go pipe broke: the setup child has died. Its own report, if it wrote
  * one, says why far better than EPIPE does. */
 static int child_failed(int rep_fd, int errnum, struct cdn_error *err)
@@ -238,14 +192,6 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
     }
     if (v2 && ((r = start_reaper(sb, err)) < 0 || (r = cdn_slot_make_cgroup(sb, err)) < 0))
         return r;
-    int pidfd = -EBADF;
-    struct clone_args ca = {
-        .flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWTIME |
-                 CLONE_PIDFD | (v2 ? CLONE_INTO_CGROUP : 0),
-        .pidfd = (uint64_t) (uintptr_t) &pidfd,
-        .exit_signal = SIGCHLD,
-        .cgroup = v2 ? (uint64_t) sb->cgroup.dirfd : 0,
-    };
     struct cdn_setup_args args = {
         .spec = sb->spec,
         .image = image,
@@ -274,10 +220,13 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
         .seccomp_extra = sb->seccomp_extra,
         .seccomp_extra_len = sb->seccomp_extra_len,
         .restored = sb->layer_from_fd >= 0,
+        .uid_base = sb->uid_base,
+        .into_cgroup_fd = v2 ? sb->cgroup.dirfd : -EBADF,
+        .netns_fd = sb->netns_fd,
     };
-    /* A prepared network namespace (owned by the host's user namespace, so the
-     * sandbox's root has no power over it) is entered here for the clone only:
-     * the child is born in it. */
+    /* A prepared network namespace (owned by the host's user namespace, so the sandbox's root has no
+     * power over it), where the child is born (cordon-setup enters it): the host sets its sysctls
+     * and mounts its sysfs from inside. */
     _cleanup_close_ int host_net = -EBADF, sysfs = -EBADF;
     if (sb->netns_fd >= 0) {
         host_net = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
@@ -288,43 +237,21 @@ static int spawn(struct cdn_sandbox *sb, const struct cdn_image *image, const ch
             (sysfs = cdn_engine_sysfs()) < 0)
             r = cdn_error_field(err, -sysfs, "mounts", "mounts: sysfs of the network namespace: %s",
                                 strerror(-sysfs));
-        if (r < 0 && setns(host_net, CLONE_NEWNET) < 0)
+        if (setns(host_net, CLONE_NEWNET) < 0)
             abort(); /* never go on in the sandbox's namespace */
         if (r < 0)
             return r;
     }
-    struct clone_owner owner;
-    pid_t pid = -1;
-    int clone_errno = 0;
-    /* The child's fds through the window of low fds, when this process has one (fd-window.c). */
-    int *const mine[] = {&args.go_fd,     &args.err_fd,  &args.agent_fd,    &args.init_fd,    &args.stdio_fd,
-                         &args.listen_fd, &args.slot_fd, &args.fanotify_fd, &args.writable_fd};
-    args.unshare_from = cdn_fd_window_place(mine, ELEMENTSOF(mine));
-    if (args.unshare_from < -1)
-        r = cdn_error_set(err, -args.unshare_from, "place the setup child's fds: %s",
-                          strerror(-args.unshare_from));
-    else if ((r = own_as(sb->uid_base, &owner, err)) >= 0) {
-        if (args.unshare_from >= 0)
-            ca.flags |= CLONE_FILES;
-        pid = (pid_t) syscall(SYS_clone3, &ca, sizeof ca);
-        clone_errno = errno;
-        if (pid == 0)
-            cdn_container_setup(&args);
-        own_as_root(&owner);
-    }
-    if (host_net >= 0 && setns(host_net, CLONE_NEWNET) < 0)
-        abort();                /* never go on in the sandbox's namespace */
-    cdn_fd_window_release(pid); /* before anything waits for EOF on the child's ends */
-    if (r < 0)
-        return r;
+    int pidfd = -EBADF;
+    pid_t pid = cdn_spawner_request(&args, err, &pidfd);
     if (pid < 0)
-        return cdn_error_set(err, clone_errno, "clone3 into new namespaces: %s", strerror(clone_errno));
-    sb->init_pid = pid;
-    sb->init_pidfd = pidfd;
+        return pid;
     /* The child's ends: closed here so that its death reads as EOF on ours. */
     agent[1] = safe_close(agent[1]);
     go[0] = safe_close(go[0]);
     rep[1] = safe_close(rep[1]);
+    sb->init_pid = pid;
+    sb->init_pidfd = pidfd;
     /* The child builds its root as soon as it has its ids ('m'); meanwhile, for
      * v1, the reaper is forked and the cgroup made here, and the child joins it
      * itself (cdn_cgroup_ops.attach_self) once told it is ready ('c'). The reaper

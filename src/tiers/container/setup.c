@@ -288,9 +288,7 @@ static int setup(const struct cdn_setup_args *a, struct cdn_error *err)
 void cdn_container_setup(const struct cdn_setup_args *a)
 {
     struct cdn_error err = {0};
-    int r = cdn_fd_window_unshare(a->unshare_from); /* first: until then the table is the parent's */
-    if (r >= 0)
-        r = arrange_fds(a);
+    int r = arrange_fds(a);
     if (r < 0) {
         cdn_error_set(&err, r, "arrange fds in the setup child: %s", strerror(-r));
         (void) cdn_write_all(a->err_fd, &err, sizeof err);
