@@ -17,6 +17,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!a->spec->hostname || !a->spec->workdir || !a->image || !a->scratch ||
         a->spec->n_mounts > CDN_MAX_MOUNTS)
         abort();
+    /* the image's strings end within their arrays, its layers within theirs (rootfs.c reads them) */
+    const struct cdn_image *img = a->image;
+    if (img->n_layers > CDN_IMAGE_LAYERS_MAX || strnlen(img->lower, sizeof img->lower) == sizeof img->lower ||
+        strnlen(img->dev, sizeof img->dev) == sizeof img->dev)
+        abort();
+    for (size_t i = 0; i < img->n_layers; i++)
+        if (strnlen(img->layers[i], sizeof img->layers[i]) == sizeof img->layers[i])
+            abort();
     for (size_t i = 0; i < a->spec->n_mounts; i++)
         if (!a->spec->mounts[i].source || !a->spec->mounts[i].target)
             abort();

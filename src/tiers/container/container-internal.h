@@ -64,11 +64,12 @@ struct cdn_setup_args {
 /* The setup child is made by cordon-setup (setup-main.c), a small program each process that makes
  * container sandboxes starts once, rather than by that process forking itself (issue 25: a fork of
  * cordond copied its page tables, ~1 ms of a create with thousands of sandboxes alive). A request
- * is one message on a SOCK_SEQPACKET socket (cordon-setup's fd 3): the args packed
- * (cdn_setup_args_pack), and their fds (cdn_setup_args_fds: those >= 0, in that order); the answer
- * is one message, a struct cdn_setup_answer and, when pid > 0, the setup child's pidfd. The setup
- * child is the requester's own (CLONE_PARENT). */
-#define CDN_SETUP_ARGS_MAX (256 << 10)
+ * is one message on a SOCK_SEQPACKET socket (cordon-setup's fd 3): the byte 'r' and fds, the args'
+ * (cdn_setup_args_fds: those >= 0, in that order) and last a memfd of the args packed
+ * (cdn_setup_args_pack: an engine's bundle may make them megabytes, more than one message takes);
+ * the answer is one message, a struct cdn_setup_answer and, when pid > 0, the setup child's pidfd.
+ * The setup child is the requester's own (CLONE_PARENT). argv[1] is the requester's pid. */
+#define CDN_SETUP_ARGS_MAX (64 << 20)
 #define CDN_SETUP_FDS      11
 struct cdn_setup_answer {
     int32_t pid; /* > 0: the setup child; else err says why */

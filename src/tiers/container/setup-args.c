@@ -303,6 +303,18 @@ static void get_fs_mounts(struct in *in, struct cdn_setup_args *a)
     a->n_fs_mounts = m ? n : 0; /* all of them, filled or not, for cdn_setup_args_free */
 }
 
+/* Whether an image's strings end within their arrays and its layers within theirs. */
+static bool image_sound(const struct cdn_image *img)
+{
+    if (img->n_layers > CDN_IMAGE_LAYERS_MAX || !memchr(img->lower, 0, sizeof img->lower) ||
+        !memchr(img->dev, 0, sizeof img->dev) || !memchr(img->digest, 0, sizeof img->digest))
+        return false;
+    for (size_t i = 0; i < img->n_layers; i++)
+        if (!memchr(img->layers[i], 0, sizeof img->layers[i]))
+            return false;
+    return true;
+}
+
 int cdn_setup_args_unpack(const void *buf, size_t len, struct cdn_setup_unpacked *u)
 {
     struct in in = {.p = buf, .left = len};
@@ -312,6 +324,8 @@ int cdn_setup_args_unpack(const void *buf, size_t len, struct cdn_setup_unpacked
         return -EINVAL;
     get_spec(&in, &u->spec);
     a->image = get_sized(&in, sizeof *a->image);
+    if (a->image && !image_sound(a->image))
+        in.bad = true;
     u->seccomp.len[0] = (uint16_t) get_u64(&in);
     u->seccomp.len[1] = (uint16_t) get_u64(&in);
     u->seccomp.insns = get_sized(&in, prog_size(&u->seccomp));

@@ -8,8 +8,8 @@
  * container sandboxes starts this small static program once (container.c spawner_start) and asks
  * it for each one: it clones a copy of its own few pages.
  *
- * Root in the host's namespaces, it reads requests on fd 3 (container-internal.h: the packed args
- * and their fds) until EOF, and for each takes the slot's uid, enters a network namespace given,
+ * Root in the host's namespaces, it reads requests on fd 3 (container-internal.h: the args' fds and a
+ * memfd of the args packed) until EOF, and for each takes the slot's uid, enters a network namespace given,
  * makes the setup child with clone3 as the host did, and answers with its pid and pidfd. The child
  * is the host's (CLONE_PARENT): it reaps it and waits on it as before. It ends with the host
  * (PR_SET_PDEATHSIG, and EOF). */
@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -35,6 +36,8 @@
 #endif
 
 #define REQUESTS 3 /* the socket the host asks on */
+
+static pid_t parent; /* the host's pid (argv[1]) */
 
 /* The user namespace clone3 makes is owned by the caller's effective uid, and the kernel charges
  * what it counts per user (inotify instances and watches, queued signals, message queue bytes, user
@@ -66,7 +69,9 @@ static void own_as_root(void)
 {
     if (syscall(SYS_setresuid, -1, 0, -1) < 0) /* effective capabilities come back with euid 0 */
         _exit(1);
-    (void) prctl(PR_SET_PDEATHSIG, SIGKILL); /* which a change of euid resets */
+    /* The parent-death signal, which a change of euid resets; and the host may have gone meanwhile. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+        _exit(1);
 }
 
 /* The setup child: the host's signal mask (this process blocks them all), then setup.c. */
@@ -112,26 +117,73 @@ static pid_t make_child(const struct cdn_setup_args *a, int host_net, int *ret_p
 }
 
 /* One request: the setup child made, or why not, answered. */
-static int serve(void *buf, int host_net)
+/* The packed args in the request's memfd, read whole: *ret (malloc'd), its length; or -errno. */
+static int read_args(int fd, void **ret, size_t *ret_len)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0 || st.st_size <= 0 || st.st_size > CDN_SETUP_ARGS_MAX)
+        return -EINVAL;
+    size_t len = (size_t) st.st_size, got = 0;
+    uint8_t *buf = malloc(len);
+    while (buf && got < len) {
+        ssize_t n = pread(fd, buf + got, len - got, (off_t) got);
+        if (n <= 0) {
+            free(buf);
+            return n < 0 ? -errno : -EIO;
+        }
+        got += (size_t) n;
+    }
+    if (!buf)
+        return -ENOMEM;
+    *ret = buf;
+    *ret_len = len;
+    return 0;
+}
+
+/* The request's args and fds into u, the fds where the args want them: 0, or -errno with err. */
+static int take_request(const int *fds, int nfds, struct cdn_setup_unpacked *u, struct cdn_error *err)
+{
+    void *buf = NULL;
+    size_t len = 0;
+    int r = nfds < 1 ? -EINVAL : read_args(fds[nfds - 1], &buf, &len);
+    if (r < 0)
+        return cdn_error_set(err, -r, "cordon-setup: a request without its args: %s", strerror(-r));
+    r = cdn_setup_args_unpack(buf, len, u);
+    free(buf);
+    if (r < 0)
+        return cdn_error_set(err, EINVAL, "cordon-setup: a request that does not read (of another version?)");
+    int *mine[CDN_SETUP_FDS], want = 0;
+    cdn_setup_args_fds(&u->args, mine);
+    for (size_t i = 0; i < CDN_SETUP_FDS; i++)
+        want += *mine[i] >= 0;
+    /* Exactly as many as the args name (and the memfd): one missing would shift the rest. */
+    if (want != nfds - 1) {
+        cdn_setup_args_free(u);
+        return cdn_error_set(err, EINVAL, "cordon-setup: a request with %d fds, not %d", nfds - 1, want);
+    }
+    for (size_t i = 0, k = 0; i < CDN_SETUP_FDS; i++)
+        if (*mine[i] >= 0)
+            *mine[i] = fds[k++];
+    return 0;
+}
+
+/* One request: the setup child made, or why not, answered. 0, or -1 when the host is gone. */
+static int serve(int host_net)
 {
     static struct cdn_setup_unpacked u;
-    int fds[CDN_SETUP_FDS], nfds = 0;
-    ssize_t n = cdn_recv_fds(REQUESTS, buf, CDN_SETUP_ARGS_MAX, fds, CDN_SETUP_FDS, &nfds);
-    if (n <= 0)
+    char byte;
+    int fds[CDN_SETUP_FDS + 1], nfds = 0;
+    ssize_t n = cdn_recv_fds(REQUESTS, &byte, 1, fds, CDN_SETUP_FDS + 1, &nfds);
+    if (n == 0 || (n < 0 && n != -EBADMSG && n != -EINTR))
         return -1; /* the host is gone */
+    if (n == -EINTR)
+        return 0;
     struct cdn_setup_answer ans = {0};
-    int pidfd = -EBADF, *mine[CDN_SETUP_FDS], k = 0;
-    if (cdn_setup_args_unpack(buf, (size_t) n, &u) < 0)
-        cdn_error_set(&ans.err, EINVAL, "cordon-setup: a request that does not read (of another version?)");
-    else {
-        cdn_setup_args_fds(&u.args, mine);
-        for (size_t i = 0; i < CDN_SETUP_FDS; i++)
-            if (*mine[i] >= 0)
-                *mine[i] = k < nfds ? fds[k++] : -EBADF;
-        if (k != nfds || u.args.agent_fd < 0 || u.args.init_fd < 0 || u.args.err_fd < 0 || u.args.go_fd < 0)
-            cdn_error_set(&ans.err, EINVAL, "cordon-setup: a request with %d fds, not %d", nfds, k);
-        else
-            ans.pid = make_child(&u.args, host_net, &pidfd, &ans.err);
+    int pidfd = -EBADF;
+    if (n < 0 || byte != 'r')
+        cdn_error_set(&ans.err, EINVAL, "cordon-setup: a request cut short or of another kind");
+    else if (take_request(fds, nfds, &u, &ans.err) == 0) {
+        ans.pid = make_child(&u.args, host_net, &pidfd, &ans.err);
         cdn_setup_args_free(&u);
     }
     for (int i = 0; i < nfds; i++)
@@ -144,17 +196,17 @@ static int serve(void *buf, int host_net)
     return sent == (ssize_t) sizeof ans ? 0 : -1;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-    /* Ends with the host: the signal, or its end of the socket. */
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() == 1)
+    /* Ends with the host: the signal, or its end of the socket. Its pid (argv[1]) tells whether it
+     * is gone already; getppid() is 1 for a host that is pid 1 of its own namespace. */
+    parent = argc > 1 ? (pid_t) strtol(argv[1], NULL, 10) : 0;
+    if (parent <= 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
         return 1;
     int host_net = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-    void *buf = malloc(CDN_SETUP_ARGS_MAX);
-    if (host_net < 0 || !buf)
+    if (host_net < 0)
         return 1;
-    while (serve(buf, host_net) == 0)
+    while (serve(host_net) == 0)
         ;
-    free(buf);
     return 0;
 }
