@@ -86,7 +86,7 @@ _noreturn_ static void child(const struct cdn_setup_args *a)
     cdn_container_setup(a);
 }
 
-/* One setup child for u; its pid and *ret_pidfd, or -errno with err. */
+/* One setup child for a; its pid and *ret_pidfd, or -errno with err. */
 static pid_t make_child(const struct cdn_setup_args *a, int host_net, int *ret_pidfd, struct cdn_error *err)
 {
     /* A network namespace given: the child is born in it (owned by the host's user namespace, so
@@ -116,7 +116,6 @@ static pid_t make_child(const struct cdn_setup_args *a, int host_net, int *ret_p
     return r < 0 ? r : pid;
 }
 
-/* One request: the setup child made, or why not, answered. */
 /* The packed args in the request's memfd, read whole: *ret (malloc'd), its length; or -errno. */
 static int read_args(int fd, void **ret, size_t *ret_len)
 {

@@ -136,7 +136,9 @@ pid_t cdn_spawner_request(struct cdn_setup_args *args, struct cdn_error *err, in
     for (int attempt = 0; attempt < 2 && r == -EPIPE; attempt++) {
         if (spawner.sock < 0 && spawner_start(err) < 0)
             return -err->errnum;
-        r = cdn_send_fds(spawner.sock, "r", 1, fds, n, MSG_NOSIGNAL);
+        do
+            r = cdn_send_fds(spawner.sock, "r", 1, fds, n, MSG_NOSIGNAL);
+        while (r == -EINTR);
         if (r == -EPIPE || r == -ECONNRESET) /* it died: once more with a new one */
             spawner_stop(), r = -EPIPE;
     }
@@ -144,7 +146,11 @@ pid_t cdn_spawner_request(struct cdn_setup_args *args, struct cdn_error *err, in
         return cdn_error_set(err, (int) -r, "ask cordon-setup for the setup child: %s", strerror((int) -r));
     struct cdn_setup_answer ans = {0};
     int pidfd = -EBADF;
-    r = cdn_recv_fd(spawner.sock, &ans, sizeof ans, &pidfd);
+    /* A signal to this process (SIGCHLD, often) interrupts the wait: with SO_RCVTIMEO set, the
+     * kernel never restarts it, whatever SA_RESTART says (socket(7)). */
+    do
+        r = cdn_recv_fd(spawner.sock, &ans, sizeof ans, &pidfd);
+    while (r == -EINTR);
     if (r != (ssize_t) sizeof ans) { /* gone, or stuck past ANSWER_S: a new one next time */
         safe_close(pidfd);
         spawner_stop();
