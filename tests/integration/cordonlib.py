@@ -337,6 +337,20 @@ LOOP_GET_STATUS64 = 0x4C05
 LOOP_INFO64_SIZE = 232  # struct loop_info64; lo_file_name[64] at offset 56
 
 
+# A script (python3 -c FILL PATH) that writes PATH until the kernel refuses; prints the errno's name and
+# how much got written (MiB).
+FILL = """
+import errno, sys
+n = 0
+try:
+    with open(sys.argv[1], "wb") as f:
+        while True:
+            f.write(b"x" * (1 << 20)); f.flush(); n += 1
+except OSError as e:
+    print(errno.errorcode[e.errno], n)
+"""
+
+
 def writable_loops():
     """The container tier's writable layers (src/tiers/container/writable.c): attached loop
     devices named "cordon-slot-N" → N, or "cordon-stock-P" (made ahead by cordond P, used by a
