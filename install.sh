@@ -10,7 +10,8 @@ cd "$(dirname "$0")"
 deps=(gcc libc6-dev meson ninja-build pkg-config libseccomp-dev libjansson-dev libevent-dev libcurl4-openssl-dev musl-tools python3 python3-dev
       libssl-dev libmnl-dev libnftables-dev nftables iproute2 libpcre2-dev libarchive-dev zlib1g-dev liblzma-dev busybox-static
       e2fsprogs   # mkfs.ext4: the container tier's writable layers (docs/disk.md)
-      xfsprogs)   # mkfs.xfs: the checkpoint store (docs/trajectories.md)
+      xfsprogs    # mkfs.xfs: the checkpoint store (docs/trajectories.md)
+      btrfs-progs) # mkfs.btrfs: the writable layer pool, writable_pool = btrfs (docs/disk.md)
 # The VM tiers: QEMU (no GUI; its firmware for the vm tier's q35 comes with it), erofs-utils for images
 # other than the host's (their root disks), debootstrap for `cordon image build`.
 vmdeps=(qemu-system-x86 erofs-utils debootstrap)

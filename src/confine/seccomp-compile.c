@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/btrfs.h>
 #include <linux/filter.h>
 #include <linux/netlink.h>
 #include <sched.h>
@@ -152,10 +153,19 @@ static int add_reported(scmp_filter_ctx ctx, struct cdn_error *err)
  * kernel truncates it), hence the masked compare. */
 static int add_ioctl_denials(scmp_filter_ctx ctx, struct cdn_error *err)
 {
-    int r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
-                             SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCSTI));
-    r |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
-                          SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCLINUX));
+    /* TIOCSTI, TIOCLINUX: input pushed into a terminal. The btrfs ones: a subvolume or snapshot of its
+     * own, which anyone who may write a directory of a btrfs may make, would be outside the quota that
+     * caps a layer of cordond's pool (tiers/container/layer-pool.c). */
+    static const unsigned long denied[] = {TIOCSTI,
+                                           TIOCLINUX,
+                                           BTRFS_IOC_SUBVOL_CREATE,
+                                           BTRFS_IOC_SUBVOL_CREATE_V2,
+                                           BTRFS_IOC_SNAP_CREATE,
+                                           BTRFS_IOC_SNAP_CREATE_V2};
+    int r = 0;
+    for (size_t i = 0; i < ELEMENTSOF(denied); i++)
+        r |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
+                              SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, denied[i] & 0xffffffffu));
     return r ? cdn_error_set(err, EINVAL, "seccomp: adding ioctl denials failed") : 0;
 }
 

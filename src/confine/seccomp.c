@@ -22,8 +22,8 @@
 #include <unistd.h>
 
 /* 3: watched denials are user notifications; 5: the variant that reports path writes;
- * 6: inotify_add_watch goes to the supervisor */
-#define POLICY_VERSION 6
+ * 6: inotify_add_watch goes to the supervisor; 7: the btrfs subvolume and snapshot ioctls are refused */
+#define POLICY_VERSION 7
 
 uint64_t cdn_seccomp_policy_hash(void)
 {

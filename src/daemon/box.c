@@ -470,6 +470,7 @@ static void cleanup(struct box *b)
     cdn_grave_layer(TAKE_FD(b->old_layer));
     if (b->spec.checkpoints) /* its layer's name in the checkpoint store: its checkpoints stay */
         cdn_layer_forget(b->sb.id);
+    cdn_layer_pool_drop(b->sb.id);
     cdn_record_remove(b->sb.id);
 }
 
@@ -1148,6 +1149,7 @@ struct box *cdn_box_spawn(struct cdn_spec *spec, struct pool *pool, struct cdn_e
     b->sb.memory_from_fd = safe_close(b->sb.memory_from_fd);
     if (b->spec.checkpoints)
         cdn_layer_forget(b->sb.id);
+    cdn_layer_pool_drop(b->sb.id);
     cdn_egress_detach(b);
     b->sb.listen_fd = safe_close(b->sb.listen_fd);
     cdn_record_remove(b->sb.id);

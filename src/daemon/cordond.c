@@ -153,6 +153,11 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
         return set_count(&c->writable_stock, v, 0, 64);
     if (strcmp(name, "checkpoint-store-size") == 0 || strcmp(name, "checkpoint_store_size") == 0)
         return set_size(&c->checkpoint_store_bytes, v);
+    if (strcmp(name, "writable-pool") == 0 || strcmp(name, "writable_pool") == 0)
+        return strcmp(v, "btrfs") && strcmp(v, "off") ? refuse("must be btrfs or off")
+                                                      : (c->writable_pool = strcmp(v, "btrfs") == 0, 0);
+    if (strcmp(name, "writable-pool-size") == 0 || strcmp(name, "writable_pool_size") == 0)
+        return set_size(&c->writable_pool_bytes, v);
     if (strcmp(name, "every-step-keep") == 0 || strcmp(name, "every_step_keep") == 0)
         return set_count(&c->every_step_keep, v, 0, 1000000);
     if (strcmp(name, "bind-allow") == 0 || strcmp(name, "bind_allow") == 0) {
@@ -653,6 +658,31 @@ static void stock_start(void)
     stock_arm(0);
 }
 
+/* writable_pool = btrfs: the pool, before adoption (the adopted sandboxes' layers may be there). */
+static int open_layer_pool(void)
+{
+    struct cdn_error err = {0};
+    struct stat st;
+    char owner[64];
+    if (!cdn_daemon->cfg.writable_pool)
+        return 0;
+    /* Its sandbox directory names its part of a pool that other cordonds may share. */
+    if (stat(cdn_daemon->cfg.sandbox_dir, &st) < 0)
+        return -errno;
+    (void) snprintf(owner, sizeof owner, "sandboxes-%llx-%llx", (unsigned long long) st.st_dev,
+                    (unsigned long long) st.st_ino);
+    if (cdn_layer_pool_open(cdn_daemon->cfg.writable_pool_bytes, owner, &err) < 0) {
+        fprintf(stderr, "cordond: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static bool box_live(const char *id)
+{
+    return cdn_box_find(id) != NULL;
+}
+
 int main(int argc, char **argv)
 {
     cdn_oci_install_resolver(); /* OCI references as images (oci/resolve.h) */
@@ -758,7 +788,10 @@ int main(int argc, char **argv)
     raise_fanotify_groups();
     (void) cdn_box_fanotify_global_start();
     cdn_layer_store_size(cdn_daemon->cfg.checkpoint_store_bytes);
+    if (open_layer_pool() < 0)
+        return 2;
     int adopted = cdn_box_adopt_all();
+    cdn_layer_pool_sweep(box_live);
     cdn_checkpoint_sweep();
     int r = cdn_egress_forget_old_flows();
     if (r < 0)

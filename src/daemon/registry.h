@@ -52,6 +52,8 @@ struct daemon_config {
     unsigned net_pool;       /* prepared network namespaces kept for sandboxes with network */
     unsigned writable_stock; /* container writable layers on disk made ahead, per size (docs/disk.md) */
     uint64_t checkpoint_store_bytes; /* a new checkpoint store's size (0: the state filesystem's) */
+    bool writable_pool;              /* container layers as subvolumes of one btrfs (docs/disk.md) */
+    uint64_t writable_pool_bytes;    /* a new pool's size (0: the state filesystem's) */
     unsigned every_step_keep;        /* a sandbox's "every_step" checkpoints kept, the newest (0: all) */
     uint64_t audit_rotate;           /* egress.log is rotated past this size */
     unsigned audit_rate;             /* audit lines per sandbox and second (0: no limit) */

@@ -148,9 +148,32 @@ int cdn_loop_attach(int file_fd, const char *name, uint32_t flags, int *ret_nr, 
 int cdn_userns_mapping(uint32_t from, uint32_t to, uint32_t count);
 /* Whether /dev/loop<nr> is bound to the file of st. */
 bool cdn_loop_backs(int nr, const struct stat *st);
+/* fstype on /dev/loop<nr>, as a detached mount with attrs (MOUNT_ATTR_*): its fd. Errors name field
+ * and say what it is. */
+int cdn_loop_mount(int nr, const char *fstype, unsigned attrs, const char *field, const char *what,
+                   struct cdn_error *err);
+/* The loop device (its number) bound to the file of st, or -1. */
+int cdn_loop_of(const struct stat *st);
+/* A file system image of the state directory (layer-store.c): its size, want bytes (at least least),
+ * or with want 0 the state file system's (at least 1 GiB); and made at path, sparse, by argv (a mkfs
+ * of Debian's package pkg whose last argument, before the NULL, is replaced by the image's path),
+ * whole or not at all. Errors name field. */
+uint64_t cdn_fs_image_size(uint64_t want, uint64_t least);
+int cdn_fs_image_make(const char *path, uint64_t size, char **argv, const char *pkg, const char *field,
+                      struct cdn_error *err);
 /* Whether the writable layer on disk, of statfs fs, is full: ext4 refuses a large write with
  * ENOSPC while up to ~1 MiB is still free, so "full" is less than 1 MiB left, not nothing. */
 bool cdn_writable_full(const struct statfs *fs);
+/* ext4 refuses a large write with ENOSPC while up to ~1 MiB is still free (seen: 0.6-0.9 MiB after dd
+ * bs=1M, whatever the size), and a pool's layer with EDQUOT as one would cross the cap: below this
+ * much left a layer counts as full. */
+#define CDN_WRITABLE_FULL_MARGIN (1ULL << 20)
+/* The layer pool (layer-pool.c): its root's fd once open, else -1; a layer there for sb (a detached
+ * bind of the subvolume named sb->id, capped at disk_mb, its root the slot's), or a negative errno
+ * with err naming "disk"; and the bytes the layer of id holds and its cap (-ENOENT: id has none). */
+int cdn_layer_pool_fd(void);
+int cdn_layer_pool_make(const struct cdn_sandbox *sb, struct cdn_error *err);
+int cdn_layer_pool_usage(const char *id, uint64_t *used, uint64_t *cap);
 /* Setup child: move the mount fd onto scratch (in its own mount namespace); closes fd. */
 int cdn_writable_attach(int fd, const char *scratch, struct cdn_error *err);
 

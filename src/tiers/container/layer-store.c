@@ -48,8 +48,7 @@ void cdn_layer_store_size(uint64_t bytes)
     store_size = bytes;
 }
 
-/* The loop device (its number) bound to the file of st, or -1. */
-static int loop_of(const struct stat *st)
+int cdn_loop_of(const struct stat *st)
 {
     DIR *d = opendir("/sys/block");
     if (!d)
@@ -77,59 +76,71 @@ bool cdn_loop_backs(int nr, const struct stat *st)
            info.lo_device == st->st_dev;
 }
 
-static int make_image(const char *path, struct cdn_error *err)
+uint64_t cdn_fs_image_size(uint64_t want, uint64_t least)
 {
     /* As large as the host's file system (sparse: blocks are the host's as they are written), at
      * least 1 GiB. A full host disk is the operator's to plan, as for the layers (docs/disk.md). */
-    char dir[4200];
-    (void) snprintf(dir, sizeof dir, "%s", cdn_state_dir());
     struct statfs host;
-    uint64_t size = statfs(dir, &host) == 0 ? (uint64_t) host.f_blocks * (uint64_t) host.f_bsize : 0;
-    if (store_size)
-        size = store_size < (300ULL << 20) ? 300ULL << 20 : store_size; /* xfs's least */
-    else if (size < (1ULL << 30))
-        size = 1ULL << 30;
+    uint64_t size =
+        statfs(cdn_state_dir(), &host) == 0 ? (uint64_t) host.f_blocks * (uint64_t) host.f_bsize : 0;
+    if (want)
+        return want < least ? least : want;
+    return size < (1ULL << 30) ? 1ULL << 30 : size;
+}
+
+int cdn_fs_image_make(const char *path, uint64_t size, char **argv, const char *pkg, const char *field,
+                      struct cdn_error *err)
+{
     char tmp[4300];
     (void) snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int) getpid());
     _cleanup_close_ int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0 || ftruncate(fd, (off_t) size) < 0) {
         int e = errno;
         (void) unlink(tmp);
-        return cdn_error_field(err, e, "checkpoints", "make %s: %s", tmp, strerror(e));
+        return cdn_error_field(err, e, field, "make %s: %s", tmp, strerror(e));
     }
-    char *argv[] = {"mkfs.xfs",        "-q", "-f",           "-m", "reflink=1", "-l",
-                    "size=" STORE_LOG, "-L", "cordon-store", tmp,  NULL};
+    size_t n = 0;
+    while (argv[n + 1])
+        n++;
+    argv[n] = tmp;
     int r = cdn_run_wait(argv, true);
     if (r != 0) {
         (void) unlink(tmp);
-        return r < 0 ? cdn_error_field(err, -r, "checkpoints",
-                                       "run mkfs.xfs (Debian's xfsprogs) for the checkpoint store: %s",
+        return r < 0 ? cdn_error_field(err, -r, field, "run %s (Debian's %s) for %s: %s", argv[0], pkg, path,
                                        strerror(-r))
-                     : cdn_error_field(err, EIO, "checkpoints",
-                                       "mkfs.xfs of the checkpoint store failed (exit %d)", r);
+                     : cdn_error_field(err, EIO, field, "%s of %s failed (exit %d)", argv[0], path, r);
     }
     if (fsync(fd) < 0 || rename(tmp, path) < 0) {
         int e = errno;
         (void) unlink(tmp);
-        return cdn_error_field(err, e, "checkpoints", "keep %s: %s", path, strerror(e));
+        return cdn_error_field(err, e, field, "keep %s: %s", path, strerror(e));
     }
     return 0;
 }
 
-static int mount_store(int nr, struct cdn_error *err)
+static int make_image(const char *path, struct cdn_error *err)
+{
+    char *argv[] = {"mkfs.xfs",        "-q", "-f",           "-m", "reflink=1", "-l",
+                    "size=" STORE_LOG, "-L", "cordon-store", NULL, NULL};
+    argv[9] = "";
+    return cdn_fs_image_make(path, cdn_fs_image_size(store_size, 300ULL << 20), argv, "xfsprogs",
+                             "checkpoints", err);
+}
+
+int cdn_loop_mount(int nr, const char *fstype, unsigned attrs, const char *field, const char *what,
+                   struct cdn_error *err)
 {
     char dev[32];
     (void) snprintf(dev, sizeof dev, "/dev/loop%d", nr);
-    _cleanup_close_ int fs = (int) syscall(SYS_fsopen, "xfs", FSOPEN_CLOEXEC);
+    _cleanup_close_ int fs = (int) syscall(SYS_fsopen, fstype, FSOPEN_CLOEXEC);
     if (fs < 0)
-        return cdn_error_field(err, errno, "checkpoints", "fsopen xfs: %m");
+        return cdn_error_field(err, errno, field, "fsopen %s: %m", fstype);
     if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "source", dev, 0) < 0 ||
         syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) < 0)
-        return cdn_error_field(err, errno, "checkpoints", "mount the checkpoint store (xfs on %s): %m", dev);
-    int mnt = (int) syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC,
-                            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+        return cdn_error_field(err, errno, field, "mount %s (%s on %s): %m", what, fstype, dev);
+    int mnt = (int) syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, attrs);
     if (mnt < 0)
-        return cdn_error_field(err, errno, "checkpoints", "fsmount the checkpoint store: %m");
+        return cdn_error_field(err, errno, field, "fsmount %s: %m", what);
     return mnt;
 }
 
@@ -154,14 +165,15 @@ int cdn_layer_store(struct cdn_error *err)
     if (lock < 0 || flock(lock, LOCK_EX) < 0)
         return cdn_error_field(err, errno, "checkpoints", "lock %s: %m", path);
     _cleanup_close_ int loop = -EBADF;
-    int nr = loop_of(&st);
+    int nr = cdn_loop_of(&st);
     if (nr < 0) {
         char name[64];
         (void) snprintf(name, sizeof name, "cordon-store-%d", (int) getpid());
         if ((loop = cdn_loop_attach(file, name, 0, &nr, err)) < 0)
             return loop;
     }
-    int mnt = mount_store(nr, err);
+    int mnt = cdn_loop_mount(nr, "xfs", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+                             "checkpoints", "the checkpoint store", err);
     if (mnt < 0)
         return mnt;
     /* A metadata write that fails (the host's disk full under the store) shuts the store down at once:

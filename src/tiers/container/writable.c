@@ -50,9 +50,6 @@
 #include "confine/slot.h"
 
 #define LOOP_ATTEMPTS 16 /* another process may take the free loop device we were told of */
-/* ext4 refuses a large write with ENOSPC while up to ~1 MiB is still free (seen: 0.6-0.9 MiB
- * after dd bs=1M, whatever the size); below this much left the layer counts as full. */
-#define FULL_MARGIN (1ULL << 20)
 /* linux/ext4.h (not in every uapi headers package): a file system shut down, its journal not flushed. */
 #ifndef EXT4_IOC_SHUTDOWN
 #define EXT4_IOC_SHUTDOWN _IOR('X', 125, uint32_t)
@@ -882,6 +879,8 @@ int cdn_writable_make(struct cdn_sandbox *sb, struct cdn_error *err)
     const struct cdn_spec *spec = sb->spec;
     if (spec->checkpoints || sb->layer_from_fd >= 0)
         return store_layer(sb, err);
+    if (cdn_layer_pool_fd() >= 0)
+        return cdn_layer_pool_make(sb, err);
     int mnt = stock_owner ? stock_take(spec->limits.disk_mb) : stock_remote(spec->limits.disk_mb);
     return mnt >= 0 ? layer_own(mnt, sb->uid_base, err)
                     : layer_for_slot(spec->limits.disk_mb, sb->slot, sb->uid_base, err);
@@ -889,7 +888,7 @@ int cdn_writable_make(struct cdn_sandbox *sb, struct cdn_error *err)
 
 bool cdn_writable_full(const struct statfs *fs)
 {
-    return (uint64_t) fs->f_bavail * (uint64_t) fs->f_bsize < FULL_MARGIN;
+    return (uint64_t) fs->f_bavail * (uint64_t) fs->f_bsize < CDN_WRITABLE_FULL_MARGIN;
 }
 
 /* Runs in the setup child, root of its user namespace with its own mount namespace (made private):

@@ -1,0 +1,160 @@
+"""cordond's writable layer pool (writable_pool = btrfs, docs/disk.md, issue 25): each container layer is a
+subvolume of one btrfs, capped by a simple quota, instead of an ext4 of its own on a loop device, so that
+a create makes no superblock, loop device or kernel thread. The cap holds (EDQUOT, a `disk` violation,
+usage from the quota), the sandbox cannot step outside it with a subvolume of its own, and a layer goes
+with its sandbox, or with the next start's sweep when cordond died first."""
+
+import os
+import subprocess
+import tempfile
+
+import pytest
+
+import cordonlib
+from cordon import Sandbox
+from cordonlib import FILL, Daemon
+
+# The btrfs ioctls that make a subvolume or a snapshot (linux/btrfs.h: _IOW(0x94, nr, 4096 bytes)),
+# tried on a directory the sandbox may write that is its layer's own, not the overlay's.
+SUBVOL = """
+import errno, fcntl, os, sys
+for name, nr in (("SUBVOL_CREATE", 14), ("SUBVOL_CREATE_V2", 24), ("SNAP_CREATE", 1), ("SNAP_CREATE_V2", 23)):
+    fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+    args = bytearray(4096)
+    off = 8 if nr in (14, 1) else 56  # the name, in btrfs_ioctl_vol_args and _v2
+    args[off:off + 3] = b"esc"
+    try:
+        fcntl.ioctl(fd, 0x50009400 | nr, args, True)  # mutable: passed as is (a copy is at most 1 KiB)
+        print(name, "ok")
+    except OSError as e:
+        print(name, errno.errorcode[e.errno])
+"""
+
+
+def pool_daemon(work, keep=False):
+    """A cordond with the pool, and a state directory of its own (so a pool of its own)."""
+    os.chmod(work, 0o755)  # the sandboxes' users look up the image beneath it
+    d = Daemon(work, "--state-dir", os.path.join(work, "state"), "--writable-pool", "btrfs", keep=keep)
+    d.state = os.path.join(work, "state")
+    return d
+
+
+@pytest.fixture
+def pool():  # its own each: a cordond keeps the cgroups of its ended sandboxes' slots while it runs
+    with tempfile.TemporaryDirectory(prefix="cordon-pool-") as work:
+        d = pool_daemon(work)
+        try:
+            yield d
+        finally:
+            assert d.stop() == 0, d.output()
+
+
+def owner_of(daemon):
+    st = os.stat(os.path.join(os.path.dirname(daemon.socket), "sandboxes"))
+    return f"sandboxes-{st.st_dev:x}-{st.st_ino:x}"
+
+
+class PoolView:
+    """The pool mounted where the test can read it (the same superblock as cordond's detached mount),
+    and unmounted again: its loop device is the one bound to <state>/pool.btrfs."""
+
+    def __init__(self, daemon):
+        self.image = os.path.join(daemon.state, "pool.btrfs")
+
+    def __enter__(self):
+        out = subprocess.run(["losetup", "-j", self.image], capture_output=True, text=True, check=True).stdout
+        assert out, "no loop device is bound to the pool"
+        self.dir = tempfile.mkdtemp(prefix="cordon-pool-view-")
+        subprocess.run(["mount", "-t", "btrfs", out.split(":")[0], self.dir], check=True)
+        return self
+
+    def layers(self, owner):
+        d = os.path.join(self.dir, owner)
+        return sorted(n for n in os.listdir(d) if os.stat(os.path.join(d, n)).st_ino == 256) if os.path.isdir(d) else []
+
+    def __exit__(self, *exc):
+        subprocess.run(["umount", self.dir], check=True)
+        os.rmdir(self.dir)
+
+
+def test_a_pool_layer_is_capped_by_its_quota(pool):
+    """disk_mb=64 under memory_mb=64: the fill stops at the cap with EDQUOT, one `disk` violation, no OOM
+    kill; usage tells the layer's bytes and its cap, not the pool's; /dev/shm is the layer too."""
+    with Sandbox.create(endpoint=pool.endpoint, memory_mb=64, disk_mb=64) as sb:
+        r = sb.exec(["sh", "-c", "stat -f -c %T / /dev/shm"])
+        assert r.stdout.split() == ["overlayfs", "btrfs"], r
+        r = sb.exec(["python3", "-c", FILL, "/workspace/big"], timeout_s=120)
+        name, mb = r.stdout.split()
+        assert name == "EDQUOT" and 60 <= int(mb) <= 64, r.stdout
+        c = sb.violations()["counts"]
+        assert (c["disk"], c["oom"]) == (1, 0), c
+        u = sb.usage()
+        assert u["disk_size_bytes"] == 64 << 20, u
+        assert 60 << 20 <= u["disk_used_bytes"] <= 64 << 20, u
+        r = sb.exec(["sh", "-c", "rm /workspace/big && dd if=/dev/zero of=/dev/shm/again bs=1M count=32 2>&1 && echo ok"],
+                    timeout_s=60)
+        assert r.stdout.strip().endswith("ok"), r
+        r = sb.exec(["python3", "-c", FILL, "/dev/shm/more"], timeout_s=120)
+        assert r.stdout.split()[0] == "EDQUOT" and 28 <= int(r.stdout.split()[1]) <= 32, r.stdout
+
+
+def test_a_sandbox_cannot_make_a_subvolume_of_its_own(pool):
+    """A subvolume is outside its parent's quota: one made in /dev/shm (the layer's own directory, bound)
+    could hold any amount. seccomp refuses the four ioctls (EPERM) wherever they are aimed. Seen failing without the four rules (seccomp-compile.c):
+    SUBVOL_CREATE on /dev/shm printed "ok", and three 60 MB files (180 MB) fitted in that new subvolume of
+    a 64 MB layer."""
+    with Sandbox.create(endpoint=pool.endpoint, disk_mb=64) as sb:
+        for where, want in (("/dev/shm", "EPERM"), ("/workspace", "EPERM")):
+            r = sb.exec(["python3", "-c", SUBVOL, where])
+            got = dict(line.split() for line in r.stdout.splitlines())
+            assert len(got) == 4 and set(got.values()) == {want}, (where, r)
+        assert sb.exec(["sh", "-c", "ls -A /dev/shm"]).stdout == ""
+
+
+def test_layers_go_with_their_sandboxes_and_strays_with_the_next_start():
+    """Each sandbox has one subvolume, named by its id, destroyed when it is deleted. A layer whose
+    sandbox is gone (cordond died before its end) is swept at the next start, and only this cordond's:
+    another's part of the pool is left alone; the layer of a sandbox adopted across the restart stays."""
+    with tempfile.TemporaryDirectory(prefix="cordon-pool-") as work:
+        first = pool_daemon(work, keep=True)
+        owner = owner_of(first)
+        a = Sandbox.create(endpoint=first.endpoint, disk_mb=32)
+        b = Sandbox.create(endpoint=first.endpoint, disk_mb=32)
+        again = None
+        try:
+            with PoolView(first) as v:
+                assert v.layers(owner) == sorted([a.id, b.id])
+                a.kill()
+                cordonlib.wait_for(lambda: v.layers(owner) == [b.id], timeout=10, what="a's layer destroyed")
+                for who in (owner, "sandboxes-other"):
+                    os.makedirs(os.path.join(v.dir, who), exist_ok=True)
+                    subprocess.run(["btrfs", "-q", "subvolume", "create", os.path.join(v.dir, who, "sb-stray")],
+                                   check=True)
+                assert v.layers(owner) == sorted([b.id, "sb-stray"])
+            assert first.stop() == 0, first.output()
+            again = pool_daemon(work, keep=True)
+            with PoolView(again) as v:
+                assert v.layers(owner) == [b.id], "the stray is swept, the adopted sandbox's layer kept"
+                assert v.layers("sandboxes-other") == ["sb-stray"]
+                b.kill()
+                cordonlib.wait_for(lambda: v.layers(owner) == [], timeout=10, what="b's layer destroyed")
+                subprocess.run(["btrfs", "-q", "subvolume", "delete", os.path.join(v.dir, "sandboxes-other", "sb-stray")],
+                               check=True, capture_output=True)
+        finally:
+            for sb in (a, b):
+                try:
+                    sb.kill()
+                except Exception:
+                    pass
+            if again:
+                again.stop()
+            elif first.proc.poll() is None:
+                first.stop()
+
+
+def test_a_bad_pool_kind_is_refused_naming_the_option():
+    with tempfile.TemporaryDirectory(prefix="cordon-pool-") as work:
+        with pytest.raises(AssertionError) as e:
+            Daemon(work, "--writable-pool", "zfs")
+        assert "writable-pool" in str(e.value) and "btrfs or off" in str(e.value), e.value
+
