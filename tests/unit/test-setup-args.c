@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <linux/filter.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -144,6 +145,20 @@ TEST(fds_in_request_order)
     int *fds[CDN_SETUP_FDS];
     cdn_setup_args_fds(&a, fds);
     CHECK(fds[0] == &a.agent_fd && fds[3] == &a.go_fd && fds[10] == &a.into_cgroup_fd);
+}
+
+TEST(signal_masks_round_trip)
+{
+    sigset_t set, back;
+    sigemptyset(&set);
+    (void) sigaddset(&set, SIGCHLD);
+    (void) sigaddset(&set, SIGTERM);
+    (void) sigaddset(&set, SIGRTMIN + 1);
+    uint64_t mask = cdn_sigset_to_mask(&set);
+    CHECK(mask == ((1ULL << (SIGCHLD - 1)) | (1ULL << (SIGTERM - 1)) | (1ULL << (SIGRTMIN + 1 - 1))));
+    cdn_sigset_from_mask(mask, &back);
+    for (int sig = 1; sig < NSIG && sig <= 64; sig++)
+        CHECK(sigismember(&back, sig) == sigismember(&set, sig));
 }
 
 /* Every cut and every changed byte: an error or args, never a crash, and nothing left allocated. */

@@ -47,6 +47,15 @@ static bool taken_elsewhere(int slot)
     return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
+/* Whether this process may lock slot now (then let it go again). */
+static bool free_here(int dir, int slot)
+{
+    int fd = cdn_slot_lock(dir, slot);
+    if (fd >= 0)
+        (void) close(fd);
+    return fd >= 0;
+}
+
 TEST(slot_lock_is_exclusive)
 {
     int dir = slots_dir();
@@ -56,9 +65,7 @@ TEST(slot_lock_is_exclusive)
     CHECK_EQ_INT(cdn_slot_lock(dir, 7), -EBUSY);
     CHECK(taken_elsewhere(7));
     (void) close(a);
-    int b = cdn_slot_lock(dir, 7);
-    CHECK(b >= 0);
-    (void) close(b);
+    CHECK(free_here(dir, 7));
 }
 
 TEST(slot_held_is_taken)
@@ -83,14 +90,10 @@ TEST(slot_held_is_taken)
     CHECK_EQ_INT(cdn_slot_lock(dir, 11), -EBUSY);
     CHECK(taken_elsewhere(11));
     /* Another slot is untouched by it. */
-    int other = cdn_slot_lock(dir, 12);
-    CHECK(other >= 0);
-    (void) close(other);
+    CHECK(free_here(dir, 12));
     cdn_slot_let_go(&sb);
     CHECK(!sb.slot_held);
-    int again = cdn_slot_lock(dir, 11);
-    CHECK(again >= 0);
-    (void) close(again);
+    CHECK(free_here(dir, 11));
 }
 
 /* Slots of other held files (128 to a file) are held and told apart the same way. */
@@ -105,15 +108,10 @@ TEST(slot_held_in_other_files)
     CHECK_EQ_INT(cdn_slot_lock(dir, CDN_SLOT_COUNT - 1), -EBUSY);
     CHECK(taken_elsewhere(300));
     /* the same byte of the first file, and the next slot, are not held */
-    int same_byte = cdn_slot_lock(dir, 300 % 128), next = cdn_slot_lock(dir, 301);
-    CHECK(same_byte >= 0 && next >= 0);
-    (void) close(same_byte);
-    (void) close(next);
+    CHECK(free_here(dir, 300 % 128) && free_here(dir, 301));
     cdn_slot_let_go(&a);
     cdn_slot_let_go(&b);
-    int again = cdn_slot_lock(dir, 300);
-    CHECK(again >= 0);
-    (void) close(again);
+    CHECK(free_here(dir, 300));
 }
 
 TEST(slot_acquire_skips_held)

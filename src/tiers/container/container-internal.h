@@ -2,6 +2,7 @@
  * rootfs.c) of the container tier. */
 #pragma once
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -75,6 +76,9 @@ struct cdn_setup_answer {
     int32_t pid; /* > 0: the setup child; else err says why */
     struct cdn_error err;
 };
+/* A signal set as the args carry it (bit n-1: signal n, up to 64), and back. */
+uint64_t cdn_sigset_to_mask(const sigset_t *set);
+void cdn_sigset_from_mask(uint64_t mask, sigset_t *set);
 /* The args' fds, in the order a request carries them: pointers into a. */
 void cdn_setup_args_fds(struct cdn_setup_args *a, int *ret[CDN_SETUP_FDS]);
 /* The args as bytes (setup-args.c): *ret (malloc'd) and *ret_len, 0; or -ENOMEM. */
@@ -91,7 +95,15 @@ struct cdn_setup_unpacked {
 int cdn_setup_args_unpack(const void *buf, size_t len, struct cdn_setup_unpacked *u);
 void cdn_setup_args_free(struct cdn_setup_unpacked *u);
 /* A setup child for args, from this process's cordon-setup (spawner.c), started when it is not (or
- * no more): the child's pid and *ret_pidfd, or -errno with err. Sets args->sigmask. */
+ * no more): the child's pid and *ret_pidfd, or -errno with err. Sets args->sigmask.
+ *
+ * One cordon-setup per process, asked by one thread at a time: a request and its answer are two
+ * messages on one socket, with nothing to tell two askers' answers apart (cordond, `cordon run` and
+ * cordon-runtime each ask from their main thread only). cordon-setup is a snapshot of the process at
+ * its first request: rlimits, umask, cwd, stdio, ignored signals and environment, which these
+ * processes set before. Its capabilities are those its exec gives root (the bounding set, not the
+ * asker's permitted set), and an LSM that changes labels on exec would label it so; both hold for
+ * the setup child, which drops to what setup.c gives the sandbox anyway. */
 pid_t cdn_spawner_request(struct cdn_setup_args *args, struct cdn_error *err, int *ret_pidfd);
 
 /* A new writable layer of disk_mb, named name, its first directory read (writable.c): its detached

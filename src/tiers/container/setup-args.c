@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <linux/filter.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,23 @@ static void put_strv(struct out *o, char *const *v)
 static size_t prog_size(const struct cdn_seccomp_prog *p)
 {
     return ((size_t) p->len[0] + p->len[1]) * sizeof(struct sock_filter);
+}
+
+uint64_t cdn_sigset_to_mask(const sigset_t *set)
+{
+    uint64_t mask = 0;
+    for (int sig = 1; sig <= 64 && sig < NSIG; sig++)
+        if (sigismember(set, sig) == 1)
+            mask |= 1ULL << (sig - 1);
+    return mask;
+}
+
+void cdn_sigset_from_mask(uint64_t mask, sigset_t *set)
+{
+    sigemptyset(set);
+    for (int sig = 1; sig <= 64 && sig < NSIG; sig++)
+        if (mask & (1ULL << (sig - 1)))
+            (void) sigaddset(set, sig);
 }
 
 void cdn_setup_args_fds(struct cdn_setup_args *a, int *ret[CDN_SETUP_FDS])

@@ -78,10 +78,7 @@ static void own_as_root(void)
 _noreturn_ static void child(const struct cdn_setup_args *a)
 {
     sigset_t mask;
-    sigemptyset(&mask);
-    for (int sig = 1; sig <= 64 && sig < NSIG; sig++)
-        if (a->sigmask & (1ULL << (sig - 1)))
-            (void) sigaddset(&mask, sig);
+    cdn_sigset_from_mask(a->sigmask, &mask);
     (void) sigprocmask(SIG_SETMASK, &mask, NULL);
     cdn_container_setup(a);
 }

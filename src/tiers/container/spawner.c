@@ -116,9 +116,7 @@ pid_t cdn_spawner_request(struct cdn_setup_args *args, struct cdn_error *err, in
 {
     sigset_t old;
     (void) pthread_sigmask(SIG_BLOCK, NULL, &old);
-    for (int sig = 1; sig <= 64 && sig < NSIG; sig++)
-        if (sigismember(&old, sig) == 1)
-            args->sigmask |= 1ULL << (sig - 1);
+    args->sigmask = cdn_sigset_to_mask(&old);
     _cleanup_free_ void *buf = NULL;
     size_t len = 0;
     if (cdn_setup_args_pack(args, &buf, &len) < 0)
