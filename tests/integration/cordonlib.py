@@ -21,6 +21,7 @@ import re
 import signal
 import sys
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
@@ -349,6 +350,35 @@ try:
 except OSError as e:
     print(errno.errorcode[e.errno], n)
 """
+
+
+def owner_of(daemon):
+    """The directory of cordond's writable layer pool that is daemon's (cordond.c open_layer_pool)."""
+    st = os.stat(os.path.join(os.path.dirname(daemon.socket), "sandboxes"))
+    return f"sandboxes-{st.st_dev:x}-{st.st_ino:x}"
+
+
+class PoolView:
+    """The pool mounted where the test can read it (the same superblock as cordond's detached mount),
+    and unmounted again: its loop device is the one bound to <state>/pool.btrfs."""
+
+    def __init__(self, daemon):
+        self.image = os.path.join(daemon.state, "pool.btrfs")
+
+    def __enter__(self):
+        out = subprocess.run(["losetup", "-j", self.image], capture_output=True, text=True, check=True).stdout
+        assert out, "no loop device is bound to the pool"
+        self.dir = tempfile.mkdtemp(prefix="cordon-pool-view-")
+        subprocess.run(["mount", "-t", "btrfs", out.split(":")[0], self.dir], check=True)
+        return self
+
+    def layers(self, owner):
+        d = os.path.join(self.dir, owner)
+        return sorted(n for n in os.listdir(d) if os.stat(os.path.join(d, n)).st_ino == 256) if os.path.isdir(d) else []
+
+    def __exit__(self, *exc):
+        subprocess.run(["umount", self.dir], check=True)
+        os.rmdir(self.dir)
 
 
 def writable_loops():

@@ -4,18 +4,18 @@ and nothing is left behind — no init, no fd of cordond's, and (the no_leaks fi
 network namespace or veth. Not timed: bench/run-density measures the costs.
 
 Seen failing without the fix it guards: before cordond closed a sandbox's setup pipe once init ran,
-each live sandbox held 5 fds and was counted so: `assert (10000 == (2000 * 4))`."""
+each live sandbox held 5 fds and was counted so: `assert (10000 == (2000 * 4))` (N was 2,000 then)."""
 
 import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from cordonlib import Daemon, all_procs, slot_holders, wait_for
+from cordonlib import Daemon, PoolView, all_procs, owner_of, slot_holders, wait_for
 
 pytestmark = pytest.mark.serial  # thousands of sandboxes: no other pass runs beside it
 
-N = 2000
+N = 3000
 FDS = 3  # box.c cdn_box_fds for this spec: agent socket, seccomp listener, init's pidfd
 # (the slot is held by a locked byte of one shared file instead: confine/slot.h cdn_slot_hold)
 SPEC = {"limits": {"memory_mb": 64}, "labels": {"suite": "density"}}
@@ -51,8 +51,13 @@ def comm(pid):
         return None
 
 
-def test_thousands_of_live_sandboxes_then_all_deleted_leave_nothing(shared_dir):
-    d = Daemon(shared_dir, "--max-sandboxes", str(N + 16))
+@pytest.mark.parametrize("pool", ["off", "btrfs"])
+def test_thousands_of_live_sandboxes_then_all_deleted_leave_nothing(shared_dir, pool):
+    """With writable_pool = btrfs (its own state directory, so a pool of its own) each live sandbox has its
+    subvolume, and none is left once they are deleted."""
+    extra = ["--state-dir", os.path.join(shared_dir, "state"), "--writable-pool", "btrfs"] if pool == "btrfs" else []
+    d = Daemon(shared_dir, "--max-sandboxes", str(N + 16), *extra)
+    d.state = os.path.join(shared_dir, "state")
     try:
         from cordon import Endpoint
         before = fds_of(d.proc.pid)
@@ -80,6 +85,9 @@ def test_thousands_of_live_sandboxes_then_all_deleted_leave_nothing(shared_dir):
         assert N <= len(held) <= N + 16, len(held)
         listed = d.endpoint.json("GET", "/v1/sandboxes?label=suite=density")["sandboxes"]
         assert len(listed) == N and all(x["state"] == "running" for x in listed)
+        if pool == "btrfs":
+            with PoolView(d) as v:
+                assert v.layers(owner_of(d)) == sorted(ids)
         for i in (0, N // 2, N - 1):  # the first, the middle and the last still answer
             r = d.endpoint.json("POST", f"/v1/sandboxes/{ids[i]}/exec", {"cmd": ["sh", "-c", "echo $$"]})
             assert r["exit_code"] == 0 and r["stdout"].strip().isdigit(), r
@@ -95,5 +103,8 @@ def test_thousands_of_live_sandboxes_then_all_deleted_leave_nothing(shared_dir):
         # every slot let go but the stock of ready layers' (each holds its slot's lock file)
         held = slot_holders([p for p in all_procs() if p.pid == d.proc.pid])
         assert len(held) <= 16, held
+        if pool == "btrfs":
+            with PoolView(d) as v:
+                assert v.layers(owner_of(d)) == []
     finally:
         assert d.stop() == 0, d.output()

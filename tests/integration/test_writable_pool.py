@@ -12,7 +12,7 @@ import pytest
 
 import cordonlib
 from cordon import Sandbox
-from cordonlib import FILL, Daemon
+from cordonlib import FILL, Daemon, PoolView, owner_of
 
 # The btrfs ioctls that make a subvolume or a snapshot (linux/btrfs.h: _IOW(0x94, nr, 4096 bytes)),
 # tried on a directory the sandbox may write that is its layer's own, not the overlay's.
@@ -47,34 +47,6 @@ def pool():  # its own each: a cordond keeps the cgroups of its ended sandboxes'
             yield d
         finally:
             assert d.stop() == 0, d.output()
-
-
-def owner_of(daemon):
-    st = os.stat(os.path.join(os.path.dirname(daemon.socket), "sandboxes"))
-    return f"sandboxes-{st.st_dev:x}-{st.st_ino:x}"
-
-
-class PoolView:
-    """The pool mounted where the test can read it (the same superblock as cordond's detached mount),
-    and unmounted again: its loop device is the one bound to <state>/pool.btrfs."""
-
-    def __init__(self, daemon):
-        self.image = os.path.join(daemon.state, "pool.btrfs")
-
-    def __enter__(self):
-        out = subprocess.run(["losetup", "-j", self.image], capture_output=True, text=True, check=True).stdout
-        assert out, "no loop device is bound to the pool"
-        self.dir = tempfile.mkdtemp(prefix="cordon-pool-view-")
-        subprocess.run(["mount", "-t", "btrfs", out.split(":")[0], self.dir], check=True)
-        return self
-
-    def layers(self, owner):
-        d = os.path.join(self.dir, owner)
-        return sorted(n for n in os.listdir(d) if os.stat(os.path.join(d, n)).st_ino == 256) if os.path.isdir(d) else []
-
-    def __exit__(self, *exc):
-        subprocess.run(["umount", self.dir], check=True)
-        os.rmdir(self.dir)
 
 
 def test_a_pool_layer_is_capped_by_its_quota(pool):
