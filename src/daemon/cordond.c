@@ -22,6 +22,7 @@
 #include "confine/slot.h"
 #include "core/paths.h"
 #include "api.h"
+#include "record.h"
 #include "e2b.h"
 #include "images.h"
 #include "shared/fd-util.h"
@@ -662,25 +663,21 @@ static void stock_start(void)
 static int open_layer_pool(void)
 {
     struct cdn_error err = {0};
-    struct stat st;
-    char owner[64];
-    if (!cdn_daemon->cfg.writable_pool)
-        return 0;
-    /* Its sandbox directory names its part of a pool that other cordonds may share. */
-    if (stat(cdn_daemon->cfg.sandbox_dir, &st) < 0)
-        return -errno;
-    (void) snprintf(owner, sizeof owner, "sandboxes-%llx-%llx", (unsigned long long) st.st_dev,
-                    (unsigned long long) st.st_ino);
-    if (cdn_layer_pool_open(cdn_daemon->cfg.writable_pool_bytes, owner, &err) < 0) {
+    if (cdn_daemon->cfg.writable_pool &&
+        cdn_layer_pool_open(cdn_daemon->cfg.writable_pool_bytes, cdn_daemon->cfg.sandbox_dir, &err) < 0) {
         fprintf(stderr, "cordond: %s\n", err.msg);
         return -1;
     }
     return 0;
 }
 
+/* A sandbox this cordond has, or whose record is still there (one adoption could not take in: its
+ * sandbox may run on, and its layer with it). */
 static bool box_live(const char *id)
 {
-    return cdn_box_find(id) != NULL;
+    char path[512];
+    cdn_record_path(id, "json", path, sizeof path);
+    return cdn_box_find(id) != NULL || access(path, F_OK) == 0;
 }
 
 int main(int argc, char **argv)

@@ -209,12 +209,12 @@ int cdn_layer_set_uid_base(int file, uint32_t base);
 int cdn_layer_loop(int file);
 /* The writable layer pool (tiers/container/layer-pool.c, cordond's writable_pool = btrfs): open
  * makes and mounts it (size bytes for a new one; 0: the state file system's) and takes its directory
- * owner (one name: each cordond of a state directory has its own, which only it sweeps); from then on the
+ * of sandbox_dir (each cordond of a state directory has its own, which only it sweeps); from then on the
  * container tier makes its layers there (but a checkpointable sandbox's, which the checkpoint store
  * keeps). 0, or a negative errno with err naming "writable_pool". drop destroys sandbox id's layer
  * there, if it has one (its sandbox has ended); sweep destroys every layer whose sandbox is not
  * live(id). */
-int cdn_layer_pool_open(uint64_t size, const char *owner, struct cdn_error *err);
+int cdn_layer_pool_open(uint64_t size, const char *sandbox_dir, struct cdn_error *err);
 void cdn_layer_pool_drop(const char *id);
 void cdn_layer_pool_sweep(bool (*live)(const char *id));
 /* Drop the name of sandbox id's checkpointable layer (its blocks go with its last user). */

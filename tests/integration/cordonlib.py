@@ -353,9 +353,12 @@ except OSError as e:
 
 
 def owner_of(daemon):
-    """The directory of cordond's writable layer pool that is daemon's (cordond.c open_layer_pool)."""
-    st = os.stat(os.path.join(os.path.dirname(daemon.socket), "sandboxes"))
-    return f"sandboxes-{st.st_dev:x}-{st.st_ino:x}"
+    """The directory of cordond's writable layer pool that is daemon's (layer-pool.c owner_name): the
+    FNV-1a hash of its sandbox directory's real path."""
+    h = 1469598103934665603
+    for c in os.path.realpath(os.path.join(os.path.dirname(daemon.socket), "sandboxes")).encode():
+        h = ((h ^ c) * 1099511628211) & (2**64 - 1)
+    return f"sandboxes-{h:016x}"
 
 
 class PoolView:

@@ -182,10 +182,20 @@ bool cdn_writable_full(const struct statfs *fs);
 #define CDN_WRITABLE_FULL_MARGIN (1ULL << 20)
 /* The layer pool (layer-pool.c): its root's fd once open, else -1; a layer there for sb (a detached
  * bind of the subvolume named sb->id, capped at disk_mb, its root the slot's), or a negative errno
- * with err naming "disk"; and the bytes the layer of id holds and its cap (-ENOENT: id has none). */
+ * with err naming "disk"; and the bytes of the layer of id (-ENOENT: id has none), from its quota
+ * group as btrfs has it now (sysfs):
+ *   charged  what its extents hold. Simple quotas charge an extent once it is written back, and free
+ *            one at the commit after its file's end (~30 s): it lags writes, and deletes. At the cap
+ *            btrfs commits before it refuses a write (EDQUOT), so there it is current: the disk
+ *            violation reads this, never counting a layer full that deletes have emptied.
+ *   used     charged, and what is reserved for writes not on disk yet: live for writes (usage),
+ *            never more than the cap. */
+struct cdn_pool_usage {
+    uint64_t charged, used, cap;
+};
 int cdn_layer_pool_fd(void);
 int cdn_layer_pool_make(const struct cdn_sandbox *sb, struct cdn_error *err);
-int cdn_layer_pool_usage(const char *id, uint64_t *used, uint64_t *cap);
+int cdn_layer_pool_usage(const char *id, struct cdn_pool_usage *ret);
 /* Setup child: move the mount fd onto scratch (in its own mount namespace); closes fd. */
 int cdn_writable_attach(int fd, const char *scratch, struct cdn_error *err);
 

@@ -353,11 +353,11 @@ static int container_usage(struct cdn_sandbox *sb, struct cdn_usage *ret)
     int r = cdn_slot_usage(sb, ret);
     char root[64];
     struct statfs fs;
-    uint64_t used, cap;
+    struct cdn_pool_usage pool;
     (void) snprintf(root, sizeof root, "/proc/%d/root/", (int) sb->init_pid);
-    if (r == 0 && cdn_layer_pool_usage(sb->id, &used, &cap) == 0) { /* statfs would tell the pool's */
-        ret->disk_used_bytes = used;
-        ret->disk_size_bytes = cap;
+    if (r == 0 && cdn_layer_pool_usage(sb->id, &pool) == 0) { /* statfs would tell the pool's */
+        ret->disk_used_bytes = pool.used;
+        ret->disk_size_bytes = pool.cap;
         ret->disk_known = true;
     } else if (r == 0 && sb->init_pid > 0 && statfs(root, &fs) == 0) {
         ret->disk_used_bytes = (uint64_t) (fs.f_blocks - fs.f_bfree) * (uint64_t) fs.f_bsize;
@@ -497,11 +497,11 @@ static int container_disk_full(struct cdn_sandbox *sb, bool *ret)
 {
     char root[64];
     struct statfs fs;
-    uint64_t used, cap;
+    struct cdn_pool_usage pool;
     if (sb->init_pid <= 0)
         return -ESRCH;
-    if (cdn_layer_pool_usage(sb->id, &used, &cap) == 0) {
-        *ret = used + CDN_WRITABLE_FULL_MARGIN >= cap;
+    if (cdn_layer_pool_usage(sb->id, &pool) == 0) {
+        *ret = pool.cap && pool.charged + CDN_WRITABLE_FULL_MARGIN >= pool.cap;
         return 0;
     }
     (void) snprintf(root, sizeof root, "/proc/%d/root/", (int) sb->init_pid);

@@ -27,13 +27,14 @@
 #include "tiers/tier.h"
 
 #include <dirent.h>
-#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <linux/btrfs.h>
 #include <linux/btrfs_tree.h>
 #include <linux/mount.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
@@ -49,7 +50,8 @@
  * needs to clone a subvolume out of it (a mount kept only by an fd of a file in it is not "mounted"
  * any more: EINVAL). */
 static int pool_mnt = -1;
-static int pool_dir = -1; /* this cordond's directory of it */
+static int pool_dir = -1;        /* this cordond's directory of it */
+static char pool_sysfs[80] = ""; /* /sys/fs/btrfs/<fsid>: its quota groups, as they are now */
 
 /* A sandbox id as a subvolume's name: one plain path component. */
 static bool name_ok(const char *id)
@@ -93,10 +95,29 @@ static int pool_loop(uint64_t size, int *ret_nr, struct cdn_error *err)
     return cdn_loop_attach(file, name, 0, ret_nr, err);
 }
 
-int cdn_layer_pool_open(uint64_t size, const char *owner, struct cdn_error *err)
+/* The pool's directory of the cordond whose sandbox directory is dir: named after its real path, which
+ * stays what it is across restarts and reboots (an inode number of /run's tmpfs would not). */
+static int owner_name(const char *dir, char out[64], struct cdn_error *err)
 {
+    char *real = realpath(dir, NULL);
+    if (!real)
+        return cdn_error_field(err, errno, "writable_pool", "the sandbox directory %s: %m", dir);
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (const char *c = real; *c; c++)
+        h = (h ^ (uint8_t) *c) * 1099511628211ULL;
+    free(real);
+    (void) snprintf(out, 64, "sandboxes-%016" PRIx64, h);
+    return 0;
+}
+
+int cdn_layer_pool_open(uint64_t size, const char *sandbox_dir, struct cdn_error *err)
+{
+    char owner[64];
     if (pool_dir >= 0)
         return 0;
+    int r = owner_name(sandbox_dir, owner, err);
+    if (r < 0)
+        return r;
     int nr = -1;
     _cleanup_close_ int loop = pool_loop(size, &nr, err);
     if (loop < 0 && loop != -EBADF)
@@ -105,8 +126,8 @@ int cdn_layer_pool_open(uint64_t size, const char *owner, struct cdn_error *err)
                                              "writable_pool", "the layer pool", err);
     if (mnt < 0)
         return mnt;
-    if (!name_ok(owner) || (mkdirat(mnt, owner, 0700) < 0 && errno != EEXIST))
-        return cdn_error_field(err, errno ?: EINVAL, "writable_pool", "make %s in the layer pool: %m", owner);
+    if (mkdirat(mnt, owner, 0700) < 0 && errno != EEXIST)
+        return cdn_error_field(err, errno, "writable_pool", "make %s in the layer pool: %m", owner);
     _cleanup_close_ int dir = openat(mnt, owner, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dir < 0)
         return cdn_error_field(err, errno, "writable_pool", "open %s in the layer pool: %m", owner);
@@ -115,6 +136,14 @@ int cdn_layer_pool_open(uint64_t size, const char *owner, struct cdn_error *err)
         return cdn_error_field(err, errno, "writable_pool",
                                "writable_pool: btrfs simple quotas, which cap each layer, are not there "
                                "(they need Linux 6.7): %m");
+    struct btrfs_ioctl_fs_info_args fi = {0};
+    if (ioctl(dir, BTRFS_IOC_FS_INFO, &fi) < 0)
+        return cdn_error_field(err, errno, "writable_pool", "the layer pool's fsid: %m");
+    const uint8_t *u = fi.fsid;
+    (void) snprintf(pool_sysfs, sizeof pool_sysfs,
+                    "/sys/fs/btrfs/%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                    u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+                    u[14], u[15]);
     pool_mnt = TAKE_FD(mnt);
     pool_dir = TAKE_FD(dir);
     return 0;
@@ -172,27 +201,22 @@ void cdn_layer_pool_sweep(bool (*live)(const char *id))
     closedir(d);
 }
 
-/* The item of key (0, type, tree) of the quota tree, size bytes of it into out. */
-static int quota_item(int fd, uint8_t type, uint64_t tree, void *out, size_t size)
+/* A number of the quota group's directory in sysfs (qgroups/0_<tree>/<name>), or -errno. */
+static int64_t qgroup_number(const char *dir, const char *name)
 {
-    struct btrfs_ioctl_search_args sa = {.key = {.tree_id = BTRFS_QUOTA_TREE_OBJECTID,
-                                                 .min_type = type,
-                                                 .max_type = type,
-                                                 .min_offset = tree,
-                                                 .max_offset = tree,
-                                                 .max_transid = UINT64_MAX,
-                                                 .nr_items = 1}};
-    if (ioctl(fd, BTRFS_IOC_TREE_SEARCH, &sa) < 0)
-        return -errno;
-    struct btrfs_ioctl_search_header h;
-    memcpy(&h, sa.buf, sizeof h);
-    if (sa.key.nr_items != 1 || h.type != type || h.offset != tree || h.len < size)
-        return -ENOENT;
-    memcpy(out, sa.buf + sizeof h, size);
-    return 0;
+    char path[300], buf[32];
+    (void) snprintf(path, sizeof path, "%s/%s", dir, name);
+    ssize_t n = cdn_read_file_at(AT_FDCWD, path, buf, sizeof buf - 1);
+    if (n <= 0)
+        return n < 0 ? (int64_t) n : -EIO;
+    buf[n] = 0;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(buf, &end, 10);
+    return errno || end == buf || v > INT64_MAX ? -EIO : (int64_t) v;
 }
 
-int cdn_layer_pool_usage(const char *id, uint64_t *used, uint64_t *cap)
+int cdn_layer_pool_usage(const char *id, struct cdn_pool_usage *ret)
 {
     if (pool_dir < 0 || !name_ok(id))
         return -ENOENT;
@@ -202,12 +226,16 @@ int cdn_layer_pool_usage(const char *id, uint64_t *used, uint64_t *cap)
     struct btrfs_ioctl_ino_lookup_args il = {.objectid = BTRFS_FIRST_FREE_OBJECTID};
     if (ioctl(sub, BTRFS_IOC_INO_LOOKUP, &il) < 0)
         return -errno;
-    struct btrfs_qgroup_info_item info;
-    struct btrfs_qgroup_limit_item limit;
-    int r = quota_item(sub, BTRFS_QGROUP_INFO_KEY, il.treeid, &info, sizeof info);
-    if (r < 0 || (r = quota_item(sub, BTRFS_QGROUP_LIMIT_KEY, il.treeid, &limit, sizeof limit)) < 0)
-        return r;
-    *used = le64toh(info.excl);
-    *cap = le64toh(limit.max_excl);
+    char dir[200];
+    (void) snprintf(dir, sizeof dir, "%s/qgroups/0_%llu", pool_sysfs, (unsigned long long) il.treeid);
+    static const char *const parts[] = {"exclusive", "max_exclusive", "rsv_data", "rsv_meta_pertrans",
+                                        "rsv_meta_prealloc"};
+    int64_t v[ELEMENTSOF(parts)];
+    for (size_t i = 0; i < ELEMENTSOF(parts); i++)
+        if ((v[i] = qgroup_number(dir, parts[i])) < 0)
+            return (int) v[i];
+    uint64_t reserved = (uint64_t) (v[2] + v[3] + v[4]);
+    *ret = (struct cdn_pool_usage){.charged = (uint64_t) v[0], .cap = (uint64_t) v[1]};
+    ret->used = ret->charged + reserved > ret->cap ? ret->cap : ret->charged + reserved;
     return 0;
 }

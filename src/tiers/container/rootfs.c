@@ -376,23 +376,6 @@ static int mount_devpts(const struct cdn_setup_args *a, const char *path, struct
     return 0;
 }
 
-/* /dev/shm: a directory of the scratch, bound, not a tmpfs of its own. Its files count against
- * disk_mb with the rest of the layer, as page cache the kernel can write back rather than shmem
- * pages an OOM kill takes at memory_mb; and a sandbox has one superblock fewer, which every memory
- * cgroup on the host would pay a shrinker slot for (docs/performance.md). In a restored layer it
- * holds what the sandbox left there; the layer's root is cordon's, so it is a directory. */
-static int mount_shm(const struct cdn_setup_args *a, const char *path, struct cdn_error *err)
-{
-    char src[4200];
-    struct stat st;
-    (void) snprintf(src, sizeof src, "%s/shm", a->scratch);
-    if (mkdir(src, 01777) < 0 && (errno != EEXIST || lstat(src, &st) < 0 || !S_ISDIR(st.st_mode)))
-        return cdn_error_set(err, errno ?: EEXIST, "mkdir %s: %m", src);
-    CHECK(chmod(src, 01777), "chmod %s: %m", src);
-    int r = bind_mount(src, path, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, err);
-    return r < 0 ? cdn_error_prefix(err, r, "mount /dev/shm") : 0;
-}
-
 /* /dev from the prepared tree: one bind, devpts and shm on top, then read-only. */
 static int mount_dev_prepared(const struct cdn_setup_args *a, int rootfd, int fd, struct cdn_error *err)
 {
@@ -410,8 +393,8 @@ static int mount_dev_prepared(const struct cdn_setup_args *a, int rootfd, int fd
     if (r < 0)
         return r;
     (void) snprintf(p, sizeof p, "%s/shm", fdp);
-    if ((r = mount_shm(a, p, err)) < 0)
-        return r;
+    CHECK(mount("shm", p, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64m,mode=1777"),
+          "mount /dev/shm: %m");
     struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC};
     CHECK(syscall(SYS_mount_setattr, dev, "", AT_EMPTY_PATH, &attr, sizeof attr), "make /dev read-only: %m");
     return 0;
@@ -447,8 +430,8 @@ static int mount_dev(const struct cdn_setup_args *a, int rootfd, const char *roo
         return r;
     (void) snprintf(p, sizeof p, "%s/shm", dev);
     CHECK(mkdir(p, 01777), "mkdir /dev/shm: %m");
-    if ((r = mount_shm(a, p, err)) < 0)
-        return r;
+    CHECK(mount("shm", p, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64m,mode=1777"),
+          "mount /dev/shm: %m");
     static const char *const links[][2] = {{"pts/ptmx", "ptmx"},
                                            {"/proc/self/fd", "fd"},
                                            {"/proc/self/fd/0", "stdin"},
