@@ -183,7 +183,8 @@ bool cdn_writable_full(const struct statfs *fs);
 /* The layer pool (layer-pool.c): its root's fd once open, else -1; a layer there for sb (a detached
  * bind of the subvolume named sb->id, capped at disk_mb, its root the slot's), or a negative errno
  * with err naming "disk"; and the bytes of the layer of id (-ENOENT: id has none), from its quota
- * group as btrfs has it now (sysfs):
+ * group as btrfs has it now (sysfs; without reserved_too, used is the charged bytes, two reads
+ * fewer for the check at each exec's end):
  *   charged  what its extents hold. Simple quotas charge an extent once it is written back, and free
  *            one at the commit after its file's end (~30 s): it lags writes, and deletes. At the cap
  *            btrfs commits before it refuses a write (EDQUOT), so there it is current: the disk
@@ -195,7 +196,7 @@ struct cdn_pool_usage {
 };
 int cdn_layer_pool_fd(void);
 int cdn_layer_pool_make(const struct cdn_sandbox *sb, struct cdn_error *err);
-int cdn_layer_pool_usage(const char *id, struct cdn_pool_usage *ret);
+int cdn_layer_pool_usage(const char *id, bool reserved_too, struct cdn_pool_usage *ret);
 /* Setup child: move the mount fd onto scratch (in its own mount namespace); closes fd. */
 int cdn_writable_attach(int fd, const char *scratch, struct cdn_error *err);
 

@@ -355,7 +355,7 @@ static int container_usage(struct cdn_sandbox *sb, struct cdn_usage *ret)
     struct statfs fs;
     struct cdn_pool_usage pool;
     (void) snprintf(root, sizeof root, "/proc/%d/root/", (int) sb->init_pid);
-    if (r == 0 && cdn_layer_pool_usage(sb->id, &pool) == 0) { /* statfs would tell the pool's */
+    if (r == 0 && cdn_layer_pool_usage(sb->id, true, &pool) == 0) { /* statfs would tell the pool's */
         ret->disk_used_bytes = pool.used;
         ret->disk_size_bytes = pool.cap;
         ret->disk_known = true;
@@ -500,7 +500,7 @@ static int container_disk_full(struct cdn_sandbox *sb, bool *ret)
     struct cdn_pool_usage pool;
     if (sb->init_pid <= 0)
         return -ESRCH;
-    if (cdn_layer_pool_usage(sb->id, &pool) == 0) {
+    if (cdn_layer_pool_usage(sb->id, false, &pool) == 0) {
         *ret = pool.cap && pool.charged + CDN_WRITABLE_FULL_MARGIN >= pool.cap;
         return 0;
     }

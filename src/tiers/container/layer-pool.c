@@ -216,7 +216,7 @@ static int64_t qgroup_number(const char *dir, const char *name)
     return errno || end == buf || v > INT64_MAX ? -EIO : (int64_t) v;
 }
 
-int cdn_layer_pool_usage(const char *id, struct cdn_pool_usage *ret)
+int cdn_layer_pool_usage(const char *id, bool reserved_too, struct cdn_pool_usage *ret)
 {
     if (pool_dir < 0 || !name_ok(id))
         return -ENOENT;
@@ -230,8 +230,8 @@ int cdn_layer_pool_usage(const char *id, struct cdn_pool_usage *ret)
     (void) snprintf(dir, sizeof dir, "%s/qgroups/0_%llu", pool_sysfs, (unsigned long long) il.treeid);
     static const char *const parts[] = {"exclusive", "max_exclusive", "rsv_data", "rsv_meta_pertrans",
                                         "rsv_meta_prealloc"};
-    int64_t v[ELEMENTSOF(parts)];
-    for (size_t i = 0; i < ELEMENTSOF(parts); i++)
+    int64_t v[ELEMENTSOF(parts)] = {0};
+    for (size_t i = 0; i < (reserved_too ? ELEMENTSOF(parts) : 2); i++)
         if ((v[i] = qgroup_number(dir, parts[i])) < 0)
             return (int) v[i];
     uint64_t reserved = (uint64_t) (v[2] + v[3] + v[4]);

@@ -120,9 +120,9 @@ int cdn_fs_image_make(const char *path, uint64_t size, char **argv, const char *
 
 static int make_image(const char *path, struct cdn_error *err)
 {
+    /* "": the image's path, filled in by cdn_fs_image_make */
     char *argv[] = {"mkfs.xfs",        "-q", "-f",           "-m", "reflink=1", "-l",
-                    "size=" STORE_LOG, "-L", "cordon-store", NULL, NULL};
-    argv[9] = "";
+                    "size=" STORE_LOG, "-L", "cordon-store", "",   NULL};
     return cdn_fs_image_make(path, cdn_fs_image_size(store_size, 300ULL << 20), argv, "xfsprogs",
                              "checkpoints", err);
 }
