@@ -821,9 +821,10 @@ static void route_list(struct evhttp_request *req)
 static void route_health(struct evhttp_request *req)
 {
     cdn_api_reply_json(req, 200,
-                       json_pack("{s:s, s:s, s:i, s:{s:I, s:I, s:I, s:I, s:i}}", "status", "ok", "version",
-                                 CORDON_VERSION, "sandboxes", (int) cdn_daemon->n_boxes, "fds", "limit",
-                                 (json_int_t) cdn_daemon->fd_limit, "standing",
+                       json_pack("{s:s, s:s, s:i, s:s, s:{s:I, s:I, s:I, s:I, s:i}}", "status", "ok",
+                                 "version", CORDON_VERSION, "sandboxes", (int) cdn_daemon->n_boxes,
+                                 "writable_layers", cdn_layer_pool_fd() >= 0 ? "pool" : "ext4", "fds",
+                                 "limit", (json_int_t) cdn_daemon->fd_limit, "standing",
                                  (json_int_t) cdn_daemon->fd_standing, "budget",
                                  (json_int_t) cdn_daemon->fd_budget, "used", (json_int_t) cdn_daemon->fd_used,
                                  "holding", (int) cdn_daemon->n_holding));

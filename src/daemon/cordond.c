@@ -155,8 +155,10 @@ static int set_option(struct daemon_config *c, const char *name, const char *v)
     if (strcmp(name, "checkpoint-store-size") == 0 || strcmp(name, "checkpoint_store_size") == 0)
         return set_size(&c->checkpoint_store_bytes, v);
     if (strcmp(name, "writable-pool") == 0 || strcmp(name, "writable_pool") == 0)
-        return strcmp(v, "btrfs") && strcmp(v, "off") ? refuse("must be btrfs or off")
-                                                      : (c->writable_pool = strcmp(v, "btrfs") == 0, 0);
+        return strcmp(v, "auto") == 0    ? (c->writable_pool = CDN_POOL_AUTO, 0)
+               : strcmp(v, "btrfs") == 0 ? (c->writable_pool = CDN_POOL_BTRFS, 0)
+               : strcmp(v, "off") == 0   ? (c->writable_pool = CDN_POOL_OFF, 0)
+                                         : refuse("must be auto, btrfs or off");
     if (strcmp(name, "writable-pool-size") == 0 || strcmp(name, "writable_pool_size") == 0)
         return set_size(&c->writable_pool_bytes, v);
     if (strcmp(name, "every-step-keep") == 0 || strcmp(name, "every_step_keep") == 0)
@@ -659,16 +661,24 @@ static void stock_start(void)
     stock_arm(0);
 }
 
-/* writable_pool = btrfs: the pool, before adoption (the adopted sandboxes' layers may be there). */
+/* writable_pool: the pool, before adoption (the adopted sandboxes' layers may be there). Where auto
+ * finds none (no btrfs, no simple quotas, no btrfs-progs) the layers are ext4 images of their own. */
 static int open_layer_pool(void)
 {
     struct cdn_error err = {0};
-    if (cdn_daemon->cfg.writable_pool &&
-        cdn_layer_pool_open(cdn_daemon->cfg.writable_pool_bytes, cdn_daemon->cfg.sandbox_dir, &err) < 0) {
-        fprintf(stderr, "cordond: %s\n", err.msg);
-        return -1;
+    enum cdn_pool_mode mode = cdn_daemon->cfg.writable_pool;
+    if (mode == CDN_POOL_OFF ||
+        cdn_layer_pool_open(cdn_daemon->cfg.writable_pool_bytes, cdn_daemon->cfg.sandbox_dir, &err) == 0)
+        return 0;
+    if (mode == CDN_POOL_AUTO) {
+        fprintf(stderr,
+                "cordond: writable_pool auto: no layer pool (%s): each writable layer is an ext4 "
+                "image of its own\n",
+                err.msg);
+        return 0;
     }
-    return 0;
+    fprintf(stderr, "cordond: writable_pool btrfs: %s\n", err.msg);
+    return -1;
 }
 
 /* A sandbox this cordond has, or whose record is still there (one adoption could not take in: its

@@ -32,6 +32,11 @@
 struct box;
 
 /* ---- configuration (cordond.c; file format in docs/cordond.md) ---- */
+/* cordond's writable_pool (docs/disk.md): off (the default) gives each container layer an ext4 of its
+ * own; auto uses the pool where the kernel and btrfs-progs allow it, else as off; btrfs fails the start
+ * without it. */
+enum cdn_pool_mode { CDN_POOL_OFF, CDN_POOL_AUTO, CDN_POOL_BTRFS };
+
 struct daemon_config {
     char socket_path[256];
     char listen[128];     /* HOST:PORT for TCP, empty = none */
@@ -51,13 +56,13 @@ struct daemon_config {
     char dns_upstream[64];   /* IP[:PORT] the DNS stub and the proxy resolve with; empty = /etc/resolv.conf */
     unsigned net_pool;       /* prepared network namespaces kept for sandboxes with network */
     unsigned writable_stock; /* container writable layers on disk made ahead, per size (docs/disk.md) */
-    uint64_t checkpoint_store_bytes; /* a new checkpoint store's size (0: the state filesystem's) */
-    bool writable_pool;              /* container layers as subvolumes of one btrfs (docs/disk.md) */
-    uint64_t writable_pool_bytes;    /* a new pool's size (0: the state filesystem's) */
-    unsigned every_step_keep;        /* a sandbox's "every_step" checkpoints kept, the newest (0: all) */
-    uint64_t audit_rotate;           /* egress.log is rotated past this size */
-    unsigned audit_rate;             /* audit lines per sandbox and second (0: no limit) */
-    char monitor_rules[256];         /* rule file (src/monitor/rules.h); empty: the shipped default */
+    uint64_t checkpoint_store_bytes;  /* a new checkpoint store's size (0: the state filesystem's) */
+    enum cdn_pool_mode writable_pool; /* container layers as subvolumes of one btrfs (docs/disk.md) */
+    uint64_t writable_pool_bytes;     /* a new pool's size (0: the state filesystem's) */
+    unsigned every_step_keep;         /* a sandbox's "every_step" checkpoints kept, the newest (0: all) */
+    uint64_t audit_rotate;            /* egress.log is rotated past this size */
+    unsigned audit_rate;              /* audit lines per sandbox and second (0: no limit) */
+    char monitor_rules[256];          /* rule file (src/monitor/rules.h); empty: the shipped default */
     unsigned agent_timeout_s; /* how long a sandbox's agent has to end what it was asked to (api-exec.c) */
     unsigned auth_timeout_s;  /* TCP: a client's first header block, token included, within this */
     unsigned max_unauthenticated; /* TCP: connections not authenticated yet; a new one evicts the oldest */

@@ -207,7 +207,7 @@ int cdn_layer_store_fd(void);
 int cdn_layer_uid_base(int file, uint32_t *ret);
 int cdn_layer_set_uid_base(int file, uint32_t base);
 int cdn_layer_loop(int file);
-/* The writable layer pool (tiers/container/layer-pool.c, cordond's writable_pool = btrfs): open
+/* The writable layer pool (tiers/container/layer-pool.c, cordond's writable_pool): open
  * makes and mounts it (size bytes for a new one; 0: the state file system's) and takes its directory
  * of sandbox_dir (each cordond of a state directory has its own, which only it sweeps); from then on the
  * container tier makes its layers there (but a checkpointable sandbox's, which the checkpoint store
@@ -217,6 +217,8 @@ int cdn_layer_loop(int file);
 int cdn_layer_pool_open(uint64_t size, const char *sandbox_dir, struct cdn_error *err);
 void cdn_layer_pool_drop(const char *id);
 void cdn_layer_pool_sweep(bool (*live)(const char *id));
+/* The pool's directory of this cordond once open, else -1. */
+int cdn_layer_pool_fd(void);
 /* Drop the name of sandbox id's checkpointable layer (its blocks go with its last user). */
 void cdn_layer_forget(const char *id);
 /* The ext4 of a layer nobody will read again (a rollback's old one, its writers killed), through

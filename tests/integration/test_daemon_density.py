@@ -53,10 +53,11 @@ def comm(pid):
 
 @pytest.mark.parametrize("pool", ["off", "btrfs"])
 def test_thousands_of_live_sandboxes_then_all_deleted_leave_nothing(shared_dir, pool):
-    """With writable_pool = btrfs (its own state directory, so a pool of its own) each live sandbox has its
-    subvolume, and none is left once they are deleted."""
-    extra = ["--state-dir", os.path.join(shared_dir, "state"), "--writable-pool", "btrfs"] if pool == "btrfs" else []
-    d = Daemon(shared_dir, "--max-sandboxes", str(N + 16), *extra)
+    """Once with an ext4 image per writable layer (off), once with the layer pool (btrfs; its own state
+    directory, so a pool of its own), where each live sandbox has its subvolume and none is left once they
+    are deleted."""
+    extra = ["--state-dir", os.path.join(shared_dir, "state")] if pool == "btrfs" else []
+    d = Daemon(shared_dir, "--max-sandboxes", str(N + 16), "--writable-pool", pool, *extra)
     d.state = os.path.join(shared_dir, "state")
     try:
         from cordon import Endpoint
@@ -70,6 +71,7 @@ def test_thousands_of_live_sandboxes_then_all_deleted_leave_nothing(shared_dir, 
         assert len(set(ids)) == N
         health = d.endpoint.json("GET", "/v1/health")
         assert health["sandboxes"] == N, health
+        assert health["writable_layers"] == ("pool" if pool == "btrfs" else "ext4"), health
         assert health["fds"]["used"] == N * FDS and health["fds"]["holding"] == N, health
         assert len(inits_of(d.proc.pid)) == N
         # what cordond holds for them: the budgeted fds each, nothing more (the stock of ready layers

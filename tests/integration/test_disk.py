@@ -3,7 +3,11 @@ limits.disk_mb of its own per sandbox, so that a full layer is ENOSPC and a `dis
 OOM kill, whatever memory_mb is; it is the default, and cordond makes layers ahead so that a create
 pays nothing for it. Spec "disk": "memory" keeps the tmpfs charged to memory, by choice. Nothing of
 a layer (mount, loop device, file) outlives its sandbox — the leak check (cordonlib.writable_loops)
-looks for the loop devices."""
+looks for the loop devices.
+
+Through cordond the layer is by default a subvolume of its layer pool instead (writable_pool = auto,
+test_writable_pool.py). The tests of the ext4 layers run on a cordond with writable_pool = off; those
+that hold for both kinds run on each."""
 
 import os
 import signal
@@ -21,9 +25,32 @@ def counts(sb):
     return sb.violations()["counts"]
 
 
-def test_writing_past_disk_mb_is_enospc_and_a_disk_violation(daemon):
-    """A layer smaller than memory fills up: ENOSPC (the errno itself), one `disk` violation, no OOM."""
-    with Sandbox.create(endpoint=daemon.endpoint, memory_mb=256, disk_mb=64, disk="disk") as sb:
+@pytest.fixture
+def ext4d(shared_dir):
+    """A cordond of this test's own whose container layers are ext4 images of their own (writable_pool =
+    off: what `cordon run`, checkpointable sandboxes and a host without the pool have)."""
+    d = cordonlib.Daemon(shared_dir, "--writable-pool", "off")
+    yield d
+    assert d.stop() == 0, d.output()
+
+
+FULL = {"ext4": "ENOSPC", "pool": "EDQUOT"}  # what a full layer is, by its kind
+
+
+@pytest.fixture(params=["ext4", "pool"])
+def layered(request, shared_dir):
+    """A cordond of this test's own with either kind of layer: ext4 images (writable_pool = off) or
+    subvolumes of its pool (btrfs); d.kind says which."""
+    d = cordonlib.Daemon(shared_dir, "--writable-pool", "off" if request.param == "ext4" else "btrfs")
+    d.kind = request.param
+    yield d
+    assert d.stop() == 0, d.output()
+
+
+def test_writing_past_disk_mb_is_enospc_and_a_disk_violation(ext4d):
+    """A layer smaller than memory fills up: ENOSPC (the errno itself), one `disk` violation, no OOM.
+    (The pool's cap: test_writable_pool.py.)"""
+    with Sandbox.create(endpoint=ext4d.endpoint, memory_mb=256, disk_mb=64, disk="disk") as sb:
         r = sb.exec(["python3", "-c", FILL, "/workspace/big"], timeout_s=120)
         assert r.exit_code == 0, r
         name, mb = r.stdout.split()
@@ -43,19 +70,20 @@ def test_writing_past_disk_mb_is_enospc_and_a_disk_violation(daemon):
         assert counts(sb)["disk"] == 2, counts(sb)
 
 
-def test_a_file_larger_than_memory_fits_in_the_disk(daemon):
+def test_a_file_larger_than_memory_fits_in_the_disk(layered):
     """memory_mb=256, disk_mb=1024 (the issue's case): a 300 MB file is written, synced and read
     back; no OOM, no violation, and the sandbox goes on. Seen failing before the fix (main's tmpfs
     layer, cd05691+6e7d9d2): dd "Killed", rc=137, 266260480 bytes written."""
-    with Sandbox.create(endpoint=daemon.endpoint, memory_mb=256, disk_mb=1024, disk="disk") as sb:
+    with Sandbox.create(endpoint=layered.endpoint, memory_mb=256, disk_mb=1024, disk="disk") as sb:
         r = sb.exec(["sh", "-c", "dd if=/dev/zero of=/workspace/big bs=1M count=300 conv=fsync 2>&1; echo rc=$?; "
                      "wc -c < /workspace/big"], timeout_s=300)
         assert r.exit_code == 0, r
         assert r.stdout.split()[-2:] == ["rc=0", str(300 << 20)], r.stdout
         assert counts(sb)["oom"] == 0 and counts(sb)["disk"] == 0, counts(sb)
-        r = sb.exec(["sh", "-c", "df -k / | tail -1"])
-        total_kb = int(r.stdout.split()[1])
-        assert 1016 * 1024 <= total_kb <= 1024 * 1024, r.stdout  # the sandbox sees disk_mb
+        if layered.kind == "ext4":  # btrfs's statfs knows nothing of the quota: df shows the pool
+            r = sb.exec(["sh", "-c", "df -k / | tail -1"])
+            total_kb = int(r.stdout.split()[1])
+            assert 1016 * 1024 <= total_kb <= 1024 * 1024, r.stdout  # the sandbox sees disk_mb
         assert sb.exec(["true"]).exit_code == 0
 
 
@@ -71,9 +99,9 @@ def test_memory_kind_keeps_the_tmpfs_charged_to_memory(daemon):
         assert r.stdout.split()[0] == "ENOSPC", r.stdout
 
 
-def test_the_limit_cannot_be_lifted_from_inside(daemon):
+def test_the_limit_cannot_be_lifted_from_inside(layered):
     """The sandbox's root owns the files of its layer, not the filesystem: it cannot resize it,
-    remount it, set a project id or reach the block device."""
+    remount it, set a project id or reach the block device (a subvolume of its own: test_writable_pool.py)."""
     probe = r"""
 import errno, fcntl, os, struct
 def attempt(name, f):
@@ -95,7 +123,7 @@ attempt("resize", lambda: fcntl.ioctl(ffd, 0x40086610, struct.pack("=Q", 1 << 22
 attempt("loopdev", lambda: os.open("/dev/loop0", os.O_RDWR))
 attempt("mknod", lambda: os.mknod("/tmp/blk", 0o600 | 0o060000, os.makedev(7, 0)))
 """
-    with Sandbox.create(endpoint=daemon.endpoint, disk_mb=32, disk="disk") as sb:
+    with Sandbox.create(endpoint=layered.endpoint, disk_mb=32, disk="disk") as sb:
         before = sb.exec(["sh", "-c", "df -k / | tail -1"]).stdout.split()[1]
         r = sb.exec(["python3", "-c", probe], timeout_s=60)
         got = dict(line.split() for line in r.stdout.splitlines())
@@ -105,7 +133,7 @@ attempt("mknod", lambda: os.mknod("/tmp/blk", 0o600 | 0o060000, os.makedev(7, 0)
         assert r.stdout.split() != [] and "0" not in r.stdout.split(), r
         assert sb.exec(["sh", "-c", "df -k / | tail -1"]).stdout.split()[1] == before
         r = sb.exec(["python3", "-c", FILL, "/tmp/big"], timeout_s=60)
-        assert r.stdout.split()[0] == "ENOSPC" and int(r.stdout.split()[1]) <= 32, r.stdout
+        assert r.stdout.split()[0] == FULL[layered.kind] and int(r.stdout.split()[1]) <= 32, r.stdout
 
 
 def test_a_bad_disk_kind_is_refused_naming_the_field(daemon):
@@ -134,12 +162,12 @@ def stock_loops(pid):
     return {n for n, v in cordonlib.writable_loops().items() if v == ("stock", pid)}
 
 
-def test_the_layer_goes_with_its_sandbox(daemon):
+def test_the_layer_goes_with_its_sandbox(ext4d):
     """One loop device per running sandbox, named after its slot (a size cordond has no layers of
     made ahead: the create makes its own); gone once the sandbox is."""
     before = slot_loops()
     layers = cordonlib.writable_layers()
-    with Sandbox.create(endpoint=daemon.endpoint, disk_mb=32, disk="disk") as sb:
+    with Sandbox.create(endpoint=ext4d.endpoint, disk_mb=32, disk="disk") as sb:
         mine = slot_loops() - before
         assert len(mine) == 1, mine
         mine = {t for t in cordonlib.writable_layers() - layers if t[0] in mine}
@@ -151,26 +179,26 @@ def test_the_layer_goes_with_its_sandbox(daemon):
                        what="the sandbox's loop device to clear")
 
 
-def test_cordond_makes_layers_ahead_and_uses_each_once(daemon):
+def test_cordond_makes_layers_ahead_and_uses_each_once(ext4d):
     """The default spec's layer is on disk, and cordond keeps writable_stock (4) of them ready: a create
     takes one, the stock fills again, and a used layer goes with its sandbox — never to the next one.
     Catches: a layer handed out twice (the second sandbox would see the first one's file), a used one
     that outlives its sandbox or a stock that outlives its cordond (the loop counts would not fall)."""
-    pid = daemon.proc.pid
+    pid = ext4d.proc.pid
     cordonlib.wait_for(lambda: len(stock_loops(pid)) == 4, timeout=30, what="4 layers made ahead")
-    with Sandbox.create(endpoint=daemon.endpoint) as a:
+    with Sandbox.create(endpoint=ext4d.endpoint) as a:
         assert a.info()["spec"]["disk"] == "disk"
         r = a.exec(["sh", "-c", "echo mine > /tmp/marker && df -k / | tail -1"])
         assert r.exit_code == 0, r
         assert 900 * 1024 < int(r.stdout.split()[1]) <= 1024 * 1024, r.stdout  # 1 GiB, disk_mb's default
         # its layer is one made ahead (named after cordond), and one more is made in its place
         cordonlib.wait_for(lambda: len(stock_loops(pid)) == 5, timeout=30, what="the stock filled again")
-        with Sandbox.create(endpoint=daemon.endpoint) as b:
+        with Sandbox.create(endpoint=ext4d.endpoint) as b:
             r = b.exec(["sh", "-c", "ls /tmp; df -k / | tail -1"])
             assert "marker" not in r.stdout, r.stdout
             cordonlib.wait_for(lambda: len(stock_loops(pid)) == 6, timeout=30, what="the stock filled again")
     cordonlib.wait_for(lambda: len(stock_loops(pid)) == 4, timeout=10, what="the used layers to go")
-    assert daemon.stop() == 0
+    assert ext4d.stop() == 0
     cordonlib.wait_for(lambda: not stock_loops(pid), timeout=10, what="the stock to go with its cordond")
 
 
@@ -180,15 +208,15 @@ def loop_mb(name):
         return int(f.read()) * 512 >> 20
 
 
-def test_other_sizes_never_take_the_default_sizes_stock(daemon):
+def test_other_sizes_never_take_the_default_sizes_stock(ext4d):
     """The stock keeps four sizes: the default spec's always, and the last three others asked for.
     Creates of four other sizes evict each other, never the default's. Caught (with the least recently
     asked-for size evicted, whichever it was): after them no 1 GiB layer was left in the stock, so every
     default create paid its loop device and mount again."""
-    pid = daemon.proc.pid
-    daemon.wait_stock_full()
+    pid = ext4d.proc.pid
+    ext4d.wait_stock_full()
     for mb in (40, 48, 56, 72):
-        with Sandbox.create(endpoint=daemon.endpoint, disk_mb=mb) as sb:
+        with Sandbox.create(endpoint=ext4d.endpoint, disk_mb=mb) as sb:
             assert sb.exec(["true"]).exit_code == 0
     # the refills of the other sizes run too; the default's four stay
     cordonlib.wait_for(lambda: sum(loop_mb(n) >= 1024 for n in stock_loops(pid)) == 4, timeout=30,
@@ -234,13 +262,13 @@ def fake_stock(path, fd, uid):
     return pid
 
 
-def test_cordon_run_takes_a_layer_from_cordonds_stock(daemon):
+def test_cordon_run_takes_a_layer_from_cordonds_stock(ext4d):
     """`cordon run` on a host where cordond runs takes one of its layers made ahead (over
     "<socket>.layers"), so its create pays no loop device and no mount either; the stock fills again
     and the layer goes with the run's sandbox."""
-    pid = daemon.proc.pid
-    daemon.wait_stock_full()
-    env = {**os.environ, "CORDON_SOCKET": daemon.socket}
+    pid = ext4d.proc.pid
+    ext4d.wait_stock_full()
+    env = {**os.environ, "CORDON_SOCKET": ext4d.socket}
     before = slot_loops()
     with Running(["--", "sh", "-c", "echo up; df -k / | tail -1; sleep 60"], env=env) as r:
         assert r.proc.stdout.readline() == "up\n"
@@ -250,15 +278,15 @@ def test_cordon_run_takes_a_layer_from_cordonds_stock(daemon):
     cordonlib.wait_for(lambda: len(stock_loops(pid)) == 4, timeout=20, what="the used layer to go")
 
 
-def test_cordon_run_takes_layers_only_from_root(daemon, shared_dir):
+def test_cordon_run_takes_layers_only_from_root(ext4d, shared_dir):
     """A layer is the sandbox's writable root: `cordon run` takes one only from a socket root listens
     on, and only if it is the root of an ext4 of its own. What this catches: without the owner check,
     the run below uses the layer a stranger (uid 65534) hands over — a genuine one here, taken from
     cordond, so that only the owner check can refuse it — and that layer's root becomes the sandbox's,
     with upper/ in it (checked by breaking the check); without the filesystem check, a root-owned socket handing over a plain
     directory gets it chowned to the sandbox and the run fails."""
-    daemon.wait_stock_full()
-    layer = take_layer(daemon.socket)
+    ext4d.wait_stock_full()
+    layer = take_layer(ext4d.socket)
     assert layer is not None
     plain = os.path.join(shared_dir, "not-a-layer")
     os.mkdir(plain)
@@ -286,7 +314,7 @@ def test_cordon_run_takes_layers_only_from_root(daemon, shared_dir):
 
 def test_without_a_stock_a_create_makes_its_layer(shared_dir):
     """writable_stock = 0: nothing made ahead, the layer is the sandbox's own (named after its slot)."""
-    d = cordonlib.Daemon(shared_dir, "--writable-stock", "0")
+    d = cordonlib.Daemon(shared_dir, "--writable-stock", "0", "--writable-pool", "off")
     try:
         before = slot_loops()
         with Sandbox.create(endpoint=d.endpoint) as sb:

@@ -137,10 +137,44 @@ def test_layers_go_with_their_sandboxes_and_strays_with_the_next_start():
                 first.stop()
 
 
+def test_auto_takes_the_pool_where_there_is_one_and_else_ext4_layers():
+    """writable_pool = auto: the pool on this host (btrfs with simple quotas, btrfs-progs); where no pool can
+    be had (here its file is a directory) ext4 layers, said at start, where btrfs refuses to start. Health
+    tells which kind a create gets."""
+    with tempfile.TemporaryDirectory(prefix="cordon-pool-") as work:
+        os.chmod(work, 0o755)
+        d = Daemon(work, "--state-dir", os.path.join(work, "state"), "--writable-pool", "auto")
+        d.state = os.path.join(work, "state")
+        try:
+            assert d.endpoint.json("GET", "/v1/health")["writable_layers"] == "pool"
+            with Sandbox.create(endpoint=d.endpoint, disk_mb=32) as sb:
+                assert sb.exec(["true"]).exit_code == 0
+                with PoolView(d) as v:
+                    assert v.layers(owner_of(d)) == [sb.id]
+        finally:
+            assert d.stop() == 0, d.output()
+    with tempfile.TemporaryDirectory(prefix="cordon-pool-") as work:
+        os.chmod(work, 0o755)
+        state = os.path.join(work, "state")
+        os.makedirs(os.path.join(state, "pool.btrfs"))
+        d = Daemon(work, "--state-dir", state, "--writable-pool", "auto")
+        try:
+            assert d.endpoint.json("GET", "/v1/health")["writable_layers"] == "ext4"
+            with Sandbox.create(endpoint=d.endpoint, disk_mb=32) as sb:
+                r = sb.exec(["python3", "-c", FILL, "/tmp/big"], timeout_s=60)
+                assert r.stdout.split()[0] == "ENOSPC", r.stdout
+        finally:
+            assert d.stop() == 0, d.output()
+        assert "writable_pool auto: no layer pool" in d.output() and "pool.btrfs: Is a directory" in d.output(), d.output()
+        with pytest.raises(AssertionError) as e:
+            Daemon(work, "--state-dir", state, "--writable-pool", "btrfs")
+        assert "writable_pool btrfs: open " in str(e.value) and "pool.btrfs: Is a directory" in str(e.value), e.value
+
+
 def test_a_bad_pool_kind_is_refused_naming_the_option():
     with tempfile.TemporaryDirectory(prefix="cordon-pool-") as work:
         with pytest.raises(AssertionError) as e:
             Daemon(work, "--writable-pool", "zfs")
-        assert "writable-pool" in str(e.value) and "btrfs or off" in str(e.value), e.value
+        assert "writable-pool" in str(e.value) and "auto, btrfs or off" in str(e.value), e.value
 
 

@@ -194,7 +194,6 @@ bool cdn_writable_full(const struct statfs *fs);
 struct cdn_pool_usage {
     uint64_t charged, used, cap;
 };
-int cdn_layer_pool_fd(void);
 int cdn_layer_pool_make(const struct cdn_sandbox *sb, struct cdn_error *err);
 int cdn_layer_pool_usage(const char *id, bool reserved_too, struct cdn_pool_usage *ret);
 /* Setup child: move the mount fd onto scratch (in its own mount namespace); closes fd. */

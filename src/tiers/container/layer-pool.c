@@ -134,7 +134,7 @@ int cdn_layer_pool_open(uint64_t size, const char *sandbox_dir, struct cdn_error
     struct btrfs_ioctl_quota_ctl_args q = {.cmd = BTRFS_QUOTA_CTL_ENABLE_SIMPLE_QUOTA};
     if (ioctl(dir, BTRFS_IOC_QUOTA_CTL, &q) < 0)
         return cdn_error_field(err, errno, "writable_pool",
-                               "writable_pool: btrfs simple quotas, which cap each layer, are not there "
+                               "btrfs simple quotas, which cap each layer, are not there "
                                "(they need Linux 6.7): %m");
     struct btrfs_ioctl_fs_info_args fi = {0};
     if (ioctl(dir, BTRFS_IOC_FS_INFO, &fi) < 0)
