@@ -44,6 +44,7 @@ static void sample_init(struct sample *x)
                               .user = "1000:1000",
                               .writable_system = true,
                               .read_only_root = true,
+                              .checkpoints = true,
                               .mounts = mounts,
                               .n_mounts = 2,
                               .protect = {protect, 2}};
@@ -108,7 +109,7 @@ TEST(round_trip)
     CHECK_STREQ(s->hostname, "box");
     CHECK_STREQ(s->workdir, "/workspace");
     CHECK_STREQ(s->user, "1000:1000");
-    CHECK(s->writable_system && s->read_only_root);
+    CHECK(s->writable_system && s->read_only_root && s->checkpoints);
     CHECK(s->limits.disk_mb == 512 && s->limits.ptys == 7 && s->limits.nofile == 4096);
     CHECK_EQ_INT(s->n_mounts, 2);
     CHECK_STREQ(s->mounts[1].source, "/src/b");

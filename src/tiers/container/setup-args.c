@@ -120,6 +120,7 @@ int cdn_setup_args_pack(const struct cdn_setup_args *a, void **ret, size_t *ret_
     put_str(&o, s->user);
     put_u64(&o, s->writable_system);
     put_u64(&o, s->read_only_root);
+    put_u64(&o, s->checkpoints); /* its layer is mounted again (rootfs.c: no volatile overlay) */
     put_u64(&o, s->limits.disk_mb);
     put_u64(&o, s->limits.ptys);
     put_u64(&o, s->limits.nofile);
@@ -279,6 +280,7 @@ static void get_spec(struct in *in, struct cdn_spec *s)
     s->user = get_str(in);
     s->writable_system = get_flag(in);
     s->read_only_root = get_flag(in);
+    s->checkpoints = get_flag(in);
     s->limits.disk_mb = get_u64(in);
     s->limits.ptys = get_u64(in);
     s->limits.nofile = get_u64(in);
