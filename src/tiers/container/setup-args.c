@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define ARGS_MAGIC 0x63646e7375703031ULL /* "cdnsup01" */
+#define ARGS_MAGIC 0x63646e7375703032ULL /* "cdnsup02" */
 #define NONE       UINT64_MAX
 
 struct out {
