@@ -662,22 +662,29 @@ static void stock_start(void)
 }
 
 /* writable_pool: the pool, before adoption (the adopted sandboxes' layers may be there). Where auto
- * finds none (no btrfs, no simple quotas, no btrfs-progs) the layers are ext4 images of their own. */
+ * can make none (no btrfs, no simple quotas, no btrfs-progs) the layers are ext4 images of their own.
+ * A pool that is there already and cannot be opened stops the start in auto too: sandboxes about to be
+ * adopted may have their layers in it, and without it their disk would be the pool's statfs, with no
+ * disk violation counted (docs/disk.md). */
 static int open_layer_pool(void)
 {
     struct cdn_error err = {0};
     enum cdn_pool_mode mode = cdn_daemon->cfg.writable_pool;
+    char path[4200];
+    (void) snprintf(path, sizeof path, "%s/" CDN_LAYER_POOL_FILE, cdn_state_dir());
+    const bool had = access(path, F_OK) == 0;
     if (mode == CDN_POOL_OFF ||
         cdn_layer_pool_open(cdn_daemon->cfg.writable_pool_bytes, cdn_daemon->cfg.sandbox_dir, &err) == 0)
         return 0;
-    if (mode == CDN_POOL_AUTO) {
+    if (mode == CDN_POOL_AUTO && !had) {
+        (void) unlink(path); /* made by this try (a kernel without simple quotas), and of no use */
         fprintf(stderr,
                 "cordond: writable_pool auto: no layer pool (%s): each writable layer is an ext4 "
                 "image of its own\n",
                 err.msg);
         return 0;
     }
-    fprintf(stderr, "cordond: writable_pool btrfs: %s\n", err.msg);
+    fprintf(stderr, "cordond: writable_pool %s: %s\n", mode == CDN_POOL_AUTO ? "auto" : "btrfs", err.msg);
     return -1;
 }
 

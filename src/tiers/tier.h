@@ -214,6 +214,7 @@ int cdn_layer_loop(int file);
  * keeps). 0, or a negative errno with err naming "writable_pool". drop destroys sandbox id's layer
  * there, if it has one (its sandbox has ended); sweep destroys every layer whose sandbox is not
  * live(id). */
+#define CDN_LAYER_POOL_FILE "pool.btrfs" /* the pool's image, in the state directory */
 int cdn_layer_pool_open(uint64_t size, const char *sandbox_dir, struct cdn_error *err);
 void cdn_layer_pool_drop(const char *id);
 void cdn_layer_pool_sweep(bool (*live)(const char *id));

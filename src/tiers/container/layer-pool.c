@@ -70,7 +70,7 @@ int cdn_layer_pool_fd(void)
 static int pool_loop(uint64_t size, int *ret_nr, struct cdn_error *err)
 {
     char path[4200];
-    (void) snprintf(path, sizeof path, "%s/pool.btrfs", cdn_state_dir());
+    (void) snprintf(path, sizeof path, "%s/" CDN_LAYER_POOL_FILE, cdn_state_dir());
     _cleanup_close_ int file = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (file < 0 && errno == ENOENT) {
         char *argv[] = {"mkfs.btrfs", "-q", "-f", "-m", "single", "-L", "cordon-pool", "", NULL};
